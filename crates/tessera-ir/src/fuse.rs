@@ -1,0 +1,146 @@
+//! Fusion: groups Graph IR nodes into kernels. Elementwise epilogues fuse into the kernel that
+//! produces their operand (a matmul, a row-wise op, a reduction or another elementwise chain)
+//! when that operand has no other use and the shapes agree. Every decision is recorded so a
+//! profiler or `TESSERA_DUMP=fusion` can show it.
+
+use crate::graph::{Graph, Op, Value};
+use crate::schedule::KernelClass;
+use std::fmt;
+
+/// One kernel of the fused program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedKernel {
+    pub name: String,
+    pub class: KernelClass,
+    /// The node that defines the kernel's main work.
+    pub root: Value,
+    /// Elementwise nodes applied to the root's result, in order.
+    pub epilogue: Vec<Value>,
+    /// The value the kernel writes to memory.
+    pub output: Value,
+}
+
+/// The fused program: kernels in execution order and the decisions that shaped them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub kernels: Vec<FusedKernel>,
+    pub decisions: Vec<String>,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in &self.decisions {
+            writeln!(f, "; {d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a graph cannot be fused into kernels the lowering supports.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{value}: {message}")]
+pub struct FuseError {
+    pub value: String,
+    pub message: String,
+}
+
+/// The class of kernel a root node needs.
+pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
+    let n = g.node(v);
+    Ok(match &n.op {
+        Op::Matmul => KernelClass::Matmul,
+        Op::Softmax | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
+        Op::Transpose => KernelClass::Transpose,
+        Op::Reduce { axes, .. } => {
+            let r = g.ty(n.args[0]).shape.rank();
+            if axes.as_slice() == [r - 1] {
+                KernelClass::Rowwise
+            } else if axes.as_slice() == [0] && r == 2 {
+                KernelClass::ColReduce
+            } else {
+                return Err(FuseError {
+                    value: g.value_name(v),
+                    message: format!(
+                        "reducing axes {axes:?} of a rank-{r} tensor is not supported: reduce the last axis, or axis 0 of a matrix, one axis at a time (e.g. `x.sum(1).sum(0)`)"
+                    ),
+                });
+            }
+        }
+        _ => KernelClass::Elementwise,
+    })
+}
+
+/// Groups the graph's nodes into kernels.
+///
+/// ```
+/// let g = tessera_ir::graph::parse("graph @lg(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {
+///   %3 = matmul %x, %w : f32[M, N]
+///   %4 = add %3, %b : f32[M, N]
+///   %5 = gelu %4 : f32[M, N]
+///   return %5
+/// }").unwrap();
+/// let plan = tessera_ir::fuse::fuse(&g).unwrap();
+/// assert_eq!(plan.kernels.len(), 1);
+/// assert!(plan.decisions[1].contains("%4 (add) fused into lg_k0"));
+/// ```
+pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
+    let uses = g.use_counts();
+    let mut kernels: Vec<FusedKernel> = Vec::new();
+    let mut decisions = Vec::new();
+    // kernel index producing each value (as its current output)
+    let mut producer: Vec<Option<usize>> = vec![None; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        let v = Value(i as u32);
+        if matches!(n.op, Op::Param { .. }) || (matches!(n.op, Op::Const { .. }) && v != g.output) {
+            continue;
+        }
+        let name = format!("{} ({})", g.value_name(v), n.op.name());
+        let mut reason = None;
+        if n.op.is_elementwise() {
+            let cands: Vec<Value> = n.args.iter().copied().filter(|a| producer[a.index()].is_some()).collect();
+            for a in &cands {
+                let k = producer[a.index()].unwrap();
+                if kernels[k].output != *a {
+                    continue;
+                }
+                if uses[a.index()] != 1 {
+                    reason = Some(format!("operand {} has {} uses, so it is written to memory", g.value_name(*a), uses[a.index()]));
+                    continue;
+                }
+                if g.ty(*a).shape != n.ty.shape {
+                    reason = Some(format!("it broadcasts operand {} to a larger shape", g.value_name(*a)));
+                    continue;
+                }
+                if let Some(late) = n.args.iter().find(|b| *b != a && producer[b.index()].is_some_and(|kb| kb >= k)) {
+                    reason = Some(format!("operand {} is computed after {}", g.value_name(*late), kernels[k].name));
+                    continue;
+                }
+                if n.args.iter().filter(|b| *b == a).count() > 1 {
+                    reason = Some(format!("it uses {} twice", g.value_name(*a)));
+                    continue;
+                }
+                kernels[k].epilogue.push(v);
+                kernels[k].output = v;
+                producer[i] = Some(k);
+                decisions.push(format!("{name} fused into {} ({}) as epilogue", kernels[k].name, g.value_name(kernels[k].root)));
+                break;
+            }
+            if producer[i].is_some() {
+                continue;
+            }
+        }
+        let class = class_of(g, v)?;
+        let k = kernels.len();
+        let kname = format!("{}_k{k}", g.name);
+        decisions.push(match reason {
+            Some(r) => format!("{name} starts {kname} ({}): not fused because {r}", class.name()),
+            None => format!("{name} starts {kname} ({})", class.name()),
+        });
+        kernels.push(FusedKernel { name: kname, class, root: v, epilogue: vec![], output: v });
+        producer[i] = Some(k);
+    }
+    if kernels.is_empty() {
+        return Err(FuseError { value: g.value_name(g.output), message: "the kernel computes nothing: it returns a parameter".into() });
+    }
+    Ok(Plan { kernels, decisions })
+}

@@ -1,0 +1,348 @@
+//! Graph IR: whole-tensor operations with symbolic shapes.
+//!
+//! A [`Graph`] is an arena of [`Node`]s addressed by [`Value`] handles, in topological order.
+//! Every node's type is inferred by [`infer`] when it is built and re-checked by the verifier.
+//!
+//! Text form (see `print.rs` / `parse.rs`):
+//! ```text
+//! graph @linear_gelu(%x: bf16[M, K], %w: bf16[K, N], %b: f32[N]) -> f32[M, N] {
+//!   %3 = matmul %x, %w : f32[M, N]
+//!   %4 = add %3, %b : f32[M, N]
+//!   %5 = gelu %4 : f32[M, N]
+//!   return %5
+//! }
+//! ```
+
+mod infer;
+mod parse;
+mod print;
+mod verify;
+
+pub use infer::infer;
+pub use parse::parse;
+pub use verify::{VerifyError, verify};
+
+use crate::{DType, NumericsPolicy, TensorType};
+use std::fmt;
+
+/// Handle of a node in a [`Graph`]; prints as `%3` (or `%name` for parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value(pub u32);
+
+impl Value {
+    /// Arena index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Elementwise unary operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// Exact GELU, `0.5·x·(1 + erf(x/√2))`.
+    Gelu,
+    Abs,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 10] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Abs,
+    ];
+
+    /// Name in IR text and in kernel bodies.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Abs => "abs",
+        }
+    }
+
+    /// Looks an op up by name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Reference semantics in f64 (the oracle every backend is tested against).
+    pub fn eval_f64(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Gelu => 0.5 * x * crate::reference::erfc(-x / std::f64::consts::SQRT_2),
+            UnaryOp::Abs => x.abs(),
+        }
+    }
+}
+
+/// Elementwise binary operations (numpy broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+
+    /// Name in IR text and kernel bodies.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+        }
+    }
+
+    /// Looks an op up by name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// Reference semantics in f64.
+    pub fn eval_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+        }
+    }
+}
+
+/// Reductions over axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Mean,
+}
+
+impl ReduceOp {
+    /// Name in IR text (`reduce.sum`) and kernel bodies (`sum`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Mean => "mean",
+        }
+    }
+
+    /// Looks a reduction up by name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean].into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// The operation of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// The `i`-th kernel parameter.
+    Param { index: usize, name: String },
+    /// A scalar constant (rank-0 tensor) of the given dtype.
+    Const { value: f64, dtype: DType },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Cast(DType),
+    /// Explicit broadcast to the node's type.
+    Broadcast,
+    Reduce { op: ReduceOp, axes: Vec<usize>, keepdim: bool, policy: NumericsPolicy },
+    /// `[.., M, K] × [.., K, N]`: plain or batched; float inputs accumulate into f32.
+    Matmul,
+    /// Swaps the last two axes.
+    Transpose,
+    /// Softmax over the last axis.
+    Softmax,
+    /// `(x − mean)/sqrt(var + eps) · gamma + beta` over the last axis; args `x, gamma, beta`.
+    LayerNorm { eps: f64 },
+    /// `x / sqrt(mean(x²) + eps) · gamma` over the last axis; args `x, gamma`.
+    RmsNorm { eps: f64 },
+}
+
+impl Op {
+    /// The op's name in IR text.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Param { .. } => "param".into(),
+            Op::Const { .. } => "const".into(),
+            Op::Unary(u) => u.name().into(),
+            Op::Binary(b) => b.name().into(),
+            Op::Cast(_) => "cast".into(),
+            Op::Broadcast => "broadcast".into(),
+            Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
+            Op::Matmul => "matmul".into(),
+            Op::Transpose => "transpose".into(),
+            Op::Softmax => "softmax".into(),
+            Op::LayerNorm { .. } => "layernorm".into(),
+            Op::RmsNorm { .. } => "rmsnorm".into(),
+        }
+    }
+
+    /// True for ops that map element to element (fusable as epilogues).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast(_) | Op::Const { .. })
+    }
+}
+
+/// One node: op, operands and result type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub args: Vec<Value>,
+    pub ty: TensorType,
+}
+
+/// A kernel body as a dataflow graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    /// Parameter nodes, in signature order.
+    pub params: Vec<Value>,
+    pub output: Value,
+}
+
+impl Graph {
+    /// Starts an empty graph; add params and nodes with [`GraphBuilder`].
+    pub fn builder(name: &str) -> GraphBuilder {
+        GraphBuilder { graph: Graph { name: name.to_string(), nodes: Vec::new(), params: Vec::new(), output: Value(0) } }
+    }
+
+    /// The node behind a value.
+    pub fn node(&self, v: Value) -> &Node {
+        &self.nodes[v.index()]
+    }
+
+    /// The value's type.
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.node(v).ty
+    }
+
+    /// How many nodes (and the output) use each value.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut uses = vec![0; self.nodes.len()];
+        for n in &self.nodes {
+            for a in &n.args {
+                uses[a.index()] += 1;
+            }
+        }
+        if let Some(u) = uses.get_mut(self.output.index()) {
+            *u += 1;
+        }
+        uses
+    }
+
+    /// The name a value prints as: the parameter name, or its index.
+    pub fn value_name(&self, v: Value) -> String {
+        match &self.nodes.get(v.index()).map(|n| &n.op) {
+            Some(Op::Param { name, .. }) => format!("%{name}"),
+            _ => format!("%{}", v.0),
+        }
+    }
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        print::write_graph(f, self, &[])
+    }
+}
+
+/// A type error found while building a node: which op and what rule it broke.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{op}: {message}")]
+pub struct TypeError {
+    pub op: String,
+    pub message: String,
+}
+
+/// Builds a graph node by node, inferring and checking types.
+///
+/// ```
+/// use tessera_ir::{DType, Dim, Shape, TensorType, graph::{Graph, Op, UnaryOp}};
+/// let mut b = Graph::builder("k");
+/// let x = b.param("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("M"), Dim::sym("K")])));
+/// let w = b.param("w", TensorType::new(DType::F32, Shape(vec![Dim::sym("K"), Dim::sym("N")])));
+/// let y = b.push(Op::Matmul, &[x, w]).unwrap();
+/// let z = b.push(Op::Unary(UnaryOp::Gelu), &[y]).unwrap();
+/// let g = b.finish(z);
+/// assert_eq!(g.ty(z).to_string(), "f32[M, N]");
+/// ```
+pub struct GraphBuilder {
+    graph: Graph,
+}
+
+impl GraphBuilder {
+    /// Adds a parameter.
+    pub fn param(&mut self, name: &str, ty: TensorType) -> Value {
+        let v = Value(self.graph.nodes.len() as u32);
+        let index = self.graph.params.len();
+        self.graph.nodes.push(Node { op: Op::Param { index, name: name.to_string() }, args: vec![], ty });
+        self.graph.params.push(v);
+        v
+    }
+
+    /// Adds a node, inferring its type.
+    pub fn push(&mut self, op: Op, args: &[Value]) -> Result<Value, TypeError> {
+        let tys: Vec<&TensorType> = args.iter().map(|a| &self.graph.nodes[a.index()].ty).collect();
+        let ty = infer(&op, &tys).map_err(|message| TypeError { op: op.name(), message })?;
+        Ok(self.push_typed(op, args, ty))
+    }
+
+    /// Adds a node with a given type (used by `broadcast` and the parser; the verifier checks it).
+    pub fn push_typed(&mut self, op: Op, args: &[Value], ty: TensorType) -> Value {
+        let v = Value(self.graph.nodes.len() as u32);
+        self.graph.nodes.push(Node { op, args: args.to_vec(), ty });
+        v
+    }
+
+    /// The type of a value built so far.
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.graph.nodes[v.index()].ty
+    }
+
+    /// Finishes the graph with `output` as its result.
+    pub fn finish(mut self, output: Value) -> Graph {
+        self.graph.output = output;
+        self.graph
+    }
+}

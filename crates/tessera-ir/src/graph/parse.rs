@@ -1,0 +1,128 @@
+//! Graph IR parser: the inverse of the printer.
+
+use super::{BinaryOp, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value};
+use crate::text::{Cursor, ParseError, Tok};
+use crate::{DType, Dim, NumericsPolicy, Shape, TensorType};
+use std::collections::HashMap;
+
+/// Parses a graph from its text form. Types are taken as written; run [`super::verify`] to check them.
+pub fn parse(src: &str) -> Result<Graph, ParseError> {
+    let mut c = Cursor::new(src)?;
+    let g = parse_graph(&mut c)?;
+    if !c.at_end() {
+        return Err(c.error(format!("unexpected {} after the graph", c.peek())));
+    }
+    Ok(g)
+}
+
+/// Parses `f32[M, 4]`.
+pub(crate) fn parse_tensor_type(c: &mut Cursor) -> Result<TensorType, ParseError> {
+    let name = c.ident()?;
+    let dtype = DType::parse(&name).ok_or_else(|| c.error(format!("unknown dtype `{name}`")))?;
+    let dims = c.list("[", "]", |c| match c.next() {
+        Tok::Ident(s) => Ok(Dim::Sym(s)),
+        Tok::Int(i) if i >= 0 => Ok(Dim::Const(i as u64)),
+        t => Err(c.error(format!("expected a dimension, found {t}"))),
+    })?;
+    Ok(TensorType::new(dtype, Shape(dims)))
+}
+
+pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
+    c.expect_kw("graph")?;
+    let name = c.symbol()?;
+    let mut b: GraphBuilder = Graph::builder(&name);
+    let mut names: HashMap<String, Value> = HashMap::new();
+    let params = c.list("(", ")", |c| {
+        let n = c.value()?;
+        c.expect(":")?;
+        Ok((n, parse_tensor_type(c)?))
+    })?;
+    for (n, ty) in params {
+        if names.contains_key(&n) {
+            return Err(c.error(format!("parameter `%{n}` declared twice")));
+        }
+        let v = b.param(&n, ty);
+        names.insert(n, v);
+    }
+    c.expect("->")?;
+    let _declared_out = parse_tensor_type(c)?;
+    c.expect("{")?;
+    loop {
+        if c.eat_kw("return") {
+            let r = c.value()?;
+            let out = *names.get(&r).ok_or_else(|| c.error(format!("unknown value `%{r}`")))?;
+            c.expect("}")?;
+            return Ok(b.finish(out));
+        }
+        let def = c.value()?;
+        c.expect("=")?;
+        let op_name = c.ident()?;
+        let mut args = Vec::new();
+        while let Tok::Value(_) = c.peek() {
+            let a = c.value()?;
+            args.push(*names.get(&a).ok_or_else(|| c.error(format!("use of undefined value `%{a}`")))?);
+            if !c.eat(",") {
+                break;
+            }
+        }
+        let op = parse_op(c, &op_name)?;
+        c.expect(":")?;
+        let ty = parse_tensor_type(c)?;
+        // `cast` and `const` carry their dtype in the result type.
+        let op = match op {
+            Op::Cast(_) => Op::Cast(ty.dtype),
+            Op::Const { value, .. } => Op::Const { value, dtype: ty.dtype },
+            op => op,
+        };
+        if names.contains_key(&def) {
+            return Err(c.error(format!("value `%{def}` defined twice")));
+        }
+        let v = b.push_typed(op, &args, ty);
+        names.insert(def, v);
+    }
+}
+
+fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
+    if let Some(u) = UnaryOp::parse(name) {
+        return Ok(Op::Unary(u));
+    }
+    if let Some(b) = BinaryOp::parse(name) {
+        return Ok(Op::Binary(b));
+    }
+    let attr = |c: &mut Cursor, key: &str| -> Result<(), ParseError> {
+        c.expect_kw(key)?;
+        c.expect("=")
+    };
+    Ok(match name {
+        "const" => Op::Const { value: c.number()?, dtype: DType::F32 },
+        "cast" => Op::Cast(DType::F32),
+        "broadcast" => Op::Broadcast,
+        "matmul" => Op::Matmul,
+        "transpose" => Op::Transpose,
+        "softmax" => Op::Softmax,
+        "layernorm" => {
+            attr(c, "eps")?;
+            Op::LayerNorm { eps: c.number()? }
+        }
+        "rmsnorm" => {
+            attr(c, "eps")?;
+            Op::RmsNorm { eps: c.number()? }
+        }
+        _ if name.starts_with("reduce.") => {
+            let op = ReduceOp::parse(&name[7..]).ok_or_else(|| c.error(format!("unknown reduction `{name}`")))?;
+            attr(c, "axes")?;
+            let axes = c.list("[", "]", |c| c.usize())?;
+            attr(c, "keepdim")?;
+            let keepdim = match c.ident()?.as_str() {
+                "true" => true,
+                "false" => false,
+                o => return Err(c.error(format!("expected true or false, found `{o}`"))),
+            };
+            attr(c, "policy")?;
+            let p = c.ident()?;
+            let policy = NumericsPolicy::parse(&p).ok_or_else(|| c.error(format!("unknown numerics policy `{p}`")))?;
+            Op::Reduce { op, axes, keepdim, policy }
+        }
+        _ => return Err(c.error(format!("unknown op `{name}`"))),
+    })
+}

@@ -1,0 +1,42 @@
+//! Graph IR printer.
+
+use super::{Graph, Op};
+use crate::text::fmt_float;
+use std::fmt::{self, Write};
+
+/// Writes `g`; `notes` attaches `; error: ...` comments under node lines (used by the verifier).
+pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)]) -> fmt::Result {
+    write!(f, "graph @{}(", g.name)?;
+    for (i, p) in g.params.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{}: {}", g.value_name(*p), g.ty(*p))?;
+    }
+    let out_ty = g.nodes.get(g.output.index()).map(|n| n.ty.to_string()).unwrap_or_else(|| "?".into());
+    writeln!(f, ") -> {out_ty} {{")?;
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !matches!(n.op, Op::Param { .. }) {
+            write!(f, "  %{i} = {}", n.op.name())?;
+            let args: Vec<String> = n.args.iter().map(|a| g.value_name(*a)).collect();
+            if !args.is_empty() {
+                write!(f, " {}", args.join(", "))?;
+            }
+            match &n.op {
+                Op::Const { value, .. } => write!(f, " {}", fmt_float(*value))?,
+                Op::Reduce { axes, keepdim, policy, .. } => {
+                    let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+                    write!(f, " axes=[{}] keepdim={keepdim} policy={policy}", axes.join(", "))?;
+                }
+                Op::LayerNorm { eps } | Op::RmsNorm { eps } => write!(f, " eps={}", fmt_float(*eps))?,
+                _ => {}
+            }
+            writeln!(f, " : {}", n.ty)?;
+        }
+        for (_, msg) in notes.iter().filter(|(at, _)| *at == i) {
+            writeln!(f, "  ; error: {msg}")?;
+        }
+    }
+    writeln!(f, "  return {}", g.value_name(g.output))?;
+    f.write_str("}\n")
+}

@@ -1,0 +1,24 @@
+//! # tessera-ir — the Tessera compiler
+//!
+//! One-way pipeline: **Graph IR** (whole-tensor ops with symbolic shapes) → fusion
+//! ([`fuse`]) → **Schedule IR** (tile shape, warps, stages, vector width per fused kernel) →
+//! **Tile IR** (a block program per kernel) → backends (the CPU runs Tile IR; PTX comes later).
+//! Each level has a text form with a printer, a parser and a verifier.
+//!
+//! **Architecture invariant:** this crate depends on nothing of Tessera's; the macros and the
+//! runtime depend on it.
+
+pub mod fuse;
+pub mod graph;
+pub mod lower;
+pub mod pipeline;
+pub mod reference;
+pub mod schedule;
+pub mod text;
+pub mod tile;
+
+mod numerics;
+mod types;
+
+pub use numerics::NumericsPolicy;
+pub use types::{DType, Dim, Shape, TensorType};

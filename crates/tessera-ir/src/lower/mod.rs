@@ -1,0 +1,315 @@
+//! Lowering: one fused kernel + its schedule → a Tile IR block program.
+//!
+//! Tensors are seen by kernels through *views*: a tensor of shape `S` viewed at rank `r` merges
+//! its leading dims (or pads with leading 1s) — see [`view_shape`]. The runtime applies the same
+//! rule when it binds arguments, so the kernel and the launch agree on shapes.
+
+mod matmul;
+mod other;
+mod rowwise;
+
+use crate::fuse::FusedKernel;
+use crate::graph::{Graph, Op, Value};
+use crate::schedule::{KernelClass, Schedule};
+use crate::tile::{self, Builder, GridDim, Param, TValue, TileType};
+use crate::{DType, Dim, NumericsPolicy};
+use std::collections::HashMap;
+
+/// A lowered kernel with the graph value bound to each of its parameters (output last).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lowered {
+    pub kernel: tile::Kernel,
+    pub bindings: Vec<Binding>,
+}
+
+/// Which graph value a kernel parameter reads or writes, and at what view rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub value: Value,
+    pub view_rank: usize,
+}
+
+/// Why a kernel could not be lowered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{value}: {message}")]
+pub struct LowerError {
+    pub value: String,
+    pub message: String,
+}
+
+/// Reshapes `shape` to `rank` dims: merges leading dims, or pads with leading 1s.
+///
+/// ```
+/// assert_eq!(tessera_ir::lower::view_shape(&[2, 3, 4], 2), vec![6, 4]);
+/// assert_eq!(tessera_ir::lower::view_shape(&[4], 3), vec![1, 1, 4]);
+/// assert_eq!(tessera_ir::lower::view_shape(&[], 1), vec![1]);
+/// ```
+pub fn view_shape(shape: &[usize], rank: usize) -> Vec<usize> {
+    if shape.len() >= rank {
+        let cut = shape.len() + 1 - rank.max(1);
+        let mut out = vec![shape[..cut].iter().product()];
+        out.extend_from_slice(&shape[cut..]);
+        if rank == 0 { vec![] } else { out }
+    } else {
+        let mut out = vec![1; rank - shape.len()];
+        out.extend_from_slice(shape);
+        out
+    }
+}
+
+/// Groups symbolic dims the way [`view_shape`] merges them.
+pub(crate) fn view_groups(shape: &[Dim], rank: usize) -> Vec<Vec<Dim>> {
+    if shape.len() >= rank {
+        let cut = shape.len() + 1 - rank;
+        let mut out = vec![shape[..cut].to_vec()];
+        out.extend(shape[cut..].iter().map(|d| vec![d.clone()]));
+        out
+    } else {
+        let mut out: Vec<Vec<Dim>> = vec![vec![Dim::Const(1)]; rank - shape.len()];
+        out.extend(shape.iter().map(|d| vec![d.clone()]));
+        out
+    }
+}
+
+/// Lowers `k` under schedule `s` with reductions following `policy`.
+pub fn lower(g: &Graph, k: &FusedKernel, s: &Schedule, policy: NumericsPolicy) -> Result<Lowered, LowerError> {
+    if s.class != k.class {
+        return Err(LowerError { value: k.name.clone(), message: format!("a {} schedule cannot run a {} kernel", s.class.name(), k.class.name()) });
+    }
+    if let Err(e) = crate::schedule::verify(s) {
+        return Err(LowerError { value: k.name.clone(), message: format!("invalid schedule: {}", e.join("; ")) });
+    }
+    let mut l = Lower::new(g, k, policy);
+    match k.class {
+        KernelClass::Matmul => matmul::lower(&mut l, s)?,
+        KernelClass::Rowwise => rowwise::lower(&mut l, s)?,
+        KernelClass::ColReduce => other::col_reduce(&mut l, s)?,
+        KernelClass::Elementwise => other::elementwise(&mut l, s)?,
+        KernelClass::Transpose => other::transpose(&mut l, s)?,
+    }
+    let kernel = l.b.finish();
+    tile::verify(&kernel).map_err(|e| LowerError { value: k.name.clone(), message: format!("lowering produced invalid Tile IR (a compiler bug):\n{e}") })?;
+    Ok(Lowered { kernel, bindings: l.bindings })
+}
+
+/// How an epilogue input lines up with one axis of the output view.
+#[derive(Clone, Copy)]
+pub(crate) struct Axis {
+    /// Index of the tile origin along this axis.
+    pub origin: TValue,
+    /// Tile extent, or `None` for an axis indexed one position at a time (a batch).
+    pub extent: Option<usize>,
+}
+
+/// Lowering state shared by the kernel classes.
+pub(crate) struct Lower<'g> {
+    pub g: &'g Graph,
+    pub k: &'g FusedKernel,
+    pub policy: NumericsPolicy,
+    pub b: Builder,
+    pub bindings: Vec<Binding>,
+    pub vals: HashMap<Value, TValue>,
+    consts: HashMap<(u64, DType), TValue>,
+}
+
+impl<'g> Lower<'g> {
+    fn new(g: &'g Graph, k: &'g FusedKernel, policy: NumericsPolicy) -> Self {
+        let one = || GridDim::one();
+        Lower { g, k, policy, b: Builder::new(&k.name, vec![], [one(), one(), one()]), bindings: vec![], vals: HashMap::new(), consts: HashMap::new() }
+    }
+
+    pub fn err(&self, v: Value, m: impl Into<String>) -> LowerError {
+        LowerError { value: self.g.value_name(v), message: m.into() }
+    }
+
+    /// The kernel parameter bound to `v` at `view_rank`, added on first use.
+    pub fn param(&mut self, v: Value, view_rank: usize) -> usize {
+        let b = Binding { value: v, view_rank };
+        if let Some(i) = self.bindings.iter().position(|x| *x == b) {
+            return i;
+        }
+        let n = self.g.node(v);
+        let name = match &n.op {
+            Op::Param { name, .. } => name.clone(),
+            _ => format!("t{}", v.0),
+        };
+        self.b_params().push(Param { name, dtype: n.ty.dtype, rank: view_rank });
+        self.bindings.push(b);
+        self.bindings.len() - 1
+    }
+
+    /// Adds the output parameter (called last, after every input).
+    pub fn output_param(&mut self, view_rank: usize) -> usize {
+        let out = self.k.output;
+        let i = self.param(out, view_rank);
+        let p = &mut self.b_params()[i];
+        p.name = "out".into();
+        i
+    }
+
+    fn b_params(&mut self) -> &mut Vec<Param> {
+        // The builder owns the kernel; parameters are appended as the lowering discovers them.
+        builder_params(&mut self.b)
+    }
+
+    pub fn set_grid(&mut self, grid: [GridDim; 3]) {
+        builder_grid(&mut self.b, grid);
+    }
+
+    pub fn c_i32(&mut self, x: i64) -> TValue {
+        self.c(x as f64, DType::I32)
+    }
+
+    pub fn c(&mut self, x: f64, dtype: DType) -> TValue {
+        if let Some(v) = self.consts.get(&(x.to_bits(), dtype)) {
+            return *v;
+        }
+        let v = self.b.op(tile::Op::Const(x), TileType::scalar(dtype));
+        // Constants are hoisted only at the top level; inside loops they are re-emitted.
+        if self.depth() == 0 {
+            self.consts.insert((x.to_bits(), dtype), v);
+        }
+        v
+    }
+
+    fn depth(&self) -> usize {
+        builder_depth(&self.b)
+    }
+
+    pub fn dim(&mut self, param: usize, axis: usize) -> TValue {
+        self.b.op(tile::Op::Dim { param, axis }, TileType::scalar(DType::I32))
+    }
+
+    pub fn pid(&mut self, axis: u8) -> TValue {
+        self.b.op(tile::Op::ProgramId(axis), TileType::scalar(DType::I32))
+    }
+
+    pub fn mul(&mut self, a: TValue, b: TValue) -> TValue {
+        self.bin(crate::graph::BinaryOp::Mul, a, b)
+    }
+
+    pub fn bin(&mut self, op: crate::graph::BinaryOp, a: TValue, b: TValue) -> TValue {
+        let (ta, tb) = (self.b.ty(a).clone(), self.b.ty(b).clone());
+        let shape = TileType::broadcast_shape(&ta.shape, &tb.shape).expect("lowering built mismatched tiles");
+        self.b.op(tile::Op::Binary(op, a, b), TileType { dtype: ta.dtype, shape })
+    }
+
+    pub fn unary(&mut self, op: crate::graph::UnaryOp, a: TValue) -> TValue {
+        let t = self.b.ty(a).clone();
+        self.b.op(tile::Op::Unary(op, a), t)
+    }
+
+    pub fn cast(&mut self, a: TValue, dtype: DType) -> TValue {
+        let t = self.b.ty(a).clone();
+        if t.dtype == dtype {
+            return a;
+        }
+        self.b.op(tile::Op::Cast(a), TileType { dtype, shape: t.shape })
+    }
+
+    pub fn expand(&mut self, a: TValue, axis: usize) -> TValue {
+        let t = self.b.ty(a).clone();
+        let mut shape = t.shape.clone();
+        shape.insert(axis, 1);
+        self.b.op(tile::Op::Expand { a, axis }, TileType { dtype: t.dtype, shape })
+    }
+
+    pub fn reduce(&mut self, op: tile::TileReduce, a: TValue, axis: usize) -> TValue {
+        let t = self.b.ty(a).clone();
+        let mut shape = t.shape.clone();
+        shape.remove(axis);
+        let policy = self.policy;
+        self.b.op(tile::Op::Reduce { op, a, axis, policy }, TileType { dtype: t.dtype, shape })
+    }
+
+    pub fn load(&mut self, param: usize, index: Vec<TValue>, shape: &[usize], other: f64) -> TValue {
+        let dtype = builder_params(&mut self.b)[param].dtype;
+        self.b.op(tile::Op::Load { param, index, mask: None, other }, TileType::tile(dtype, shape))
+    }
+
+    /// Loads an operand of the epilogue, broadcast against the output view `groups` whose axes
+    /// are tiled as `axes`.
+    pub fn load_broadcast(&mut self, v: Value, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+        let ty = self.g.ty(v).clone();
+        let out_rank: usize = groups.iter().map(|g| g.len()).sum::<usize>().max(ty.shape.rank());
+        let mut padded = vec![Dim::Const(1); out_rank - ty.shape.rank()];
+        padded.extend(ty.shape.0.iter().cloned());
+        let mut index = Vec::new();
+        let mut shape = Vec::new();
+        let mut pos = 0;
+        for (g, ax) in groups.iter().zip(axes) {
+            let mine = &padded[pos..pos + g.len()];
+            pos += g.len();
+            let full = mine == g.as_slice();
+            let ones = mine.iter().all(|d| d.is_one());
+            if !full && !ones {
+                return Err(self.err(v, format!("{} does not broadcast along the output's tiles {:?}: fused operands must match the output or be 1 along each tiled axis", ty, groups)));
+            }
+            let zero = self.c_i32(0);
+            index.push(if full { ax.origin } else { zero });
+            if let Some(e) = ax.extent {
+                shape.push(if full { e } else { 1 });
+            }
+        }
+        let p = self.param(v, groups.len());
+        Ok(self.load(p, index, &shape, 0.0))
+    }
+
+    /// Applies the kernel's epilogue to `x` (the root's value as a tile).
+    pub fn epilogue(&mut self, x: TValue, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+        self.vals.insert(self.k.root, x);
+        let mut last = x;
+        for &v in &self.k.epilogue.clone() {
+            last = self.elementwise(v, groups, axes)?;
+            self.vals.insert(v, last);
+        }
+        Ok(last)
+    }
+
+    /// Emits one elementwise graph node; operands not yet in registers are loaded.
+    pub fn elementwise(&mut self, v: Value, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+        let n = self.g.node(v).clone();
+        let mut ops = Vec::new();
+        for a in &n.args {
+            let t = match self.vals.get(a) {
+                Some(t) => *t,
+                None => match self.g.node(*a).op {
+                    Op::Const { value, dtype } => self.c(value, dtype),
+                    _ => self.load_broadcast(*a, groups, axes)?,
+                },
+            };
+            ops.push(t);
+        }
+        Ok(match n.op {
+            Op::Unary(u) => self.unary(u, ops[0]),
+            Op::Binary(b) => self.bin(b, ops[0], ops[1]),
+            Op::Cast(d) => self.cast(ops[0], d),
+            Op::Const { value, dtype } => self.c(value, dtype),
+            ref op => return Err(self.err(v, format!("{} is not elementwise", op.name()))),
+        })
+    }
+
+    /// Broadcasts `x` to `shape` when it is smaller (before a store).
+    pub fn fit(&mut self, x: TValue, shape: &[usize]) -> TValue {
+        let t = self.b.ty(x).clone();
+        if t.shape == shape {
+            return x;
+        }
+        self.b.op(tile::Op::Broadcast(x), TileType::tile(t.dtype, shape))
+    }
+
+    pub fn store(&mut self, param: usize, index: Vec<TValue>, value: TValue) {
+        self.b.effect(tile::Op::Store { param, index, value, mask: None });
+    }
+}
+
+// Small accessors into the builder that the lowering needs while the kernel is open.
+fn builder_params(b: &mut Builder) -> &mut Vec<Param> {
+    b.params_mut()
+}
+fn builder_grid(b: &mut Builder, grid: [GridDim; 3]) {
+    b.set_grid(grid);
+}
+fn builder_depth(b: &Builder) -> usize {
+    b.depth()
+}

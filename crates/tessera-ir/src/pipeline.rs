@@ -1,0 +1,108 @@
+//! The compiler driver: verify → fuse → schedule → lower → verify, with `TESSERA_DUMP`.
+//!
+//! `TESSERA_DUMP=graph,fusion,schedule,tile` (or `all`) prints each level's text to stderr, or
+//! writes files under `TESSERA_DUMP_DIR` when it is set.
+
+use crate::fuse::{FusedKernel, Plan, fuse};
+use crate::graph::{self, Graph};
+use crate::lower::{Lowered, lower};
+use crate::schedule::Schedule;
+use crate::{DType, NumericsPolicy};
+
+/// Options of one compilation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileOptions {
+    /// Numerics policy of every reduction.
+    pub policy: NumericsPolicy,
+}
+
+/// A compilation failure, naming the value or kernel at fault.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CompileError {
+    #[error("{0}")]
+    Verify(String),
+    #[error("{0}")]
+    Fuse(#[from] crate::fuse::FuseError),
+    #[error("{0}")]
+    Lower(#[from] crate::lower::LowerError),
+}
+
+/// One fused kernel with its default schedule, lowered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompiledKernel {
+    pub fused: FusedKernel,
+    pub schedule: Schedule,
+    pub lowered: Lowered,
+}
+
+/// A compiled graph: the plan and every kernel lowered under its default schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compiled {
+    pub graph: Graph,
+    pub plan: Plan,
+    pub options: CompileOptions,
+    pub kernels: Vec<CompiledKernel>,
+}
+
+impl Compiled {
+    /// The Tile IR text of every kernel, in execution order.
+    pub fn tile_texts(&self) -> Vec<String> {
+        self.kernels.iter().map(|k| k.lowered.kernel.to_string()).collect()
+    }
+
+    /// Lowers kernel `i` under another schedule (for tuning, or a backend's own defaults).
+    pub fn lower_with(&self, i: usize, s: &Schedule) -> Result<Lowered, CompileError> {
+        Ok(lower(&self.graph, &self.kernels[i].fused, s, self.options.policy)?)
+    }
+}
+
+/// The dtype that decides a kernel's default schedule: its root's first operand.
+pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
+    let root = g.node(k.root);
+    root.args.first().map(|a| g.ty(*a).dtype).unwrap_or(root.ty.dtype)
+}
+
+/// Compiles a graph.
+///
+/// ```
+/// use tessera_ir::pipeline::{compile, CompileOptions};
+/// let g = tessera_ir::graph::parse("graph @sm(%x: f32[R, C]) -> f32[R, C] {
+///   %1 = softmax %x : f32[R, C]
+///   return %1
+/// }").unwrap();
+/// let c = compile(&g, &CompileOptions::default()).unwrap();
+/// assert!(c.tile_texts()[0].contains("reduce.max"));
+/// ```
+pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
+    dump("graph", &g.name, || g.to_string());
+    let plan = fuse(g)?;
+    dump("fusion", &g.name, || plan.to_string());
+    let mut kernels = Vec::new();
+    for k in &plan.kernels {
+        let schedule = Schedule::default_for(k.class, kernel_dtype(g, k));
+        dump("schedule", &k.name, || format!("{schedule}\n"));
+        let lowered = lower(g, k, &schedule, opts.policy)?;
+        dump("tile", &k.name, || lowered.kernel.to_string());
+        kernels.push(CompiledKernel { fused: k.clone(), schedule, lowered });
+    }
+    Ok(Compiled { graph: g.clone(), plan, options: opts.clone(), kernels })
+}
+
+/// Writes one level's text when `TESSERA_DUMP` asks for it.
+pub fn dump(level: &str, name: &str, text: impl FnOnce() -> String) {
+    let Ok(want) = std::env::var("TESSERA_DUMP") else { return };
+    if !want.split(',').any(|w| w.trim() == level || w.trim() == "all") {
+        return;
+    }
+    let text = text();
+    match std::env::var("TESSERA_DUMP_DIR") {
+        Ok(dir) => {
+            let path = std::path::Path::new(&dir).join(format!("{name}.{level}.txt"));
+            if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, &text)) {
+                eprintln!("tessera: cannot write {}: {e}", path.display());
+            }
+        }
+        Err(_) => eprintln!("--- tessera {level}: {name} ---\n{text}"),
+    }
+}

@@ -1,0 +1,114 @@
+//! Schedule IR: how one fused kernel maps onto the machine — tile shape, warps, pipeline
+//! stages, vector width — plus the search space the autotuner explores.
+//!
+//! Text form: `schedule matmul tile=[128, 128, 64] warps=8 stages=3 vector=4`.
+//! Defaults follow the seeds' table A.1 (GEMM bf16 128×128×64; layernorm 256 threads, one row
+//! per warp).
+
+mod parse;
+mod verify;
+
+pub use parse::parse;
+pub use verify::verify;
+
+use crate::DType;
+use std::fmt;
+
+/// The shape of work a fused kernel does; decides what the tile dims mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelClass {
+    /// `tile = [BM, BN, BK]`.
+    Matmul,
+    /// One or more rows per program, columns in chunks: `tile = [rows, cols]`.
+    Rowwise,
+    /// Reduction over leading axes: `tile = [rows chunk, cols]`.
+    ColReduce,
+    /// `tile = [rows, cols]` of a 2-D view of the output.
+    Elementwise,
+    /// Swap of the last two axes: `tile = [rows, cols]` of the output.
+    Transpose,
+}
+
+impl KernelClass {
+    /// Every class.
+    pub const ALL: [KernelClass; 5] = [Self::Matmul, Self::Rowwise, Self::ColReduce, Self::Elementwise, Self::Transpose];
+
+    /// Name in text.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Matmul => "matmul",
+            KernelClass::Rowwise => "rowwise",
+            KernelClass::ColReduce => "colreduce",
+            KernelClass::Elementwise => "elementwise",
+            KernelClass::Transpose => "transpose",
+        }
+    }
+
+    /// Looks a class up by name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// How many tile dims a schedule of this class has.
+    pub fn tile_rank(self) -> usize {
+        if self == KernelClass::Matmul { 3 } else { 2 }
+    }
+}
+
+/// One point of the schedule space.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Schedule {
+    pub class: KernelClass,
+    pub tile: Vec<u32>,
+    pub warps: u32,
+    pub stages: u32,
+    pub vector: u32,
+}
+
+impl Schedule {
+    /// The default schedule of a class for inputs of `dtype` (seeds table A.1).
+    ///
+    /// ```
+    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule}};
+    /// assert_eq!(Schedule::default_for(KernelClass::Matmul, DType::BF16).to_string(),
+    ///            "schedule matmul tile=[128, 128, 64] warps=8 stages=3 vector=8");
+    /// ```
+    pub fn default_for(class: KernelClass, dtype: DType) -> Schedule {
+        let vector = (16 / dtype.size_bytes().max(1)).min(8) as u32;
+        match class {
+            KernelClass::Matmul => Schedule { class, tile: vec![128, 128, 64], warps: 8, stages: 3, vector },
+            // 256 threads, one row per warp; a warp covers 32 lanes × vector columns per step.
+            KernelClass::Rowwise => Schedule { class, tile: vec![8, 32 * vector], warps: 8, stages: 1, vector },
+            KernelClass::ColReduce => Schedule { class, tile: vec![32, 256], warps: 8, stages: 1, vector: 1 },
+            KernelClass::Elementwise => Schedule { class, tile: vec![16, 256], warps: 4, stages: 1, vector: 4 },
+            KernelClass::Transpose => Schedule { class, tile: vec![64, 64], warps: 4, stages: 1, vector: 1 },
+        }
+    }
+
+    /// The search space of a class: the default first, then the alternatives, all verified.
+    pub fn space(class: KernelClass, dtype: DType) -> Vec<Schedule> {
+        let d = Schedule::default_for(class, dtype);
+        let mut out = vec![d.clone()];
+        let tiles: Vec<Vec<u32>> = match class {
+            KernelClass::Matmul => vec![vec![64, 64, 32], vec![128, 64, 64], vec![64, 128, 64], vec![128, 128, 32], vec![128, 256, 64], vec![256, 128, 64]],
+            KernelClass::Rowwise => vec![vec![1, 256], vec![4, 128], vec![8, 512], vec![16, 256]],
+            KernelClass::ColReduce => vec![vec![16, 128], vec![64, 512]],
+            KernelClass::Elementwise => vec![vec![4, 1024], vec![32, 128], vec![64, 256]],
+            KernelClass::Transpose => vec![vec![32, 32], vec![64, 128]],
+        };
+        for tile in tiles {
+            let s = Schedule { tile, ..d.clone() };
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t: Vec<String> = self.tile.iter().map(|x| x.to_string()).collect();
+        write!(f, "schedule {} tile=[{}] warps={} stages={} vector={}", self.class.name(), t.join(", "), self.warps, self.stages, self.vector)
+    }
+}

@@ -1,0 +1,421 @@
+//! Tile IR: one block program per kernel, run once per program id of a grid.
+//!
+//! Values are scalars (`i32`, `f32`) or tiles of static shape (`bf16[128, 64]`). Kernel
+//! parameters are tensors in memory with a dtype, a rank and run-time dims. Loads and stores are
+//! block accesses: `load %x[%i, %k] : bf16[128, 64]` reads rows `i..i+128`, columns `k..k+64`;
+//! leading indices beyond the tile's rank select a fixed position (the batch). Every access is
+//! masked by the tensor's bounds (out-of-bounds lanes read `other`, default 0, and are not
+//! written), and may carry an extra boolean `mask` tile.
+//!
+//! Text form:
+//! ```text
+//! kernel @matmul(%a: f32<2>, %b: f32<2>, %c: f32<2>) grid=[cdiv(%a.0, 64), cdiv(%b.1, 64), 1] {
+//!   %0 = program_id 0 : i32
+//!   ...
+//!   %9, %10 = for %11 = %3 to %4 step 32 iter(%12: f32[64, 64] = %8) {
+//!     ...
+//!     yield %15
+//!   }
+//!   store %c[%5, %6], %9
+//! }
+//! ```
+//! Data (the ops, in `Kernel::insts`) is kept apart from order (blocks list instruction handles).
+
+pub mod dsl;
+mod parse;
+mod print;
+mod verify;
+
+pub use parse::parse;
+pub use verify::{VerifyError, verify};
+
+use crate::graph::{BinaryOp, UnaryOp};
+use crate::{DType, NumericsPolicy};
+use std::fmt;
+
+/// Handle of a Tile IR value; prints as `%N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TValue(pub u32);
+
+impl TValue {
+    /// Arena index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Handle of an instruction in [`Kernel::insts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Inst(pub u32);
+
+/// Type of a value: a scalar when `shape` is empty, otherwise a tile (rank 1 or 2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TileType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl TileType {
+    /// A scalar type.
+    pub fn scalar(dtype: DType) -> Self {
+        TileType { dtype, shape: Vec::new() }
+    }
+
+    /// A tile type.
+    pub fn tile(dtype: DType, shape: &[usize]) -> Self {
+        TileType { dtype, shape: shape.to_vec() }
+    }
+
+    /// Number of elements (1 for scalars).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Numpy-style broadcast of two static shapes.
+    pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+        let r = a.len().max(b.len());
+        (0..r)
+            .map(|i| {
+                let x = (i + a.len()).checked_sub(r).map_or(1, |j| a[j]);
+                let y = (i + b.len()).checked_sub(r).map_or(1, |j| b[j]);
+                match (x, y) {
+                    _ if x == y => Some(x),
+                    (1, y) => Some(y),
+                    (x, 1) => Some(x),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for TileType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dtype)?;
+        if !self.shape.is_empty() {
+            let d: Vec<String> = self.shape.iter().map(|s| s.to_string()).collect();
+            write!(f, "[{}]", d.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A tensor parameter: name, element type, rank (dims are bound at launch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    pub name: String,
+    pub dtype: DType,
+    pub rank: usize,
+}
+
+/// One grid dimension: `cdiv(product of parameter dims, tile)`; no dims means `1`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct GridDim {
+    /// `(parameter index, axis)` pairs multiplied together.
+    pub dims: Vec<(usize, usize)>,
+    pub tile: u32,
+}
+
+impl GridDim {
+    /// The constant grid dimension 1.
+    pub fn one() -> Self {
+        GridDim { dims: Vec::new(), tile: 1 }
+    }
+
+    /// Evaluates against the bound shapes of the parameters.
+    pub fn eval(&self, shapes: &[Vec<usize>]) -> usize {
+        let n: usize = self.dims.iter().map(|&(p, a)| shapes[p][a]).product();
+        n.div_ceil(self.tile.max(1) as usize)
+    }
+}
+
+/// Comparison ops producing `bool` tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl CmpOp {
+    /// Every comparison.
+    pub const ALL: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
+
+    /// Name in text (`cmp.lt`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+        }
+    }
+
+    /// Looks a comparison up by name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Evaluates the comparison.
+    pub fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+        }
+    }
+}
+
+/// Tile reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileReduce {
+    Sum,
+    Max,
+}
+
+/// Tile IR operations. Operands are [`TValue`]s; tensor parameters are referred to by index.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Program id along grid axis 0, 1 or 2 (`i32`).
+    ProgramId(u8),
+    /// A scalar constant of the result type.
+    Const(f64),
+    /// Run-time size of a parameter's axis (`i32`).
+    Dim { param: usize, axis: usize },
+    /// `[0, 1, .., n-1]` as an `i32[n]` tile.
+    Arange,
+    /// A tile filled with one value.
+    Full(f64),
+    Unary(UnaryOp, TValue),
+    Binary(BinaryOp, TValue, TValue),
+    Cmp(CmpOp, TValue, TValue),
+    /// `mask ? a : b`, elementwise with broadcasting.
+    Select(TValue, TValue, TValue),
+    /// Converts to the result dtype (round to nearest even).
+    Cast(TValue),
+    /// Inserts a unit axis at `axis`: `[n]` → `[1, n]` (axis 0) or `[n, 1]` (axis 1).
+    Expand { a: TValue, axis: usize },
+    /// Broadcasts a scalar or unit-axis tile to the result shape.
+    Broadcast(TValue),
+    /// Swaps the two axes of a rank-2 tile.
+    Trans(TValue),
+    /// Reduces one axis of a tile.
+    Reduce { op: TileReduce, a: TValue, axis: usize, policy: NumericsPolicy },
+    /// `acc + a·b` with `a: [m, k]`, `b: [k, n]`, `acc: f32[m, n]`.
+    Dot { a: TValue, b: TValue, acc: TValue },
+    /// Block load (see the module docs).
+    Load { param: usize, index: Vec<TValue>, mask: Option<TValue>, other: f64 },
+    /// Block store of `value`.
+    Store { param: usize, index: Vec<TValue>, value: TValue, mask: Option<TValue> },
+    /// `for iv = lo; iv < hi; iv += step`, carrying `args` (initialised from `inits`) through the
+    /// body, whose last instruction is a `Yield`. The results are the final carried values.
+    For { iv: TValue, lo: TValue, hi: TValue, step: i64, inits: Vec<TValue>, args: Vec<TValue>, body: Vec<Inst> },
+    /// Ends a loop body, giving the next values of the carried args.
+    Yield(Vec<TValue>),
+}
+
+impl Op {
+    /// The op's name in text.
+    pub fn name(&self) -> String {
+        match self {
+            Op::ProgramId(_) => "program_id".into(),
+            Op::Const(_) => "const".into(),
+            Op::Dim { .. } => "dim".into(),
+            Op::Arange => "arange".into(),
+            Op::Full(_) => "full".into(),
+            Op::Unary(u, _) => u.name().into(),
+            Op::Binary(b, ..) => b.name().into(),
+            Op::Cmp(c, ..) => format!("cmp.{}", c.name()),
+            Op::Select(..) => "select".into(),
+            Op::Cast(_) => "cast".into(),
+            Op::Expand { .. } => "expand".into(),
+            Op::Broadcast(_) => "broadcast".into(),
+            Op::Trans(_) => "trans".into(),
+            Op::Reduce { op: TileReduce::Sum, .. } => "reduce.sum".into(),
+            Op::Reduce { op: TileReduce::Max, .. } => "reduce.max".into(),
+            Op::Dot { .. } => "dot".into(),
+            Op::Load { .. } => "load".into(),
+            Op::Store { .. } => "store".into(),
+            Op::For { .. } => "for".into(),
+            Op::Yield(_) => "yield".into(),
+        }
+    }
+
+    /// The value operands, in order.
+    pub fn operands(&self) -> Vec<TValue> {
+        match self {
+            Op::ProgramId(_) | Op::Const(_) | Op::Dim { .. } | Op::Arange | Op::Full(_) => vec![],
+            Op::Unary(_, a) | Op::Cast(a) | Op::Broadcast(a) | Op::Trans(a) => vec![*a],
+            Op::Expand { a, .. } | Op::Reduce { a, .. } => vec![*a],
+            Op::Binary(_, a, b) | Op::Cmp(_, a, b) => vec![*a, *b],
+            Op::Select(m, a, b) => vec![*m, *a, *b],
+            Op::Dot { a, b, acc } => vec![*a, *b, *acc],
+            Op::Load { index, mask, .. } => index.iter().copied().chain(*mask).collect(),
+            Op::Store { index, value, mask, .. } => index.iter().copied().chain([*value]).chain(*mask).collect(),
+            Op::For { lo, hi, inits, .. } => [*lo, *hi].into_iter().chain(inits.iter().copied()).collect(),
+            Op::Yield(v) => v.clone(),
+        }
+    }
+}
+
+/// An instruction: results and op.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstData {
+    pub results: Vec<TValue>,
+    pub op: Op,
+}
+
+/// A block program with its parameters and grid.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub grid: [GridDim; 3],
+    /// Type of every value, indexed by [`TValue`].
+    pub types: Vec<TileType>,
+    /// Every instruction, indexed by [`Inst`].
+    pub insts: Vec<InstData>,
+    /// The top-level block, in execution order.
+    pub body: Vec<Inst>,
+}
+
+impl Kernel {
+    /// The instruction data behind a handle.
+    pub fn inst(&self, i: Inst) -> &InstData {
+        &self.insts[i.0 as usize]
+    }
+
+    /// The type of a value.
+    pub fn ty(&self, v: TValue) -> &TileType {
+        &self.types[v.index()]
+    }
+
+    /// Looks a parameter up by name.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        print::write_kernel(f, self, &[])
+    }
+}
+
+/// Builds a kernel instruction by instruction; [`Builder::finish`] closes it.
+///
+/// Blocks nest: [`Builder::begin_for`] opens a loop body, [`Builder::end_for`] closes it with
+/// the yielded values and returns the loop results.
+pub struct Builder {
+    kernel: Kernel,
+    blocks: Vec<Vec<Inst>>,
+    loops: Vec<(TValue, TValue, TValue, i64, Vec<TValue>, Vec<TValue>)>,
+}
+
+impl Builder {
+    /// Starts a kernel with parameters and grid.
+    pub fn new(name: &str, params: Vec<Param>, grid: [GridDim; 3]) -> Self {
+        Builder {
+            kernel: Kernel { name: name.into(), params, grid, types: vec![], insts: vec![], body: vec![] },
+            blocks: vec![vec![]],
+            loops: vec![],
+        }
+    }
+
+    /// A fresh value of type `ty`.
+    pub fn value(&mut self, ty: TileType) -> TValue {
+        self.kernel.types.push(ty);
+        TValue(self.kernel.types.len() as u32 - 1)
+    }
+
+    /// The type of an existing value.
+    pub fn ty(&self, v: TValue) -> &TileType {
+        self.kernel.ty(v)
+    }
+
+    /// Appends an instruction with no result.
+    pub fn effect(&mut self, op: Op) {
+        self.emit(op, vec![]);
+    }
+
+    /// Appends an instruction with one result of type `ty`.
+    pub fn op(&mut self, op: Op, ty: TileType) -> TValue {
+        let v = self.value(ty);
+        self.emit(op, vec![v]);
+        v
+    }
+
+    fn emit(&mut self, op: Op, results: Vec<TValue>) {
+        self.kernel.insts.push(InstData { results, op });
+        let i = Inst(self.kernel.insts.len() as u32 - 1);
+        self.blocks.last_mut().unwrap().push(i);
+    }
+
+    /// Opens `for iv = lo to hi step step` carrying `inits`; returns `(iv, carried args)`.
+    pub fn begin_for(&mut self, lo: TValue, hi: TValue, step: i64, inits: &[TValue]) -> (TValue, Vec<TValue>) {
+        let iv = self.value(TileType::scalar(DType::I32));
+        let args: Vec<TValue> = inits.iter().map(|i| self.kernel.ty(*i).clone()).collect::<Vec<_>>().into_iter().map(|t| self.value(t)).collect();
+        self.loops.push((iv, lo, hi, step, inits.to_vec(), args.clone()));
+        self.blocks.push(vec![]);
+        (iv, args)
+    }
+
+    /// Closes the innermost loop, yielding `next`; returns the loop's results.
+    pub fn end_for(&mut self, next: &[TValue]) -> Vec<TValue> {
+        self.effect(Op::Yield(next.to_vec()));
+        let body = self.blocks.pop().expect("end_for without begin_for");
+        let (iv, lo, hi, step, inits, args) = self.loops.pop().expect("end_for without begin_for");
+        let results: Vec<TValue> = args.iter().map(|a| self.kernel.ty(*a).clone()).collect::<Vec<_>>().into_iter().map(|t| self.value(t)).collect();
+        self.emit(Op::For { iv, lo, hi, step, inits, args, body }, results.clone());
+        results
+    }
+
+    /// Finishes the kernel.
+    pub fn finish(mut self) -> Kernel {
+        assert!(self.loops.is_empty(), "unclosed loop in tile builder");
+        self.kernel.body = self.blocks.pop().unwrap();
+        self.kernel
+    }
+}
+
+impl Builder {
+    /// The kernel's parameters, for appending while lowering.
+    pub fn params_mut(&mut self) -> &mut Vec<Param> {
+        &mut self.kernel.params
+    }
+
+    /// Sets the grid.
+    pub fn set_grid(&mut self, grid: [GridDim; 3]) {
+        self.kernel.grid = grid;
+    }
+
+    /// Loop nesting depth at the insertion point.
+    pub fn depth(&self) -> usize {
+        self.loops.len()
+    }
+}
+
+impl Builder {
+    /// Renumbers parameter references in every instruction built so far (and the grid).
+    pub fn remap_params(&mut self, f: impl Fn(usize) -> usize) {
+        for d in &mut self.kernel.insts {
+            match &mut d.op {
+                Op::Dim { param, .. } | Op::Load { param, .. } | Op::Store { param, .. } => *param = f(*param),
+                _ => {}
+            }
+        }
+        for g in &mut self.kernel.grid {
+            for (p, _) in &mut g.dims {
+                *p = f(*p);
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Every IR level prints and parses back to the same thing; verifiers name values and rules.
+
+use tessera_ir::graph::{self, Graph, Op, UnaryOp};
+use tessera_ir::pipeline::{CompileOptions, compile};
+use tessera_ir::schedule::{self, KernelClass, Schedule};
+use tessera_ir::{DType, tile};
+
+const GRAPHS: &[&str] = &[
+    "graph @linear_gelu(%x: bf16[M, K], %w: bf16[K, N], %b: f32[N]) -> f32[M, N] {
+  %3 = matmul %x, %w : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  return %5
+}
+",
+    "graph @norms(%x: f32[B, T, D], %g: f32[D], %b: f32[D]) -> f32[B, T, D] {
+  %3 = layernorm %x, %g, %b eps=1e-5 : f32[B, T, D]
+  %4 = rmsnorm %3, %g eps=1e-6 : f32[B, T, D]
+  %5 = softmax %4 : f32[B, T, D]
+  %6 = const 0.5 : f32[]
+  %7 = mul %5, %6 : f32[B, T, D]
+  return %7
+}
+",
+    "graph @reductions(%x: f32[M, N]) -> f32[N] {
+  %1 = reduce.sum %x axes=[1] keepdim=true policy=kahan_sum : f32[M, 1]
+  %2 = sub %x, %1 : f32[M, N]
+  %3 = reduce.max %2 axes=[0] keepdim=false policy=fast : f32[N]
+  %4 = cast %3 : bf16[N]
+  %5 = cast %4 : f32[N]
+  return %5
+}
+",
+    "graph @batched(%a: f16[B, M, K], %b: f16[B, K, N]) -> f32[B, N, M] {
+  %2 = matmul %a, %b : f32[B, M, N]
+  %3 = transpose %2 : f32[B, N, M]
+  %4 = tanh %3 : f32[B, N, M]
+  return %4
+}
+",
+];
+
+#[test]
+fn graph_text_round_trips_and_verifies() {
+    for src in GRAPHS {
+        let g = graph::parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        graph::verify(&g).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(g.to_string(), *src);
+        assert_eq!(graph::parse(&g.to_string()).unwrap(), g);
+    }
+}
+
+#[test]
+fn graph_verifier_collects_every_error_with_value_names() {
+    let src = "graph @bad(%x: f32[M, K], %y: bf16[M, K]) -> f32[M, K] {
+  %2 = add %x, %y : f32[M, K]
+  %3 = exp %x : f32[K, M]
+  return %3
+}
+";
+    let g = graph::parse(src).unwrap();
+    let e = graph::verify(&g).unwrap_err();
+    assert_eq!(e.errors.len(), 2, "{e}");
+    assert!(e.errors[0].1.contains("%2: add: dtype mismatch"), "{e}");
+    assert!(e.errors[1].1.contains("%3: exp: declared type f32[K, M]"), "{e}");
+    assert!(e.annotated.contains("  %2 = add %x, %y : f32[M, K]\n  ; error: %2: add: dtype mismatch"), "{}", e.annotated);
+}
+
+#[test]
+fn graph_parse_errors_carry_positions() {
+    let e = graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = frob %x : f32[M]\n  return %1\n}").unwrap_err();
+    assert_eq!((e.line, e.message.as_str()), (2, "unknown op `frob`"));
+    let e = graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = exp %q : f32[M]\n}").unwrap_err();
+    assert!(e.message.contains("undefined value `%q`"), "{e}");
+}
+
+#[test]
+fn schedule_text_round_trips_for_every_class_and_space() {
+    for class in KernelClass::ALL {
+        for dt in [DType::F32, DType::BF16] {
+            for s in Schedule::space(class, dt) {
+                schedule::verify(&s).unwrap_or_else(|e| panic!("{s}: {e:?}"));
+                assert_eq!(schedule::parse(&s.to_string()).unwrap(), s);
+            }
+        }
+    }
+    assert!(schedule::parse("schedule matmul tile=[1, 2, 3] warps=4 stages=2").is_err());
+}
+
+#[test]
+fn compiled_tile_ir_round_trips_and_verifies() {
+    for src in GRAPHS {
+        let g = graph::parse(src).unwrap();
+        let c = compile(&g, &CompileOptions::default()).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        for (i, k) in c.kernels.iter().enumerate() {
+            let text = k.lowered.kernel.to_string();
+            let back = tile::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            tile::verify(&back).unwrap();
+            assert_eq!(back.to_string(), text);
+            assert_eq!(back, k.lowered.kernel);
+            // Every schedule of the class lowers to valid Tile IR too.
+            for s in Schedule::space(k.fused.class, DType::F32) {
+                let l = c.lower_with(i, &s).unwrap_or_else(|e| panic!("{s}: {e}"));
+                tile::verify(&l.kernel).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn epilogues_fuse_and_decisions_are_recorded() {
+    let g = graph::parse(GRAPHS[0]).unwrap();
+    let c = compile(&g, &CompileOptions::default()).unwrap();
+    assert_eq!(c.kernels.len(), 1, "gelu(x·w + b) is one kernel");
+    let k = &c.kernels[0];
+    assert_eq!(k.fused.epilogue.len(), 2);
+    let text = k.lowered.kernel.to_string();
+    for needle in ["dot", "gelu", "load %b", "store %out", "for "] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    let plan = c.plan.to_string();
+    assert!(plan.contains("%5 (gelu) fused into linear_gelu_k0 (%3) as epilogue"), "{plan}");
+
+    // A value with two uses is materialised, and the decision says why.
+    let g = graph::parse("graph @two(%x: f32[M, N]) -> f32[M, N] {
+  %1 = softmax %x : f32[M, N]
+  %2 = mul %1, %1 : f32[M, N]
+  return %2
+}").unwrap();
+    let c = compile(&g, &CompileOptions::default()).unwrap();
+    assert_eq!(c.kernels.len(), 2);
+    assert!(c.plan.to_string().contains("not fused because operand %1 has 2 uses"), "{}", c.plan);
+}
+
+#[test]
+fn tile_verifier_names_value_and_rule() {
+    let src = "kernel @k(%a: f32<2>, %c: f32<2>) grid=[cdiv(dim(%a, 0), 16), 1, 1] {
+  %0 = const 0 : i32
+  %1 = load %a[%0, %0] : f32[16, 8]
+  %2 = load %a[%0, %0] : f32[16, 8]
+  %3 = full 0.0 : f32[16, 16]
+  %4 = dot %1, %2, %3 : f32[16, 16]
+  %5 = load %a[%0] : f32[16]
+  store %c[%0, %0], %9
+}
+";
+    let k = tile::parse(src);
+    assert!(k.is_err(), "use of undefined %9 is a parse error");
+    let k = tile::parse(&src.replace(", %9", ", %4")).unwrap();
+    let e = tile::verify(&k).unwrap_err();
+    let msgs: Vec<&str> = e.errors.iter().map(|x| x.1.as_str()).collect();
+    assert!(msgs.iter().any(|m| m.contains("%4 = dot: shapes do not chain")), "{e}");
+    assert!(msgs.iter().any(|m| m.contains("%5 = load: %a has rank 2 but 1 indices")), "{e}");
+    assert!(e.annotated.contains("; error: %4 = dot"), "{e}");
+}
+
+#[test]
+fn builder_types_follow_the_rules() {
+    let mut b = Graph::builder("k");
+    let x = b.param("x", "f32[M, K]".parse_ty());
+    let w = b.param("w", "f32[J, N]".parse_ty());
+    let e = b.push(Op::Matmul, &[x, w]).unwrap_err();
+    assert!(e.to_string().contains("contracts K with J"), "{e}");
+    let y = b.push(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    assert_eq!(b.ty(y).to_string(), "f32[M, K]");
+}
+
+trait ParseTy {
+    fn parse_ty(&self) -> tessera_ir::TensorType;
+}
+
+impl ParseTy for str {
+    fn parse_ty(&self) -> tessera_ir::TensorType {
+        let src = format!("graph @t(%p: {self}) -> {self} {{\n  return %p\n}}");
+        graph::parse(&src).unwrap().ty(tessera_ir::graph::Value(0)).clone()
+    }
+}

@@ -1,0 +1,42 @@
+//! # tessera-macros — `#[tessera::kernel]` and `tile!`
+//!
+//! Thin by design: [`parse`] turns syn trees into front-end ASTs, [`lower`] hands them to
+//! `tessera-ir` (which owns every typing rule), [`generate`] quotes the static kernel
+//! definitions. Errors are spanned `syn::Error`s; on error the macros still emit a stand-in item
+//! with the same name so that one mistake does not cascade into "cannot find function" errors.
+//!
+//! Use these through the `tessera` crate (`tessera::kernel`, `tessera::tile!`): generated code
+//! refers to `::tessera::...` paths only.
+
+mod generate;
+mod lower;
+mod parse;
+
+use proc_macro::TokenStream;
+
+/// Compiles an algebraic tensor function into a launchable kernel.
+///
+/// ```ignore
+/// #[tessera::kernel]
+/// fn linear_gelu(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, b: Tensor<f32, (N,)>)
+///     -> Tensor<f32, (M, N)>
+/// {
+///     gelu(x.matmul(w) + b)
+/// }
+/// // becomes: fn linear_gelu(x: &Tensor<bf16>, w: &Tensor<bf16>, b: &Tensor<f32>)
+/// //              -> tessera::Result<Tensor<f32>>
+/// ```
+///
+/// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`).
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    generate::kernel::expand(attr.into(), item.into()).into()
+}
+
+/// Defines an explicit block program (Triton-style) and a module to launch it.
+///
+/// See `tessera_ir::tile::dsl` for the grammar and the built-in functions.
+#[proc_macro]
+pub fn tile(input: TokenStream) -> TokenStream {
+    generate::tile::expand(input.into()).into()
+}

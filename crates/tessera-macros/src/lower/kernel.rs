@@ -1,0 +1,300 @@
+//! Builds a kernel body's Graph IR with `GraphBuilder`, then verifies and compiles it.
+
+use crate::parse::err;
+use crate::parse::kernel::{KBin, KBody, KExpr, KernelItem};
+use proc_macro2::TokenStream;
+use std::collections::HashMap;
+use tessera_ir::graph::{self, BinaryOp, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value};
+use tessera_ir::pipeline::{self, CompileOptions};
+use tessera_ir::{DType, NumericsPolicy};
+
+/// The ops a kernel body may call.
+const OPS: &str = "matmul, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum, minimum, sum, mean, amax \
+                   (and `_keepdim`), softmax, layernorm, rmsnorm, transpose/t, cast::<T>";
+
+/// The compiled texts a kernel embeds.
+pub struct Compiled {
+    pub graph: String,
+    pub tiles: Vec<String>,
+}
+
+/// Builds, verifies and compiles the kernel; errors point at the offending source.
+pub fn compile(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::Result<Compiled> {
+    let g = build(item, body, policy)?;
+    graph::verify(&g).map_err(|e| {
+        err(
+            &item.name,
+            format!("internal error: the kernel's graph does not verify:\n{e}"),
+        )
+    })?;
+    let c = pipeline::compile(&g, &CompileOptions { policy }).map_err(|e| {
+        err(
+            &item.name,
+            format!("cannot compile kernel `{}`: {e}", item.name),
+        )
+    })?;
+    Ok(Compiled {
+        graph: g.to_string(),
+        tiles: c.tile_texts(),
+    })
+}
+
+/// Builds the Graph IR of a kernel body.
+pub fn build(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::Result<Graph> {
+    let mut cx = Cx {
+        b: Graph::builder(&item.name.to_string()),
+        env: HashMap::new(),
+        policy,
+    };
+    for (n, t) in &item.params {
+        let v = cx.b.param(&n.to_string(), t.ty.clone());
+        if cx.env.insert(n.to_string(), v).is_some() {
+            return Err(err(n, format!("parameter `{n}` is declared twice")));
+        }
+    }
+    for (n, e) in &body.lets {
+        let v = cx.expr(e)?;
+        let v = cx.tensor(e, v)?;
+        cx.env.insert(n.to_string(), v);
+    }
+    let out = cx.expr(&body.result)?;
+    let out = cx.tensor(&body.result, out)?;
+    let got = cx.b.ty(out).clone();
+    if got != item.ret.ty {
+        return Err(err(
+            body.result.tokens(),
+            format!(
+                "the kernel body gives {got} but the signature declares {} (`-> Tensor<..>`)",
+                item.ret.ty
+            ),
+        ));
+    }
+    Ok(cx.b.finish(out))
+}
+
+/// A value during building: a graph value or a number not yet given a dtype.
+#[derive(Clone, Copy)]
+enum V {
+    T(Value),
+    Num(f64),
+}
+
+struct Cx {
+    b: GraphBuilder,
+    env: HashMap<String, Value>,
+    policy: NumericsPolicy,
+}
+
+impl Cx {
+    fn push(&mut self, at: &TokenStream, op: Op, args: &[Value]) -> syn::Result<Value> {
+        self.b.push(op, args).map_err(|e| err(at, e))
+    }
+
+    fn tensor(&mut self, e: &KExpr, v: V) -> syn::Result<Value> {
+        match v {
+            V::T(t) => Ok(t),
+            V::Num(_) => Err(err(e.tokens(), "expected a tensor, found a number")),
+        }
+    }
+
+    fn constant(&mut self, at: &TokenStream, value: f64, dtype: DType) -> syn::Result<Value> {
+        self.push(at, Op::Const { value, dtype }, &[])
+    }
+
+    fn expr(&mut self, e: &KExpr) -> syn::Result<V> {
+        match e {
+            KExpr::Var(i) => self
+                .env
+                .get(&i.to_string())
+                .map(|v| V::T(*v))
+                .ok_or_else(|| err(i, format!("unknown variable `{i}`"))),
+            KExpr::Num { value, .. } => Ok(V::Num(*value)),
+            KExpr::Neg { a, tokens } => match self.expr(a)? {
+                V::Num(x) => Ok(V::Num(-x)),
+                V::T(t) => Ok(V::T(self.push(tokens, Op::Unary(UnaryOp::Neg), &[t])?)),
+            },
+            KExpr::Bin { op, a, b, tokens } => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let bop = match op {
+                    KBin::Add => BinaryOp::Add,
+                    KBin::Sub => BinaryOp::Sub,
+                    KBin::Mul => BinaryOp::Mul,
+                    KBin::Div => BinaryOp::Div,
+                };
+                self.binary(tokens, bop, x, y)
+            }
+            KExpr::List { tokens, .. } => Err(err(
+                tokens,
+                "a list `[..]` is only allowed as the axes of a reduction",
+            )),
+            KExpr::Call {
+                name,
+                ty,
+                args,
+                tokens,
+            } => self.call(name, *ty, args, tokens),
+        }
+    }
+
+    fn binary(&mut self, at: &TokenStream, op: BinaryOp, x: V, y: V) -> syn::Result<V> {
+        let (a, b) = match (x, y) {
+            (V::Num(p), V::Num(q)) => return Ok(V::Num(op.eval_f64(p, q))),
+            (V::T(a), V::T(b)) => (a, b),
+            (V::T(a), V::Num(q)) => (a, self.constant(at, q, self.b.ty(a).dtype)?),
+            (V::Num(p), V::T(b)) => (self.constant(at, p, self.b.ty(b).dtype)?, b),
+        };
+        Ok(V::T(self.push(at, Op::Binary(op), &[a, b])?))
+    }
+
+    fn call(
+        &mut self,
+        name: &syn::Ident,
+        ty: Option<DType>,
+        args: &[KExpr],
+        at: &TokenStream,
+    ) -> syn::Result<V> {
+        let f = name.to_string();
+        let arity = |n: usize| -> syn::Result<()> {
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(err(
+                    at,
+                    format!(
+                        "`{f}` takes {n} operand{} (counting the receiver), got {}",
+                        if n == 1 { "" } else { "s" },
+                        args.len()
+                    ),
+                ))
+            }
+        };
+        if ty.is_some() && f != "cast" {
+            return Err(err(at, format!("`{f}` takes no type argument")));
+        }
+        let tensors = |cx: &mut Self, n: usize| -> syn::Result<Vec<Value>> {
+            args[..n]
+                .iter()
+                .map(|a| {
+                    let v = cx.expr(a)?;
+                    cx.tensor(a, v)
+                })
+                .collect()
+        };
+        if let Some(u) = UnaryOp::parse(&f).filter(|u| *u != UnaryOp::Neg) {
+            arity(1)?;
+            let x = tensors(self, 1)?;
+            return Ok(V::T(self.push(at, Op::Unary(u), &x)?));
+        }
+        let reduce = match f.strip_suffix("_keepdim").unwrap_or(&f) {
+            "sum" => Some(ReduceOp::Sum),
+            "mean" => Some(ReduceOp::Mean),
+            "amax" => Some(ReduceOp::Max),
+            _ => None,
+        };
+        if let Some(op) = reduce {
+            arity(2)?;
+            let x = tensors(self, 1)?;
+            let rank = self.b.ty(x[0]).shape.rank();
+            let axes = axes(&args[1], rank)?;
+            let r = Op::Reduce {
+                op,
+                axes,
+                keepdim: f.ends_with("_keepdim"),
+                policy: self.policy,
+            };
+            return Ok(V::T(self.push(at, r, &x)?));
+        }
+        let v = match f.as_str() {
+            "matmul" => {
+                arity(2)?;
+                let x = tensors(self, 2)?;
+                self.push(at, Op::Matmul, &x)?
+            }
+            "maximum" | "minimum" => {
+                arity(2)?;
+                let (x, y) = (self.expr(&args[0])?, self.expr(&args[1])?);
+                let op = if f == "maximum" {
+                    BinaryOp::Max
+                } else {
+                    BinaryOp::Min
+                };
+                return self.binary(at, op, x, y);
+            }
+            "softmax" => {
+                arity(1)?;
+                let x = tensors(self, 1)?;
+                self.push(at, Op::Softmax, &x)?
+            }
+            "transpose" | "t" => {
+                arity(1)?;
+                let x = tensors(self, 1)?;
+                self.push(at, Op::Transpose, &x)?
+            }
+            "cast" => {
+                arity(1)?;
+                let to =
+                    ty.ok_or_else(|| err(at, "`cast` needs a target type: `x.cast::<bf16>()`"))?;
+                let x = tensors(self, 1)?;
+                self.push(at, Op::Cast(to), &x)?
+            }
+            "layernorm" | "rmsnorm" => {
+                let n = if f == "layernorm" { 4 } else { 3 };
+                arity(n)?;
+                let x = tensors(self, n - 1)?;
+                let eps = match self.expr(&args[n - 1])? {
+                    V::Num(e) => e,
+                    V::T(_) => {
+                        return Err(err(args[n - 1].tokens(), "`eps` must be a number literal"));
+                    }
+                };
+                let op = if f == "layernorm" {
+                    Op::LayerNorm { eps }
+                } else {
+                    Op::RmsNorm { eps }
+                };
+                self.push(at, op, &x)?
+            }
+            _ => {
+                return Err(err(
+                    name,
+                    format!("unknown op `{f}`; kernels can call {OPS}"),
+                ));
+            }
+        };
+        Ok(V::T(v))
+    }
+}
+
+/// Reduction axes: an integer or `[a, b]`; negative axes count from the end.
+fn axes(e: &KExpr, rank: usize) -> syn::Result<Vec<usize>> {
+    let one = |e: &KExpr| -> syn::Result<usize> {
+        let v = value_of(e).ok_or_else(|| {
+            err(
+                e.tokens(),
+                "expected an axis (an integer) or a list of axes `[0, 1]`",
+            )
+        })?;
+        let a = if v < 0 { v + rank as i64 } else { v };
+        if (0..rank as i64).contains(&a) {
+            Ok(a as usize)
+        } else {
+            Err(err(
+                e.tokens(),
+                format!("axis {v} out of range for rank {rank}"),
+            ))
+        }
+    };
+    match e {
+        KExpr::List { items, .. } => items.iter().map(one).collect(),
+        _ => Ok(vec![one(e)?]),
+    }
+}
+
+/// The integer value of a literal or a negated literal.
+fn value_of(e: &KExpr) -> Option<i64> {
+    match e {
+        KExpr::Num { value, .. } if value.fract() == 0.0 => Some(*value as i64),
+        KExpr::Neg { a, .. } => value_of(a).map(|v| -v),
+        _ => None,
+    }
+}

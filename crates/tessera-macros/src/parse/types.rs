@@ -1,0 +1,94 @@
+//! Element types and the kernel's `Tensor<dtype, (dims)>` types.
+
+use super::err;
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::parse::{Parse, ParseStream};
+use syn::{Ident, LitInt, Token, Type};
+use tessera_ir::{DType, Dim, Shape, TensorType};
+
+/// The element types a macro signature may name.
+pub const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::Bool];
+
+const DTYPE_MSG: &str = "expected an element type: f32, f16, bf16, i32 or bool";
+
+/// Parses a dtype name (`bf16`).
+pub fn dtype_ident(i: &Ident) -> syn::Result<DType> {
+    DType::parse(&i.to_string())
+        .filter(|d| DTYPES.contains(d))
+        .ok_or_else(|| err(i, DTYPE_MSG))
+}
+
+/// Parses a dtype written as a type (`bf16` in `zeros::<bf16>`).
+pub fn dtype(ty: &Type) -> syn::Result<DType> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .get_ident()
+            .map(dtype_ident)
+            .unwrap_or_else(|| Err(err(ty, DTYPE_MSG))),
+        _ => Err(err(ty, DTYPE_MSG)),
+    }
+}
+
+/// A kernel tensor type `Tensor<bf16, (M, K)>`.
+pub struct KType {
+    pub ty: TensorType,
+}
+
+const TENSOR_MSG: &str =
+    "expected a tensor type `Tensor<dtype, (dims)>`, e.g. `Tensor<bf16, (M, K)>`";
+
+impl Parse for KType {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let fork = input.fork();
+        let whole = || match fork.parse::<Type>() {
+            Ok(t) => err(t, TENSOR_MSG),
+            Err(_) => syn::Error::new(fork.span(), TENSOR_MSG),
+        };
+        if !input.peek(Ident) {
+            return Err(whole());
+        }
+        let head: Ident = input.parse()?;
+        if head != "Tensor" || !input.peek(Token![<]) {
+            return Err(whole());
+        }
+        input.parse::<Token![<]>()?;
+        let dt: Ident = input.parse().map_err(|_| whole())?;
+        let dtype = dtype_ident(&dt)?;
+        input.parse::<Token![,]>().map_err(|_| whole())?;
+        let content;
+        syn::parenthesized!(content in input);
+        let mut dims = Vec::new();
+        while !content.is_empty() {
+            if content.peek(LitInt) {
+                let l: LitInt = content.parse()?;
+                dims.push(Dim::Const(l.base10_parse()?));
+            } else {
+                let i: Ident = content.parse().map_err(|e| {
+                    syn::Error::new(e.span(), "a dim is a symbol (`M`) or an integer literal")
+                })?;
+                dims.push(Dim::Sym(i.to_string()));
+            }
+            if content.is_empty() {
+                break;
+            }
+            content.parse::<Token![,]>()?;
+        }
+        input.parse::<Token![>]>()?;
+        Ok(KType {
+            ty: TensorType::new(dtype, Shape(dims)),
+        })
+    }
+}
+
+/// The Rust element type tokens of a dtype (`::tessera::bf16`).
+pub fn rust_elem(d: DType) -> TokenStream {
+    match d {
+        DType::F32 => quote!(f32),
+        DType::F16 => quote!(::tessera::f16),
+        DType::BF16 => quote!(::tessera::bf16),
+        DType::I32 => quote!(i32),
+        _ => quote!(bool),
+    }
+}

@@ -1,0 +1,211 @@
+//! The Tile IR interpreter: one program at a time, tile ops on whole tiles.
+
+use super::value::{Data, Tile};
+use super::{elementwise as ew, gemm, memory};
+use crate::backend::Buffer;
+use crate::{Error, Result};
+use std::collections::HashSet;
+use tessera_ir::tile::{Inst, Kernel, Op, TValue};
+use tessera_ir::DType;
+
+/// A kernel prepared for the CPU: the verified Tile IR plus where each operand dies, so tiles
+/// (an accumulator, say) move instead of being copied.
+pub(crate) struct Program {
+    pub kernel: Kernel,
+    take: HashSet<(u32, u32)>,
+}
+
+/// The register file of one worker.
+pub(crate) struct Registers(Vec<Option<Tile>>);
+
+impl Registers {
+    pub fn new(k: &Kernel) -> Self {
+        Registers(vec![None; k.types.len()])
+    }
+}
+
+impl Program {
+    /// Prepares a verified kernel.
+    pub fn new(kernel: Kernel) -> Program {
+        let mut take = HashSet::new();
+        liveness(&kernel, &kernel.body, &[], &mut take);
+        Program { kernel, take }
+    }
+
+    pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
+        let mut cx = Cx { p: self, regs, ids, args };
+        cx.run(&self.kernel.body).map(|_| ())
+    }
+}
+
+/// Marks `(inst, value)` pairs where `value`, owned by this block, is used for the last time.
+fn liveness(k: &Kernel, block: &[Inst], owned_extra: &[TValue], take: &mut HashSet<(u32, u32)>) {
+    let mut owned: HashSet<TValue> = owned_extra.iter().copied().collect();
+    for &i in block {
+        owned.extend(k.inst(i).results.iter().copied());
+    }
+    // Last position (in this block) referring to each value, and whether that reference is direct.
+    let mut last: std::collections::HashMap<TValue, (usize, bool)> = Default::default();
+    for (pos, &i) in block.iter().enumerate() {
+        let d = k.inst(i);
+        for v in d.op.operands() {
+            last.insert(v, (pos, true));
+        }
+        if let Op::For { body, args, iv, .. } = &d.op {
+            let mut nested = Vec::new();
+            collect_uses(k, body, &mut nested);
+            for v in nested {
+                if v != *iv && !args.contains(&v) {
+                    last.insert(v, (pos, false));
+                }
+            }
+            let inner: Vec<TValue> = std::iter::once(*iv).chain(args.iter().copied()).collect();
+            liveness(k, body, &inner, take);
+        }
+    }
+    for (v, (pos, direct)) in last {
+        let i = block[pos];
+        let once = k.inst(i).op.operands().iter().filter(|o| **o == v).count() == 1;
+        if owned.contains(&v) && direct && once {
+            take.insert((i.0, v.0));
+        }
+    }
+}
+
+fn collect_uses(k: &Kernel, block: &[Inst], out: &mut Vec<TValue>) {
+    for &i in block {
+        let d = k.inst(i);
+        out.extend(d.op.operands());
+        if let Op::For { body, .. } = &d.op {
+            collect_uses(k, body, out);
+        }
+    }
+}
+
+struct Cx<'a> {
+    p: &'a Program,
+    regs: &'a mut Registers,
+    ids: [usize; 3],
+    args: &'a [Buffer],
+}
+
+impl Cx<'_> {
+    fn get(&self, v: TValue) -> &Tile {
+        self.regs.0[v.index()].as_ref().expect("read of an unset register (verifier bug)")
+    }
+
+    /// The operand's tile, moved out when this is its last use, else cloned.
+    fn own(&mut self, at: Inst, v: TValue) -> Tile {
+        if self.p.take.contains(&(at.0, v.0)) {
+            self.regs.0[v.index()].take().expect("read of an unset register (verifier bug)")
+        } else {
+            self.get(v).clone()
+        }
+    }
+
+    fn set(&mut self, v: TValue, t: Tile) {
+        self.regs.0[v.index()] = Some(t);
+    }
+
+    fn index(&self, idx: &[TValue]) -> Vec<i64> {
+        idx.iter().map(|v| self.get(*v).as_index()).collect()
+    }
+
+    /// Runs a block; returns the yielded tiles when it ends with `yield`.
+    fn run(&mut self, block: &[Inst]) -> Result<Option<Vec<Tile>>> {
+        let k = &self.p.kernel;
+        for &i in block {
+            let d = k.inst(i);
+            let out_ty = d.results.first().map(|r| k.ty(*r));
+            let dims = || out_ty.map(|t| t.shape.clone()).unwrap_or_default();
+            let t = match &d.op {
+                Op::ProgramId(a) => Tile::scalar_i(self.ids[*a as usize] as i32),
+                Op::Const(x) => scalar(out_ty.unwrap().dtype, *x),
+                Op::Dim { param, axis } => Tile::scalar_i(self.args[*param].dims()[*axis] as i32),
+                Op::Arange => {
+                    let n = out_ty.unwrap().shape[0];
+                    Tile::new_i(&[n], (0..n as i32).collect())
+                }
+                Op::Full(x) => {
+                    let s = scalar(out_ty.unwrap().dtype, *x);
+                    ew::broadcast(&s, &dims())
+                }
+                Op::Unary(u, a) => ew::unary(*u, self.own(i, *a)),
+                Op::Binary(b, x, y) => ew::binary(*b, self.get(*x), self.get(*y), &dims()),
+                Op::Cmp(c, x, y) => ew::cmp(*c, self.get(*x), self.get(*y), &dims()),
+                Op::Select(m, x, y) => ew::select(self.get(*m), self.get(*x), self.get(*y), &dims()),
+                Op::Cast(a) => ew::cast(self.own(i, *a), out_ty.unwrap().dtype),
+                Op::Expand { a, .. } => {
+                    let mut t = self.own(i, *a);
+                    let (shape, rank) = Tile::shape_of(&dims());
+                    (t.shape, t.rank) = (shape, rank);
+                    t
+                }
+                Op::Broadcast(a) => ew::broadcast(self.get(*a), &dims()),
+                Op::Trans(a) => ew::trans(self.get(*a)),
+                Op::Reduce { op, a, axis, policy } => ew::reduce(*op, self.get(*a), *axis, *policy),
+                Op::Dot { a, b, acc } => {
+                    let mut c = self.own(i, *acc);
+                    let (ta, tb) = (self.get(*a), self.get(*b));
+                    let (m, kk, n) = (ta.shape[0], ta.shape[1], tb.shape[1]);
+                    let Data::F(cv) = &mut c.data else { unreachable!("f32 accumulator") };
+                    gemm::gemm_f32(m, n, kk, ta.f(), kk, tb.f(), n, cv, n);
+                    c
+                }
+                Op::Load { param, index, mask, other } => {
+                    let idx = self.index(index);
+                    let m = mask.map(|m| self.get(m));
+                    memory::load(&self.args[*param], &idx, &dims(), *other, m, out_ty.unwrap().dtype)?
+                }
+                Op::Store { param, index, value, mask } => {
+                    let idx = self.index(index);
+                    let buf = &self.args[*param];
+                    if !buf.writable {
+                        return Err(Error::Unsupported { device: "cpu".into(), message: format!("kernel `{}` stores into input %{}", k.name, k.params[*param].name) });
+                    }
+                    memory::store(buf, &idx, self.get(*value), mask.map(|m| self.get(m)))?;
+                    continue;
+                }
+                Op::Yield(vs) => {
+                    let out = vs.iter().map(|v| self.own(i, *v)).collect();
+                    return Ok(Some(out));
+                }
+                Op::For { iv, lo, hi, step, inits, args, body } => {
+                    let (lo, hi) = (self.get(*lo).as_index(), self.get(*hi).as_index());
+                    for (a, init) in args.iter().zip(inits) {
+                        let t = self.own(i, *init);
+                        self.set(*a, t);
+                    }
+                    let mut x = lo;
+                    while x < hi {
+                        self.set(*iv, Tile::scalar_i(x as i32));
+                        let next = self.run(body)?.unwrap_or_default();
+                        for (a, t) in args.iter().zip(next) {
+                            self.set(*a, t);
+                        }
+                        x += step;
+                    }
+                    for (r, a) in d.results.iter().zip(args) {
+                        let t = self.regs.0[a.index()].take().expect("loop-carried value");
+                        self.set(*r, t);
+                    }
+                    continue;
+                }
+            };
+            self.set(d.results[0], t);
+        }
+        Ok(None)
+    }
+}
+
+fn scalar(dtype: DType, x: f64) -> Tile {
+    match dtype {
+        DType::I32 => Tile::scalar_i(x as i32),
+        DType::Bool => Tile::new_b(&[], vec![x != 0.0]),
+        d => {
+            let mut v = vec![x as f32];
+            super::value::round_to(d, &mut v);
+            Tile::new_f(d, &[], v)
+        }
+    }
+}

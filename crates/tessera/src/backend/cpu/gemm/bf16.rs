@@ -1,0 +1,124 @@
+//! `bf16 × bf16 → f32` GEMM: AVX-512 BF16 (`vdpbf16ps`) fast path, with a
+//! fallback that widens to `f32` and reuses [`super::gemm_f32`].
+
+/// Widen one bf16 bit pattern to `f32` (exact).
+#[inline(always)]
+pub fn bf16_to_f32(x: u16) -> f32 {
+    f32::from_bits((x as u32) << 16)
+}
+
+/// Convert `f32` to the nearest bf16 bit pattern (round to nearest even; NaN stays NaN).
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if x.is_nan() {
+        return ((bits >> 16) as u16) | 0x40;
+    }
+    let round = 0x7FFF + ((bits >> 16) & 1);
+    ((bits.wrapping_add(round)) >> 16) as u16
+}
+
+/// `C (m×n, f32, row stride ldc) += A (m×k) · B (k×n)` where `A` and `B` hold
+/// bf16 bit patterns (`u16`), row-major with strides `lda` / `ldb`.
+///
+/// Products are accumulated in `f32`. On CPUs with AVX-512 BF16 this uses
+/// `vdpbf16ps` on k-pairs (which, per the ISA, treats bf16 denormal inputs as
+/// zero); elsewhere the tiles are widened to `f32` and [`super::gemm_f32`] is
+/// used. Single-threaded.
+///
+/// # Panics
+/// Only on invalid arguments (stride shorter than its row, slice too short).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_bf16(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u16],
+    lda: usize,
+    b: &[u16],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    gemm_bf16_impl(true, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+/// [`gemm_bf16`] with the native path optionally disabled (tests).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_bf16_impl(
+    allow_native: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u16],
+    lda: usize,
+    b: &[u16],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    super::check_args(m, n, k, a.len(), lda, b.len(), ldb, c.len(), ldc);
+    if k == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if allow_native && super::x86::has_bf16() {
+        // SAFETY: bounds checked by `check_args`; AVX-512 BF16 detected.
+        unsafe {
+            super::x86::bf16::gemm(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+            );
+        }
+        return;
+    }
+    let _ = allow_native;
+    widen_fallback(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+/// Widen `A`/`B` to dense `f32` (in blocks of k, to bound memory) and call `gemm_f32`.
+#[allow(clippy::too_many_arguments)]
+fn widen_fallback(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u16],
+    lda: usize,
+    b: &[u16],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    const KB: usize = 256;
+    let kb = k.min(KB);
+    let mut aw = vec![0.0f32; m * kb];
+    let mut bw = vec![0.0f32; kb * n];
+    let mut p0 = 0;
+    while p0 < k {
+        let kc = kb.min(k - p0);
+        for i in 0..m {
+            let src = &a[i * lda + p0..i * lda + p0 + kc];
+            for (d, s) in aw[i * kc..(i + 1) * kc].iter_mut().zip(src) {
+                *d = bf16_to_f32(*s);
+            }
+        }
+        for p in 0..kc {
+            let src = &b[(p0 + p) * ldb..(p0 + p) * ldb + n];
+            for (d, s) in bw[p * n..(p + 1) * n].iter_mut().zip(src) {
+                *d = bf16_to_f32(*s);
+            }
+        }
+        super::gemm_f32(m, n, kc, &aw, kc, &bw, n, c, ldc);
+        p0 += kc;
+    }
+}

@@ -1,0 +1,180 @@
+//! Single-threaded, cache-blocked SIMD GEMM for the Tessera CPU backend.
+//!
+//! Design follows BLIS / faer: `B` is packed into `NR`-column panels and `A`
+//! into `MR`-row panels (both k-major), with `KC`/`MC`/`NC` cache blocking.
+//! A register-blocked micro-kernel is selected once at runtime:
+//!
+//! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers,
+//! * x86_64 with AVX2+FMA: 6×16 kernel on `ymm` registers,
+//! * anything else: a portable kernel written in plain Rust.
+//!
+//! Packing buffers live in a `thread_local!` scratch and are reused, so a
+//! steady-state call performs no heap allocation. The module depends only on
+//! `std`.
+//!
+//! The entry points always *accumulate* (`C += A·B`), which is what the block
+//! programs of the CPU backend need when they loop over K in chunks.
+
+mod bf16;
+mod driver;
+mod pack;
+mod portable;
+mod scratch;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+pub use bf16::{bf16_to_f32, f32_to_bf16, gemm_bf16};
+
+/// Instruction-set level picked at runtime for the micro-kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust kernel (any architecture).
+    Portable,
+    /// x86_64 AVX2 + FMA, 6×16 micro-kernel.
+    Avx2,
+    /// x86_64 AVX-512F (+FMA), 8×32 micro-kernel.
+    Avx512,
+}
+
+/// The best micro-kernel ISA supported by the running CPU (detected once, cached).
+pub fn detected_isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::detected()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Isa::Portable
+    }
+}
+
+/// `C (m×n, row stride ldc) += A (m×k, row stride lda) · B (k×n, row stride ldb)`,
+/// all `f32`, row-major.
+///
+/// Single-threaded: callers parallelise over output blocks themselves.
+/// Works for every shape (including zero-sized ones) and any strides that are
+/// at least the row length.
+///
+/// # Panics
+/// Only on invalid arguments: a stride shorter than its row, or a slice too
+/// short for the described matrix.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    gemm_f32_with(detected_isa(), m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+/// Same as [`gemm_f32`] but with an explicitly chosen kernel ISA (tests and
+/// benchmarks). An ISA the CPU does not support is downgraded to one it does.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32_with(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    check_args(m, n, k, a.len(), lda, b.len(), ldb, c.len(), ldc);
+    if k == 0 {
+        return;
+    }
+    let isa = clamp_isa(isa);
+    // SAFETY: `check_args` guarantees every element addressed below is in
+    // bounds; the kernel's ISA is supported by the running CPU (`clamp_isa`).
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => driver::gemm::<x86::Avx512Kernel>(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+            ),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => driver::gemm::<x86::Avx2Kernel>(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+            ),
+            _ => driver::gemm::<portable::PortableKernel>(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+            ),
+        }
+    }
+}
+
+/// Downgrade `isa` to the best level the running CPU actually supports.
+fn clamp_isa(isa: Isa) -> Isa {
+    let best = detected_isa();
+    match (isa, best) {
+        (Isa::Portable, _) => Isa::Portable,
+        (Isa::Avx2, Isa::Avx2 | Isa::Avx512) => Isa::Avx2,
+        (Isa::Avx512, Isa::Avx512) => Isa::Avx512,
+        (_, best) => best,
+    }
+}
+
+/// Validate strides and slice lengths. Always on (O(1)), because the kernels
+/// use raw pointers and a safe public function must not read out of bounds.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn check_args(
+    m: usize,
+    n: usize,
+    k: usize,
+    a_len: usize,
+    lda: usize,
+    b_len: usize,
+    ldb: usize,
+    c_len: usize,
+    ldc: usize,
+) {
+    debug_assert!(m > 0 && n > 0);
+    assert!(ldc >= n, "gemm: ldc ({ldc}) < n ({n})");
+    assert!(c_len >= (m - 1) * ldc + n, "gemm: c slice too short");
+    if k > 0 {
+        assert!(lda >= k, "gemm: lda ({lda}) < k ({k})");
+        assert!(ldb >= n, "gemm: ldb ({ldb}) < n ({n})");
+        assert!(a_len >= (m - 1) * lda + k, "gemm: a slice too short");
+        assert!(b_len >= (k - 1) * ldb + n, "gemm: b slice too short");
+    }
+}

@@ -1,0 +1,131 @@
+//! Packing of `A` into `MR`-row panels and `B` into `NR`-column panels.
+//!
+//! Packed layouts (both k-major, zero padded to full panels):
+//! * A panel `i`: `dst[i*kc*MR + p*MR + r] = A[i*MR + r][p]`
+//! * B panel `j`: `dst[j*kc*NR + p*NR + c] = B[p][j*NR + c]`
+//!
+//! The functions are `#[inline(always)]` so that each kernel can instantiate
+//! them inside a `#[target_feature]` wrapper and get vectorised copies.
+
+/// Pack the `mc × kc` block of `A` at `a` (row stride `lda`) into `mr`-row panels.
+///
+/// # Safety
+/// `a` must address `mc` rows of `kc` readable elements with stride `lda`;
+/// `dst` must hold `mc.div_ceil(mr) * mr * kc` writable elements.
+#[inline(always)]
+pub(crate) unsafe fn pack_a<const MR: usize>(
+    mc: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    dst: *mut f32,
+) {
+    unsafe {
+        let mut i = 0;
+        let mut out = dst;
+        while i < mc {
+            let rows = MR.min(mc - i);
+            let src = a.add(i * lda);
+            if rows == MR {
+                // Full panel: read MR rows in lock-step, write MR-wide columns.
+                for p in 0..kc {
+                    let o = out.add(p * MR);
+                    for r in 0..MR {
+                        *o.add(r) = *src.add(r * lda + p);
+                    }
+                }
+            } else {
+                for p in 0..kc {
+                    let o = out.add(p * MR);
+                    for r in 0..MR {
+                        *o.add(r) = if r < rows { *src.add(r * lda + p) } else { 0.0 };
+                    }
+                }
+            }
+            out = out.add(MR * kc);
+            i += MR;
+        }
+    }
+}
+
+/// Pack the `kc × nc` block of `B` at `b` (row stride `ldb`) into `nr`-column panels.
+///
+/// # Safety
+/// `b` must address `kc` rows of `nc` readable elements with stride `ldb`;
+/// `dst` must hold `nc.div_ceil(nr) * nr * kc` writable elements.
+#[inline(always)]
+pub(crate) unsafe fn pack_b<const NR: usize>(
+    kc: usize,
+    nc: usize,
+    b: *const f32,
+    ldb: usize,
+    dst: *mut f32,
+) {
+    unsafe {
+        let mut j = 0;
+        let mut out = dst;
+        while j < nc {
+            let cols = NR.min(nc - j);
+            if cols == NR {
+                for p in 0..kc {
+                    // Fixed-size copy: lowered to a few vector moves.
+                    core::ptr::copy_nonoverlapping(b.add(p * ldb + j), out.add(p * NR), NR);
+                }
+            } else {
+                for p in 0..kc {
+                    let s = b.add(p * ldb + j);
+                    let o = out.add(p * NR);
+                    for c in 0..NR {
+                        *o.add(c) = if c < cols { *s.add(c) } else { 0.0 };
+                    }
+                }
+            }
+            out = out.add(NR * kc);
+            j += NR;
+        }
+    }
+}
+
+/// Copy the valid `mr × nr` part of the `C` tile at `c` (stride `ldc`) into a
+/// zeroed `MR × NR` stack tile (row stride `NR`), for partial micro-tiles.
+///
+/// # Safety
+/// `c` must address `mr × nr` elements with stride `ldc`, `mr <= MR`, `nr <= NR`.
+#[inline(always)]
+pub(crate) unsafe fn edge_load<const MR: usize, const NR: usize>(
+    mr: usize,
+    nr: usize,
+    c: *const f32,
+    ldc: usize,
+) -> [[f32; NR]; MR] {
+    unsafe {
+        let mut tmp = [[0.0f32; NR]; MR];
+        for (r, row) in tmp.iter_mut().enumerate().take(mr) {
+            for (j, v) in row.iter_mut().enumerate().take(nr) {
+                *v = *c.add(r * ldc + j);
+            }
+        }
+        tmp
+    }
+}
+
+/// Write the valid `mr × nr` part of a stack tile back to `C` (inverse of [`edge_load`]).
+///
+/// # Safety
+/// Same as [`edge_load`], with `c` writable.
+#[inline(always)]
+pub(crate) unsafe fn edge_store<const MR: usize, const NR: usize>(
+    mr: usize,
+    nr: usize,
+    c: *mut f32,
+    ldc: usize,
+    tmp: &[[f32; NR]; MR],
+) {
+    unsafe {
+        for (r, row) in tmp.iter().enumerate().take(mr) {
+            for (j, v) in row.iter().enumerate().take(nr) {
+                *c.add(r * ldc + j) = *v;
+            }
+        }
+    }
+}

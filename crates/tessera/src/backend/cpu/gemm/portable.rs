@@ -1,0 +1,67 @@
+//! Portable micro-kernel in plain Rust (any target; LLVM auto-vectorises it).
+
+use super::driver::Kernel;
+use super::pack::{edge_load, edge_store, pack_a, pack_b};
+
+const MR: usize = 4;
+const NR: usize = 16;
+
+/// 4×16 kernel written without intrinsics.
+pub(crate) struct PortableKernel;
+
+/// `C[0..MR, 0..NR] += A·B` on packed panels.
+#[inline(always)]
+unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+    unsafe {
+        let mut acc = [[0.0f32; NR]; MR];
+        for p in 0..kc {
+            let ap = &*(a.add(p * MR) as *const [f32; MR]);
+            let bp = &*(b.add(p * NR) as *const [f32; NR]);
+            for i in 0..MR {
+                for j in 0..NR {
+                    acc[i][j] += ap[i] * bp[j];
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let cr = c.add(i * ldc);
+            for (j, v) in row.iter().enumerate() {
+                *cr.add(j) += *v;
+            }
+        }
+    }
+}
+
+// SAFETY: plain Rust, valid on every CPU.
+unsafe impl Kernel for PortableKernel {
+    const MR: usize = MR;
+    const NR: usize = NR;
+
+    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
+        unsafe { pack_a::<MR>(mc, kc, a, lda, dst) }
+    }
+
+    unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
+        unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
+    }
+
+    unsafe fn run(
+        mr: usize,
+        nr: usize,
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        unsafe {
+            if mr == MR && nr == NR {
+                full(kc, a, b, c, ldc)
+            } else {
+                let mut t = edge_load::<MR, NR>(mr, nr, c, ldc);
+                full(kc, a, b, t.as_mut_ptr() as *mut f32, NR);
+                edge_store::<MR, NR>(mr, nr, c, ldc, &t);
+            }
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Randomised tests against an f64 reference.
+
+use super::*;
+
+/// Tiny splitmix64 generator (no external crates).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| self.f32()).collect()
+    }
+}
+
+fn all_isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Portable];
+    match detected_isa() {
+        Isa::Avx512 => v.extend([Isa::Avx2, Isa::Avx512]),
+        Isa::Avx2 => v.push(Isa::Avx2),
+        Isa::Portable => {}
+    }
+    v
+}
+
+/// f64 reference of `C += A·B` over strided row-major storage.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &[f32],
+    ldc: usize,
+) -> Vec<f64> {
+    let mut out: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                s += a[i * lda + p] as f64 * b[p * ldb + j] as f64;
+            }
+            out[i * ldc + j] += s;
+        }
+    }
+    out
+}
+
+/// Run one case with padding strides; checks the result and that padding is untouched.
+fn check(isa: Isa, m: usize, n: usize, k: usize, pad: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+    let a = rng.vec(if m * k == 0 { 0 } else { (m - 1) * lda + k });
+    let b = rng.vec(if k * n == 0 { 0 } else { (k - 1) * ldb + n });
+    // Full rows (including padding) so we can check that padding is preserved.
+    let c0 = rng.vec(m * ldc);
+    let mut c = c0.clone();
+    gemm_f32_with(isa, m, n, k, &a, lda, &b, ldb, &mut c, ldc);
+    let r = reference(m, n, k, &a, lda, &b, ldb, &c0, ldc);
+    // Condition scale: max over entries of |c0| + sum_p |a_ip| |b_pj|.
+    let mut max_abs_sum = 0.0f64;
+    for i in 0..m {
+        for j in 0..n {
+            let s: f64 = (0..k)
+                .map(|p| (a[i * lda + p] as f64 * b[p * ldb + j] as f64).abs())
+                .sum();
+            max_abs_sum = max_abs_sum.max(s + (c0[i * ldc + j] as f64).abs());
+        }
+    }
+    let mut max_err = 0.0f64;
+    let mut max_ref = 0.0f64;
+    for i in 0..m {
+        for j in 0..ldc {
+            let idx = i * ldc + j;
+            if j < n {
+                max_err = max_err.max((c[idx] as f64 - r[idx]).abs());
+                max_ref = max_ref.max(r[idx].abs());
+            } else {
+                assert_eq!(
+                    c[idx].to_bits(),
+                    c0[idx].to_bits(),
+                    "padding clobbered at ({i},{j})"
+                );
+            }
+        }
+    }
+    let rel = if max_ref == 0.0 {
+        max_err
+    } else {
+        max_err / max_ref
+    };
+    let rel_abs = if max_abs_sum == 0.0 {
+        max_err
+    } else {
+        max_err / max_abs_sum
+    };
+    // Error relative to the condition scale is always tiny.
+    assert!(
+        rel_abs < 1e-6,
+        "{isa:?} m={m} n={n} k={k} pad={pad}: err/abs-sum {rel_abs:e}"
+    );
+    // max|err| / max|ref|: only meaningful with enough entries that the max
+    // is not dominated by one cancelling dot product (e.g. a 1×1 result).
+    if m * n >= 64 {
+        assert!(
+            rel < 1e-5,
+            "{isa:?} m={m} n={n} k={k} pad={pad}: rel err {rel:e}"
+        );
+    }
+}
+
+#[test]
+fn random_sizes_all_isas() {
+    let sizes = [0usize, 1, 7, 17, 33, 127, 128, 129, 300];
+    let mut seed = 1;
+    for isa in all_isas() {
+        for &m in &sizes {
+            for &n in &sizes {
+                for &k in &[0usize, 1, 7, 33, 129, 300] {
+                    // Keep the f64 reference affordable in debug builds.
+                    if m * n * k > 4_000_000 {
+                        continue;
+                    }
+                    seed += 1;
+                    check(isa, m, n, k, (seed % 3) as usize * 5, seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn large_and_deep() {
+    for isa in all_isas() {
+        // k spans several KC blocks; m spans several MC blocks.
+        check(isa, 300, 129, 600, 3, 77);
+        check(isa, 5, 4200, 9, 1, 78); // n spans two NC blocks
+    }
+}
+
+#[test]
+fn tile_wise_accumulation_matches_single_call() {
+    // The backend's calling pattern: C(128×128) += A_tile(128×BK)·B_tile(BK×128) per K step.
+    let (bm, bn, kk) = (128, 128, 512);
+    let mut rng = Rng(99);
+    let a = rng.vec(bm * kk);
+    let b = rng.vec(kk * bn);
+    for isa in all_isas() {
+        for bk in [64usize, 128, 256] {
+            let mut acc = vec![0.0f32; bm * bn];
+            let mut at = vec![0.0f32; bm * bk];
+            let mut bt = vec![0.0f32; bk * bn];
+            for k0 in (0..kk).step_by(bk) {
+                for i in 0..bm {
+                    at[i * bk..(i + 1) * bk].copy_from_slice(&a[i * kk + k0..i * kk + k0 + bk]);
+                }
+                bt.copy_from_slice(&b[k0 * bn..(k0 + bk) * bn]);
+                gemm_f32_with(isa, bm, bn, bk, &at, bk, &bt, bn, &mut acc, bn);
+            }
+            let r = reference(bm, bn, kk, &a, kk, &b, bn, &vec![0.0; bm * bn], bn);
+            let max_ref = r.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let max_err = acc
+                .iter()
+                .zip(&r)
+                .fold(0.0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
+            assert!(
+                max_err / max_ref < 1e-5,
+                "{isa:?} bk={bk}: {}",
+                max_err / max_ref
+            );
+        }
+    }
+}
+
+#[test]
+fn accumulates_into_c() {
+    // C starts at a known non-zero value; two calls must add twice.
+    let (m, n, k) = (19, 37, 23);
+    let mut rng = Rng(5);
+    let a = rng.vec(m * k);
+    let b = rng.vec(k * n);
+    for isa in all_isas() {
+        let mut c = vec![1.5f32; m * n];
+        gemm_f32_with(isa, m, n, k, &a, k, &b, n, &mut c, n);
+        gemm_f32_with(isa, m, n, k, &a, k, &b, n, &mut c, n);
+        let r = reference(m, n, k, &a, k, &b, n, &vec![0.0; m * n], n);
+        for (x, y) in c.iter().zip(&r) {
+            assert!(
+                (*x as f64 - (1.5 + 2.0 * y)).abs() < 1e-4,
+                "{x} vs {}",
+                1.5 + 2.0 * y
+            );
+        }
+        // k = 0 leaves C untouched.
+        let before = c.clone();
+        gemm_f32_with(isa, m, n, 0, &[], 0, &[], n, &mut c, n);
+        assert_eq!(before, c);
+    }
+}
+
+#[test]
+fn default_entry_point_uses_detected_isa() {
+    let mut rng = Rng(11);
+    let (m, n, k) = (70, 50, 40);
+    let a = rng.vec(m * k);
+    let b = rng.vec(k * n);
+    let mut c = vec![0.0f32; m * n];
+    gemm_f32(m, n, k, &a, k, &b, n, &mut c, n);
+    let r = reference(m, n, k, &a, k, &b, n, &vec![0.0; m * n], n);
+    let max_ref = r.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let max_err = c
+        .iter()
+        .zip(&r)
+        .fold(0.0f64, |m, (x, y)| m.max((*x as f64 - y).abs()));
+    assert!(max_err / max_ref < 1e-5);
+}
+
+#[test]
+#[should_panic]
+fn short_slice_panics() {
+    let a = vec![0.0f32; 10];
+    let b = vec![0.0f32; 16];
+    let mut c = vec![0.0f32; 16];
+    gemm_f32(4, 4, 4, &a, 4, &b, 4, &mut c, 4);
+}
+
+fn bf16_vec(rng: &mut Rng, len: usize) -> Vec<u16> {
+    (0..len).map(|_| bf16::f32_to_bf16(rng.f32())).collect()
+}
+
+fn check_bf16(native: bool, m: usize, n: usize, k: usize, pad: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
+    let a = bf16_vec(&mut rng, if m * k == 0 { 0 } else { (m - 1) * lda + k });
+    let b = bf16_vec(&mut rng, if k * n == 0 { 0 } else { (k - 1) * ldb + n });
+    let c0 = rng.vec(m * ldc);
+    let mut c = c0.clone();
+    bf16::gemm_bf16_impl(native, m, n, k, &a, lda, &b, ldb, &mut c, ldc);
+    let af: Vec<f32> = a.iter().map(|&x| bf16_to_f32(x)).collect();
+    let bf: Vec<f32> = b.iter().map(|&x| bf16_to_f32(x)).collect();
+    let r = reference(m, n, k, &af, lda, &bf, ldb, &c0, ldc);
+    let (mut max_err, mut max_ref, mut max_abs) = (0.0f64, 0.0f64, 0.0f64);
+    for i in 0..m {
+        for j in 0..ldc {
+            let idx = i * ldc + j;
+            if j < n {
+                max_err = max_err.max((c[idx] as f64 - r[idx]).abs());
+                max_ref = max_ref.max(r[idx].abs());
+                let s: f64 = (0..k)
+                    .map(|p| (af[i * lda + p] as f64 * bf[p * ldb + j] as f64).abs())
+                    .sum();
+                max_abs = max_abs.max(s + (c0[idx] as f64).abs());
+            } else {
+                assert_eq!(c[idx].to_bits(), c0[idx].to_bits(), "padding clobbered");
+            }
+        }
+    }
+    if max_abs > 0.0 {
+        assert!(
+            max_err / max_abs < 1e-6,
+            "bf16 native={native} m={m} n={n} k={k}: {}",
+            max_err / max_abs
+        );
+    }
+    if m * n >= 64 && max_ref > 0.0 {
+        assert!(
+            max_err / max_ref < 1e-5,
+            "bf16 native={native} m={m} n={n} k={k}: {}",
+            max_err / max_ref
+        );
+    }
+}
+
+#[test]
+fn bf16_random_sizes() {
+    let sizes = [0usize, 1, 7, 17, 33, 128, 129];
+    let mut seed = 1000;
+    for native in [false, true] {
+        for &m in &sizes {
+            for &n in &sizes {
+                for &k in &[0usize, 1, 2, 7, 64, 129, 300] {
+                    seed += 1;
+                    check_bf16(native, m, n, k, (seed % 3) as usize * 3, seed);
+                }
+            }
+        }
+        check_bf16(native, 150, 70, 1100, 2, 4242); // several k blocks, odd k
+    }
+}
+
+#[test]
+fn bf16_round_trip() {
+    for x in [0.0f32, 1.0, -2.5, 3.140625, 1e-3, -65504.0] {
+        let y = bf16_to_f32(f32_to_bf16(x));
+        assert!((x - y).abs() <= x.abs() / 128.0, "{x} -> {y}");
+    }
+    assert_eq!(f32_to_bf16(1.0), 0x3F80);
+    assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+}

@@ -1,0 +1,128 @@
+//! AVX-512F micro-kernel: 8×32 tile, 16 `zmm` accumulators.
+
+use core::arch::x86_64::*;
+
+use super::super::driver::Kernel;
+use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+
+const MR: usize = 8;
+const NR: usize = 32;
+
+/// 8×32 AVX-512 kernel (rows `M < 8` use narrower instantiations).
+pub(crate) struct Avx512Kernel;
+
+/// `C[0..M, 0..32] += Apanel · Bpanel`; A panel stride is always `MR`.
+#[inline(always)]
+unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        macro_rules! step {
+            ($ap:expr, $bp:expr) => {{
+                let b0 = _mm512_loadu_ps($bp);
+                let b1 = _mm512_loadu_ps($bp.add(16));
+                for i in 0..M {
+                    let ai = _mm512_set1_ps(*$ap.add(i));
+                    acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+                    acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+                }
+            }};
+        }
+        let (mut ap, mut bp, mut p) = (a, b, kc);
+        while p >= 4 {
+            step!(ap, bp);
+            step!(ap.add(MR), bp.add(NR));
+            step!(ap.add(2 * MR), bp.add(2 * NR));
+            step!(ap.add(3 * MR), bp.add(3 * NR));
+            ap = ap.add(4 * MR);
+            bp = bp.add(4 * NR);
+            p -= 4;
+        }
+        while p > 0 {
+            step!(ap, bp);
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+            p -= 1;
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let cr = c.add(i * ldc);
+            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), row[0]));
+            _mm512_storeu_ps(
+                cr.add(16),
+                _mm512_add_ps(_mm512_loadu_ps(cr.add(16)), row[1]),
+            );
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn tile_rows(mr: usize, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+    unsafe {
+        match mr {
+            8 => tile::<8>(kc, a, b, c, ldc),
+            7 => tile::<7>(kc, a, b, c, ldc),
+            6 => tile::<6>(kc, a, b, c, ldc),
+            5 => tile::<5>(kc, a, b, c, ldc),
+            4 => tile::<4>(kc, a, b, c, ldc),
+            3 => tile::<3>(kc, a, b, c, ldc),
+            2 => tile::<2>(kc, a, b, c, ldc),
+            _ => tile::<1>(kc, a, b, c, ldc),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn run_avx512(
+    mr: usize,
+    nr: usize,
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+) {
+    unsafe {
+        if nr == NR {
+            tile_rows(mr, kc, a, b, c, ldc)
+        } else {
+            let mut t = edge_load::<MR, NR>(mr, nr, c, ldc);
+            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR);
+            edge_store::<MR, NR>(mr, nr, c, ldc, &t);
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn pack_a_avx512(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
+    unsafe { pack_a::<MR>(mc, kc, a, lda, dst) }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn pack_b_avx512(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
+    unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
+}
+
+// SAFETY: only dispatched to after runtime detection of AVX-512F and FMA.
+unsafe impl Kernel for Avx512Kernel {
+    const MR: usize = MR;
+    const NR: usize = NR;
+
+    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
+        unsafe { pack_a_avx512(mc, kc, a, lda, dst) }
+    }
+
+    unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
+        unsafe { pack_b_avx512(kc, nc, b, ldb, dst) }
+    }
+
+    unsafe fn run(
+        mr: usize,
+        nr: usize,
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        unsafe { run_avx512(mr, nr, kc, a, b, c, ldc) }
+    }
+}

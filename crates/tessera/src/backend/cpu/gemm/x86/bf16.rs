@@ -1,0 +1,209 @@
+//! AVX-512 BF16 micro-kernel (8×32 tile, `vdpbf16ps`) and its k-pair packing.
+//!
+//! Packed layouts, one `u32` = two bf16 of consecutive k (`lo` = even k):
+//! * A panel: `dst[p2*MR + r] = A[r][2p2] | A[r][2p2+1] << 16`
+//! * B panel: `dst[p2*NR + c] = B[2p2][c] | B[2p2+1][c] << 16`
+//!
+//! An odd trailing k is paired with a zero.
+
+use core::arch::x86_64::*;
+
+use super::super::pack::{edge_load, edge_store};
+use super::super::scratch::with_scratch;
+
+const MR: usize = 8;
+const NR: usize = 32;
+/// k-pairs per block (1024 values of k).
+const KC2: usize = 256;
+const MC: usize = 144;
+const NC: usize = 4096;
+
+#[inline(always)]
+fn pair(lo: u16, hi: u16) -> u32 {
+    lo as u32 | ((hi as u32) << 16)
+}
+
+/// Pack `mc × kc` of A into `MR`-row k-pair panels (`kc2 = kc.div_ceil(2)` pairs).
+#[inline(always)]
+unsafe fn pack_a(mc: usize, kc: usize, a: *const u16, lda: usize, dst: *mut u32) {
+    unsafe {
+        let kc2 = kc.div_ceil(2);
+        let mut i = 0;
+        let mut out = dst;
+        while i < mc {
+            let rows = MR.min(mc - i);
+            for r in 0..MR {
+                let o = out.add(r);
+                if r < rows {
+                    let s = a.add((i + r) * lda);
+                    for p2 in 0..kc / 2 {
+                        *o.add(p2 * MR) = pair(*s.add(2 * p2), *s.add(2 * p2 + 1));
+                    }
+                    if kc % 2 == 1 {
+                        *o.add((kc2 - 1) * MR) = pair(*s.add(kc - 1), 0);
+                    }
+                } else {
+                    for p2 in 0..kc2 {
+                        *o.add(p2 * MR) = 0;
+                    }
+                }
+            }
+            out = out.add(MR * kc2);
+            i += MR;
+        }
+    }
+}
+
+/// Pack `kc × nc` of B into `NR`-column k-pair panels.
+#[inline(always)]
+unsafe fn pack_b(kc: usize, nc: usize, b: *const u16, ldb: usize, dst: *mut u32) {
+    unsafe {
+        let kc2 = kc.div_ceil(2);
+        let mut j = 0;
+        let mut out = dst;
+        while j < nc {
+            let cols = NR.min(nc - j);
+            for p2 in 0..kc2 {
+                let r0 = b.add(2 * p2 * ldb + j);
+                let has_r1 = 2 * p2 + 1 < kc;
+                let o = out.add(p2 * NR);
+                if cols == NR && has_r1 {
+                    let r1 = r0.add(ldb);
+                    // 16 columns at a time: interleave two rows of bf16 into u32 pairs.
+                    for h in 0..2 {
+                        let lo = _mm256_loadu_si256(r0.add(16 * h) as *const __m256i);
+                        let hi = _mm256_loadu_si256(r1.add(16 * h) as *const __m256i);
+                        let lo = _mm512_cvtepu16_epi32(lo);
+                        let hi = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi));
+                        _mm512_storeu_si512(o.add(16 * h) as *mut _, _mm512_or_si512(lo, hi));
+                    }
+                } else {
+                    for c in 0..NR {
+                        *o.add(c) = if c < cols {
+                            pair(*r0.add(c), if has_r1 { *r0.add(ldb + c) } else { 0 })
+                        } else {
+                            0
+                        };
+                    }
+                }
+            }
+            out = out.add(NR * kc2);
+            j += NR;
+        }
+    }
+}
+
+/// `C[0..M, 0..32] += A·B` over `kc2` packed k-pairs.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn tile<const M: usize>(kc2: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize) {
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..kc2 {
+            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp as *const _));
+            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
+            for i in 0..M {
+                let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ap.add(i) as i32));
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+                acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+            }
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let cr = c.add(i * ldc);
+            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), row[0]));
+            _mm512_storeu_ps(
+                cr.add(16),
+                _mm512_add_ps(_mm512_loadu_ps(cr.add(16)), row[1]),
+            );
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn tile_rows(mr: usize, kc2: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize) {
+    unsafe {
+        match mr {
+            8 => tile::<8>(kc2, a, b, c, ldc),
+            7 => tile::<7>(kc2, a, b, c, ldc),
+            6 => tile::<6>(kc2, a, b, c, ldc),
+            5 => tile::<5>(kc2, a, b, c, ldc),
+            4 => tile::<4>(kc2, a, b, c, ldc),
+            3 => tile::<3>(kc2, a, b, c, ldc),
+            2 => tile::<2>(kc2, a, b, c, ldc),
+            _ => tile::<1>(kc2, a, b, c, ldc),
+        }
+    }
+}
+
+/// Blocked `C += A·B` for bf16 inputs.
+///
+/// # Safety
+/// Pointers must address matrices of the given shapes/strides (all dims > 0)
+/// and the CPU must support AVX-512F and AVX-512 BF16.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub(crate) unsafe fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const u16,
+    lda: usize,
+    b: *const u16,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    unsafe {
+        let kc_target = 2 * KC2;
+        let kblocks = k.div_ceil(kc_target);
+        // Even block depth so that only the last block can have an odd k.
+        let kc_max = k.div_ceil(kblocks).div_ceil(2) * 2;
+        let kc2_max = kc_max / 2;
+        let a_len = m.min(MC).div_ceil(MR) * MR * kc2_max;
+        let b_len = n.min(NC).div_ceil(NR) * NR * kc2_max;
+        with_scratch(a_len, b_len, |abuf, bbuf| {
+            let (abuf, bbuf) = (abuf as *mut u32, bbuf as *mut u32);
+            let mut jc = 0;
+            while jc < n {
+                let nc = NC.min(n - jc);
+                let mut pc = 0;
+                while pc < k {
+                    let kc = kc_max.min(k - pc);
+                    let kc2 = kc.div_ceil(2);
+                    pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                    let mut ic = 0;
+                    while ic < m {
+                        let mc = MC.min(m - ic);
+                        pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
+                        let mut jr = 0;
+                        while jr < nc {
+                            let nr = NR.min(nc - jr);
+                            let bp = bbuf.add(jr * kc2);
+                            let mut ir = 0;
+                            while ir < mc {
+                                let mr = MR.min(mc - ir);
+                                let ap = abuf.add(ir * kc2);
+                                let cp = c.add((ic + ir) * ldc + jc + jr);
+                                if nr == NR {
+                                    tile_rows(mr, kc2, ap, bp, cp, ldc);
+                                } else {
+                                    let mut t = edge_load::<MR, NR>(mr, nr, cp, ldc);
+                                    tile_rows(mr, kc2, ap, bp, t.as_mut_ptr() as *mut f32, NR);
+                                    edge_store::<MR, NR>(mr, nr, cp, ldc, &t);
+                                }
+                                ir += MR;
+                            }
+                            jr += NR;
+                        }
+                        ic += mc;
+                    }
+                    pc += kc;
+                }
+                jc += nc;
+            }
+        })
+    }
+}

@@ -1,0 +1,182 @@
+//! Block loads and stores between tensors and tiles, masked by bounds and an optional mask.
+
+use super::value::{Data, Tile};
+use crate::backend::Buffer;
+use crate::{Error, Result};
+use half::{bf16, f16};
+use tessera_ir::DType;
+
+/// Where a tile lands in a tensor view: element offset of the fixed leading indices, the tile's
+/// row/column origin and the view's row/column extents.
+struct Window {
+    base: usize,
+    rows: usize,
+    cols: usize,
+    row0: i64,
+    col0: i64,
+    trows: usize,
+    tcols: usize,
+    /// Leading indices out of range: nothing is accessed.
+    outside: bool,
+}
+
+fn window(buf: &Buffer, idx: &[i64], tile: &[usize]) -> Window {
+    let dims = buf.dims();
+    let (r, t) = (dims.len(), tile.len());
+    let mut strides = vec![1usize; r];
+    for a in (0..r.saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * dims[a + 1];
+    }
+    let mut base = 0usize;
+    let mut outside = false;
+    for a in 0..r - t {
+        if idx[a] < 0 || idx[a] >= dims[a] as i64 {
+            outside = true;
+        } else {
+            base += idx[a] as usize * strides[a];
+        }
+    }
+    // Tile axes: the last `t` view axes. A rank-1 tile is one row; a scalar one element.
+    let (rows, cols, row0, col0, trows, tcols) = match t {
+        2 => (dims[r - 2], dims[r - 1], idx[r - 2], idx[r - 1], tile[0], tile[1]),
+        1 => (1, dims[r - 1], 0, idx[r - 1], 1, tile[0]),
+        _ => (1, 1, 0, 0, 1, 1),
+    };
+    let row_stride_base = if t == 2 { strides[r - 2] } else { 0 };
+    let _ = row_stride_base;
+    Window { base, rows, cols, row0, col0, trows, tcols, outside }
+}
+
+/// Row stride (elements) of the view for a rank-2 tile window.
+fn row_stride(buf: &Buffer) -> usize {
+    *buf.dims().last().unwrap_or(&1)
+}
+
+/// Column range `[c0, c1)` of tile row that lies inside the tensor.
+fn col_range(w: &Window) -> (usize, usize) {
+    let lo = (-w.col0).clamp(0, w.tcols as i64) as usize;
+    let hi = (w.cols as i64 - w.col0).clamp(0, w.tcols as i64) as usize;
+    (lo, hi.max(lo))
+}
+
+fn mask_at(mask: Option<&Tile>, r: usize, c: usize) -> bool {
+    match mask {
+        None => true,
+        Some(m) => {
+            let (mr, mc) = match m.rank {
+                2 => (m.shape[0], m.shape[1]),
+                1 => (1, m.shape[0]),
+                _ => (1, 1),
+            };
+            m.b()[(r % mr) * mc + (c % mc)]
+        }
+    }
+}
+
+/// Loads a tile of `dims` at `idx`.
+pub(crate) fn load(buf: &Buffer, idx: &[i64], dims: &[usize], other: f64, mask: Option<&Tile>, dtype: DType) -> Result<Tile> {
+    let w = window(buf, idx, dims);
+    let n = w.trows * w.tcols;
+    let rs = if dims.len() == 2 { row_stride(buf) } else { 0 };
+    let (c_lo, c_hi) = col_range(&w);
+    macro_rules! rows {
+        ($out:ident, $src:ty, $conv:expr) => {{
+            let src: &[$src] = unsafe { std::slice::from_raw_parts(buf.ptr as *const $src, buf.len / std::mem::size_of::<$src>()) };
+            if !w.outside {
+                for tr in 0..w.trows {
+                    let row = w.row0 + tr as i64;
+                    if row < 0 || row >= w.rows as i64 || c_lo >= c_hi {
+                        continue;
+                    }
+                    let start = w.base + row as usize * rs + (w.col0 + c_lo as i64) as usize;
+                    let s = &src[start..start + (c_hi - c_lo)];
+                    let d = &mut $out[tr * w.tcols + c_lo..tr * w.tcols + c_hi];
+                    for (o, x) in d.iter_mut().zip(s) {
+                        *o = $conv(*x);
+                    }
+                }
+            }
+        }};
+    }
+    let mut tile = match dtype {
+        DType::F32 | DType::BF16 | DType::F16 => {
+            let mut out = vec![other as f32; n];
+            match dtype {
+                DType::F32 => rows!(out, f32, |x: f32| x),
+                DType::BF16 => rows!(out, bf16, |x: bf16| x.to_f32()),
+                _ => rows!(out, f16, |x: f16| x.to_f32()),
+            }
+            Tile::new_f(dtype, dims, out)
+        }
+        DType::I32 => {
+            let mut out = vec![other as i32; n];
+            rows!(out, i32, |x: i32| x);
+            Tile::new_i(dims, out)
+        }
+        DType::Bool => {
+            let mut out = vec![other != 0.0; n];
+            rows!(out, u8, |x: u8| x != 0);
+            Tile::new_b(dims, out)
+        }
+        d => return Err(Error::Unsupported { device: "cpu".into(), message: format!("loads of {d} tiles") }),
+    };
+    if mask.is_some() {
+        for r in 0..w.trows {
+            for c in 0..w.tcols {
+                if !mask_at(mask, r, c) {
+                    match &mut tile.data {
+                        Data::F(v) => v[r * w.tcols + c] = other as f32,
+                        Data::I(v) => v[r * w.tcols + c] = other as i32,
+                        Data::B(v) => v[r * w.tcols + c] = other != 0.0,
+                    }
+                }
+            }
+        }
+    }
+    Ok(tile)
+}
+
+/// Stores `tile` at `idx`, skipping lanes outside the tensor or masked off.
+pub(crate) fn store(buf: &Buffer, idx: &[i64], tile: &Tile, mask: Option<&Tile>) -> Result<()> {
+    let w = window(buf, idx, tile.dims());
+    if w.outside {
+        return Ok(());
+    }
+    let rs = if tile.rank == 2 { row_stride(buf) } else { 0 };
+    let (c_lo, c_hi) = col_range(&w);
+    macro_rules! rows {
+        ($dst:ty, $vals:expr, $conv:expr) => {{
+            let dst: &mut [$dst] = unsafe { std::slice::from_raw_parts_mut(buf.ptr as *mut $dst, buf.len / std::mem::size_of::<$dst>()) };
+            let vals = $vals;
+            for tr in 0..w.trows {
+                let row = w.row0 + tr as i64;
+                if row < 0 || row >= w.rows as i64 || c_lo >= c_hi {
+                    continue;
+                }
+                let start = w.base + row as usize * rs + (w.col0 + c_lo as i64) as usize;
+                let d = &mut dst[start..start + (c_hi - c_lo)];
+                let s = &vals[tr * w.tcols + c_lo..tr * w.tcols + c_hi];
+                if mask.is_none() {
+                    for (o, x) in d.iter_mut().zip(s) {
+                        *o = $conv(*x);
+                    }
+                } else {
+                    for (k, (o, x)) in d.iter_mut().zip(s).enumerate() {
+                        if mask_at(mask, tr, c_lo + k) {
+                            *o = $conv(*x);
+                        }
+                    }
+                }
+            }
+        }};
+    }
+    match buf.dtype {
+        DType::F32 => rows!(f32, tile.f(), |x: f32| x),
+        DType::BF16 => rows!(bf16, tile.f(), bf16::from_f32),
+        DType::F16 => rows!(f16, tile.f(), f16::from_f32),
+        DType::I32 => rows!(i32, tile.i(), |x: i32| x),
+        DType::Bool => rows!(u8, tile.b(), |x: bool| x as u8),
+        d => return Err(Error::Unsupported { device: "cpu".into(), message: format!("stores of {d} tiles") }),
+    }
+    Ok(())
+}

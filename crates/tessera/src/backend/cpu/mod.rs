@@ -1,0 +1,46 @@
+//! The CPU backend: runs Tile IR over a rayon grid, one program (block) per task.
+//!
+//! Tile ops work on whole tiles: loads and stores copy rows with dtype conversion, `dot` calls
+//! the packed SIMD GEMM in [`gemm`], transcendental functions run the vectorised kernels in
+//! [`vmath`], and elementwise arithmetic runs row-slice loops. bf16/f16 values are widened to
+//! f32 in tiles and rounded back to their type after every op, so results match the types the
+//! IR declares; `dot` accumulates in f32.
+
+mod elementwise;
+mod exec;
+pub mod gemm;
+mod memory;
+mod value;
+pub mod vmath;
+
+use super::Buffer;
+use crate::{Error, Result};
+use rayon::prelude::*;
+use tessera_ir::tile::Kernel;
+
+pub(crate) use exec::Program;
+
+/// Runs `kernel` over its grid with `args` bound to its parameters (same order).
+///
+/// `program` is the kernel prepared by [`Program::new`] (liveness computed once).
+pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
+    let k: &Kernel = &program.kernel;
+    if args.len() != k.params.len() {
+        return Err(Error::ArgCount { kernel: k.name.clone(), expected: k.params.len(), got: args.len() });
+    }
+    let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
+    let grid: Vec<usize> = k.grid.iter().map(|g| g.eval(&shapes)).collect();
+    let total = grid[0] * grid[1] * grid[2];
+    if total == 0 {
+        return Ok(());
+    }
+    let run = |regs: &mut exec::Registers, pid: usize| {
+        let ids = [pid % grid[0], (pid / grid[0]) % grid[1], pid / (grid[0] * grid[1])];
+        program.run_block(regs, ids, args)
+    };
+    if total == 1 || rayon::current_num_threads() == 1 {
+        let mut regs = exec::Registers::new(k);
+        return (0..total).try_for_each(|p| run(&mut regs, p));
+    }
+    (0..total).into_par_iter().try_for_each_init(|| exec::Registers::new(k), run)
+}

@@ -1,0 +1,91 @@
+//! Run-time values of the CPU interpreter: tiles of f32 / i32 / bool (scalars are rank 0).
+
+use tessera_ir::DType;
+
+/// Element storage: every float dtype is held widened to f32.
+#[derive(Clone, Debug)]
+pub(crate) enum Data {
+    F(Vec<f32>),
+    I(Vec<i32>),
+    B(Vec<bool>),
+}
+
+/// A tile value.
+#[derive(Clone, Debug)]
+pub(crate) struct Tile {
+    pub dtype: DType,
+    /// Up to two dims; unused trailing entries are 1.
+    pub shape: [usize; 2],
+    pub rank: usize,
+    pub data: Data,
+}
+
+impl Tile {
+    pub fn dims(&self) -> &[usize] {
+        &self.shape[..self.rank]
+    }
+
+    pub fn shape_of(dims: &[usize]) -> ([usize; 2], usize) {
+        let mut s = [1, 1];
+        s[..dims.len()].copy_from_slice(dims);
+        (s, dims.len())
+    }
+
+    pub fn new_f(dtype: DType, dims: &[usize], v: Vec<f32>) -> Tile {
+        let (shape, rank) = Tile::shape_of(dims);
+        Tile { dtype, shape, rank, data: Data::F(v) }
+    }
+
+    pub fn new_i(dims: &[usize], v: Vec<i32>) -> Tile {
+        let (shape, rank) = Tile::shape_of(dims);
+        Tile { dtype: DType::I32, shape, rank, data: Data::I(v) }
+    }
+
+    pub fn new_b(dims: &[usize], v: Vec<bool>) -> Tile {
+        let (shape, rank) = Tile::shape_of(dims);
+        Tile { dtype: DType::Bool, shape, rank, data: Data::B(v) }
+    }
+
+    pub fn scalar_i(x: i32) -> Tile {
+        Tile::new_i(&[], vec![x])
+    }
+
+    pub fn f(&self) -> &[f32] {
+        match &self.data {
+            Data::F(v) => v,
+            _ => panic!("tile of {} used as float (verifier bug)", self.dtype),
+        }
+    }
+
+    pub fn i(&self) -> &[i32] {
+        match &self.data {
+            Data::I(v) => v,
+            _ => panic!("tile of {} used as i32 (verifier bug)", self.dtype),
+        }
+    }
+
+    pub fn b(&self) -> &[bool] {
+        match &self.data {
+            Data::B(v) => v,
+            _ => panic!("tile of {} used as bool (verifier bug)", self.dtype),
+        }
+    }
+
+    /// The i32 scalar this tile holds.
+    pub fn as_index(&self) -> i64 {
+        match &self.data {
+            Data::I(v) => v[0] as i64,
+            Data::F(v) => v[0] as i64,
+            Data::B(v) => v[0] as i64,
+        }
+    }
+}
+
+/// Rounds widened values to the precision of `dtype` (no-op for f32).
+pub(crate) fn round_to(dtype: DType, v: &mut [f32]) {
+    match dtype {
+        DType::BF16 => v.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        DType::F16 => v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        _ => {}
+    }
+}

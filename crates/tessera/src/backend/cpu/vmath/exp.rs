@@ -1,0 +1,96 @@
+//! `exp`: Cody–Waite range reduction + degree-5 minimax polynomial
+//! (Cephes `expf` coefficients), branch-free. The `2^n` scale is applied in
+//! two halves (an exponent-field integer add, then one multiply), so results
+//! in the subnormal range are rounded once and correctly.
+
+use super::arith::Arith;
+
+const LOG2E: f32 = core::f32::consts::LOG2_E;
+/// ln 2 split: `LN2_HI` has 9 significant bits, so `n * LN2_HI` is exact.
+const LN2_HI: f32 = 0.693_359_375;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+const SHIFTER: f32 = 12_582_912.0;
+/// Inputs are clamped to this range (exp(89) overflows, exp(-104) underflows
+/// to zero), which keeps every intermediate integer small.
+pub(crate) const EXP_HI: f32 = 89.0;
+pub(crate) const EXP_LO: f32 = -104.0;
+
+/// `e^r` for `|r| <= ln2/2 (+ tiny)`, ~1 ulp (Horner; these kernels are
+/// FMA-throughput bound, so the fewest operations win).
+#[inline(always)]
+fn exp_poly<A: Arith>(r: f32) -> f32 {
+    let mut p = 1.987_569_2e-4;
+    p = A::fma(p, r, 1.398_199_9e-3);
+    p = A::fma(p, r, 8.333_452e-3);
+    p = A::fma(p, r, 4.166_579_6e-2);
+    p = A::fma(p, r, 1.666_666_5e-1);
+    p = A::fma(p, r, 5.000_000_1e-1);
+    A::fma(p, r * r, r) + 1.0
+}
+
+/// `2^n` as a float for `-126 <= n <= 127`.
+#[inline(always)]
+fn pow2i(n: i32) -> f32 {
+    f32::from_bits((n.wrapping_add(127) as u32) << 23)
+}
+
+/// Range reduction for `x` in `[EXP_LO, EXP_HI]` (or NaN): returns `(r, k)`
+/// with `x = n ln2 + r`, `|r| <= ~0.35`, and `n` encoded in `k`'s bits.
+#[inline(always)]
+pub(crate) fn exp_reduce<A: Arith>(x: f32) -> (f32, f32) {
+    let k = A::fma(x, LOG2E, SHIFTER);
+    let n = k - SHIFTER;
+    let r = A::fma(n, -LN2_HI, x);
+    (A::fma(n, -LN2_LO, r), k)
+}
+
+/// `pre * e^r * 2^n` from [`exp_reduce`]'s `(r, k)`. Requires
+/// `pre * e^r * 2^(n/2)` to be normal whenever `n != 0` (true for `pre = 1`
+/// and for any `|pre| >= 2^-40`); `pre` may be anything when `n = 0`.
+#[inline(always)]
+pub(crate) fn exp_finish<A: Arith>(r: f32, k: f32, pre: f32) -> f32 {
+    let p = pre * exp_poly::<A>(r);
+    // n in [-150, 129]; n1 goes into the exponent field by an integer add
+    // (result stays normal), n2 by a multiply (rounds once if subnormal).
+    let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    f32::from_bits(p.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2)
+}
+
+/// `exp(hi + lo)` where `lo` is a small correction (|lo| <= ulp(hi)); pass
+/// `lo = -0.0` for a plain `exp(hi)` (the add folds away). Full range:
+/// overflow to `+inf`, gradual underflow through the subnormals to `0`,
+/// NaN propagates.
+#[inline(always)]
+pub(crate) fn exp_core<A: Arith>(hi: f32, lo: f32) -> f32 {
+    // Clamp (comparisons are false for NaN, so NaN passes through).
+    let x = if hi < EXP_LO { EXP_LO } else { hi };
+    let x = if x > EXP_HI { EXP_HI } else { x };
+    exp_unclamped::<A>(x, lo)
+}
+
+/// [`exp_core`] without the clamp: the caller guarantees
+/// `EXP_LO <= hi <= EXP_HI` (or NaN).
+#[inline(always)]
+pub(crate) fn exp_unclamped<A: Arith>(x: f32, lo: f32) -> f32 {
+    let (r, k) = exp_reduce::<A>(x);
+    exp_finish::<A>(r + lo, k, 1.0)
+}
+
+/// `exp(x)` for arguments known to lie in `[-87, 87]` (single scale, no
+/// subnormal handling). NaN propagates; callers clamp.
+#[inline(always)]
+pub(crate) fn exp_mid<A: Arith>(x: f32) -> f32 {
+    let (r, k) = exp_reduce::<A>(x);
+    let p = exp_poly::<A>(r);
+    let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    f32::from_bits(p.to_bits().wrapping_add((ni as u32) << 23))
+}
+
+/// Element kernel for [`super::exp`].
+#[inline(always)]
+pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
+    exp_core::<A>(x, -0.0)
+}

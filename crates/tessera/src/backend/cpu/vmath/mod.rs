@@ -1,0 +1,122 @@
+//! Vectorised f32 elementwise math and reductions for the CPU backend.
+//!
+//! Every kernel is a branch-free scalar body (`#[inline(always)]`, generic
+//! over an `Arith` flavour: fused or unfused multiply-add) applied in a simple loop that LLVM
+//! auto-vectorises. Each is instantiated several times:
+//!
+//! * inside an `unsafe fn` with `#[target_feature(enable = "avx2,fma")]`
+//!   (8-wide AVX2 with fused multiply-adds), chosen at run time through a
+//!   cached `is_x86_feature_detected!`;
+//! * element-wise kernels also with `avx512f,avx2,fma` (16-wide), preferred
+//!   when the CPU has AVX-512F: on Zen 4 it measured 1.6-1.7x faster, because
+//!   these kernels are limited by the number of instructions in flight;
+//! * as a portable fallback (baseline ISA, e.g. SSE2 on x86_64, NEON on
+//!   aarch64), which is also what non-x86 targets use.
+//!
+//! Accuracy (measured against f64 references on random inputs; see the
+//! tests): `exp`, `log`, `tanh`, `sigmoid`, `erf` within a few ulp, `gelu`
+//! relative error below 1e-6 for all normal results including the negative
+//! tail, `sqrt` correctly rounded, `rsqrt` within 1.5 ulp. Results of the two
+//! instantiations may differ in the last bit (fused vs unfused operations).
+//!
+//! Only `std` is used.
+
+// Polynomial coefficients are written with all the digits of their fit.
+#![allow(clippy::excessive_precision, clippy::approx_constant)]
+
+#[macro_use]
+mod dispatch;
+mod arith;
+mod erf;
+mod exp;
+mod gelu;
+mod log;
+mod reduce;
+mod sigmoid;
+mod sqrt;
+mod tanh;
+
+#[cfg(test)]
+mod tests;
+
+elementwise!(k_exp, exp::exp1);
+elementwise!(k_log, log::log1);
+elementwise!(k_tanh, tanh::tanh1);
+elementwise!(k_sigmoid, sigmoid::sigmoid1);
+elementwise!(k_erf, erf::erf1);
+elementwise!(k_gelu, gelu::gelu1);
+elementwise!(k_sqrt, sqrt::sqrt1);
+elementwise!(k_rsqrt, sqrt::rsqrt1);
+reduction!(k_sum, reduce::sum_body);
+reduction!(k_max, reduce::max_body);
+reduction!(k_sum_kahan, reduce::sum_kahan_body);
+
+/// In place `x[i] = e^x[i]`.
+///
+/// Overflows to `+inf` above ~88.72, underflows gradually through the
+/// subnormals to `0` below ~-87.3 (exactly `0` below ~-103.98); NaN in gives
+/// NaN out.
+pub fn exp(x: &mut [f32]) {
+    k_exp::run(x)
+}
+
+/// In place natural logarithm: `log(0) = -inf`, `log(x<0) = NaN`,
+/// `log(+inf) = +inf`, subnormal inputs handled exactly.
+pub fn log(x: &mut [f32]) {
+    k_log::run(x)
+}
+
+/// In place hyperbolic tangent; `tanh(±large) = ±1`, relative accuracy kept
+/// for tiny arguments.
+pub fn tanh(x: &mut [f32]) {
+    k_tanh::run(x)
+}
+
+/// In place logistic sigmoid `1 / (1 + e^-x)`; `sigmoid(-large) = 0`
+/// (never NaN), `sigmoid(+large) = 1`, relative accuracy in the negative tail.
+pub fn sigmoid(x: &mut [f32]) {
+    k_sigmoid::run(x)
+}
+
+/// In place error function `erf(x)`; `erf(±large) = ±1`.
+pub fn erf(x: &mut [f32]) {
+    k_erf::run(x)
+}
+
+/// In place exact GELU `0.5·x·(1 + erf(x/√2)) = 0.5·x·erfc(-x/√2)`, evaluated
+/// through `erfc` so that the negative tail keeps relative accuracy.
+/// `gelu(+inf) = +inf`, `gelu(-inf) = -0`.
+pub fn gelu(x: &mut [f32]) {
+    k_gelu::run(x)
+}
+
+/// In place IEEE square root (correctly rounded).
+pub fn sqrt(x: &mut [f32]) {
+    k_sqrt::run(x)
+}
+
+/// In place reciprocal square root `1 / sqrt(x)` (a true division, not the
+/// 12-bit hardware estimate; two correctly rounded steps, < 1.5 ulp).
+pub fn rsqrt(x: &mut [f32]) {
+    k_rsqrt::run(x)
+}
+
+/// Sum of `x`, accumulated in f32 with 32 independent vector lanes that are
+/// combined pairwise at the end (fast; error grows like `len/32` roundings).
+/// Empty slice gives `0.0`.
+pub fn sum(x: &[f32]) -> f32 {
+    k_sum::run(x)
+}
+
+/// Maximum of `x`, NaN-propagating (any NaN gives NaN); `-inf` for an empty
+/// slice.
+pub fn max(x: &[f32]) -> f32 {
+    k_max::run(x)
+}
+
+/// Compensated sum: 32 vector lanes each carrying a Kahan compensation term,
+/// combined with Neumaier summation at the end. Error is about
+/// `2·eps·|sum| + O(len·eps²)·Σ|x|`. Infinite/NaN inputs give the IEEE sum.
+pub fn sum_kahan(x: &[f32]) -> f32 {
+    k_sum_kahan::run(x)
+}

@@ -1,0 +1,33 @@
+//! Backends that run Tile IR. `cpu` is always available.
+
+pub mod cpu;
+
+use tessera_ir::DType;
+
+/// A kernel argument as a backend sees it: a view shape over raw bytes.
+///
+/// Inputs are read-only; the launcher guarantees outputs do not alias inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Buffer {
+    pub dtype: DType,
+    /// The shape at the kernel parameter's view rank.
+    pub shape: [usize; 3],
+    pub rank: usize,
+    pub ptr: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+    pub writable: bool,
+}
+
+// SAFETY: a Buffer is a view handed to kernel programs; programs of one launch write disjoint
+// elements (the lowering guarantees it for compiled kernels; for `tile!` kernels overlapping
+// stores are a bug, as on a GPU).
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// The view's dims.
+    pub fn dims(&self) -> &[usize] {
+        &self.shape[..self.rank]
+    }
+}

@@ -1,0 +1,236 @@
+//! Launching kernels: bind shapes, allocate intermediates, run each fused kernel in order.
+
+use crate::backend::{Buffer, cpu};
+use crate::tensor::{Element, Tensor, TensorMut, TensorRef};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use tessera_ir::graph::{self, Graph, Op};
+use tessera_ir::lower::{Binding, view_shape};
+use tessera_ir::pipeline::{CompileOptions, Compiled, compile};
+use tessera_ir::tile::{self, dsl};
+use tessera_ir::{DType, Dim};
+
+/// The static definition `#[tessera::kernel]` emits: the Graph IR text and the Tile IR text of
+/// each fused kernel (default schedules), compiled and checked at build time.
+pub struct KernelDef {
+    name: &'static str,
+    graph: &'static str,
+    tiles: &'static [&'static str],
+    ready: OnceLock<std::result::Result<Ready, String>>,
+}
+
+/// A definition prepared for running: the compiled graph and each kernel's program.
+struct Ready {
+    compiled: Compiled,
+    programs: Vec<(cpu::Program, Vec<Binding>)>,
+}
+
+impl KernelDef {
+    /// A definition from texts embedded by the macro.
+    pub const fn new(name: &'static str, graph: &'static str, tiles: &'static [&'static str]) -> Self {
+        KernelDef { name, graph, tiles, ready: OnceLock::new() }
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The compiled form (graph, fusion plan, kernels); compiles on first use.
+    pub fn compiled(&self) -> Result<&Compiled> {
+        Ok(&self.ready()?.compiled)
+    }
+
+    fn ready(&self) -> Result<&Ready> {
+        self.ready
+            .get_or_init(|| self.prepare())
+            .as_ref()
+            .map_err(|m| Error::Compile { kernel: self.name.into(), message: m.clone() })
+    }
+
+    fn prepare(&self) -> std::result::Result<Ready, String> {
+        let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+        let compiled = compile(&g, &CompileOptions::default()).map_err(|e| e.to_string())?;
+        let mut programs = Vec::new();
+        for (i, k) in compiled.kernels.iter().enumerate() {
+            // The embedded Tile IR is what the build checked; use it when it is present.
+            let kernel = match self.tiles.get(i) {
+                Some(text) => {
+                    let t = tile::parse(text).map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
+                    tile::verify(&t).map_err(|e| e.to_string())?;
+                    t
+                }
+                None => k.lowered.kernel.clone(),
+            };
+            programs.push((cpu::Program::new(kernel), k.lowered.bindings.clone()));
+        }
+        Ok(Ready { compiled, programs })
+    }
+
+    /// Runs the kernel on `args` (in signature order) and returns its output.
+    pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
+        let ready = self.ready()?;
+        let g = &ready.compiled.graph;
+        let name = self.name;
+        if args.len() != g.params.len() {
+            return Err(Error::ArgCount { kernel: name.into(), expected: g.params.len(), got: args.len() });
+        }
+        let out_dtype = g.ty(g.output).dtype;
+        if out_dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch { kernel: name.into(), param: "return value".into(), expected: out_dtype.to_string(), got: T::DTYPE.to_string() });
+        }
+        let syms = bind_symbols(name, g, args)?;
+        // Memory for each kernel's output (u64 storage keeps every dtype aligned).
+        let mut owned: HashMap<u32, (Vec<usize>, Vec<u64>)> = HashMap::new();
+        for k in &ready.compiled.kernels {
+            let v = k.fused.output;
+            let shape = eval_shape(&g.ty(v).shape.0, &syms);
+            let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
+            owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
+        }
+        for (program, bindings) in &ready.programs {
+            let n = bindings.len();
+            let mut bufs = Vec::with_capacity(n);
+            for (j, b) in bindings.iter().enumerate() {
+                let dtype = g.ty(b.value).dtype;
+                let (shape, ptr, len) = match &g.node(b.value).op {
+                    Op::Param { index, .. } => {
+                        let a = &args[*index];
+                        (a.shape.to_vec(), a.bytes.as_ptr() as *mut u8, a.bytes.len())
+                    }
+                    _ => {
+                        let (shape, mem) = owned.get_mut(&b.value.0).expect("kernel input produced earlier");
+                        (shape.clone(), mem.as_mut_ptr() as *mut u8, shape.iter().product::<usize>() * dtype.size_bytes())
+                    }
+                };
+                bufs.push(buffer(dtype, &view_shape(&shape, b.view_rank), ptr, len, j == n - 1));
+            }
+            cpu::launch(program, &bufs)?;
+        }
+        let (shape, mem) = owned.remove(&g.output.0).expect("output buffer");
+        let numel: usize = shape.iter().product();
+        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)[..numel * std::mem::size_of::<T>()].chunks_exact(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
+        Tensor::from_vec(data, &shape)
+    }
+}
+
+fn buffer(dtype: DType, dims: &[usize], ptr: *mut u8, len: usize, writable: bool) -> Buffer {
+    let mut shape = [1usize; 3];
+    shape[..dims.len()].copy_from_slice(dims);
+    Buffer { dtype, shape, rank: dims.len(), ptr, len, writable }
+}
+
+/// Binds every symbolic dim of the signature to the argument sizes; the error names the dim,
+/// both sizes and the parameters that disagree.
+fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<HashMap<String, (usize, String)>> {
+    let mut syms: HashMap<String, (usize, String)> = HashMap::new();
+    for (p, a) in g.params.iter().zip(args) {
+        let (ty, pname) = (g.ty(*p), g.value_name(*p).trim_start_matches('%').to_string());
+        if a.dtype != ty.dtype {
+            return Err(Error::DTypeMismatch { kernel: kernel.into(), param: pname, expected: ty.dtype.to_string(), got: a.dtype.to_string() });
+        }
+        if a.shape.len() != ty.shape.rank() {
+            return Err(Error::ShapeMismatch { kernel: kernel.into(), param: pname, message: format!("must have rank {} ({}), got shape {:?}", ty.shape.rank(), ty.shape, a.shape) });
+        }
+        for (d, &got) in ty.shape.0.iter().zip(a.shape) {
+            match d {
+                Dim::Const(c) if *c as usize != got => {
+                    return Err(Error::ShapeMismatch { kernel: kernel.into(), param: pname, message: format!("must have shape {}, got {:?}", ty.shape, a.shape) });
+                }
+                Dim::Const(_) => {}
+                Dim::Sym(s) => match syms.get(s) {
+                    Some((want, by)) if *want != got => {
+                        return Err(Error::DimMismatch { kernel: kernel.into(), dim: s.clone(), param: pname, bound_by: format!("`{by}`"), expected: *want, got });
+                    }
+                    Some(_) => {}
+                    None => {
+                        syms.insert(s.clone(), (got, pname.clone()));
+                    }
+                },
+            }
+        }
+    }
+    Ok(syms)
+}
+
+fn eval_shape(dims: &[Dim], syms: &HashMap<String, (usize, String)>) -> Vec<usize> {
+    dims.iter().map(|d| match d {
+        Dim::Const(c) => *c as usize,
+        Dim::Sym(s) => syms.get(s).map(|x| x.0).expect("result dims are bound by the parameters (verified)"),
+    }).collect()
+}
+
+/// A `tile!` kernel argument: an input or an output tensor.
+#[derive(Debug)]
+pub enum Arg<'a> {
+    In(TensorRef<'a>),
+    Out(TensorMut<'a>),
+}
+
+/// The static definition `tile!` emits: the block program's front-end form and its knobs.
+pub struct TileDef {
+    name: &'static str,
+    program: fn() -> dsl::Program,
+    knobs: &'static [(&'static str, i64)],
+    cache: Mutex<Vec<(Vec<(String, i64)>, std::sync::Arc<cpu::Program>)>>,
+}
+
+impl TileDef {
+    /// A definition with default knob values.
+    pub const fn new(name: &'static str, program: fn() -> dsl::Program, knobs: &'static [(&'static str, i64)]) -> Self {
+        TileDef { name, program, knobs, cache: Mutex::new(Vec::new()) }
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Tile IR for the given knob overrides (defaults for the rest).
+    pub fn tile_ir(&self, knobs: &[(&str, i64)]) -> Result<tile::Kernel> {
+        Ok(self.program_for(knobs)?.kernel.clone())
+    }
+
+    fn program_for(&self, knobs: &[(&str, i64)]) -> Result<std::sync::Arc<cpu::Program>> {
+        for (k, _) in knobs {
+            if !self.knobs.iter().any(|(n, _)| n == k) {
+                return Err(Error::Compile { kernel: self.name.into(), message: format!("unknown knob `{k}`; knobs are {:?}", self.knobs.iter().map(|k| k.0).collect::<Vec<_>>()) });
+            }
+        }
+        let values: Vec<(String, i64)> = self.knobs.iter().map(|(n, d)| (n.to_string(), knobs.iter().find(|(k, _)| k == n).map_or(*d, |x| x.1))).collect();
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = cache.iter().find(|(v, _)| *v == values) {
+            return Ok(p.clone());
+        }
+        let refs: Vec<(&str, i64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let kernel = dsl::lower(&(self.program)(), &refs).map_err(|e| Error::Compile { kernel: self.name.into(), message: e.to_string() })?;
+        let p = std::sync::Arc::new(cpu::Program::new(kernel));
+        cache.push((values, p.clone()));
+        Ok(p)
+    }
+
+    /// Runs the block program over its grid with the given knob overrides.
+    pub fn launch(&'static self, knobs: &[(&str, i64)], args: &mut [Arg<'_>]) -> Result<()> {
+        let program = self.program_for(knobs)?;
+        let k = &program.kernel;
+        if args.len() != k.params.len() {
+            return Err(Error::ArgCount { kernel: self.name.into(), expected: k.params.len(), got: args.len() });
+        }
+        let mut bufs = Vec::with_capacity(args.len());
+        for (p, a) in k.params.iter().zip(args.iter_mut()) {
+            let (dtype, shape, ptr, len, writable) = match a {
+                Arg::In(t) => (t.dtype, t.shape, t.bytes.as_ptr() as *mut u8, t.bytes.len(), false),
+                Arg::Out(t) => (t.dtype, t.shape, t.bytes.as_mut_ptr(), t.bytes.len(), true),
+            };
+            if dtype != p.dtype {
+                return Err(Error::DTypeMismatch { kernel: self.name.into(), param: p.name.clone(), expected: p.dtype.to_string(), got: dtype.to_string() });
+            }
+            if shape.len() != p.rank {
+                return Err(Error::ShapeMismatch { kernel: self.name.into(), param: p.name.clone(), message: format!("must have rank {}, got shape {shape:?}", p.rank) });
+            }
+            bufs.push(buffer(dtype, shape, ptr, len, writable));
+        }
+        cpu::launch(&program, &bufs)
+    }
+}

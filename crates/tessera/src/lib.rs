@@ -1,0 +1,47 @@
+//! # Tessera — GPU kernels as annotated Rust functions
+//!
+//! Write a kernel in algebraic form and call it like a function:
+//!
+//! ```
+//! use tessera::prelude::*;
+//!
+//! #[tessera::kernel]
+//! fn linear_gelu(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>, b: Tensor<f32, (N,)>) -> Tensor<f32, (M, N)> {
+//!     gelu(x.matmul(w) + b)
+//! }
+//!
+//! let x = Tensor::<f32>::randn(&[5, 7], 1);
+//! let w = Tensor::<f32>::randn(&[7, 3], 2);
+//! let b = Tensor::<f32>::randn(&[3], 3);
+//! let y = linear_gelu(&x, &w, &b)?;           // one fused kernel on the default device
+//! assert_eq!(y.shape(), &[5, 3]);
+//! assert!(linear_gelu(&x, &x, &b).is_err());   // K = 7 but `w` has 5 rows: an error, not a panic
+//! # Ok::<(), tessera::Error>(())
+//! ```
+//!
+//! The pipeline: `#[kernel]` body → Graph IR → fusion → Schedule IR → Tile IR (all in
+//! [`ir`], at compile time) → a backend at run time. The CPU backend runs Tile IR on a rayon
+//! grid with SIMD micro-kernels.
+//!
+//! **Architecture invariant:** semantics live in `tessera-ir`; this crate binds shapes, owns
+//! memory and runs kernels.
+
+pub mod backend;
+mod device;
+mod error;
+mod launch;
+mod tensor;
+
+pub use device::Device;
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use launch::{Arg, KernelDef, TileDef};
+pub use tensor::{Element, Tensor, TensorMut, TensorRef};
+pub use tessera_ir as ir;
+pub use tessera_ir::{DType, NumericsPolicy};
+pub use tessera_macros::{kernel, tile};
+
+/// Everything a kernel author needs in scope.
+pub mod prelude {
+    pub use crate::{Device, Element, Tensor, bf16, f16};
+}

@@ -1,0 +1,137 @@
+//! Every op against an f64 reference, on random shapes that are not multiples of the tile
+//! (so masks matter), for f32 and bf16 inputs, including 1×1 and empty edges.
+//!
+//! One test body per behaviour, instantiated for each backend by `backend_tests!` (cpu now; the
+//! simulator joins when it lands).
+
+use tessera::{Device, Element, Tensor, bf16};
+use tessera_workspace::reference::{self, rel_error};
+
+/// Shapes chosen to straddle tile edges: 1×1, empty, primes, just over a tile.
+const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (0, 5, 3), (3, 0, 4), (5, 7, 0), (37, 61, 29), (129, 67, 131), (200, 257, 100)];
+
+fn randn<T: Element>(shape: &[usize], seed: u64) -> Tensor<T> {
+    Tensor::randn(shape, seed)
+}
+
+fn tol<T: Element>() -> f64 {
+    if T::DTYPE == tessera::DType::F32 { 1e-5 } else { 1e-2 }
+}
+
+fn check(name: &str, got: &[f64], want: &[f64], tol: f64) {
+    let e = rel_error(got, want);
+    assert!(e < tol, "{name}: relative error {e:e} ≥ {tol:e}");
+}
+
+fn matmul_case<T: Element>(_dev: &Device, seed: u64, f: impl Fn(&Tensor<T>, &Tensor<T>) -> tessera::Result<Tensor<f32>>) {
+    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
+        let a = randn::<T>(&[m, k], seed + i as u64);
+        let b = randn::<T>(&[k, n], seed + 100 + i as u64);
+        let y = f(&a, &b).unwrap();
+        assert_eq!(y.shape(), &[m, n]);
+        let want = reference::matmul(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n);
+        // Inputs are exact in f64; only accumulation differs: f32 tolerance applies to both.
+        check(&format!("matmul {m}x{k}x{n}"), &y.to_f64_vec(), &want, 1e-5);
+    }
+}
+
+fn linear_gelu_case<T: Element>(seed: u64, f: impl Fn(&Tensor<T>, &Tensor<T>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>) {
+    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
+        let x = randn::<T>(&[m, k], seed + i as u64);
+        let w = randn::<T>(&[k, n], seed + 50 + i as u64);
+        let b = randn::<f32>(&[n], seed + 90 + i as u64);
+        let y = f(&x, &w, &b).unwrap();
+        let mut want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
+        let bv = b.to_f64_vec();
+        for (j, v) in want.iter_mut().enumerate() {
+            *v = reference::gelu(*v + bv[j % n.max(1)]);
+        }
+        check(&format!("linear+bias+gelu {m}x{k}x{n}"), &y.to_f64_vec(), &want, 1e-5);
+    }
+}
+
+fn rows_case(seed: u64, name: &str, f: impl Fn(&Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>, r: impl Fn(&[f64], &[f64], &[f64]) -> Vec<f64>) {
+    for (i, &(rows, cols, _)) in SHAPES.iter().enumerate() {
+        let x = randn::<f32>(&[rows, cols], seed + i as u64);
+        let g = randn::<f32>(&[cols], seed + 7 + i as u64);
+        let b = randn::<f32>(&[cols], seed + 9 + i as u64);
+        let y = f(&x, &g, &b).unwrap();
+        assert_eq!(y.shape(), &[rows, cols]);
+        let (xv, gv, bv) = (x.to_f64_vec(), g.to_f64_vec(), b.to_f64_vec());
+        let want: Vec<f64> = xv.chunks(cols.max(1)).flat_map(|row| r(row, &gv, &bv)).collect();
+        check(&format!("{name} {rows}x{cols}"), &y.to_f64_vec(), &want[..y.numel()], 1e-5);
+    }
+}
+
+fn layernorm_ref(row: &[f64], g: &[f64], b: &[f64]) -> Vec<f64> {
+    let n = row.len() as f64;
+    let mean = row.iter().sum::<f64>() / n;
+    let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    row.iter().enumerate().map(|(j, x)| (x - mean) / (var + 1e-5).sqrt() * g[j] + b[j]).collect()
+}
+
+fn rmsnorm_ref(row: &[f64], g: &[f64], _b: &[f64]) -> Vec<f64> {
+    let ms = row.iter().map(|x| x * x).sum::<f64>() / row.len() as f64;
+    row.iter().enumerate().map(|(j, x)| x / (ms + 1e-6).sqrt() * g[j]).collect()
+}
+
+macro_rules! backend_tests {
+    ($($backend:ident => $device:expr),* $(,)?) => {$(
+        mod $backend {
+            use super::*;
+            fn device() -> Device { $device }
+
+            #[test] fn matmul_f32() { matmul_case::<f32>(&device(), 11, |a, b| tessera_kernels::matmul(a, b)); }
+            #[test] fn matmul_bf16() { matmul_case::<bf16>(&device(), 12, |a, b| tessera_kernels::matmul_bf16(a, b)); }
+            #[test] fn linear_bias_gelu_f32() { linear_gelu_case::<f32>(13, |x, w, b| tessera_kernels::linear_bias_gelu(x, w, b)); }
+            #[test] fn linear_bias_gelu_bf16() { linear_gelu_case::<bf16>(14, |x, w, b| tessera_kernels::linear_bias_gelu_bf16(x, w, b)); }
+            #[test] fn softmax() { rows_case(15, "softmax", |x, _, _| tessera_kernels::softmax(x), |r, _, _| reference::softmax(r, r.len())); }
+            #[test] fn layernorm() { rows_case(16, "layernorm", |x, g, b| tessera_kernels::layernorm(x, g, b), layernorm_ref); }
+            #[test] fn rmsnorm() { rows_case(17, "rmsnorm", |x, g, _| tessera_kernels::rmsnorm(x, g), rmsnorm_ref); }
+            #[test] fn batched_matmul() {
+                let _ = device();
+                for &(bt, m, k, n) in &[(1, 1, 1, 1), (3, 17, 9, 33), (2, 130, 70, 65), (0, 4, 4, 4)] {
+                    let a = randn::<f32>(&[bt, m, k], 21);
+                    let c = randn::<f32>(&[bt, k, n], 22);
+                    let y = tessera_kernels::matmul_batched(&a, &c).unwrap();
+                    let (av, cv) = (a.to_f64_vec(), c.to_f64_vec());
+                    let want: Vec<f64> = (0..bt).flat_map(|i| reference::matmul(&av[i * m * k..(i + 1) * m * k], &cv[i * k * n..(i + 1) * k * n], m, k, n)).collect();
+                    check("batched matmul", &y.to_f64_vec(), &want, 1e-5);
+                }
+            }
+            #[test] fn elementwise_broadcast() {
+                for (i, &(r, c, _)) in SHAPES.iter().enumerate() {
+                    let x = randn::<f32>(&[r, c], 31 + i as u64);
+                    let y = randn::<f32>(&[r, c], 41 + i as u64);
+                    let v = randn::<f32>(&[c], 51 + i as u64);
+                    let (xv, yv, vv) = (x.to_f64_vec(), y.to_f64_vec(), v.to_f64_vec());
+                    let s: Vec<f64> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
+                    check("add", &tessera_kernels::add(&x, &y).unwrap().to_f64_vec(), &s, 1e-6);
+                    let p: Vec<f64> = xv.iter().enumerate().map(|(j, a)| a * vv[j % c.max(1)]).collect();
+                    check("mul row-broadcast", &tessera_kernels::mul(&x, &v).unwrap().to_f64_vec(), &p, 1e-6);
+                    let g: Vec<f64> = xv.iter().map(|a| reference::gelu(*a)).collect();
+                    check("gelu", &tessera_kernels::gelu(&x).unwrap().to_f64_vec(), &g, 1e-6);
+                }
+            }
+        }
+    )*};
+}
+
+backend_tests!(cpu => Device::cpu());
+
+#[test]
+fn shape_mismatch_is_an_error_naming_dim_and_sizes() {
+    let a = Tensor::<f32>::randn(&[4, 5], 1);
+    let b = Tensor::<f32>::randn(&[6, 3], 2);
+    let e = tessera_kernels::matmul(&a, &b).unwrap_err().to_string();
+    assert!(e.contains("dim `K` is 5") && e.contains("`w` has 6"), "{e}");
+    let e = tessera_kernels::matmul(&a, &Tensor::<f32>::randn(&[5], 3)).unwrap_err().to_string();
+    assert!(e.contains("must have rank 2"), "{e}");
+}
+
+#[test]
+fn tolerance_helper_is_strict() {
+    assert!(tol::<f32>() < tol::<bf16>());
+    assert!(rel_error(&[1.0, 2.0], &[1.0, 2.1]) > 1e-2);
+    assert!(rel_error(&[f64::NAN], &[1.0]).is_infinite());
+}
