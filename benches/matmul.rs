@@ -13,7 +13,10 @@ const SIZES: [usize; 3] = [256, 512, 1024];
 const THREADS: [usize; 2] = [1, 2];
 
 fn pool(t: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool")
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(t)
+        .build()
+        .expect("thread pool")
 }
 
 fn faer_par(t: usize) -> Par {
@@ -37,9 +40,22 @@ fn bench(c: &mut Criterion) {
             let (a, b, fa, fb) = inputs(n);
             let mut fc = Mat::<f32>::zeros(n, n);
             g.throughput(Throughput::Elements(2 * (n * n * n) as u64));
-            g.bench_with_input(BenchmarkId::new("tessera", n), &n, |bch, _| bch.iter(|| p.install(|| tessera_kernels::matmul(&a, &b).unwrap())));
+            g.bench_with_input(BenchmarkId::new("tessera", n), &n, |bch, _| {
+                bch.iter(|| p.install(|| tessera_kernels::matmul(&a, &b).unwrap()))
+            });
             g.bench_with_input(BenchmarkId::new("faer", n), &n, |bch, _| {
-                bch.iter(|| p.install(|| faer::linalg::matmul::matmul(fc.as_mut(), Accum::Replace, fa.as_ref(), fb.as_ref(), 1.0f32, faer_par(t))))
+                bch.iter(|| {
+                    p.install(|| {
+                        faer::linalg::matmul::matmul(
+                            fc.as_mut(),
+                            Accum::Replace,
+                            fa.as_ref(),
+                            fb.as_ref(),
+                            1.0f32,
+                            faer_par(t),
+                        )
+                    })
+                })
             });
         }
         g.finish();
@@ -70,8 +86,21 @@ fn summary() {
             // Interleave the two so drifting machine load hits both alike.
             let (mut ts, mut fs) = (0.0f64, 0.0f64);
             for _ in 0..3 {
-                ts = ts.max(gflops(n, reps, || p.install(|| drop(tessera_kernels::matmul(&a, &b).unwrap()))));
-                fs = fs.max(gflops(n, reps, || p.install(|| faer::linalg::matmul::matmul(fc.as_mut(), Accum::Replace, fa.as_ref(), fb.as_ref(), 1.0f32, faer_par(t)))));
+                ts = ts.max(gflops(n, reps, || {
+                    p.install(|| drop(tessera_kernels::matmul(&a, &b).unwrap()))
+                }));
+                fs = fs.max(gflops(n, reps, || {
+                    p.install(|| {
+                        faer::linalg::matmul::matmul(
+                            fc.as_mut(),
+                            Accum::Replace,
+                            fa.as_ref(),
+                            fb.as_ref(),
+                            1.0f32,
+                            faer_par(t),
+                        )
+                    })
+                }));
             }
             println!("| {t} | {n} | {ts:.1} | {fs:.1} | {:.2} |", ts / fs);
         }

@@ -4,7 +4,13 @@
 pub fn rel_error(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "length mismatch");
     let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let err = got.iter().zip(want).fold(0.0f64, |m, (g, w)| if g.is_nan() != w.is_nan() { f64::INFINITY } else { m.max((g - w).abs()) });
+    let err = got.iter().zip(want).fold(0.0f64, |m, (g, w)| {
+        if g.is_nan() != w.is_nan() {
+            f64::INFINITY
+        } else {
+            m.max((g - w).abs())
+        }
+    });
     if scale == 0.0 { err } else { err / scale }
 }
 

@@ -8,14 +8,26 @@ use tessera::{Device, Element, Tensor, bf16};
 use tessera_workspace::reference::{self, rel_error};
 
 /// Shapes chosen to straddle tile edges: 1×1, empty, primes, just over a tile.
-const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (0, 5, 3), (3, 0, 4), (5, 7, 0), (37, 61, 29), (129, 67, 131), (200, 257, 100)];
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (0, 5, 3),
+    (3, 0, 4),
+    (5, 7, 0),
+    (37, 61, 29),
+    (129, 67, 131),
+    (200, 257, 100),
+];
 
 fn randn<T: Element>(shape: &[usize], seed: u64) -> Tensor<T> {
     Tensor::randn(shape, seed)
 }
 
 fn tol<T: Element>() -> f64 {
-    if T::DTYPE == tessera::DType::F32 { 1e-5 } else { 1e-2 }
+    if T::DTYPE == tessera::DType::F32 {
+        1e-5
+    } else {
+        1e-2
+    }
 }
 
 fn check(name: &str, got: &[f64], want: &[f64], tol: f64) {
@@ -23,7 +35,11 @@ fn check(name: &str, got: &[f64], want: &[f64], tol: f64) {
     assert!(e < tol, "{name}: relative error {e:e} ≥ {tol:e}");
 }
 
-fn matmul_case<T: Element>(_dev: &Device, seed: u64, f: impl Fn(&Tensor<T>, &Tensor<T>) -> tessera::Result<Tensor<f32>>) {
+fn matmul_case<T: Element>(
+    _dev: &Device,
+    seed: u64,
+    f: impl Fn(&Tensor<T>, &Tensor<T>) -> tessera::Result<Tensor<f32>>,
+) {
     for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
         let a = randn::<T>(&[m, k], seed + i as u64);
         let b = randn::<T>(&[k, n], seed + 100 + i as u64);
@@ -35,7 +51,10 @@ fn matmul_case<T: Element>(_dev: &Device, seed: u64, f: impl Fn(&Tensor<T>, &Ten
     }
 }
 
-fn linear_gelu_case<T: Element>(seed: u64, f: impl Fn(&Tensor<T>, &Tensor<T>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>) {
+fn linear_gelu_case<T: Element>(
+    seed: u64,
+    f: impl Fn(&Tensor<T>, &Tensor<T>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>,
+) {
     for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
         let x = randn::<T>(&[m, k], seed + i as u64);
         let w = randn::<T>(&[k, n], seed + 50 + i as u64);
@@ -46,11 +65,21 @@ fn linear_gelu_case<T: Element>(seed: u64, f: impl Fn(&Tensor<T>, &Tensor<T>, &T
         for (j, v) in want.iter_mut().enumerate() {
             *v = reference::gelu(*v + bv[j % n.max(1)]);
         }
-        check(&format!("linear+bias+gelu {m}x{k}x{n}"), &y.to_f64_vec(), &want, 1e-5);
+        check(
+            &format!("linear+bias+gelu {m}x{k}x{n}"),
+            &y.to_f64_vec(),
+            &want,
+            1e-5,
+        );
     }
 }
 
-fn rows_case(seed: u64, name: &str, f: impl Fn(&Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>, r: impl Fn(&[f64], &[f64], &[f64]) -> Vec<f64>) {
+fn rows_case(
+    seed: u64,
+    name: &str,
+    f: impl Fn(&Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>,
+    r: impl Fn(&[f64], &[f64], &[f64]) -> Vec<f64>,
+) {
     for (i, &(rows, cols, _)) in SHAPES.iter().enumerate() {
         let x = randn::<f32>(&[rows, cols], seed + i as u64);
         let g = randn::<f32>(&[cols], seed + 7 + i as u64);
@@ -58,8 +87,16 @@ fn rows_case(seed: u64, name: &str, f: impl Fn(&Tensor<f32>, &Tensor<f32>, &Tens
         let y = f(&x, &g, &b).unwrap();
         assert_eq!(y.shape(), &[rows, cols]);
         let (xv, gv, bv) = (x.to_f64_vec(), g.to_f64_vec(), b.to_f64_vec());
-        let want: Vec<f64> = xv.chunks(cols.max(1)).flat_map(|row| r(row, &gv, &bv)).collect();
-        check(&format!("{name} {rows}x{cols}"), &y.to_f64_vec(), &want[..y.numel()], 1e-5);
+        let want: Vec<f64> = xv
+            .chunks(cols.max(1))
+            .flat_map(|row| r(row, &gv, &bv))
+            .collect();
+        check(
+            &format!("{name} {rows}x{cols}"),
+            &y.to_f64_vec(),
+            &want[..y.numel()],
+            1e-5,
+        );
     }
 }
 
@@ -67,12 +104,18 @@ fn layernorm_ref(row: &[f64], g: &[f64], b: &[f64]) -> Vec<f64> {
     let n = row.len() as f64;
     let mean = row.iter().sum::<f64>() / n;
     let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-    row.iter().enumerate().map(|(j, x)| (x - mean) / (var + 1e-5).sqrt() * g[j] + b[j]).collect()
+    row.iter()
+        .enumerate()
+        .map(|(j, x)| (x - mean) / (var + 1e-5).sqrt() * g[j] + b[j])
+        .collect()
 }
 
 fn rmsnorm_ref(row: &[f64], g: &[f64], _b: &[f64]) -> Vec<f64> {
     let ms = row.iter().map(|x| x * x).sum::<f64>() / row.len() as f64;
-    row.iter().enumerate().map(|(j, x)| x / (ms + 1e-6).sqrt() * g[j]).collect()
+    row.iter()
+        .enumerate()
+        .map(|(j, x)| x / (ms + 1e-6).sqrt() * g[j])
+        .collect()
 }
 
 macro_rules! backend_tests {
@@ -125,7 +168,9 @@ fn shape_mismatch_is_an_error_naming_dim_and_sizes() {
     let b = Tensor::<f32>::randn(&[6, 3], 2);
     let e = tessera_kernels::matmul(&a, &b).unwrap_err().to_string();
     assert!(e.contains("dim `K` is 5") && e.contains("`w` has 6"), "{e}");
-    let e = tessera_kernels::matmul(&a, &Tensor::<f32>::randn(&[5], 3)).unwrap_err().to_string();
+    let e = tessera_kernels::matmul(&a, &Tensor::<f32>::randn(&[5], 3))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("must have rank 2"), "{e}");
 }
 
@@ -134,4 +179,46 @@ fn tolerance_helper_is_strict() {
     assert!(tol::<f32>() < tol::<bf16>());
     assert!(rel_error(&[1.0, 2.0], &[1.0, 2.1]) > 1e-2);
     assert!(rel_error(&[f64::NAN], &[1.0]).is_infinite());
+}
+
+#[test]
+fn tile_programs_match_f64() {
+    for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
+        let a = randn::<f32>(&[m, k], 60 + i as u64);
+        let b = randn::<f32>(&[k, n], 70 + i as u64);
+        let mut c = Tensor::<f32>::zeros(&[m, n]);
+        tessera_kernels::tiled::matmul_tiled::launch(&a, &b, &mut c).unwrap();
+        check(
+            "tile! matmul",
+            &c.to_f64_vec(),
+            &reference::matmul(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n),
+            1e-5,
+        );
+        let mut c2 = Tensor::<f32>::zeros(&[m, n]);
+        tessera_kernels::tiled::matmul_tiled::launch_with(
+            &[("BM", 16), ("BK", 8)],
+            &a,
+            &b,
+            &mut c2,
+        )
+        .unwrap();
+        assert_eq!(
+            c.to_vec(),
+            c2.to_vec()
+                .iter()
+                .zip(c.to_vec())
+                .map(|(x, y)| if (x - y).abs() < 1e-3 { y } else { *x })
+                .collect::<Vec<_>>()
+        );
+        let x = randn::<f32>(&[m, k.max(1) * 3], 80 + i as u64);
+        let cols = x.shape()[1];
+        let mut y = Tensor::<f32>::zeros(x.shape());
+        tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
+        check(
+            "tile! softmax",
+            &y.to_f64_vec(),
+            &reference::softmax(&x.to_f64_vec(), cols),
+            1e-5,
+        );
+    }
 }

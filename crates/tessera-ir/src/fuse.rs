@@ -97,22 +97,42 @@ pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
         let name = format!("{} ({})", g.value_name(v), n.op.name());
         let mut reason = None;
         if n.op.is_elementwise() {
-            let cands: Vec<Value> = n.args.iter().copied().filter(|a| producer[a.index()].is_some()).collect();
+            let cands: Vec<Value> = n
+                .args
+                .iter()
+                .copied()
+                .filter(|a| producer[a.index()].is_some())
+                .collect();
             for a in &cands {
                 let k = producer[a.index()].unwrap();
                 if kernels[k].output != *a {
                     continue;
                 }
                 if uses[a.index()] != 1 {
-                    reason = Some(format!("operand {} has {} uses, so it is written to memory", g.value_name(*a), uses[a.index()]));
+                    reason = Some(format!(
+                        "operand {} has {} uses, so it is written to memory",
+                        g.value_name(*a),
+                        uses[a.index()]
+                    ));
                     continue;
                 }
                 if g.ty(*a).shape != n.ty.shape {
-                    reason = Some(format!("it broadcasts operand {} to a larger shape", g.value_name(*a)));
+                    reason = Some(format!(
+                        "it broadcasts operand {} to a larger shape",
+                        g.value_name(*a)
+                    ));
                     continue;
                 }
-                if let Some(late) = n.args.iter().find(|b| *b != a && producer[b.index()].is_some_and(|kb| kb >= k)) {
-                    reason = Some(format!("operand {} is computed after {}", g.value_name(*late), kernels[k].name));
+                if let Some(late) = n
+                    .args
+                    .iter()
+                    .find(|b| *b != a && producer[b.index()].is_some_and(|kb| kb >= k))
+                {
+                    reason = Some(format!(
+                        "operand {} is computed after {}",
+                        g.value_name(*late),
+                        kernels[k].name
+                    ));
                     continue;
                 }
                 if n.args.iter().filter(|b| *b == a).count() > 1 {
@@ -122,7 +142,11 @@ pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
                 kernels[k].epilogue.push(v);
                 kernels[k].output = v;
                 producer[i] = Some(k);
-                decisions.push(format!("{name} fused into {} ({}) as epilogue", kernels[k].name, g.value_name(kernels[k].root)));
+                decisions.push(format!(
+                    "{name} fused into {} ({}) as epilogue",
+                    kernels[k].name,
+                    g.value_name(kernels[k].root)
+                ));
                 break;
             }
             if producer[i].is_some() {
@@ -133,14 +157,26 @@ pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
         let k = kernels.len();
         let kname = format!("{}_k{k}", g.name);
         decisions.push(match reason {
-            Some(r) => format!("{name} starts {kname} ({}): not fused because {r}", class.name()),
+            Some(r) => format!(
+                "{name} starts {kname} ({}): not fused because {r}",
+                class.name()
+            ),
             None => format!("{name} starts {kname} ({})", class.name()),
         });
-        kernels.push(FusedKernel { name: kname, class, root: v, epilogue: vec![], output: v });
+        kernels.push(FusedKernel {
+            name: kname,
+            class,
+            root: v,
+            epilogue: vec![],
+            output: v,
+        });
         producer[i] = Some(k);
     }
     if kernels.is_empty() {
-        return Err(FuseError { value: g.value_name(g.output), message: "the kernel computes nothing: it returns a parameter".into() });
+        return Err(FuseError {
+            value: g.value_name(g.output),
+            message: "the kernel computes nothing: it returns a parameter".into(),
+        });
     }
     Ok(Plan { kernels, decisions })
 }

@@ -47,19 +47,30 @@ pub struct Compiled {
 impl Compiled {
     /// The Tile IR text of every kernel, in execution order.
     pub fn tile_texts(&self) -> Vec<String> {
-        self.kernels.iter().map(|k| k.lowered.kernel.to_string()).collect()
+        self.kernels
+            .iter()
+            .map(|k| k.lowered.kernel.to_string())
+            .collect()
     }
 
     /// Lowers kernel `i` under another schedule (for tuning, or a backend's own defaults).
     pub fn lower_with(&self, i: usize, s: &Schedule) -> Result<Lowered, CompileError> {
-        Ok(lower(&self.graph, &self.kernels[i].fused, s, self.options.policy)?)
+        Ok(lower(
+            &self.graph,
+            &self.kernels[i].fused,
+            s,
+            self.options.policy,
+        )?)
     }
 }
 
 /// The dtype that decides a kernel's default schedule: its root's first operand.
 pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
     let root = g.node(k.root);
-    root.args.first().map(|a| g.ty(*a).dtype).unwrap_or(root.ty.dtype)
+    root.args
+        .first()
+        .map(|a| g.ty(*a).dtype)
+        .unwrap_or(root.ty.dtype)
 }
 
 /// Compiles a graph.
@@ -84,22 +95,37 @@ pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileErro
         dump("schedule", &k.name, || format!("{schedule}\n"));
         let lowered = lower(g, k, &schedule, opts.policy)?;
         dump("tile", &k.name, || lowered.kernel.to_string());
-        kernels.push(CompiledKernel { fused: k.clone(), schedule, lowered });
+        kernels.push(CompiledKernel {
+            fused: k.clone(),
+            schedule,
+            lowered,
+        });
     }
-    Ok(Compiled { graph: g.clone(), plan, options: opts.clone(), kernels })
+    Ok(Compiled {
+        graph: g.clone(),
+        plan,
+        options: opts.clone(),
+        kernels,
+    })
 }
 
 /// Writes one level's text when `TESSERA_DUMP` asks for it.
 pub fn dump(level: &str, name: &str, text: impl FnOnce() -> String) {
-    let Ok(want) = std::env::var("TESSERA_DUMP") else { return };
-    if !want.split(',').any(|w| w.trim() == level || w.trim() == "all") {
+    let Ok(want) = std::env::var("TESSERA_DUMP") else {
+        return;
+    };
+    if !want
+        .split(',')
+        .any(|w| w.trim() == level || w.trim() == "all")
+    {
         return;
     }
     let text = text();
     match std::env::var("TESSERA_DUMP_DIR") {
         Ok(dir) => {
             let path = std::path::Path::new(&dir).join(format!("{name}.{level}.txt"));
-            if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, &text)) {
+            if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, &text))
+            {
                 eprintln!("tessera: cannot write {}: {e}", path.display());
             }
         }

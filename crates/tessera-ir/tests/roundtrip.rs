@@ -62,15 +62,26 @@ fn graph_verifier_collects_every_error_with_value_names() {
     let e = graph::verify(&g).unwrap_err();
     assert_eq!(e.errors.len(), 2, "{e}");
     assert!(e.errors[0].1.contains("%2: add: dtype mismatch"), "{e}");
-    assert!(e.errors[1].1.contains("%3: exp: declared type f32[K, M]"), "{e}");
-    assert!(e.annotated.contains("  %2 = add %x, %y : f32[M, K]\n  ; error: %2: add: dtype mismatch"), "{}", e.annotated);
+    assert!(
+        e.errors[1].1.contains("%3: exp: declared type f32[K, M]"),
+        "{e}"
+    );
+    assert!(
+        e.annotated
+            .contains("  %2 = add %x, %y : f32[M, K]\n  ; error: %2: add: dtype mismatch"),
+        "{}",
+        e.annotated
+    );
 }
 
 #[test]
 fn graph_parse_errors_carry_positions() {
-    let e = graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = frob %x : f32[M]\n  return %1\n}").unwrap_err();
+    let e =
+        graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = frob %x : f32[M]\n  return %1\n}")
+            .unwrap_err();
     assert_eq!((e.line, e.message.as_str()), (2, "unknown op `frob`"));
-    let e = graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = exp %q : f32[M]\n}").unwrap_err();
+    let e =
+        graph::parse("graph @g(%x: f32[M]) -> f32[M] {\n  %1 = exp %q : f32[M]\n}").unwrap_err();
     assert!(e.message.contains("undefined value `%q`"), "{e}");
 }
 
@@ -119,17 +130,29 @@ fn epilogues_fuse_and_decisions_are_recorded() {
         assert!(text.contains(needle), "missing {needle}:\n{text}");
     }
     let plan = c.plan.to_string();
-    assert!(plan.contains("%5 (gelu) fused into linear_gelu_k0 (%3) as epilogue"), "{plan}");
+    assert!(
+        plan.contains("%5 (gelu) fused into linear_gelu_k0 (%3) as epilogue"),
+        "{plan}"
+    );
 
     // A value with two uses is materialised, and the decision says why.
-    let g = graph::parse("graph @two(%x: f32[M, N]) -> f32[M, N] {
+    let g = graph::parse(
+        "graph @two(%x: f32[M, N]) -> f32[M, N] {
   %1 = softmax %x : f32[M, N]
   %2 = mul %1, %1 : f32[M, N]
   return %2
-}").unwrap();
+}",
+    )
+    .unwrap();
     let c = compile(&g, &CompileOptions::default()).unwrap();
     assert_eq!(c.kernels.len(), 2);
-    assert!(c.plan.to_string().contains("not fused because operand %1 has 2 uses"), "{}", c.plan);
+    assert!(
+        c.plan
+            .to_string()
+            .contains("not fused because operand %1 has 2 uses"),
+        "{}",
+        c.plan
+    );
 }
 
 #[test]
@@ -149,8 +172,16 @@ fn tile_verifier_names_value_and_rule() {
     let k = tile::parse(&src.replace(", %9", ", %4")).unwrap();
     let e = tile::verify(&k).unwrap_err();
     let msgs: Vec<&str> = e.errors.iter().map(|x| x.1.as_str()).collect();
-    assert!(msgs.iter().any(|m| m.contains("%4 = dot: shapes do not chain")), "{e}");
-    assert!(msgs.iter().any(|m| m.contains("%5 = load: %a has rank 2 but 1 indices")), "{e}");
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("%4 = dot: shapes do not chain")),
+        "{e}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("%5 = load: %a has rank 2 but 1 indices")),
+        "{e}"
+    );
     assert!(e.annotated.contains("; error: %4 = dot"), "{e}");
 }
 
@@ -172,6 +203,9 @@ trait ParseTy {
 impl ParseTy for str {
     fn parse_ty(&self) -> tessera_ir::TensorType {
         let src = format!("graph @t(%p: {self}) -> {self} {{\n  return %p\n}}");
-        graph::parse(&src).unwrap().ty(tessera_ir::graph::Value(0)).clone()
+        graph::parse(&src)
+            .unwrap()
+            .ty(tessera_ir::graph::Value(0))
+            .clone()
     }
 }

@@ -1,6 +1,5 @@
 //! Elementwise operators (broadcasting a row vector over a matrix where shapes say so).
 
-
 /// `x + y`.
 #[tessera::kernel]
 pub fn add(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {

@@ -15,6 +15,7 @@
 pub mod elementwise;
 pub mod linalg;
 pub mod norm;
+pub mod tiled;
 
 pub use elementwise::{add, gelu, mul};
 pub use linalg::{linear_bias_gelu, linear_bias_gelu_bf16, matmul, matmul_batched, matmul_bf16};

@@ -1,6 +1,5 @@
 //! Row-wise normalisations over the last axis.
 
-
 /// Softmax over the last axis.
 #[tessera::kernel]
 pub fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
@@ -9,7 +8,11 @@ pub fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
 
 /// Layer normalisation over the last axis with scale and shift, `eps = 1e-5`.
 #[tessera::kernel]
-pub fn layernorm(x: Tensor<f32, (R, C)>, gamma: Tensor<f32, (C,)>, beta: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+pub fn layernorm(
+    x: Tensor<f32, (R, C)>,
+    gamma: Tensor<f32, (C,)>,
+    beta: Tensor<f32, (C,)>,
+) -> Tensor<f32, (R, C)> {
     layernorm(x, gamma, beta, 1e-5)
 }
 

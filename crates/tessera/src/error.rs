@@ -4,20 +4,46 @@
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
     /// A symbolic dim was bound to two different sizes.
-    #[error("kernel `{kernel}`: dim `{dim}` is {expected} (from {bound_by}) but `{param}` has {got}")]
-    DimMismatch { kernel: String, dim: String, param: String, bound_by: String, expected: usize, got: usize },
+    #[error(
+        "kernel `{kernel}`: dim `{dim}` is {expected} (from {bound_by}) but `{param}` has {got}"
+    )]
+    DimMismatch {
+        kernel: String,
+        dim: String,
+        param: String,
+        bound_by: String,
+        expected: usize,
+        got: usize,
+    },
     /// A tensor has the wrong rank or a constant dim differs.
     #[error("kernel `{kernel}`: `{param}` {message}")]
-    ShapeMismatch { kernel: String, param: String, message: String },
+    ShapeMismatch {
+        kernel: String,
+        param: String,
+        message: String,
+    },
     /// A tensor argument has the wrong element type.
     #[error("kernel `{kernel}`: `{param}` must be {expected}, got {got}")]
-    DTypeMismatch { kernel: String, param: String, expected: String, got: String },
+    DTypeMismatch {
+        kernel: String,
+        param: String,
+        expected: String,
+        got: String,
+    },
     /// The number of arguments differs from the kernel's signature.
     #[error("kernel `{kernel}`: expected {expected} argument(s), got {got}")]
-    ArgCount { kernel: String, expected: usize, got: usize },
+    ArgCount {
+        kernel: String,
+        expected: usize,
+        got: usize,
+    },
     /// `Tensor::from_vec` with a buffer whose length differs from the shape's element count.
     #[error("shape {shape:?} needs {expected} elements, the buffer has {got}")]
-    BufferLength { shape: Vec<usize>, expected: usize, got: usize },
+    BufferLength {
+        shape: Vec<usize>,
+        expected: usize,
+        got: usize,
+    },
     /// A kernel definition failed to compile at run time (a bug: the macro checked it).
     #[error("kernel `{kernel}` failed to compile: {message}")]
     Compile { kernel: String, message: String },

@@ -28,8 +28,17 @@ struct Ready {
 
 impl KernelDef {
     /// A definition from texts embedded by the macro.
-    pub const fn new(name: &'static str, graph: &'static str, tiles: &'static [&'static str]) -> Self {
-        KernelDef { name, graph, tiles, ready: OnceLock::new() }
+    pub const fn new(
+        name: &'static str,
+        graph: &'static str,
+        tiles: &'static [&'static str],
+    ) -> Self {
+        KernelDef {
+            name,
+            graph,
+            tiles,
+            ready: OnceLock::new(),
+        }
     }
 
     /// The kernel's name.
@@ -46,7 +55,10 @@ impl KernelDef {
         self.ready
             .get_or_init(|| self.prepare())
             .as_ref()
-            .map_err(|m| Error::Compile { kernel: self.name.into(), message: m.clone() })
+            .map_err(|m| Error::Compile {
+                kernel: self.name.into(),
+                message: m.clone(),
+            })
     }
 
     fn prepare(&self) -> std::result::Result<Ready, String> {
@@ -57,7 +69,8 @@ impl KernelDef {
             // The embedded Tile IR is what the build checked; use it when it is present.
             let kernel = match self.tiles.get(i) {
                 Some(text) => {
-                    let t = tile::parse(text).map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
+                    let t = tile::parse(text)
+                        .map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
                     tile::verify(&t).map_err(|e| e.to_string())?;
                     t
                 }
@@ -74,11 +87,20 @@ impl KernelDef {
         let g = &ready.compiled.graph;
         let name = self.name;
         if args.len() != g.params.len() {
-            return Err(Error::ArgCount { kernel: name.into(), expected: g.params.len(), got: args.len() });
+            return Err(Error::ArgCount {
+                kernel: name.into(),
+                expected: g.params.len(),
+                got: args.len(),
+            });
         }
         let out_dtype = g.ty(g.output).dtype;
         if out_dtype != T::DTYPE {
-            return Err(Error::DTypeMismatch { kernel: name.into(), param: "return value".into(), expected: out_dtype.to_string(), got: T::DTYPE.to_string() });
+            return Err(Error::DTypeMismatch {
+                kernel: name.into(),
+                param: "return value".into(),
+                expected: out_dtype.to_string(),
+                got: T::DTYPE.to_string(),
+            });
         }
         let syms = bind_symbols(name, g, args)?;
         // Memory for each kernel's output (u64 storage keeps every dtype aligned).
@@ -100,17 +122,33 @@ impl KernelDef {
                         (a.shape.to_vec(), a.bytes.as_ptr() as *mut u8, a.bytes.len())
                     }
                     _ => {
-                        let (shape, mem) = owned.get_mut(&b.value.0).expect("kernel input produced earlier");
-                        (shape.clone(), mem.as_mut_ptr() as *mut u8, shape.iter().product::<usize>() * dtype.size_bytes())
+                        let (shape, mem) = owned
+                            .get_mut(&b.value.0)
+                            .expect("kernel input produced earlier");
+                        (
+                            shape.clone(),
+                            mem.as_mut_ptr() as *mut u8,
+                            shape.iter().product::<usize>() * dtype.size_bytes(),
+                        )
                     }
                 };
-                bufs.push(buffer(dtype, &view_shape(&shape, b.view_rank), ptr, len, j == n - 1));
+                bufs.push(buffer(
+                    dtype,
+                    &view_shape(&shape, b.view_rank),
+                    ptr,
+                    len,
+                    j == n - 1,
+                ));
             }
             cpu::launch(program, &bufs)?;
         }
         let (shape, mem) = owned.remove(&g.output.0).expect("output buffer");
         let numel: usize = shape.iter().product();
-        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)[..numel * std::mem::size_of::<T>()].chunks_exact(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
+        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
+            [..numel * std::mem::size_of::<T>()]
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
         Tensor::from_vec(data, &shape)
     }
 }
@@ -118,30 +156,69 @@ impl KernelDef {
 fn buffer(dtype: DType, dims: &[usize], ptr: *mut u8, len: usize, writable: bool) -> Buffer {
     let mut shape = [1usize; 3];
     shape[..dims.len()].copy_from_slice(dims);
-    Buffer { dtype, shape, rank: dims.len(), ptr, len, writable }
+    Buffer {
+        dtype,
+        shape,
+        rank: dims.len(),
+        ptr,
+        len,
+        writable,
+    }
 }
 
 /// Binds every symbolic dim of the signature to the argument sizes; the error names the dim,
 /// both sizes and the parameters that disagree.
-fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<HashMap<String, (usize, String)>> {
+fn bind_symbols(
+    kernel: &str,
+    g: &Graph,
+    args: &[TensorRef<'_>],
+) -> Result<HashMap<String, (usize, String)>> {
     let mut syms: HashMap<String, (usize, String)> = HashMap::new();
     for (p, a) in g.params.iter().zip(args) {
-        let (ty, pname) = (g.ty(*p), g.value_name(*p).trim_start_matches('%').to_string());
+        let (ty, pname) = (
+            g.ty(*p),
+            g.value_name(*p).trim_start_matches('%').to_string(),
+        );
         if a.dtype != ty.dtype {
-            return Err(Error::DTypeMismatch { kernel: kernel.into(), param: pname, expected: ty.dtype.to_string(), got: a.dtype.to_string() });
+            return Err(Error::DTypeMismatch {
+                kernel: kernel.into(),
+                param: pname,
+                expected: ty.dtype.to_string(),
+                got: a.dtype.to_string(),
+            });
         }
         if a.shape.len() != ty.shape.rank() {
-            return Err(Error::ShapeMismatch { kernel: kernel.into(), param: pname, message: format!("must have rank {} ({}), got shape {:?}", ty.shape.rank(), ty.shape, a.shape) });
+            return Err(Error::ShapeMismatch {
+                kernel: kernel.into(),
+                param: pname,
+                message: format!(
+                    "must have rank {} ({}), got shape {:?}",
+                    ty.shape.rank(),
+                    ty.shape,
+                    a.shape
+                ),
+            });
         }
         for (d, &got) in ty.shape.0.iter().zip(a.shape) {
             match d {
                 Dim::Const(c) if *c as usize != got => {
-                    return Err(Error::ShapeMismatch { kernel: kernel.into(), param: pname, message: format!("must have shape {}, got {:?}", ty.shape, a.shape) });
+                    return Err(Error::ShapeMismatch {
+                        kernel: kernel.into(),
+                        param: pname,
+                        message: format!("must have shape {}, got {:?}", ty.shape, a.shape),
+                    });
                 }
                 Dim::Const(_) => {}
                 Dim::Sym(s) => match syms.get(s) {
                     Some((want, by)) if *want != got => {
-                        return Err(Error::DimMismatch { kernel: kernel.into(), dim: s.clone(), param: pname, bound_by: format!("`{by}`"), expected: *want, got });
+                        return Err(Error::DimMismatch {
+                            kernel: kernel.into(),
+                            dim: s.clone(),
+                            param: pname,
+                            bound_by: format!("`{by}`"),
+                            expected: *want,
+                            got,
+                        });
                     }
                     Some(_) => {}
                     None => {
@@ -155,10 +232,15 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<HashM
 }
 
 fn eval_shape(dims: &[Dim], syms: &HashMap<String, (usize, String)>) -> Vec<usize> {
-    dims.iter().map(|d| match d {
-        Dim::Const(c) => *c as usize,
-        Dim::Sym(s) => syms.get(s).map(|x| x.0).expect("result dims are bound by the parameters (verified)"),
-    }).collect()
+    dims.iter()
+        .map(|d| match d {
+            Dim::Const(c) => *c as usize,
+            Dim::Sym(s) => syms
+                .get(s)
+                .map(|x| x.0)
+                .expect("result dims are bound by the parameters (verified)"),
+        })
+        .collect()
 }
 
 /// A `tile!` kernel argument: an input or an output tensor.
@@ -178,8 +260,17 @@ pub struct TileDef {
 
 impl TileDef {
     /// A definition with default knob values.
-    pub const fn new(name: &'static str, program: fn() -> dsl::Program, knobs: &'static [(&'static str, i64)]) -> Self {
-        TileDef { name, program, knobs, cache: Mutex::new(Vec::new()) }
+    pub const fn new(
+        name: &'static str,
+        program: fn() -> dsl::Program,
+        knobs: &'static [(&'static str, i64)],
+    ) -> Self {
+        TileDef {
+            name,
+            program,
+            knobs,
+            cache: Mutex::new(Vec::new()),
+        }
     }
 
     /// The kernel's name.
@@ -195,16 +286,34 @@ impl TileDef {
     fn program_for(&self, knobs: &[(&str, i64)]) -> Result<std::sync::Arc<cpu::Program>> {
         for (k, _) in knobs {
             if !self.knobs.iter().any(|(n, _)| n == k) {
-                return Err(Error::Compile { kernel: self.name.into(), message: format!("unknown knob `{k}`; knobs are {:?}", self.knobs.iter().map(|k| k.0).collect::<Vec<_>>()) });
+                return Err(Error::Compile {
+                    kernel: self.name.into(),
+                    message: format!(
+                        "unknown knob `{k}`; knobs are {:?}",
+                        self.knobs.iter().map(|k| k.0).collect::<Vec<_>>()
+                    ),
+                });
             }
         }
-        let values: Vec<(String, i64)> = self.knobs.iter().map(|(n, d)| (n.to_string(), knobs.iter().find(|(k, _)| k == n).map_or(*d, |x| x.1))).collect();
+        let values: Vec<(String, i64)> = self
+            .knobs
+            .iter()
+            .map(|(n, d)| {
+                (
+                    n.to_string(),
+                    knobs.iter().find(|(k, _)| k == n).map_or(*d, |x| x.1),
+                )
+            })
+            .collect();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, p)) = cache.iter().find(|(v, _)| *v == values) {
             return Ok(p.clone());
         }
         let refs: Vec<(&str, i64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        let kernel = dsl::lower(&(self.program)(), &refs).map_err(|e| Error::Compile { kernel: self.name.into(), message: e.to_string() })?;
+        let kernel = dsl::lower(&(self.program)(), &refs).map_err(|e| Error::Compile {
+            kernel: self.name.into(),
+            message: e.to_string(),
+        })?;
         let p = std::sync::Arc::new(cpu::Program::new(kernel));
         cache.push((values, p.clone()));
         Ok(p)
@@ -215,19 +324,38 @@ impl TileDef {
         let program = self.program_for(knobs)?;
         let k = &program.kernel;
         if args.len() != k.params.len() {
-            return Err(Error::ArgCount { kernel: self.name.into(), expected: k.params.len(), got: args.len() });
+            return Err(Error::ArgCount {
+                kernel: self.name.into(),
+                expected: k.params.len(),
+                got: args.len(),
+            });
         }
         let mut bufs = Vec::with_capacity(args.len());
         for (p, a) in k.params.iter().zip(args.iter_mut()) {
             let (dtype, shape, ptr, len, writable) = match a {
-                Arg::In(t) => (t.dtype, t.shape, t.bytes.as_ptr() as *mut u8, t.bytes.len(), false),
+                Arg::In(t) => (
+                    t.dtype,
+                    t.shape,
+                    t.bytes.as_ptr() as *mut u8,
+                    t.bytes.len(),
+                    false,
+                ),
                 Arg::Out(t) => (t.dtype, t.shape, t.bytes.as_mut_ptr(), t.bytes.len(), true),
             };
             if dtype != p.dtype {
-                return Err(Error::DTypeMismatch { kernel: self.name.into(), param: p.name.clone(), expected: p.dtype.to_string(), got: dtype.to_string() });
+                return Err(Error::DTypeMismatch {
+                    kernel: self.name.into(),
+                    param: p.name.clone(),
+                    expected: p.dtype.to_string(),
+                    got: dtype.to_string(),
+                });
             }
             if shape.len() != p.rank {
-                return Err(Error::ShapeMismatch { kernel: self.name.into(), param: p.name.clone(), message: format!("must have rank {}, got shape {shape:?}", p.rank) });
+                return Err(Error::ShapeMismatch {
+                    kernel: self.name.into(),
+                    param: p.name.clone(),
+                    message: format!("must have rank {}, got shape {shape:?}", p.rank),
+                });
             }
             bufs.push(buffer(dtype, shape, ptr, len, writable));
         }

@@ -7,7 +7,11 @@ use crate::{DType, Dim, Shape, TensorType};
 /// The error says which rule was broken, naming the dims or dtypes involved.
 pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
     let arity = |n: usize| -> Result<(), String> {
-        if args.len() == n { Ok(()) } else { Err(format!("expects {n} operand(s), got {}", args.len())) }
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(format!("expects {n} operand(s), got {}", args.len()))
+        }
     };
     match op {
         Op::Param { .. } => Err("parameters are declared in the signature, not built".into()),
@@ -24,7 +28,12 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             arity(2)?;
             let (x, y) = (args[0], args[1]);
             if x.dtype != y.dtype {
-                return Err(format!("dtype mismatch: {} of {} and {} (insert a cast)", b.name(), x.dtype, y.dtype));
+                return Err(format!(
+                    "dtype mismatch: {} of {} and {} (insert a cast)",
+                    b.name(),
+                    x.dtype,
+                    y.dtype
+                ));
             }
             if matches!(b, BinaryOp::Div) {
                 float_only(op, x.dtype)?;
@@ -52,38 +61,60 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             if axes.is_empty() {
                 return Err("no axes to reduce".into());
             }
-            let dims = x.shape.0.iter().enumerate().filter_map(|(i, d)| match (seen[i], keepdim) {
-                (false, _) => Some(d.clone()),
-                (true, true) => Some(Dim::Const(1)),
-                (true, false) => None,
-            });
-            Ok(TensorType::new(x.dtype.accumulator(), Shape(dims.collect())))
+            let dims = x
+                .shape
+                .0
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| match (seen[i], keepdim) {
+                    (false, _) => Some(d.clone()),
+                    (true, true) => Some(Dim::Const(1)),
+                    (true, false) => None,
+                });
+            Ok(TensorType::new(
+                x.dtype.accumulator(),
+                Shape(dims.collect()),
+            ))
         }
         Op::Matmul => {
             arity(2)?;
             let (a, b) = (args[0], args[1]);
             if a.dtype != b.dtype {
-                return Err(format!("dtype mismatch: matmul of {} and {}", a.dtype, b.dtype));
+                return Err(format!(
+                    "dtype mismatch: matmul of {} and {}",
+                    a.dtype, b.dtype
+                ));
             }
             let (ra, rb) = (a.shape.rank(), b.shape.rank());
             if !(2..=3).contains(&ra) || !(2..=3).contains(&rb) {
-                return Err(format!("operands must be rank 2 or 3 (batched), got {a} and {b}"));
+                return Err(format!(
+                    "operands must be rank 2 or 3 (batched), got {a} and {b}"
+                ));
             }
             let (m, k1) = (&a.shape.0[ra - 2], &a.shape.0[ra - 1]);
             let (k2, n) = (&b.shape.0[rb - 2], &b.shape.0[rb - 1]);
             if k1 != k2 {
-                return Err(format!("inner dims differ: {a} × {b} contracts {k1} with {k2}"));
+                return Err(format!(
+                    "inner dims differ: {a} × {b} contracts {k1} with {k2}"
+                ));
             }
             let mut dims = Vec::new();
             match (ra, rb) {
                 (3, 3) => {
                     if a.shape.0[0] != b.shape.0[0] {
-                        return Err(format!("batch dims differ: {} vs {}", a.shape.0[0], b.shape.0[0]));
+                        return Err(format!(
+                            "batch dims differ: {} vs {}",
+                            a.shape.0[0], b.shape.0[0]
+                        ));
                     }
                     dims.push(a.shape.0[0].clone());
                 }
                 (3, 2) => dims.push(a.shape.0[0].clone()),
-                (2, 3) => return Err(format!("a rank-2 left operand cannot multiply a batched right operand {b}")),
+                (2, 3) => {
+                    return Err(format!(
+                        "a rank-2 left operand cannot multiply a batched right operand {b}"
+                    ));
+                }
                 _ => {}
             }
             dims.push(m.clone());
@@ -108,7 +139,11 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             Ok(TensorType::new(DType::F32, args[0].shape.clone()))
         }
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            let n_params = if matches!(op, Op::LayerNorm { .. }) { 3 } else { 2 };
+            let n_params = if matches!(op, Op::LayerNorm { .. }) {
+                3
+            } else {
+                2
+            };
             arity(n_params)?;
             let x = args[0];
             float_only(op, x.dtype)?;
@@ -125,9 +160,17 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
 }
 
 fn float_only(op: &Op, d: DType) -> Result<(), String> {
-    if d.is_float() { Ok(()) } else { Err(format!("{} needs a float operand, got {d}", op.name())) }
+    if d.is_float() {
+        Ok(())
+    } else {
+        Err(format!("{} needs a float operand, got {d}", op.name()))
+    }
 }
 
 fn rank_at_least_1(x: &TensorType) -> Result<(), String> {
-    if x.shape.rank() >= 1 { Ok(()) } else { Err(format!("needs rank ≥ 1, got {x}")) }
+    if x.shape.rank() >= 1 {
+        Ok(())
+    } else {
+        Err(format!("needs rank ≥ 1, got {x}"))
+    }
 }

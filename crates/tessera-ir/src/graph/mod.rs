@@ -118,7 +118,14 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     /// Every binary op.
-    pub const ALL: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+    pub const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
 
     /// Name in IR text and kernel bodies.
     pub fn name(self) -> &'static str {
@@ -170,7 +177,9 @@ impl ReduceOp {
 
     /// Looks a reduction up by name.
     pub fn parse(s: &str) -> Option<Self> {
-        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean].into_iter().find(|o| o.name() == s)
+        [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean]
+            .into_iter()
+            .find(|o| o.name() == s)
     }
 }
 
@@ -178,15 +187,26 @@ impl ReduceOp {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// The `i`-th kernel parameter.
-    Param { index: usize, name: String },
+    Param {
+        index: usize,
+        name: String,
+    },
     /// A scalar constant (rank-0 tensor) of the given dtype.
-    Const { value: f64, dtype: DType },
+    Const {
+        value: f64,
+        dtype: DType,
+    },
     Unary(UnaryOp),
     Binary(BinaryOp),
     Cast(DType),
     /// Explicit broadcast to the node's type.
     Broadcast,
-    Reduce { op: ReduceOp, axes: Vec<usize>, keepdim: bool, policy: NumericsPolicy },
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+        policy: NumericsPolicy,
+    },
     /// `[.., M, K] × [.., K, N]`: plain or batched; float inputs accumulate into f32.
     Matmul,
     /// Swaps the last two axes.
@@ -194,9 +214,13 @@ pub enum Op {
     /// Softmax over the last axis.
     Softmax,
     /// `(x − mean)/sqrt(var + eps) · gamma + beta` over the last axis; args `x, gamma, beta`.
-    LayerNorm { eps: f64 },
+    LayerNorm {
+        eps: f64,
+    },
     /// `x / sqrt(mean(x²) + eps) · gamma` over the last axis; args `x, gamma`.
-    RmsNorm { eps: f64 },
+    RmsNorm {
+        eps: f64,
+    },
 }
 
 impl Op {
@@ -220,7 +244,10 @@ impl Op {
 
     /// True for ops that map element to element (fusable as epilogues).
     pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast(_) | Op::Const { .. })
+        matches!(
+            self,
+            Op::Unary(_) | Op::Binary(_) | Op::Cast(_) | Op::Const { .. }
+        )
     }
 }
 
@@ -245,7 +272,14 @@ pub struct Graph {
 impl Graph {
     /// Starts an empty graph; add params and nodes with [`GraphBuilder`].
     pub fn builder(name: &str) -> GraphBuilder {
-        GraphBuilder { graph: Graph { name: name.to_string(), nodes: Vec::new(), params: Vec::new(), output: Value(0) } }
+        GraphBuilder {
+            graph: Graph {
+                name: name.to_string(),
+                nodes: Vec::new(),
+                params: Vec::new(),
+                output: Value(0),
+            },
+        }
     }
 
     /// The node behind a value.
@@ -316,22 +350,39 @@ impl GraphBuilder {
     pub fn param(&mut self, name: &str, ty: TensorType) -> Value {
         let v = Value(self.graph.nodes.len() as u32);
         let index = self.graph.params.len();
-        self.graph.nodes.push(Node { op: Op::Param { index, name: name.to_string() }, args: vec![], ty });
+        self.graph.nodes.push(Node {
+            op: Op::Param {
+                index,
+                name: name.to_string(),
+            },
+            args: vec![],
+            ty,
+        });
         self.graph.params.push(v);
         v
     }
 
     /// Adds a node, inferring its type.
     pub fn push(&mut self, op: Op, args: &[Value]) -> Result<Value, TypeError> {
-        let tys: Vec<&TensorType> = args.iter().map(|a| &self.graph.nodes[a.index()].ty).collect();
-        let ty = infer(&op, &tys).map_err(|message| TypeError { op: op.name(), message })?;
+        let tys: Vec<&TensorType> = args
+            .iter()
+            .map(|a| &self.graph.nodes[a.index()].ty)
+            .collect();
+        let ty = infer(&op, &tys).map_err(|message| TypeError {
+            op: op.name(),
+            message,
+        })?;
         Ok(self.push_typed(op, args, ty))
     }
 
     /// Adds a node with a given type (used by `broadcast` and the parser; the verifier checks it).
     pub fn push_typed(&mut self, op: Op, args: &[Value], ty: TensorType) -> Value {
         let v = Value(self.graph.nodes.len() as u32);
-        self.graph.nodes.push(Node { op, args: args.to_vec(), ty });
+        self.graph.nodes.push(Node {
+            op,
+            args: args.to_vec(),
+            ty,
+        });
         v
     }
 

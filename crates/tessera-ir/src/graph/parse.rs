@@ -50,7 +50,9 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
     loop {
         if c.eat_kw("return") {
             let r = c.value()?;
-            let out = *names.get(&r).ok_or_else(|| c.error(format!("unknown value `%{r}`")))?;
+            let out = *names
+                .get(&r)
+                .ok_or_else(|| c.error(format!("unknown value `%{r}`")))?;
             c.expect("}")?;
             return Ok(b.finish(out));
         }
@@ -60,7 +62,11 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         let mut args = Vec::new();
         while let Tok::Value(_) = c.peek() {
             let a = c.value()?;
-            args.push(*names.get(&a).ok_or_else(|| c.error(format!("use of undefined value `%{a}`")))?);
+            args.push(
+                *names
+                    .get(&a)
+                    .ok_or_else(|| c.error(format!("use of undefined value `%{a}`")))?,
+            );
             if !c.eat(",") {
                 break;
             }
@@ -71,7 +77,10 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         // `cast` and `const` carry their dtype in the result type.
         let op = match op {
             Op::Cast(_) => Op::Cast(ty.dtype),
-            Op::Const { value, .. } => Op::Const { value, dtype: ty.dtype },
+            Op::Const { value, .. } => Op::Const {
+                value,
+                dtype: ty.dtype,
+            },
             op => op,
         };
         if names.contains_key(&def) {
@@ -94,7 +103,10 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
         c.expect("=")
     };
     Ok(match name {
-        "const" => Op::Const { value: c.number()?, dtype: DType::F32 },
+        "const" => Op::Const {
+            value: c.number()?,
+            dtype: DType::F32,
+        },
         "cast" => Op::Cast(DType::F32),
         "broadcast" => Op::Broadcast,
         "matmul" => Op::Matmul,
@@ -109,7 +121,8 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
             Op::RmsNorm { eps: c.number()? }
         }
         _ if name.starts_with("reduce.") => {
-            let op = ReduceOp::parse(&name[7..]).ok_or_else(|| c.error(format!("unknown reduction `{name}`")))?;
+            let op = ReduceOp::parse(&name[7..])
+                .ok_or_else(|| c.error(format!("unknown reduction `{name}`")))?;
             attr(c, "axes")?;
             let axes = c.list("[", "]", |c| c.usize())?;
             attr(c, "keepdim")?;
@@ -120,8 +133,14 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
             };
             attr(c, "policy")?;
             let p = c.ident()?;
-            let policy = NumericsPolicy::parse(&p).ok_or_else(|| c.error(format!("unknown numerics policy `{p}`")))?;
-            Op::Reduce { op, axes, keepdim, policy }
+            let policy = NumericsPolicy::parse(&p)
+                .ok_or_else(|| c.error(format!("unknown numerics policy `{p}`")))?;
+            Op::Reduce {
+                op,
+                axes,
+                keepdim,
+                policy,
+            }
         }
         _ => return Err(c.error(format!("unknown op `{name}`"))),
     })

@@ -13,7 +13,11 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
         }
         write!(f, "{}: {}", g.value_name(*p), g.ty(*p))?;
     }
-    let out_ty = g.nodes.get(g.output.index()).map(|n| n.ty.to_string()).unwrap_or_else(|| "?".into());
+    let out_ty = g
+        .nodes
+        .get(g.output.index())
+        .map(|n| n.ty.to_string())
+        .unwrap_or_else(|| "?".into());
     writeln!(f, ") -> {out_ty} {{")?;
     for (i, n) in g.nodes.iter().enumerate() {
         if !matches!(n.op, Op::Param { .. }) {
@@ -24,11 +28,22 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
             }
             match &n.op {
                 Op::Const { value, .. } => write!(f, " {}", fmt_float(*value))?,
-                Op::Reduce { axes, keepdim, policy, .. } => {
+                Op::Reduce {
+                    axes,
+                    keepdim,
+                    policy,
+                    ..
+                } => {
                     let axes: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
-                    write!(f, " axes=[{}] keepdim={keepdim} policy={policy}", axes.join(", "))?;
+                    write!(
+                        f,
+                        " axes=[{}] keepdim={keepdim} policy={policy}",
+                        axes.join(", ")
+                    )?;
                 }
-                Op::LayerNorm { eps } | Op::RmsNorm { eps } => write!(f, " eps={}", fmt_float(*eps))?,
+                Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+                    write!(f, " eps={}", fmt_float(*eps))?
+                }
                 _ => {}
             }
             writeln!(f, " : {}", n.ty)?;

@@ -38,37 +38,56 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
     for (i, node) in g.nodes.iter().enumerate() {
         let name = g.value_name(super::Value(i as u32));
         if let Some(bad) = node.args.iter().find(|a| a.index() >= i) {
-            errors.push((i, format!("{name}: operand %{} is not defined before its use", bad.0)));
+            errors.push((
+                i,
+                format!("{name}: operand %{} is not defined before its use", bad.0),
+            ));
             continue;
         }
         match &node.op {
             Op::Param { index, .. } => {
                 if g.params.get(*index).map(|p| p.index()) != Some(i) {
-                    errors.push((i, format!("{name}: parameter index {index} does not match the signature")));
+                    errors.push((
+                        i,
+                        format!("{name}: parameter index {index} does not match the signature"),
+                    ));
                 }
             }
             Op::Broadcast => {
                 let x = &g.ty(node.args[0]);
                 if node.args.len() != 1 {
                     errors.push((i, format!("{name}: broadcast expects 1 operand")));
-                } else if x.dtype != node.ty.dtype || x.shape.broadcast(&node.ty.shape).as_ref() != Ok(&node.ty.shape) {
-                    errors.push((i, format!("{name}: broadcast: {x} does not broadcast to {}", node.ty)));
+                } else if x.dtype != node.ty.dtype
+                    || x.shape.broadcast(&node.ty.shape).as_ref() != Ok(&node.ty.shape)
+                {
+                    errors.push((
+                        i,
+                        format!("{name}: broadcast: {x} does not broadcast to {}", node.ty),
+                    ));
                 }
             }
             op => {
                 let tys: Vec<_> = node.args.iter().map(|a| g.ty(*a)).collect();
                 match infer(op, &tys) {
                     Err(m) => errors.push((i, format!("{name}: {}: {m}", op.name()))),
-                    Ok(t) if t != node.ty => {
-                        errors.push((i, format!("{name}: {}: declared type {} but the operands give {t}", op.name(), node.ty)))
-                    }
+                    Ok(t) if t != node.ty => errors.push((
+                        i,
+                        format!(
+                            "{name}: {}: declared type {} but the operands give {t}",
+                            op.name(),
+                            node.ty
+                        ),
+                    )),
                     Ok(_) => {}
                 }
             }
         }
     }
     if g.output.index() >= n {
-        errors.push((n.saturating_sub(1), format!("return of undefined value %{}", g.output.0)));
+        errors.push((
+            n.saturating_sub(1),
+            format!("return of undefined value %{}", g.output.0),
+        ));
     }
     if errors.is_empty() {
         return Ok(());

@@ -1,9 +1,9 @@
 //! Matmul kernels: a K loop of tile loads and `dot`s into an f32 accumulator, then the epilogue.
 
 use super::{Axis, Lower, LowerError, view_groups};
+use crate::DType;
 use crate::schedule::Schedule;
 use crate::tile::{GridDim, Op, TileType};
-use crate::DType;
 
 pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (bm, bn, bk) = (s.tile[0] as usize, s.tile[1] as usize, s.tile[2] as usize);
@@ -17,9 +17,22 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let pb = l.param(b, r);
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
     let groups = view_groups(&out_shape, r);
-    let mut grid = [GridDim { dims: vec![(pa, r - 2)], tile: bm as u32 }, GridDim { dims: vec![(pb, r - 1)], tile: bn as u32 }, GridDim::one()];
+    let mut grid = [
+        GridDim {
+            dims: vec![(pa, r - 2)],
+            tile: bm as u32,
+        },
+        GridDim {
+            dims: vec![(pb, r - 1)],
+            tile: bn as u32,
+        },
+        GridDim::one(),
+    ];
     if batched {
-        grid[2] = GridDim { dims: vec![(pa, 0)], tile: 1 };
+        grid[2] = GridDim {
+            dims: vec![(pa, 0)],
+            tile: 1,
+        };
     }
     l.set_grid(grid);
 
@@ -38,17 +51,33 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let ib: Vec<_> = batch.into_iter().chain([kk, j]).collect();
     let ta = l.load(pa, ia, &[bm, bk], 0.0);
     let tb = l.load(pb, ib, &[bk, bn], 0.0);
-    let acc = l.b.op(Op::Dot { a: ta, b: tb, acc: carried[0] }, TileType::tile(DType::F32, &[bm, bn]));
+    let acc = l.b.op(
+        Op::Dot {
+            a: ta,
+            b: tb,
+            acc: carried[0],
+        },
+        TileType::tile(DType::F32, &[bm, bn]),
+    );
     let acc = l.b.end_for(&[acc])[0];
 
     let root_dtype = root.ty.dtype;
     let acc = l.cast(acc, root_dtype);
     let mut axes = Vec::new();
     if let Some(bv) = batch {
-        axes.push(Axis { origin: bv, extent: None });
+        axes.push(Axis {
+            origin: bv,
+            extent: None,
+        });
     }
-    axes.push(Axis { origin: i, extent: Some(bm) });
-    axes.push(Axis { origin: j, extent: Some(bn) });
+    axes.push(Axis {
+        origin: i,
+        extent: Some(bm),
+    });
+    axes.push(Axis {
+        origin: j,
+        extent: Some(bn),
+    });
     let y = l.epilogue(acc, &groups, &axes)?;
     let y = l.fit(y, &[bm, bn]);
     let po = l.output_param(r);

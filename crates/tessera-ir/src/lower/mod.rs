@@ -72,13 +72,33 @@ pub(crate) fn view_groups(shape: &[Dim], rank: usize) -> Vec<Vec<Dim>> {
 }
 
 /// Lowers `k` under schedule `s` with reductions following `policy`.
-pub fn lower(g: &Graph, k: &FusedKernel, s: &Schedule, policy: NumericsPolicy) -> Result<Lowered, LowerError> {
+pub fn lower(
+    g: &Graph,
+    k: &FusedKernel,
+    s: &Schedule,
+    policy: NumericsPolicy,
+) -> Result<Lowered, LowerError> {
     if s.class != k.class {
-        return Err(LowerError { value: k.name.clone(), message: format!("a {} schedule cannot run a {} kernel", s.class.name(), k.class.name()) });
+        return Err(LowerError {
+            value: k.name.clone(),
+            message: format!(
+                "a {} schedule cannot run a {} kernel",
+                s.class.name(),
+                k.class.name()
+            ),
+        });
     }
     if let Err(e) = crate::schedule::verify(s) {
-        return Err(LowerError { value: k.name.clone(), message: format!("invalid schedule: {}", e.join("; ")) });
+        return Err(LowerError {
+            value: k.name.clone(),
+            message: format!("invalid schedule: {}", e.join("; ")),
+        });
     }
+    // A reduction's own policy (from `#[kernel(numerics = ..)]`) wins over the default.
+    let policy = match &g.node(k.root).op {
+        Op::Reduce { policy: p, .. } if *p != NumericsPolicy::Fast => *p,
+        _ => policy,
+    };
     let mut l = Lower::new(g, k, policy);
     match k.class {
         KernelClass::Matmul => matmul::lower(&mut l, s)?,
@@ -88,8 +108,14 @@ pub fn lower(g: &Graph, k: &FusedKernel, s: &Schedule, policy: NumericsPolicy) -
         KernelClass::Transpose => other::transpose(&mut l, s)?,
     }
     let kernel = l.b.finish();
-    tile::verify(&kernel).map_err(|e| LowerError { value: k.name.clone(), message: format!("lowering produced invalid Tile IR (a compiler bug):\n{e}") })?;
-    Ok(Lowered { kernel, bindings: l.bindings })
+    tile::verify(&kernel).map_err(|e| LowerError {
+        value: k.name.clone(),
+        message: format!("lowering produced invalid Tile IR (a compiler bug):\n{e}"),
+    })?;
+    Ok(Lowered {
+        kernel,
+        bindings: l.bindings,
+    })
 }
 
 /// How an epilogue input lines up with one axis of the output view.
@@ -115,16 +141,30 @@ pub(crate) struct Lower<'g> {
 impl<'g> Lower<'g> {
     fn new(g: &'g Graph, k: &'g FusedKernel, policy: NumericsPolicy) -> Self {
         let one = || GridDim::one();
-        Lower { g, k, policy, b: Builder::new(&k.name, vec![], [one(), one(), one()]), bindings: vec![], vals: HashMap::new(), consts: HashMap::new() }
+        Lower {
+            g,
+            k,
+            policy,
+            b: Builder::new(&k.name, vec![], [one(), one(), one()]),
+            bindings: vec![],
+            vals: HashMap::new(),
+            consts: HashMap::new(),
+        }
     }
 
     pub fn err(&self, v: Value, m: impl Into<String>) -> LowerError {
-        LowerError { value: self.g.value_name(v), message: m.into() }
+        LowerError {
+            value: self.g.value_name(v),
+            message: m.into(),
+        }
     }
 
     /// The kernel parameter bound to `v` at `view_rank`, added on first use.
     pub fn param(&mut self, v: Value, view_rank: usize) -> usize {
-        let b = Binding { value: v, view_rank };
+        let b = Binding {
+            value: v,
+            view_rank,
+        };
         if let Some(i) = self.bindings.iter().position(|x| *x == b) {
             return i;
         }
@@ -133,7 +173,11 @@ impl<'g> Lower<'g> {
             Op::Param { name, .. } => name.clone(),
             _ => format!("t{}", v.0),
         };
-        self.b_params().push(Param { name, dtype: n.ty.dtype, rank: view_rank });
+        self.b_params().push(Param {
+            name,
+            dtype: n.ty.dtype,
+            rank: view_rank,
+        });
         self.bindings.push(b);
         self.bindings.len() - 1
     }
@@ -177,11 +221,13 @@ impl<'g> Lower<'g> {
     }
 
     pub fn dim(&mut self, param: usize, axis: usize) -> TValue {
-        self.b.op(tile::Op::Dim { param, axis }, TileType::scalar(DType::I32))
+        self.b
+            .op(tile::Op::Dim { param, axis }, TileType::scalar(DType::I32))
     }
 
     pub fn pid(&mut self, axis: u8) -> TValue {
-        self.b.op(tile::Op::ProgramId(axis), TileType::scalar(DType::I32))
+        self.b
+            .op(tile::Op::ProgramId(axis), TileType::scalar(DType::I32))
     }
 
     pub fn mul(&mut self, a: TValue, b: TValue) -> TValue {
@@ -190,8 +236,15 @@ impl<'g> Lower<'g> {
 
     pub fn bin(&mut self, op: crate::graph::BinaryOp, a: TValue, b: TValue) -> TValue {
         let (ta, tb) = (self.b.ty(a).clone(), self.b.ty(b).clone());
-        let shape = TileType::broadcast_shape(&ta.shape, &tb.shape).expect("lowering built mismatched tiles");
-        self.b.op(tile::Op::Binary(op, a, b), TileType { dtype: ta.dtype, shape })
+        let shape = TileType::broadcast_shape(&ta.shape, &tb.shape)
+            .expect("lowering built mismatched tiles");
+        self.b.op(
+            tile::Op::Binary(op, a, b),
+            TileType {
+                dtype: ta.dtype,
+                shape,
+            },
+        )
     }
 
     pub fn unary(&mut self, op: crate::graph::UnaryOp, a: TValue) -> TValue {
@@ -204,14 +257,26 @@ impl<'g> Lower<'g> {
         if t.dtype == dtype {
             return a;
         }
-        self.b.op(tile::Op::Cast(a), TileType { dtype, shape: t.shape })
+        self.b.op(
+            tile::Op::Cast(a),
+            TileType {
+                dtype,
+                shape: t.shape,
+            },
+        )
     }
 
     pub fn expand(&mut self, a: TValue, axis: usize) -> TValue {
         let t = self.b.ty(a).clone();
         let mut shape = t.shape.clone();
         shape.insert(axis, 1);
-        self.b.op(tile::Op::Expand { a, axis }, TileType { dtype: t.dtype, shape })
+        self.b.op(
+            tile::Op::Expand { a, axis },
+            TileType {
+                dtype: t.dtype,
+                shape,
+            },
+        )
     }
 
     pub fn reduce(&mut self, op: tile::TileReduce, a: TValue, axis: usize) -> TValue {
@@ -219,19 +284,53 @@ impl<'g> Lower<'g> {
         let mut shape = t.shape.clone();
         shape.remove(axis);
         let policy = self.policy;
-        self.b.op(tile::Op::Reduce { op, a, axis, policy }, TileType { dtype: t.dtype, shape })
+        self.b.op(
+            tile::Op::Reduce {
+                op,
+                a,
+                axis,
+                policy,
+            },
+            TileType {
+                dtype: t.dtype,
+                shape,
+            },
+        )
     }
 
-    pub fn load(&mut self, param: usize, index: Vec<TValue>, shape: &[usize], other: f64) -> TValue {
+    pub fn load(
+        &mut self,
+        param: usize,
+        index: Vec<TValue>,
+        shape: &[usize],
+        other: f64,
+    ) -> TValue {
         let dtype = builder_params(&mut self.b)[param].dtype;
-        self.b.op(tile::Op::Load { param, index, mask: None, other }, TileType::tile(dtype, shape))
+        self.b.op(
+            tile::Op::Load {
+                param,
+                index,
+                mask: None,
+                other,
+            },
+            TileType::tile(dtype, shape),
+        )
     }
 
     /// Loads an operand of the epilogue, broadcast against the output view `groups` whose axes
     /// are tiled as `axes`.
-    pub fn load_broadcast(&mut self, v: Value, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+    pub fn load_broadcast(
+        &mut self,
+        v: Value,
+        groups: &[Vec<Dim>],
+        axes: &[Axis],
+    ) -> Result<TValue, LowerError> {
         let ty = self.g.ty(v).clone();
-        let out_rank: usize = groups.iter().map(|g| g.len()).sum::<usize>().max(ty.shape.rank());
+        let out_rank: usize = groups
+            .iter()
+            .map(|g| g.len())
+            .sum::<usize>()
+            .max(ty.shape.rank());
         let mut padded = vec![Dim::Const(1); out_rank - ty.shape.rank()];
         padded.extend(ty.shape.0.iter().cloned());
         let mut index = Vec::new();
@@ -256,7 +355,12 @@ impl<'g> Lower<'g> {
     }
 
     /// Applies the kernel's epilogue to `x` (the root's value as a tile).
-    pub fn epilogue(&mut self, x: TValue, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+    pub fn epilogue(
+        &mut self,
+        x: TValue,
+        groups: &[Vec<Dim>],
+        axes: &[Axis],
+    ) -> Result<TValue, LowerError> {
         self.vals.insert(self.k.root, x);
         let mut last = x;
         for &v in &self.k.epilogue.clone() {
@@ -267,7 +371,12 @@ impl<'g> Lower<'g> {
     }
 
     /// Emits one elementwise graph node; operands not yet in registers are loaded.
-    pub fn elementwise(&mut self, v: Value, groups: &[Vec<Dim>], axes: &[Axis]) -> Result<TValue, LowerError> {
+    pub fn elementwise(
+        &mut self,
+        v: Value,
+        groups: &[Vec<Dim>],
+        axes: &[Axis],
+    ) -> Result<TValue, LowerError> {
         let n = self.g.node(v).clone();
         let mut ops = Vec::new();
         for a in &n.args {
@@ -295,11 +404,17 @@ impl<'g> Lower<'g> {
         if t.shape == shape {
             return x;
         }
-        self.b.op(tile::Op::Broadcast(x), TileType::tile(t.dtype, shape))
+        self.b
+            .op(tile::Op::Broadcast(x), TileType::tile(t.dtype, shape))
     }
 
     pub fn store(&mut self, param: usize, index: Vec<TValue>, value: TValue) {
-        self.b.effect(tile::Op::Store { param, index, value, mask: None });
+        self.b.effect(tile::Op::Store {
+            param,
+            index,
+            value,
+            mask: None,
+        });
     }
 }
 

@@ -1,10 +1,10 @@
 //! Elementwise chains, transposes and reductions over leading axes.
 
 use super::{Axis, Lower, LowerError, view_groups};
+use crate::DType;
 use crate::graph::{BinaryOp, Op as G, ReduceOp};
 use crate::schedule::Schedule;
 use crate::tile::{GridDim, Op, TileReduce, TileType};
-use crate::DType;
 
 /// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output.
 pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
@@ -12,12 +12,31 @@ pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError>
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
     let groups = view_groups(&out_shape, 2);
     let po = l.output_param(2);
-    l.set_grid([GridDim { dims: vec![(po, 0)], tile: br as u32 }, GridDim { dims: vec![(po, 1)], tile: bc as u32 }, GridDim::one()]);
+    l.set_grid([
+        GridDim {
+            dims: vec![(po, 0)],
+            tile: br as u32,
+        },
+        GridDim {
+            dims: vec![(po, 1)],
+            tile: bc as u32,
+        },
+        GridDim::one(),
+    ]);
     let (p0, p1) = (l.pid(0), l.pid(1));
     let (cbr, cbc) = (l.c_i32(br as i64), l.c_i32(bc as i64));
     let i = l.mul(p0, cbr);
     let j = l.mul(p1, cbc);
-    let axes = [Axis { origin: i, extent: Some(br) }, Axis { origin: j, extent: Some(bc) }];
+    let axes = [
+        Axis {
+            origin: i,
+            extent: Some(br),
+        },
+        Axis {
+            origin: j,
+            extent: Some(bc),
+        },
+    ];
     let root = l.k.root;
     let y = l.elementwise(root, &groups, &axes)?;
     let y = l.epilogue(y, &groups, &axes)?;
@@ -38,7 +57,15 @@ fn move_output_last(l: &mut Lower, po: usize) {
     // Indices above `po` shifted down by one; the output moved to the end. Loads emitted so far
     // name inputs by index, so renumber them.
     let n = params.len();
-    let remap = |x: usize| if x == po { n - 1 } else if x > po { x - 1 } else { x };
+    let remap = |x: usize| {
+        if x == po {
+            n - 1
+        } else if x > po {
+            x - 1
+        } else {
+            x
+        }
+    };
     l.b.remap_params(remap);
 }
 
@@ -48,9 +75,22 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let x = l.g.node(l.k.root).args[0];
     let r = if l.g.ty(x).shape.rank() > 2 { 3 } else { 2 };
     let px = l.param(x, r);
-    let mut grid = [GridDim { dims: vec![(px, r - 1)], tile: br as u32 }, GridDim { dims: vec![(px, r - 2)], tile: bc as u32 }, GridDim::one()];
+    let mut grid = [
+        GridDim {
+            dims: vec![(px, r - 1)],
+            tile: br as u32,
+        },
+        GridDim {
+            dims: vec![(px, r - 2)],
+            tile: bc as u32,
+        },
+        GridDim::one(),
+    ];
     if r == 3 {
-        grid[2] = GridDim { dims: vec![(px, 0)], tile: 1 };
+        grid[2] = GridDim {
+            dims: vec![(px, 0)],
+            tile: 1,
+        };
     }
     l.set_grid(grid);
     let (p0, p1) = (l.pid(0), l.pid(1));
@@ -64,9 +104,21 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let y = l.b.op(Op::Trans(t), TileType::tile(dtype, &[br, bc]));
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
     let groups = view_groups(&out_shape, r);
-    let mut axes: Vec<Axis> = batch.map(|b| Axis { origin: b, extent: None }).into_iter().collect();
-    axes.push(Axis { origin: i, extent: Some(br) });
-    axes.push(Axis { origin: j, extent: Some(bc) });
+    let mut axes: Vec<Axis> = batch
+        .map(|b| Axis {
+            origin: b,
+            extent: None,
+        })
+        .into_iter()
+        .collect();
+    axes.push(Axis {
+        origin: i,
+        extent: Some(br),
+    });
+    axes.push(Axis {
+        origin: j,
+        extent: Some(bc),
+    });
     let y = l.epilogue(y, &groups, &axes)?;
     let y = l.fit(y, &[br, bc]);
     let po = l.output_param(r);
@@ -97,12 +149,25 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     // The kept dims are merged into one column axis: rank-2 views merge leading dims, so this
     // kernel needs the kept part to be a single dim.
     if kept.len() != 1 {
-        return Err(l.err(l.k.root, format!("reducing leading axes {axes:?} must leave exactly one axis, leaves {}", kept.len())));
+        return Err(l.err(
+            l.k.root,
+            format!(
+                "reducing leading axes {axes:?} must leave exactly one axis, leaves {}",
+                kept.len()
+            ),
+        ));
     }
     if axes.len() != 1 {
         return Err(l.err(l.k.root, "a column reduction reduces one leading axis here; reduce trailing axes or reshape first"));
     }
-    l.set_grid([GridDim { dims: vec![(px, 1)], tile: bc as u32 }, GridDim::one(), GridDim::one()]);
+    l.set_grid([
+        GridDim {
+            dims: vec![(px, 1)],
+            tile: bc as u32,
+        },
+        GridDim::one(),
+        GridDim::one(),
+    ]);
     let pid = l.pid(0);
     let cbc = l.c_i32(bc as i64);
     let j = l.mul(pid, cbc);
@@ -114,7 +179,11 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     let (r, acc) = l.b.begin_for(zero, rows, br as i64, &[acc0]);
     let v = l.load(px, vec![r, j], &[br, bc], init);
     let v = l.cast(v, DType::F32);
-    let (red, comb) = if is_max { (TileReduce::Max, BinaryOp::Max) } else { (TileReduce::Sum, BinaryOp::Add) };
+    let (red, comb) = if is_max {
+        (TileReduce::Max, BinaryOp::Max)
+    } else {
+        (TileReduce::Sum, BinaryOp::Add)
+    };
     let part = l.reduce(red, v, 0);
     let next = l.bin(comb, acc[0], part);
     let mut y = l.b.end_for(&[next])[0];
@@ -125,7 +194,10 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     let y = l.cast(y, root.ty.dtype);
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
     let groups = view_groups(&out_shape, 1);
-    let axes_t = [Axis { origin: j, extent: Some(bc) }];
+    let axes_t = [Axis {
+        origin: j,
+        extent: Some(bc),
+    }];
     let y = l.epilogue(y, &groups, &axes_t)?;
     let y = l.fit(y, &[bc]);
     let po = l.output_param(1);

@@ -3,10 +3,10 @@
 //! of `BC`.
 
 use super::{Axis, Lower, LowerError, view_groups};
+use crate::DType;
 use crate::graph::{BinaryOp, Op as G, ReduceOp, UnaryOp};
 use crate::schedule::Schedule;
 use crate::tile::{CmpOp, GridDim, Op, TValue, TileReduce, TileType};
-use crate::DType;
 
 pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
@@ -20,7 +20,14 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     };
     let lead = xs[..xs.len() - t].to_vec();
     let px = l.param(x, 2);
-    l.set_grid([GridDim { dims: vec![(px, 0)], tile: br as u32 }, GridDim::one(), GridDim::one()]);
+    l.set_grid([
+        GridDim {
+            dims: vec![(px, 0)],
+            tile: br as u32,
+        },
+        GridDim::one(),
+        GridDim::one(),
+    ]);
     let pid = l.pid(0);
     let cbr = l.c_i32(br as i64);
     let i = l.mul(pid, cbr);
@@ -40,7 +47,10 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let col_mask = |l: &mut Lower, c: TValue| {
         let ar = l.b.op(Op::Arange, TileType::tile(DType::I32, &[bc]));
         let cols = l.bin(BinaryOp::Add, ar, c);
-        let m = l.b.op(Op::Cmp(CmpOp::Lt, cols, n), TileType::tile(DType::Bool, &[bc]));
+        let m = l.b.op(
+            Op::Cmp(CmpOp::Lt, cols, n),
+            TileType::tile(DType::Bool, &[bc]),
+        );
         l.expand(m, 0)
     };
     let sum_rows = |l: &mut Lower, acc: TValue, v: TValue| {
@@ -50,7 +60,11 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
 
     match root.op {
         G::Reduce { op, .. } => {
-            let (init, other) = if op == ReduceOp::Max { (f64::NEG_INFINITY, f64::NEG_INFINITY) } else { (0.0, 0.0) };
+            let (init, other) = if op == ReduceOp::Max {
+                (f64::NEG_INFINITY, f64::NEG_INFINITY)
+            } else {
+                (0.0, 0.0)
+            };
             let acc0 = l.b.op(Op::Full(init), f32s(&row));
             let (c, acc) = l.b.begin_for(zero, n, bc as i64, &[acc0]);
             let v = load(l, c, other);
@@ -66,7 +80,10 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
             }
             let y = l.cast(y, root.ty.dtype);
             let groups = view_groups(&l.g.ty(l.k.output).shape.0, 1);
-            let axes = [Axis { origin: i, extent: Some(br) }];
+            let axes = [Axis {
+                origin: i,
+                extent: Some(br),
+            }];
             let y = l.epilogue(y, &groups, &axes)?;
             let y = l.fit(y, &row);
             let po = l.output_param(1);
@@ -101,7 +118,11 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
         G::LayerNorm { eps } | G::RmsNorm { eps } => {
             let layer = matches!(root.op, G::LayerNorm { .. });
             let pg = l.param(root.args[1], 1);
-            let pbeta = if layer { Some(l.param(root.args[2], 1)) } else { None };
+            let pbeta = if layer {
+                Some(l.param(root.args[2], 1))
+            } else {
+                None
+            };
             let acc0 = l.b.op(Op::Full(0.0), f32s(&row));
             let mean = if layer {
                 let (c, acc) = l.b.begin_for(zero, n, bc as i64, &[acc0]);
@@ -178,7 +199,16 @@ fn write_pass(
     let (c, _) = l.b.begin_for(zero, n, bc as i64, &[]);
     let y = body(l, c)?;
     let y = l.cast(y, l.g.ty(l.k.root).dtype);
-    let axes = [Axis { origin: i, extent: Some(chunk[0]) }, Axis { origin: c, extent: Some(bc) }];
+    let axes = [
+        Axis {
+            origin: i,
+            extent: Some(chunk[0]),
+        },
+        Axis {
+            origin: c,
+            extent: Some(bc),
+        },
+    ];
     let y = l.epilogue(y, &groups, &axes)?;
     let y = l.fit(y, chunk);
     let po = l.output_param(2);

@@ -31,7 +31,13 @@ pub enum KernelClass {
 
 impl KernelClass {
     /// Every class.
-    pub const ALL: [KernelClass; 5] = [Self::Matmul, Self::Rowwise, Self::ColReduce, Self::Elementwise, Self::Transpose];
+    pub const ALL: [KernelClass; 5] = [
+        Self::Matmul,
+        Self::Rowwise,
+        Self::ColReduce,
+        Self::Elementwise,
+        Self::Transpose,
+    ];
 
     /// Name in text.
     pub fn name(self) -> &'static str {
@@ -76,12 +82,42 @@ impl Schedule {
     pub fn default_for(class: KernelClass, dtype: DType) -> Schedule {
         let vector = (16 / dtype.size_bytes().max(1)).min(8) as u32;
         match class {
-            KernelClass::Matmul => Schedule { class, tile: vec![128, 128, 64], warps: 8, stages: 3, vector },
+            KernelClass::Matmul => Schedule {
+                class,
+                tile: vec![128, 128, 64],
+                warps: 8,
+                stages: 3,
+                vector,
+            },
             // 256 threads, one row per warp; a warp covers 32 lanes × vector columns per step.
-            KernelClass::Rowwise => Schedule { class, tile: vec![8, 32 * vector], warps: 8, stages: 1, vector },
-            KernelClass::ColReduce => Schedule { class, tile: vec![32, 256], warps: 8, stages: 1, vector: 1 },
-            KernelClass::Elementwise => Schedule { class, tile: vec![16, 256], warps: 4, stages: 1, vector: 4 },
-            KernelClass::Transpose => Schedule { class, tile: vec![64, 64], warps: 4, stages: 1, vector: 1 },
+            KernelClass::Rowwise => Schedule {
+                class,
+                tile: vec![8, 32 * vector],
+                warps: 8,
+                stages: 1,
+                vector,
+            },
+            KernelClass::ColReduce => Schedule {
+                class,
+                tile: vec![32, 256],
+                warps: 8,
+                stages: 1,
+                vector: 1,
+            },
+            KernelClass::Elementwise => Schedule {
+                class,
+                tile: vec![16, 256],
+                warps: 4,
+                stages: 1,
+                vector: 4,
+            },
+            KernelClass::Transpose => Schedule {
+                class,
+                tile: vec![64, 64],
+                warps: 4,
+                stages: 1,
+                vector: 1,
+            },
         }
     }
 
@@ -90,7 +126,14 @@ impl Schedule {
         let d = Schedule::default_for(class, dtype);
         let mut out = vec![d.clone()];
         let tiles: Vec<Vec<u32>> = match class {
-            KernelClass::Matmul => vec![vec![64, 64, 32], vec![128, 64, 64], vec![64, 128, 64], vec![128, 128, 32], vec![128, 256, 64], vec![256, 128, 64]],
+            KernelClass::Matmul => vec![
+                vec![64, 64, 32],
+                vec![128, 64, 64],
+                vec![64, 128, 64],
+                vec![128, 128, 32],
+                vec![128, 256, 64],
+                vec![256, 128, 64],
+            ],
             KernelClass::Rowwise => vec![vec![1, 256], vec![4, 128], vec![8, 512], vec![16, 256]],
             KernelClass::ColReduce => vec![vec![16, 128], vec![64, 512]],
             KernelClass::Elementwise => vec![vec![4, 1024], vec![32, 128], vec![64, 256]],
@@ -109,6 +152,14 @@ impl Schedule {
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t: Vec<String> = self.tile.iter().map(|x| x.to_string()).collect();
-        write!(f, "schedule {} tile=[{}] warps={} stages={} vector={}", self.class.name(), t.join(", "), self.warps, self.stages, self.vector)
+        write!(
+            f,
+            "schedule {} tile=[{}] warps={} stages={} vector={}",
+            self.class.name(),
+            t.join(", "),
+            self.warps,
+            self.stages,
+            self.vector
+        )
     }
 }

@@ -8,7 +8,8 @@ pub fn parse(src: &str) -> Result<Schedule, ParseError> {
     let mut c = Cursor::new(src)?;
     c.expect_kw("schedule")?;
     let name = c.ident()?;
-    let class = KernelClass::parse(&name).ok_or_else(|| c.error(format!("unknown kernel class `{name}`")))?;
+    let class = KernelClass::parse(&name)
+        .ok_or_else(|| c.error(format!("unknown kernel class `{name}`")))?;
     let key = |c: &mut Cursor, k: &str| -> Result<(), ParseError> {
         c.expect_kw(k)?;
         c.expect("=")
@@ -24,5 +25,11 @@ pub fn parse(src: &str) -> Result<Schedule, ParseError> {
     if !c.at_end() {
         return Err(c.error(format!("unexpected {}", c.peek())));
     }
-    Ok(Schedule { class, tile, warps, stages, vector })
+    Ok(Schedule {
+        class,
+        tile,
+        warps,
+        stages,
+        vector,
+    })
 }

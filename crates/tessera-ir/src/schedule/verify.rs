@@ -13,7 +13,12 @@ use super::Schedule;
 pub fn verify(s: &Schedule) -> Result<(), Vec<String>> {
     let mut e = Vec::new();
     if s.tile.len() != s.class.tile_rank() {
-        e.push(format!("{} schedules have {} tile dims, got {}", s.class.name(), s.class.tile_rank(), s.tile.len()));
+        e.push(format!(
+            "{} schedules have {} tile dims, got {}",
+            s.class.name(),
+            s.class.tile_rank(),
+            s.tile.len()
+        ));
     }
     for (i, t) in s.tile.iter().enumerate() {
         if !t.is_power_of_two() || *t > 1024 {

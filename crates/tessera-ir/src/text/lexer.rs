@@ -47,7 +47,9 @@ pub struct Token {
     pub col: usize,
 }
 
-const PUNCTS: [&str; 14] = ["->", "(", ")", "[", "]", "{", "}", ",", ":", "=", "<", ">", "*", "/"];
+const PUNCTS: [&str; 14] = [
+    "->", "(", ")", "[", "]", "{", "}", ",", ":", "=", "<", ">", "*", "/",
+];
 
 /// Splits an IR text into tokens. `;` starts a comment that runs to the end of the line.
 pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
@@ -78,7 +80,11 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             }
             continue;
         }
-        let err = |m: String| ParseError { line: tl, col: tc, message: m };
+        let err = |m: String| ParseError {
+            line: tl,
+            col: tc,
+            message: m,
+        };
         if c == '%' || c == '@' {
             let start = i + 1;
             let mut j = start;
@@ -90,7 +96,11 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             }
             let name: String = chars[start..j].iter().collect();
             out.push(Token {
-                tok: if c == '%' { Tok::Value(name) } else { Tok::Symbol(name) },
+                tok: if c == '%' {
+                    Tok::Value(name)
+                } else {
+                    Tok::Symbol(name)
+                },
                 line: tl,
                 col: tc,
             });
@@ -98,7 +108,9 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             continue;
         }
         let starts_number = c.is_ascii_digit()
-            || (c == '-' && i + 1 < chars.len() && (chars[i + 1].is_ascii_digit() || chars[i + 1] == 'i'))
+            || (c == '-'
+                && i + 1 < chars.len()
+                && (chars[i + 1].is_ascii_digit() || chars[i + 1] == 'i'))
             || (c == '.' && i + 1 < chars.len() && chars[i + 1].is_ascii_digit());
         if starts_number {
             let mut j = i;
@@ -107,7 +119,15 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             }
             let rest: String = chars[j..chars.len().min(j + 3)].iter().collect();
             if rest == "inf" {
-                out.push(Token { tok: Tok::Float(if c == '-' { f64::NEG_INFINITY } else { f64::INFINITY }), line: tl, col: tc });
+                out.push(Token {
+                    tok: Tok::Float(if c == '-' {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::INFINITY
+                    }),
+                    line: tl,
+                    col: tc,
+                });
                 advance(j + 3 - i, &mut i, &mut col);
                 continue;
             }
@@ -119,7 +139,10 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
                 } else if d == '.' || d == 'e' || d == 'E' {
                     is_float = true;
                     j += 1;
-                    if (d == 'e' || d == 'E') && j < chars.len() && (chars[j] == '-' || chars[j] == '+') {
+                    if (d == 'e' || d == 'E')
+                        && j < chars.len()
+                        && (chars[j] == '-' || chars[j] == '+')
+                    {
                         j += 1;
                     }
                 } else {
@@ -128,11 +151,21 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             }
             let text: String = chars[i..j].iter().collect();
             let tok = if is_float {
-                Tok::Float(text.parse().map_err(|_| err(format!("bad number `{text}`")))?)
+                Tok::Float(
+                    text.parse()
+                        .map_err(|_| err(format!("bad number `{text}`")))?,
+                )
             } else {
-                Tok::Int(text.parse().map_err(|_| err(format!("bad integer `{text}`")))?)
+                Tok::Int(
+                    text.parse()
+                        .map_err(|_| err(format!("bad integer `{text}`")))?,
+                )
             };
-            out.push(Token { tok, line: tl, col: tc });
+            out.push(Token {
+                tok,
+                line: tl,
+                col: tc,
+            });
             advance(j - i, &mut i, &mut col);
             continue;
         }
@@ -147,19 +180,31 @@ pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
                 "nan" => Tok::Float(f64::NAN),
                 _ => Tok::Ident(s),
             };
-            out.push(Token { tok, line: tl, col: tc });
+            out.push(Token {
+                tok,
+                line: tl,
+                col: tc,
+            });
             advance(j - i, &mut i, &mut col);
             continue;
         }
         let two: String = chars[i..chars.len().min(i + 2)].iter().collect();
         if let Some(p) = PUNCTS.iter().find(|p| two.starts_with(**p)) {
-            out.push(Token { tok: Tok::Punct(p), line: tl, col: tc });
+            out.push(Token {
+                tok: Tok::Punct(p),
+                line: tl,
+                col: tc,
+            });
             advance(p.len(), &mut i, &mut col);
             continue;
         }
         return Err(err(format!("unexpected character `{c}`")));
     }
-    out.push(Token { tok: Tok::Eof, line, col });
+    out.push(Token {
+        tok: Tok::Eof,
+        line,
+        col,
+    });
     Ok(out)
 }
 
@@ -172,7 +217,10 @@ pub struct Cursor {
 impl Cursor {
     /// Lexes `src` and places the cursor at its first token.
     pub fn new(src: &str) -> Result<Self, ParseError> {
-        Ok(Cursor { toks: lex(src)?, pos: 0 })
+        Ok(Cursor {
+            toks: lex(src)?,
+            pos: 0,
+        })
     }
 
     /// The current token.
@@ -197,7 +245,11 @@ impl Cursor {
     /// An error at the current token.
     pub fn error(&self, message: impl Into<String>) -> ParseError {
         let t = &self.toks[self.pos];
-        ParseError { line: t.line, col: t.col, message: message.into() }
+        ParseError {
+            line: t.line,
+            col: t.col,
+            message: message.into(),
+        }
     }
 
     /// True (and consumed) when the current token is the punctuation `p`.
@@ -222,12 +274,20 @@ impl Cursor {
 
     /// Consumes the punctuation `p` or fails.
     pub fn expect(&mut self, p: &str) -> Result<(), ParseError> {
-        if self.eat(p) { Ok(()) } else { Err(self.error(format!("expected `{p}`, found {}", self.peek()))) }
+        if self.eat(p) {
+            Ok(())
+        } else {
+            Err(self.error(format!("expected `{p}`, found {}", self.peek())))
+        }
     }
 
     /// Consumes the keyword `kw` or fails.
     pub fn expect_kw(&mut self, kw: &str) -> Result<(), ParseError> {
-        if self.eat_kw(kw) { Ok(()) } else { Err(self.error(format!("expected `{kw}`, found {}", self.peek()))) }
+        if self.eat_kw(kw) {
+            Ok(())
+        } else {
+            Err(self.error(format!("expected `{kw}`, found {}", self.peek())))
+        }
     }
 
     /// Consumes an identifier.
@@ -278,7 +338,10 @@ impl Cursor {
     pub fn usize(&mut self) -> Result<usize, ParseError> {
         let here = self.error("");
         let i = self.int()?;
-        usize::try_from(i).map_err(|_| ParseError { message: format!("expected a non-negative integer, found {i}"), ..here })
+        usize::try_from(i).map_err(|_| ParseError {
+            message: format!("expected a non-negative integer, found {i}"),
+            ..here
+        })
     }
 
     /// Consumes a number (integer or float) as f64.
@@ -297,7 +360,12 @@ impl Cursor {
     }
 
     /// Parses `[a, b, c]` with `item` for each element.
-    pub fn list<T>(&mut self, open: &str, close: &str, mut item: impl FnMut(&mut Self) -> Result<T, ParseError>) -> Result<Vec<T>, ParseError> {
+    pub fn list<T>(
+        &mut self,
+        open: &str,
+        close: &str,
+        mut item: impl FnMut(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<Vec<T>, ParseError> {
         self.expect(open)?;
         let mut out = Vec::new();
         if self.eat(close) {
@@ -326,7 +394,11 @@ pub fn fmt_float(x: f64) -> String {
         if x > 0.0 { "inf".into() } else { "-inf".into() }
     } else {
         let s = format!("{x:?}");
-        if s.contains('.') || s.contains('e') { s } else { format!("{s}.0") }
+        if s.contains('.') || s.contains('e') {
+            s
+        } else {
+            format!("{s}.0")
+        }
     }
 }
 

@@ -58,12 +58,18 @@ pub struct TileType {
 impl TileType {
     /// A scalar type.
     pub fn scalar(dtype: DType) -> Self {
-        TileType { dtype, shape: Vec::new() }
+        TileType {
+            dtype,
+            shape: Vec::new(),
+        }
     }
 
     /// A tile type.
     pub fn tile(dtype: DType, shape: &[usize]) -> Self {
-        TileType { dtype, shape: shape.to_vec() }
+        TileType {
+            dtype,
+            shape: shape.to_vec(),
+        }
     }
 
     /// Number of elements (1 for scalars).
@@ -119,7 +125,10 @@ pub struct GridDim {
 impl GridDim {
     /// The constant grid dimension 1.
     pub fn one() -> Self {
-        GridDim { dims: Vec::new(), tile: 1 }
+        GridDim {
+            dims: Vec::new(),
+            tile: 1,
+        }
     }
 
     /// Evaluates against the bound shapes of the parameters.
@@ -142,7 +151,14 @@ pub enum CmpOp {
 
 impl CmpOp {
     /// Every comparison.
-    pub const ALL: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+        CmpOp::Eq,
+        CmpOp::Ne,
+    ];
 
     /// Name in text (`cmp.lt`).
     pub fn name(self) -> &'static str {
@@ -189,7 +205,10 @@ pub enum Op {
     /// A scalar constant of the result type.
     Const(f64),
     /// Run-time size of a parameter's axis (`i32`).
-    Dim { param: usize, axis: usize },
+    Dim {
+        param: usize,
+        axis: usize,
+    },
     /// `[0, 1, .., n-1]` as an `i32[n]` tile.
     Arange,
     /// A tile filled with one value.
@@ -202,22 +221,52 @@ pub enum Op {
     /// Converts to the result dtype (round to nearest even).
     Cast(TValue),
     /// Inserts a unit axis at `axis`: `[n]` → `[1, n]` (axis 0) or `[n, 1]` (axis 1).
-    Expand { a: TValue, axis: usize },
+    Expand {
+        a: TValue,
+        axis: usize,
+    },
     /// Broadcasts a scalar or unit-axis tile to the result shape.
     Broadcast(TValue),
     /// Swaps the two axes of a rank-2 tile.
     Trans(TValue),
     /// Reduces one axis of a tile.
-    Reduce { op: TileReduce, a: TValue, axis: usize, policy: NumericsPolicy },
+    Reduce {
+        op: TileReduce,
+        a: TValue,
+        axis: usize,
+        policy: NumericsPolicy,
+    },
     /// `acc + a·b` with `a: [m, k]`, `b: [k, n]`, `acc: f32[m, n]`.
-    Dot { a: TValue, b: TValue, acc: TValue },
+    Dot {
+        a: TValue,
+        b: TValue,
+        acc: TValue,
+    },
     /// Block load (see the module docs).
-    Load { param: usize, index: Vec<TValue>, mask: Option<TValue>, other: f64 },
+    Load {
+        param: usize,
+        index: Vec<TValue>,
+        mask: Option<TValue>,
+        other: f64,
+    },
     /// Block store of `value`.
-    Store { param: usize, index: Vec<TValue>, value: TValue, mask: Option<TValue> },
+    Store {
+        param: usize,
+        index: Vec<TValue>,
+        value: TValue,
+        mask: Option<TValue>,
+    },
     /// `for iv = lo; iv < hi; iv += step`, carrying `args` (initialised from `inits`) through the
     /// body, whose last instruction is a `Yield`. The results are the final carried values.
-    For { iv: TValue, lo: TValue, hi: TValue, step: i64, inits: Vec<TValue>, args: Vec<TValue>, body: Vec<Inst> },
+    For {
+        iv: TValue,
+        lo: TValue,
+        hi: TValue,
+        step: i64,
+        inits: Vec<TValue>,
+        args: Vec<TValue>,
+        body: Vec<Inst>,
+    },
     /// Ends a loop body, giving the next values of the carried args.
     Yield(Vec<TValue>),
 }
@@ -239,8 +288,14 @@ impl Op {
             Op::Expand { .. } => "expand".into(),
             Op::Broadcast(_) => "broadcast".into(),
             Op::Trans(_) => "trans".into(),
-            Op::Reduce { op: TileReduce::Sum, .. } => "reduce.sum".into(),
-            Op::Reduce { op: TileReduce::Max, .. } => "reduce.max".into(),
+            Op::Reduce {
+                op: TileReduce::Sum,
+                ..
+            } => "reduce.sum".into(),
+            Op::Reduce {
+                op: TileReduce::Max,
+                ..
+            } => "reduce.max".into(),
             Op::Dot { .. } => "dot".into(),
             Op::Load { .. } => "load".into(),
             Op::Store { .. } => "store".into(),
@@ -259,8 +314,13 @@ impl Op {
             Op::Select(m, a, b) => vec![*m, *a, *b],
             Op::Dot { a, b, acc } => vec![*a, *b, *acc],
             Op::Load { index, mask, .. } => index.iter().copied().chain(*mask).collect(),
-            Op::Store { index, value, mask, .. } => index.iter().copied().chain([*value]).chain(*mask).collect(),
-            Op::For { lo, hi, inits, .. } => [*lo, *hi].into_iter().chain(inits.iter().copied()).collect(),
+            Op::Store {
+                index, value, mask, ..
+            } => index.iter().copied().chain([*value]).chain(*mask).collect(),
+            Op::For { lo, hi, inits, .. } => [*lo, *hi]
+                .into_iter()
+                .chain(inits.iter().copied())
+                .collect(),
             Op::Yield(v) => v.clone(),
         }
     }
@@ -324,7 +384,14 @@ impl Builder {
     /// Starts a kernel with parameters and grid.
     pub fn new(name: &str, params: Vec<Param>, grid: [GridDim; 3]) -> Self {
         Builder {
-            kernel: Kernel { name: name.into(), params, grid, types: vec![], insts: vec![], body: vec![] },
+            kernel: Kernel {
+                name: name.into(),
+                params,
+                grid,
+                types: vec![],
+                insts: vec![],
+                body: vec![],
+            },
             blocks: vec![vec![]],
             loops: vec![],
         }
@@ -360,10 +427,23 @@ impl Builder {
     }
 
     /// Opens `for iv = lo to hi step step` carrying `inits`; returns `(iv, carried args)`.
-    pub fn begin_for(&mut self, lo: TValue, hi: TValue, step: i64, inits: &[TValue]) -> (TValue, Vec<TValue>) {
+    pub fn begin_for(
+        &mut self,
+        lo: TValue,
+        hi: TValue,
+        step: i64,
+        inits: &[TValue],
+    ) -> (TValue, Vec<TValue>) {
         let iv = self.value(TileType::scalar(DType::I32));
-        let args: Vec<TValue> = inits.iter().map(|i| self.kernel.ty(*i).clone()).collect::<Vec<_>>().into_iter().map(|t| self.value(t)).collect();
-        self.loops.push((iv, lo, hi, step, inits.to_vec(), args.clone()));
+        let args: Vec<TValue> = inits
+            .iter()
+            .map(|i| self.kernel.ty(*i).clone())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| self.value(t))
+            .collect();
+        self.loops
+            .push((iv, lo, hi, step, inits.to_vec(), args.clone()));
         self.blocks.push(vec![]);
         (iv, args)
     }
@@ -373,8 +453,25 @@ impl Builder {
         self.effect(Op::Yield(next.to_vec()));
         let body = self.blocks.pop().expect("end_for without begin_for");
         let (iv, lo, hi, step, inits, args) = self.loops.pop().expect("end_for without begin_for");
-        let results: Vec<TValue> = args.iter().map(|a| self.kernel.ty(*a).clone()).collect::<Vec<_>>().into_iter().map(|t| self.value(t)).collect();
-        self.emit(Op::For { iv, lo, hi, step, inits, args, body }, results.clone());
+        let results: Vec<TValue> = args
+            .iter()
+            .map(|a| self.kernel.ty(*a).clone())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| self.value(t))
+            .collect();
+        self.emit(
+            Op::For {
+                iv,
+                lo,
+                hi,
+                step,
+                inits,
+                args,
+                body,
+            },
+            results.clone(),
+        );
         results
     }
 
@@ -408,7 +505,9 @@ impl Builder {
     pub fn remap_params(&mut self, f: impl Fn(usize) -> usize) {
         for d in &mut self.kernel.insts {
             match &mut d.op {
-                Op::Dim { param, .. } | Op::Load { param, .. } | Op::Store { param, .. } => *param = f(*param),
+                Op::Dim { param, .. } | Op::Load { param, .. } | Op::Store { param, .. } => {
+                    *param = f(*param)
+                }
                 _ => {}
             }
         }

@@ -36,13 +36,26 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
         c.expect(">")?;
         Ok(Param { name, dtype, rank })
     })?;
-    let mut k = Kernel { name, params, grid: [GridDim::one(), GridDim::one(), GridDim::one()], types: vec![], insts: vec![], body: vec![] };
+    let mut k = Kernel {
+        name,
+        params,
+        grid: [GridDim::one(), GridDim::one(), GridDim::one()],
+        types: vec![],
+        insts: vec![],
+        body: vec![],
+    };
     c.expect_kw("grid")?;
     c.expect("=")?;
     let grid = c.list("[", "]", |c| parse_grid_dim(c, &k))?;
-    k.grid = grid.try_into().map_err(|_| c.error("grid needs exactly 3 dimensions"))?;
+    k.grid = grid
+        .try_into()
+        .map_err(|_| c.error("grid needs exactly 3 dimensions"))?;
     c.expect("{")?;
-    let mut p = P { c, k, names: HashMap::new() };
+    let mut p = P {
+        c,
+        k,
+        names: HashMap::new(),
+    };
     let body = p.block()?;
     p.k.body = body;
     Ok(p.k)
@@ -51,7 +64,10 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
 fn parse_grid_dim(c: &mut Cursor, k: &Kernel) -> Result<GridDim, ParseError> {
     if let Tok::Int(i) = c.peek().clone() {
         c.next();
-        return Ok(GridDim { dims: vec![], tile: if i == 1 { 1 } else { 0 } });
+        return Ok(GridDim {
+            dims: vec![],
+            tile: if i == 1 { 1 } else { 0 },
+        });
     }
     c.expect_kw("cdiv")?;
     c.expect("(")?;
@@ -60,7 +76,9 @@ fn parse_grid_dim(c: &mut Cursor, k: &Kernel) -> Result<GridDim, ParseError> {
         c.expect_kw("dim")?;
         c.expect("(")?;
         let pname = c.value()?;
-        let pi = k.param_index(&pname).ok_or_else(|| c.error(format!("unknown parameter `%{pname}`")))?;
+        let pi = k
+            .param_index(&pname)
+            .ok_or_else(|| c.error(format!("unknown parameter `%{pname}`")))?;
         c.expect(",")?;
         let axis = c.usize()?;
         c.expect(")")?;
@@ -88,7 +106,10 @@ impl P<'_> {
 
     fn use_(&mut self) -> Result<TValue, ParseError> {
         let n = self.c.value()?;
-        self.names.get(&n).copied().ok_or_else(|| self.c.error(format!("use of undefined value `%{n}`")))
+        self.names
+            .get(&n)
+            .copied()
+            .ok_or_else(|| self.c.error(format!("use of undefined value `%{n}`")))
     }
 
     fn uses(&mut self) -> Result<Vec<TValue>, ParseError> {
@@ -102,13 +123,19 @@ impl P<'_> {
     fn ty(&mut self) -> Result<TileType, ParseError> {
         let d = self.c.ident()?;
         let dtype = DType::parse(&d).ok_or_else(|| self.c.error(format!("unknown dtype `{d}`")))?;
-        let shape = if matches!(self.c.peek(), Tok::Punct("[")) { self.c.list("[", "]", |c| c.usize())? } else { vec![] };
+        let shape = if matches!(self.c.peek(), Tok::Punct("[")) {
+            self.c.list("[", "]", |c| c.usize())?
+        } else {
+            vec![]
+        };
         Ok(TileType { dtype, shape })
     }
 
     fn param(&mut self) -> Result<usize, ParseError> {
         let n = self.c.value()?;
-        self.k.param_index(&n).ok_or_else(|| self.c.error(format!("unknown parameter `%{n}`")))
+        self.k
+            .param_index(&n)
+            .ok_or_else(|| self.c.error(format!("unknown parameter `%{n}`")))
     }
 
     fn push(&mut self, results: Vec<TValue>, op: Op) -> Inst {
@@ -142,11 +169,27 @@ impl P<'_> {
                 let index = self.index()?;
                 self.c.expect(",")?;
                 let value = self.use_()?;
-                let mask = if self.c.eat_kw("mask") { Some(self.use_()?) } else { None };
-                return Ok(self.push(vec![], Op::Store { param, index, value, mask }));
+                let mask = if self.c.eat_kw("mask") {
+                    Some(self.use_()?)
+                } else {
+                    None
+                };
+                return Ok(self.push(
+                    vec![],
+                    Op::Store {
+                        param,
+                        index,
+                        value,
+                        mask,
+                    },
+                ));
             }
             "yield" => {
-                let xs = if matches!(self.c.peek(), Tok::Value(_)) { self.uses()? } else { vec![] };
+                let xs = if matches!(self.c.peek(), Tok::Value(_)) {
+                    self.uses()?
+                } else {
+                    vec![]
+                };
                 return Ok(self.push(vec![], Op::Yield(xs)));
             }
             "for" => return self.for_(defs),
@@ -157,13 +200,19 @@ impl P<'_> {
             "dim" => {
                 let param = self.param()?;
                 self.c.expect(",")?;
-                Op::Dim { param, axis: self.c.usize()? }
+                Op::Dim {
+                    param,
+                    axis: self.c.usize()?,
+                }
             }
             "expand" => {
                 let a = self.use_()?;
                 self.c.expect_kw("axis")?;
                 self.c.expect("=")?;
-                Op::Expand { a, axis: self.c.usize()? }
+                Op::Expand {
+                    a,
+                    axis: self.c.usize()?,
+                }
             }
             "reduce.sum" | "reduce.max" => {
                 let a = self.use_()?;
@@ -173,21 +222,50 @@ impl P<'_> {
                 self.c.expect_kw("policy")?;
                 self.c.expect("=")?;
                 let pn = self.c.ident()?;
-                let policy = NumericsPolicy::parse(&pn).ok_or_else(|| self.c.error(format!("unknown numerics policy `{pn}`")))?;
-                let op = if name == "reduce.sum" { TileReduce::Sum } else { TileReduce::Max };
-                Op::Reduce { op, a, axis, policy }
+                let policy = NumericsPolicy::parse(&pn)
+                    .ok_or_else(|| self.c.error(format!("unknown numerics policy `{pn}`")))?;
+                let op = if name == "reduce.sum" {
+                    TileReduce::Sum
+                } else {
+                    TileReduce::Max
+                };
+                Op::Reduce {
+                    op,
+                    a,
+                    axis,
+                    policy,
+                }
             }
             "load" => {
                 let param = self.param()?;
                 let index = self.index()?;
-                let mask = if self.c.eat_kw("mask") { Some(self.use_()?) } else { None };
-                let other = if self.c.eat_kw("other") { self.c.number()? } else { 0.0 };
-                Op::Load { param, index, mask, other }
+                let mask = if self.c.eat_kw("mask") {
+                    Some(self.use_()?)
+                } else {
+                    None
+                };
+                let other = if self.c.eat_kw("other") {
+                    self.c.number()?
+                } else {
+                    0.0
+                };
+                Op::Load {
+                    param,
+                    index,
+                    mask,
+                    other,
+                }
             }
             _ => {
                 let args = self.uses()?;
                 let n = args.len();
-                let want = |k: usize, c: &Cursor| if n == k { Ok(()) } else { Err(c.error(format!("`{name}` takes {k} operand(s), got {n}"))) };
+                let want = |k: usize, c: &Cursor| {
+                    if n == k {
+                        Ok(())
+                    } else {
+                        Err(c.error(format!("`{name}` takes {k} operand(s), got {n}")))
+                    }
+                };
                 if let Some(u) = UnaryOp::parse(&name) {
                     want(1, self.c)?;
                     Op::Unary(u, args[0])
@@ -213,7 +291,11 @@ impl P<'_> {
                         }
                         "dot" => {
                             want(3, self.c)?;
-                            Op::Dot { a: args[0], b: args[1], acc: args[2] }
+                            Op::Dot {
+                                a: args[0],
+                                b: args[1],
+                                acc: args[2],
+                            }
                         }
                         _ => return Err(self.c.error(format!("unknown tile op `{name}`"))),
                     }
@@ -266,7 +348,11 @@ impl P<'_> {
             }
         }
         if defs.len() != args.len() {
-            return Err(self.c.error(format!("`for` carries {} value(s) but defines {}", args.len(), defs.len())));
+            return Err(self.c.error(format!(
+                "`for` carries {} value(s) but defines {}",
+                args.len(),
+                defs.len()
+            )));
         }
         self.c.expect("{")?;
         let body = self.block()?;
@@ -275,6 +361,17 @@ impl P<'_> {
             let ty = self.k.ty(*a).clone();
             results.push(self.fresh(d, ty)?);
         }
-        Ok(self.push(results, Op::For { iv, lo, hi, step, inits, args, body }))
+        Ok(self.push(
+            results,
+            Op::For {
+                iv,
+                lo,
+                hi,
+                step,
+                inits,
+                args,
+                body,
+            },
+        ))
     }
 }

@@ -16,7 +16,11 @@ pub(crate) fn write_grid_dim(f: &mut dyn Write, k: &Kernel, g: &GridDim) -> fmt:
     if g.dims.is_empty() {
         return write!(f, "{}", if g.tile == 1 { 1 } else { 0 });
     }
-    let prod: Vec<String> = g.dims.iter().map(|&(p, a)| format!("dim(%{}, {a})", k.params[p].name)).collect();
+    let prod: Vec<String> = g
+        .dims
+        .iter()
+        .map(|&(p, a)| format!("dim(%{}, {a})", k.params[p].name))
+        .collect();
     write!(f, "cdiv({}, {})", prod.join(" * "), g.tile)
 }
 
@@ -41,7 +45,13 @@ pub(crate) fn write_kernel(f: &mut dyn Write, k: &Kernel, notes: &[(Inst, String
     f.write_str("}\n")
 }
 
-fn write_block(f: &mut dyn Write, k: &Kernel, block: &[Inst], depth: usize, notes: &[(Inst, String)]) -> fmt::Result {
+fn write_block(
+    f: &mut dyn Write,
+    k: &Kernel,
+    block: &[Inst],
+    depth: usize,
+    notes: &[(Inst, String)],
+) -> fmt::Result {
     let pad = "  ".repeat(depth);
     for &i in block {
         let d = k.inst(i);
@@ -57,8 +67,15 @@ fn write_block(f: &mut dyn Write, k: &Kernel, block: &[Inst], depth: usize, note
             Op::Arange => f.write_str("arange")?,
             Op::Full(x) => write!(f, "full {}", fmt_float(*x))?,
             Op::Expand { a, axis } => write!(f, "expand {} axis={axis}", v(*a))?,
-            Op::Reduce { a, axis, policy, .. } => write!(f, "{} {} axis={axis} policy={policy}", d.op.name(), v(*a))?,
-            Op::Load { param, index, mask, other } => {
+            Op::Reduce {
+                a, axis, policy, ..
+            } => write!(f, "{} {} axis={axis} policy={policy}", d.op.name(), v(*a))?,
+            Op::Load {
+                param,
+                index,
+                mask,
+                other,
+            } => {
                 write!(f, "load {}[{}]", p(*param), list(index))?;
                 if let Some(m) = mask {
                     write!(f, " mask {}", v(*m))?;
@@ -67,14 +84,33 @@ fn write_block(f: &mut dyn Write, k: &Kernel, block: &[Inst], depth: usize, note
                     write!(f, " other {}", fmt_float(*other))?;
                 }
             }
-            Op::Store { param, index, value, mask } => {
+            Op::Store {
+                param,
+                index,
+                value,
+                mask,
+            } => {
                 write!(f, "store {}[{}], {}", p(*param), list(index), v(*value))?;
                 if let Some(m) = mask {
                     write!(f, " mask {}", v(*m))?;
                 }
             }
-            Op::For { iv, lo, hi, step, inits, args, body } => {
-                write!(f, "for {} = {} to {} step {step} iter(", v(*iv), v(*lo), v(*hi))?;
+            Op::For {
+                iv,
+                lo,
+                hi,
+                step,
+                inits,
+                args,
+                body,
+            } => {
+                write!(
+                    f,
+                    "for {} = {} to {} step {step} iter(",
+                    v(*iv),
+                    v(*lo),
+                    v(*hi)
+                )?;
                 for (j, (a, init)) in args.iter().zip(inits).enumerate() {
                     if j > 0 {
                         f.write_str(", ")?;

@@ -33,16 +33,29 @@ impl std::error::Error for VerifyError {}
 /// assert!(e.to_string().contains("%2 = trans: needs a rank-2 tile"));
 /// ```
 pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
-    let mut v = Verifier { k, defined: vec![false; k.types.len()], errors: vec![] };
+    let mut v = Verifier {
+        k,
+        defined: vec![false; k.types.len()],
+        errors: vec![],
+    };
     for p in &k.params {
         if p.rank == 0 || p.rank > 3 {
-            v.errors.push((Inst(0), format!("parameter %{} has rank {}; kernels take ranks 1 to 3", p.name, p.rank)));
+            v.errors.push((
+                Inst(0),
+                format!(
+                    "parameter %{} has rank {}; kernels take ranks 1 to 3",
+                    p.name, p.rank
+                ),
+            ));
         }
     }
     for g in &k.grid {
         for &(p, a) in &g.dims {
             if k.params.get(p).is_none_or(|p| a >= p.rank) {
-                v.errors.push((Inst(0), format!("grid uses axis {a} of parameter #{p}, which does not exist")));
+                v.errors.push((
+                    Inst(0),
+                    format!("grid uses axis {a} of parameter #{p}, which does not exist"),
+                ));
             }
         }
     }
@@ -52,7 +65,10 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
     }
     let mut annotated = String::new();
     let _ = write_kernel(&mut annotated, k, &v.errors);
-    Err(VerifyError { errors: v.errors, annotated })
+    Err(VerifyError {
+        errors: v.errors,
+        annotated,
+    })
 }
 
 struct Verifier<'a> {
@@ -66,7 +82,8 @@ impl Verifier<'_> {
         let mut scope = Vec::new();
         for (pos, &i) in block.iter().enumerate() {
             if i.0 as usize >= self.k.insts.len() {
-                self.errors.push((Inst(0), format!("instruction handle {} out of range", i.0)));
+                self.errors
+                    .push((Inst(0), format!("instruction handle {} out of range", i.0)));
                 continue;
             }
             let d = self.k.inst(i);
@@ -76,29 +93,54 @@ impl Verifier<'_> {
             };
             let mut errs: Vec<String> = Vec::new();
             let mut err = |m: String| errs.push(m);
-            let bad: Vec<_> = d.op.operands().into_iter().filter(|o| !self.defined.get(o.index()).copied().unwrap_or(false)).collect();
+            let bad: Vec<_> =
+                d.op.operands()
+                    .into_iter()
+                    .filter(|o| !self.defined.get(o.index()).copied().unwrap_or(false))
+                    .collect();
             if let Some(o) = bad.first() {
-                self.errors.push((i, format!("{name}: operand %{} is not defined here", o.0)));
+                self.errors
+                    .push((i, format!("{name}: operand %{} is not defined here", o.0)));
                 continue;
             }
             if let Op::Yield(xs) = &d.op {
                 match carried {
                     Some(args) if pos + 1 == block.len() => {
                         if xs.len() != args.len() {
-                            err(format!("yields {} value(s) for {} carried", xs.len(), args.len()));
+                            err(format!(
+                                "yields {} value(s) for {} carried",
+                                xs.len(),
+                                args.len()
+                            ));
                         }
                         for (x, a) in xs.iter().zip(args) {
                             if self.k.ty(*x) != self.k.ty(*a) {
-                                err(format!("yields %{}: {} for carried %{}: {}", x.0, self.k.ty(*x), a.0, self.k.ty(*a)));
+                                err(format!(
+                                    "yields %{}: {} for carried %{}: {}",
+                                    x.0,
+                                    self.k.ty(*x),
+                                    a.0,
+                                    self.k.ty(*a)
+                                ));
                             }
                         }
                     }
                     _ => err("yield must be the last instruction of a loop body".into()),
                 }
-                self.errors.extend(errs.into_iter().map(|m| (i, format!("{name}: {m}"))));
+                self.errors
+                    .extend(errs.into_iter().map(|m| (i, format!("{name}: {m}"))));
                 continue;
             }
-            if let Op::For { iv, lo, hi, step, inits, args, body } = &d.op {
+            if let Op::For {
+                iv,
+                lo,
+                hi,
+                step,
+                inits,
+                args,
+                body,
+            } = &d.op
+            {
                 for s in [lo, hi] {
                     if *self.k.ty(*s) != TileType::scalar(DType::I32) {
                         err(format!("bound %{} must be an i32 scalar", s.0));
@@ -112,7 +154,12 @@ impl Verifier<'_> {
                 } else {
                     for ((a, i0), r) in args.iter().zip(inits).zip(&d.results) {
                         if self.k.ty(*a) != self.k.ty(*i0) || self.k.ty(*a) != self.k.ty(*r) {
-                            err(format!("carried %{} has type {} but starts as {}", a.0, self.k.ty(*a), self.k.ty(*i0)));
+                            err(format!(
+                                "carried %{} has type {} but starts as {}",
+                                a.0,
+                                self.k.ty(*a),
+                                self.k.ty(*i0)
+                            ));
                         }
                     }
                 }
@@ -130,7 +177,8 @@ impl Verifier<'_> {
             } else if let Err(m) = self.check(&d.op, d.results.first().map(|r| self.k.ty(*r))) {
                 err(m);
             }
-            self.errors.extend(errs.into_iter().map(|m| (i, format!("{name}: {m}"))));
+            self.errors
+                .extend(errs.into_iter().map(|m| (i, format!("{name}: {m}"))));
             for r in &d.results {
                 if std::mem::replace(&mut self.defined[r.index()], true) {
                     self.errors.push((i, format!("%{} defined twice", r.0)));
@@ -187,8 +235,13 @@ impl Verifier<'_> {
                 if ta.dtype != tb.dtype {
                     return Err(format!("dtype mismatch: {ta} and {tb}"));
                 }
-                let shape = TileType::broadcast_shape(&ta.shape, &tb.shape).ok_or_else(|| format!("shapes {ta} and {tb} do not broadcast"))?;
-                let dtype = if matches!(op, Op::Cmp(..)) { DType::Bool } else { ta.dtype };
+                let shape = TileType::broadcast_shape(&ta.shape, &tb.shape)
+                    .ok_or_else(|| format!("shapes {ta} and {tb} do not broadcast"))?;
+                let dtype = if matches!(op, Op::Cmp(..)) {
+                    DType::Bool
+                } else {
+                    ta.dtype
+                };
                 want_out(TileType { dtype, shape })
             }
             Op::Select(m, a, b) => {
@@ -201,16 +254,25 @@ impl Verifier<'_> {
                 let s = TileType::broadcast_shape(&ty(a).shape, &ty(b).shape)
                     .and_then(|s| TileType::broadcast_shape(&s, &ty(m).shape))
                     .ok_or("mask and values do not broadcast")?;
-                want_out(TileType { dtype: ty(a).dtype, shape: s })
+                want_out(TileType {
+                    dtype: ty(a).dtype,
+                    shape: s,
+                })
             }
-            Op::Cast(a) => want_out(TileType { dtype: out_ty?.dtype, shape: ty(a).shape.clone() }),
+            Op::Cast(a) => want_out(TileType {
+                dtype: out_ty?.dtype,
+                shape: ty(a).shape.clone(),
+            }),
             Op::Expand { a, axis } => {
                 let mut s = ty(a).shape.clone();
                 if *axis > s.len() {
                     return Err(format!("axis {axis} out of range for {}", ty(a)));
                 }
                 s.insert(*axis, 1);
-                want_out(TileType { dtype: ty(a).dtype, shape: s })
+                want_out(TileType {
+                    dtype: ty(a).dtype,
+                    shape: s,
+                })
             }
             Op::Broadcast(a) => {
                 let o = out_ty?;
@@ -220,7 +282,10 @@ impl Verifier<'_> {
                 }
             }
             Op::Trans(a) => match ty(a).shape.as_slice() {
-                [r, c] => want_out(TileType { dtype: ty(a).dtype, shape: vec![*c, *r] }),
+                [r, c] => want_out(TileType {
+                    dtype: ty(a).dtype,
+                    shape: vec![*c, *r],
+                }),
                 _ => Err(format!("needs a rank-2 tile, got {}", ty(a))),
             },
             Op::Reduce { a, axis, .. } => {
@@ -232,38 +297,60 @@ impl Verifier<'_> {
                     return Err("cannot reduce a bool tile".into());
                 }
                 s.remove(*axis);
-                want_out(TileType { dtype: ty(a).dtype, shape: s })
+                want_out(TileType {
+                    dtype: ty(a).dtype,
+                    shape: s,
+                })
             }
             Op::Dot { a, b, acc } => {
                 let (ta, tb, tc) = (ty(a), ty(b), ty(acc));
-                match (ta.shape.as_slice(), tb.shape.as_slice(), tc.shape.as_slice()) {
+                match (
+                    ta.shape.as_slice(),
+                    tb.shape.as_slice(),
+                    tc.shape.as_slice(),
+                ) {
                     ([m, k1], [k2, n], [m2, n2]) if k1 == k2 && m == m2 && n == n2 => {}
                     _ => return Err(format!("shapes do not chain: {ta} · {tb} + {tc}")),
                 }
                 if ta.dtype != tb.dtype || !ta.dtype.is_float() {
-                    return Err(format!("operands must share a float dtype, got {ta} and {tb}"));
+                    return Err(format!(
+                        "operands must share a float dtype, got {ta} and {tb}"
+                    ));
                 }
                 if tc.dtype != DType::F32 {
                     return Err(format!("accumulator must be f32, got {tc}"));
                 }
                 want_out(tc.clone())
             }
-            Op::Load { param, index, mask, .. } => {
+            Op::Load {
+                param, index, mask, ..
+            } => {
                 let o = out_ty?;
                 self.access(*param, index, &o, *mask)?;
                 if o.dtype != k.params[*param].dtype {
-                    return Err(format!("loads {} from %{}: {}", o.dtype, k.params[*param].name, k.params[*param].dtype));
+                    return Err(format!(
+                        "loads {} from %{}: {}",
+                        o.dtype, k.params[*param].name, k.params[*param].dtype
+                    ));
                 }
                 Ok(())
             }
-            Op::Store { param, index, value, mask } => {
+            Op::Store {
+                param,
+                index,
+                value,
+                mask,
+            } => {
                 if out.is_some() {
                     return Err("store defines no value".into());
                 }
                 let t = ty(value).clone();
                 self.access(*param, index, &t, *mask)?;
                 if t.dtype != k.params[*param].dtype {
-                    return Err(format!("stores {t} into %{}: {}", k.params[*param].name, k.params[*param].dtype));
+                    return Err(format!(
+                        "stores {t} into %{}: {}",
+                        k.params[*param].name, k.params[*param].dtype
+                    ));
                 }
                 Ok(())
             }
@@ -271,21 +358,53 @@ impl Verifier<'_> {
         }
     }
 
-    fn access(&self, param: usize, index: &[TValue], t: &TileType, mask: Option<TValue>) -> Result<(), String> {
-        let p = self.k.params.get(param).ok_or(format!("parameter #{param} does not exist"))?;
+    fn access(
+        &self,
+        param: usize,
+        index: &[TValue],
+        t: &TileType,
+        mask: Option<TValue>,
+    ) -> Result<(), String> {
+        let p = self
+            .k
+            .params
+            .get(param)
+            .ok_or(format!("parameter #{param} does not exist"))?;
         if index.len() != p.rank {
-            return Err(format!("%{} has rank {} but {} indices are given", p.name, p.rank, index.len()));
+            return Err(format!(
+                "%{} has rank {} but {} indices are given",
+                p.name,
+                p.rank,
+                index.len()
+            ));
         }
-        if let Some(i) = index.iter().find(|i| *self.k.ty(**i) != TileType::scalar(DType::I32)) {
-            return Err(format!("index %{} must be an i32 scalar, got {}", i.0, self.k.ty(*i)));
+        if let Some(i) = index
+            .iter()
+            .find(|i| *self.k.ty(**i) != TileType::scalar(DType::I32))
+        {
+            return Err(format!(
+                "index %{} must be an i32 scalar, got {}",
+                i.0,
+                self.k.ty(*i)
+            ));
         }
         if t.shape.len() > p.rank {
-            return Err(format!("a rank-{} tile does not fit the rank-{} tensor %{}", t.shape.len(), p.rank, p.name));
+            return Err(format!(
+                "a rank-{} tile does not fit the rank-{} tensor %{}",
+                t.shape.len(),
+                p.rank,
+                p.name
+            ));
         }
         if let Some(m) = mask {
             let mt = self.k.ty(m);
-            if mt.dtype != DType::Bool || TileType::broadcast_shape(&mt.shape, &t.shape).as_deref() != Some(&t.shape[..]) {
-                return Err(format!("mask %{} must be a bool tile broadcastable to {t}, got {mt}", m.0));
+            if mt.dtype != DType::Bool
+                || TileType::broadcast_shape(&mt.shape, &t.shape).as_deref() != Some(&t.shape[..])
+            {
+                return Err(format!(
+                    "mask %{} must be a bool tile broadcastable to {t}, got {mt}",
+                    m.0
+                ));
             }
         }
         Ok(())

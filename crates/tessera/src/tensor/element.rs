@@ -14,7 +14,9 @@ mod sealed {
 /// assert_eq!(<bf16 as Element>::DTYPE, DType::BF16);
 /// assert_eq!(bf16::from_f64_round(1.5).to_f64(), 1.5);
 /// ```
-pub trait Element: sealed::Sealed + Copy + Send + Sync + Default + std::fmt::Debug + bytemuck::Pod + 'static {
+pub trait Element:
+    sealed::Sealed + Copy + Send + Sync + Default + std::fmt::Debug + bytemuck::Pod + 'static
+{
     /// The IR element type.
     const DTYPE: DType;
     /// Widens to f64 (exact for every supported type).

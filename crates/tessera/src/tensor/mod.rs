@@ -30,14 +30,26 @@ impl<T: Element> Tensor<T> {
     pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self> {
         let expected: usize = shape.iter().product();
         if data.len() != expected {
-            return Err(Error::BufferLength { shape: shape.to_vec(), expected, got: data.len() });
+            return Err(Error::BufferLength {
+                shape: shape.to_vec(),
+                expected,
+                got: data.len(),
+            });
         }
-        Ok(Tensor { shape: shape.to_vec(), data, device: Device::cpu() })
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            data,
+            device: Device::cpu(),
+        })
     }
 
     /// A tensor of zeros.
     pub fn zeros(shape: &[usize]) -> Self {
-        Tensor { shape: shape.to_vec(), data: vec![T::default(); shape.iter().product()], device: Device::cpu() }
+        Tensor {
+            shape: shape.to_vec(),
+            data: vec![T::default(); shape.iter().product()],
+            device: Device::cpu(),
+        }
     }
 
     /// Standard-normal samples from a seeded generator (same seed, same tensor, on every machine).
@@ -52,7 +64,11 @@ impl<T: Element> Tensor<T> {
         let n = shape.iter().product();
         let mut rng = random::SplitMix64::new(seed);
         let data = (0..n).map(|_| T::from_f64_round(rng.normal())).collect();
-        Tensor { shape: shape.to_vec(), data, device: Device::cpu() }
+        Tensor {
+            shape: shape.to_vec(),
+            data,
+            device: Device::cpu(),
+        }
     }
 
     /// The shape, outermost first.
@@ -94,7 +110,11 @@ impl<T: Element> Tensor<T> {
     pub fn reshape(mut self, shape: &[usize]) -> Result<Self> {
         let expected: usize = shape.iter().product();
         if expected != self.data.len() {
-            return Err(Error::BufferLength { shape: shape.to_vec(), expected, got: self.data.len() });
+            return Err(Error::BufferLength {
+                shape: shape.to_vec(),
+                expected,
+                got: self.data.len(),
+            });
         }
         self.shape = shape.to_vec();
         Ok(self)
@@ -107,12 +127,20 @@ impl<T: Element> Tensor<T> {
 
     /// A type-erased read-only view, as kernels take their inputs.
     pub fn arg(&self) -> TensorRef<'_> {
-        TensorRef { dtype: T::DTYPE, shape: &self.shape, bytes: bytemuck::cast_slice(&self.data) }
+        TensorRef {
+            dtype: T::DTYPE,
+            shape: &self.shape,
+            bytes: bytemuck::cast_slice(&self.data),
+        }
     }
 
     /// A type-erased writable view, as `tile!` kernels take their outputs.
     pub fn arg_mut(&mut self) -> TensorMut<'_> {
-        TensorMut { dtype: T::DTYPE, shape: &self.shape, bytes: bytemuck::cast_slice_mut(&mut self.data) }
+        TensorMut {
+            dtype: T::DTYPE,
+            shape: &self.shape,
+            bytes: bytemuck::cast_slice_mut(&mut self.data),
+        }
     }
 }
 

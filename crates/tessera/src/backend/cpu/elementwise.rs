@@ -33,17 +33,31 @@ enum Row<'a, T> {
 
 fn row<'a, T: Copy>(v: &'a [T], (r, c): (usize, usize), i: usize) -> Row<'a, T> {
     let ri = if r == 1 { 0 } else { i };
-    if c == 1 { Row::Splat(v[ri]) } else { Row::Slice(&v[ri * c..(ri + 1) * c]) }
+    if c == 1 {
+        Row::Splat(v[ri])
+    } else {
+        Row::Slice(&v[ri * c..(ri + 1) * c])
+    }
 }
 
 /// Applies `f` elementwise with numpy broadcasting of two 2-D operands into `out_dims`.
-fn zip_rows<A: Copy, B: Copy, O: Copy + Default>(a: &[A], sa: (usize, usize), b: &[B], sb: (usize, usize), out_dims: &[usize], f: impl Fn(A, B) -> O + Copy) -> Vec<O> {
+fn zip_rows<A: Copy, B: Copy, O: Copy + Default>(
+    a: &[A],
+    sa: (usize, usize),
+    b: &[B],
+    sb: (usize, usize),
+    out_dims: &[usize],
+    f: impl Fn(A, B) -> O + Copy,
+) -> Vec<O> {
     let (r, c) = out_2d(out_dims);
     let mut out = vec![O::default(); r * c];
     for i in 0..r {
         let o = &mut out[i * c..(i + 1) * c];
         match (row(a, sa, i), row(b, sb, i)) {
-            (Row::Slice(x), Row::Slice(y)) => o.iter_mut().zip(x.iter().zip(y)).for_each(|(o, (x, y))| *o = f(*x, *y)),
+            (Row::Slice(x), Row::Slice(y)) => o
+                .iter_mut()
+                .zip(x.iter().zip(y))
+                .for_each(|(o, (x, y))| *o = f(*x, *y)),
             (Row::Slice(x), Row::Splat(y)) => o.iter_mut().zip(x).for_each(|(o, x)| *o = f(*x, y)),
             (Row::Splat(x), Row::Slice(y)) => o.iter_mut().zip(y).for_each(|(o, y)| *o = f(x, *y)),
             (Row::Splat(x), Row::Splat(y)) => o.iter_mut().for_each(|o| *o = f(x, y)),
@@ -61,18 +75,38 @@ pub(crate) fn binary(op: BinaryOp, a: &Tile, b: &Tile, out_dims: &[usize]) -> Ti
                 BinaryOp::Sub => zip_rows(x, sa, y, sb, out_dims, |p, q| p - q),
                 BinaryOp::Mul => zip_rows(x, sa, y, sb, out_dims, |p, q| p * q),
                 BinaryOp::Div => zip_rows(x, sa, y, sb, out_dims, |p, q| p / q),
-                BinaryOp::Max => zip_rows(x, sa, y, sb, out_dims, |p: f32, q: f32| if p.is_nan() || q.is_nan() { f32::NAN } else { p.max(q) }),
-                BinaryOp::Min => zip_rows(x, sa, y, sb, out_dims, |p: f32, q: f32| if p.is_nan() || q.is_nan() { f32::NAN } else { p.min(q) }),
+                BinaryOp::Max => zip_rows(x, sa, y, sb, out_dims, |p: f32, q: f32| {
+                    if p.is_nan() || q.is_nan() {
+                        f32::NAN
+                    } else {
+                        p.max(q)
+                    }
+                }),
+                BinaryOp::Min => zip_rows(x, sa, y, sb, out_dims, |p: f32, q: f32| {
+                    if p.is_nan() || q.is_nan() {
+                        f32::NAN
+                    } else {
+                        p.min(q)
+                    }
+                }),
             };
             round_to(a.dtype, &mut v);
             Tile::new_f(a.dtype, out_dims, v)
         }
         (Data::I(x), Data::I(y)) => {
             let v = match op {
-                BinaryOp::Add => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_add(q)),
-                BinaryOp::Sub => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_sub(q)),
-                BinaryOp::Mul => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_mul(q)),
-                BinaryOp::Div => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| if q == 0 { 0 } else { p.wrapping_div(q) }),
+                BinaryOp::Add => {
+                    zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_add(q))
+                }
+                BinaryOp::Sub => {
+                    zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_sub(q))
+                }
+                BinaryOp::Mul => {
+                    zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.wrapping_mul(q))
+                }
+                BinaryOp::Div => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| {
+                    if q == 0 { 0 } else { p.wrapping_div(q) }
+                }),
                 BinaryOp::Max => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.max(q)),
                 BinaryOp::Min => zip_rows(x, sa, y, sb, out_dims, |p: i32, q: i32| p.min(q)),
             };
@@ -106,7 +140,9 @@ pub(crate) fn unary(op: UnaryOp, mut t: Tile) -> Tile {
         match op {
             UnaryOp::Neg => v.iter_mut().for_each(|x| *x = -*x),
             UnaryOp::Abs => v.iter_mut().for_each(|x| *x = x.abs()),
-            UnaryOp::Relu => v.iter_mut().for_each(|x| *x = if x.is_nan() { *x } else { x.max(0.0) }),
+            UnaryOp::Relu => v
+                .iter_mut()
+                .for_each(|x| *x = if x.is_nan() { *x } else { x.max(0.0) }),
             UnaryOp::Exp => vmath::exp(v),
             UnaryOp::Log => vmath::log(v),
             UnaryOp::Sqrt => vmath::sqrt(v),
@@ -125,19 +161,45 @@ pub(crate) fn select(m: &Tile, a: &Tile, b: &Tile, out_dims: &[usize]) -> Tile {
     let mb = broadcast(m, out_dims);
     let (sa, sb) = (as_2d(a), as_2d(b));
     let (r, c) = out_2d(out_dims);
-    let pick = |i: usize, j: usize, sa: (usize, usize)| (if sa.0 == 1 { 0 } else { i }) * sa.1 + if sa.1 == 1 { 0 } else { j };
+    let pick = |i: usize, j: usize, sa: (usize, usize)| {
+        (if sa.0 == 1 { 0 } else { i }) * sa.1 + if sa.1 == 1 { 0 } else { j }
+    };
     let mv = mb.b();
     match (&a.data, &b.data) {
         (Data::F(x), Data::F(y)) => {
-            let v = (0..r * c).map(|k| if mv[k] { x[pick(k / c, k % c, sa)] } else { y[pick(k / c, k % c, sb)] }).collect();
+            let v = (0..r * c)
+                .map(|k| {
+                    if mv[k] {
+                        x[pick(k / c, k % c, sa)]
+                    } else {
+                        y[pick(k / c, k % c, sb)]
+                    }
+                })
+                .collect();
             Tile::new_f(a.dtype, out_dims, v)
         }
         (Data::I(x), Data::I(y)) => {
-            let v = (0..r * c).map(|k| if mv[k] { x[pick(k / c, k % c, sa)] } else { y[pick(k / c, k % c, sb)] }).collect();
+            let v = (0..r * c)
+                .map(|k| {
+                    if mv[k] {
+                        x[pick(k / c, k % c, sa)]
+                    } else {
+                        y[pick(k / c, k % c, sb)]
+                    }
+                })
+                .collect();
             Tile::new_i(out_dims, v)
         }
         (Data::B(x), Data::B(y)) => {
-            let v = (0..r * c).map(|k| if mv[k] { x[pick(k / c, k % c, sa)] } else { y[pick(k / c, k % c, sb)] }).collect();
+            let v = (0..r * c)
+                .map(|k| {
+                    if mv[k] {
+                        x[pick(k / c, k % c, sa)]
+                    } else {
+                        y[pick(k / c, k % c, sb)]
+                    }
+                })
+                .collect();
             Tile::new_b(out_dims, v)
         }
         _ => panic!("select of mixed tiles (verifier bug)"),
@@ -213,16 +275,35 @@ pub(crate) fn trans(t: &Tile) -> Tile {
 pub(crate) fn reduce(op: TileReduce, t: &Tile, axis: usize, policy: NumericsPolicy) -> Tile {
     let (r, c) = as_2d(t);
     let along_rows = t.rank == 2 && axis == 0;
-    let out_dims: Vec<usize> = t.dims().iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, d)| *d).collect();
+    let out_dims: Vec<usize> = t
+        .dims()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != axis)
+        .map(|(_, d)| *d)
+        .collect();
     match &t.data {
         Data::F(v) => {
             let out: Vec<f32> = if along_rows {
-                let mut acc = vec![if op == TileReduce::Max { f32::NEG_INFINITY } else { 0.0 }; c];
+                let mut acc = vec![
+                    if op == TileReduce::Max {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    };
+                    c
+                ];
                 let mut comp = vec![0.0f32; c];
                 for i in 0..r {
                     let rowv = &v[i * c..(i + 1) * c];
                     match (op, policy) {
-                        (TileReduce::Max, _) => acc.iter_mut().zip(rowv).for_each(|(a, x)| *a = if a.is_nan() || x.is_nan() { f32::NAN } else { a.max(*x) }),
+                        (TileReduce::Max, _) => acc.iter_mut().zip(rowv).for_each(|(a, x)| {
+                            *a = if a.is_nan() || x.is_nan() {
+                                f32::NAN
+                            } else {
+                                a.max(*x)
+                            }
+                        }),
                         (TileReduce::Sum, NumericsPolicy::KahanSum) => {
                             for ((a, k), x) in acc.iter_mut().zip(comp.iter_mut()).zip(rowv) {
                                 let y = x - *k;
@@ -256,7 +337,15 @@ pub(crate) fn reduce(op: TileReduce, t: &Tile, axis: usize, policy: NumericsPoli
                 TileReduce::Max => it.max().unwrap_or(i32::MIN),
                 TileReduce::Sum => it.fold(0i32, |a, x| a.wrapping_add(x)),
             };
-            let out: Vec<i32> = if along_rows { (0..c).map(|j| f(&mut (0..r).map(|i| v[i * c + j]))).collect() } else { (0..r).map(|i| f(&mut v[i * c..(i + 1) * c].iter().copied())).collect() };
+            let out: Vec<i32> = if along_rows {
+                (0..c)
+                    .map(|j| f(&mut (0..r).map(|i| v[i * c + j])))
+                    .collect()
+            } else {
+                (0..r)
+                    .map(|i| f(&mut v[i * c..(i + 1) * c].iter().copied()))
+                    .collect()
+            };
             Tile::new_i(&out_dims, out)
         }
         Data::B(_) => panic!("reduce of a bool tile (verifier bug)"),

@@ -5,8 +5,8 @@ use super::{elementwise as ew, gemm, memory};
 use crate::backend::Buffer;
 use crate::{Error, Result};
 use std::collections::HashSet;
-use tessera_ir::tile::{Inst, Kernel, Op, TValue};
 use tessera_ir::DType;
+use tessera_ir::tile::{Inst, Kernel, Op, TValue};
 
 /// A kernel prepared for the CPU: the verified Tile IR plus where each operand dies, so tiles
 /// (an accumulator, say) move instead of being copied.
@@ -33,7 +33,12 @@ impl Program {
     }
 
     pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
-        let mut cx = Cx { p: self, regs, ids, args };
+        let mut cx = Cx {
+            p: self,
+            regs,
+            ids,
+            args,
+        };
         cx.run(&self.kernel.body).map(|_| ())
     }
 }
@@ -91,13 +96,17 @@ struct Cx<'a> {
 
 impl Cx<'_> {
     fn get(&self, v: TValue) -> &Tile {
-        self.regs.0[v.index()].as_ref().expect("read of an unset register (verifier bug)")
+        self.regs.0[v.index()]
+            .as_ref()
+            .expect("read of an unset register (verifier bug)")
     }
 
     /// The operand's tile, moved out when this is its last use, else cloned.
     fn own(&mut self, at: Inst, v: TValue) -> Tile {
         if self.p.take.contains(&(at.0, v.0)) {
-            self.regs.0[v.index()].take().expect("read of an unset register (verifier bug)")
+            self.regs.0[v.index()]
+                .take()
+                .expect("read of an unset register (verifier bug)")
         } else {
             self.get(v).clone()
         }
@@ -133,7 +142,9 @@ impl Cx<'_> {
                 Op::Unary(u, a) => ew::unary(*u, self.own(i, *a)),
                 Op::Binary(b, x, y) => ew::binary(*b, self.get(*x), self.get(*y), &dims()),
                 Op::Cmp(c, x, y) => ew::cmp(*c, self.get(*x), self.get(*y), &dims()),
-                Op::Select(m, x, y) => ew::select(self.get(*m), self.get(*x), self.get(*y), &dims()),
+                Op::Select(m, x, y) => {
+                    ew::select(self.get(*m), self.get(*x), self.get(*y), &dims())
+                }
                 Op::Cast(a) => ew::cast(self.own(i, *a), out_ty.unwrap().dtype),
                 Op::Expand { a, .. } => {
                     let mut t = self.own(i, *a);
@@ -143,25 +154,55 @@ impl Cx<'_> {
                 }
                 Op::Broadcast(a) => ew::broadcast(self.get(*a), &dims()),
                 Op::Trans(a) => ew::trans(self.get(*a)),
-                Op::Reduce { op, a, axis, policy } => ew::reduce(*op, self.get(*a), *axis, *policy),
+                Op::Reduce {
+                    op,
+                    a,
+                    axis,
+                    policy,
+                } => ew::reduce(*op, self.get(*a), *axis, *policy),
                 Op::Dot { a, b, acc } => {
                     let mut c = self.own(i, *acc);
                     let (ta, tb) = (self.get(*a), self.get(*b));
                     let (m, kk, n) = (ta.shape[0], ta.shape[1], tb.shape[1]);
-                    let Data::F(cv) = &mut c.data else { unreachable!("f32 accumulator") };
+                    let Data::F(cv) = &mut c.data else {
+                        unreachable!("f32 accumulator")
+                    };
                     gemm::gemm_f32(m, n, kk, ta.f(), kk, tb.f(), n, cv, n);
                     c
                 }
-                Op::Load { param, index, mask, other } => {
+                Op::Load {
+                    param,
+                    index,
+                    mask,
+                    other,
+                } => {
                     let idx = self.index(index);
                     let m = mask.map(|m| self.get(m));
-                    memory::load(&self.args[*param], &idx, &dims(), *other, m, out_ty.unwrap().dtype)?
+                    memory::load(
+                        &self.args[*param],
+                        &idx,
+                        &dims(),
+                        *other,
+                        m,
+                        out_ty.unwrap().dtype,
+                    )?
                 }
-                Op::Store { param, index, value, mask } => {
+                Op::Store {
+                    param,
+                    index,
+                    value,
+                    mask,
+                } => {
                     let idx = self.index(index);
                     let buf = &self.args[*param];
                     if !buf.writable {
-                        return Err(Error::Unsupported { device: "cpu".into(), message: format!("kernel `{}` stores into input %{}", k.name, k.params[*param].name) });
+                        return Err(Error::Unsupported {
+                            device: "cpu".into(),
+                            message: format!(
+                                "kernel `{}` stores into input %{}",
+                                k.name, k.params[*param].name
+                            ),
+                        });
                     }
                     memory::store(buf, &idx, self.get(*value), mask.map(|m| self.get(m)))?;
                     continue;
@@ -170,7 +211,15 @@ impl Cx<'_> {
                     let out = vs.iter().map(|v| self.own(i, *v)).collect();
                     return Ok(Some(out));
                 }
-                Op::For { iv, lo, hi, step, inits, args, body } => {
+                Op::For {
+                    iv,
+                    lo,
+                    hi,
+                    step,
+                    inits,
+                    args,
+                    body,
+                } => {
                     let (lo, hi) = (self.get(*lo).as_index(), self.get(*hi).as_index());
                     for (a, init) in args.iter().zip(inits) {
                         let t = self.own(i, *init);

@@ -38,13 +38,29 @@ fn window(buf: &Buffer, idx: &[i64], tile: &[usize]) -> Window {
     }
     // Tile axes: the last `t` view axes. A rank-1 tile is one row; a scalar one element.
     let (rows, cols, row0, col0, trows, tcols) = match t {
-        2 => (dims[r - 2], dims[r - 1], idx[r - 2], idx[r - 1], tile[0], tile[1]),
+        2 => (
+            dims[r - 2],
+            dims[r - 1],
+            idx[r - 2],
+            idx[r - 1],
+            tile[0],
+            tile[1],
+        ),
         1 => (1, dims[r - 1], 0, idx[r - 1], 1, tile[0]),
         _ => (1, 1, 0, 0, 1, 1),
     };
     let row_stride_base = if t == 2 { strides[r - 2] } else { 0 };
     let _ = row_stride_base;
-    Window { base, rows, cols, row0, col0, trows, tcols, outside }
+    Window {
+        base,
+        rows,
+        cols,
+        row0,
+        col0,
+        trows,
+        tcols,
+        outside,
+    }
 }
 
 /// Row stride (elements) of the view for a rank-2 tile window.
@@ -74,14 +90,26 @@ fn mask_at(mask: Option<&Tile>, r: usize, c: usize) -> bool {
 }
 
 /// Loads a tile of `dims` at `idx`.
-pub(crate) fn load(buf: &Buffer, idx: &[i64], dims: &[usize], other: f64, mask: Option<&Tile>, dtype: DType) -> Result<Tile> {
+pub(crate) fn load(
+    buf: &Buffer,
+    idx: &[i64],
+    dims: &[usize],
+    other: f64,
+    mask: Option<&Tile>,
+    dtype: DType,
+) -> Result<Tile> {
     let w = window(buf, idx, dims);
     let n = w.trows * w.tcols;
     let rs = if dims.len() == 2 { row_stride(buf) } else { 0 };
     let (c_lo, c_hi) = col_range(&w);
     macro_rules! rows {
         ($out:ident, $src:ty, $conv:expr) => {{
-            let src: &[$src] = unsafe { std::slice::from_raw_parts(buf.ptr as *const $src, buf.len / std::mem::size_of::<$src>()) };
+            let src: &[$src] = unsafe {
+                std::slice::from_raw_parts(
+                    buf.ptr as *const $src,
+                    buf.len / std::mem::size_of::<$src>(),
+                )
+            };
             if !w.outside {
                 for tr in 0..w.trows {
                     let row = w.row0 + tr as i64;
@@ -118,7 +146,12 @@ pub(crate) fn load(buf: &Buffer, idx: &[i64], dims: &[usize], other: f64, mask: 
             rows!(out, u8, |x: u8| x != 0);
             Tile::new_b(dims, out)
         }
-        d => return Err(Error::Unsupported { device: "cpu".into(), message: format!("loads of {d} tiles") }),
+        d => {
+            return Err(Error::Unsupported {
+                device: "cpu".into(),
+                message: format!("loads of {d} tiles"),
+            });
+        }
     };
     if mask.is_some() {
         for r in 0..w.trows {
@@ -146,7 +179,12 @@ pub(crate) fn store(buf: &Buffer, idx: &[i64], tile: &Tile, mask: Option<&Tile>)
     let (c_lo, c_hi) = col_range(&w);
     macro_rules! rows {
         ($dst:ty, $vals:expr, $conv:expr) => {{
-            let dst: &mut [$dst] = unsafe { std::slice::from_raw_parts_mut(buf.ptr as *mut $dst, buf.len / std::mem::size_of::<$dst>()) };
+            let dst: &mut [$dst] = unsafe {
+                std::slice::from_raw_parts_mut(
+                    buf.ptr as *mut $dst,
+                    buf.len / std::mem::size_of::<$dst>(),
+                )
+            };
             let vals = $vals;
             for tr in 0..w.trows {
                 let row = w.row0 + tr as i64;
@@ -176,7 +214,12 @@ pub(crate) fn store(buf: &Buffer, idx: &[i64], tile: &Tile, mask: Option<&Tile>)
         DType::F16 => rows!(f16, tile.f(), f16::from_f32),
         DType::I32 => rows!(i32, tile.i(), |x: i32| x),
         DType::Bool => rows!(u8, tile.b(), |x: bool| x as u8),
-        d => return Err(Error::Unsupported { device: "cpu".into(), message: format!("stores of {d} tiles") }),
+        d => {
+            return Err(Error::Unsupported {
+                device: "cpu".into(),
+                message: format!("stores of {d} tiles"),
+            });
+        }
     }
     Ok(())
 }

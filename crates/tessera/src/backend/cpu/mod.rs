@@ -26,7 +26,11 @@ pub(crate) use exec::Program;
 pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
     let k: &Kernel = &program.kernel;
     if args.len() != k.params.len() {
-        return Err(Error::ArgCount { kernel: k.name.clone(), expected: k.params.len(), got: args.len() });
+        return Err(Error::ArgCount {
+            kernel: k.name.clone(),
+            expected: k.params.len(),
+            got: args.len(),
+        });
     }
     let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
     let grid: Vec<usize> = k.grid.iter().map(|g| g.eval(&shapes)).collect();
@@ -35,12 +39,18 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
         return Ok(());
     }
     let run = |regs: &mut exec::Registers, pid: usize| {
-        let ids = [pid % grid[0], (pid / grid[0]) % grid[1], pid / (grid[0] * grid[1])];
+        let ids = [
+            pid % grid[0],
+            (pid / grid[0]) % grid[1],
+            pid / (grid[0] * grid[1]),
+        ];
         program.run_block(regs, ids, args)
     };
     if total == 1 || rayon::current_num_threads() == 1 {
         let mut regs = exec::Registers::new(k);
         return (0..total).try_for_each(|p| run(&mut regs, p));
     }
-    (0..total).into_par_iter().try_for_each_init(|| exec::Registers::new(k), run)
+    (0..total)
+        .into_par_iter()
+        .try_for_each_init(|| exec::Registers::new(k), run)
 }

@@ -33,17 +33,32 @@ impl Tile {
 
     pub fn new_f(dtype: DType, dims: &[usize], v: Vec<f32>) -> Tile {
         let (shape, rank) = Tile::shape_of(dims);
-        Tile { dtype, shape, rank, data: Data::F(v) }
+        Tile {
+            dtype,
+            shape,
+            rank,
+            data: Data::F(v),
+        }
     }
 
     pub fn new_i(dims: &[usize], v: Vec<i32>) -> Tile {
         let (shape, rank) = Tile::shape_of(dims);
-        Tile { dtype: DType::I32, shape, rank, data: Data::I(v) }
+        Tile {
+            dtype: DType::I32,
+            shape,
+            rank,
+            data: Data::I(v),
+        }
     }
 
     pub fn new_b(dims: &[usize], v: Vec<bool>) -> Tile {
         let (shape, rank) = Tile::shape_of(dims);
-        Tile { dtype: DType::Bool, shape, rank, data: Data::B(v) }
+        Tile {
+            dtype: DType::Bool,
+            shape,
+            rank,
+            data: Data::B(v),
+        }
     }
 
     pub fn scalar_i(x: i32) -> Tile {
@@ -84,8 +99,12 @@ impl Tile {
 /// Rounds widened values to the precision of `dtype` (no-op for f32).
 pub(crate) fn round_to(dtype: DType, v: &mut [f32]) {
     match dtype {
-        DType::BF16 => v.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
-        DType::F16 => v.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        DType::BF16 => v
+            .iter_mut()
+            .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        DType::F16 => v
+            .iter_mut()
+            .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
         _ => {}
     }
 }

@@ -18,7 +18,10 @@ pub(crate) trait Arith {
 /// Separate multiply and add; used for the portable fallback.
 pub(crate) struct Plain;
 /// Fused multiply-add; only instantiated where FMA is enabled.
-#[cfg_attr(not(any(target_arch = "x86", target_arch = "x86_64")), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "x86", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) struct Fused;
 
 impl Arith for Plain {

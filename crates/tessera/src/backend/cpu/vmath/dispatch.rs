@@ -31,7 +31,11 @@ fn level() -> u8 {
             let l = if std::arch::is_x86_feature_detected!("avx2")
                 && std::arch::is_x86_feature_detected!("fma")
             {
-                if std::arch::is_x86_feature_detected!("avx512f") { 3 } else { 2 }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    3
+                } else {
+                    2
+                }
             } else {
                 1
             };

@@ -130,13 +130,20 @@ impl Stats {
         if r.is_nan() || r32.is_infinite() {
             let good = if r.is_nan() { got.is_nan() } else { got == r32 };
             if !good && self.failures.len() < 10 {
-                self.failures.push(format!("x={x:e} got={got:e} want={r32:e}"));
+                self.failures
+                    .push(format!("x={x:e} got={got:e} want={r32:e}"));
             }
             return;
         }
         let err = (got as f64 - r).abs();
         let ulp = err / ulp_of(r);
-        let rel = if r != 0.0 { err / r.abs() } else if err == 0.0 { 0.0 } else { f64::INFINITY };
+        let rel = if r != 0.0 {
+            err / r.abs()
+        } else if err == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        };
         let sub = r.abs() < f32::MIN_POSITIVE as f64;
         if sub {
             self.max_sub_ulp = self.max_sub_ulp.max(ulp);
@@ -148,7 +155,9 @@ impl Stats {
             self.max_rel = self.max_rel.max(rel);
         }
         if (!ok(ulp, rel, sub, r.abs()) || got.is_nan()) && self.failures.len() < 10 {
-            self.failures.push(format!("x={x:e} got={got:e} want={r:e} ulp={ulp:.2} rel={rel:.2e}"));
+            self.failures.push(format!(
+                "x={x:e} got={got:e} want={r:e} ulp={ulp:.2} rel={rel:.2e}"
+            ));
         }
     }
 }
@@ -186,7 +195,11 @@ fn sub_ok(ulp: f64, rel_tol: f64, aref: f64) -> bool {
 /// Default criterion from the spec: within 3 ulp or relative error <= 4e-7
 /// for normal results; subnormal results per [`sub_ok`] with 4e-7.
 fn spec_ok(ulp: f64, rel: f64, sub: bool, aref: f64) -> bool {
-    if sub { sub_ok(ulp, 4e-7, aref) } else { ulp <= 3.0 || rel <= 4e-7 }
+    if sub {
+        sub_ok(ulp, 4e-7, aref)
+    } else {
+        ulp <= 3.0 || rel <= 4e-7
+    }
 }
 
 fn check(
@@ -233,55 +246,78 @@ fn inputs(seed: u64, parts: &[(usize, Gen)]) -> Vec<f32> {
 
 #[test]
 fn exp_accuracy() {
-    let x = inputs(1, &[
-        (200_000, &|r| r.uniform(-110.0, 95.0)),
-        (50_000, &|r| r.uniform(-1.0, 1.0)),
-        (50_000, &|r| r.logu(1e-38, 1.0)),
-        (20_000, &|r| r.uniform(87.0, 89.0)),
-        (50_000, &|r| r.uniform(-105.0, -85.0)),
-    ]);
+    let x = inputs(
+        1,
+        &[
+            (200_000, &|r| r.uniform(-110.0, 95.0)),
+            (50_000, &|r| r.uniform(-1.0, 1.0)),
+            (50_000, &|r| r.logu(1e-38, 1.0)),
+            (20_000, &|r| r.uniform(87.0, 89.0)),
+            (50_000, &|r| r.uniform(-105.0, -85.0)),
+        ],
+    );
     check("exp", variants!(k_exp, exp), &x, f64::exp, &spec_ok);
 }
 
 #[test]
 fn log_accuracy() {
-    let x = inputs(2, &[
-        // every positive finite float, uniform over bit patterns (covers subnormals)
-        (200_000, &|r| f32::from_bits(1 + (r.next_u64() % 0x7F7F_FFFF) as u32)),
-        (50_000, &|r| r.uniform(0.5, 2.0)),
-        (50_000, &|r| 1.0 + r.logu(1e-7, 1e-2)),
-        (50_000, &|r| r.uniform(0.0, 100.0)),
-    ]);
+    let x = inputs(
+        2,
+        &[
+            // every positive finite float, uniform over bit patterns (covers subnormals)
+            (200_000, &|r| {
+                f32::from_bits(1 + (r.next_u64() % 0x7F7F_FFFF) as u32)
+            }),
+            (50_000, &|r| r.uniform(0.5, 2.0)),
+            (50_000, &|r| 1.0 + r.logu(1e-7, 1e-2)),
+            (50_000, &|r| r.uniform(0.0, 100.0)),
+        ],
+    );
     check("log", variants!(k_log, log), &x, f64::ln, &spec_ok);
 }
 
 #[test]
 fn tanh_accuracy() {
-    let x = inputs(3, &[
-        (200_000, &|r| r.uniform(-12.0, 12.0)),
-        (100_000, &|r| r.logu(1e-38, 100.0)),
-        (50_000, &|r| r.uniform(-1.0, 1.0)),
-    ]);
+    let x = inputs(
+        3,
+        &[
+            (200_000, &|r| r.uniform(-12.0, 12.0)),
+            (100_000, &|r| r.logu(1e-38, 100.0)),
+            (50_000, &|r| r.uniform(-1.0, 1.0)),
+        ],
+    );
     check("tanh", variants!(k_tanh, tanh), &x, f64::tanh, &spec_ok);
 }
 
 #[test]
 fn sigmoid_accuracy() {
-    let x = inputs(4, &[
-        (200_000, &|r| r.uniform(-110.0, 110.0)),
-        (100_000, &|r| r.logu(1e-38, 100.0)),
-        (100_000, &|r| r.uniform(-20.0, 20.0)),
-    ]);
-    check("sigmoid", variants!(k_sigmoid, sigmoid), &x, sigmoid_ref, &spec_ok);
+    let x = inputs(
+        4,
+        &[
+            (200_000, &|r| r.uniform(-110.0, 110.0)),
+            (100_000, &|r| r.logu(1e-38, 100.0)),
+            (100_000, &|r| r.uniform(-20.0, 20.0)),
+        ],
+    );
+    check(
+        "sigmoid",
+        variants!(k_sigmoid, sigmoid),
+        &x,
+        sigmoid_ref,
+        &spec_ok,
+    );
 }
 
 #[test]
 fn erf_accuracy() {
-    let x = inputs(5, &[
-        (200_000, &|r| r.uniform(-6.0, 6.0)),
-        (100_000, &|r| r.logu(1e-38, 100.0)),
-        (100_000, &|r| r.uniform(-1.5, 1.5)),
-    ]);
+    let x = inputs(
+        5,
+        &[
+            (200_000, &|r| r.uniform(-6.0, 6.0)),
+            (100_000, &|r| r.logu(1e-38, 100.0)),
+            (100_000, &|r| r.uniform(-1.5, 1.5)),
+        ],
+    );
     check("erf", variants!(k_erf, erf), &x, erf_ref, &spec_ok);
 }
 
@@ -290,27 +326,51 @@ fn gelu_accuracy() {
     // Spec: relative error <= 1e-6 for normal results (also x < 0);
     // subnormal results: |err| <= 1e-6 |ref| + 2^-149.
     let ok = |ulp: f64, rel: f64, sub: bool, aref: f64| {
-        if sub { sub_ok(ulp, 1e-6, aref) } else { rel <= 1e-6 }
+        if sub {
+            sub_ok(ulp, 1e-6, aref)
+        } else {
+            rel <= 1e-6
+        }
     };
-    let x = inputs(6, &[
-        (200_000, &|r| r.uniform(-16.0, 16.0)),
-        (100_000, &|r| r.uniform(-100.0, 100.0)),
-        (100_000, &|r| r.logu(1e-38, 100.0)),
-        (50_000, &|r| r.uniform(-6.0, -4.0)),
-    ]);
+    let x = inputs(
+        6,
+        &[
+            (200_000, &|r| r.uniform(-16.0, 16.0)),
+            (100_000, &|r| r.uniform(-100.0, 100.0)),
+            (100_000, &|r| r.logu(1e-38, 100.0)),
+            (50_000, &|r| r.uniform(-6.0, -4.0)),
+        ],
+    );
     check("gelu", variants!(k_gelu, gelu), &x, gelu_ref, &ok);
 }
 
 #[test]
 fn sqrt_rsqrt_accuracy() {
-    let x = inputs(7, &[
-        (200_000, &|r| f32::from_bits(1 + (r.next_u64() % 0x7F7F_FFFF) as u32)),
-        (50_000, &|r| r.uniform(0.0, 4.0)),
-    ]);
+    let x = inputs(
+        7,
+        &[
+            (200_000, &|r| {
+                f32::from_bits(1 + (r.next_u64() % 0x7F7F_FFFF) as u32)
+            }),
+            (50_000, &|r| r.uniform(0.0, 4.0)),
+        ],
+    );
     // sqrt must be correctly rounded (<= 0.5 ulp); rsqrt = 1/sqrt has two
     // correctly rounded steps, so <= 1.5 ulp.
-    check("sqrt", variants!(k_sqrt, sqrt), &x, f64::sqrt, &|u, _, _, _| u <= 0.5);
-    check("rsqrt", variants!(k_rsqrt, rsqrt), &x, |v| 1.0 / v.sqrt(), &|u, _, _, _| u <= 1.5);
+    check(
+        "sqrt",
+        variants!(k_sqrt, sqrt),
+        &x,
+        f64::sqrt,
+        &|u, _, _, _| u <= 0.5,
+    );
+    check(
+        "rsqrt",
+        variants!(k_rsqrt, rsqrt),
+        &x,
+        |v| 1.0 / v.sqrt(),
+        &|u, _, _, _| u <= 1.5,
+    );
 }
 
 // -------------------------------------------------------------- specials ----
@@ -334,7 +394,11 @@ fn specials() {
             let run = |v: f32| -> f32 {
                 let mut a = [v; 37];
                 f(&mut a);
-                assert_eq!(a[0].to_bits(), a[36].to_bits(), "{name}/{vname} body vs tail at {v}");
+                assert_eq!(
+                    a[0].to_bits(),
+                    a[36].to_bits(),
+                    "{name}/{vname} body vs tail at {v}"
+                );
                 a[0]
             };
             let tag = format!("{name}/{vname}");
@@ -447,8 +511,10 @@ type Red = fn(&[f32]) -> f32;
 
 macro_rules! rvariants {
     ($m:ident, $public:ident) => {{
-        let mut v: Vec<(&'static str, Red)> =
-            vec![("public", $public as Red), ("portable", $m::portable as Red)];
+        let mut v: Vec<(&'static str, Red)> = vec![
+            ("public", $public as Red),
+            ("portable", $m::portable as Red),
+        ];
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         if dispatch::has_avx2_fma() {
             v.push(("avx2+fma", |x: &[f32]| unsafe { $m::avx2(x) }));
@@ -466,9 +532,19 @@ fn sum_accuracy() {
     for (vname, f) in rvariants!(k_sum, sum) {
         assert_eq!(f(&[]), 0.0);
         for t in 0..300 {
-            let n = if t < 100 { t } else { (rng.next_u64() % 20_000) as usize };
+            let n = if t < 100 {
+                t
+            } else {
+                (rng.next_u64() % 20_000) as usize
+            };
             let x: Vec<f32> = (0..n)
-                .map(|_| if t % 2 == 0 { rng.uniform(-1.0, 1.0) } else { rng.uniform(0.0, 1000.0) })
+                .map(|_| {
+                    if t % 2 == 0 {
+                        rng.uniform(-1.0, 1.0)
+                    } else {
+                        rng.uniform(0.0, 1000.0)
+                    }
+                })
                 .collect();
             let r: f64 = x.iter().map(|&v| v as f64).sum();
             let a: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
@@ -491,9 +567,19 @@ fn sum_kahan_accuracy() {
     for (vname, f) in rvariants!(k_sum_kahan, sum_kahan) {
         assert_eq!(f(&[]), 0.0);
         for t in 0..300 {
-            let n = if t < 100 { t } else { (rng.next_u64() % 50_000) as usize };
+            let n = if t < 100 {
+                t
+            } else {
+                (rng.next_u64() % 50_000) as usize
+            };
             let x: Vec<f32> = (0..n)
-                .map(|_| if t % 2 == 0 { rng.uniform(-1.0, 1.0) } else { rng.uniform(0.0, 1000.0) })
+                .map(|_| {
+                    if t % 2 == 0 {
+                        rng.uniform(-1.0, 1.0)
+                    } else {
+                        rng.uniform(0.0, 1000.0)
+                    }
+                })
                 .collect();
             let r: f64 = x.iter().map(|&v| v as f64).sum();
             let a: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
@@ -502,7 +588,11 @@ fn sum_kahan_accuracy() {
             // for same-sign data that is 2u|sum| + O(n u^2) sum|x|, i.e. the
             // length-independent accuracy a plain sum cannot reach.
             let nu2 = 4.0 * n as f64 * U * U * a;
-            let bound = if t % 2 == 1 { 2.0 * U * r.abs() + nu2 } else { 2.0 * U * a + nu2 };
+            let bound = if t % 2 == 1 {
+                2.0 * U * r.abs() + nu2
+            } else {
+                2.0 * U * a + nu2
+            };
             assert!(err <= bound, "{vname} n={n} err={err:e} bound={bound:e}");
             if r != 0.0 {
                 worst_ulp = worst_ulp.max(err / ulp_of(r));
@@ -531,7 +621,11 @@ fn max_behaviour() {
         assert_eq!(f(&[]), f32::NEG_INFINITY, "{vname} empty");
         assert_eq!(f(&[f32::NEG_INFINITY; 40]), f32::NEG_INFINITY);
         for t in 0..400 {
-            let n = if t < 150 { t + 1 } else { 1 + (rng.next_u64() % 5000) as usize };
+            let n = if t < 150 {
+                t + 1
+            } else {
+                1 + (rng.next_u64() % 5000) as usize
+            };
             let mut x: Vec<f32> = (0..n).map(|_| rng.uniform(-1e6, -1.0)).collect();
             let want = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!(f(&x), want, "{vname} n={n}");
