@@ -38,6 +38,12 @@ const GRAPHS: &[&str] = &[
   return %4
 }
 ",
+    "graph @bcast(%x: f32[M, N], %v: f32[N]) -> f32[M, N] {
+  %2 = broadcast %v : f32[M, N]
+  %3 = sub %x, %2 : f32[M, N]
+  return %3
+}
+",
 ];
 
 #[test]

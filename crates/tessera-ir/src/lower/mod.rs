@@ -394,6 +394,9 @@ impl<'g> Lower<'g> {
             Op::Binary(b) => self.bin(b, ops[0], ops[1]),
             Op::Cast(d) => self.cast(ops[0], d),
             Op::Const { value, dtype } => self.c(value, dtype),
+            // The operand was loaded broadcast against the output tiles; consumers broadcast
+            // it further and the final store widens it to the full tile.
+            Op::Broadcast => ops[0],
             ref op => return Err(self.err(v, format!("{} is not elementwise", op.name()))),
         })
     }
