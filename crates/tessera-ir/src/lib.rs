@@ -9,11 +9,13 @@
 //! runtime depend on it.
 
 pub mod fuse;
+pub mod cost;
 pub mod graph;
 pub mod lower;
 pub mod pipeline;
 pub mod reference;
 pub mod schedule;
+pub mod target;
 pub mod text;
 pub mod tile;
 

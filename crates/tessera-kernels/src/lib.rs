@@ -15,6 +15,7 @@
 pub mod elementwise;
 pub mod linalg;
 pub mod norm;
+pub mod ptx;
 pub mod tiled;
 
 pub use elementwise::{add, gelu, mul};

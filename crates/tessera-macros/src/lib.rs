@@ -1,7 +1,7 @@
 //! # tessera-macros — `#[tessera::kernel]` and `tile!`
 //!
-//! Thin by design: [`parse`] turns syn trees into front-end ASTs, [`lower`] hands them to
-//! `tessera-ir` (which owns every typing rule), [`generate`] quotes the static kernel
+//! Thin by design: `tessera-front` turns syn trees into front-end ASTs and hands them to
+//! `tessera-ir` (which owns every typing rule); [`generate`] quotes the static kernel
 //! definitions. Errors are spanned `syn::Error`s; on error the macros still emit a stand-in item
 //! with the same name so that one mistake does not cascade into "cannot find function" errors.
 //!
@@ -9,8 +9,6 @@
 //! refers to `::tessera::...` paths only.
 
 mod generate;
-mod lower;
-mod parse;
 
 use proc_macro::TokenStream;
 

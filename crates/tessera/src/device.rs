@@ -1,4 +1,4 @@
-//! Devices: where tensors live and kernels run.
+//! Devices: where kernels run.
 
 use std::fmt;
 
@@ -7,13 +7,40 @@ use std::fmt;
 /// ```
 /// use tessera::Device;
 /// assert_eq!(Device::cpu().name(), "cpu");
-/// // Without a GPU driver the default device is the CPU.
-/// assert!(Device::default().is_cpu());
+/// // Without a GPU driver the default device is the CPU, and asking for a GPU is an error.
+/// if !tessera::backend::cuda_driver_present() {
+///     assert!(Device::default().is_cpu());
+///     let e = Device::cuda(0).unwrap_err().to_string();
+///     assert!(e.contains("no CUDA driver"), "{e}");
+/// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// The CPU backend: Tile IR on a rayon grid, SIMD micro-kernels.
     Cpu,
+    /// A CUDA GPU running the emitted PTX.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaHandle),
+}
+
+/// A shared handle to an opened GPU (compared by ordinal).
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug)]
+pub struct CudaHandle(pub(crate) std::sync::Arc<crate::backend::cuda::CudaDevice>);
+
+#[cfg(feature = "cuda")]
+impl PartialEq for CudaHandle {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.ordinal() == o.0.ordinal()
+    }
+}
+#[cfg(feature = "cuda")]
+impl Eq for CudaHandle {}
+#[cfg(feature = "cuda")]
+impl std::hash::Hash for CudaHandle {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.ordinal().hash(h)
+    }
 }
 
 impl Device {
@@ -22,10 +49,29 @@ impl Device {
         Device::Cpu
     }
 
-    /// The best available device: a CUDA GPU when one is usable, else the CPU.
-    /// (The CUDA backend arrives with the PTX work; until then this is the CPU.)
+    /// GPU `ordinal` through the CUDA driver. Errors (never panics) when no driver is present,
+    /// the ordinal does not exist, or the context cannot be created.
+    pub fn cuda(ordinal: usize) -> crate::Result<Device> {
+        #[cfg(feature = "cuda")]
+        {
+            crate::backend::cuda::CudaDevice::open(ordinal).map(|d| Device::Cuda(CudaHandle(d)))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(crate::Error::DeviceUnavailable(format!("cuda:{ordinal}: tessera was built without the `cuda` feature")))
+        }
+    }
+
+    /// The best available device: GPU 0 when a driver is present and the GPU is one we emit
+    /// PTX for (sm_80, sm_89, sm_90), else the CPU.
     #[allow(clippy::should_implement_trait)]
     pub fn default() -> Device {
+        #[cfg(feature = "cuda")]
+        if let Ok(d @ Device::Cuda(_)) = Device::cuda(0) {
+            if d.arch().is_some() {
+                return d;
+            }
+        }
         Device::Cpu
     }
 
@@ -34,10 +80,21 @@ impl Device {
         matches!(self, Device::Cpu)
     }
 
-    /// A short name: `cpu`.
-    pub fn name(&self) -> &'static str {
+    /// The PTX architecture of a GPU device (`None` for the CPU or an unsupported GPU).
+    pub fn arch(&self) -> Option<tessera_ir::target::ptx::Arch> {
         match self {
-            Device::Cpu => "cpu",
+            Device::Cpu => None,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(h) => h.0.arch(),
+        }
+    }
+
+    /// A short name: `cpu` or `cuda:0`.
+    pub fn name(&self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(h) => format!("cuda:{}", h.0.ordinal()),
         }
     }
 }
@@ -50,6 +107,6 @@ impl Default for Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }

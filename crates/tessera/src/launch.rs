@@ -1,5 +1,6 @@
 //! Launching kernels: bind shapes, allocate intermediates, run each fused kernel in order.
 
+use crate::autotune::{self, TileSpace};
 use crate::backend::{Buffer, cpu};
 use crate::tensor::{Element, Tensor, TensorMut, TensorRef};
 use crate::{Error, Result};
@@ -18,6 +19,8 @@ pub struct KernelDef {
     graph: &'static str,
     tiles: &'static [&'static str],
     ready: OnceLock<std::result::Result<Ready, String>>,
+    /// The autotuner's decisions and tuned programs for this definition.
+    tuned: autotune::KernelMemo,
 }
 
 /// A definition prepared for running: the compiled graph and each kernel's program.
@@ -38,6 +41,7 @@ impl KernelDef {
             graph,
             tiles,
             ready: OnceLock::new(),
+            tuned: autotune::KernelMemo::new(),
         }
     }
 
@@ -111,7 +115,7 @@ impl KernelDef {
             let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
             owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
         }
-        for (program, bindings) in &ready.programs {
+        for (i, (program, bindings)) in ready.programs.iter().enumerate() {
             let n = bindings.len();
             let mut bufs = Vec::with_capacity(n);
             for (j, b) in bindings.iter().enumerate() {
@@ -140,7 +144,11 @@ impl KernelDef {
                     j == n - 1,
                 ));
             }
-            cpu::launch(program, &bufs)?;
+            // The autotuner's pick for these shapes (`None`: the default schedule).
+            match autotune::select_kernel(&self.tuned, name, self.graph, &ready.compiled, i, &bufs)? {
+                Some(tuned) => cpu::launch(&tuned, &bufs)?,
+                None => cpu::launch(program, &bufs)?,
+            }
         }
         let (shape, mem) = owned.remove(&g.output.0).expect("output buffer");
         let numel: usize = shape.iter().product();
@@ -256,6 +264,7 @@ pub struct TileDef {
     program: fn() -> dsl::Program,
     knobs: &'static [(&'static str, i64)],
     cache: Mutex<Vec<(Vec<(String, i64)>, std::sync::Arc<cpu::Program>)>>,
+    tuned: autotune::TileMemo,
 }
 
 impl TileDef {
@@ -270,6 +279,7 @@ impl TileDef {
             program,
             knobs,
             cache: Mutex::new(Vec::new()),
+            tuned: autotune::TileMemo::new(),
         }
     }
 
@@ -322,6 +332,60 @@ impl TileDef {
     /// Runs the block program over its grid with the given knob overrides.
     pub fn launch(&'static self, knobs: &[(&str, i64)], args: &mut [Arg<'_>]) -> Result<()> {
         let program = self.program_for(knobs)?;
+        let bufs = self.bind(&program, args)?;
+        cpu::launch(&program, &bufs)
+    }
+
+    /// Runs the block program with the knobs the autotuner picks from `space` for these
+    /// argument shapes (see [`crate::autotune`] for the modes: in the default `cached` mode a
+    /// cached or nearby-shape winner, else the defaults; in `full` mode a miss is tuned on
+    /// these arguments, every candidate checked against the default knobs' output). Returns
+    /// the knobs used.
+    ///
+    /// ```
+    /// use tessera::{Arg, Tensor, autotune::{self, TileSpace}};
+    /// tessera::tile! {
+    ///     fn scale<const BR: i64 = 4, const BC: i64 = 64>(x: In<f32, 2>, y: Out<f32, 2>)
+    ///         grid = (cdiv(x.dim(0), BR), cdiv(x.dim(1), BC))
+    ///     {
+    ///         let i = program_id(0) * BR;
+    ///         let j = program_id(1) * BC;
+    ///         store(y, [i, j], load(x, [i, j], [BR, BC]) * 2.0);
+    ///     }
+    /// }
+    /// let x = Tensor::<f32>::randn(&[33, 100], 1);
+    /// let mut y = Tensor::<f32>::zeros(&[33, 100]);
+    /// let space = TileSpace::grid(&[("BR", &[1, 4, 16]), ("BC", &[32, 128])]);
+    /// let knobs = scale::DEF.launch_tuned(&space, &mut [Arg::In(x.arg()), Arg::Out(y.arg_mut())])?;
+    /// assert_eq!(knobs.len(), 2);
+    /// assert_eq!(y.as_slice()[5], 2.0 * x.as_slice()[5]);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn launch_tuned(
+        &'static self,
+        space: &TileSpace,
+        args: &mut [Arg<'_>],
+    ) -> Result<Vec<(String, i64)>> {
+        let default = self.program_for(&[])?;
+        let bufs = self.bind(&default, args)?;
+        let sig = autotune::fnv(format!("{:?}", (self.program)()).as_bytes());
+        let knobs = autotune::tune_tile(
+            &self.tuned,
+            self.name,
+            sig,
+            self.knobs,
+            space,
+            &bufs,
+            &|k| self.program_for(k),
+        )?;
+        let refs: Vec<(&str, i64)> = knobs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let program = self.program_for(&refs)?;
+        cpu::launch(&program, &bufs)?;
+        Ok(knobs)
+    }
+
+    /// Checks `args` against the program's parameters and makes backend buffers of them.
+    fn bind(&self, program: &cpu::Program, args: &mut [Arg<'_>]) -> Result<Vec<Buffer>> {
         let k = &program.kernel;
         if args.len() != k.params.len() {
             return Err(Error::ArgCount {
@@ -359,6 +423,6 @@ impl TileDef {
             }
             bufs.push(buffer(dtype, shape, ptr, len, writable));
         }
-        cpu::launch(&program, &bufs)
+        Ok(bufs)
     }
 }

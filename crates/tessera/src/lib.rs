@@ -26,6 +26,7 @@
 //! **Architecture invariant:** semantics live in `tessera-ir`; this crate binds shapes, owns
 //! memory and runs kernels.
 
+pub mod autotune;
 pub mod backend;
 mod device;
 mod error;

@@ -106,8 +106,8 @@ impl Schedule {
             },
             KernelClass::Elementwise => Schedule {
                 class,
-                tile: vec![16, 256],
-                warps: 4,
+                tile: vec![8, 256],
+                warps: 8,
                 stages: 1,
                 vector: 4,
             },
@@ -134,9 +134,9 @@ impl Schedule {
                 vec![128, 256, 64],
                 vec![256, 128, 64],
             ],
-            KernelClass::Rowwise => vec![vec![1, 256], vec![4, 128], vec![8, 512], vec![16, 256]],
+            KernelClass::Rowwise => vec![vec![1, 256], vec![4, 128], vec![8, 512], vec![16, 128]],
             KernelClass::ColReduce => vec![vec![16, 128], vec![64, 512]],
-            KernelClass::Elementwise => vec![vec![4, 1024], vec![32, 128], vec![64, 256]],
+            KernelClass::Elementwise => vec![vec![8, 128], vec![16, 256], vec![8, 512], vec![32, 128]],
             KernelClass::Transpose => vec![vec![32, 32], vec![64, 128]],
         };
         for tile in tiles {

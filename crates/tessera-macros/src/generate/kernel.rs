@@ -1,11 +1,10 @@
 //! `#[kernel]` expansion: a wrapper fn holding a `static KernelDef` with the embedded IR texts.
 
-use crate::lower::kernel::compile;
-use crate::parse::kernel::{KernelItem, body};
-use crate::parse::types::rust_elem;
+use tessera_front::lower::kernel::compile;
+use tessera_front::parse::kernel::{KernelItem, body};
+use tessera_front::parse::types::rust_elem;
 use proc_macro2::TokenStream;
 use quote::quote;
-use tessera_ir::NumericsPolicy;
 
 /// Expands `#[kernel(attr)] item`.
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -13,7 +12,7 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(k) => k,
         Err(e) => return e.to_compile_error(),
     };
-    match options(attr).and_then(|policy| {
+    match tessera_front::kernel_options(attr).and_then(|policy| {
         let b = body(&k.block)?;
         compile(&k, &b, policy)
     }) {
@@ -24,27 +23,6 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             quote!(#errors #stand_in)
         }
     }
-}
-
-/// Parses `numerics = "kahan_sum"`.
-fn options(attr: TokenStream) -> syn::Result<NumericsPolicy> {
-    let mut policy = NumericsPolicy::default();
-    let parser = syn::meta::parser(|meta| {
-        if meta.path.is_ident("numerics") {
-            let s: syn::LitStr = meta.value()?.parse()?;
-            policy = NumericsPolicy::parse(&s.value()).ok_or_else(|| {
-                syn::Error::new(
-                    s.span(),
-                    "numerics is one of \"fast\", \"deterministic\", \"kahan_sum\"",
-                )
-            })?;
-            Ok(())
-        } else {
-            Err(meta.error("unknown kernel option; expected `numerics = \"...\"`"))
-        }
-    });
-    syn::parse::Parser::parse2(parser, attr)?;
-    Ok(policy)
 }
 
 /// The user-facing fn. Without compiled texts it is a stand-in that keeps callers type-checking

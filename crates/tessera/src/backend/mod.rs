@@ -1,6 +1,20 @@
 //! Backends that run Tile IR. `cpu` is always available.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+/// True when a CUDA driver library is present (always false without the `cuda` feature).
+pub fn cuda_driver_present() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::driver_present()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        false
+    }
+}
 
 use tessera_ir::DType;
 

@@ -16,6 +16,8 @@ const OPS: &str = "matmul, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs
 pub struct Compiled {
     pub graph: String,
     pub tiles: Vec<String>,
+    /// The whole compilation (plan, kernels, bindings), for emitters.
+    pub compiled: pipeline::Compiled,
 }
 
 /// Builds, verifies and compiles the kernel; errors point at the offending source.
@@ -36,6 +38,7 @@ pub fn compile(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::
     Ok(Compiled {
         graph: g.to_string(),
         tiles: c.tile_texts(),
+        compiled: c,
     })
 }
 

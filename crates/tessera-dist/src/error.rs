@@ -1,0 +1,60 @@
+//! The one error type of `tessera-dist`.
+
+/// Everything that can go wrong in meshes, specs, plans and collectives.
+///
+/// Spec errors name the problem (the axis, the entry count, the partial state) so a user can fix
+/// the spec without reading this crate.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DistError {
+    /// A mesh whose axis sizes do not multiply to the device count.
+    #[error("mesh axes {axes:?} hold {product} devices but {devices} were given")]
+    MeshSize { axes: Vec<(String, usize)>, product: usize, devices: usize },
+    /// Two mesh axes with one name.
+    #[error("mesh axis `{0}` is declared twice")]
+    DuplicateMeshAxis(String),
+    /// A mesh axis of size zero.
+    #[error("mesh axis `{0}` has size 0")]
+    ZeroMeshAxis(String),
+    /// A spec or a group names an axis the mesh does not have.
+    #[error("unknown mesh axis `{axis}` (the mesh has {known:?})")]
+    UnknownAxis { axis: String, known: Vec<String> },
+    /// A spec uses one mesh axis for two purposes (two dims, or a dim and the partial state).
+    #[error("mesh axis `{0}` is used twice in one ShardSpec")]
+    AxisUsedTwice(String),
+    /// More dim entries than the tensor has dims.
+    #[error("ShardSpec has {entries} dim entries but the tensor has rank {rank}")]
+    TooManyEntries { entries: usize, rank: usize },
+    /// A partial (unreduced) value where a whole one is required.
+    #[error("partial value where a whole one is required: {0}")]
+    PartialNotAllowed(String),
+    /// Partial axes with different reduction ops.
+    #[error("a ShardSpec has one partial op; got {0}")]
+    MixedPartialOps(String),
+    /// Buffers of the wrong length for a collective, or ranks that disagree on a length.
+    #[error("buffer length: {0}")]
+    Length(String),
+    /// A rank index outside a group.
+    #[error("rank {rank} is outside a group of {size}")]
+    BadRank { rank: usize, size: usize },
+    /// Replicas that should be bit-identical are not.
+    #[error("replicas differ: {0}")]
+    ReplicaMismatch(String),
+    /// A shape that does not fit.
+    #[error("shape: {0}")]
+    Shape(String),
+    /// The backend cannot do this (dtype, op or algorithm).
+    #[error("unsupported by the {backend} backend: {what}")]
+    Unsupported { backend: &'static str, what: String },
+    /// No GPU / driver / NCCL library on this machine.
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    /// A backend call failed (MPI, NCCL, a peer thread that panicked).
+    #[error("{backend} backend: {message}")]
+    Backend { backend: &'static str, message: String },
+    /// An error from a tessera kernel or tensor.
+    #[error(transparent)]
+    Tensor(#[from] tessera::Error),
+}
+
+/// `Result` with [`DistError`].
+pub type Result<T, E = DistError> = std::result::Result<T, E>;

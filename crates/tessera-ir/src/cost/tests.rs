@@ -1,0 +1,142 @@
+use super::*;
+use crate::DType;
+
+fn mm(n: u64, eb: u32) -> Problem {
+    Problem::matmul(1, n, n, n, eb, 4)
+}
+
+#[test]
+fn smaller_tiles_move_more_bytes() {
+    let p = mm(4096, 2);
+    let small = estimate(&Arch::H100, &p, &Point::new([64, 64, 32], 4, 2, 8));
+    let big = estimate(&Arch::H100, &p, &Point::new([128, 128, 64], 8, 3, 8));
+    // A is re-read once per column block: 64 vs 32 column blocks.
+    assert!(small.bytes > 1.9 * big.bytes, "{} vs {}", small.bytes, big.bytes);
+    assert!(big.time_s < small.time_s);
+}
+
+#[test]
+fn shared_memory_limits_follow_table_a2() {
+    let p = mm(4096, 2);
+    let s = Point::new([256, 128, 64], 8, 3, 8); // 144 KB
+    assert!(matches!(
+        estimate(&Arch::H100, &p, &s).pruned,
+        Some(Prune::SharedMemory { limit: 98304, .. })
+    ));
+    assert!(matches!(
+        estimate(&Arch::GB200, &p, &s).pruned,
+        Some(Prune::SharedMemory { limit: 131072, .. })
+    ));
+    // A100 allows 163 KB per block.
+    assert!(estimate(&Arch::A100, &p, &s).pruned.is_none());
+    // Two stages fit on GB200 (96 KB) and H100 (96 KB).
+    let s2 = Point::new([256, 128, 64], 8, 2, 8);
+    assert!(estimate(&Arch::GB200, &p, &s2).pruned.is_none());
+    assert!(estimate(&Arch::H100, &p, &s2).pruned.is_none());
+}
+
+#[test]
+fn register_spills_are_pruned() {
+    let p = mm(4096, 2);
+    // 256×256 accumulator over 4 warps: 512 f32 registers per thread.
+    let e = estimate(&Arch::H100, &p, &Point::new([256, 256, 32], 4, 1, 8));
+    assert!(matches!(e.pruned, Some(Prune::Registers { cap: 255, .. })), "{e:?}");
+    assert!(e.time_s.is_infinite());
+}
+
+#[test]
+fn occupancy_limiters() {
+    use occupancy::{Limiter, occupancy};
+    // 32 warps per block, few registers: two blocks fill H100's 64 warps.
+    let o = occupancy(&Arch::H100, 32, 32, 0);
+    assert_eq!((o.blocks_per_unit, o.limiter), (2, Limiter::Warps));
+    assert_eq!(o.fraction, 1.0);
+    // 128 registers × 256 threads = 32768: two blocks by registers.
+    let o = occupancy(&Arch::H100, 8, 128, 1024);
+    assert_eq!((o.blocks_per_unit, o.limiter), (2, Limiter::Registers));
+    // GB200 holds 96 warps.
+    let o = occupancy(&Arch::GB200, 4, 32, 0);
+    assert_eq!(o.blocks_per_unit, 24);
+    assert_eq!(o.fraction, 1.0);
+    // CPU: one block per core.
+    assert_eq!(occupancy(&Arch::cpu(2), 8, 1000, 1 << 20).fraction, 1.0);
+}
+
+#[test]
+fn small_problems_prefer_tiles_that_fill_the_machine() {
+    // 256×256 on 132 SMs: 128×128 tiles give 4 blocks, 64×64 give 16 → 64×64 predicted faster.
+    let p = mm(256, 2);
+    let a = estimate(&Arch::H100, &p, &Point::new([128, 128, 64], 8, 3, 8));
+    let b = estimate(&Arch::H100, &p, &Point::new([64, 64, 64], 4, 3, 8));
+    assert!(b.time_s < a.time_s);
+    // On two CPU cores a single block leaves one core idle.
+    let cpu = Arch::cpu(2);
+    let one = estimate(&cpu, &p, &Point::new([256, 256, 64], 1, 1, 1));
+    let four = estimate(&cpu, &p, &Point::new([128, 128, 64], 1, 1, 1));
+    assert_eq!((one.blocks, four.blocks), (1, 4));
+    assert!(four.compute_s < one.compute_s);
+}
+
+#[test]
+fn bound_is_never_beaten() {
+    for arch in Arch::all() {
+        for n in [64u64, 1000, 4096] {
+            let p = mm(n, 4);
+            for t in [32u32, 64, 128, 256] {
+                let e = estimate(&arch, &p, &Point::new([t, t, 32], 4, 2, 4));
+                assert!(e.time_s >= e.bound_s * 0.999, "{} n={n} t={t}", arch.name);
+                assert!(e.flops >= p.flops());
+            }
+        }
+    }
+}
+
+#[test]
+fn cpu_working_set_must_fit_l2() {
+    let p = mm(2048, 4);
+    // (512·512 + 512·512 + 512·512) · 4 B = 3 MB > 1 MB.
+    let e = estimate(&Arch::cpu(1), &p, &Point::new([512, 512, 512], 1, 1, 1));
+    assert!(matches!(e.pruned, Some(Prune::SharedMemory { .. })));
+    assert!(estimate(&Arch::cpu(1), &p, &Point::new([128, 128, 64], 1, 1, 1)).pruned.is_none());
+}
+
+#[test]
+fn depthwise_is_memory_bound_and_halo_costs() {
+    let p = Problem::Depthwise {
+        oh: 112,
+        ow: 112,
+        c: 64,
+        kh: 3,
+        kw: 3,
+        in_bytes: 2,
+    };
+    let s = Point::new([8, 8, 64], 4, 2, 4);
+    let l = Point::new([32, 32, 64], 4, 2, 4);
+    let es = estimate(&Arch::GB200, &p, &s);
+    let el = estimate(&Arch::GB200, &p, &l);
+    assert!(es.memory_s > es.compute_s);
+    // Small tiles re-read more halo.
+    assert!(es.bytes > el.bytes);
+}
+
+#[test]
+fn rank_skips_pruned_and_sorts() {
+    let p = mm(4096, 2);
+    let pts: Vec<Point> = crate::schedule::Schedule::space(KernelClass::Matmul, DType::BF16)
+        .iter()
+        .map(Point::from_schedule)
+        .collect();
+    let order = rank(&Arch::H100, &p, &pts);
+    assert!(!order.is_empty() && order.len() < pts.len());
+    let t: Vec<f64> = order
+        .iter()
+        .map(|&i| estimate(&Arch::H100, &p, &pts[i]).time_s)
+        .collect();
+    assert!(t.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn class_problems() {
+    let p = Problem::for_class(KernelClass::Elementwise, &[10, 20], DType::F32, DType::F32);
+    assert_eq!(p.min_bytes(), 10.0 * 20.0 * 8.0);
+}

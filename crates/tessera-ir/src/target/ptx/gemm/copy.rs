@@ -1,0 +1,129 @@
+//! Global → shared copies of one operand tile for one pipeline stage.
+//!
+//! 16-bit inputs (bf16/f16), [`tile16`]: a *uniform run-time branch* on a flag computed once
+//! per kernel (`fast` = every row length is a multiple of 8 elements, both base pointers are
+//! 16-byte aligned, and the tile origins along the contiguous axis are multiples of 8):
+//! - fast: 16-byte `cp.async.cg` per chunk of 8 elements; a chunk outside the tensor is copied
+//!   with src-size 0 (zero fill) from the tensor's base address (never dereferenced);
+//! - slow: per element, a predicated `ld.global.u16` (0 when out of bounds) and `st.shared.u16`
+//!   into the same swizzled layout. These complete synchronously, so the pipeline's barriers
+//!   order them exactly like the asynchronous copies.
+//!
+//! f32 inputs, [`tile32`]: one 4-byte `cp.async.ca` per element (src-size 0 out of bounds),
+//! always-correct (f32 pointers are 4-byte aligned) and able to transpose A into k-major order.
+
+use super::ctx::Ctx;
+use super::layout::SmemTile;
+use super::text::Reg;
+
+/// Where a tile comes from in global memory: element `(r, c)` of the tile is tensor element
+/// `(row0 + r, col0 + c)` of param `param`'s last-two-dims view, offset by `lead_rows` rows.
+pub(super) struct Src {
+    pub param: usize,
+    pub lead_rows: Reg,
+    pub row0: Reg,
+    pub col0: Reg,
+}
+
+/// Global address and in-bounds predicate of element `(row0 + lr, col0 + lc)`; the address is
+/// the tensor base when out of bounds.
+fn guarded_addr(cx: &mut Ctx, src: &Src, lr: &str, lc: &str, bytes: usize) -> (Reg, Reg) {
+    let nrows = cx.dims[src.param][cx.dims[src.param].len() - 2].clone();
+    let ncols = cx.dims[src.param].last().unwrap().clone();
+    let a = &mut cx.asm;
+    let row = a.r_op("add.s32", &src.row0, lr);
+    let col = a.r_op("add.s32", &src.col0, lc);
+    let ok = a.p();
+    a.ins(format!("setp.lt.u32 {ok}, {row}, {nrows}"));
+    a.ins(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
+    let rowflat = a.r_op("add.s32", &src.lead_rows, &row);
+    let addr = cx.elem_addr(src.param, &rowflat, &col, bytes);
+    let base = cx.ptrs[src.param].clone();
+    cx.asm.ins(format!("selp.b64 {addr}, {addr}, {base}, {ok}"));
+    (addr, ok)
+}
+
+/// Shared address of the 16-byte chunk `ch` of row `lr` (swizzled), plus `extra` bytes.
+fn swizzled(cx: &mut Ctx, stage: &str, t: &SmemTile, lr: &str, ch: &str) -> Reg {
+    let a = &mut cx.asm;
+    let s = a.r_op("shr.u32", lr, t.shift);
+    let s = a.r_op("and.b32", &s, t.mask);
+    let pch = a.r_op("xor.b32", ch, &s);
+    let off = a.r();
+    a.ins(format!("mul.lo.s32 {off}, {lr}, {}", t.row_bytes));
+    a.ins(format!("mad.lo.s32 {off}, {pch}, 16, {off}"));
+    a.r_op("add.s32", stage, &off)
+}
+
+/// Copies a `t.rows × t.cols` 16-bit tile into the stage at shared address `stage`.
+pub(super) fn tile16(cx: &mut Ctx, stage: &str, t: &SmemTile, src: &Src, fast: &str) {
+    let threads = cx.threads;
+    let (slow, done) = (cx.asm.label("SLOW_COPY"), cx.asm.label("COPIED"));
+    cx.asm.ins(format!("@!{fast} bra {slow}"));
+    // Fast path: 16-byte chunks.
+    let total = t.rows * t.chunks;
+    for i in 0..total.div_ceil(threads) {
+        let c = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
+        let guard = guard(cx, &c, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", &c, t.chunks.trailing_zeros());
+        let ch = cx.asm.r_op("and.b32", &c, t.chunks - 1);
+        let lc = cx.asm.r_op("shl.b32", &ch, 3);
+        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 2);
+        let sz = cx.asm.r();
+        cx.asm.ins(format!("selp.u32 {sz}, 16, 0, {ok}"));
+        let dst = swizzled(cx, stage, t, &lr, &ch);
+        cx.asm.ins(format!("{guard}cp.async.cg.shared.global [{dst}], [{addr}], 16, {sz}"));
+    }
+    cx.asm.ins(format!("bra.uni {done}"));
+    cx.asm.place(&slow);
+    // Slow path: one element at a time.
+    let total = t.rows * t.cols;
+    for i in 0..total.div_ceil(threads) {
+        let e = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
+        let guard = guard(cx, &e, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", &e, t.cols.trailing_zeros());
+        let lc = cx.asm.r_op("and.b32", &e, t.cols - 1);
+        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 2);
+        let h = cx.asm.h();
+        cx.asm.ins(format!("mov.b16 {h}, 0"));
+        cx.asm.ins(format!("@{ok} ld.global.u16 {h}, [{addr}]"));
+        let ch = cx.asm.r_op("shr.u32", &lc, 3);
+        let dst = swizzled(cx, stage, t, &lr, &ch);
+        let within = cx.asm.r_op("and.b32", &lc, 7);
+        let dst2 = cx.asm.r();
+        cx.asm.ins(format!("mad.lo.s32 {dst2}, {within}, 2, {dst}"));
+        cx.asm.ins(format!("{guard}st.shared.u16 [{dst2}], {h}"));
+    }
+    cx.asm.place(&done);
+}
+
+/// `@%p ` when only some threads have an item in this round (index `c` of `total`).
+fn guard(cx: &mut Ctx, c: &str, total: usize, end: usize) -> String {
+    if end <= total {
+        return String::new();
+    }
+    let p = cx.asm.p();
+    cx.asm.ins(format!("setp.lt.u32 {p}, {c}, {total}"));
+    format!("@{p} ")
+}
+
+/// Copies an f32 tile of `rows × cols` into shared memory at `stage`, element `(r, c)` landing
+/// at byte `r·row_stride + c·col_stride` (so A can be stored transposed, k-major).
+pub(super) fn tile32(cx: &mut Ctx, stage: &str, rows: usize, cols: usize, strides: (usize, usize), src: &Src) {
+    let threads = cx.threads;
+    let total = rows * cols;
+    for i in 0..total.div_ceil(threads) {
+        let e = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
+        let guard = guard(cx, &e, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", &e, cols.trailing_zeros());
+        let lc = cx.asm.r_op("and.b32", &e, cols - 1);
+        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 4);
+        let sz = cx.asm.r();
+        cx.asm.ins(format!("selp.u32 {sz}, 4, 0, {ok}"));
+        let off = cx.asm.r();
+        cx.asm.ins(format!("mul.lo.s32 {off}, {lr}, {}", strides.0));
+        cx.asm.ins(format!("mad.lo.s32 {off}, {lc}, {}, {off}", strides.1));
+        let dst = cx.asm.r_op("add.s32", stage, &off);
+        cx.asm.ins(format!("{guard}cp.async.ca.shared.global [{dst}], [{addr}], 4, {sz}"));
+    }
+}

@@ -1,0 +1,162 @@
+//! Tests of the GEMM template: golden text, required instructions, errors, and (with
+//! `TESSERA_PTXAS`) ptxas acceptance with 0 spills for every schedule × arch × dtype.
+
+use super::emit;
+use crate::DType;
+use crate::pipeline::{CompileOptions, compile};
+use crate::schedule::{KernelClass, Schedule};
+use crate::target::ptx::{Arch, PtxKernel};
+
+/// `linear + bias + gelu` with inputs of `dt`, output cast to `dt`.
+fn linear_gelu(dt: DType) -> String {
+    format!(
+        "graph @linear_gelu(%x: {dt}[M, K], %w: {dt}[K, N], %b: f32[N]) -> {dt}[M, N] {{
+  %3 = matmul %x, %w : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  %6 = cast %5 : {dt}[M, N]
+  return %6
+}}"
+    )
+}
+
+fn kernel(src: &str, s: &Schedule) -> crate::tile::Kernel {
+    let g = crate::graph::parse(src).unwrap();
+    let c = compile(&g, &CompileOptions::default()).unwrap();
+    c.lower_with(0, s).unwrap().kernel
+}
+
+fn gemm(src: &str, s: &Schedule, arch: Arch) -> PtxKernel {
+    emit(&kernel(src, s), s, arch).unwrap().expect("recognised as a GEMM")
+}
+
+fn sched(tile: [u32; 3], warps: u32, stages: u32) -> Schedule {
+    Schedule { tile: tile.to_vec(), warps, stages, ..Schedule::default_for(KernelClass::Matmul, DType::BF16) }
+}
+
+#[test]
+fn golden_small_bf16_bias_gelu() {
+    let p = gemm(&linear_gelu(DType::BF16), &sched([32, 32, 16], 2, 2), Arch::Sm80);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx");
+    if std::env::var("TESSERA_TEST_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &p.text).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with TESSERA_TEST_BLESS=1)", path.display()));
+    assert!(want == p.text, "golden mismatch: {} (TESSERA_TEST_BLESS=1 rewrites it)", path.display());
+    assert_eq!((p.threads, p.dyn_smem), (64, 2 * (32 * 16 + 16 * 32) * 2));
+}
+
+#[test]
+fn bf16_gemm_uses_tensor_core_instructions() {
+    for s in Schedule::space(KernelClass::Matmul, DType::BF16) {
+        for stages in [1, 3] {
+            let s = Schedule { stages, ..s.clone() };
+            let p = gemm(&linear_gelu(DType::BF16), &s, Arch::Sm90a);
+            assert!(p.text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{s}");
+            assert!(p.text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "{s}");
+            assert!(p.text.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), "{s}");
+            assert!(p.text.contains("cp.async.cg.shared.global") || stages == 1, "{s}");
+            assert!(p.text.contains(".version 8.0\n.target sm_90a"));
+        }
+    }
+}
+
+#[test]
+fn f32_gemm_uses_ffma_and_default_fits() {
+    let s = Schedule::default_for(KernelClass::Matmul, DType::F32);
+    let p = gemm(&linear_gelu(DType::F32), &s, Arch::Sm80);
+    assert!(p.text.contains("fma.rn.f32") && !p.text.contains("mma.sync"));
+    assert!(p.dyn_smem <= Arch::Sm80.limits().max_smem_per_block);
+}
+
+#[test]
+fn batched_and_row_broadcast_epilogue() {
+    let src = "graph @batched(%a: f16[B, M, K], %b: f16[B, K, N], %c: f32[M, 1]) -> f32[B, M, N] {
+  %2 = matmul %a, %b : f32[B, M, N]
+  %3 = mul %2, %c : f32[B, M, N]
+  %4 = tanh %3 : f32[B, M, N]
+  return %4
+}";
+    let p = gemm(src, &Schedule::default_for(KernelClass::Matmul, DType::F16), Arch::Sm89);
+    assert!(p.text.contains("%ctaid.z") && p.text.contains(".f32.f16.f16.f32"));
+}
+
+#[test]
+fn non_gemm_is_not_ours_and_unknown_epilogue_ops_are_errors() {
+    let src = "graph @sm(%x: f32[R, C]) -> f32[R, C] {
+  %1 = softmax %x : f32[R, C]
+  return %1
+}";
+    let g = crate::graph::parse(src).unwrap();
+    let c = compile(&g, &CompileOptions::default()).unwrap();
+    let k = &c.kernels[0];
+    assert_eq!(emit(&k.lowered.kernel, &k.schedule, Arch::Sm80), Ok(None));
+
+    let s = Schedule::default_for(KernelClass::Matmul, DType::BF16);
+    let mut k = kernel(&linear_gelu(DType::BF16), &s);
+    // Replace the gelu with an op the epilogue cannot run per element.
+    let gelu = k.insts.iter().position(|d| d.op.name() == "gelu").unwrap();
+    let crate::tile::Op::Unary(_, x) = k.insts[gelu].op.clone() else { unreachable!() };
+    k.insts[gelu].op = crate::tile::Op::Trans(x);
+    let e = emit(&k, &s, Arch::Sm80).unwrap_err();
+    assert!(e.message.contains("`trans`"), "{e}");
+}
+
+/// ptxas -v on every schedule × arch × dtype: accepted, 0 spill bytes, no injected waits.
+#[test]
+fn ptxas_accepts_every_schedule_without_spills() {
+    let Ok(ptxas) = std::env::var("TESSERA_PTXAS") else {
+        eprintln!("TESSERA_PTXAS is not set: skipping the ptxas check of the GEMM template");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("tessera-gemm-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut jobs = Vec::new();
+    for dt in [DType::BF16, DType::F16, DType::F32] {
+        for s in Schedule::space(KernelClass::Matmul, dt) {
+            for arch in Arch::ALL {
+                let p = gemm(&linear_gelu(dt), &s, arch);
+                let t: Vec<String> = s.tile.iter().map(|x| x.to_string()).collect();
+                let name = format!("{dt}_{}_w{}_s{}_{arch}", t.join("x"), s.warps, s.stages);
+                let f = dir.join(format!("{name}.ptx"));
+                std::fs::write(&f, &p.text).unwrap();
+                jobs.push((name, f, arch, p.dyn_smem));
+            }
+        }
+    }
+    let rows: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = jobs
+            .chunks(jobs.len().div_ceil(8))
+            .map(|chunk| {
+                let ptxas = &ptxas;
+                sc.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|(name, f, arch, smem)| {
+                            let o = std::process::Command::new(ptxas)
+                                .args(["-v", &format!("-arch={arch}"), f.to_str().unwrap(), "-o", "/dev/null"])
+                                .output()
+                                .expect("run ptxas");
+                            let err = String::from_utf8_lossy(&o.stderr).to_string();
+                            assert!(o.status.success(), "{name}: ptxas rejected it:\n{err}");
+                            assert!(!err.contains("(C75"), "{name}: ptxas injected waits:\n{err}");
+                            let num = |pat: &str| {
+                                err.split(pat).next().and_then(|s| s.split_whitespace().last()).and_then(|n| n.parse::<u32>().ok())
+                            };
+                            let regs = err.split("Used ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?").to_string();
+                            let spills = num(" bytes spill stores").unwrap_or(0) + num(" bytes spill loads").unwrap_or(0);
+                            assert_eq!(spills, 0, "{name}: spills\n{err}");
+                            format!("| {name} | {regs} | {spills} | {smem} |")
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("| kernel_dtype_schedule_arch | registers | spill bytes | dyn smem |\n|---|---|---|---|");
+    for r in rows {
+        eprintln!("{r}");
+    }
+}

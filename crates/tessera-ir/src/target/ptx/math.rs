@@ -1,0 +1,175 @@
+//! Transcendental functions as PTX instruction sequences on f32 registers, accurate to a few
+//! ulp (or ~1e-6 relative where stated), shared by every emitter.
+//!
+//! - `exp`: `ex2.approx` of `x·log2e` with the product's rounding error folded back in
+//!   (`fma` remainder + the low part of log2e), ≈ 2–3 ulp.
+//! - `log`: `lg2.approx · ln2` (absolute error ≤ 2⁻²² near 1, relative elsewhere).
+//! - `tanh`: odd Taylor polynomial for |x| < 0.3, else `1 − 2/(e^{2|x|} + 1)` with the sign.
+//! - `sigmoid`: `1/(1 + e^{−x})` with `div.rn` (0 and 1 at the extremes, never NaN).
+//! - `gelu`: `0.5·x·erfc(−x/√2)` with the Numerical-Recipes `erfcc` Chebyshev fit (fractional
+//!   error < 1.2e-7) and the exponent's `z²` error compensated, so the negative tail keeps
+//!   ~1e-6 relative accuracy.
+
+use super::asm::{Asm, Reg, flit};
+use crate::graph::UnaryOp;
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// log2(e) − f32(log2(e)).
+const LOG2E_LO: f32 = 1.925_963e-8;
+const LN2: f32 = std::f32::consts::LN_2;
+
+/// `e^x`.
+pub fn exp(a: &mut Asm, x: Reg) -> Reg {
+    let (t, e, e2, y, y2) = (a.f(), a.f(), a.f(), a.f(), a.f());
+    a.i(format!("mul.rn.f32 {t}, {x}, {}", flit(LOG2E)));
+    let nt = a.f();
+    a.i(format!("neg.f32 {nt}, {t}"));
+    a.i(format!("fma.rn.f32 {e}, {x}, {}, {nt}", flit(LOG2E)));
+    a.i(format!("fma.rn.f32 {e2}, {x}, {}, {e}", flit(LOG2E_LO)));
+    a.i(format!("ex2.approx.f32 {y}, {t}"));
+    a.i(format!("mul.rn.f32 {e2}, {e2}, {}", flit(LN2)));
+    a.i(format!("fma.rn.f32 {y2}, {y}, {e2}, {y}"));
+    // Keep inf/0 exact where the correction would turn them into NaN.
+    let p = a.p();
+    a.i(format!("testp.finite.f32 {p}, {y}"));
+    a.i(format!("selp.f32 {y2}, {y2}, {y}, {p}"));
+    y2
+}
+
+/// `ln x`.
+pub fn log(a: &mut Asm, x: Reg) -> Reg {
+    let (t, y) = (a.f(), a.f());
+    a.i(format!("lg2.approx.f32 {t}, {x}"));
+    a.i(format!("mul.rn.f32 {y}, {t}, {}", flit(LN2)));
+    y
+}
+
+/// `tanh x`.
+pub fn tanh(a: &mut Asm, x: Reg) -> Reg {
+    let ax = a.f();
+    a.i(format!("abs.f32 {ax}, {x}"));
+    // Small |x|: x + x³(c3 + x²(c5 + x²(c7 + x²(c9 + x²·c11)))).
+    let x2 = a.f();
+    a.i(format!("mul.rn.f32 {x2}, {x}, {x}"));
+    let coeffs = [-1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0, -1382.0 / 155925.0f64];
+    let mut p = a.fconst(coeffs[4] as f32);
+    for c in coeffs[..4].iter().rev() {
+        let q = a.f();
+        a.i(format!("fma.rn.f32 {q}, {p}, {x2}, {}", flit(*c as f32)));
+        p = q;
+    }
+    let (x3, small) = (a.f(), a.f());
+    a.i(format!("mul.rn.f32 {x3}, {x2}, {x}"));
+    a.i(format!("fma.rn.f32 {small}, {x3}, {p}, {x}"));
+    // Large |x|: 1 − 2/(e^{2|x|} + 1), signed.
+    let two = a.f();
+    a.i(format!("add.rn.f32 {two}, {ax}, {ax}"));
+    let e = exp(a, two);
+    let (den, q, big) = (a.f(), a.f(), a.f());
+    a.i(format!("add.rn.f32 {den}, {e}, {}", flit(1.0)));
+    a.i(format!("div.rn.f32 {q}, {}, {den}", flit(2.0)));
+    a.i(format!("sub.rn.f32 {big}, {}, {q}", flit(1.0)));
+    let (neg, sbig) = (a.p(), a.f());
+    a.i(format!("setp.lt.f32 {neg}, {x}, {}", flit(0.0)));
+    a.i(format!("neg.f32 {sbig}, {big}"));
+    a.i(format!("selp.f32 {sbig}, {sbig}, {big}, {neg}"));
+    let (lt, y) = (a.p(), a.f());
+    a.i(format!("setp.lt.f32 {lt}, {ax}, {}", flit(0.3)));
+    a.i(format!("selp.f32 {y}, {small}, {sbig}, {lt}"));
+    // NaN in, NaN out (the selects above would otherwise pick a finite branch).
+    let nan = a.p();
+    a.i(format!("setp.nan.f32 {nan}, {x}, {x}"));
+    a.i(format!("selp.f32 {y}, {x}, {y}, {nan}"));
+    y
+}
+
+/// `1/(1 + e^{−x})`.
+pub fn sigmoid(a: &mut Asm, x: Reg) -> Reg {
+    let nx = a.f();
+    a.i(format!("neg.f32 {nx}, {x}"));
+    let e = exp(a, nx);
+    let (den, y) = (a.f(), a.f());
+    a.i(format!("add.rn.f32 {den}, {e}, {}", flit(1.0)));
+    a.i(format!("div.rn.f32 {y}, {}, {den}", flit(1.0)));
+    y
+}
+
+/// `erfc z` (fractional error < 1.2e-7 for every z).
+pub fn erfc(a: &mut Asm, z: Reg) -> Reg {
+    const C: [f64; 10] = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277];
+    let (az, h, t) = (a.f(), a.f(), a.f());
+    a.i(format!("abs.f32 {az}, {z}"));
+    a.i(format!("fma.rn.f32 {h}, {az}, {}, {}", flit(0.5), flit(1.0)));
+    a.i(format!("div.rn.f32 {t}, {}, {h}", flit(1.0)));
+    let mut p = a.fconst(C[9] as f32);
+    for c in C[..9].iter().rev() {
+        let q = a.f();
+        a.i(format!("fma.rn.f32 {q}, {p}, {t}, {}", flit(*c as f32)));
+        p = q;
+    }
+    // exponent = −z² + poly, with z² = s + err exactly.
+    let (s, err, ex) = (a.f(), a.f(), a.f());
+    a.i(format!("mul.rn.f32 {s}, {az}, {az}"));
+    let ns = a.f();
+    a.i(format!("neg.f32 {ns}, {s}"));
+    a.i(format!("fma.rn.f32 {err}, {az}, {az}, {ns}"));
+    a.i(format!("sub.rn.f32 {ex}, {p}, {s}"));
+    a.i(format!("sub.rn.f32 {ex}, {ex}, {err}"));
+    let e = exp(a, ex);
+    let (r, r2) = (a.f(), a.f());
+    a.i(format!("mul.rn.f32 {r}, {t}, {e}"));
+    a.i(format!("sub.rn.f32 {r2}, {}, {r}", flit(2.0)));
+    let neg = a.p();
+    a.i(format!("setp.lt.f32 {neg}, {z}, {}", flit(0.0)));
+    a.i(format!("selp.f32 {r}, {r2}, {r}, {neg}"));
+    r
+}
+
+/// Exact GELU: `0.5·x·erfc(−x/√2)`.
+pub fn gelu(a: &mut Asm, x: Reg) -> Reg {
+    let z = a.f();
+    a.i(format!("mul.rn.f32 {z}, {x}, {}", flit(-std::f32::consts::FRAC_1_SQRT_2)));
+    let c = erfc(a, z);
+    let (h, y) = (a.f(), a.f());
+    a.i(format!("mul.rn.f32 {h}, {x}, {}", flit(0.5)));
+    a.i(format!("mul.rn.f32 {y}, {h}, {c}"));
+    // gelu(−inf) = 0 (not NaN), gelu(+inf) = +inf.
+    let inf = a.p();
+    a.i(format!("setp.eq.f32 {inf}, {x}, {}", flit(f32::NEG_INFINITY)));
+    a.i(format!("selp.f32 {y}, {}, {y}, {inf}", flit(0.0)));
+    y
+}
+
+/// Any unary op on an f32 register.
+pub fn unary(a: &mut Asm, op: UnaryOp, x: Reg) -> Reg {
+    let simple = |a: &mut Asm, ins: &str| {
+        let y = a.f();
+        a.i(format!("{ins} {y}, {x}"));
+        y
+    };
+    match op {
+        UnaryOp::Neg => simple(a, "neg.f32"),
+        UnaryOp::Abs => simple(a, "abs.f32"),
+        UnaryOp::Sqrt => simple(a, "sqrt.rn.f32"),
+        UnaryOp::Rsqrt => {
+            let s = simple(a, "sqrt.rn.f32");
+            let y = a.f();
+            a.i(format!("div.rn.f32 {y}, {}, {s}", flit(1.0)));
+            y
+        }
+        UnaryOp::Relu => {
+            let y = a.f();
+            a.i(format!("max.f32 {y}, {x}, {}", flit(0.0)));
+            // max.f32 drops NaN; keep it.
+            let nan = a.p();
+            a.i(format!("setp.nan.f32 {nan}, {x}, {x}"));
+            a.i(format!("selp.f32 {y}, {x}, {y}, {nan}"));
+            y
+        }
+        UnaryOp::Exp => exp(a, x),
+        UnaryOp::Log => log(a, x),
+        UnaryOp::Tanh => tanh(a, x),
+        UnaryOp::Sigmoid => sigmoid(a, x),
+        UnaryOp::Gelu => gelu(a, x),
+    }
+}

@@ -1,0 +1,48 @@
+//! PTX emission: Tile IR → PTX text for `sm_80`, `sm_89` and `sm_90a`.
+//!
+//! Two emitters share one ABI ([`abi`]):
+//! - `gemm`: the tensor-core matmul template (ldmatrix + `mma.sync`, `cp.async` pipeline) for
+//!   kernels of the matmul class, with the epilogue applied per accumulator element;
+//! - `generic`: any verified Tile IR, with a fixed row-per-warp layout for tiles, warp shuffles
+//!   for row reductions and shared memory for layout changes.
+//!
+//! The emitter takes the verifier's result ([`crate::tile::verify`] is run first), so
+//! unverified IR is never emitted.
+
+mod abi;
+pub(crate) mod asm;
+pub(crate) mod math;
+mod arch;
+mod gemm;
+
+pub use abi::{PtxKernel, entry_signature, header, ident, params_of};
+pub use arch::{Arch, Limits};
+
+/// Why a kernel could not be emitted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kernel}: {message}")]
+pub struct EmitError {
+    pub kernel: String,
+    pub message: String,
+}
+
+mod generic;
+
+use crate::schedule::Schedule;
+use crate::tile::{self, Kernel};
+
+/// Emits PTX for a kernel: the tensor-core template where it applies, else the generic
+/// emitter. The kernel is verified first; unverified IR is never emitted.
+///
+/// ```
+/// use tessera_ir::{graph, pipeline, target::ptx};
+/// let g = graph::parse("graph @sm(%x: f32[R, C]) -> f32[R, C] {\n  %1 = softmax %x : f32[R, C]\n  return %1\n}").unwrap();
+/// let c = pipeline::compile(&g, &Default::default()).unwrap();
+/// let k = &c.kernels[0];
+/// let p = ptx::emit(&k.lowered.kernel, &k.schedule, ptx::Arch::Sm80).unwrap();
+/// assert!(p.text.contains(".target sm_80") && p.text.contains("shfl.sync.bfly"));
+/// ```
+pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError> {
+    tile::verify(k).map_err(|e| EmitError { kernel: k.name.clone(), message: format!("unverified Tile IR:\n{e}") })?;
+    generic::emit(k, s.warps, arch)
+}

@@ -1,0 +1,224 @@
+//! One tuning job: cost-model estimates, the reference run, the strategy's trials with the
+//! correctness check, and the merged cache entry.
+
+use super::cache::{Entry, TrialRecord};
+use super::progress::Progress;
+use super::search::{self, Cand, Strategy};
+use super::trial::{TrialConfig, outputs_match, time_median};
+use super::{TRIALS, cost_arch};
+use crate::Result;
+use std::sync::atomic::Ordering;
+use tessera_ir::DType;
+use tessera_ir::cost::{Point, Problem, estimate, roofline_bound};
+
+/// Runs candidates of one kernel into scratch outputs.
+pub(crate) trait Runner {
+    /// Runs candidate `i` once (index 0 is the default).
+    fn run(&mut self, i: usize) -> Result<()>;
+    /// Zeroes the scratch outputs.
+    fn clear(&mut self);
+    /// The scratch outputs: dtype and bytes of each.
+    fn outputs(&self) -> Vec<(DType, &[u8])>;
+}
+
+/// What to tune.
+pub(crate) struct Job {
+    pub kernel: String,
+    pub family: String,
+    pub shape: Vec<u64>,
+    /// Candidate texts; `[0]` is the default.
+    pub names: Vec<String>,
+    pub points: Vec<Point>,
+    pub problem: Option<Problem>,
+    pub strategy: Strategy,
+    pub max_trials: Option<usize>,
+    pub trial: TrialConfig,
+    /// The nearest tuned shape's winner, tried early.
+    pub prior: Option<String>,
+    /// The existing entry: its candidates are not timed again.
+    pub known: Option<Entry>,
+}
+
+/// The result of a tuning job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Index of the winner among the job's candidates.
+    pub best: usize,
+    /// Candidates run by this job (timed or rejected).
+    pub trials: usize,
+    /// The merged cache entry.
+    pub entry: Entry,
+}
+
+pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
+    let arch = cost_arch();
+    let n = job.names.len();
+    let est: Vec<Option<tessera_ir::cost::Estimate>> = job
+        .points
+        .iter()
+        .map(|p| job.problem.map(|pr| estimate(&arch, &pr, p)))
+        .collect();
+    let predicted: Vec<f64> = est
+        .iter()
+        .map(|e| e.as_ref().map_or(1.0, |e| e.time_s))
+        .collect();
+    let bound = job.problem.map_or(0.0, |p| roofline_bound(&arch, &p));
+    let mut cands: Vec<Cand> = (0..n)
+        .map(|i| {
+            let rec = job.known.as_ref().and_then(|e| e.record(&job.names[i]));
+            Cand {
+                predicted: predicted[i],
+                features: super::space::features(&job.points[i]),
+                measured: rec.and_then(|r| r.measured_s),
+                tried: rec.is_some(),
+            }
+        })
+        .collect();
+    let trial = if job.known.is_some() {
+        job.trial.warm_cache()
+    } else {
+        job.trial
+    };
+    let valid = (0..n)
+        .filter(|&i| i == 0 || predicted[i].is_finite())
+        .count();
+    let max_trials = job
+        .max_trials
+        .unwrap_or(match job.strategy {
+            Strategy::Grid => usize::MAX,
+            _ => (valid / 4).clamp(4, 50),
+        })
+        .max(1);
+    // The reference: the default schedule's output.
+    runner.clear();
+    runner.run(0)?;
+    let reference: Vec<(DType, Vec<u8>)> = runner
+        .outputs()
+        .into_iter()
+        .map(|(d, b)| (d, b.to_vec()))
+        .collect();
+    let first: Vec<usize> = job
+        .prior
+        .iter()
+        .filter_map(|p| job.names.iter().position(|n| n == p))
+        .collect();
+    let mut new: Vec<Option<TrialRecord>> = vec![None; n];
+    let progress = Progress::new(max_trials.min(valid), &job.kernel);
+    let calls = search::run(
+        job.strategy,
+        &mut cands,
+        &first,
+        max_trials,
+        bound,
+        |i, _| {
+            progress.inc();
+            TRIALS.fetch_add(1, Ordering::SeqCst);
+            let (measured, ok, note) = measure(runner, i, &reference, &trial);
+            tracing::debug!(
+                target: "tessera::autotune",
+                kernel = %job.kernel,
+                candidate = %job.names[i],
+                predicted_s = predicted[i],
+                measured_s = ?measured,
+                ok,
+                note = %note,
+            );
+            new[i] = Some(TrialRecord {
+                candidate: job.names[i].clone(),
+                predicted_s: predicted[i],
+                measured_s: measured,
+                ok,
+                note,
+            });
+            measured
+        },
+    );
+    drop(progress);
+    // Pruned candidates are recorded too, with the reason.
+    for i in 0..n {
+        if let Some(Some(p)) = est[i].as_ref().map(|e| e.pruned.clone())
+            && new[i].is_none()
+            && i != 0
+        {
+            new[i] = Some(TrialRecord {
+                candidate: job.names[i].clone(),
+                predicted_s: f64::INFINITY,
+                measured_s: None,
+                ok: true,
+                note: format!("pruned: {p}"),
+            });
+        }
+    }
+    let mut trials = job.known.as_ref().map_or(Vec::new(), |e| e.trials.clone());
+    for r in new.into_iter().flatten() {
+        match trials.iter_mut().find(|t| t.candidate == r.candidate) {
+            Some(t) => *t = r,
+            None => trials.push(r),
+        }
+    }
+    // JSON has no infinity: store pruned predictions as -1.
+    for t in &mut trials {
+        if !t.predicted_s.is_finite() {
+            t.predicted_s = -1.0;
+        }
+    }
+    let best_rec = trials
+        .iter()
+        .filter(|t| t.ok && t.measured_s.is_some())
+        .filter(|t| job.names.contains(&t.candidate))
+        .min_by(|a, b| a.measured_s.unwrap().total_cmp(&b.measured_s.unwrap()))
+        .map(|t| t.candidate.clone());
+    let best = best_rec
+        .as_ref()
+        .and_then(|b| job.names.iter().position(|n| n == b))
+        .unwrap_or(0);
+    tracing::info!(
+        target: "tessera::autotune",
+        kernel = %job.kernel,
+        shape = ?job.shape,
+        chosen = %job.names[best],
+        predicted_s = predicted[best],
+        measured_s = ?cands[best].measured,
+        default_s = ?cands[0].measured,
+        trials = calls,
+        strategy = job.strategy.name(),
+        "decision"
+    );
+    Ok(Outcome {
+        best,
+        trials: calls,
+        entry: Entry {
+            kernel: job.kernel.clone(),
+            family: job.family.clone(),
+            shape: job.shape.clone(),
+            default: job.names[0].clone(),
+            best: best_rec.or_else(|| Some(job.names[0].clone())),
+            strategy: job.strategy.name().to_string(),
+            trials,
+        },
+    })
+}
+
+/// Checks candidate `i` against the reference, then times it.
+fn measure(
+    runner: &mut dyn Runner,
+    i: usize,
+    reference: &[(DType, Vec<u8>)],
+    trial: &TrialConfig,
+) -> (Option<f64>, bool, String) {
+    runner.clear();
+    if let Err(e) = runner.run(i) {
+        return (None, false, format!("failed: {e}"));
+    }
+    for (j, ((d, got), (_, want))) in runner.outputs().iter().zip(reference).enumerate() {
+        if let Err((at, g, w)) = outputs_match(*d, got, want) {
+            let note = format!("wrong output {j} at element {at}: {g} instead of {w}");
+            tracing::warn!(target: "tessera::autotune", "rejected a candidate: {note}");
+            return (None, false, note);
+        }
+    }
+    match time_median(trial, || runner.run(i)) {
+        Ok(t) => (Some(t), true, String::new()),
+        Err(e) => (None, false, format!("failed: {e}")),
+    }
+}

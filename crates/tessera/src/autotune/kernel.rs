@@ -1,0 +1,266 @@
+//! The tuner behind `KernelDef::launch`: picks each fused kernel's program for the bound
+//! shapes (memo → cache → nearest shape → tuning), and tunes in place with the launch's own
+//! inputs.
+
+use super::engine::{self, Job, Runner};
+use super::{Mode, SearchSpace, fnv, generation, lookup, mode, space_of, store};
+use crate::backend::{Buffer, cpu::Program};
+use crate::{Error, Result};
+use std::sync::{Arc, Mutex};
+use tessera_ir::DType;
+use tessera_ir::cost::{Point, Problem};
+use tessera_ir::pipeline::{Compiled, kernel_dtype};
+use tessera_ir::schedule::{self, KernelClass, Schedule};
+
+/// Per-definition memo: decisions by (kernel index, shape), and programs by schedule.
+pub(crate) struct KernelMemo(Mutex<MemoInner>);
+
+struct MemoInner {
+    decisions: Vec<(u64, usize, Vec<u64>, Option<Arc<Program>>)>,
+    programs: Vec<(usize, String, Arc<Program>)>,
+}
+
+impl KernelMemo {
+    pub const fn new() -> Self {
+        KernelMemo(Mutex::new(MemoInner {
+            decisions: Vec::new(),
+            programs: Vec::new(),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The sizes that key a fused kernel: matmul `[batch, m, n, k]`, otherwise every buffer's dims.
+fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>, Option<Problem>) {
+    let k = &compiled.kernels[i];
+    let out = bufs.last().map_or(&[][..], |b| b.dims());
+    let r = out.len();
+    let g = &compiled.graph;
+    let din = kernel_dtype(g, &k.fused);
+    let dout = g.ty(k.fused.output).dtype;
+    if k.fused.class == KernelClass::Matmul && r >= 2 {
+        let a = g.node(k.fused.root).args.first().copied();
+        let kdim = k
+            .lowered
+            .bindings
+            .iter()
+            .position(|b| Some(b.value) == a)
+            .and_then(|j| bufs.get(j))
+            .and_then(|b| b.dims().last().copied())
+            .unwrap_or(1);
+        let batch: usize = out[..r - 2].iter().product();
+        let s = [batch, out[r - 2], out[r - 1], kdim].map(|x| x as u64);
+        return (
+            s.to_vec(),
+            Some(Problem::for_class(KernelClass::Matmul, &s, din, dout)),
+        );
+    }
+    let flat: Vec<u64> = bufs
+        .iter()
+        .flat_map(|b| b.dims().iter().map(|&d| d as u64))
+        .collect();
+    let (rows, cols) = match r {
+        0 => (1, 1),
+        1 => (1, out[0] as u64),
+        _ => (
+            out[..r - 1].iter().product::<usize>() as u64,
+            out[r - 1] as u64,
+        ),
+    };
+    (
+        flat,
+        Some(Problem::for_class(k.fused.class, &[rows, cols], din, dout)),
+    )
+}
+
+fn program_for(
+    memo: &KernelMemo,
+    compiled: &Compiled,
+    i: usize,
+    s: &Schedule,
+) -> std::result::Result<Arc<Program>, String> {
+    let text = s.to_string();
+    if let Some(p) = memo
+        .lock()
+        .programs
+        .iter()
+        .find(|p| p.0 == i && p.1 == text)
+    {
+        return Ok(p.2.clone());
+    }
+    let lowered = compiled.lower_with(i, s).map_err(|e| e.to_string())?;
+    if lowered.bindings != compiled.kernels[i].lowered.bindings {
+        return Err(format!("{s} binds other tensors than the default"));
+    }
+    tessera_ir::tile::verify(&lowered.kernel).map_err(|e| e.to_string())?;
+    let p = Arc::new(Program::new(lowered.kernel));
+    memo.lock().programs.push((i, text, p.clone()));
+    Ok(p)
+}
+
+/// The program to run for fused kernel `i` of a `#[kernel]` launch on `bufs` (its inputs
+/// already computed, its output last); `None` means the default program.
+pub(crate) fn select_kernel(
+    memo: &KernelMemo,
+    name: &str,
+    graph_text: &str,
+    compiled: &Compiled,
+    i: usize,
+    bufs: &[Buffer],
+) -> Result<Option<Arc<Program>>> {
+    let m = mode();
+    if m == Mode::Off {
+        return Ok(None);
+    }
+    let (shape, problem) = sizes(compiled, i, bufs);
+    let generation_now = generation();
+    if let Some(d) = memo
+        .lock()
+        .decisions
+        .iter()
+        .find(|d| d.0 == generation_now && d.1 == i && d.2 == shape)
+    {
+        return Ok(d.3.clone());
+    }
+    let k = &compiled.kernels[i];
+    let dtypes: Vec<&str> = bufs.iter().map(|b| b.dtype.name()).collect();
+    let family = format!(
+        "{name}#{:016x}.k{i}/{}/t{}",
+        fnv(graph_text.as_bytes()),
+        dtypes.join(","),
+        rayon::current_num_threads()
+    );
+    let key = format!(
+        "{family}/{}",
+        shape
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    );
+    let space = space_of(name).unwrap_or_else(|| {
+        SearchSpace::builtin(k.fused.class, kernel_dtype(&compiled.graph, &k.fused))
+    });
+    let cands = space.schedules(&k.schedule);
+    let names: Vec<String> = cands.iter().map(|s| s.to_string()).collect();
+    let (hit, near) = lookup(&key, &family, &shape);
+    let pick = |text: &str| -> Option<Arc<Program>> {
+        let s = schedule::parse(text).ok()?;
+        if s == k.schedule {
+            return None;
+        }
+        program_for(memo, compiled, i, &s).ok()
+    };
+    let complete = hit
+        .as_ref()
+        .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
+    let chosen = match (&hit, m) {
+        (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(pick),
+        (None, Mode::Cached) => near.as_ref().and_then(|e| e.best.as_deref()).and_then(pick),
+        _ => {
+            let job = Job {
+                kernel: name.to_string(),
+                family,
+                shape: shape.clone(),
+                names: names.clone(),
+                points: cands.iter().map(Point::from_schedule).collect(),
+                problem,
+                strategy: space.strategy,
+                max_trials: space.max_trials,
+                trial: space.trial,
+                prior: near.and_then(|e| e.best),
+                known: hit,
+            };
+            let mut runner = KernelRunner::new(memo, compiled, i, &cands, bufs);
+            let out = engine::tune(job, &mut runner)?;
+            store(key, out.entry.clone());
+            if out.best == 0 {
+                None
+            } else {
+                runner.programs[out.best].clone()
+            }
+        }
+    };
+    memo.lock()
+        .decisions
+        .push((generation_now, i, shape, chosen.clone()));
+    Ok(chosen)
+}
+
+/// Runs schedules of one fused kernel on the launch's inputs into a scratch output.
+struct KernelRunner<'a> {
+    memo: &'a KernelMemo,
+    compiled: &'a Compiled,
+    i: usize,
+    cands: &'a [Schedule],
+    programs: Vec<Option<Arc<Program>>>,
+    default: Arc<Program>,
+    bufs: Vec<Buffer>,
+    scratch: Vec<u64>,
+    out_dtype: DType,
+    out_len: usize,
+}
+
+impl<'a> KernelRunner<'a> {
+    fn new(
+        memo: &'a KernelMemo,
+        compiled: &'a Compiled,
+        i: usize,
+        cands: &'a [Schedule],
+        bufs: &[Buffer],
+    ) -> Self {
+        let out = *bufs.last().expect("a kernel writes one output");
+        let mut scratch = vec![0u64; out.len.div_ceil(8)];
+        let mut bufs = bufs.to_vec();
+        let last = bufs.len() - 1;
+        bufs[last].ptr = scratch.as_mut_ptr() as *mut u8;
+        KernelRunner {
+            memo,
+            compiled,
+            i,
+            cands,
+            programs: vec![None; cands.len()],
+            default: Arc::new(Program::new(compiled.kernels[i].lowered.kernel.clone())),
+            bufs,
+            scratch,
+            out_dtype: out.dtype,
+            out_len: out.len,
+        }
+    }
+}
+
+impl Runner for KernelRunner<'_> {
+    fn run(&mut self, j: usize) -> Result<()> {
+        let p = if j == 0 {
+            self.default.clone()
+        } else {
+            match &self.programs[j] {
+                Some(p) => p.clone(),
+                None => {
+                    let p = program_for(self.memo, self.compiled, self.i, &self.cands[j])
+                        .map_err(|m| Error::Compile {
+                            kernel: self.compiled.kernels[self.i].fused.name.clone(),
+                            message: m,
+                        })?;
+                    self.programs[j] = Some(p.clone());
+                    p
+                }
+            }
+        };
+        crate::backend::cpu::launch(&p, &self.bufs)
+    }
+
+    fn clear(&mut self) {
+        self.scratch.fill(0);
+    }
+
+    fn outputs(&self) -> Vec<(DType, &[u8])> {
+        vec![(
+            self.out_dtype,
+            &bytemuck::cast_slice::<u64, u8>(&self.scratch)[..self.out_len],
+        )]
+    }
+}

@@ -1,0 +1,409 @@
+//! The autotuner: search space, cost-model pruning and ranking, timed trials with a
+//! correctness check, and a persistent cache.
+//!
+//! A launch asks the tuner for each fused kernel's schedule. What happens depends on the mode:
+//!
+//! | `TESSERA_AUTOTUNE` | [`Mode`] | on a cache hit | on a miss |
+//! |---|---|---|---|
+//! | `off` | `Off` | default schedule | default schedule |
+//! | `cached` (**default**) | `Cached` | the cached winner | the nearest tuned shape's winner, else the default; nothing is timed or written |
+//! | `full` | `Full` | the cached winner (zero trials) | tune now (seeded by the nearest tuned shape), store every candidate's timing |
+//!
+//! **Why `cached` is the default:** a plain `cargo test` or a user's first run must stay fast
+//! and deterministic, and must never write into the working tree; tuning a 1024³ matmul costs
+//! seconds. Tuning is opted into with [`enable`]`(true)` (the seeds' `autotune.enable(True)`) or
+//! `TESSERA_AUTOTUNE=full`; a tuned cache is then reused by every later run (or shipped to
+//! another machine of the same arch with [`save_cache`] / [`load_cache`]).
+//!
+//! **Where the cache lives:** `<dir>/<arch>.json` with `dir` = [`set_cache_dir`], else
+//! `TESSERA_CACHE_DIR`, else `.tessera/cache` under the current directory; `arch` is
+//! [`arch_id`] (`cpu-x86_64-avx512` …). Entries are keyed by kernel name and signature hash,
+//! fused-kernel index, dtypes, worker threads and the bound sizes (see [`cache`]).
+//!
+//! **Nearby shapes:** a shape with no entry reuses the winner of the nearest tuned shape of the
+//! same kernel, dtypes and thread count, where the distance is the sum over dims of
+//! `|log2(a) − log2(b)|` — the number of doublings between the shapes — up to
+//! [`NEAR_MAX_DOUBLINGS`]. In `full` mode that shape is then tuned right away (the borrowed
+//! winner is the search's first prior); in `cached` mode it keeps the borrowed one until
+//! [`refine`] or a `full` run tunes it. Unlike *bucketing* (rounding shapes to bins that share
+//! one entry, so every shape in a bin runs one schedule forever, even where a bin straddles a
+//! change of regime), each shape keeps its own exact entry; the neighbour only stands in until
+//! the shape itself has been measured.
+//!
+//! **Correctness:** every candidate runs once into scratch memory and its output is compared
+//! with the default schedule's ([`outputs_match`]) before it is timed; a wrong candidate is
+//! recorded with `ok: false` and can never be chosen.
+//!
+//! **Reports:** a progress bar (indicatif) while tuning when stderr is a terminal, nothing
+//! otherwise; one `tracing` event per candidate (target `tessera::autotune`: kernel, candidate,
+//! predicted, measured, ok) and one per decision (chosen, trials).
+//!
+//! ```
+//! use tessera::autotune::{self, Mode};
+//! let dir = std::env::temp_dir().join(format!("tessera-doc-{}", std::process::id()));
+//! autotune::set_cache_dir(Some(dir.clone()));
+//! autotune::enable(true);                                    // tune on cache misses
+//! let a = tessera::Tensor::<f32>::randn(&[64, 48], 1);
+//! let b = tessera::Tensor::<f32>::randn(&[48, 40], 2);
+//!
+//! #[tessera::kernel]
+//! fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> { x.matmul(w) }
+//!
+//! let before = autotune::trials_run();
+//! let y1 = mm(&a, &b)?;                                      // tunes, persists
+//! assert!(autotune::trials_run() > before);
+//! let after = autotune::trials_run();
+//! let y2 = mm(&a, &b)?;                                      // cache hit
+//! assert_eq!(autotune::trials_run(), after);
+//! assert_eq!(y1.shape(), y2.shape());
+//! assert!(dir.join(format!("{}.json", autotune::arch_id())).exists());
+//! autotune::set_mode(Some(Mode::Off));
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), tessera::Error>(())
+//! ```
+
+pub mod cache;
+mod engine;
+mod kernel;
+mod progress;
+mod search;
+mod space;
+mod tile;
+mod trial;
+
+pub use cache::{CacheError, Entry, TrialRecord};
+pub use engine::Outcome;
+pub(crate) use kernel::{KernelMemo, select_kernel};
+pub use search::Strategy;
+pub use space::{SearchSpace, TileSpace};
+pub(crate) use tile::{TileMemo, tune_tile};
+pub use trial::{TrialConfig, outputs_match};
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// How launches use the tuner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Default schedules only.
+    Off,
+    /// Cached winners (and nearest-shape reuse); never time or write.
+    Cached,
+    /// Tune on a miss and persist.
+    Full,
+}
+
+impl Mode {
+    /// Parses `off`, `cached`, `full`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "false" => Some(Mode::Off),
+            "cached" | "cache" => Some(Mode::Cached),
+            "full" | "on" | "1" | "true" => Some(Mode::Full),
+            _ => None,
+        }
+    }
+}
+
+/// Most doublings between a shape and the tuned shape it borrows a schedule from.
+pub const NEAR_MAX_DOUBLINGS: f64 = 4.0;
+
+struct State {
+    mode: Option<Mode>,
+    dir: Option<PathBuf>,
+    /// The entries known to this process (the cache folder's file, loaded files, new tunings).
+    memory: BTreeMap<String, Entry>,
+    /// Cache folders whose file has been read into memory.
+    loaded: Vec<PathBuf>,
+    /// Per-kernel search spaces and settings.
+    spaces: BTreeMap<String, SearchSpace>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    mode: None,
+    dir: None,
+    memory: BTreeMap::new(),
+    loaded: Vec::new(),
+    spaces: BTreeMap::new(),
+});
+static TRIALS: AtomicU64 = AtomicU64::new(0);
+static WARNINGS: AtomicU64 = AtomicU64::new(0);
+/// Bumped whenever a decision made earlier may no longer hold (mode, folder, loaded entries).
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bump() {
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::SeqCst)
+}
+
+/// Turns tuning on (`Mode::Full`) or off (`Mode::Off`) for this process, over the environment.
+///
+/// ```
+/// tessera::autotune::enable(false);
+/// assert_eq!(tessera::autotune::mode(), tessera::autotune::Mode::Off);
+/// tessera::autotune::set_mode(None);   // back to TESSERA_AUTOTUNE / the default
+/// ```
+pub fn enable(on: bool) {
+    set_mode(Some(if on { Mode::Full } else { Mode::Off }));
+}
+
+/// Sets the mode for this process; `None` goes back to `TESSERA_AUTOTUNE` (default `cached`).
+pub fn set_mode(mode: Option<Mode>) {
+    state().mode = mode;
+    bump();
+}
+
+/// The mode in force: [`set_mode`]/[`enable`], else `TESSERA_AUTOTUNE`, else `Cached`.
+pub fn mode() -> Mode {
+    if let Some(m) = state().mode {
+        return m;
+    }
+    match std::env::var("TESSERA_AUTOTUNE") {
+        Ok(v) => Mode::parse(&v).unwrap_or_else(|| {
+            warn_once(&format!(
+                "TESSERA_AUTOTUNE={v:?} is not off|cached|full; using cached"
+            ));
+            Mode::Cached
+        }),
+        Err(_) => Mode::Cached,
+    }
+}
+
+/// Sets the cache folder for this process (`None`: `TESSERA_CACHE_DIR`, else
+/// `.tessera/cache`). The entries held in memory are dropped: they mirror the folder.
+pub fn set_cache_dir(dir: Option<PathBuf>) {
+    let mut s = state();
+    s.dir = dir;
+    s.memory.clear();
+    s.loaded.clear();
+    drop(s);
+    bump();
+}
+
+/// The cache folder in force.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = &state().dir {
+        return d.clone();
+    }
+    match std::env::var_os("TESSERA_CACHE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(".tessera").join("cache"),
+    }
+}
+
+/// The cache file's stem for this machine: `cpu-<target arch>[-<widest SIMD>]`.
+pub fn arch_id() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let simd = if std::arch::is_x86_feature_detected!("avx512f") {
+            "-avx512"
+        } else if std::arch::is_x86_feature_detected!("avx2") {
+            "-avx2"
+        } else {
+            ""
+        };
+        format!("cpu-x86_64{simd}")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        format!("cpu-{}", std::env::consts::ARCH)
+    }
+}
+
+/// The cost model's arch for the CPU with the current rayon pool.
+pub fn cost_arch() -> tessera_ir::cost::Arch {
+    tessera_ir::cost::Arch::cpu(rayon::current_num_threads() as u32)
+}
+
+/// Candidates timed or checked by this process so far (the default counts when it is timed;
+/// cache hits count nothing).
+pub fn trials_run() -> u64 {
+    TRIALS.load(Ordering::SeqCst)
+}
+
+/// Cache problems reported (corrupt, truncated, old-version files) by this process so far.
+pub fn warnings() -> u64 {
+    WARNINGS.load(Ordering::SeqCst)
+}
+
+fn warn(msg: &str) {
+    WARNINGS.fetch_add(1, Ordering::SeqCst);
+    tracing::warn!(target: "tessera::autotune", "{msg}");
+    eprintln!("tessera autotune: warning: {msg}");
+}
+
+fn warn_once(msg: &str) {
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut s = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !s.iter().any(|m| m == msg) {
+        s.push(msg.to_string());
+        drop(s);
+        warn(msg);
+    }
+}
+
+/// Sets the search space (and strategy, trial budget) of the `#[kernel]` or `tile!` kernel
+/// named `kernel` — the API form of the seeds' `schedule.search_space(...)` /
+/// `schedule.autotune(cost_model = "roofline", max_trials = 50)`.
+///
+/// ```
+/// use tessera::autotune::{self, SearchSpace, Strategy};
+/// autotune::search_space("matmul", SearchSpace::new()
+///     .tiles([(64, 64, 32), (128, 128, 64)])
+///     .vectorize([1, 2, 4])
+///     .stages([2, 3])
+///     .strategy(Strategy::Hybrid)
+///     .max_trials(50));
+/// assert_eq!(autotune::space_of("matmul").unwrap().tiles.len(), 2);
+/// # autotune::clear_search_space("matmul");
+/// ```
+pub fn search_space(kernel: &str, space: SearchSpace) {
+    state().spaces.insert(kernel.to_string(), space);
+    bump();
+}
+
+/// Removes a kernel's configured space (back to the built-in one).
+pub fn clear_search_space(kernel: &str) {
+    state().spaces.remove(kernel);
+    bump();
+}
+
+/// The configured space of a kernel, if any.
+pub fn space_of(kernel: &str) -> Option<SearchSpace> {
+    state().spaces.get(kernel).cloned()
+}
+
+/// Writes every entry this process knows (its cache folder's file, loaded files, new
+/// tunings) to `path`, atomically. Ship it to another machine of the same arch and
+/// [`load_cache`] it there.
+pub fn save_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
+    ensure_loaded();
+    let arch = arch_id();
+    let mut file = cache::CacheFile::new(&arch);
+    file.entries = state().memory.clone();
+    let n = file.entries.len();
+    let _lock = cache::Lock::acquire(path.as_ref())?;
+    cache::write_atomic(path.as_ref(), &file)?;
+    Ok(n)
+}
+
+/// Reads a cache file written by [`save_cache`] (or a cache folder's `<arch>.json`) and adds
+/// its entries to this process; returns how many. A corrupt or old-version file is an error
+/// and changes nothing.
+pub fn load_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
+    let file = cache::read(path.as_ref(), &arch_id())?;
+    let n = file.entries.len();
+    state().memory.extend(file.entries);
+    bump();
+    Ok(n)
+}
+
+/// The entry for a key, if this process knows it.
+pub fn entry(key: &str) -> Option<Entry> {
+    ensure_loaded();
+    state().memory.get(key).cloned()
+}
+
+/// Every entry this process knows, by key.
+pub fn entries() -> BTreeMap<String, Entry> {
+    ensure_loaded();
+    state().memory.clone()
+}
+
+/// Forgets the shape entries of `kernel` in memory (not on disk) so the next `full` launch of
+/// a cached-but-borrowed shape re-tunes: "refine on request". Returns how many were dropped.
+pub fn refine(kernel: &str) -> usize {
+    let mut s = state();
+    let before = s.memory.len();
+    s.memory.retain(|_, e| e.kernel != kernel || e.best.is_none());
+    let n = before - s.memory.len();
+    drop(s);
+    bump();
+    n
+}
+
+/// Reads the cache folder's file into memory once per folder; an unusable file is warned
+/// about (and will be replaced by the next write).
+fn ensure_loaded() {
+    let dir = cache_dir();
+    if state().loaded.contains(&dir) {
+        return;
+    }
+    let arch = arch_id();
+    let path = cache::file_path(&dir, &arch);
+    let res = cache::read(&path, &arch);
+    let mut s = state();
+    if s.loaded.contains(&dir) {
+        return;
+    }
+    s.loaded.push(dir);
+    match res {
+        Ok(f) => {
+            for (k, e) in f.entries {
+                s.memory.entry(k).or_insert(e);
+            }
+        }
+        Err(e) => {
+            drop(s);
+            warn(&format!("{e}; ignoring it and retuning"));
+        }
+    }
+}
+
+/// Looks a key up; on a miss, the nearest tuned shape of the same family.
+fn lookup(key: &str, family: &str, shape: &[u64]) -> (Option<Entry>, Option<Entry>) {
+    ensure_loaded();
+    let s = state();
+    if let Some(e) = s.memory.get(key) {
+        return (Some(e.clone()), None);
+    }
+    let near = s
+        .memory
+        .values()
+        .filter(|e| e.family == family && e.shape.len() == shape.len() && e.best.is_some())
+        .map(|e| (doublings(&e.shape, shape), e))
+        .filter(|(d, _)| *d <= NEAR_MAX_DOUBLINGS)
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, e)| e.clone());
+    (None, near)
+}
+
+/// Distance between two shapes: the sum of `|log2 a − log2 b|` over dims.
+///
+/// ```
+/// assert_eq!(tessera::autotune::doublings(&[512, 512], &[1024, 256]), 2.0);
+/// ```
+pub fn doublings(a: &[u64], b: &[u64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs())
+        .sum()
+}
+
+/// Records a new entry in memory and in the cache folder's file (under the lock).
+fn store(key: String, entry: Entry) {
+    let dir = cache_dir();
+    let arch = arch_id();
+    state().memory.insert(key.clone(), entry.clone());
+    match cache::merge(&cache::file_path(&dir, &arch), &arch, [(key, entry)]) {
+        Ok(None) => {}
+        Ok(Some(old)) => warn(&format!("{old}; replaced it")),
+        Err(e) => warn(&format!("cannot write the cache: {e}")),
+    }
+}
+
+/// FNV-1a, stable across runs and Rust versions (cache keys must be).
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -1,0 +1,186 @@
+//! The tuner behind `TileDef::launch_tuned`: knob assignments of a `tile!` kernel.
+
+use super::engine::{self, Job, Runner};
+use super::{Mode, TileSpace, fnv, generation, lookup, mode, store};
+use crate::Result;
+use crate::backend::{Buffer, cpu::Program};
+use std::sync::{Arc, Mutex};
+use tessera_ir::DType;
+
+/// Per-definition memo of decisions: (generation, shape, space hash) → knobs.
+pub(crate) struct TileMemo(Mutex<Vec<(u64, Vec<u64>, u64, Vec<(String, i64)>)>>);
+
+impl TileMemo {
+    pub const fn new() -> Self {
+        TileMemo(Mutex::new(Vec::new()))
+    }
+}
+
+/// `BM=64,BN=64,BK=32`.
+fn text(k: &[(String, i64)]) -> String {
+    k.iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn parse(t: &str) -> Option<Vec<(String, i64)>> {
+    t.split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Chooses the knobs of a `tile!` launch on `bufs` (its real arguments; outputs writable):
+/// memo → cache → nearest shape → tuning (in `full` mode). Returns the full assignment.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tune_tile(
+    memo: &TileMemo,
+    name: &str,
+    sig: u64,
+    defaults: &[(&'static str, i64)],
+    space: &TileSpace,
+    bufs: &[Buffer],
+    program_for: &dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
+) -> Result<Vec<(String, i64)>> {
+    let full = |over: &[(String, i64)]| -> Vec<(String, i64)> {
+        defaults
+            .iter()
+            .map(|(n, d)| {
+                let v = over.iter().find(|k| k.0 == *n).map_or(*d, |k| k.1);
+                (n.to_string(), v)
+            })
+            .collect()
+    };
+    let default = full(&[]);
+    let m = mode();
+    if m == Mode::Off {
+        return Ok(default);
+    }
+    let mut cands = vec![default.clone()];
+    for p in &space.points {
+        let f = full(p);
+        if !cands.contains(&f) {
+            cands.push(f);
+        }
+    }
+    let names: Vec<String> = cands.iter().map(|c| text(c)).collect();
+    let space_hash = fnv(names.join(";").as_bytes());
+    let shape: Vec<u64> = bufs
+        .iter()
+        .flat_map(|b| b.dims().iter().map(|&d| d as u64))
+        .collect();
+    let generation_now = generation();
+    {
+        let d = memo.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(x) = d
+            .iter()
+            .find(|x| x.0 == generation_now && x.1 == shape && x.2 == space_hash)
+        {
+            return Ok(x.3.clone());
+        }
+    }
+    let dtypes: Vec<&str> = bufs.iter().map(|b| b.dtype.name()).collect();
+    let family = format!(
+        "{name}#{sig:016x}/{}/t{}",
+        dtypes.join(","),
+        rayon::current_num_threads()
+    );
+    let key = format!(
+        "{family}/{}",
+        shape
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    );
+    let (hit, near) = lookup(&key, &family, &shape);
+    let complete = hit
+        .as_ref()
+        .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
+    let chosen = match (&hit, m) {
+        (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(parse),
+        (None, Mode::Cached) => near.as_ref().and_then(|e| e.best.as_deref()).and_then(parse),
+        _ => {
+            let shapes: Vec<Vec<usize>> = bufs.iter().map(|b| b.dims().to_vec()).collect();
+            let job = Job {
+                kernel: name.to_string(),
+                family,
+                shape: shape.clone(),
+                names: names.clone(),
+                points: cands.iter().map(|c| space.point(c)).collect(),
+                problem: space.problem.map(|f| f(&shapes)),
+                strategy: space.strategy,
+                max_trials: space.max_trials,
+                trial: space.trial,
+                prior: near.and_then(|e| e.best),
+                known: hit,
+            };
+            let mut runner = TileRunner::new(&cands, bufs, program_for);
+            let out = engine::tune(job, &mut runner)?;
+            store(key, out.entry.clone());
+            Some(cands[out.best].clone())
+        }
+    };
+    let chosen = chosen.map(|c| full(&c)).unwrap_or(default);
+    memo.0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((generation_now, shape, space_hash, chosen.clone()));
+    Ok(chosen)
+}
+
+struct TileRunner<'a> {
+    cands: &'a [Vec<(String, i64)>],
+    program_for: &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
+    bufs: Vec<Buffer>,
+    /// Scratch memory of each writable argument: (argument index, memory, dtype, bytes).
+    scratch: Vec<(usize, Vec<u64>, DType, usize)>,
+}
+
+impl<'a> TileRunner<'a> {
+    fn new(
+        cands: &'a [Vec<(String, i64)>],
+        bufs: &[Buffer],
+        program_for: &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
+    ) -> Self {
+        let mut bufs = bufs.to_vec();
+        let mut scratch = Vec::new();
+        for (j, b) in bufs.iter_mut().enumerate() {
+            if b.writable {
+                let mut mem = vec![0u64; b.len.div_ceil(8)];
+                b.ptr = mem.as_mut_ptr() as *mut u8;
+                scratch.push((j, mem, b.dtype, b.len));
+            }
+        }
+        TileRunner {
+            cands,
+            program_for,
+            bufs,
+            scratch,
+        }
+    }
+}
+
+impl Runner for TileRunner<'_> {
+    fn run(&mut self, i: usize) -> Result<()> {
+        let knobs: Vec<(&str, i64)> = self.cands[i].iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let p = (self.program_for)(&knobs)?;
+        crate::backend::cpu::launch(&p, &self.bufs)
+    }
+
+    fn clear(&mut self) {
+        for s in &mut self.scratch {
+            s.1.fill(0);
+        }
+    }
+
+    fn outputs(&self) -> Vec<(DType, &[u8])> {
+        self.scratch
+            .iter()
+            .map(|(_, m, d, len)| (*d, &bytemuck::cast_slice::<u64, u8>(m)[..*len]))
+            .collect()
+    }
+}

@@ -1,0 +1,366 @@
+//! The autotuner end to end: trial counting, the cache's round trips, broken files, concurrent
+//! writers, and the correctness check. The tuner's settings are process-wide, so every test
+//! holds `SERIAL` and uses its own temporary cache folder.
+
+use std::sync::Mutex;
+use tessera::autotune::{self, Mode, SearchSpace, Strategy, TileSpace, TrialConfig};
+use tessera::{Arg, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A quick trial configuration so tests stay fast.
+fn quick() -> TrialConfig {
+    TrialConfig {
+        warmup: 1,
+        warmup_budget: std::time::Duration::from_millis(1),
+        samples: 3,
+        sample_budget: std::time::Duration::from_millis(5),
+    }
+}
+
+#[tessera::kernel]
+fn tmm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    x.matmul(w)
+}
+
+fn setup(dir: &std::path::Path) {
+    autotune::set_cache_dir(Some(dir.to_path_buf()));
+    autotune::search_space(
+        "tmm",
+        SearchSpace::new()
+            .tiles([(32, 32, 32), (64, 64, 32), (32, 64, 64), (128, 128, 64)])
+            .strategy(Strategy::Grid)
+            .trial(quick()),
+    );
+    autotune::enable(true);
+}
+
+fn inputs() -> (Tensor<f32>, Tensor<f32>) {
+    (
+        Tensor::<f32>::randn(&[70, 50], 1),
+        Tensor::<f32>::randn(&[50, 90], 2),
+    )
+}
+
+fn close(a: &Tensor<f32>, b: &Tensor<f32>) {
+    assert_eq!(a.shape(), b.shape());
+    for (x, y) in a.as_slice().iter().zip(b.as_slice()) {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}
+
+fn cache_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join(format!("{}.json", autotune::arch_id()))
+}
+
+#[test]
+fn second_launch_performs_zero_trials() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let (a, b) = inputs();
+    let t0 = autotune::trials_run();
+    let y1 = tmm(&a, &b).unwrap();
+    let first = autotune::trials_run() - t0;
+    assert_eq!(first, 5, "default + 4 candidates, grid");
+    let t1 = autotune::trials_run();
+    let y2 = tmm(&a, &b).unwrap();
+    assert_eq!(autotune::trials_run() - t1, 0);
+    close(&y1, &y2);
+    // A "new process": memory dropped, the folder's file read back. Still zero trials.
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    let t2 = autotune::trials_run();
+    let y3 = tmm(&a, &b).unwrap();
+    assert_eq!(autotune::trials_run() - t2, 0);
+    close(&y1, &y3);
+    // Every candidate's timing is kept, not just the winner.
+    let e = autotune::entries();
+    let entry = e.values().find(|e| e.kernel == "tmm").unwrap();
+    assert_eq!(entry.trials.len(), 5);
+    assert!(entry.trials.iter().all(|t| t.ok && t.measured_s.unwrap() > 0.0));
+    // The tuned result equals the default schedule's.
+    autotune::set_mode(Some(Mode::Off));
+    close(&tmm(&a, &b).unwrap(), &y1);
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn a_grown_space_retimes_only_new_candidates() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let (a, b) = inputs();
+    tmm(&a, &b).unwrap();
+    autotune::search_space(
+        "tmm",
+        SearchSpace::new()
+            .tiles([(32, 32, 32), (64, 64, 32), (32, 64, 64), (128, 128, 64), (64, 32, 32)])
+            .strategy(Strategy::Grid)
+            .trial(quick()),
+    );
+    let t = autotune::trials_run();
+    tmm(&a, &b).unwrap();
+    assert_eq!(autotune::trials_run() - t, 1);
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn save_then_load_round_trip() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let (a, b) = inputs();
+    let y = tmm(&a, &b).unwrap();
+    let saved = autotune::entries();
+    let shipped = dir.path().join("shipped.json");
+    assert_eq!(autotune::save_cache(&shipped).unwrap(), saved.len());
+    // Another "machine": an empty cache folder, then the shipped file.
+    let other = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(other.path().to_path_buf()));
+    assert!(autotune::entries().is_empty());
+    assert_eq!(autotune::load_cache(&shipped).unwrap(), saved.len());
+    assert_eq!(autotune::entries(), saved);
+    let t = autotune::trials_run();
+    close(&tmm(&a, &b).unwrap(), &y);
+    assert_eq!(autotune::trials_run() - t, 0);
+    autotune::clear_search_space("tmm");
+}
+
+fn broken_file_retunes(contents: impl FnOnce(&str) -> String) {
+    let dir = tempfile::tempdir().unwrap();
+    // A valid file first, to corrupt.
+    setup(dir.path());
+    let (a, b) = inputs();
+    let reference = tmm(&a, &b).unwrap();
+    let good = std::fs::read_to_string(cache_file(dir.path())).unwrap();
+    std::fs::write(cache_file(dir.path()), contents(&good)).unwrap();
+    // Cached mode: a warning, the default schedule, no crash, nothing timed.
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::set_mode(Some(Mode::Cached));
+    let (w, t) = (autotune::warnings(), autotune::trials_run());
+    close(&tmm(&a, &b).unwrap(), &reference);
+    assert_eq!(autotune::warnings() - w, 1);
+    assert_eq!(autotune::trials_run(), t);
+    // Full mode: a retune, and the file is valid again.
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::enable(true);
+    let t = autotune::trials_run();
+    close(&tmm(&a, &b).unwrap(), &reference);
+    assert_eq!(autotune::trials_run() - t, 5);
+    let text = std::fs::read_to_string(cache_file(dir.path())).unwrap();
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+    // load_cache of a broken file is an error that changes nothing.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, contents(&good)).unwrap();
+    let before = autotune::entries();
+    assert!(autotune::load_cache(&bad).is_err());
+    assert_eq!(autotune::entries(), before);
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn corrupt_cache_warns_and_retunes() {
+    let _g = serial();
+    broken_file_retunes(|_| "{ this is not json".to_string());
+}
+
+#[test]
+fn truncated_cache_warns_and_retunes() {
+    let _g = serial();
+    broken_file_retunes(|good| good[..good.len() / 2].to_string());
+}
+
+#[test]
+fn old_version_cache_warns_and_retunes() {
+    let _g = serial();
+    broken_file_retunes(|good| good.replacen("\"format\": 1", "\"format\": 0", 1));
+    let _ = serial;
+}
+
+#[test]
+fn wrong_schedule_in_file_is_never_trusted_blindly() {
+    // A hand-edited entry naming a schedule that does not parse: the default runs.
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let (a, b) = inputs();
+    let y = tmm(&a, &b).unwrap();
+    let good = std::fs::read_to_string(cache_file(dir.path())).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let best = v["entries"].as_object().unwrap().values().next().unwrap()["best"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(cache_file(dir.path()), good.replace(&best, "schedule matmul tile=[banana]"))
+        .unwrap();
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::set_mode(Some(Mode::Cached));
+    close(&tmm(&a, &b).unwrap(), &y);
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn cached_mode_never_times_or_writes() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    autotune::set_mode(Some(Mode::Cached));
+    let (a, b) = inputs();
+    let t = autotune::trials_run();
+    tmm(&a, &b).unwrap();
+    assert_eq!(autotune::trials_run(), t);
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn nearby_shape_borrows_the_nearest_winner() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let (a, b) = inputs();
+    tmm(&a, &b).unwrap();
+    // 72×50×90 is 0.04 doublings away: cached mode borrows, times nothing, writes nothing new.
+    autotune::set_mode(Some(Mode::Cached));
+    let a2 = Tensor::<f32>::randn(&[72, 50], 3);
+    let n = autotune::entries().len();
+    let t = autotune::trials_run();
+    let y = tmm(&a2, &b).unwrap();
+    assert_eq!((autotune::trials_run(), autotune::entries().len()), (t, n));
+    autotune::set_mode(Some(Mode::Off));
+    close(&y, &tmm(&a2, &b).unwrap());
+    // Full mode tunes the new shape, the borrowed winner first.
+    autotune::enable(true);
+    tmm(&a2, &b).unwrap();
+    assert_eq!(autotune::entries().len(), n + 1);
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn concurrent_writers_keep_every_entry() {
+    use autotune::cache::{Entry, merge, read};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpu-test.json");
+    let entry = |k: usize| Entry {
+        kernel: format!("k{k}"),
+        family: "f".into(),
+        shape: vec![k as u64],
+        default: "d".into(),
+        best: Some("d".into()),
+        strategy: "grid".into(),
+        trials: vec![],
+    };
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let path = path.clone();
+            s.spawn(move || {
+                for i in 0..10 {
+                    let k = t * 10 + i;
+                    merge(&path, "cpu-test", [(format!("key{k}"), entry(k))]).unwrap();
+                }
+            });
+        }
+    });
+    let f = read(&path, "cpu-test").unwrap();
+    assert_eq!(f.entries.len(), 80);
+    // No temp files are left behind.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+}
+
+/// Child half of `concurrent_processes_keep_every_entry`: merges 20 entries into the file
+/// named by `TESSERA_TEST_CHILD_CACHE`. A no-op when run by the normal test harness.
+#[test]
+fn child_writer() {
+    let Ok(path) = std::env::var("TESSERA_TEST_CHILD_CACHE") else {
+        return;
+    };
+    let who = std::env::var("TESSERA_TEST_CHILD_ID").unwrap();
+    for i in 0..20 {
+        let e = autotune::cache::Entry {
+            kernel: format!("p{who}"),
+            family: "f".into(),
+            shape: vec![i],
+            default: "d".into(),
+            best: None,
+            strategy: "grid".into(),
+            trials: vec![],
+        };
+        autotune::cache::merge(std::path::Path::new(&path), "cpu-test", [(format!("{who}/{i}"), e)])
+            .unwrap();
+    }
+}
+
+#[test]
+fn concurrent_processes_keep_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cpu-test.json");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|id| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child_writer", "--test-threads=1"])
+                .env("TESSERA_TEST_CHILD_CACHE", &path)
+                .env("TESSERA_TEST_CHILD_ID", id.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let f = autotune::cache::read(&path, "cpu-test").unwrap();
+    assert_eq!(f.entries.len(), 80);
+}
+
+tessera::tile! {
+    /// A matmul with a planted bug: the K loop steps by `BK` but always loads 32 columns, so
+    /// any `BK > 32` skips part of K — and is faster, since it does less work.
+    fn buggy_mm<const BM: i64 = 32, const BN: i64 = 32, const BK: i64 = 32>(a: In<f32, 2>, b: In<f32, 2>, c: Out<f32, 2>)
+        grid = (cdiv(a.dim(0), BM), cdiv(b.dim(1), BN), 1)
+    {
+        let i = program_id(0) * BM;
+        let j = program_id(1) * BN;
+        let mut acc = zeros::<f32>([BM, BN]);
+        for k in range(0, a.dim(1), BK) {
+            acc = dot(load(a, [i, k], [BM, 32]), load(b, [k, j], [32, BN]), acc);
+        }
+        store(c, [i, j], acc);
+    }
+}
+
+#[test]
+fn planted_wrong_candidate_is_rejected() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::enable(true);
+    let a = Tensor::<f32>::randn(&[96, 256], 1);
+    let b = Tensor::<f32>::randn(&[256, 64], 2);
+    let mut c = Tensor::<f32>::zeros(&[96, 64]);
+    let space = TileSpace::grid(&[("BM", &[32]), ("BN", &[32]), ("BK", &[32, 64, 256])])
+        .strategy(Strategy::Grid)
+        .trial(quick());
+    let knobs = buggy_mm::DEF
+        .launch_tuned(&space, &mut [Arg::In(a.arg()), Arg::In(b.arg()), Arg::Out(c.arg_mut())])
+        .unwrap();
+    assert_eq!(knobs[2], ("BK".to_string(), 32));
+    let e = autotune::entries();
+    let entry = e.values().find(|e| e.kernel == "buggy_mm").unwrap();
+    let rejected: Vec<_> = entry.trials.iter().filter(|t| !t.ok).collect();
+    assert_eq!(rejected.len(), 2, "{:?}", entry.trials);
+    assert!(rejected.iter().all(|t| t.measured_s.is_none() && t.note.contains("wrong output")));
+    // The result is the correct product.
+    let mut want = Tensor::<f32>::zeros(&[96, 64]);
+    buggy_mm::DEF
+        .launch(&[], &mut [Arg::In(a.arg()), Arg::In(b.arg()), Arg::Out(want.arg_mut())])
+        .unwrap();
+    close(&c, &want);
+}
