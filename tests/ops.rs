@@ -18,8 +18,14 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (200, 257, 100),
 ];
 
+thread_local! {
+    /// The device the current test body runs on (set by `backend_tests!`).
+    static DEVICE: std::cell::RefCell<Device> = const { std::cell::RefCell::new(Device::Cpu) };
+}
+
+/// Random inputs placed on the backend under test.
 fn randn<T: Element>(shape: &[usize], seed: u64) -> Tensor<T> {
-    Tensor::randn(shape, seed)
+    Tensor::randn(shape, seed).to(&DEVICE.with(|d| d.borrow().clone()))
 }
 
 fn tol<T: Element>() -> f64 {
@@ -36,7 +42,6 @@ fn check(name: &str, got: &[f64], want: &[f64], tol: f64) {
 }
 
 fn matmul_case<T: Element>(
-    _dev: &Device,
     seed: u64,
     f: impl Fn(&Tensor<T>, &Tensor<T>) -> tessera::Result<Tensor<f32>>,
 ) {
@@ -122,15 +127,19 @@ macro_rules! backend_tests {
     ($($backend:ident => $device:expr),* $(,)?) => {$(
         mod $backend {
             use super::*;
-            fn device() -> Device { $device }
+            fn device() -> Device {
+                let d = $device;
+                DEVICE.with(|x| *x.borrow_mut() = d.clone());
+                d
+            }
 
-            #[test] fn matmul_f32() { matmul_case::<f32>(&device(), 11, |a, b| tessera_kernels::matmul(a, b)); }
-            #[test] fn matmul_bf16() { matmul_case::<bf16>(&device(), 12, |a, b| tessera_kernels::matmul_bf16(a, b)); }
-            #[test] fn linear_bias_gelu_f32() { linear_gelu_case::<f32>(13, |x, w, b| tessera_kernels::linear_bias_gelu(x, w, b)); }
-            #[test] fn linear_bias_gelu_bf16() { linear_gelu_case::<bf16>(14, |x, w, b| tessera_kernels::linear_bias_gelu_bf16(x, w, b)); }
-            #[test] fn softmax() { rows_case(15, "softmax", |x, _, _| tessera_kernels::softmax(x), |r, _, _| reference::softmax(r, r.len())); }
-            #[test] fn layernorm() { rows_case(16, "layernorm", |x, g, b| tessera_kernels::layernorm(x, g, b), layernorm_ref); }
-            #[test] fn rmsnorm() { rows_case(17, "rmsnorm", |x, g, _| tessera_kernels::rmsnorm(x, g), rmsnorm_ref); }
+            #[test] fn matmul_f32() { device(); matmul_case::<f32>(11, |a, b| tessera_kernels::matmul(a, b)); }
+            #[test] fn matmul_bf16() { device(); matmul_case::<bf16>(12, |a, b| tessera_kernels::matmul_bf16(a, b)); }
+            #[test] fn linear_bias_gelu_f32() { device(); linear_gelu_case::<f32>(13, |x, w, b| tessera_kernels::linear_bias_gelu(x, w, b)); }
+            #[test] fn linear_bias_gelu_bf16() { device(); linear_gelu_case::<bf16>(14, |x, w, b| tessera_kernels::linear_bias_gelu_bf16(x, w, b)); }
+            #[test] fn softmax() { device(); rows_case(15, "softmax", |x, _, _| tessera_kernels::softmax(x), |r, _, _| reference::softmax(r, r.len())); }
+            #[test] fn layernorm() { device(); rows_case(16, "layernorm", |x, g, b| tessera_kernels::layernorm(x, g, b), layernorm_ref); }
+            #[test] fn rmsnorm() { device(); rows_case(17, "rmsnorm", |x, g, _| tessera_kernels::rmsnorm(x, g), rmsnorm_ref); }
             #[test] fn batched_matmul() {
                 let _ = device();
                 for &(bt, m, k, n) in &[(1, 1, 1, 1), (3, 17, 9, 33), (2, 130, 70, 65), (0, 4, 4, 4)] {
@@ -142,7 +151,9 @@ macro_rules! backend_tests {
                     check("batched matmul", &y.to_f64_vec(), &want, 1e-5);
                 }
             }
+            #[test] fn tile_programs() { device(); tile_programs_case(); }
             #[test] fn elementwise_broadcast() {
+                device();
                 for (i, &(r, c, _)) in SHAPES.iter().enumerate() {
                     let x = randn::<f32>(&[r, c], 31 + i as u64);
                     let y = randn::<f32>(&[r, c], 41 + i as u64);
@@ -160,7 +171,11 @@ macro_rules! backend_tests {
     )*};
 }
 
-backend_tests!(cpu => Device::cpu());
+backend_tests!(
+    cpu => Device::cpu(),
+    sim_sm80 => Device::sim(),
+    sim_sm90a => Device::sim_arch(tessera::ir::target::ptx::Arch::Sm90a),
+);
 
 #[test]
 fn shape_mismatch_is_an_error_naming_dim_and_sizes() {
@@ -181,12 +196,11 @@ fn tolerance_helper_is_strict() {
     assert!(rel_error(&[f64::NAN], &[1.0]).is_infinite());
 }
 
-#[test]
-fn tile_programs_match_f64() {
+fn tile_programs_case() {
     for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
         let a = randn::<f32>(&[m, k], 60 + i as u64);
         let b = randn::<f32>(&[k, n], 70 + i as u64);
-        let mut c = Tensor::<f32>::zeros(&[m, n]);
+        let mut c = Tensor::<f32>::zeros(&[m, n]).to(a.device());
         tessera_kernels::tiled::matmul_tiled::launch(&a, &b, &mut c).unwrap();
         check(
             "tile! matmul",
@@ -194,7 +208,7 @@ fn tile_programs_match_f64() {
             &reference::matmul(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n),
             1e-5,
         );
-        let mut c2 = Tensor::<f32>::zeros(&[m, n]);
+        let mut c2 = Tensor::<f32>::zeros(&[m, n]).to(a.device());
         tessera_kernels::tiled::matmul_tiled::launch_with(
             &[("BM", 16), ("BK", 8)],
             &a,
@@ -212,7 +226,7 @@ fn tile_programs_match_f64() {
         );
         let x = randn::<f32>(&[m, k.max(1) * 3], 80 + i as u64);
         let cols = x.shape()[1];
-        let mut y = Tensor::<f32>::zeros(x.shape());
+        let mut y = Tensor::<f32>::zeros(x.shape()).to(x.device());
         tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
         check(
             "tile! softmax",

@@ -19,11 +19,16 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create ptx dir");
     println!("cargo::rerun-if-changed=src");
     let mut index = String::from("&[\n");
-    let mut files: Vec<PathBuf> = std::fs::read_dir("src").expect("src").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir("src")
+        .expect("src")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
     files.sort();
     for file in files {
         let src = std::fs::read_to_string(&file).expect("read source");
-        let tokens = TokenStream::from_str(&src).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let tokens =
+            TokenStream::from_str(&src).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for (attr, item) in kernel_items(tokens) {
             let (k, compiled) = match tessera_front::compile_kernel(attr, item) {
                 Ok(x) => x,
@@ -33,10 +38,14 @@ fn main() {
             for (i, ck) in compiled.kernels.iter().enumerate() {
                 let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &ck.fused);
                 for s in Schedule::space(ck.fused.class, dtype) {
-                    let lowered = compiled.lower_with(i, &s).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                    let lowered = compiled
+                        .lower_with(i, &s)
+                        .unwrap_or_else(|e| panic!("{}: {e}", k.name));
                     for arch in Arch::ALL {
-                        let p = ptx::emit(&lowered.kernel, &s, arch).unwrap_or_else(|e| panic!("{e}"));
-                        let fname = format!("{}__{}__{}.ptx", p.entry, schedule_id(&s), arch.target());
+                        let p =
+                            ptx::emit(&lowered.kernel, &s, arch).unwrap_or_else(|e| panic!("{e}"));
+                        let fname =
+                            format!("{}__{}__{}.ptx", p.entry, schedule_id(&s), arch.target());
                         write_if_changed(&dir.join(&fname), &p.text);
                         let _ = writeln!(
                             index,
@@ -85,7 +94,8 @@ fn kernel_items(ts: TokenStream) -> Vec<(TokenStream, TokenStream)> {
                     let mut item = TokenStream::new();
                     while j < toks.len() {
                         item.extend([toks[j].clone()]);
-                        if matches!(&toks[j], TokenTree::Group(b) if b.delimiter() == Delimiter::Brace) {
+                        if matches!(&toks[j], TokenTree::Group(b) if b.delimiter() == Delimiter::Brace)
+                        {
                             break;
                         }
                         j += 1;
@@ -103,12 +113,21 @@ fn kernel_items(ts: TokenStream) -> Vec<(TokenStream, TokenStream)> {
 
 /// The arguments of a `tessera::kernel(...)` / `kernel(...)` attribute, or `None`.
 fn kernel_attr(ts: TokenStream) -> Option<TokenStream> {
-    let path: String = ts.clone().into_iter().take_while(|t| !matches!(t, TokenTree::Group(_))).map(|t| t.to_string()).collect();
+    let path: String = ts
+        .clone()
+        .into_iter()
+        .take_while(|t| !matches!(t, TokenTree::Group(_)))
+        .map(|t| t.to_string())
+        .collect();
     if path != "tessera::kernel" && path != "kernel" {
         return None;
     }
-    Some(ts.into_iter().find_map(|t| match t {
-        TokenTree::Group(g) if g.delimiter() == Delimiter::Parenthesis => Some(g.stream()),
-        _ => None,
-    }).unwrap_or_default())
+    Some(
+        ts.into_iter()
+            .find_map(|t| match t {
+                TokenTree::Group(g) if g.delimiter() == Delimiter::Parenthesis => Some(g.stream()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+    )
 }

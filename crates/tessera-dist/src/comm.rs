@@ -61,7 +61,13 @@ pub trait Communicator: Send + Sync + Sized + 'static {
     fn lane(&self) -> &AsyncLane<Self>;
 
     /// Out-of-place all-reduce.
-    fn all_reduce_into<T: CommElem>(&self, send: &[T], recv: &mut [T], op: ReduceOp, algo: Algorithm) -> Result<()> {
+    fn all_reduce_into<T: CommElem>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<()> {
         check_len(send.len(), recv.len(), "all_reduce_into: send and recv")?;
         recv.copy_from_slice(send);
         self.all_reduce(recv, op, algo)
@@ -69,7 +75,11 @@ pub trait Communicator: Send + Sync + Sized + 'static {
 
     /// Out-of-place reduce-scatter: `send.len() == size × recv.len()`.
     fn reduce_scatter<T: CommElem>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        check_len(send.len(), recv.len() * self.size(), "reduce_scatter: send vs size × recv")?;
+        check_len(
+            send.len(),
+            recv.len() * self.size(),
+            "reduce_scatter: send vs size × recv",
+        )?;
         let mut work = send.to_vec();
         self.reduce_scatter_in_place(&mut work, op)?;
         let b = recv.len();
@@ -79,15 +89,25 @@ pub trait Communicator: Send + Sync + Sized + 'static {
 
     /// Out-of-place all-gather: `recv.len() == size × send.len()`.
     fn all_gather<T: CommElem>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        check_len(recv.len(), send.len() * self.size(), "all_gather: recv vs size × send")?;
+        check_len(
+            recv.len(),
+            send.len() * self.size(),
+            "all_gather: recv vs size × send",
+        )?;
         let b = send.len();
         recv[self.rank() * b..(self.rank() + 1) * b].copy_from_slice(send);
         self.all_gather_in_place(recv)
     }
 
     /// Non-blocking all-reduce.
-    fn start_all_reduce<T: CommElem>(&self, mut data: Vec<T>, op: ReduceOp, algo: Algorithm) -> Pending<Vec<T>> {
-        self.lane().submit(move |c| c.all_reduce(&mut data, op, algo).map(|_| data))
+    fn start_all_reduce<T: CommElem>(
+        &self,
+        mut data: Vec<T>,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Pending<Vec<T>> {
+        self.lane()
+            .submit(move |c| c.all_reduce(&mut data, op, algo).map(|_| data))
     }
     /// Non-blocking reduce-scatter; returns this rank's block.
     fn start_reduce_scatter<T: CommElem>(&self, send: Vec<T>, op: ReduceOp) -> Pending<Vec<T>> {
@@ -105,7 +125,8 @@ pub trait Communicator: Send + Sync + Sized + 'static {
     }
     /// Non-blocking broadcast.
     fn start_broadcast<T: CommElem>(&self, mut data: Vec<T>, root: usize) -> Pending<Vec<T>> {
-        self.lane().submit(move |c| c.broadcast(&mut data, root).map(|_| data))
+        self.lane()
+            .submit(move |c| c.broadcast(&mut data, root).map(|_| data))
     }
     /// Non-blocking all-to-all.
     fn start_all_to_all<T: CommElem>(&self, send: Vec<T>) -> Pending<Vec<T>> {
@@ -131,7 +152,9 @@ pub(crate) fn check_len(got: usize, want: usize, what: &str) -> Result<()> {
     if got == want {
         Ok(())
     } else {
-        Err(DistError::Length(format!("{what}: {got} elements, expected {want}")))
+        Err(DistError::Length(format!(
+            "{what}: {got} elements, expected {want}"
+        )))
     }
 }
 
@@ -152,23 +175,32 @@ pub struct AsyncLane<C> {
 impl<C: Send + 'static> AsyncLane<C> {
     /// A lane driving `comm` (its thread starts on first use).
     pub fn new(comm: C) -> Self {
-        AsyncLane { state: Mutex::new(LaneState::Idle(Box::new(comm))) }
+        AsyncLane {
+            state: Mutex::new(LaneState::Idle(Box::new(comm))),
+        }
     }
 
     /// No lane: `start_*` calls return an error when waited on.
     pub fn none() -> Self {
-        AsyncLane { state: Mutex::new(LaneState::Absent) }
+        AsyncLane {
+            state: Mutex::new(LaneState::Absent),
+        }
     }
 
     /// Queues `f` on the lane.
-    pub fn submit<R: Send + 'static>(&self, f: impl FnOnce(&C) -> Result<R> + Send + 'static) -> Pending<R> {
+    pub fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&C) -> Result<R> + Send + 'static,
+    ) -> Pending<R> {
         let (tx, rx) = mpsc::channel();
         let job: Job<C> = Box::new(move |c| {
             let _ = tx.send(f(c));
         });
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let LaneState::Idle(_) = &*st {
-            let LaneState::Idle(comm) = std::mem::replace(&mut *st, LaneState::Absent) else { unreachable!() };
+            let LaneState::Idle(comm) = std::mem::replace(&mut *st, LaneState::Absent) else {
+                unreachable!()
+            };
             let (jtx, jrx) = mpsc::channel::<Job<C>>();
             std::thread::Builder::new()
                 .name("tessera-dist-lane".into())
@@ -213,7 +245,10 @@ impl<R> Pending<R> {
             return r;
         }
         self.rx.recv().unwrap_or_else(|_| {
-            Err(DistError::Backend { backend: "async", message: "no async lane, or the lane's operation panicked".into() })
+            Err(DistError::Backend {
+                backend: "async",
+                message: "no async lane, or the lane's operation panicked".into(),
+            })
         })
     }
 }
@@ -244,6 +279,10 @@ impl std::fmt::Display for CollectiveCounts {
             .filter(|k| self.get(**k) > 0)
             .map(|k| format!("{k}×{}", self.get(*k)))
             .collect();
-        if parts.is_empty() { f.write_str("none") } else { f.write_str(&parts.join(", ")) }
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
     }
 }

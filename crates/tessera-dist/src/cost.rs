@@ -69,7 +69,9 @@ impl CollectiveKind {
         let n = n.max(1) as f64;
         match self {
             CollectiveKind::AllReduce => 2.0 * (n - 1.0) / n,
-            CollectiveKind::ReduceScatter | CollectiveKind::AllGather | CollectiveKind::AllToAll => (n - 1.0) / n,
+            CollectiveKind::ReduceScatter
+            | CollectiveKind::AllGather
+            | CollectiveKind::AllToAll => (n - 1.0) / n,
             CollectiveKind::Broadcast | CollectiveKind::SendRecv => 1.0,
         }
     }
@@ -118,7 +120,13 @@ fn log2_ceil(n: usize) -> f64 {
 /// assert!(small(Algorithm::Tree) < small(Algorithm::Ring));   // latency-bound: tree
 /// assert!(big(Algorithm::Ring) < big(Algorithm::Tree));       // bandwidth-bound: ring
 /// ```
-pub fn collective_time(kind: CollectiveKind, algo: Algorithm, bytes: usize, ranks: &[usize], topo: &Topology) -> f64 {
+pub fn collective_time(
+    kind: CollectiveKind,
+    algo: Algorithm,
+    bytes: usize,
+    ranks: &[usize],
+    topo: &Topology,
+) -> f64 {
     let n = ranks.len();
     if n <= 1 {
         return 0.0;
@@ -130,7 +138,9 @@ pub fn collective_time(kind: CollectiveKind, algo: Algorithm, bytes: usize, rank
     match kind {
         CollectiveKind::AllReduce => match algo {
             Algorithm::Auto => choose_all_reduce(bytes, ranks, topo).1,
-            Algorithm::Ring => 2.0 * (nf - 1.0) * a + 2.0 * (nf - 1.0) / nf * s * b + (nf - 1.0) / nf * s * g,
+            Algorithm::Ring => {
+                2.0 * (nf - 1.0) * a + 2.0 * (nf - 1.0) / nf * s * b + (nf - 1.0) / nf * s * g
+            }
             Algorithm::Tree => 2.0 * log2_ceil(n) * (a + s * b) + log2_ceil(n) * s * g,
             Algorithm::Hierarchical => match topo.domain_shape(ranks) {
                 Some((k, m)) if k > 1 && m > 1 => {
@@ -145,7 +155,9 @@ pub fn collective_time(kind: CollectiveKind, algo: Algorithm, bytes: usize, rank
             },
         },
         CollectiveKind::ReduceScatter => (nf - 1.0) * a + (nf - 1.0) / nf * s * (b + g),
-        CollectiveKind::AllGather | CollectiveKind::AllToAll => (nf - 1.0) * a + (nf - 1.0) / nf * s * b,
+        CollectiveKind::AllGather | CollectiveKind::AllToAll => {
+            (nf - 1.0) * a + (nf - 1.0) / nf * s * b
+        }
         CollectiveKind::Broadcast => log2_ceil(n) * (a + s * b),
         CollectiveKind::SendRecv => a + s * b,
     }
@@ -156,6 +168,13 @@ pub fn collective_time(kind: CollectiveKind, algo: Algorithm, bytes: usize, rank
 pub fn choose_all_reduce(bytes: usize, ranks: &[usize], topo: &Topology) -> (Algorithm, f64) {
     [Algorithm::Ring, Algorithm::Tree, Algorithm::Hierarchical]
         .into_iter()
-        .map(|al| (al, collective_time(CollectiveKind::AllReduce, al, bytes, ranks, topo)))
-        .fold((Algorithm::Ring, f64::INFINITY), |best, c| if c.1 < best.1 { c } else { best })
+        .map(|al| {
+            (
+                al,
+                collective_time(CollectiveKind::AllReduce, al, bytes, ranks, topo),
+            )
+        })
+        .fold((Algorithm::Ring, f64::INFINITY), |best, c| {
+            if c.1 < best.1 { c } else { best }
+        })
 }

@@ -8,7 +8,11 @@
 pub enum DistError {
     /// A mesh whose axis sizes do not multiply to the device count.
     #[error("mesh axes {axes:?} hold {product} devices but {devices} were given")]
-    MeshSize { axes: Vec<(String, usize)>, product: usize, devices: usize },
+    MeshSize {
+        axes: Vec<(String, usize)>,
+        product: usize,
+        devices: usize,
+    },
     /// Two mesh axes with one name.
     #[error("mesh axis `{0}` is declared twice")]
     DuplicateMeshAxis(String),
@@ -50,7 +54,10 @@ pub enum DistError {
     NoGpu(String),
     /// A backend call failed (MPI, NCCL, a peer thread that panicked).
     #[error("{backend} backend: {message}")]
-    Backend { backend: &'static str, message: String },
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
     /// An error from a tessera kernel or tensor.
     #[error(transparent)]
     Tensor(#[from] tessera::Error),

@@ -31,8 +31,12 @@ pub(crate) fn copy_region<T: Copy>(
     let inner = extent[rank - 1];
     let mut idx = vec![0usize; rank - 1];
     loop {
-        let so: usize = (0..rank).map(|d| (src_off[d] + if d < rank - 1 { idx[d] } else { 0 }) * ss[d]).sum();
-        let dof: usize = (0..rank).map(|d| (dst_off[d] + if d < rank - 1 { idx[d] } else { 0 }) * ds[d]).sum();
+        let so: usize = (0..rank)
+            .map(|d| (src_off[d] + if d < rank - 1 { idx[d] } else { 0 }) * ss[d])
+            .sum();
+        let dof: usize = (0..rank)
+            .map(|d| (dst_off[d] + if d < rank - 1 { idx[d] } else { 0 }) * ds[d])
+            .sum();
         dst[dof..dof + inner].copy_from_slice(&src[so..so + inner]);
         // odometer over the outer dims
         let mut d = rank - 1;
@@ -51,7 +55,11 @@ pub(crate) fn copy_region<T: Copy>(
 }
 
 /// The sub-box `ranges` of a tensor.
-pub(crate) fn slice<T: Copy + Default>(data: &[T], shape: &[usize], ranges: &[Range<usize>]) -> Vec<T> {
+pub(crate) fn slice<T: Copy + Default>(
+    data: &[T],
+    shape: &[usize],
+    ranges: &[Range<usize>],
+) -> Vec<T> {
     let ext: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
     let off: Vec<usize> = ranges.iter().map(|r| r.start).collect();
     let mut out = vec![T::default(); ext.iter().product()];
@@ -61,5 +69,9 @@ pub(crate) fn slice<T: Copy + Default>(data: &[T], shape: &[usize], ranges: &[Ra
 
 /// `ranges` along one dim, everything along the others.
 pub(crate) fn dim_ranges(shape: &[usize], dim: usize, r: Range<usize>) -> Vec<Range<usize>> {
-    shape.iter().enumerate().map(|(d, &s)| if d == dim { r.clone() } else { 0..s }).collect()
+    shape
+        .iter()
+        .enumerate()
+        .map(|(d, &s)| if d == dim { r.clone() } else { 0..s })
+        .collect()
 }

@@ -3,7 +3,10 @@
 //! reads a neighbour's chunk and writes only its own buffer; a barrier separates steps).
 
 use crate::comm::check_len;
-use crate::{Algorithm, AsyncLane, CollectiveCounts, CollectiveKind, CommElem, Communicator, DistError, ReduceOp, Result, chunk_range};
+use crate::{
+    Algorithm, AsyncLane, CollectiveCounts, CollectiveKind, CommElem, Communicator, DistError,
+    ReduceOp, Result, chunk_range,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -20,7 +23,12 @@ pub(crate) struct Barrier {
 
 impl Barrier {
     fn new(n: usize) -> Self {
-        Barrier { n, state: Mutex::new((0, 0)), cv: Condvar::new(), poisoned: AtomicBool::new(false) }
+        Barrier {
+            n,
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+        }
     }
 
     fn wait(&self) -> Result<()> {
@@ -37,7 +45,11 @@ impl Barrier {
         } else {
             while g.1 == gen_ {
                 self.check()?;
-                g = self.cv.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+                g = self
+                    .cv
+                    .wait_timeout(g, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         }
         drop(g);
@@ -46,7 +58,10 @@ impl Barrier {
 
     fn check(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            Err(DistError::Backend { backend: "local", message: "a peer rank failed".into() })
+            Err(DistError::Backend {
+                backend: "local",
+                message: "a peer rank failed".into(),
+            })
         } else {
             Ok(())
         }
@@ -125,7 +140,11 @@ impl LocalComm {
         Self::group_with(n, Arc::new(Counters::default()), None).0
     }
 
-    pub(crate) fn group_with(n: usize, counters: Arc<Counters>, domain: Option<usize>) -> (Vec<LocalComm>, Vec<Arc<GroupShared>>) {
+    pub(crate) fn group_with(
+        n: usize,
+        counters: Arc<Counters>,
+        domain: Option<usize>,
+    ) -> (Vec<LocalComm>, Vec<Arc<GroupShared>>) {
         let main = GroupShared::new(n, counters.clone());
         let lane = GroupShared::new(n, counters);
         let comms = (0..n)
@@ -133,7 +152,12 @@ impl LocalComm {
                 shared: main.clone(),
                 rank,
                 domain,
-                lane: AsyncLane::new(LocalComm { shared: lane.clone(), rank, domain, lane: AsyncLane::none() }),
+                lane: AsyncLane::new(LocalComm {
+                    shared: lane.clone(),
+                    rank,
+                    domain,
+                    lane: AsyncLane::none(),
+                }),
             })
             .collect();
         (comms, vec![main, lane])
@@ -143,7 +167,11 @@ impl LocalComm {
     /// An error or panic on any rank releases the others and is returned.
     pub fn run<R: Send>(n: usize, f: impl Fn(&LocalComm) -> Result<R> + Sync) -> Result<Vec<R>> {
         let (comms, shared) = Self::group_with(n, Arc::new(Counters::default()), None);
-        run_threads(comms, || shared.iter().for_each(|s| s.barrier.poison()), |c| f(c))
+        run_threads(
+            comms,
+            || shared.iter().for_each(|s| s.barrier.poison()),
+            |c| f(c),
+        )
     }
 
     /// Collectives this group has run so far.
@@ -166,7 +194,10 @@ impl LocalComm {
             let l = self.shared.lens[r].load(Ordering::Relaxed);
             if l != len {
                 // Every rank sees the same lengths, so every rank fails here together.
-                return Err(DistError::Length(format!("rank {r} passed {l} elements, rank {} passed {len}", self.rank)));
+                return Err(DistError::Length(format!(
+                    "rank {r} passed {l} elements, rank {} passed {len}",
+                    self.rank
+                )));
             }
         }
         Ok(())
@@ -180,9 +211,19 @@ impl LocalComm {
     /// `members.len()` chunks. At step `s` position `i` reduces chunk `(i − s − 1 + shift) mod m`
     /// from its left neighbour into its own buffer; on return chunk `(i + 1 + shift) mod m` is
     /// complete. A barrier ends every step, so a chunk is never read while it is written.
-    fn ring_rs<T: CommElem>(&self, base: *mut T, members: &[usize], range: (usize, usize), shift: usize, op: ReduceOp) -> Result<()> {
+    fn ring_rs<T: CommElem>(
+        &self,
+        base: *mut T,
+        members: &[usize],
+        range: (usize, usize),
+        shift: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
         let m = members.len();
-        let i = members.iter().position(|&r| r == self.rank).expect("member");
+        let i = members
+            .iter()
+            .position(|&r| r == self.rank)
+            .expect("member");
         let left = self.peer::<T>(members[(i + m - 1) % m]);
         for s in 0..m.saturating_sub(1) {
             let c = (i + 2 * m - s - 1 + shift) % m;
@@ -203,9 +244,18 @@ impl LocalComm {
 
     /// One ring all-gather: at step `s` position `i` copies chunk `(i − s + shift) mod m` from
     /// its left neighbour.
-    fn ring_ag<T: CommElem>(&self, base: *mut T, members: &[usize], range: (usize, usize), shift: usize) -> Result<()> {
+    fn ring_ag<T: CommElem>(
+        &self,
+        base: *mut T,
+        members: &[usize],
+        range: (usize, usize),
+        shift: usize,
+    ) -> Result<()> {
         let m = members.len();
-        let i = members.iter().position(|&r| r == self.rank).expect("member");
+        let i = members
+            .iter()
+            .position(|&r| r == self.rank)
+            .expect("member");
         let left = self.peer::<T>(members[(i + m - 1) % m]);
         for s in 0..m.saturating_sub(1) {
             let c = (i + 2 * m - s + shift) % m;
@@ -221,7 +271,13 @@ impl LocalComm {
     /// Hierarchical ring all-reduce with `d` consecutive ranks per domain (d = n: a flat ring):
     /// ring reduce-scatter inside each domain, ring all-reduce of each rank's chunk across the
     /// domains, ring all-gather inside each domain.
-    fn ring_all_reduce<T: CommElem>(&self, base: *mut T, len: usize, d: usize, op: ReduceOp) -> Result<()> {
+    fn ring_all_reduce<T: CommElem>(
+        &self,
+        base: *mut T,
+        len: usize,
+        d: usize,
+        op: ReduceOp,
+    ) -> Result<()> {
         let n = self.shared.n;
         let k = n / d;
         let dom = self.rank / d;
@@ -284,7 +340,10 @@ impl LocalComm {
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         if peer >= self.shared.n {
-            Err(DistError::BadRank { rank: peer, size: self.shared.n })
+            Err(DistError::BadRank {
+                rank: peer,
+                size: self.shared.n,
+            })
         } else {
             Ok(())
         }
@@ -310,7 +369,9 @@ impl Communicator for LocalComm {
         let base = data.as_mut_ptr();
         self.publish(base as *const T, len)?;
         match algo {
-            Algorithm::Ring | Algorithm::Auto => self.ring_all_reduce(base, len, self.shared.n, op)?,
+            Algorithm::Ring | Algorithm::Auto => {
+                self.ring_all_reduce(base, len, self.shared.n, op)?
+            }
             Algorithm::Tree => self.tree_all_reduce(base, len, op)?,
             Algorithm::Hierarchical => self.ring_all_reduce(base, len, self.hier_domain(), op)?,
         }
@@ -321,7 +382,10 @@ impl Communicator for LocalComm {
         self.count(CollectiveKind::ReduceScatter);
         let n = self.shared.n;
         if data.len() % n != 0 {
-            return Err(DistError::Length(format!("reduce_scatter: {} elements is not {n} equal blocks", data.len())));
+            return Err(DistError::Length(format!(
+                "reduce_scatter: {} elements is not {n} equal blocks",
+                data.len()
+            )));
         }
         let base = data.as_mut_ptr();
         self.publish(base as *const T, data.len())?;
@@ -334,7 +398,10 @@ impl Communicator for LocalComm {
         self.count(CollectiveKind::AllGather);
         let n = self.shared.n;
         if data.len() % n != 0 {
-            return Err(DistError::Length(format!("all_gather: {} elements is not {n} equal blocks", data.len())));
+            return Err(DistError::Length(format!(
+                "all_gather: {} elements is not {n} equal blocks",
+                data.len()
+            )));
         }
         let base = data.as_mut_ptr();
         self.publish(base as *const T, data.len())?;
@@ -358,7 +425,10 @@ impl Communicator for LocalComm {
         let n = self.shared.n;
         check_len(recv.len(), send.len(), "all_to_all: recv vs send")?;
         if send.len() % n != 0 {
-            return Err(DistError::Length(format!("all_to_all: {} elements is not {n} equal blocks", send.len())));
+            return Err(DistError::Length(format!(
+                "all_to_all: {} elements is not {n} equal blocks",
+                send.len()
+            )));
         }
         self.publish(send.as_ptr(), send.len())?;
         let b = send.len() / n;
@@ -366,7 +436,11 @@ impl Communicator for LocalComm {
             let j = (self.rank + s) % n; // stagger peers so ranks do not all read one buffer
             // SAFETY: send buffers are only read during this collective.
             unsafe {
-                std::ptr::copy_nonoverlapping(self.peer::<T>(j).add(self.rank * b), recv.as_mut_ptr().add(j * b), b)
+                std::ptr::copy_nonoverlapping(
+                    self.peer::<T>(j).add(self.rank * b),
+                    recv.as_mut_ptr().add(j * b),
+                    b,
+                )
             };
         }
         self.shared.barrier.wait()
@@ -376,18 +450,30 @@ impl Communicator for LocalComm {
         self.count(CollectiveKind::SendRecv);
         self.check_peer(peer)?;
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let tx = self.shared.tx[self.rank * self.shared.n + peer].lock().unwrap_or_else(|e| e.into_inner());
-        tx.send(bytes.to_vec()).map_err(|_| DistError::Backend { backend: "local", message: "peer gone".into() })
+        let tx = self.shared.tx[self.rank * self.shared.n + peer]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        tx.send(bytes.to_vec()).map_err(|_| DistError::Backend {
+            backend: "local",
+            message: "peer gone".into(),
+        })
     }
 
     fn recv<T: CommElem>(&self, data: &mut [T], peer: usize) -> Result<()> {
         self.check_peer(peer)?;
-        let rx = self.shared.rx[peer * self.shared.n + self.rank].lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.shared.rx[peer * self.shared.n + self.rank]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let msg = loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(m) => break m,
                 Err(mpsc::RecvTimeoutError::Timeout) => self.shared.barrier.check()?,
-                Err(_) => return Err(DistError::Backend { backend: "local", message: "peer gone".into() }),
+                Err(_) => {
+                    return Err(DistError::Backend {
+                        backend: "local",
+                        message: "peer gone".into(),
+                    });
+                }
             }
         };
         let out: &mut [u8] = bytemuck::cast_slice_mut(data);
@@ -426,7 +512,10 @@ pub(crate) fn run_threads<C: Send, R: Send>(
                             .cloned()
                             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                             .unwrap_or_default();
-                        Err(DistError::Backend { backend: "local", message: format!("rank panicked: {msg}") })
+                        Err(DistError::Backend {
+                            backend: "local",
+                            message: format!("rank panicked: {msg}"),
+                        })
                     });
                     if r.is_err() {
                         poison();
@@ -435,7 +524,10 @@ pub(crate) fn run_threads<C: Send, R: Send>(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("joined")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("joined"))
+            .collect()
     });
     // Report the root cause, not a peer's "a peer rank failed".
     let mut first_err = None;

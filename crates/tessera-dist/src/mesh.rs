@@ -16,15 +16,24 @@ pub struct Link {
 impl Link {
     /// Threads of one process exchanging through shared memory (α ≈ a barrier).
     pub fn shared_memory() -> Link {
-        Link { latency_s: 5e-6, bandwidth_bps: 10e9 }
+        Link {
+            latency_s: 5e-6,
+            bandwidth_bps: 10e9,
+        }
     }
     /// An NVLink-4 class fast domain (per-GPU bandwidth one way).
     pub fn nvlink() -> Link {
-        Link { latency_s: 3e-6, bandwidth_bps: 450e9 }
+        Link {
+            latency_s: 3e-6,
+            bandwidth_bps: 450e9,
+        }
     }
     /// An InfiniBand NDR class network link.
     pub fn infiniband() -> Link {
-        Link { latency_s: 8e-6, bandwidth_bps: 50e9 }
+        Link {
+            latency_s: 8e-6,
+            bandwidth_bps: 50e9,
+        }
     }
     /// β: seconds per byte.
     pub fn beta(&self) -> f64 {
@@ -56,7 +65,12 @@ pub struct Topology {
 impl Topology {
     /// Every device in one domain.
     pub fn single_domain(devices: usize, link: Link) -> Topology {
-        Topology { domain_of: vec![0; devices], intra: link, inter: link, gamma_s_per_byte: 1.0 / 20e9 }
+        Topology {
+            domain_of: vec![0; devices],
+            intra: link,
+            inter: link,
+            gamma_s_per_byte: 1.0 / 20e9,
+        }
     }
 
     /// Consecutive devices in domains of `domain_size` (the last one may be smaller).
@@ -72,7 +86,12 @@ impl Topology {
 
     /// An explicit domain id per device.
     pub fn from_domains(domain_of: Vec<usize>, intra: Link, inter: Link) -> Topology {
-        Topology { domain_of, intra, inter, gamma_s_per_byte: 1.0 / 20e9 }
+        Topology {
+            domain_of,
+            intra,
+            inter,
+            gamma_s_per_byte: 1.0 / 20e9,
+        }
     }
 
     /// Number of devices described.
@@ -87,12 +106,18 @@ impl Topology {
 
     /// True when all these devices share one fast domain.
     pub fn same_domain(&self, ranks: &[usize]) -> bool {
-        ranks.windows(2).all(|w| self.domain_of[w[0]] == self.domain_of[w[1]])
+        ranks
+            .windows(2)
+            .all(|w| self.domain_of[w[0]] == self.domain_of[w[1]])
     }
 
     /// The slowest link a flat algorithm over these ranks crosses.
     pub fn link_for(&self, ranks: &[usize]) -> Link {
-        if self.same_domain(ranks) { self.intra } else { self.inter }
+        if self.same_domain(ranks) {
+            self.intra
+        } else {
+            self.inter
+        }
     }
 
     /// `(domains, ranks per domain)` when the group spans several domains with the same number
@@ -149,7 +174,10 @@ pub struct Mesh {
 impl Mesh {
     /// A mesh over `devices`; the product of the axis sizes must equal the device count and the
     /// names must be unique. The topology defaults to one shared-memory domain.
-    pub fn new<S: Into<String>>(axes: impl IntoIterator<Item = (S, usize)>, devices: Vec<Device>) -> Result<Mesh> {
+    pub fn new<S: Into<String>>(
+        axes: impl IntoIterator<Item = (S, usize)>,
+        devices: Vec<Device>,
+    ) -> Result<Mesh> {
         let axes: Vec<(String, usize)> = axes.into_iter().map(|(n, s)| (n.into(), s)).collect();
         for (i, (name, size)) in axes.iter().enumerate() {
             if axes[..i].iter().any(|(n, _)| n == name) {
@@ -161,10 +189,18 @@ impl Mesh {
         }
         let product: usize = axes.iter().map(|a| a.1).product();
         if product != devices.len() {
-            return Err(DistError::MeshSize { axes, product, devices: devices.len() });
+            return Err(DistError::MeshSize {
+                axes,
+                product,
+                devices: devices.len(),
+            });
         }
         let topology = Topology::single_domain(devices.len(), Link::shared_memory());
-        Ok(Mesh { axes, devices, topology })
+        Ok(Mesh {
+            axes,
+            devices,
+            topology,
+        })
     }
 
     /// A mesh of CPU devices, one per mesh position (the local backend runs a thread for each).
@@ -214,10 +250,13 @@ impl Mesh {
 
     /// Index of an axis, or an error naming it.
     pub fn axis_index(&self, name: &str) -> Result<usize> {
-        self.axes.iter().position(|a| a.0 == name).ok_or_else(|| DistError::UnknownAxis {
-            axis: name.to_string(),
-            known: self.axis_names(),
-        })
+        self.axes
+            .iter()
+            .position(|a| a.0 == name)
+            .ok_or_else(|| DistError::UnknownAxis {
+                axis: name.to_string(),
+                known: self.axis_names(),
+            })
     }
 
     /// Size of an axis.
@@ -238,7 +277,10 @@ impl Mesh {
 
     /// The rank at these coordinates.
     pub fn rank_of(&self, coords: &[usize]) -> usize {
-        coords.iter().zip(&self.axes).fold(0, |r, (c, a)| r * a.1 + c)
+        coords
+            .iter()
+            .zip(&self.axes)
+            .fold(0, |r, (c, a)| r * a.1 + c)
     }
 
     /// The combined index of `rank` along `axes` (first axis major) and the combined size.
@@ -294,7 +336,12 @@ impl Mesh {
             group_of[r] = g;
             pos_of[r] = pos;
         }
-        Ok(AxisGroups { axes, groups, group_of, pos_of })
+        Ok(AxisGroups {
+            axes,
+            groups,
+            group_of,
+            pos_of,
+        })
     }
 }
 

@@ -2,8 +2,8 @@
 //! α-β-γ cost model, inspectable before it runs.
 
 use crate::{
-    Algorithm, AxisRole, CollectiveCounts, CollectiveKind, DistError, Mesh, ReduceOp, Result, ShardSpec, chunk_len,
-    choose_all_reduce, collective_time,
+    Algorithm, AxisRole, CollectiveCounts, CollectiveKind, DistError, Mesh, ReduceOp, Result,
+    ShardSpec, choose_all_reduce, chunk_len, collective_time,
 };
 use std::fmt;
 
@@ -13,13 +13,25 @@ pub enum Step {
     /// replicate → shard: each device keeps its chunk of `dim` (no communication).
     Slice { dim: usize, axes: Vec<String> },
     /// partial → replicate.
-    AllReduce { axes: Vec<String>, op: ReduceOp, algo: Algorithm },
+    AllReduce {
+        axes: Vec<String>,
+        op: ReduceOp,
+        algo: Algorithm,
+    },
     /// partial → shard `dim`.
-    ReduceScatter { axes: Vec<String>, op: ReduceOp, dim: usize },
+    ReduceScatter {
+        axes: Vec<String>,
+        op: ReduceOp,
+        dim: usize,
+    },
     /// shard `dim` → replicate.
     AllGather { axes: Vec<String>, dim: usize },
     /// shard `from_dim` → shard `to_dim` over the same axes.
-    AllToAll { axes: Vec<String>, from_dim: usize, to_dim: usize },
+    AllToAll {
+        axes: Vec<String>,
+        from_dim: usize,
+        to_dim: usize,
+    },
 }
 
 impl Step {
@@ -50,11 +62,27 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::Slice { dim, axes } => write!(f, "slice dim {dim} over [{}]", axes.join(",")),
-            Step::AllReduce { axes, op, algo } => write!(f, "all-reduce({op}, {algo}) over [{}]", axes.join(",")),
-            Step::ReduceScatter { axes, op, dim } => write!(f, "reduce-scatter({op}) dim {dim} over [{}]", axes.join(",")),
-            Step::AllGather { axes, dim } => write!(f, "all-gather dim {dim} over [{}]", axes.join(",")),
-            Step::AllToAll { axes, from_dim, to_dim } => {
-                write!(f, "all-to-all dim {from_dim}→{to_dim} over [{}]", axes.join(","))
+            Step::AllReduce { axes, op, algo } => {
+                write!(f, "all-reduce({op}, {algo}) over [{}]", axes.join(","))
+            }
+            Step::ReduceScatter { axes, op, dim } => write!(
+                f,
+                "reduce-scatter({op}) dim {dim} over [{}]",
+                axes.join(",")
+            ),
+            Step::AllGather { axes, dim } => {
+                write!(f, "all-gather dim {dim} over [{}]", axes.join(","))
+            }
+            Step::AllToAll {
+                axes,
+                from_dim,
+                to_dim,
+            } => {
+                write!(
+                    f,
+                    "all-to-all dim {from_dim}→{to_dim} over [{}]",
+                    axes.join(",")
+                )
             }
         }
     }
@@ -129,7 +157,11 @@ impl Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "redistribute {:?} {} → {}", self.shape, self.from, self.to)?;
+        writeln!(
+            f,
+            "redistribute {:?} {} → {}",
+            self.shape, self.from, self.to
+        )?;
         for s in &self.steps {
             writeln!(
                 f,
@@ -141,7 +173,12 @@ impl fmt::Display for Plan {
                 s.seconds * 1e6
             )?;
         }
-        write!(f, "  total {:.2} µs, {} B/rank", self.seconds() * 1e6, self.bytes())
+        write!(
+            f,
+            "  total {:.2} µs, {} B/rank",
+            self.seconds() * 1e6,
+            self.bytes()
+        )
     }
 }
 
@@ -170,7 +207,13 @@ fn same_set(a: &[String], b: &[String]) -> bool {
 /// Candidates: partial → shard by reduce-scatter or by all-reduce + slice; shard(a) → shard(b)
 /// by all-to-all or by all-gather + slice. Slices whose axes are free in the source run first
 /// (less data to move). Every combination is costed and the cheapest kept.
-pub fn plan_redistribute(mesh: &Mesh, shape: &[usize], elem_bytes: usize, from: &ShardSpec, to: &ShardSpec) -> Result<Plan> {
+pub fn plan_redistribute(
+    mesh: &Mesh,
+    shape: &[usize],
+    elem_bytes: usize,
+    from: &ShardSpec,
+    to: &ShardSpec,
+) -> Result<Plan> {
     let rank = shape.len();
     from.validate(mesh, rank)?;
     to.validate(mesh, rank)?;
@@ -188,12 +231,18 @@ pub fn plan_redistribute(mesh: &Mesh, shape: &[usize], elem_bytes: usize, from: 
 
     // Binary choices.
     let rs_dim = match (&src.partial, keep_partial) {
-        (Some((p, _)), false) => (0..rank).find(|&e| src.dims[e].is_empty() && same_set(&dst.dims[e], p)),
+        (Some((p, _)), false) => {
+            (0..rank).find(|&e| src.dims[e].is_empty() && same_set(&dst.dims[e], p))
+        }
         _ => None,
     };
     let moves: Vec<(usize, usize)> = (0..rank)
         .filter(|&d| !src.dims[d].is_empty() && src.dims[d] != dst.dims[d])
-        .filter_map(|d| (0..rank).find(|&e| e != d && src.dims[e].is_empty() && dst.dims[e] == src.dims[d]).map(|e| (d, e)))
+        .filter_map(|d| {
+            (0..rank)
+                .find(|&e| e != d && src.dims[e].is_empty() && dst.dims[e] == src.dims[d])
+                .map(|e| (d, e))
+        })
         .collect();
     let nchoices = moves.len() + usize::from(rs_dim.is_some());
     let mut best: Option<Plan> = None;
@@ -202,11 +251,18 @@ pub fn plan_redistribute(mesh: &Mesh, shape: &[usize], elem_bytes: usize, from: 
         let mask = ((1u32 << nchoices) - 1) ^ mask;
         let use_rs = rs_dim.filter(|_| mask & 1 == 1);
         let bit0 = usize::from(rs_dim.is_some());
-        let chosen: Vec<(usize, usize)> =
-            moves.iter().enumerate().filter(|(i, _)| mask >> (i + bit0) & 1 == 1).map(|(_, m)| *m).collect();
+        let chosen: Vec<(usize, usize)> = moves
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask >> (i + bit0) & 1 == 1)
+            .map(|(_, m)| *m)
+            .collect();
         let steps = build(mesh, from, &src, &dst, keep_partial, use_rs, &chosen);
         let plan = cost(mesh, shape, elem_bytes, from, to, steps)?;
-        if best.as_ref().is_none_or(|b| plan.seconds() < b.seconds() - 1e-15) {
+        if best
+            .as_ref()
+            .is_none_or(|b| plan.seconds() < b.seconds() - 1e-15)
+        {
             best = Some(plan);
         }
     }
@@ -229,9 +285,14 @@ fn build(
     for e in 0..rank {
         if cur.dims[e].is_empty()
             && !dst.dims[e].is_empty()
-            && dst.dims[e].iter().all(|a| from.role(a) == AxisRole::Replicated)
+            && dst.dims[e]
+                .iter()
+                .all(|a| from.role(a) == AxisRole::Replicated)
         {
-            steps.push(Step::Slice { dim: e, axes: dst.dims[e].clone() });
+            steps.push(Step::Slice {
+                dim: e,
+                axes: dst.dims[e].clone(),
+            });
             cur.dims[e] = dst.dims[e].clone();
         }
     }
@@ -240,28 +301,46 @@ fn build(
         if let Some((p, op)) = cur.partial.take() {
             match use_rs {
                 Some(e) => {
-                    steps.push(Step::ReduceScatter { axes: dst.dims[e].clone(), op, dim: e });
+                    steps.push(Step::ReduceScatter {
+                        axes: dst.dims[e].clone(),
+                        op,
+                        dim: e,
+                    });
                     cur.dims[e] = dst.dims[e].clone();
                 }
-                None => steps.push(Step::AllReduce { axes: p, op, algo: Algorithm::Auto }),
+                None => steps.push(Step::AllReduce {
+                    axes: p,
+                    op,
+                    algo: Algorithm::Auto,
+                }),
             }
         }
     }
     // 3. Moves.
     for &(d, e) in moves {
-        steps.push(Step::AllToAll { axes: cur.dims[d].clone(), from_dim: d, to_dim: e });
+        steps.push(Step::AllToAll {
+            axes: cur.dims[d].clone(),
+            from_dim: d,
+            to_dim: e,
+        });
         cur.dims[e] = std::mem::take(&mut cur.dims[d]);
     }
     // 4. Gathers.
     for d in 0..rank {
         if !cur.dims[d].is_empty() && cur.dims[d] != dst.dims[d] {
-            steps.push(Step::AllGather { axes: std::mem::take(&mut cur.dims[d]), dim: d });
+            steps.push(Step::AllGather {
+                axes: std::mem::take(&mut cur.dims[d]),
+                dim: d,
+            });
         }
     }
     // 5. Remaining slices.
     for d in 0..rank {
         if cur.dims[d].is_empty() && !dst.dims[d].is_empty() {
-            steps.push(Step::Slice { dim: d, axes: dst.dims[d].clone() });
+            steps.push(Step::Slice {
+                dim: d,
+                axes: dst.dims[d].clone(),
+            });
             cur.dims[d] = dst.dims[d].clone();
         }
     }
@@ -278,7 +357,14 @@ fn padded(mesh: &Mesh, shape: &[usize], dims: &[Vec<String>]) -> Result<Vec<usiz
         .collect()
 }
 
-fn cost(mesh: &Mesh, shape: &[usize], eb: usize, from: &ShardSpec, to: &ShardSpec, steps: Vec<Step>) -> Result<Plan> {
+fn cost(
+    mesh: &Mesh,
+    shape: &[usize],
+    eb: usize,
+    from: &ShardSpec,
+    to: &ShardSpec,
+    steps: Vec<Step>,
+) -> Result<Plan> {
     let rank = shape.len();
     let mut dims: Vec<Vec<String>> = (0..rank).map(|d| from.dim_axes(d).to_vec()).collect();
     let mut out = Vec::with_capacity(steps.len());
@@ -296,13 +382,18 @@ fn cost(mesh: &Mesh, shape: &[usize], eb: usize, from: &ShardSpec, to: &ShardSpe
             Step::ReduceScatter { dim, axes, .. } => {
                 let c = chunk_len(shape[*dim], n);
                 dims[*dim] = axes.clone();
-                (rest(&local, *dim) * c * n * eb, Some(CollectiveKind::ReduceScatter))
+                (
+                    rest(&local, *dim) * c * n * eb,
+                    Some(CollectiveKind::ReduceScatter),
+                )
             }
             Step::AllGather { dim, .. } => {
                 dims[*dim].clear();
                 (elems * n * eb, Some(CollectiveKind::AllGather))
             }
-            Step::AllToAll { from_dim, to_dim, .. } => {
+            Step::AllToAll {
+                from_dim, to_dim, ..
+            } => {
                 let ce = chunk_len(shape[*to_dim], n);
                 let block = rest(&local, *to_dim) * ce;
                 dims[*to_dim] = std::mem::take(&mut dims[*from_dim]);
@@ -321,12 +412,29 @@ fn cost(mesh: &Mesh, shape: &[usize], eb: usize, from: &ShardSpec, to: &ShardSpe
                 seconds = seconds.max(collective_time(k, al, bytes, g, mesh.topology()));
             }
         }
-        out.push(PlannedStep { step, group_size: n, groups: groups.groups().len(), bytes, seconds });
+        out.push(PlannedStep {
+            step,
+            group_size: n,
+            groups: groups.groups().len(),
+            bytes,
+            seconds,
+        });
     }
-    Ok(Plan { from: from.clone(), to: to.clone(), shape: shape.to_vec(), elem_bytes: eb, steps: out })
+    Ok(Plan {
+        from: from.clone(),
+        to: to.clone(),
+        shape: shape.to_vec(),
+        elem_bytes: eb,
+        steps: out,
+    })
 }
 
 /// Product of the dims other than `dim`.
 fn rest(shape: &[usize], dim: usize) -> usize {
-    shape.iter().enumerate().filter(|(d, _)| *d != dim).map(|(_, &s)| s).product()
+    shape
+        .iter()
+        .enumerate()
+        .filter(|(d, _)| *d != dim)
+        .map(|(_, &s)| s)
+        .product()
 }

@@ -18,7 +18,11 @@ pub enum DimSpec {
 #[allow(non_snake_case)]
 pub fn Shard<S: AsRef<str>>(axes: impl IntoIterator<Item = S>) -> DimSpec {
     let axes: Vec<String> = axes.into_iter().map(|a| a.as_ref().to_string()).collect();
-    if axes.is_empty() { DimSpec::Replicated } else { DimSpec::Sharded(axes) }
+    if axes.is_empty() {
+        DimSpec::Replicated
+    } else {
+        DimSpec::Sharded(axes)
+    }
 }
 
 /// `Replicate`: the dim is whole on every device.
@@ -101,7 +105,10 @@ pub struct ShardSpec {
 impl ShardSpec {
     /// One entry per leading tensor dim.
     pub fn new(dims: impl IntoIterator<Item = DimSpec>) -> ShardSpec {
-        ShardSpec { dims: dims.into_iter().collect(), partial: None }
+        ShardSpec {
+            dims: dims.into_iter().collect(),
+            partial: None,
+        }
     }
 
     /// Whole and identical on every device.
@@ -110,15 +117,26 @@ impl ShardSpec {
     }
 
     /// Marks devices along `axes` as holding unreduced contributions combined by `op`.
-    pub fn partial<S: AsRef<str>>(mut self, axes: impl IntoIterator<Item = S>, op: ReduceOp) -> ShardSpec {
+    pub fn partial<S: AsRef<str>>(
+        mut self,
+        axes: impl IntoIterator<Item = S>,
+        op: ReduceOp,
+    ) -> ShardSpec {
         let axes: Vec<String> = axes.into_iter().map(|a| a.as_ref().to_string()).collect();
-        self.partial = if axes.is_empty() { None } else { Some((axes, op)) };
+        self.partial = if axes.is_empty() {
+            None
+        } else {
+            Some((axes, op))
+        };
         self
     }
 
     /// The same placement with the partial state dropped.
     pub fn without_partial(&self) -> ShardSpec {
-        ShardSpec { dims: self.dims.clone(), partial: None }
+        ShardSpec {
+            dims: self.dims.clone(),
+            partial: None,
+        }
     }
 
     /// The dim entries as given.
@@ -158,14 +176,22 @@ impl ShardSpec {
     /// Checks the spec against a mesh and a tensor rank.
     pub fn validate(&self, mesh: &Mesh, rank: usize) -> Result<()> {
         if self.dims.len() > rank {
-            return Err(DistError::TooManyEntries { entries: self.dims.len(), rank });
+            return Err(DistError::TooManyEntries {
+                entries: self.dims.len(),
+                rank,
+            });
         }
         let mut seen: Vec<&str> = Vec::new();
         let partial = self.partial.as_ref().map(|p| p.0.as_slice()).unwrap_or(&[]);
-        for a in self.dims.iter().flat_map(|d| match d {
-            DimSpec::Sharded(a) => a.as_slice(),
-            DimSpec::Replicated => &[],
-        }).chain(partial) {
+        for a in self
+            .dims
+            .iter()
+            .flat_map(|d| match d {
+                DimSpec::Sharded(a) => a.as_slice(),
+                DimSpec::Replicated => &[],
+            })
+            .chain(partial)
+        {
             mesh.axis_index(a)?;
             if seen.contains(&a.as_str()) {
                 return Err(DistError::AxisUsedTwice(a.clone()));
@@ -191,7 +217,12 @@ impl ShardSpec {
     }
 
     /// The global index ranges device `rank` holds, one per dim.
-    pub fn local_ranges(&self, global: &[usize], mesh: &Mesh, rank: usize) -> Result<Vec<Range<usize>>> {
+    pub fn local_ranges(
+        &self,
+        global: &[usize],
+        mesh: &Mesh,
+        rank: usize,
+    ) -> Result<Vec<Range<usize>>> {
         self.validate(mesh, global.len())?;
         global
             .iter()
@@ -205,7 +236,11 @@ impl ShardSpec {
 
     /// The shape of device `rank`'s shard.
     pub fn local_shape(&self, global: &[usize], mesh: &Mesh, rank: usize) -> Result<Vec<usize>> {
-        Ok(self.local_ranges(global, mesh, rank)?.iter().map(|r| r.len()).collect())
+        Ok(self
+            .local_ranges(global, mesh, rank)?
+            .iter()
+            .map(|r| r.len())
+            .collect())
     }
 }
 

@@ -4,8 +4,8 @@
 use crate::layout::{copy_region, dim_ranges, slice};
 use crate::local::{Counters, GroupShared, run_threads};
 use crate::{
-    CollectiveCounts, CommElem, Communicator, DistError, LocalComm, Mesh, Plan, Result, ShardSpec, Step, chunk_len,
-    chunk_range, plan_redistribute,
+    CollectiveCounts, CommElem, Communicator, DistError, LocalComm, Mesh, Plan, Result, ShardSpec,
+    Step, chunk_len, chunk_range, plan_redistribute,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -55,16 +55,29 @@ pub struct LocalRank<'a> {
 impl LocalWorld {
     /// Runs `f` once per device, each on its own thread, and returns the results by rank and the
     /// collectives that ran (counted once per group).
-    pub fn run<R: Send>(mesh: &Mesh, f: impl Fn(&LocalRank<'_>) -> Result<R> + Sync) -> Result<(Vec<R>, CollectiveCounts)> {
+    pub fn run<R: Send>(
+        mesh: &Mesh,
+        f: impl Fn(&LocalRank<'_>) -> Result<R> + Sync,
+    ) -> Result<(Vec<R>, CollectiveCounts)> {
         let world = LocalWorld {
             mesh: mesh.clone(),
             counters: Arc::new(Counters::default()),
             groups: Mutex::new(HashMap::new()),
             shared: Mutex::new(Vec::new()),
         };
-        let ranks: Vec<LocalRank<'_>> = (0..mesh.size()).map(|rank| LocalRank { world: &world, rank }).collect();
+        let ranks: Vec<LocalRank<'_>> = (0..mesh.size())
+            .map(|rank| LocalRank {
+                world: &world,
+                rank,
+            })
+            .collect();
         let poison = || {
-            for s in world.shared.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for s in world
+                .shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
                 s.barrier.poison();
             }
         };
@@ -91,13 +104,24 @@ impl RankContext for LocalRank<'_> {
             let mut by_rank: Vec<Option<Arc<LocalComm>>> = vec![None; self.world.mesh.size()];
             for g in groups.groups() {
                 let domain = self.world.mesh.topology().domain_shape(g).map(|(_, m)| m);
-                let (comms, shared) = LocalComm::group_with(g.len(), self.world.counters.clone(), domain);
-                self.world.shared.lock().unwrap_or_else(|e| e.into_inner()).extend(shared);
+                let (comms, shared) =
+                    LocalComm::group_with(g.len(), self.world.counters.clone(), domain);
+                self.world
+                    .shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(shared);
                 for (c, &r) in comms.into_iter().zip(g) {
                     by_rank[r] = Some(Arc::new(c));
                 }
             }
-            map.insert(axes.to_vec(), by_rank.into_iter().map(|c| c.expect("every rank in a group")).collect());
+            map.insert(
+                axes.to_vec(),
+                by_rank
+                    .into_iter()
+                    .map(|c| c.expect("every rank in a group"))
+                    .collect(),
+            );
         }
         Ok(map[axes][self.rank].clone())
     }
@@ -105,7 +129,12 @@ impl RankContext for LocalRank<'_> {
 
 /// The shard one device holds of `global` under `spec`: its slice, or for a partial spec the
 /// value on the first device of each partial group and the op's identity on the others.
-fn local_piece<T: CommElem>(global: &Tensor<T>, spec: &ShardSpec, mesh: &Mesh, rank: usize) -> Result<Tensor<T>> {
+fn local_piece<T: CommElem>(
+    global: &Tensor<T>,
+    spec: &ShardSpec,
+    mesh: &Mesh,
+    rank: usize,
+) -> Result<Tensor<T>> {
     let ranges = spec.local_ranges(global.shape(), mesh, rank)?;
     let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
     let mut data = slice(global.as_slice(), global.shape(), &ranges);
@@ -118,7 +147,11 @@ fn local_piece<T: CommElem>(global: &Tensor<T>, spec: &ShardSpec, mesh: &Mesh, r
 }
 
 /// Runs `plan` on one rank's shard (SPMD: every rank of the mesh calls it).
-pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Tensor<T>) -> Result<Tensor<T>> {
+pub fn execute_plan<T: CommElem, X: RankContext>(
+    ctx: &X,
+    plan: &Plan,
+    local: Tensor<T>,
+) -> Result<Tensor<T>> {
     let mesh = ctx.mesh();
     let gshape = &plan.shape;
     let mut shape = local.shape().to_vec();
@@ -148,7 +181,15 @@ pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Te
                     ext[*dim] = r.len();
                     let mut soff = vec![0; shape.len()];
                     soff[*dim] = r.start;
-                    copy_region(&data, &shape, &soff, &mut send[j * bsize..(j + 1) * bsize], &bshape, &vec![0; shape.len()], &ext);
+                    copy_region(
+                        &data,
+                        &shape,
+                        &soff,
+                        &mut send[j * bsize..(j + 1) * bsize],
+                        &bshape,
+                        &vec![0; shape.len()],
+                        &ext,
+                    );
                 }
                 let mut recv = vec![T::default(); bsize];
                 comm.reduce_scatter(&send, &mut recv, *op)?;
@@ -164,7 +205,15 @@ pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Te
                 bshape[*dim] = c;
                 let bsize: usize = bshape.iter().product();
                 let mut send = vec![T::default(); bsize];
-                copy_region(&data, &shape, &vec![0; shape.len()], &mut send, &bshape, &vec![0; shape.len()], &shape);
+                copy_region(
+                    &data,
+                    &shape,
+                    &vec![0; shape.len()],
+                    &mut send,
+                    &bshape,
+                    &vec![0; shape.len()],
+                    &shape,
+                );
                 let mut recv = vec![T::default(); bsize * n];
                 comm.all_gather(&send, &mut recv)?;
                 let mut oshape = shape.clone();
@@ -176,12 +225,24 @@ pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Te
                     ext[*dim] = r.len();
                     let mut doff = vec![0; shape.len()];
                     doff[*dim] = r.start;
-                    copy_region(&recv[j * bsize..(j + 1) * bsize], &bshape, &vec![0; shape.len()], &mut out, &oshape, &doff, &ext);
+                    copy_region(
+                        &recv[j * bsize..(j + 1) * bsize],
+                        &bshape,
+                        &vec![0; shape.len()],
+                        &mut out,
+                        &oshape,
+                        &doff,
+                        &ext,
+                    );
                 }
                 data = out;
                 shape = oshape;
             }
-            Step::AllToAll { axes, from_dim, to_dim } => {
+            Step::AllToAll {
+                axes,
+                from_dim,
+                to_dim,
+            } => {
                 let (d, e) = (*from_dim, *to_dim);
                 let comm = ctx.comm(axes)?;
                 let (n, me) = (comm.size(), comm.rank());
@@ -198,7 +259,15 @@ pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Te
                     ext[e] = r.len();
                     let mut soff = zero.clone();
                     soff[e] = r.start;
-                    copy_region(&data, &shape, &soff, &mut send[j * bsize..(j + 1) * bsize], &bshape, &zero, &ext);
+                    copy_region(
+                        &data,
+                        &shape,
+                        &soff,
+                        &mut send[j * bsize..(j + 1) * bsize],
+                        &bshape,
+                        &zero,
+                        &ext,
+                    );
                 }
                 let mut recv = vec![T::default(); bsize * n];
                 comm.all_to_all(&send, &mut recv)?;
@@ -212,7 +281,15 @@ pub fn execute_plan<T: CommElem, X: RankContext>(ctx: &X, plan: &Plan, local: Te
                     ext[d] = r.len();
                     let mut doff = zero.clone();
                     doff[d] = r.start;
-                    copy_region(&recv[j * bsize..(j + 1) * bsize], &bshape, &zero, &mut out, &oshape, &doff, &ext);
+                    copy_region(
+                        &recv[j * bsize..(j + 1) * bsize],
+                        &bshape,
+                        &zero,
+                        &mut out,
+                        &oshape,
+                        &doff,
+                        &ext,
+                    );
                 }
                 data = out;
                 shape = oshape;
@@ -233,18 +310,39 @@ pub struct RankShard<T: CommElem> {
 
 impl<T: CommElem> RankShard<T> {
     /// This rank's piece of `global` (every rank passes the same `global`).
-    pub fn from_global<X: RankContext>(ctx: &X, global: &Tensor<T>, spec: &ShardSpec) -> Result<Self> {
+    pub fn from_global<X: RankContext>(
+        ctx: &X,
+        global: &Tensor<T>,
+        spec: &ShardSpec,
+    ) -> Result<Self> {
         let local = local_piece(global, spec, ctx.mesh(), ctx.rank())?;
-        Ok(RankShard { spec: spec.clone(), shape: global.shape().to_vec(), local })
+        Ok(RankShard {
+            spec: spec.clone(),
+            shape: global.shape().to_vec(),
+            local,
+        })
     }
 
     /// Wraps a local shard (its shape must match the spec's local shape on this rank).
-    pub fn from_local<X: RankContext>(ctx: &X, local: Tensor<T>, spec: &ShardSpec, global_shape: &[usize]) -> Result<Self> {
+    pub fn from_local<X: RankContext>(
+        ctx: &X,
+        local: Tensor<T>,
+        spec: &ShardSpec,
+        global_shape: &[usize],
+    ) -> Result<Self> {
         let want = spec.local_shape(global_shape, ctx.mesh(), ctx.rank())?;
         if local.shape() != want.as_slice() {
-            return Err(DistError::Shape(format!("rank {} shard is {:?}, the spec says {want:?}", ctx.rank(), local.shape())));
+            return Err(DistError::Shape(format!(
+                "rank {} shard is {:?}, the spec says {want:?}",
+                ctx.rank(),
+                local.shape()
+            )));
         }
-        Ok(RankShard { spec: spec.clone(), shape: global_shape.to_vec(), local })
+        Ok(RankShard {
+            spec: spec.clone(),
+            shape: global_shape.to_vec(),
+            local,
+        })
     }
 
     /// The local shard.
@@ -269,7 +367,11 @@ impl<T: CommElem> RankShard<T> {
     pub fn redistribute<X: RankContext>(&self, ctx: &X, to: &ShardSpec) -> Result<Self> {
         let plan = self.plan(ctx, to)?;
         let local = execute_plan(ctx, &plan, self.local.clone())?;
-        Ok(RankShard { spec: to.clone(), shape: self.shape.clone(), local })
+        Ok(RankShard {
+            spec: to.clone(),
+            shape: self.shape.clone(),
+            local,
+        })
     }
 
     /// The whole tensor on every rank (collective: redistribute to replicated).
@@ -305,23 +407,47 @@ pub struct DistTensor<T: CommElem> {
 impl<T: CommElem> DistTensor<T> {
     /// Splits `global` over `mesh` by `spec`.
     pub fn distribute(global: &Tensor<T>, spec: ShardSpec, mesh: &Mesh) -> Result<Self> {
-        let shards = (0..mesh.size()).map(|r| local_piece(global, &spec, mesh, r)).collect::<Result<_>>()?;
-        Ok(DistTensor { mesh: mesh.clone(), spec, shape: global.shape().to_vec(), shards })
+        let shards = (0..mesh.size())
+            .map(|r| local_piece(global, &spec, mesh, r))
+            .collect::<Result<_>>()?;
+        Ok(DistTensor {
+            mesh: mesh.clone(),
+            spec,
+            shape: global.shape().to_vec(),
+            shards,
+        })
     }
 
     /// Wraps per-device shards (e.g. the outputs of a local kernel per device); shapes are
     /// checked against the spec.
-    pub fn from_shards(shards: Vec<Tensor<T>>, spec: ShardSpec, mesh: &Mesh, shape: &[usize]) -> Result<Self> {
+    pub fn from_shards(
+        shards: Vec<Tensor<T>>,
+        spec: ShardSpec,
+        mesh: &Mesh,
+        shape: &[usize],
+    ) -> Result<Self> {
         if shards.len() != mesh.size() {
-            return Err(DistError::Shape(format!("{} shards for a mesh of {}", shards.len(), mesh.size())));
+            return Err(DistError::Shape(format!(
+                "{} shards for a mesh of {}",
+                shards.len(),
+                mesh.size()
+            )));
         }
         for (r, s) in shards.iter().enumerate() {
             let want = spec.local_shape(shape, mesh, r)?;
             if s.shape() != want.as_slice() {
-                return Err(DistError::Shape(format!("shard {r} is {:?}, the spec says {want:?}", s.shape())));
+                return Err(DistError::Shape(format!(
+                    "shard {r} is {:?}, the spec says {want:?}",
+                    s.shape()
+                )));
             }
         }
-        Ok(DistTensor { mesh: mesh.clone(), spec, shape: shape.to_vec(), shards })
+        Ok(DistTensor {
+            mesh: mesh.clone(),
+            spec,
+            shape: shape.to_vec(),
+            shards,
+        })
     }
 
     /// The mesh.
@@ -364,7 +490,9 @@ impl<T: CommElem> DistTensor<T> {
                 Some(&first) => {
                     let (a, b) = (self.shards[first].as_slice(), self.shards[r].as_slice());
                     if bytemuck::cast_slice::<T, u8>(a) != bytemuck::cast_slice::<T, u8>(b) {
-                        return Err(DistError::ReplicaMismatch(format!("ranks {first} and {r} hold different copies")));
+                        return Err(DistError::ReplicaMismatch(format!(
+                            "ranks {first} and {r} hold different copies"
+                        )));
                     }
                 }
                 None => {
@@ -399,10 +527,20 @@ impl<T: CommElem> DistTensor<T> {
     }
 
     /// [`DistTensor::redistribute`], also returning the plan and the collectives observed.
-    pub fn redistribute_traced(&self, to: &ShardSpec) -> Result<(DistTensor<T>, Plan, CollectiveCounts)> {
+    pub fn redistribute_traced(
+        &self,
+        to: &ShardSpec,
+    ) -> Result<(DistTensor<T>, Plan, CollectiveCounts)> {
         let plan = self.plan(to)?;
-        let (shards, seen) = LocalWorld::run(&self.mesh, |ctx| execute_plan(ctx, &plan, self.shards[ctx.rank()].clone()))?;
-        let out = DistTensor { mesh: self.mesh.clone(), spec: to.clone(), shape: self.shape.clone(), shards };
+        let (shards, seen) = LocalWorld::run(&self.mesh, |ctx| {
+            execute_plan(ctx, &plan, self.shards[ctx.rank()].clone())
+        })?;
+        let out = DistTensor {
+            mesh: self.mesh.clone(),
+            spec: to.clone(),
+            shape: self.shape.clone(),
+            shards,
+        };
         Ok((out, plan, seen))
     }
 }

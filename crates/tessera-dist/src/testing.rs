@@ -24,7 +24,9 @@ fn same<T: CommElem>(got: &[T], want: &[T], what: &str, rank: usize) -> Result<(
     if bytemuck::cast_slice::<T, u8>(got) == bytemuck::cast_slice::<T, u8>(want) {
         return Ok(());
     }
-    let i = (0..got.len().min(want.len())).find(|&i| got[i].to_f64() != want[i].to_f64()).unwrap_or(0);
+    let i = (0..got.len().min(want.len()))
+        .find(|&i| got[i].to_f64() != want[i].to_f64())
+        .unwrap_or(0);
     Err(DistError::Backend {
         backend: "check",
         message: format!(
@@ -38,7 +40,12 @@ fn same<T: CommElem>(got: &[T], want: &[T], what: &str, rank: usize) -> Result<(
 
 /// Runs every collective at every size in `sizes` (elements per rank, or per block) and
 /// returns how many checks passed; the first mismatch is an error.
-pub fn check_all<T: CommElem, C: Communicator>(c: &C, sizes: &[usize], algos: &[Algorithm], ops: &[ReduceOp]) -> Result<usize> {
+pub fn check_all<T: CommElem, C: Communicator>(
+    c: &C,
+    sizes: &[usize],
+    algos: &[Algorithm],
+    ops: &[ReduceOp],
+) -> Result<usize> {
     let (n, r) = (c.size(), c.rank());
     let mut passed = 0;
     let own = |len: usize| (0..len).map(|i| input::<T>(r, i)).collect::<Vec<T>>();
@@ -48,55 +55,124 @@ pub fn check_all<T: CommElem, C: Communicator>(c: &C, sizes: &[usize], algos: &[
             for &algo in algos {
                 let mut x = own(len);
                 c.all_reduce(&mut x, op, algo)?;
-                same(&x, &want, &format!("all_reduce in-place {op} {algo} len {len}"), r)?;
+                same(
+                    &x,
+                    &want,
+                    &format!("all_reduce in-place {op} {algo} len {len}"),
+                    r,
+                )?;
                 let mut y = vec![T::default(); len];
                 c.all_reduce_into(&own(len), &mut y, op, algo)?;
-                same(&y, &want, &format!("all_reduce out-of-place {op} {algo} len {len}"), r)?;
+                same(
+                    &y,
+                    &want,
+                    &format!("all_reduce out-of-place {op} {algo} len {len}"),
+                    r,
+                )?;
                 passed += 2;
             }
             // reduce-scatter: block `len`, rank r keeps block r of the reduced n·len buffer.
             let full = own(n * len);
-            let want_blk: Vec<T> = (r * len..(r + 1) * len).map(|i| expect_reduce(n, i, op)).collect();
+            let want_blk: Vec<T> = (r * len..(r + 1) * len)
+                .map(|i| expect_reduce(n, i, op))
+                .collect();
             let mut out = vec![T::default(); len];
             c.reduce_scatter(&full, &mut out, op)?;
-            same(&out, &want_blk, &format!("reduce_scatter out-of-place {op} len {len}"), r)?;
+            same(
+                &out,
+                &want_blk,
+                &format!("reduce_scatter out-of-place {op} len {len}"),
+                r,
+            )?;
             let mut inplace = full.clone();
             c.reduce_scatter_in_place(&mut inplace, op)?;
-            same(&inplace[r * len..(r + 1) * len], &want_blk, &format!("reduce_scatter in-place {op} len {len}"), r)?;
+            same(
+                &inplace[r * len..(r + 1) * len],
+                &want_blk,
+                &format!("reduce_scatter in-place {op} len {len}"),
+                r,
+            )?;
             let p = c.start_reduce_scatter(full, op).wait()?;
-            same(&p, &want_blk, &format!("reduce_scatter non-blocking {op} len {len}"), r)?;
+            same(
+                &p,
+                &want_blk,
+                &format!("reduce_scatter non-blocking {op} len {len}"),
+                r,
+            )?;
             let p = c.start_all_reduce(own(len), op, algos[0]);
-            same(&p.wait()?, &want, &format!("all_reduce non-blocking {op} len {len}"), r)?;
+            same(
+                &p.wait()?,
+                &want,
+                &format!("all_reduce non-blocking {op} len {len}"),
+                r,
+            )?;
             passed += 4;
         }
         // all-gather: block j of the result is rank j's input.
-        let want: Vec<T> = (0..n).flat_map(|j| (0..len).map(move |i| input::<T>(j, i))).collect();
+        let want: Vec<T> = (0..n)
+            .flat_map(|j| (0..len).map(move |i| input::<T>(j, i)))
+            .collect();
         let mut out = vec![T::default(); n * len];
         c.all_gather(&own(len), &mut out)?;
-        same(&out, &want, &format!("all_gather out-of-place len {len}"), r)?;
+        same(
+            &out,
+            &want,
+            &format!("all_gather out-of-place len {len}"),
+            r,
+        )?;
         let mut inplace = vec![T::default(); n * len];
         inplace[r * len..(r + 1) * len].copy_from_slice(&own(len));
         c.all_gather_in_place(&mut inplace)?;
-        same(&inplace, &want, &format!("all_gather in-place len {len}"), r)?;
-        same(&c.start_all_gather(own(len)).wait()?, &want, &format!("all_gather non-blocking len {len}"), r)?;
+        same(
+            &inplace,
+            &want,
+            &format!("all_gather in-place len {len}"),
+            r,
+        )?;
+        same(
+            &c.start_all_gather(own(len)).wait()?,
+            &want,
+            &format!("all_gather non-blocking len {len}"),
+            r,
+        )?;
         passed += 3;
         // broadcast from the first and the last rank.
         for root in [0, n - 1] {
-            let mut x = if r == root { own(len) } else { vec![T::default(); len] };
+            let mut x = if r == root {
+                own(len)
+            } else {
+                vec![T::default(); len]
+            };
             c.broadcast(&mut x, root)?;
             let want: Vec<T> = (0..len).map(|i| input::<T>(root, i)).collect();
             same(&x, &want, &format!("broadcast root {root} len {len}"), r)?;
-            let x = if r == root { own(len) } else { vec![T::default(); len] };
-            same(&c.start_broadcast(x, root).wait()?, &want, &format!("broadcast non-blocking root {root} len {len}"), r)?;
+            let x = if r == root {
+                own(len)
+            } else {
+                vec![T::default(); len]
+            };
+            same(
+                &c.start_broadcast(x, root).wait()?,
+                &want,
+                &format!("broadcast non-blocking root {root} len {len}"),
+                r,
+            )?;
             passed += 2;
         }
         // all-to-all: rank r sends block j = its elements j·len.. to rank j.
         let send = own(n * len);
-        let want: Vec<T> = (0..n).flat_map(|j| (r * len..(r + 1) * len).map(move |i| input::<T>(j, i))).collect();
+        let want: Vec<T> = (0..n)
+            .flat_map(|j| (r * len..(r + 1) * len).map(move |i| input::<T>(j, i)))
+            .collect();
         let mut recv = vec![T::default(); n * len];
         c.all_to_all(&send, &mut recv)?;
         same(&recv, &want, &format!("all_to_all len {len}"), r)?;
-        same(&c.start_all_to_all(send).wait()?, &want, &format!("all_to_all non-blocking len {len}"), r)?;
+        same(
+            &c.start_all_to_all(send).wait()?,
+            &want,
+            &format!("all_to_all non-blocking len {len}"),
+            r,
+        )?;
         passed += 2;
         // send/recv around the ring (even ranks send first so blocking backends never deadlock).
         if n > 1 {
@@ -120,7 +196,12 @@ pub fn check_all<T: CommElem, C: Communicator>(c: &C, sizes: &[usize], algos: &[
                 (c.start_send(own(len), next), g)
             };
             s.wait()?;
-            same(&g.wait()?, &want, &format!("send/recv non-blocking len {len}"), r)?;
+            same(
+                &g.wait()?,
+                &want,
+                &format!("send/recv non-blocking len {len}"),
+                r,
+            )?;
             passed += 2;
         }
     }

@@ -10,8 +10,12 @@ const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Hier
 const OPS: [ReduceOp; 2] = [ReduceOp::Sum, ReduceOp::Max];
 
 fn run_suite<T: tessera_dist::CommElem>(n: usize, sizes: &[usize]) -> usize {
-    let counts = LocalComm::run(n, |c| check_all::<T, _>(c, sizes, &ALGOS, &OPS)).unwrap_or_else(|e| panic!("{n} ranks: {e}"));
-    assert!(counts.iter().all(|&k| k == counts[0] && k > 0), "ranks ran different checks: {counts:?}");
+    let counts = LocalComm::run(n, |c| check_all::<T, _>(c, sizes, &ALGOS, &OPS))
+        .unwrap_or_else(|e| panic!("{n} ranks: {e}"));
+    assert!(
+        counts.iter().all(|&k| k == counts[0] && k > 0),
+        "ranks ran different checks: {counts:?}"
+    );
     counts[0]
 }
 
@@ -41,12 +45,17 @@ fn i32_and_bf16() {
 #[test]
 fn hierarchical_with_explicit_domains_matches_ring() {
     // 6 ranks, domains of 2 and of 3 (through a mesh topology) give the exact ring result.
-    use tessera_dist::{LocalWorld, Link, Mesh, RankContext, Topology};
+    use tessera_dist::{Link, LocalWorld, Mesh, RankContext, Topology};
     for d in [2, 3] {
-        let mesh = Mesh::local([("x", 6)]).unwrap().with_topology(Topology::domains(6, d, Link::nvlink(), Link::infiniband())).unwrap();
+        let mesh = Mesh::local([("x", 6)])
+            .unwrap()
+            .with_topology(Topology::domains(6, d, Link::nvlink(), Link::infiniband()))
+            .unwrap();
         let (out, _) = LocalWorld::run(&mesh, |ctx| {
             let c = ctx.comm(&["x".to_string()])?;
-            let mut a: Vec<f32> = (0..1001).map(|i| ((ctx.rank() * 5 + i) % 13) as f32).collect();
+            let mut a: Vec<f32> = (0..1001)
+                .map(|i| ((ctx.rank() * 5 + i) % 13) as f32)
+                .collect();
             let mut b = a.clone();
             c.all_reduce(&mut a, ReduceOp::Sum, Algorithm::Hierarchical)?;
             c.all_reduce(&mut b, ReduceOp::Sum, Algorithm::Ring)?;
@@ -94,7 +103,11 @@ fn non_blocking_overlaps_compute() {
     // The collective waits on a barrier the compute side releases: it can only finish if it runs
     // concurrently with the caller.
     let out = LocalComm::run(4, |c| {
-        let p = c.start_all_reduce(vec![c.rank() as f32; 1 << 16], ReduceOp::Sum, Algorithm::Ring);
+        let p = c.start_all_reduce(
+            vec![c.rank() as f32; 1 << 16],
+            ReduceOp::Sum,
+            Algorithm::Ring,
+        );
         let mut acc = 0.0f64;
         for i in 0..200_000 {
             acc += (i as f64).sqrt();

@@ -12,25 +12,135 @@ use proc_macro2::TokenStream;
 use tessera_ir::NumericsPolicy;
 use tessera_ir::pipeline::Compiled;
 
-/// Parses `numerics = "kahan_sum"` from a `#[kernel(...)]` attribute.
-pub fn kernel_options(attr: TokenStream) -> syn::Result<NumericsPolicy> {
-    let mut policy = NumericsPolicy::default();
+/// The options of a `#[kernel(...)]` attribute.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelAttr {
+    /// `numerics = "fast" | "deterministic" | "kahan_sum"`.
+    pub policy: NumericsPolicy,
+    /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..], max_trials = N,
+    /// strategy = "hybrid" | "grid" | "random")`.
+    pub autotune: Option<AutotuneAttr>,
+}
+
+/// The search space named by `autotune(...)`; empty lists mean "the built-in choices".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutotuneAttr {
+    pub tiles: Vec<Vec<u32>>,
+    pub vectorize: Vec<u32>,
+    pub stages: Vec<u32>,
+    pub warps: Vec<u32>,
+    pub max_trials: Option<usize>,
+    pub strategy: Option<String>,
+}
+
+fn int_list(e: &syn::Expr, what: &str, check: impl Fn(u64) -> bool) -> syn::Result<Vec<u32>> {
+    let syn::Expr::Array(a) = e else {
+        return Err(syn::Error::new_spanned(
+            e,
+            format!("{what} takes a list: `[1, 2, 4]`"),
+        ));
+    };
+    a.elems.iter().map(|x| lit_u32(x, what, &check)).collect()
+}
+
+fn lit_u32(x: &syn::Expr, what: &str, check: &impl Fn(u64) -> bool) -> syn::Result<u32> {
+    match x {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) => {
+            let v: u64 = i.base10_parse()?;
+            if check(v) && v <= u32::MAX as u64 {
+                Ok(v as u32)
+            } else {
+                Err(syn::Error::new_spanned(
+                    x,
+                    format!("{v} is not a valid value for {what}"),
+                ))
+            }
+        }
+        _ => Err(syn::Error::new_spanned(
+            x,
+            format!("{what} takes integer literals"),
+        )),
+    }
+}
+
+fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr> {
+    let mut a = AutotuneAttr::default();
+    let pow2 = |v: u64| v.is_power_of_two() && v <= 1024;
+    meta.parse_nested_meta(|m| {
+        let key = m.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+        match key.as_str() {
+            "tiles" => {
+                let e: syn::Expr = m.value()?.parse()?;
+                let syn::Expr::Array(arr) = &e else {
+                    return Err(syn::Error::new_spanned(&e, "tiles takes a list of tuples: `[(64, 64, 32), (128, 128, 64)]`"));
+                };
+                for t in &arr.elems {
+                    let syn::Expr::Tuple(tu) = t else {
+                        return Err(syn::Error::new_spanned(t, "a tile is a tuple `(BM, BN, BK)` or `(rows, cols)`"));
+                    };
+                    let dims = tu.elems.iter().map(|x| lit_u32(x, "a tile dim (a power of two ≤ 1024)", &pow2)).collect::<syn::Result<Vec<_>>>()?;
+                    if !(2..=3).contains(&dims.len()) {
+                        return Err(syn::Error::new_spanned(t, "a tile has 2 or 3 dims"));
+                    }
+                    a.tiles.push(dims);
+                }
+            }
+            "vectorize" => a.vectorize = int_list(&m.value()?.parse()?, "vectorize (powers of two ≤ 16)", |v| v.is_power_of_two() && v <= 16)?,
+            "stages" => a.stages = int_list(&m.value()?.parse()?, "stages (1 to 8)", |v| (1..=8).contains(&v))?,
+            "warps" => a.warps = int_list(&m.value()?.parse()?, "warps (powers of two ≤ 32)", |v| v.is_power_of_two() && v <= 32)?,
+            "max_trials" => a.max_trials = Some(lit_u32(&m.value()?.parse()?, "max_trials (≥ 1)", &|v| v >= 1)? as usize),
+            "strategy" => {
+                let s: syn::LitStr = m.value()?.parse()?;
+                if !["hybrid", "grid", "random"].contains(&s.value().as_str()) {
+                    return Err(syn::Error::new(s.span(), "strategy is one of \"hybrid\", \"grid\", \"random\""));
+                }
+                a.strategy = Some(s.value());
+            }
+            _ => return Err(m.error("unknown autotune option; expected tiles, vectorize, stages, warps, max_trials or strategy")),
+        }
+        Ok(())
+    })?;
+    Ok(a)
+}
+
+/// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `autotune(...)`.
+pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
+    let mut out = KernelAttr::default();
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("numerics") {
             let s: syn::LitStr = meta.value()?.parse()?;
-            policy = NumericsPolicy::parse(&s.value())
-                .ok_or_else(|| syn::Error::new(s.span(), "numerics is one of \"fast\", \"deterministic\", \"kahan_sum\""))?;
+            out.policy = NumericsPolicy::parse(&s.value()).ok_or_else(|| {
+                syn::Error::new(
+                    s.span(),
+                    "numerics is one of \"fast\", \"deterministic\", \"kahan_sum\"",
+                )
+            })?;
+            Ok(())
+        } else if meta.path.is_ident("autotune") {
+            out.autotune = Some(parse_autotune(meta)?);
             Ok(())
         } else {
-            Err(meta.error("unknown kernel option; expected `numerics = \"...\"`"))
+            Err(meta
+                .error("unknown kernel option; expected `numerics = \"...\"` or `autotune(...)`"))
         }
     });
     syn::parse::Parser::parse2(parser, attr)?;
-    Ok(policy)
+    Ok(out)
+}
+
+/// The numerics policy of a `#[kernel(...)]` attribute.
+pub fn kernel_options(attr: TokenStream) -> syn::Result<NumericsPolicy> {
+    kernel_attr(attr).map(|a| a.policy)
 }
 
 /// Compiles a `#[kernel]` fn (attribute tokens and item tokens) to its graph and kernels.
-pub fn compile_kernel(attr: TokenStream, item: TokenStream) -> syn::Result<(parse::kernel::KernelItem, Compiled)> {
+pub fn compile_kernel(
+    attr: TokenStream,
+    item: TokenStream,
+) -> syn::Result<(parse::kernel::KernelItem, Compiled)> {
     let k: parse::kernel::KernelItem = syn::parse2(item)?;
     let policy = kernel_options(attr)?;
     let b = parse::kernel::body(&k.block)?;

@@ -8,8 +8,8 @@
 //! **Architecture invariant:** this crate depends on nothing of Tessera's; the macros and the
 //! runtime depend on it.
 
-pub mod fuse;
 pub mod cost;
+pub mod fuse;
 pub mod graph;
 pub mod lower;
 pub mod pipeline;

@@ -30,21 +30,44 @@ fn generic_kernels_emit_and_pass_ptxas() {
                 let l = c.lower_with(i, &s).unwrap();
                 for arch in Arch::ALL {
                     let p = ptx::emit(&l.kernel, &s, arch).unwrap_or_else(|e| panic!("{e}"));
-                    assert!(p.text.starts_with("//") && p.text.contains(&format!(".target {}", arch.target())));
+                    assert!(
+                        p.text.starts_with("//")
+                            && p.text.contains(&format!(".target {}", arch.target()))
+                    );
                     let Some(ptxas) = &ptxas else { continue };
                     let f = dir.join(format!("{}_{}.ptx", p.entry, checked));
                     std::fs::write(&f, &p.text).unwrap();
-                    let out = Command::new(ptxas).args(["-v", &format!("-arch={}", arch.target()), f.to_str().unwrap(), "-o", "/dev/null"]).output().unwrap();
+                    let out = Command::new(ptxas)
+                        .args([
+                            "-v",
+                            &format!("-arch={}", arch.target()),
+                            f.to_str().unwrap(),
+                            "-o",
+                            "/dev/null",
+                        ])
+                        .output()
+                        .unwrap();
                     let log = String::from_utf8_lossy(&out.stderr).to_string();
-                    assert!(out.status.success(), "ptxas rejected {} ({s}, {arch}):\n{log}\n{}", p.entry, p.text);
-                    assert!(log.contains("0 bytes spill stores"), "{} ({s}, {arch}) spills:\n{log}", p.entry);
+                    assert!(
+                        out.status.success(),
+                        "ptxas rejected {} ({s}, {arch}):\n{log}\n{}",
+                        p.entry,
+                        p.text
+                    );
+                    assert!(
+                        log.contains("0 bytes spill stores"),
+                        "{} ({s}, {arch}) spills:\n{log}",
+                        p.entry
+                    );
                     checked += 1;
                 }
             }
         }
     }
     if ptxas.is_none() {
-        eprintln!("TESSERA_PTXAS not set: PTX emitted but ptxas not run (scripts/ptxas-check runs it)");
+        eprintln!(
+            "TESSERA_PTXAS not set: PTX emitted but ptxas not run (scripts/ptxas-check runs it)"
+        );
     } else {
         eprintln!("ptxas accepted {checked} kernels");
     }

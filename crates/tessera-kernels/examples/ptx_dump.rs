@@ -6,12 +6,18 @@
 use std::fmt::Write;
 
 fn main() -> std::io::Result<()> {
-    let dir = std::env::args().nth(1).unwrap_or_else(|| "target/ptx".into());
+    let dir = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/ptx".into());
     let dir = std::path::Path::new(&dir);
     let n = tessera_kernels::ptx::write_all(dir)?;
     let mut index = String::from("file\tkernel\tfused\tschedule\tarch\tthreads\tdyn_smem\n");
     for p in tessera_kernels::ptx::PRECOMPILED {
-        let _ = writeln!(index, "{}\t{}\t{}\t{}\t{}\t{}\t{}", p.file, p.kernel, p.fused, p.schedule, p.arch, p.threads, p.dyn_smem);
+        let _ = writeln!(
+            index,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            p.file, p.kernel, p.fused, p.schedule, p.arch, p.threads, p.dyn_smem
+        );
     }
     std::fs::write(dir.join("index.tsv"), index)?;
     println!("wrote {n} PTX modules to {}", dir.display());

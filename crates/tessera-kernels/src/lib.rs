@@ -12,12 +12,14 @@
 //! # Ok::<(), tessera::Error>(())
 //! ```
 
+pub mod conv;
 pub mod elementwise;
 pub mod linalg;
 pub mod norm;
 pub mod ptx;
 pub mod tiled;
 
+pub use conv::depthwise_conv2d;
 pub use elementwise::{add, gelu, mul};
 pub use linalg::{linear_bias_gelu, linear_bias_gelu_bf16, matmul, matmul_batched, matmul_bf16};
 pub use norm::{layernorm, rmsnorm, softmax};

@@ -18,6 +18,9 @@ use std::fmt;
 pub enum Device {
     /// The CPU backend: Tile IR on a rayon grid, SIMD micro-kernels.
     Cpu,
+    /// The PTX simulator: runs the PTX emitted for `arch` on the CPU, with race, bounds and
+    /// barrier checkers.
+    Sim(tessera_ir::target::ptx::Arch),
     /// A CUDA GPU running the emitted PTX.
     #[cfg(feature = "cuda")]
     Cuda(CudaHandle),
@@ -49,6 +52,16 @@ impl Device {
         Device::Cpu
     }
 
+    /// The PTX simulator running `sm_80` PTX.
+    pub fn sim() -> Device {
+        Device::Sim(tessera_ir::target::ptx::Arch::Sm80)
+    }
+
+    /// The PTX simulator running the PTX emitted for `arch`.
+    pub fn sim_arch(arch: tessera_ir::target::ptx::Arch) -> Device {
+        Device::Sim(arch)
+    }
+
     /// GPU `ordinal` through the CUDA driver. Errors (never panics) when no driver is present,
     /// the ordinal does not exist, or the context cannot be created.
     pub fn cuda(ordinal: usize) -> crate::Result<Device> {
@@ -58,7 +71,9 @@ impl Device {
         }
         #[cfg(not(feature = "cuda"))]
         {
-            Err(crate::Error::DeviceUnavailable(format!("cuda:{ordinal}: tessera was built without the `cuda` feature")))
+            Err(crate::Error::DeviceUnavailable(format!(
+                "cuda:{ordinal}: tessera was built without the `cuda` feature"
+            )))
         }
     }
 
@@ -84,6 +99,7 @@ impl Device {
     pub fn arch(&self) -> Option<tessera_ir::target::ptx::Arch> {
         match self {
             Device::Cpu => None,
+            Device::Sim(a) => Some(*a),
             #[cfg(feature = "cuda")]
             Device::Cuda(h) => h.0.arch(),
         }
@@ -93,6 +109,7 @@ impl Device {
     pub fn name(&self) -> String {
         match self {
             Device::Cpu => "cpu".into(),
+            Device::Sim(a) => format!("sim:{a}"),
             #[cfg(feature = "cuda")]
             Device::Cuda(h) => format!("cuda:{}", h.0.ordinal()),
         }

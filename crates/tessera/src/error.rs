@@ -50,6 +50,31 @@ pub enum Error {
     /// The device cannot run this kernel or feature.
     #[error("{device}: {message}")]
     Unsupported { device: String, message: String },
+    /// The PTX simulator caught a bug in a kernel: an out-of-bounds or misaligned access, a
+    /// shared-memory race, a read of uninitialized shared memory, a barrier not reached by all
+    /// threads, a `cp.async` destination used before its wait, ...
+    #[error(
+        "kernel `{kernel}`, PTX line {line}, CTA ({}, {}, {}), thread {thread}{}: {message}",
+        .cta[0], .cta[1], .cta[2], .address.map(|a| format!(", address {a:#x}")).unwrap_or_default()
+    )]
+    SimCheck {
+        kernel: String,
+        /// 1-based line in the PTX text.
+        line: u32,
+        cta: [u32; 3],
+        /// Linear thread index in the CTA.
+        thread: u32,
+        address: Option<u64>,
+        message: String,
+    },
+    /// Arguments of one launch live on different devices.
+    #[error("kernel `{kernel}`: `{param}` is on {got} but the launch runs on {expected}")]
+    DeviceMismatch {
+        kernel: String,
+        param: String,
+        expected: String,
+        got: String,
+    },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),

@@ -271,7 +271,8 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
             let blocks = batch * gm * gn;
             let flops = 2.0 * (blocks * t0 * t1 * ks * t2) as f64;
             let eb = in_bytes as u64;
-            let bytes = (batch * ((m * k * gn + k * n * gm) * eb + m * n * out_bytes as u64)) as f64;
+            let bytes =
+                (batch * ((m * k * gn + k * n * gm) * eb + m * n * out_bytes as u64)) as f64;
             // Staging the operand tiles each step; on the CPU also packing them and the f32
             // accumulator's read and write around every `dot`.
             let per_step = if cpu {
@@ -299,7 +300,13 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
             // CPU: every (row, kh, kw) step loads a [BW, BC] window and does a multiply-add.
             let steps = if cpu { t0 * kh * kw } else { kh * kw };
             let per_step = t1 * t2 * 4 * 3;
-            (blocks, steps, flops, bytes, (blocks * steps * per_step) as f64)
+            (
+                blocks,
+                steps,
+                flops,
+                bytes,
+                (blocks * steps * per_step) as f64,
+            )
         }
         Problem::Stream {
             rows,

@@ -11,7 +11,12 @@ fn smaller_tiles_move_more_bytes() {
     let small = estimate(&Arch::H100, &p, &Point::new([64, 64, 32], 4, 2, 8));
     let big = estimate(&Arch::H100, &p, &Point::new([128, 128, 64], 8, 3, 8));
     // A is re-read once per column block: 64 vs 32 column blocks.
-    assert!(small.bytes > 1.9 * big.bytes, "{} vs {}", small.bytes, big.bytes);
+    assert!(
+        small.bytes > 1.9 * big.bytes,
+        "{} vs {}",
+        small.bytes,
+        big.bytes
+    );
     assert!(big.time_s < small.time_s);
 }
 
@@ -40,7 +45,10 @@ fn register_spills_are_pruned() {
     let p = mm(4096, 2);
     // 256×256 accumulator over 4 warps: 512 f32 registers per thread.
     let e = estimate(&Arch::H100, &p, &Point::new([256, 256, 32], 4, 1, 8));
-    assert!(matches!(e.pruned, Some(Prune::Registers { cap: 255, .. })), "{e:?}");
+    assert!(
+        matches!(e.pruned, Some(Prune::Registers { cap: 255, .. })),
+        "{e:?}"
+    );
     assert!(e.time_s.is_infinite());
 }
 
@@ -97,7 +105,11 @@ fn cpu_working_set_must_fit_l2() {
     // (512·512 + 512·512 + 512·512) · 4 B = 3 MB > 1 MB.
     let e = estimate(&Arch::cpu(1), &p, &Point::new([512, 512, 512], 1, 1, 1));
     assert!(matches!(e.pruned, Some(Prune::SharedMemory { .. })));
-    assert!(estimate(&Arch::cpu(1), &p, &Point::new([128, 128, 64], 1, 1, 1)).pruned.is_none());
+    assert!(
+        estimate(&Arch::cpu(1), &p, &Point::new([128, 128, 64], 1, 1, 1))
+            .pruned
+            .is_none()
+    );
 }
 
 #[test]

@@ -136,7 +136,9 @@ impl Schedule {
             ],
             KernelClass::Rowwise => vec![vec![1, 256], vec![4, 128], vec![8, 512], vec![16, 128]],
             KernelClass::ColReduce => vec![vec![16, 128], vec![64, 512]],
-            KernelClass::Elementwise => vec![vec![8, 128], vec![16, 256], vec![8, 512], vec![32, 128]],
+            KernelClass::Elementwise => {
+                vec![vec![8, 128], vec![16, 256], vec![8, 512], vec![32, 128]]
+            }
             KernelClass::Transpose => vec![vec![32, 32], vec![64, 128]],
         };
         for tile in tiles {

@@ -1,10 +1,10 @@
 //! `#[kernel]` expansion: a wrapper fn holding a `static KernelDef` with the embedded IR texts.
 
+use proc_macro2::TokenStream;
+use quote::quote;
 use tessera_front::lower::kernel::compile;
 use tessera_front::parse::kernel::{KernelItem, body};
 use tessera_front::parse::types::rust_elem;
-use proc_macro2::TokenStream;
-use quote::quote;
 
 /// Expands `#[kernel(attr)] item`.
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -12,11 +12,18 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(k) => k,
         Err(e) => return e.to_compile_error(),
     };
-    match tessera_front::kernel_options(attr).and_then(|policy| {
+    match tessera_front::kernel_attr(attr).and_then(|a| {
         let b = body(&k.block)?;
-        compile(&k, &b, policy)
+        compile(&k, &b, a.policy).map(|c| (c, a.autotune))
     }) {
-        Ok(c) => wrapper(&k, Some((&c.graph, &c.tiles))),
+        Ok((c, tune)) => match ptx_texts(&c.compiled) {
+            Ok(ptx) => wrapper(&k, Some((&c.graph, &c.tiles, &ptx, &tune))),
+            Err(e) => {
+                let stand_in = wrapper(&k, None);
+                let errors = syn::Error::new_spanned(&k.name, e).to_compile_error();
+                quote!(#errors #stand_in)
+            }
+        },
         Err(e) => {
             let stand_in = wrapper(&k, None);
             let errors = e.to_compile_error();
@@ -27,7 +34,16 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 /// The user-facing fn. Without compiled texts it is a stand-in that keeps callers type-checking
 /// after an error has been reported.
-fn wrapper(k: &KernelItem, compiled: Option<(&String, &Vec<String>)>) -> TokenStream {
+#[allow(clippy::type_complexity)]
+fn wrapper(
+    k: &KernelItem,
+    compiled: Option<(
+        &String,
+        &Vec<String>,
+        &Vec<String>,
+        &Option<tessera_front::AutotuneAttr>,
+    )>,
+) -> TokenStream {
     let KernelItem {
         attrs,
         vis,
@@ -41,10 +57,14 @@ fn wrapper(k: &KernelItem, compiled: Option<(&String, &Vec<String>)>) -> TokenSt
     let out = rust_elem(ret.ty.dtype);
     let name_str = name.to_string();
     let body = match compiled {
-        Some((graph, tiles)) => quote! {
-            static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]);
-            KERNEL.launch::<#out>(&[#(#names.arg()),*])
-        },
+        Some((graph, tiles, ptx, tune)) => {
+            let register = tune.as_ref().map(|t| search_space(&name_str, t));
+            quote! {
+                #register
+                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]);
+                KERNEL.launch::<#out>(&[#(#names.arg()),*])
+            }
+        }
         None => quote! {
             let _ = (#(#names,)*);
             ::core::unreachable!("kernel `{}` failed to compile", #name_str)
@@ -55,5 +75,52 @@ fn wrapper(k: &KernelItem, compiled: Option<(&String, &Vec<String>)>) -> TokenSt
         #vis fn #name(#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
         }
+    }
+}
+
+/// The PTX of every fused kernel's default schedule for every arch (kernel-major, in
+/// `Arch::ALL` order), emitted at compile time.
+fn ptx_texts(c: &tessera_ir::pipeline::Compiled) -> Result<Vec<String>, String> {
+    use tessera_ir::target::ptx::{Arch, emit};
+    let mut out = Vec::new();
+    for k in &c.kernels {
+        for arch in Arch::ALL {
+            out.push(
+                emit(&k.lowered.kernel, &k.schedule, arch)
+                    .map_err(|e| format!("PTX for {arch}: {e}"))?
+                    .text,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Registers the attribute's search space once, at the first launch, unless the program
+/// registered one for this kernel through `tessera::autotune::search_space` already.
+fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
+    let tiles = t.tiles.iter().map(|d| quote!(::std::vec![#(#d),*]));
+    let (v, s, w) = (&t.vectorize, &t.stages, &t.warps);
+    let max = t.max_trials.map(|n| quote!(.max_trials(#n)));
+    let strategy = t.strategy.as_deref().map(|s| match s {
+        "grid" => quote!(.strategy(::tessera::autotune::Strategy::Grid)),
+        "random" => quote!(.strategy(::tessera::autotune::Strategy::Random { seed: 0 })),
+        _ => quote!(.strategy(::tessera::autotune::Strategy::Hybrid)),
+    });
+    quote! {
+        static AUTOTUNE_SPACE: ::std::sync::Once = ::std::sync::Once::new();
+        AUTOTUNE_SPACE.call_once(|| {
+            if ::tessera::autotune::space_of(#name).is_none() {
+                ::tessera::autotune::search_space(
+                    #name,
+                    ::tessera::autotune::SearchSpace::new()
+                        .tiles([#(::tessera::autotune::TileDims(#tiles)),*])
+                        .vectorize([#(#v),*])
+                        .stages([#(#s),*])
+                        .warps([#(#w),*])
+                        #max
+                        #strategy,
+                );
+            }
+        });
     }
 }

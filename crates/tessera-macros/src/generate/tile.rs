@@ -2,11 +2,11 @@
 //! the `launch` / `launch_with` wrappers.
 
 use super::program::program;
+use proc_macro2::TokenStream;
+use quote::quote;
 use tessera_front::lower::tile::check;
 use tessera_front::parse::tile::{TileInput, program as parse_program};
 use tessera_front::parse::types::rust_elem;
-use proc_macro2::TokenStream;
-use quote::quote;
 use tessera_ir::tile::dsl::{Access, ParamDecl};
 
 /// Expands `tile! { .. }`.

@@ -240,11 +240,12 @@ impl Runner for KernelRunner<'_> {
             match &self.programs[j] {
                 Some(p) => p.clone(),
                 None => {
-                    let p = program_for(self.memo, self.compiled, self.i, &self.cands[j])
-                        .map_err(|m| Error::Compile {
+                    let p = program_for(self.memo, self.compiled, self.i, &self.cands[j]).map_err(
+                        |m| Error::Compile {
                             kernel: self.compiled.kernels[self.i].fused.name.clone(),
                             message: m,
-                        })?;
+                        },
+                    )?;
                     self.programs[j] = Some(p.clone());
                     p
                 }

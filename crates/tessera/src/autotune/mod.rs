@@ -75,7 +75,7 @@ pub use cache::{CacheError, Entry, TrialRecord};
 pub use engine::Outcome;
 pub(crate) use kernel::{KernelMemo, select_kernel};
 pub use search::Strategy;
-pub use space::{SearchSpace, TileSpace};
+pub use space::{SearchSpace, TileDims, TileSpace};
 pub(crate) use tile::{TileMemo, tune_tile};
 pub use trial::{TrialConfig, outputs_match};
 
@@ -324,7 +324,8 @@ pub fn entries() -> BTreeMap<String, Entry> {
 pub fn refine(kernel: &str) -> usize {
     let mut s = state();
     let before = s.memory.len();
-    s.memory.retain(|_, e| e.kernel != kernel || e.best.is_none());
+    s.memory
+        .retain(|_, e| e.kernel != kernel || e.best.is_none());
     let n = before - s.memory.len();
     drop(s);
     bump();

@@ -129,7 +129,7 @@ impl SearchSpace {
                 .map(|s| s.tile)
                 .collect(),
         };
-        SearchSpace::new().tiles(tiles.into_iter().map(TileVec))
+        SearchSpace::new().tiles(tiles.into_iter().map(TileDims))
     }
 
     /// Every verified schedule of the space, the default first.
@@ -163,8 +163,10 @@ impl SearchSpace {
     }
 }
 
-struct TileVec(Vec<u32>);
-impl IntoTile for TileVec {
+/// A tile of 2 or 3 dims given as a vector (what `#[kernel(autotune(tiles = ..))]` emits).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TileDims(pub Vec<u32>);
+impl IntoTile for TileDims {
     fn into_tile(self) -> Vec<u32> {
         self.0
     }

@@ -102,7 +102,10 @@ pub(crate) fn tune_tile(
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
     let chosen = match (&hit, m) {
         (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(parse),
-        (None, Mode::Cached) => near.as_ref().and_then(|e| e.best.as_deref()).and_then(parse),
+        (None, Mode::Cached) => near
+            .as_ref()
+            .and_then(|e| e.best.as_deref())
+            .and_then(parse),
         _ => {
             let shapes: Vec<Vec<usize>> = bufs.iter().map(|b| b.dims().to_vec()).collect();
             let job = Job {
@@ -125,10 +128,12 @@ pub(crate) fn tune_tile(
         }
     };
     let chosen = chosen.map(|c| full(&c)).unwrap_or(default);
-    memo.0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((generation_now, shape, space_hash, chosen.clone()));
+    memo.0.lock().unwrap_or_else(|e| e.into_inner()).push((
+        generation_now,
+        shape,
+        space_hash,
+        chosen.clone(),
+    ));
     Ok(chosen)
 }
 
@@ -166,7 +171,10 @@ impl<'a> TileRunner<'a> {
 
 impl Runner for TileRunner<'_> {
     fn run(&mut self, i: usize) -> Result<()> {
-        let knobs: Vec<(&str, i64)> = self.cands[i].iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let knobs: Vec<(&str, i64)> = self.cands[i]
+            .iter()
+            .map(|(n, v)| (n.as_str(), *v))
+            .collect();
         let p = (self.program_for)(&knobs)?;
         crate::backend::cpu::launch(&p, &self.bufs)
     }

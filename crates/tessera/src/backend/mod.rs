@@ -3,6 +3,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod sim;
 
 /// True when a CUDA driver library is present (always false without the `cuda` feature).
 pub fn cuda_driver_present() -> bool {

@@ -86,9 +86,24 @@ impl<T: Element> Tensor<T> {
         T::DTYPE
     }
 
-    /// The device holding the data.
+    /// The device kernels on this tensor run on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The same tensor, placed on `device`: kernels taking it run there.
+    ///
+    /// Storage stays in host memory; a GPU launch copies arguments in and results out (device
+    /// residency across launches is future work).
+    ///
+    /// ```
+    /// use tessera::{Device, Tensor};
+    /// let t = Tensor::<f32>::zeros(&[2, 2]).to(&Device::sim());
+    /// assert_eq!(t.device().name(), "sim:sm_80");
+    /// ```
+    pub fn to(mut self, device: &Device) -> Self {
+        self.device = device.clone();
+        self
     }
 
     /// Copies the elements out.
@@ -128,6 +143,7 @@ impl<T: Element> Tensor<T> {
     /// A type-erased read-only view, as kernels take their inputs.
     pub fn arg(&self) -> TensorRef<'_> {
         TensorRef {
+            device: &self.device,
             dtype: T::DTYPE,
             shape: &self.shape,
             bytes: bytemuck::cast_slice(&self.data),
@@ -137,6 +153,7 @@ impl<T: Element> Tensor<T> {
     /// A type-erased writable view, as `tile!` kernels take their outputs.
     pub fn arg_mut(&mut self) -> TensorMut<'_> {
         TensorMut {
+            device: &self.device,
             dtype: T::DTYPE,
             shape: &self.shape,
             bytes: bytemuck::cast_slice_mut(&mut self.data),
@@ -147,6 +164,8 @@ impl<T: Element> Tensor<T> {
 /// A borrowed, type-erased tensor passed to a launch.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorRef<'a> {
+    /// Where kernels reading this tensor run.
+    pub device: &'a Device,
     pub dtype: DType,
     pub shape: &'a [usize],
     pub bytes: &'a [u8],
@@ -155,6 +174,8 @@ pub struct TensorRef<'a> {
 /// A mutably borrowed, type-erased tensor passed to a launch.
 #[derive(Debug)]
 pub struct TensorMut<'a> {
+    /// Where kernels writing this tensor run.
+    pub device: &'a Device,
     pub dtype: DType,
     pub shape: &'a [usize],
     pub bytes: &'a mut [u8],

@@ -51,9 +51,21 @@ impl Arch {
     /// Registers per SM, max threads per SM, shared memory per block opt-in limit (bytes).
     pub fn limits(self) -> Limits {
         match self {
-            Arch::Sm80 => Limits { regs_per_sm: 65536, max_threads_per_sm: 2048, max_smem_per_block: 163 * 1024 },
-            Arch::Sm89 => Limits { regs_per_sm: 65536, max_threads_per_sm: 1536, max_smem_per_block: 99 * 1024 },
-            Arch::Sm90a => Limits { regs_per_sm: 65536, max_threads_per_sm: 2048, max_smem_per_block: 227 * 1024 },
+            Arch::Sm80 => Limits {
+                regs_per_sm: 65536,
+                max_threads_per_sm: 2048,
+                max_smem_per_block: 163 * 1024,
+            },
+            Arch::Sm89 => Limits {
+                regs_per_sm: 65536,
+                max_threads_per_sm: 1536,
+                max_smem_per_block: 99 * 1024,
+            },
+            Arch::Sm90a => Limits {
+                regs_per_sm: 65536,
+                max_threads_per_sm: 2048,
+                max_smem_per_block: 227 * 1024,
+            },
         }
     }
 }

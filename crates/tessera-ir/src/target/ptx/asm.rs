@@ -67,6 +67,11 @@ impl Asm {
         self.reg(Class::D)
     }
 
+    /// A fresh `.b16` register (a bf16/f16 bit pattern).
+    pub fn h(&mut self) -> Reg {
+        self.reg(Class::H)
+    }
+
     /// A fresh label name.
     pub fn label(&mut self, stem: &str) -> String {
         self.labels += 1;
@@ -88,9 +93,29 @@ impl Asm {
         let _ = writeln!(self.body, "    // {}", s.as_ref());
     }
 
+    /// Appends a phase banner: a blank line and a `// ---- s ----` comment, to split a long
+    /// body into readable sections.
+    pub fn phase(&mut self, s: impl AsRef<str>) {
+        let _ = writeln!(self.body, "\n    // ---- {} ----", s.as_ref());
+    }
+
+    /// `op d, a, b` into a fresh `.b32` register `d`, returned: shorthand for index arithmetic
+    /// (`b` is a register or an immediate).
+    pub fn r_op(&mut self, op: &str, a: impl std::fmt::Display, b: impl std::fmt::Display) -> Reg {
+        let d = self.r();
+        self.i(format!("{op} {d}, {a}, {b}"));
+        d
+    }
+
     /// The register declarations for everything allocated.
     pub fn decls(&self) -> String {
-        let names = [(".f32", "%f"), (".b32", "%r"), (".pred", "%p"), (".b64", "%rd"), (".b16", "%h")];
+        let names = [
+            (".f32", "%f"),
+            (".b32", "%r"),
+            (".pred", "%p"),
+            (".b64", "%rd"),
+            (".b16", "%h"),
+        ];
         let mut s = String::new();
         for (i, (t, n)) in names.iter().enumerate() {
             if self.counts[i] > 0 {
@@ -118,6 +143,15 @@ impl Asm {
         self.i(format!("mov.s32 {r}, {x}"));
         r
     }
+}
+
+/// Registers as a comma-separated list, for vector operands: `{{{}}}` around it gives
+/// `{%r1, %r2}`.
+pub fn list(regs: &[Reg]) -> String {
+    regs.iter()
+        .map(Reg::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An f32 literal in PTX's exact hex form.

@@ -8,10 +8,17 @@
 //! - `sigmoid`: `1/(1 + e^{−x})` with `div.rn` (0 and 1 at the extremes, never NaN).
 //! - `gelu`: `0.5·x·erfc(−x/√2)` with the Numerical-Recipes `erfcc` Chebyshev fit (fractional
 //!   error < 1.2e-7) and the exponent's `z²` error compensated, so the negative tail keeps
-//!   ~1e-6 relative accuracy.
+//!   ~1e-6 relative accuracy. `erfc(−x/√2)` is `1 + erf(x/√2)` taken from `erfc(|z|)` on the
+//!   side where it is small, so there is no `1 + erf` cancellation for negative `x`.
+//! - `binary`: f32 arithmetic with `.rn` (so ptxas does not contract into FMAs), `div.rn`, and
+//!   NaN-propagating `max`/`min`.
+//!
+//! Infinities: `exp(−inf) = 0`, `exp(+inf) = +inf`, `sigmoid(±inf) = 1, 0`, `tanh(±inf) = ±1`,
+//! `gelu(−inf) = 0`, `gelu(+inf) = +inf`; NaN in gives NaN out.
 
 use super::asm::{Asm, Reg, flit};
-use crate::graph::UnaryOp;
+use crate::DType;
+use crate::graph::{BinaryOp, UnaryOp};
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// log2(e) − f32(log2(e)).
@@ -29,10 +36,11 @@ pub fn exp(a: &mut Asm, x: Reg) -> Reg {
     a.i(format!("ex2.approx.f32 {y}, {t}"));
     a.i(format!("mul.rn.f32 {e2}, {e2}, {}", flit(LN2)));
     a.i(format!("fma.rn.f32 {y2}, {y}, {e2}, {y}"));
-    // Keep inf/0 exact where the correction would turn them into NaN.
+    // Keep inf/0 exact where the correction turns them into NaN (x = ±inf, or |x·log2e|
+    // overflowing); a NaN x gives a NaN y anyway.
     let p = a.p();
-    a.i(format!("testp.finite.f32 {p}, {y}"));
-    a.i(format!("selp.f32 {y2}, {y2}, {y}, {p}"));
+    a.i(format!("testp.notanumber.f32 {p}, {y2}"));
+    a.i(format!("selp.f32 {y2}, {y}, {y2}, {p}"));
     y2
 }
 
@@ -51,7 +59,13 @@ pub fn tanh(a: &mut Asm, x: Reg) -> Reg {
     // Small |x|: x + x³(c3 + x²(c5 + x²(c7 + x²(c9 + x²·c11)))).
     let x2 = a.f();
     a.i(format!("mul.rn.f32 {x2}, {x}, {x}"));
-    let coeffs = [-1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0, -1382.0 / 155925.0f64];
+    let coeffs = [
+        -1.0 / 3.0,
+        2.0 / 15.0,
+        -17.0 / 315.0,
+        62.0 / 2835.0,
+        -1382.0 / 155925.0f64,
+    ];
     let mut p = a.fconst(coeffs[4] as f32);
     for c in coeffs[..4].iter().rev() {
         let q = a.f();
@@ -94,25 +108,46 @@ pub fn sigmoid(a: &mut Asm, x: Reg) -> Reg {
     y
 }
 
+/// Numerical Recipes `erfcc` coefficients (Press et al.), lowest degree first:
+/// `erfc z = t·exp(−z² + Σ ERFC[i]·tⁱ)` with `t = 1/(1 + |z|/2)` for `z ≥ 0`.
+const ERFC: [f64; 10] = [
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+];
+
 /// `erfc z` (fractional error < 1.2e-7 for every z).
 pub fn erfc(a: &mut Asm, z: Reg) -> Reg {
-    const C: [f64; 10] = [-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277];
     let (az, h, t) = (a.f(), a.f(), a.f());
     a.i(format!("abs.f32 {az}, {z}"));
-    a.i(format!("fma.rn.f32 {h}, {az}, {}, {}", flit(0.5), flit(1.0)));
+    a.i(format!(
+        "fma.rn.f32 {h}, {az}, {}, {}",
+        flit(0.5),
+        flit(1.0)
+    ));
     a.i(format!("div.rn.f32 {t}, {}, {h}", flit(1.0)));
-    let mut p = a.fconst(C[9] as f32);
-    for c in C[..9].iter().rev() {
+    let mut p = a.fconst(ERFC[9] as f32);
+    for c in ERFC[..9].iter().rev() {
         let q = a.f();
         a.i(format!("fma.rn.f32 {q}, {p}, {t}, {}", flit(*c as f32)));
         p = q;
     }
-    // exponent = −z² + poly, with z² = s + err exactly.
+    // exponent = −z² + poly, with z² = s + err exactly. |z| is capped at 11 (erfc 11 < 2⁻¹⁴⁹,
+    // so the result is 0 either way) to keep z² and its error finite: no inf − inf for huge |z|.
+    let azc = a.f();
+    a.i(format!("min.f32 {azc}, {az}, {}", flit(11.0)));
     let (s, err, ex) = (a.f(), a.f(), a.f());
-    a.i(format!("mul.rn.f32 {s}, {az}, {az}"));
+    a.i(format!("mul.rn.f32 {s}, {azc}, {azc}"));
     let ns = a.f();
     a.i(format!("neg.f32 {ns}, {s}"));
-    a.i(format!("fma.rn.f32 {err}, {az}, {az}, {ns}"));
+    a.i(format!("fma.rn.f32 {err}, {azc}, {azc}, {ns}"));
     a.i(format!("sub.rn.f32 {ex}, {p}, {s}"));
     a.i(format!("sub.rn.f32 {ex}, {ex}, {err}"));
     let e = exp(a, ex);
@@ -128,15 +163,66 @@ pub fn erfc(a: &mut Asm, z: Reg) -> Reg {
 /// Exact GELU: `0.5·x·erfc(−x/√2)`.
 pub fn gelu(a: &mut Asm, x: Reg) -> Reg {
     let z = a.f();
-    a.i(format!("mul.rn.f32 {z}, {x}, {}", flit(-std::f32::consts::FRAC_1_SQRT_2)));
+    a.i(format!(
+        "mul.rn.f32 {z}, {x}, {}",
+        flit(-std::f32::consts::FRAC_1_SQRT_2)
+    ));
     let c = erfc(a, z);
     let (h, y) = (a.f(), a.f());
     a.i(format!("mul.rn.f32 {h}, {x}, {}", flit(0.5)));
     a.i(format!("mul.rn.f32 {y}, {h}, {c}"));
     // gelu(−inf) = 0 (not NaN), gelu(+inf) = +inf.
     let inf = a.p();
-    a.i(format!("setp.eq.f32 {inf}, {x}, {}", flit(f32::NEG_INFINITY)));
+    a.i(format!(
+        "setp.eq.f32 {inf}, {x}, {}",
+        flit(f32::NEG_INFINITY)
+    ));
     a.i(format!("selp.f32 {y}, {}, {y}, {inf}", flit(0.0)));
+    y
+}
+
+/// The f32 instruction of `op` (`.rn` arithmetic, NaN-propagating `max`/`min`).
+pub fn f32_binary(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add.rn.f32",
+        BinaryOp::Sub => "sub.rn.f32",
+        BinaryOp::Mul => "mul.rn.f32",
+        BinaryOp::Div => "div.rn.f32",
+        BinaryOp::Max => "max.NaN.f32",
+        BinaryOp::Min => "min.NaN.f32",
+    }
+}
+
+/// The s32 instruction of `op` (index arithmetic).
+pub fn s32_binary(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add.s32",
+        BinaryOp::Sub => "sub.s32",
+        BinaryOp::Mul => "mul.lo.s32",
+        BinaryOp::Div => "div.s32",
+        BinaryOp::Max => "max.s32",
+        BinaryOp::Min => "min.s32",
+    }
+}
+
+/// `x op y` on f32 registers, into a fresh register.
+pub fn binary(a: &mut Asm, op: BinaryOp, x: Reg, y: Reg) -> Reg {
+    let d = a.f();
+    a.i(format!("{} {d}, {x}, {y}", f32_binary(op)));
+    d
+}
+
+/// Rounds an f32 register to the precision of `dt` through a `.b16` register (bf16/f16, round
+/// to nearest even), as the CPU backend does; other dtypes return `x` unchanged.
+pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
+    let t = match dt {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => return x,
+    };
+    let (h, y) = (a.h(), a.f());
+    a.i(format!("cvt.rn.{t}.f32 {h}, {x}"));
+    a.i(format!("cvt.f32.{t} {y}, {h}"));
     y
 }
 
@@ -171,5 +257,21 @@ pub fn unary(a: &mut Asm, op: UnaryOp, x: Reg) -> Reg {
         UnaryOp::Tanh => tanh(a, x),
         UnaryOp::Sigmoid => sigmoid(a, x),
         UnaryOp::Gelu => gelu(a, x),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The erfc fit, evaluated in f64 as the PTX does in f32, against libm.
+    #[test]
+    fn erfc_fit_is_accurate() {
+        for i in 0..400 {
+            let z = i as f64 * 0.02;
+            let t = 1.0 / (1.0 + 0.5 * z);
+            let p = super::ERFC.iter().rev().fold(0.0, |p, c| p * t + c);
+            let e = t * (-z * z + p).exp();
+            let want = libm::erfc(z);
+            assert!(((e - want) / want).abs() < 2e-7, "z {z}: {e} vs {want}");
+        }
     }
 }

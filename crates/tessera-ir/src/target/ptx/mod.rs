@@ -10,10 +10,10 @@
 //! unverified IR is never emitted.
 
 mod abi;
-pub(crate) mod asm;
-pub(crate) mod math;
 mod arch;
+pub(crate) mod asm;
 mod gemm;
+pub(crate) mod math;
 
 pub use abi::{PtxKernel, entry_signature, header, ident, params_of};
 pub use arch::{Arch, Limits};
@@ -43,6 +43,12 @@ use crate::tile::{self, Kernel};
 /// assert!(p.text.contains(".target sm_80") && p.text.contains("shfl.sync.bfly"));
 /// ```
 pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError> {
-    tile::verify(k).map_err(|e| EmitError { kernel: k.name.clone(), message: format!("unverified Tile IR:\n{e}") })?;
-    generic::emit(k, s.warps, arch)
+    tile::verify(k).map_err(|e| EmitError {
+        kernel: k.name.clone(),
+        message: format!("unverified Tile IR:\n{e}"),
+    })?;
+    if let Some(p) = gemm::emit(k, s, arch)? {
+        return Ok(p);
+    }
+    generic::emit(k, s.warps, s.vector, arch)
 }

@@ -42,11 +42,15 @@ impl CudaDevice {
     /// Opens GPU `ordinal`.
     pub fn open(ordinal: usize) -> Result<Arc<CudaDevice>> {
         if !driver_present() {
-            return Err(Error::DeviceUnavailable("no CUDA driver (libcuda.so) found on this machine".into()));
+            return Err(Error::DeviceUnavailable(
+                "no CUDA driver (libcuda.so) found on this machine".into(),
+            ));
         }
         let n = CudaContext::device_count().map_err(unavailable)?;
         if ordinal >= n.max(0) as usize {
-            return Err(Error::DeviceUnavailable(format!("cuda:{ordinal} requested but the driver reports {n} device(s)")));
+            return Err(Error::DeviceUnavailable(format!(
+                "cuda:{ordinal} requested but the driver reports {n} device(s)"
+            )));
         }
         let ctx = CudaContext::new(ordinal).map_err(unavailable)?;
         let (major, minor) = ctx.compute_capability().map_err(unavailable)?;
@@ -58,7 +62,14 @@ impl CudaDevice {
         };
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let stream = ctx.default_stream();
-        Ok(Arc::new(CudaDevice { ordinal, ctx, stream, arch, name, functions: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(CudaDevice {
+            ordinal,
+            ctx,
+            stream,
+            arch,
+            name,
+            functions: Mutex::new(HashMap::new()),
+        }))
     }
 
     /// The device ordinal.
@@ -77,8 +88,19 @@ impl CudaDevice {
         if let Some(f) = cache.get(&key) {
             return Ok(f.clone());
         }
-        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(k.text.clone())).map_err(|e| Error::Unsupported { device: format!("cuda:{}", self.ordinal), message: format!("loading PTX of {}: {e}", k.entry) })?;
-        let f = module.load_function(&k.entry).map_err(|e| Error::Unsupported { device: format!("cuda:{}", self.ordinal), message: format!("{}: {e}", k.entry) })?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(k.text.clone()))
+            .map_err(|e| Error::Unsupported {
+                device: format!("cuda:{}", self.ordinal),
+                message: format!("loading PTX of {}: {e}", k.entry),
+            })?;
+        let f = module
+            .load_function(&k.entry)
+            .map_err(|e| Error::Unsupported {
+                device: format!("cuda:{}", self.ordinal),
+                message: format!("{}: {e}", k.entry),
+            })?;
         if k.dyn_smem > 48 * 1024 {
             f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.dyn_smem as i32)
                 .map_err(|e| Error::Unsupported { device: format!("cuda:{}", self.ordinal), message: format!("{} needs {} B of shared memory: {e}", k.entry, k.dyn_smem) })?;
@@ -91,23 +113,39 @@ impl CudaDevice {
     /// block and shared memory the kernel implies, copies writable arguments back. Returns the
     /// kernel time in milliseconds, measured with CUDA events.
     pub(crate) fn run(&self, k: &PtxKernel, args: &[Buffer]) -> Result<f32> {
-        let dev = |e: cudarc::driver::DriverError| Error::Unsupported { device: format!("cuda:{}", self.ordinal), message: e.to_string() };
+        let dev = |e: cudarc::driver::DriverError| Error::Unsupported {
+            device: format!("cuda:{}", self.ordinal),
+            message: e.to_string(),
+        };
         let f = self.function(k)?;
         let stream: &Arc<CudaStream> = &self.stream;
         let mut slices = Vec::with_capacity(args.len());
         for a in args {
             // SAFETY: the launcher hands valid (ptr, len) views of host tensors.
             let host = unsafe { std::slice::from_raw_parts(a.ptr as *const u8, a.len) };
-            slices.push(if a.len == 0 { stream.alloc_zeros::<u8>(1).map_err(dev)? } else { stream.clone_htod(host).map_err(dev)? });
+            slices.push(if a.len == 0 {
+                stream.alloc_zeros::<u8>(1).map_err(dev)?
+            } else {
+                stream.clone_htod(host).map_err(dev)?
+            });
         }
-        let dims: Vec<Vec<u32>> = args.iter().map(|a| a.dims().iter().map(|d| *d as u32).collect()).collect();
+        let dims: Vec<Vec<u32>> = args
+            .iter()
+            .map(|a| a.dims().iter().map(|d| *d as u32).collect())
+            .collect();
         let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
         let grid: Vec<u32> = k.grid.iter().map(|g| g.eval(&shapes) as u32).collect();
         if grid.contains(&0) {
             return Ok(0.0);
         }
-        let cfg = LaunchConfig { grid_dim: (grid[0], grid[1], grid[2]), block_dim: (k.threads, 1, 1), shared_mem_bytes: k.dyn_smem };
-        let start = stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(dev)?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid[0], grid[1], grid[2]),
+            block_dim: (k.threads, 1, 1),
+            shared_mem_bytes: k.dyn_smem,
+        };
+        let start = stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(dev)?;
         {
             let mut b = stream.launch_builder(&f);
             for (s, d) in slices.iter().zip(&dims) {
@@ -119,7 +157,9 @@ impl CudaDevice {
             // SAFETY: the argument list follows the kernel ABI (`tessera_ir::target::ptx::abi`).
             unsafe { b.launch(cfg) }.map_err(dev)?;
         }
-        let end = stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(dev)?;
+        let end = stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(dev)?;
         end.synchronize().map_err(dev)?;
         let ms = start.elapsed_ms(&end).map_err(dev)?;
         for (a, s) in args.iter().zip(&slices) {
@@ -134,5 +174,7 @@ impl CudaDevice {
 }
 
 fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }

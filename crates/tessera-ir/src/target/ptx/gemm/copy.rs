@@ -14,7 +14,8 @@
 
 use super::ctx::Ctx;
 use super::layout::SmemTile;
-use super::text::Reg;
+use super::mma::MainLoop;
+use crate::target::ptx::asm::Reg;
 
 /// Where a tile comes from in global memory: element `(r, c)` of the tile is tensor element
 /// `(row0 + r, col0 + c)` of param `param`'s last-two-dims view, offset by `lead_rows` rows.
@@ -25,105 +26,163 @@ pub(super) struct Src {
     pub col0: Reg,
 }
 
+/// What one pipeline stage's copy of K tile `tile` needs: the shared destinations of A and B
+/// in stage `stage` and their global sources.
+pub(super) struct StageCopy {
+    pub a_dst: Reg,
+    pub b_dst: Reg,
+    pub a: Src,
+    pub b: Src,
+}
+
+/// Computes `k0 = lo + tile·bk`, the stage addresses `smem + stage·bytes` (`bytes` = A's and
+/// B's stage sizes; the B stages follow all A stages), and the sources: A rows from `x`,
+/// columns from `k0`; B rows from `k0`, columns from `y`.
+pub(super) fn stage_copy(
+    cx: &mut Ctx,
+    m: &MainLoop,
+    tile: Reg,
+    stage: Reg,
+    bytes: (usize, usize),
+) -> StageCopy {
+    let (smem, b_region) = (cx.smem, bytes.0 * m.stages as usize);
+    let a = &mut cx.asm;
+    let k0 = a.r();
+    a.i(format!("mad.lo.s32 {k0}, {tile}, {}, {}", m.bk, m.lo));
+    let a_dst = a.r();
+    a.i(format!("mad.lo.s32 {a_dst}, {stage}, {}, {smem}", bytes.0));
+    let b_dst = a.r();
+    a.i(format!("mad.lo.s32 {b_dst}, {stage}, {}, {smem}", bytes.1));
+    a.i(format!("add.s32 {b_dst}, {b_dst}, {b_region}"));
+    StageCopy {
+        a_dst,
+        b_dst,
+        a: Src {
+            param: m.a.0,
+            lead_rows: m.a.1,
+            row0: m.x,
+            col0: k0,
+        },
+        b: Src {
+            param: m.b.0,
+            lead_rows: m.b.1,
+            row0: k0,
+            col0: m.y,
+        },
+    }
+}
+
 /// Global address and in-bounds predicate of element `(row0 + lr, col0 + lc)`; the address is
 /// the tensor base when out of bounds.
-fn guarded_addr(cx: &mut Ctx, src: &Src, lr: &str, lc: &str, bytes: usize) -> (Reg, Reg) {
-    let nrows = cx.dims[src.param][cx.dims[src.param].len() - 2].clone();
-    let ncols = cx.dims[src.param].last().unwrap().clone();
+fn guarded_addr(cx: &mut Ctx, src: &Src, lr: Reg, lc: Reg, bytes: usize) -> (Reg, Reg) {
+    let nrows = cx.dims[src.param][cx.dims[src.param].len() - 2];
+    let ncols = *cx.dims[src.param].last().unwrap();
     let a = &mut cx.asm;
-    let row = a.r_op("add.s32", &src.row0, lr);
-    let col = a.r_op("add.s32", &src.col0, lc);
+    let row = a.r_op("add.s32", src.row0, lr);
+    let col = a.r_op("add.s32", src.col0, lc);
     let ok = a.p();
-    a.ins(format!("setp.lt.u32 {ok}, {row}, {nrows}"));
-    a.ins(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
-    let rowflat = a.r_op("add.s32", &src.lead_rows, &row);
-    let addr = cx.elem_addr(src.param, &rowflat, &col, bytes);
-    let base = cx.ptrs[src.param].clone();
-    cx.asm.ins(format!("selp.b64 {addr}, {addr}, {base}, {ok}"));
+    a.i(format!("setp.lt.u32 {ok}, {row}, {nrows}"));
+    a.i(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
+    let rowflat = a.r_op("add.s32", src.lead_rows, row);
+    let addr = cx.elem_addr(src.param, rowflat, col, bytes);
+    let base = cx.ptrs[src.param];
+    cx.asm.i(format!("selp.b64 {addr}, {addr}, {base}, {ok}"));
     (addr, ok)
 }
 
 /// Shared address of the 16-byte chunk `ch` of row `lr` (swizzled), plus `extra` bytes.
-fn swizzled(cx: &mut Ctx, stage: &str, t: &SmemTile, lr: &str, ch: &str) -> Reg {
+fn swizzled(cx: &mut Ctx, stage: Reg, t: &SmemTile, lr: Reg, ch: Reg) -> Reg {
     let a = &mut cx.asm;
     let s = a.r_op("shr.u32", lr, t.shift);
-    let s = a.r_op("and.b32", &s, t.mask);
-    let pch = a.r_op("xor.b32", ch, &s);
+    let s = a.r_op("and.b32", s, t.mask);
+    let pch = a.r_op("xor.b32", ch, s);
     let off = a.r();
-    a.ins(format!("mul.lo.s32 {off}, {lr}, {}", t.row_bytes));
-    a.ins(format!("mad.lo.s32 {off}, {pch}, 16, {off}"));
-    a.r_op("add.s32", stage, &off)
+    a.i(format!("mul.lo.s32 {off}, {lr}, {}", t.row_bytes));
+    a.i(format!("mad.lo.s32 {off}, {pch}, 16, {off}"));
+    a.r_op("add.s32", stage, off)
 }
 
 /// Copies a `t.rows × t.cols` 16-bit tile into the stage at shared address `stage`.
-pub(super) fn tile16(cx: &mut Ctx, stage: &str, t: &SmemTile, src: &Src, fast: &str) {
+pub(super) fn tile16(cx: &mut Ctx, stage: Reg, t: &SmemTile, src: &Src, fast: Reg) {
     let threads = cx.threads;
     let (slow, done) = (cx.asm.label("SLOW_COPY"), cx.asm.label("COPIED"));
-    cx.asm.ins(format!("@!{fast} bra {slow}"));
+    cx.asm.i(format!("@!{fast} bra {slow}"));
     // Fast path: 16-byte chunks.
     let total = t.rows * t.chunks;
     for i in 0..total.div_ceil(threads) {
-        let c = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
-        let guard = guard(cx, &c, total, (i + 1) * threads);
-        let lr = cx.asm.r_op("shr.u32", &c, t.chunks.trailing_zeros());
-        let ch = cx.asm.r_op("and.b32", &c, t.chunks - 1);
-        let lc = cx.asm.r_op("shl.b32", &ch, 3);
-        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 2);
+        let c = cx.asm.r_op("add.s32", cx.tid, i * threads);
+        let guard = guard(cx, c, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", c, t.chunks.trailing_zeros());
+        let ch = cx.asm.r_op("and.b32", c, t.chunks - 1);
+        let lc = cx.asm.r_op("shl.b32", ch, 3);
+        let (addr, ok) = guarded_addr(cx, src, lr, lc, 2);
         let sz = cx.asm.r();
-        cx.asm.ins(format!("selp.u32 {sz}, 16, 0, {ok}"));
-        let dst = swizzled(cx, stage, t, &lr, &ch);
-        cx.asm.ins(format!("{guard}cp.async.cg.shared.global [{dst}], [{addr}], 16, {sz}"));
+        cx.asm.i(format!("selp.u32 {sz}, 16, 0, {ok}"));
+        let dst = swizzled(cx, stage, t, lr, ch);
+        cx.asm.i(format!(
+            "{guard}cp.async.cg.shared.global [{dst}], [{addr}], 16, {sz}"
+        ));
     }
-    cx.asm.ins(format!("bra.uni {done}"));
+    cx.asm.i(format!("bra.uni {done}"));
     cx.asm.place(&slow);
     // Slow path: one element at a time.
     let total = t.rows * t.cols;
     for i in 0..total.div_ceil(threads) {
-        let e = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
-        let guard = guard(cx, &e, total, (i + 1) * threads);
-        let lr = cx.asm.r_op("shr.u32", &e, t.cols.trailing_zeros());
-        let lc = cx.asm.r_op("and.b32", &e, t.cols - 1);
-        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 2);
+        let e = cx.asm.r_op("add.s32", cx.tid, i * threads);
+        let guard = guard(cx, e, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", e, t.cols.trailing_zeros());
+        let lc = cx.asm.r_op("and.b32", e, t.cols - 1);
+        let (addr, ok) = guarded_addr(cx, src, lr, lc, 2);
         let h = cx.asm.h();
-        cx.asm.ins(format!("mov.b16 {h}, 0"));
-        cx.asm.ins(format!("@{ok} ld.global.u16 {h}, [{addr}]"));
-        let ch = cx.asm.r_op("shr.u32", &lc, 3);
-        let dst = swizzled(cx, stage, t, &lr, &ch);
-        let within = cx.asm.r_op("and.b32", &lc, 7);
+        cx.asm.i(format!("mov.b16 {h}, 0"));
+        cx.asm.i(format!("@{ok} ld.global.u16 {h}, [{addr}]"));
+        let ch = cx.asm.r_op("shr.u32", lc, 3);
+        let dst = swizzled(cx, stage, t, lr, ch);
+        let within = cx.asm.r_op("and.b32", lc, 7);
         let dst2 = cx.asm.r();
-        cx.asm.ins(format!("mad.lo.s32 {dst2}, {within}, 2, {dst}"));
-        cx.asm.ins(format!("{guard}st.shared.u16 [{dst2}], {h}"));
+        cx.asm.i(format!("mad.lo.s32 {dst2}, {within}, 2, {dst}"));
+        cx.asm.i(format!("{guard}st.shared.u16 [{dst2}], {h}"));
     }
     cx.asm.place(&done);
 }
 
 /// `@%p ` when only some threads have an item in this round (index `c` of `total`).
-fn guard(cx: &mut Ctx, c: &str, total: usize, end: usize) -> String {
+fn guard(cx: &mut Ctx, c: Reg, total: usize, end: usize) -> String {
     if end <= total {
         return String::new();
     }
     let p = cx.asm.p();
-    cx.asm.ins(format!("setp.lt.u32 {p}, {c}, {total}"));
+    cx.asm.i(format!("setp.lt.u32 {p}, {c}, {total}"));
     format!("@{p} ")
 }
 
 /// Copies an f32 tile of `rows × cols` into shared memory at `stage`, element `(r, c)` landing
 /// at byte `r·row_stride + c·col_stride` (so A can be stored transposed, k-major).
-pub(super) fn tile32(cx: &mut Ctx, stage: &str, rows: usize, cols: usize, strides: (usize, usize), src: &Src) {
+pub(super) fn tile32(
+    cx: &mut Ctx,
+    stage: Reg,
+    rows: usize,
+    cols: usize,
+    strides: (usize, usize),
+    src: &Src,
+) {
     let threads = cx.threads;
     let total = rows * cols;
     for i in 0..total.div_ceil(threads) {
-        let e = cx.asm.r_op("add.s32", &cx.tid.clone(), i * threads);
-        let guard = guard(cx, &e, total, (i + 1) * threads);
-        let lr = cx.asm.r_op("shr.u32", &e, cols.trailing_zeros());
-        let lc = cx.asm.r_op("and.b32", &e, cols - 1);
-        let (addr, ok) = guarded_addr(cx, src, &lr, &lc, 4);
+        let e = cx.asm.r_op("add.s32", cx.tid, i * threads);
+        let guard = guard(cx, e, total, (i + 1) * threads);
+        let lr = cx.asm.r_op("shr.u32", e, cols.trailing_zeros());
+        let lc = cx.asm.r_op("and.b32", e, cols - 1);
+        let (addr, ok) = guarded_addr(cx, src, lr, lc, 4);
         let sz = cx.asm.r();
-        cx.asm.ins(format!("selp.u32 {sz}, 4, 0, {ok}"));
+        cx.asm.i(format!("selp.u32 {sz}, 4, 0, {ok}"));
         let off = cx.asm.r();
-        cx.asm.ins(format!("mul.lo.s32 {off}, {lr}, {}", strides.0));
-        cx.asm.ins(format!("mad.lo.s32 {off}, {lc}, {}, {off}", strides.1));
-        let dst = cx.asm.r_op("add.s32", stage, &off);
-        cx.asm.ins(format!("{guard}cp.async.ca.shared.global [{dst}], [{addr}], 4, {sz}"));
+        cx.asm.i(format!("mul.lo.s32 {off}, {lr}, {}", strides.0));
+        cx.asm
+            .i(format!("mad.lo.s32 {off}, {lc}, {}, {off}", strides.1));
+        let dst = cx.asm.r_op("add.s32", stage, off);
+        cx.asm.i(format!(
+            "{guard}cp.async.ca.shared.global [{dst}], [{addr}], 4, {sz}"
+        ));
     }
 }

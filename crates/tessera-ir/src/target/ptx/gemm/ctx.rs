@@ -1,10 +1,10 @@
 //! Emission state shared by the phases: the text, parameter registers, scalar index values.
 
 use super::pattern::Gemm;
-use super::text::{Asm, Reg};
 use crate::DType;
-use crate::graph::BinaryOp;
-use crate::target::ptx::{EmitError, ident};
+use crate::target::ptx::abi::load_params;
+use crate::target::ptx::asm::{Asm, Reg};
+use crate::target::ptx::{EmitError, math};
 use crate::tile::{Op, TValue};
 use std::collections::HashMap;
 
@@ -32,34 +32,32 @@ impl<'g, 'k> Ctx<'g, 'k> {
     pub fn new(g: &'g Gemm<'k>, threads: usize) -> Ctx<'g, 'k> {
         let mut asm = Asm::default();
         asm.phase("parameters: global base pointers and view dims");
-        let mut ptrs = Vec::new();
-        let mut dims = Vec::new();
-        for p in &g.k.params {
-            let n = ident(&p.name);
-            let rd = asm.rd();
-            asm.ins(format!("ld.param.u64 {rd}, [{n}_ptr]"));
-            asm.ins(format!("cvta.to.global.u64 {rd}, {rd}"));
-            ptrs.push(rd);
-            dims.push(
-                (0..p.rank)
-                    .map(|a| {
-                        let r = asm.r();
-                        asm.ins(format!("ld.param.u32 {r}, [{n}_d{a}]"));
-                        r
-                    })
-                    .collect(),
-            );
-        }
+        let (ptrs, dims) = load_params(&mut asm, g.k)
+            .into_iter()
+            .map(|p| (p.ptr, p.dims))
+            .unzip();
         let tid = asm.r();
-        asm.ins(format!("mov.u32 {tid}, %tid.x"));
+        asm.i(format!("mov.u32 {tid}, %tid.x"));
         let smem = asm.r();
-        asm.ins(format!("mov.u32 {smem}, smem"));
-        Ctx { asm, g, threads, tid, smem, ptrs, dims, scalars: HashMap::new() }
+        asm.i(format!("mov.u32 {smem}, smem"));
+        Ctx {
+            asm,
+            g,
+            threads,
+            tid,
+            smem,
+            ptrs,
+            dims,
+            scalars: HashMap::new(),
+        }
     }
 
     /// An error naming this kernel.
     pub fn err(&self, m: impl Into<String>) -> EmitError {
-        EmitError { kernel: self.g.k.name.clone(), message: m.into() }
+        EmitError {
+            kernel: self.g.k.name.clone(),
+            message: m.into(),
+        }
     }
 
     /// Emits the scalar `i32` instructions among `insts` (index arithmetic); other scalar
@@ -68,7 +66,9 @@ impl<'g, 'k> Ctx<'g, 'k> {
         let k = self.g.k;
         for i in insts {
             let d = k.inst(*i);
-            let [res] = d.results.as_slice() else { continue };
+            let [res] = d.results.as_slice() else {
+                continue;
+            };
             let ty = k.ty(*res);
             if !ty.shape.is_empty() || ty.dtype != DType::I32 {
                 continue;
@@ -77,28 +77,24 @@ impl<'g, 'k> Ctx<'g, 'k> {
                 Op::ProgramId(a) => {
                     let r = self.asm.r();
                     let ax = ["x", "y", "z"][(*a as usize).min(2)];
-                    self.asm.ins(format!("mov.u32 {r}, %ctaid.{ax}"));
+                    self.asm.i(format!("mov.u32 {r}, %ctaid.{ax}"));
                     r
                 }
                 Op::Const(x) => {
                     let r = self.asm.r();
-                    self.asm.ins(format!("mov.u32 {r}, {}", *x as i64 as i32));
+                    self.asm.i(format!("mov.u32 {r}, {}", *x as i64 as i32));
                     r
                 }
-                Op::Dim { param, axis } => self.dims[*param][*axis].clone(),
+                Op::Dim { param, axis } => self.dims[*param][*axis],
                 Op::Binary(op, a, b) => {
                     let (a, b) = (self.scalar(*a)?, self.scalar(*b)?);
-                    let ins = match op {
-                        BinaryOp::Add => "add.s32",
-                        BinaryOp::Sub => "sub.s32",
-                        BinaryOp::Mul => "mul.lo.s32",
-                        BinaryOp::Div => "div.s32",
-                        BinaryOp::Max => "max.s32",
-                        BinaryOp::Min => "min.s32",
-                    };
-                    self.asm.r_op(ins, &a, b)
+                    self.asm.r_op(math::s32_binary(*op), a, b)
                 }
-                op => return Err(self.err(format!("gemm: scalar i32 `{}` is not supported", op.name()))),
+                op => {
+                    return Err(
+                        self.err(format!("gemm: scalar i32 `{}` is not supported", op.name()))
+                    );
+                }
             };
             self.scalars.insert(*res, r);
         }
@@ -107,10 +103,12 @@ impl<'g, 'k> Ctx<'g, 'k> {
 
     /// The register of a scalar `i32` value.
     pub fn scalar(&self, v: TValue) -> Result<Reg, EmitError> {
-        self.scalars
-            .get(&v)
-            .cloned()
-            .ok_or_else(|| self.err(format!("gemm: index %{} is not a scalar i32 computed before use", v.0)))
+        self.scalars.get(&v).copied().ok_or_else(|| {
+            self.err(format!(
+                "gemm: index %{} is not a scalar i32 computed before use",
+                v.0
+            ))
+        })
     }
 
     /// Row offset contributed by leading (batch) indices of param `p`:
@@ -119,29 +117,29 @@ impl<'g, 'k> Ctx<'g, 'k> {
         let r = self.dims[p].len();
         if lead.is_empty() {
             let z = self.asm.r();
-            self.asm.ins(format!("mov.u32 {z}, 0"));
+            self.asm.i(format!("mov.u32 {z}, 0"));
             return z;
         }
-        let mut acc = lead[0].clone();
+        let mut acc = lead[0];
         for (n, l) in lead.iter().enumerate().skip(1) {
-            let d = self.dims[p][n].clone();
+            let d = self.dims[p][n];
             let t = self.asm.r();
-            self.asm.ins(format!("mad.lo.s32 {t}, {acc}, {d}, {l}"));
+            self.asm.i(format!("mad.lo.s32 {t}, {acc}, {d}, {l}"));
             acc = t;
         }
-        let d = self.dims[p][r - 2].clone();
-        self.asm.r_op("mul.lo.s32", &acc, d)
+        let d = self.dims[p][r - 2];
+        self.asm.r_op("mul.lo.s32", acc, d)
     }
 
     /// Predicate: every leading index of `p` is in bounds (a uniform value).
     pub fn lead_ok(&mut self, p: usize, lead: &[Reg]) -> Option<Reg> {
         let mut ok: Option<Reg> = None;
         for (n, l) in lead.iter().enumerate() {
-            let d = self.dims[p][n].clone();
+            let d = self.dims[p][n];
             let q = self.asm.p();
             match &ok {
-                None => self.asm.ins(format!("setp.lt.u32 {q}, {l}, {d}")),
-                Some(o) => self.asm.ins(format!("setp.lt.and.u32 {q}, {l}, {d}, {o}")),
+                None => self.asm.i(format!("setp.lt.u32 {q}, {l}, {d}")),
+                Some(o) => self.asm.i(format!("setp.lt.and.u32 {q}, {l}, {d}, {o}")),
             }
             ok = Some(q);
         }
@@ -150,17 +148,17 @@ impl<'g, 'k> Ctx<'g, 'k> {
 
     /// Global address of element `(rowflat, col)` of param `p` (`rowflat` already includes the
     /// leading rows), `bytes` per element: `base + (rowflat·d[r-1] + col)·bytes`.
-    pub fn elem_addr(&mut self, p: usize, rowflat: &str, col: &str, bytes: usize) -> Reg {
-        let ncols = self.dims[p].last().unwrap().clone();
-        let base = self.ptrs[p].clone();
+    pub fn elem_addr(&mut self, p: usize, rowflat: Reg, col: Reg, bytes: usize) -> Reg {
+        let ncols = *self.dims[p].last().unwrap();
+        let base = self.ptrs[p];
         let a = &mut self.asm;
-        let off = a.rd();
-        a.ins(format!("mul.wide.u32 {off}, {rowflat}, {ncols}"));
-        let c = a.rd();
-        a.ins(format!("cvt.u64.u32 {c}, {col}"));
-        a.ins(format!("add.s64 {off}, {off}, {c}"));
-        let addr = a.rd();
-        a.ins(format!("mad.lo.s64 {addr}, {off}, {bytes}, {base}"));
+        let off = a.d();
+        a.i(format!("mul.wide.u32 {off}, {rowflat}, {ncols}"));
+        let c = a.d();
+        a.i(format!("cvt.u64.u32 {c}, {col}"));
+        a.i(format!("add.s64 {off}, {off}, {c}"));
+        let addr = a.d();
+        a.i(format!("mad.lo.s64 {addr}, {off}, {bytes}, {base}"));
         addr
     }
 }

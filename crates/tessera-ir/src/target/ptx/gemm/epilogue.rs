@@ -9,10 +9,10 @@
 //! row length and pointer allow (a uniform check); otherwise two predicated scalar stores.
 
 use super::ctx::Ctx;
-use super::math;
-use super::text::{Reg, f32_imm};
 use crate::DType;
 use crate::target::ptx::EmitError;
+use crate::target::ptx::asm::Reg;
+use crate::target::ptx::math;
 use crate::tile::{Inst, Op, TValue};
 use std::collections::HashMap;
 
@@ -53,13 +53,24 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
             ev.defs.insert(*r, *i);
         }
     }
-    let Op::Store { param, index, value, mask } = &k.inst(g.store).op else { unreachable!() };
+    let Op::Store {
+        param,
+        index,
+        value,
+        mask,
+    } = &k.inst(g.store).op
+    else {
+        unreachable!()
+    };
     if mask.is_some() {
         return Err(cx.err("gemm epilogue: masked store is not supported"));
     }
     let vt = k.ty(*value);
     if vt.shape != [g.bm, g.bn] {
-        return Err(cx.err(format!("gemm epilogue: stored tile {vt} is not [{}, {}]", g.bm, g.bn)));
+        return Err(cx.err(format!(
+            "gemm epilogue: stored tile {vt} is not [{}, {}]",
+            g.bm, g.bn
+        )));
     }
     let out_ty = k.params[*param].dtype;
     let (es, st1, st2) = match out_ty {
@@ -71,67 +82,75 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
     if index.len() != rank || rank < 2 {
         return Err(cx.err("gemm epilogue: store index does not match the output view"));
     }
-    let idx: Vec<Reg> = index.iter().map(|v| cx.scalar(*v)).collect::<Result<_, _>>()?;
-    cx.asm.phase("epilogue: output bounds and vector-store check");
+    let idx: Vec<Reg> = index
+        .iter()
+        .map(|v| cx.scalar(*v))
+        .collect::<Result<_, _>>()?;
+    cx.asm
+        .phase("epilogue: output bounds and vector-store check");
     let lead_rows = cx.lead_rows(*param, &idx[..rank - 2]);
     let lead_ok = cx.lead_ok(*param, &idx[..rank - 2]);
-    let (nrows, ncols) = (cx.dims[*param][rank - 2].clone(), cx.dims[*param][rank - 1].clone());
-    let (i0, j0) = (idx[rank - 2].clone(), idx[rank - 1].clone());
-    let base = cx.ptrs[*param].clone();
+    let (nrows, ncols) = (cx.dims[*param][rank - 2], cx.dims[*param][rank - 1]);
+    let (i0, j0) = (idx[rank - 2], idx[rank - 1]);
+    let base = cx.ptrs[*param];
     let vec_ok = {
         let a = &mut cx.asm;
         let v = a.p();
-        let t = a.r_op("or.b32", &ncols, &j0);
-        let t = a.r_op("and.b32", &t, 1);
-        a.ins(format!("setp.eq.u32 {v}, {t}, 0"));
+        let t = a.r_op("or.b32", ncols, j0);
+        let t = a.r_op("and.b32", t, 1);
+        a.i(format!("setp.eq.u32 {v}, {t}, 0"));
         let lo = a.r();
-        a.ins(format!("cvt.u32.u64 {lo}, {base}"));
-        let t = a.r_op("and.b32", &lo, 2 * es - 1);
-        a.ins(format!("setp.eq.and.u32 {v}, {t}, 0, {v}"));
+        a.i(format!("cvt.u32.u64 {lo}, {base}"));
+        let t = a.r_op("and.b32", lo, 2 * es - 1);
+        a.i(format!("setp.eq.and.u32 {v}, {t}, 0, {v}"));
         v
     };
 
     let nslots = frame.cols.len();
     for q in 0..nslots / 2 {
         for mi in 0..frame.rows.len() {
-            cx.asm.phase(format!("epilogue: row slot {mi}, column slots {}..{}", 2 * q, 2 * q + 1));
+            cx.asm.phase(format!(
+                "epilogue: row slot {mi}, column slots {}..{}",
+                2 * q,
+                2 * q + 1
+            ));
             let v0 = ev.value(cx, *value, mi, 2 * q)?;
             let v1 = ev.value(cx, *value, mi, 2 * q + 1)?;
             let a = &mut cx.asm;
             a.comment("store: bounds row < M, col < N");
-            let row = a.r_op("add.s32", &i0, &frame.rows[mi]);
-            let col = a.r_op("add.s32", &j0, &frame.cols[2 * q]);
-            let col1 = a.r_op("add.s32", &col, 1);
+            let row = a.r_op("add.s32", i0, frame.rows[mi]);
+            let col = a.r_op("add.s32", j0, frame.cols[2 * q]);
+            let col1 = a.r_op("add.s32", col, 1);
             let rok = a.p();
-            a.ins(format!("setp.lt.u32 {rok}, {row}, {nrows}"));
+            a.i(format!("setp.lt.u32 {rok}, {row}, {nrows}"));
             if let Some(l) = &lead_ok {
-                a.ins(format!("and.pred {rok}, {rok}, {l}"));
+                a.i(format!("and.pred {rok}, {rok}, {l}"));
             }
             let (ok0, ok1) = (a.p(), a.p());
-            a.ins(format!("setp.lt.and.u32 {ok0}, {col}, {ncols}, {rok}"));
-            a.ins(format!("setp.lt.and.u32 {ok1}, {col1}, {ncols}, {rok}"));
+            a.i(format!("setp.lt.and.u32 {ok0}, {col}, {ncols}, {rok}"));
+            a.i(format!("setp.lt.and.u32 {ok1}, {col1}, {ncols}, {rok}"));
             let pv = a.p();
-            a.ins(format!("and.pred {pv}, {ok1}, {vec_ok}"));
-            a.ins(format!("and.pred {ok0}, {ok0}, !{pv}"));
-            a.ins(format!("and.pred {ok1}, {ok1}, !{pv}"));
-            let rowflat = a.r_op("add.s32", &lead_rows, &row);
-            let addr = cx.elem_addr(*param, &rowflat, &col, es);
+            a.i(format!("and.pred {pv}, {ok1}, {vec_ok}"));
+            a.i(format!("and.pred {ok0}, {ok0}, !{pv}"));
+            a.i(format!("and.pred {ok1}, {ok1}, !{pv}"));
+            let rowflat = a.r_op("add.s32", lead_rows, row);
+            let addr = cx.elem_addr(*param, rowflat, col, es);
             let a = &mut cx.asm;
             match out_ty {
                 DType::F32 => {
-                    a.ins(format!("@{pv} {st2} [{addr}], {{{v0}, {v1}}}"));
-                    a.ins(format!("@{ok0} {st1} [{addr}], {v0}"));
-                    a.ins(format!("@{ok1} {st1} [{addr}+4], {v1}"));
+                    a.i(format!("@{pv} {st2} [{addr}], {{{v0}, {v1}}}"));
+                    a.i(format!("@{ok0} {st1} [{addr}], {v0}"));
+                    a.i(format!("@{ok1} {st1} [{addr}+4], {v1}"));
                 }
                 _ => {
                     let t = if out_ty == DType::BF16 { "bf16" } else { "f16" };
                     let pk = a.r();
-                    a.ins(format!("cvt.rn.{t}x2.f32 {pk}, {v1}, {v0}"));
+                    a.i(format!("cvt.rn.{t}x2.f32 {pk}, {v1}, {v0}"));
                     let (h0, h1) = (a.h(), a.h());
-                    a.ins(format!("mov.b32 {{{h0}, {h1}}}, {pk}"));
-                    a.ins(format!("@{pv} {st2} [{addr}], {pk}"));
-                    a.ins(format!("@{ok0} {st1} [{addr}], {h0}"));
-                    a.ins(format!("@{ok1} {st1} [{addr}+2], {h1}"));
+                    a.i(format!("mov.b32 {{{h0}, {h1}}}, {pk}"));
+                    a.i(format!("@{pv} {st2} [{addr}], {pk}"));
+                    a.i(format!("@{ok0} {st1} [{addr}], {h0}"));
+                    a.i(format!("@{ok1} {st1} [{addr}+2], {h1}"));
                 }
             }
         }
@@ -144,56 +163,60 @@ impl Eval<'_> {
     fn value(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
         let k = cx.g.k;
         if v == cx.g.acc {
-            return Ok(self.frame.acc[mi][ni].clone());
+            return Ok(self.frame.acc[mi][ni]);
         }
         let ty = k.ty(v).clone();
         let (vr, vc) = match ty.shape.as_slice() {
             [] => (false, false),
             [r, c] => (*r > 1, *c > 1),
-            _ => return Err(cx.err(format!("gemm epilogue: %{} has rank-{} type {ty}", v.0, ty.shape.len()))),
+            _ => {
+                return Err(cx.err(format!(
+                    "gemm epilogue: %{} has rank-{} type {ty}",
+                    v.0,
+                    ty.shape.len()
+                )));
+            }
         };
         let key = (v, if vr { mi } else { ANY }, if vc { ni } else { ANY });
         if let Some(r) = self.memo.get(&key) {
-            return Ok(r.clone());
+            return Ok(*r);
         }
         if !matches!(ty.dtype, DType::F32 | DType::BF16 | DType::F16) {
-            return Err(cx.err(format!("gemm epilogue: %{} of type {ty} is not a float tile", v.0)));
+            return Err(cx.err(format!(
+                "gemm epilogue: %{} of type {ty} is not a float tile",
+                v.0
+            )));
         }
         let Some(inst) = self.defs.get(&v).copied() else {
-            return Err(cx.err(format!("gemm epilogue: %{} is not defined at top level", v.0)));
+            return Err(cx.err(format!(
+                "gemm epilogue: %{} is not defined at top level",
+                v.0
+            )));
         };
         let op = k.inst(inst).op.clone();
         let r = match &op {
-            Op::Const(x) | Op::Full(x) => {
-                let f = cx.asm.f();
-                cx.asm.ins(format!("mov.f32 {f}, {}", f32_imm(*x)));
-                f
-            }
+            Op::Const(x) | Op::Full(x) => cx.asm.fconst(*x as f32),
             Op::Unary(u, x) => {
                 let x = self.value(cx, *x, mi, ni)?;
-                math::unary(&mut cx.asm, *u, &x)
+                math::unary(&mut cx.asm, *u, x)
             }
             Op::Binary(b, x, y) => {
                 let x = self.value(cx, *x, mi, ni)?;
                 let y = self.value(cx, *y, mi, ni)?;
-                math::binary(&mut cx.asm, *b, &x, &y)
+                math::binary(&mut cx.asm, *b, x, y)
             }
             // Per element, a broadcast is the element itself.
             Op::Broadcast(x) => self.value(cx, *x, mi, ni)?,
             Op::Cast(x) => {
                 let x = self.value(cx, *x, mi, ni)?;
-                match ty.dtype {
-                    DType::F32 => x,
-                    d => {
-                        let t = if d == DType::BF16 { "bf16" } else { "f16" };
-                        let (h, f) = (cx.asm.h(), cx.asm.f());
-                        cx.asm.ins(format!("cvt.rn.{t}.f32 {h}, {x}"));
-                        cx.asm.ins(format!("cvt.f32.{t} {f}, {h}"));
-                        f
-                    }
-                }
+                math::round(&mut cx.asm, ty.dtype, x)
             }
-            Op::Load { param, index, mask, other } => {
+            Op::Load {
+                param,
+                index,
+                mask,
+                other,
+            } => {
                 if mask.is_some() {
                     return Err(cx.err("gemm epilogue: masked load is not supported"));
                 }
@@ -207,7 +230,7 @@ impl Eval<'_> {
                 )));
             }
         };
-        self.memo.insert(key, r.clone());
+        self.memo.insert(key, r);
         Ok(r)
     }
 
@@ -228,49 +251,70 @@ impl Eval<'_> {
         let rank = k.params[param].rank;
         let pty = k.params[param].dtype;
         if index.len() != rank || rank < 2 || ty.shape.len() != 2 {
-            return Err(cx.err(format!("gemm epilogue: load of %{} must be a rank-2 tile of a rank ≥ 2 view", v.0)));
+            return Err(cx.err(format!(
+                "gemm epilogue: load of %{} must be a rank-2 tile of a rank ≥ 2 view",
+                v.0
+            )));
         }
-        if ty.shape[0] != 1 && ty.shape[0] != cx.g.bm || ty.shape[1] != 1 && ty.shape[1] != cx.g.bn {
-            return Err(cx.err(format!("gemm epilogue: loaded tile {ty} does not broadcast to the output tile")));
+        if ty.shape[0] != 1 && ty.shape[0] != cx.g.bm || ty.shape[1] != 1 && ty.shape[1] != cx.g.bn
+        {
+            return Err(cx.err(format!(
+                "gemm epilogue: loaded tile {ty} does not broadcast to the output tile"
+            )));
         }
-        let idx: Vec<Reg> = index.iter().map(|x| cx.scalar(*x)).collect::<Result<_, _>>()?;
+        let idx: Vec<Reg> = index
+            .iter()
+            .map(|x| cx.scalar(*x))
+            .collect::<Result<_, _>>()?;
         if !self.loads.contains_key(&v) {
             let lr = cx.lead_rows(param, &idx[..rank - 2]);
             let lo = cx.lead_ok(param, &idx[..rank - 2]);
             self.loads.insert(v, (lr, lo));
         }
-        let (lead_rows, lead_ok) = self.loads[&v].clone();
-        let (nrows, ncols) = (cx.dims[param][rank - 2].clone(), cx.dims[param][rank - 1].clone());
+        let (lead_rows, lead_ok) = self.loads[&v];
+        let (nrows, ncols) = (cx.dims[param][rank - 2], cx.dims[param][rank - 1]);
         let a = &mut cx.asm;
-        a.comment(format!("load %{} at ({}, {})", v.0, if ty.shape[0] > 1 { "row" } else { "origin" }, if ty.shape[1] > 1 { "col" } else { "origin" }));
-        let row = if ty.shape[0] > 1 { a.r_op("add.s32", &idx[rank - 2], &self.frame.rows[mi]) } else { idx[rank - 2].clone() };
-        let col = if ty.shape[1] > 1 { a.r_op("add.s32", &idx[rank - 1], &self.frame.cols[ni]) } else { idx[rank - 1].clone() };
+        a.comment(format!(
+            "load %{} at ({}, {})",
+            v.0,
+            if ty.shape[0] > 1 { "row" } else { "origin" },
+            if ty.shape[1] > 1 { "col" } else { "origin" }
+        ));
+        let row = if ty.shape[0] > 1 {
+            a.r_op("add.s32", idx[rank - 2], self.frame.rows[mi])
+        } else {
+            idx[rank - 2]
+        };
+        let col = if ty.shape[1] > 1 {
+            a.r_op("add.s32", idx[rank - 1], self.frame.cols[ni])
+        } else {
+            idx[rank - 1]
+        };
         let ok = a.p();
-        a.ins(format!("setp.lt.u32 {ok}, {row}, {nrows}"));
-        a.ins(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
+        a.i(format!("setp.lt.u32 {ok}, {row}, {nrows}"));
+        a.i(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
         if let Some(l) = &lead_ok {
-            a.ins(format!("and.pred {ok}, {ok}, {l}"));
+            a.i(format!("and.pred {ok}, {ok}, {l}"));
         }
-        let rowflat = a.r_op("add.s32", &lead_rows, &row);
+        let rowflat = a.r_op("add.s32", lead_rows, row);
         let es = match pty {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
             t => return Err(cx.err(format!("gemm epilogue: load of {t} is not supported"))),
         };
-        let addr = cx.elem_addr(param, &rowflat, &col, es);
+        let addr = cx.elem_addr(param, rowflat, col, es);
         let a = &mut cx.asm;
-        let f = a.f();
-        a.ins(format!("mov.f32 {f}, {}", f32_imm(other)));
+        let f = a.fconst(other as f32);
         match pty {
-            DType::F32 => a.ins(format!("@{ok} ld.global.f32 {f}, [{addr}]")),
+            DType::F32 => a.i(format!("@{ok} ld.global.f32 {f}, [{addr}]")),
             _ => {
                 let t = if pty == DType::BF16 { "bf16" } else { "f16" };
                 let h = a.h();
-                a.ins(format!("mov.b16 {h}, 0"));
-                a.ins(format!("@{ok} ld.global.u16 {h}, [{addr}]"));
+                a.i(format!("mov.b16 {h}, 0"));
+                a.i(format!("@{ok} ld.global.u16 {h}, [{addr}]"));
                 let g = a.f();
-                a.ins(format!("cvt.f32.{t} {g}, {h}"));
-                a.ins(format!("selp.f32 {f}, {g}, {f}, {ok}"));
+                a.i(format!("cvt.f32.{t} {g}, {h}"));
+                a.i(format!("selp.f32 {f}, {g}, {f}, {ok}"));
             }
         }
         Ok(f)

@@ -27,9 +27,18 @@ pub(super) fn warp_tiling(bm: usize, bn: usize, warps: usize) -> Option<WarpTili
             let (wtm, wtn) = (bm / wm, bn / wn);
             if wtm % 16 == 0 && wtn % 16 == 0 {
                 // Prefer square warp tiles, then taller (along M) ones: 2×4 warps of 64×32 at 128×128.
-                let skew = (wtm.trailing_zeros() as i64 - wtn.trailing_zeros() as i64).unsigned_abs() as usize * 2
+                let skew = (wtm.trailing_zeros() as i64 - wtn.trailing_zeros() as i64)
+                    .unsigned_abs() as usize
+                    * 2
                     + usize::from(wtm < wtn);
-                let t = WarpTiling { wm, wn, wtm, wtn, mt: wtm / 16, nt: wtn / 8 };
+                let t = WarpTiling {
+                    wm,
+                    wn,
+                    wtm,
+                    wtn,
+                    mt: wtm / 16,
+                    nt: wtn / 8,
+                };
                 if best.as_ref().is_none_or(|(s, _)| skew < *s) {
                     best = Some((skew, t));
                 }
@@ -62,7 +71,11 @@ pub(super) fn micro_tiling(bm: usize, bn: usize, threads: usize) -> Option<Micro
     if tn < 2 || bn % tn != 0 || bm % tm != 0 || (bn / tn) * (bm / tm) != threads {
         return None;
     }
-    Some(MicroTiling { tm, tn, tcols: bn / tn })
+    Some(MicroTiling {
+        tm,
+        tn,
+        tcols: bn / tn,
+    })
 }
 
 /// A `rows × cols` tile of 16-bit elements in shared memory, rows of 16-byte chunks, with the
@@ -88,7 +101,14 @@ impl SmemTile {
     pub fn new(rows: usize, cols: usize) -> SmemTile {
         let chunks = cols / 8;
         let shift = (8 / chunks.min(8)).trailing_zeros();
-        SmemTile { rows, cols, row_bytes: cols * 2, chunks, shift, mask: chunks.min(8) - 1 }
+        SmemTile {
+            rows,
+            cols,
+            row_bytes: cols * 2,
+            chunks,
+            shift,
+            mask: chunks.min(8) - 1,
+        }
     }
 
     /// Bytes of one stage.
@@ -107,7 +127,9 @@ impl SmemTile {
 /// lowered when `stages · stage_bytes` exceeds the opt-in limit); `None` if even one does not.
 pub(super) fn stages_that_fit(stage_bytes: usize, requested: u32, arch: Arch) -> Option<u32> {
     let limit = arch.limits().max_smem_per_block as usize;
-    (1..=requested.max(1)).rev().find(|s| *s as usize * stage_bytes <= limit)
+    (1..=requested.max(1))
+        .rev()
+        .find(|s| *s as usize * stage_bytes <= limit)
 }
 
 #[cfg(test)]
@@ -141,7 +163,14 @@ mod tests {
 
     #[test]
     fn micro_tiles() {
-        assert_eq!(micro_tiling(128, 128, 256), Some(MicroTiling { tm: 8, tn: 8, tcols: 16 }));
+        assert_eq!(
+            micro_tiling(128, 128, 256),
+            Some(MicroTiling {
+                tm: 8,
+                tn: 8,
+                tcols: 16
+            })
+        );
         assert_eq!(micro_tiling(128, 256, 256).unwrap().tn, 16);
     }
 }

@@ -3,7 +3,8 @@
 //! Entry point: [`emit`]. It recognises the kernel structurally ([`pattern`]), then emits
 //! parameters and index scalars ([`ctx`]), the K loop ([`mma`] or [`ffma`], wrapped in the
 //! `cp.async` pipeline of [`pipeline`], copies in [`copy`]), and the per-element epilogue and
-//! store ([`epilogue`], math in [`math`]).
+//! store ([`epilogue`], math from the shared [`super::math`]); text through the shared
+//! [`super::asm::Asm`].
 //!
 //! Design:
 //! - **bf16/f16 → tensor cores.** `s.warps` warps tile BM×BN as the most square split whose warp
@@ -26,19 +27,14 @@
 //! - No `.maxnreg`/`.minnctapersm`: 64 accumulators alone exceed a 64-register cap at the
 //!   default tile, and forcing one spills. The entry carries `.maxntid threads, 1, 1`.
 
-// Until the PTX dispatcher calls `emit`, only the tests use this module.
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod copy;
 mod ctx;
 mod epilogue;
 mod ffma;
 mod layout;
-mod math;
 mod mma;
 mod pattern;
 mod pipeline;
-mod text;
 
 use super::abi::{self, PtxKernel};
 use super::{Arch, EmitError};
@@ -51,41 +47,89 @@ use std::fmt::Write;
 
 /// Emits `k` with the tensor-core (or FFMA) GEMM template; `Ok(None)` when `k` is not a
 /// matmul-class kernel of the shape this template handles.
-pub(crate) fn emit(k: &tile::Kernel, s: &Schedule, arch: Arch) -> Result<Option<PtxKernel>, EmitError> {
-    let Some(g) = pattern::recognise(k) else { return Ok(None) };
-    let err = |m: String| EmitError { kernel: k.name.clone(), message: m };
-    if s.tile.len() != 3 || s.tile != [g.bm as u32, g.bn as u32, g.bk as u32] {
-        return Err(err(format!("gemm: tiles {}x{}x{} in the IR disagree with {s}", g.bm, g.bn, g.bk)));
+pub(crate) fn emit(
+    k: &tile::Kernel,
+    s: &Schedule,
+    arch: Arch,
+) -> Result<Option<PtxKernel>, EmitError> {
+    let Some(g) = pattern::recognise(k) else {
+        return Ok(None);
+    };
+    let err = |m: String| EmitError {
+        kernel: k.name.clone(),
+        message: m,
+    };
+    let ir_tile = [g.bm as u32, g.bn as u32, g.bk as u32];
+    // A hand-written `tile!` program carries its tile in the IR and comes with a generic
+    // schedule: take the tile from the IR, keep warps and ask for a 2-stage pipeline.
+    let adopted;
+    let s = if s.class != crate::schedule::KernelClass::Matmul {
+        adopted = Schedule {
+            class: crate::schedule::KernelClass::Matmul,
+            tile: ir_tile.to_vec(),
+            stages: s.stages.max(2),
+            ..s.clone()
+        };
+        &adopted
+    } else {
+        s
+    };
+    if s.tile != ir_tile {
+        return Err(err(format!(
+            "gemm: tiles {}x{}x{} in the IR disagree with {s}",
+            g.bm, g.bn, g.bk
+        )));
     }
     if ![g.bm, g.bn, g.bk].iter().all(|d| d.is_power_of_two()) {
-        return Err(err(format!("gemm: tile {}x{}x{} must be powers of two", g.bm, g.bn, g.bk)));
+        return Err(err(format!(
+            "gemm: tile {}x{}x{} must be powers of two",
+            g.bm, g.bn, g.bk
+        )));
     }
     let threads = s.warps as usize * 32;
     let tensor = g.dtype != DType::F32;
     let es = if tensor { 2 } else { 4 };
     let stage_bytes = (g.bm * g.bk + g.bk * g.bn) * es;
     let stages = layout::stages_that_fit(stage_bytes, s.stages, arch).ok_or_else(|| {
-        err(format!("gemm: one {stage_bytes}-byte stage exceeds {arch}'s shared memory"))
+        err(format!(
+            "gemm: one {stage_bytes}-byte stage exceeds {arch}'s shared memory"
+        ))
     })?;
     let (wt, mt) = if tensor {
         if g.bk % 16 != 0 {
-            return Err(err(format!("gemm: BK = {} is not a multiple of 16 (mma k16)", g.bk)));
+            return Err(err(format!(
+                "gemm: BK = {} is not a multiple of 16 (mma k16)",
+                g.bk
+            )));
         }
-        let wt = layout::warp_tiling(g.bm, g.bn, s.warps as usize)
-            .ok_or_else(|| err(format!("gemm: {} warps cannot tile {}x{} in 16x16 warp tiles", s.warps, g.bm, g.bn)))?;
+        let wt = layout::warp_tiling(g.bm, g.bn, s.warps as usize).ok_or_else(|| {
+            err(format!(
+                "gemm: {} warps cannot tile {}x{} in 16x16 warp tiles",
+                s.warps, g.bm, g.bn
+            ))
+        })?;
         (Some(wt), None)
     } else {
-        let mt = layout::micro_tiling(g.bm, g.bn, threads)
-            .ok_or_else(|| err(format!("gemm: {threads} threads cannot split {}x{} into micro-tiles", g.bm, g.bn)))?;
+        let mt = layout::micro_tiling(g.bm, g.bn, threads).ok_or_else(|| {
+            err(format!(
+                "gemm: {threads} threads cannot split {}x{} into micro-tiles",
+                g.bm, g.bn
+            ))
+        })?;
         (None, Some(mt))
     };
 
     let mut cx = Ctx::new(&g, threads);
-    cx.asm.phase("index scalars (program ids, tile origins, dims)");
+    cx.asm
+        .phase("index scalars (program ids, tile origins, dims)");
     let pre = g.pre.clone();
     cx.scalars(&pre)?;
     let (na, nb) = (g.a_index.len(), g.b_index.len());
-    let sc = |cx: &Ctx, v: &[tile::TValue]| v.iter().map(|x| cx.scalar(*x)).collect::<Result<Vec<_>, _>>();
+    let sc = |cx: &Ctx, v: &[tile::TValue]| {
+        v.iter()
+            .map(|x| cx.scalar(*x))
+            .collect::<Result<Vec<_>, _>>()
+    };
     let a_lead = sc(&cx, &g.a_index[..na - 2])?;
     let b_lead = sc(&cx, &g.b_index[..nb - 2])?;
     let x = cx.scalar(g.a_index[na - 2])?;
@@ -96,51 +140,58 @@ pub(crate) fn emit(k: &tile::Kernel, s: &Schedule, arch: Arch) -> Result<Option<
     let b_rows = cx.lead_rows(g.pb, &b_lead);
     let kt = {
         let a = &mut cx.asm;
-        let d = a.r_op("sub.s32", &hi, &lo);
-        let d = a.r_op("max.s32", &d, 0);
-        let d = a.r_op("add.s32", &d, g.bk - 1);
-        a.r_op("shr.u32", &d, g.bk.trailing_zeros())
+        let d = a.r_op("sub.s32", hi, lo);
+        let d = a.r_op("max.s32", d, 0);
+        let d = a.r_op("add.s32", d, g.bk - 1);
+        a.r_op("shr.u32", d, g.bk.trailing_zeros())
     };
     // Out-of-bounds batch indices read nothing: no K tiles (the accumulator keeps its init).
     let lead_ok = [cx.lead_ok(g.pa, &a_lead), cx.lead_ok(g.pb, &b_lead)];
     for l in lead_ok.into_iter().flatten() {
-        cx.asm.ins(format!("selp.u32 {kt}, {kt}, 0, {l}"));
+        cx.asm.i(format!("selp.u32 {kt}, {kt}, 0, {l}"));
     }
     let m = MainLoop {
         bm: g.bm,
         bn: g.bn,
         bk: g.bk,
         stages,
-        ty: if g.dtype == DType::BF16 { "bf16" } else { "f16" },
+        ty: if g.dtype == DType::BF16 {
+            "bf16"
+        } else {
+            "f16"
+        },
         a: (g.pa, a_rows),
         b: (g.pb, b_rows),
         x,
-        y: y.clone(),
-        lo: lo.clone(),
+        y,
+        lo,
         kt_count: kt,
         acc_init: g.acc_init,
     };
     let frame = if let Some(wt) = wt {
         let fast = {
-            let (ka, nb_) = (cx.dims[g.pa].last().unwrap().clone(), cx.dims[g.pb].last().unwrap().clone());
-            let (pa, pb) = (cx.ptrs[g.pa].clone(), cx.ptrs[g.pb].clone());
+            let (ka, nb_) = (
+                *cx.dims[g.pa].last().unwrap(),
+                *cx.dims[g.pb].last().unwrap(),
+            );
+            let (pa, pb) = (cx.ptrs[g.pa], cx.ptrs[g.pb]);
             let a = &mut cx.asm;
             a.phase("copy path: 16-byte cp.async when rows are multiples of 8 and pointers 16-byte aligned");
-            let t = a.r_op("or.b32", &ka, &nb_);
-            let t = a.r_op("or.b32", &t, &lo);
-            let t = a.r_op("or.b32", &t, &y);
-            let t = a.r_op("and.b32", &t, 7);
+            let t = a.r_op("or.b32", ka, nb_);
+            let t = a.r_op("or.b32", t, lo);
+            let t = a.r_op("or.b32", t, y);
+            let t = a.r_op("and.b32", t, 7);
             let (la, lb) = (a.r(), a.r());
-            a.ins(format!("cvt.u32.u64 {la}, {pa}"));
-            a.ins(format!("cvt.u32.u64 {lb}, {pb}"));
-            let u = a.r_op("or.b32", &la, &lb);
-            let u = a.r_op("and.b32", &u, 15);
-            let t = a.r_op("or.b32", &t, &u);
+            a.i(format!("cvt.u32.u64 {la}, {pa}"));
+            a.i(format!("cvt.u32.u64 {lb}, {pb}"));
+            let u = a.r_op("or.b32", la, lb);
+            let u = a.r_op("and.b32", u, 15);
+            let t = a.r_op("or.b32", t, u);
             let f = a.p();
-            a.ins(format!("setp.eq.u32 {f}, {t}, 0"));
+            a.i(format!("setp.eq.u32 {f}, {t}, 0"));
             f
         };
-        mma::emit(&mut cx, &m, wt, &fast)
+        mma::emit(&mut cx, &m, wt, fast)
     } else {
         ffma::emit(&mut cx, &m, mt.unwrap())
     };
@@ -151,15 +202,29 @@ pub(crate) fn emit(k: &tile::Kernel, s: &Schedule, arch: Arch) -> Result<Option<
     let _ = writeln!(text, "// {} on {arch}: {s}", k.name);
     match (wt, mt) {
         (Some(w), _) => {
-            let _ = writeln!(text, "// tensor cores: {}x{} warps of {}x{} (mma.sync.m16n8k16.{}), {} stage(s) of {} bytes, XOR-swizzled smem", w.wm, w.wn, w.wtm, w.wtn, m.ty, stages, stage_bytes);
+            let _ = writeln!(
+                text,
+                "// tensor cores: {}x{} warps of {}x{} (mma.sync.m16n8k16.{}), {} stage(s) of {} bytes, XOR-swizzled smem",
+                w.wm, w.wn, w.wtm, w.wtn, m.ty, stages, stage_bytes
+            );
         }
         (_, Some(t)) => {
-            let _ = writeln!(text, "// FFMA (f32): {}x{} per thread, {} stage(s) of {} bytes", t.tm, t.tn, stages, stage_bytes);
+            let _ = writeln!(
+                text,
+                "// FFMA (f32): {}x{} per thread, {} stage(s) of {} bytes",
+                t.tm, t.tn, stages, stage_bytes
+            );
         }
         _ => {}
     }
     if stages != s.stages {
-        let _ = writeln!(text, "// stages lowered from {} to {stages}: {} stages do not fit {arch}'s {} bytes of shared memory per block", s.stages, s.stages, arch.limits().max_smem_per_block);
+        let _ = writeln!(
+            text,
+            "// stages lowered from {} to {stages}: {} stages do not fit {arch}'s {} bytes of shared memory per block",
+            s.stages,
+            s.stages,
+            arch.limits().max_smem_per_block
+        );
     }
     let _ = writeln!(text, ".extern .shared .align 16 .b8 smem[];\n");
     text.push_str(&abi::entry_signature(k));

@@ -112,7 +112,8 @@ pub(super) fn recognise(k: &Kernel) -> Option<Gemm<'_>> {
     if na < 2 || nb < 2 || a_index[na - 1] != *iv || b_index[nb - 2] != *iv {
         return None;
     }
-    let uses_iv = |ix: &[TValue], skip: usize| ix.iter().enumerate().any(|(n, v)| n != skip && v == iv);
+    let uses_iv =
+        |ix: &[TValue], skip: usize| ix.iter().enumerate().any(|(n, v)| n != skip && v == iv);
     if uses_iv(&a_index, na - 1) || uses_iv(&b_index, nb - 2) {
         return None;
     }
@@ -137,7 +138,10 @@ pub(super) fn recognise(k: &Kernel) -> Option<Gemm<'_>> {
         }
     }
     let post = k.body[pos + 1..k.body.len() - 1].to_vec();
-    if post.iter().any(|i| matches!(k.inst(*i).op, Op::Store { .. })) {
+    if post
+        .iter()
+        .any(|i| matches!(k.inst(*i).op, Op::Store { .. }))
+    {
         return None;
     }
     Some(Gemm {

@@ -8,7 +8,7 @@
 //! With `S = 1`: barrier → copy → `wait_group 0` → barrier → compute.
 
 use super::ctx::Ctx;
-use super::text::Reg;
+use crate::target::ptx::asm::Reg;
 
 /// Emits the pipeline. `load(cx, tile, stage)` issues the copies of K tile `tile` into stage
 /// `stage` (registers); `compute(cx, stage)` consumes a stage. `kt_count` is the number of K
@@ -16,85 +16,94 @@ use super::text::Reg;
 pub(super) fn emit(
     cx: &mut Ctx,
     stages: u32,
-    kt_count: &Reg,
-    load: &mut dyn FnMut(&mut Ctx, &Reg, &Reg),
-    compute: &mut dyn FnMut(&mut Ctx, &Reg),
+    kt_count: Reg,
+    load: &mut dyn FnMut(&mut Ctx, Reg, Reg),
+    compute: &mut dyn FnMut(&mut Ctx, Reg),
 ) {
     let a = &mut cx.asm;
     let (kt, lt) = (a.r(), a.r());
     if stages == 1 {
         a.phase("main loop (1 stage: copy, wait, compute)");
         let zero = a.r();
-        a.ins(format!("mov.u32 {zero}, 0"));
-        a.ins(format!("mov.u32 {kt}, 0"));
+        a.i(format!("mov.u32 {zero}, 0"));
+        a.i(format!("mov.u32 {kt}, 0"));
         let (top, end) = (a.label("K_LOOP"), a.label("K_END"));
         a.place(&top);
         let p = a.p();
-        a.ins(format!("setp.ge.u32 {p}, {kt}, {kt_count}"));
-        a.ins(format!("@{p} bra.uni {end}"));
-        a.ins("bar.sync 0");
-        load(cx, &kt, &zero);
+        a.i(format!("setp.ge.u32 {p}, {kt}, {kt_count}"));
+        a.i(format!("@{p} bra.uni {end}"));
+        a.i("bar.sync 0");
+        load(cx, kt, zero);
         let a = &mut cx.asm;
-        a.ins("cp.async.commit_group");
-        a.ins("cp.async.wait_group 0");
-        a.ins("bar.sync 0");
-        compute(cx, &zero);
+        a.i("cp.async.commit_group");
+        a.i("cp.async.wait_group 0");
+        a.i("bar.sync 0");
+        compute(cx, zero);
         let a = &mut cx.asm;
-        a.ins(format!("add.s32 {kt}, {kt}, 1"));
-        a.ins(format!("bra.uni {top}"));
+        a.i(format!("add.s32 {kt}, {kt}, 1"));
+        a.i(format!("bra.uni {top}"));
         a.place(&end);
         return;
     }
-    a.phase(format!("pipeline prologue: issue K tiles 0..{} (one commit group each)", stages - 2));
-    a.ins(format!("mov.u32 {lt}, 0"));
-    let (top, end, skip) = (a.label("PROLOGUE"), a.label("PROLOGUE_END"), a.label("PROLOGUE_SKIP"));
+    a.phase(format!(
+        "pipeline prologue: issue K tiles 0..{} (one commit group each)",
+        stages - 2
+    ));
+    a.i(format!("mov.u32 {lt}, 0"));
+    let (top, end, skip) = (
+        a.label("PROLOGUE"),
+        a.label("PROLOGUE_END"),
+        a.label("PROLOGUE_SKIP"),
+    );
     a.place(&top);
     let p = a.p();
-    a.ins(format!("setp.ge.u32 {p}, {lt}, {}", stages - 1));
-    a.ins(format!("@{p} bra.uni {end}"));
+    a.i(format!("setp.ge.u32 {p}, {lt}, {}", stages - 1));
+    a.i(format!("@{p} bra.uni {end}"));
     let q = a.p();
-    a.ins(format!("setp.ge.u32 {q}, {lt}, {kt_count}"));
-    a.ins(format!("@{q} bra.uni {skip}"));
-    let lt2 = lt.clone();
-    load(cx, &lt2, &lt2);
+    a.i(format!("setp.ge.u32 {q}, {lt}, {kt_count}"));
+    a.i(format!("@{q} bra.uni {skip}"));
+    load(cx, lt, lt);
     let a = &mut cx.asm;
     a.place(&skip);
-    a.ins("cp.async.commit_group");
-    a.ins(format!("add.s32 {lt}, {lt}, 1"));
-    a.ins(format!("bra.uni {top}"));
+    a.i("cp.async.commit_group");
+    a.i(format!("add.s32 {lt}, {lt}, 1"));
+    a.i(format!("bra.uni {top}"));
     a.place(&end);
 
-    a.phase(format!("main loop: wait for tile kt, issue tile kt+{}, compute tile kt", stages - 1));
+    a.phase(format!(
+        "main loop: wait for tile kt, issue tile kt+{}, compute tile kt",
+        stages - 1
+    ));
     let (cs, ls) = (a.r(), a.r());
-    a.ins(format!("mov.u32 {kt}, 0"));
-    a.ins(format!("mov.u32 {cs}, 0"));
-    a.ins(format!("mov.u32 {ls}, {}", stages - 1));
+    a.i(format!("mov.u32 {kt}, 0"));
+    a.i(format!("mov.u32 {cs}, 0"));
+    a.i(format!("mov.u32 {ls}, {}", stages - 1));
     let (top, end, skip) = (a.label("K_LOOP"), a.label("K_END"), a.label("K_SKIP_COPY"));
     a.place(&top);
     let p = a.p();
-    a.ins(format!("setp.ge.u32 {p}, {kt}, {kt_count}"));
-    a.ins(format!("@{p} bra.uni {end}"));
-    a.ins(format!("cp.async.wait_group {}", stages - 2));
-    a.ins("bar.sync 0");
+    a.i(format!("setp.ge.u32 {p}, {kt}, {kt_count}"));
+    a.i(format!("@{p} bra.uni {end}"));
+    a.i(format!("cp.async.wait_group {}", stages - 2));
+    a.i("bar.sync 0");
     let q = a.p();
-    a.ins(format!("setp.ge.u32 {q}, {lt}, {kt_count}"));
-    a.ins(format!("@{q} bra.uni {skip}"));
-    load(cx, &lt, &ls);
+    a.i(format!("setp.ge.u32 {q}, {lt}, {kt_count}"));
+    a.i(format!("@{q} bra.uni {skip}"));
+    load(cx, lt, ls);
     let a = &mut cx.asm;
     a.place(&skip);
-    a.ins("cp.async.commit_group");
-    compute(cx, &cs);
+    a.i("cp.async.commit_group");
+    compute(cx, cs);
     let a = &mut cx.asm;
     a.comment("advance: kt, the tile to issue, and both ring indices");
-    a.ins(format!("add.s32 {kt}, {kt}, 1"));
-    a.ins(format!("add.s32 {lt}, {lt}, 1"));
-    for s in [&cs, &ls] {
-        a.ins(format!("add.s32 {s}, {s}, 1"));
+    a.i(format!("add.s32 {kt}, {kt}, 1"));
+    a.i(format!("add.s32 {lt}, {lt}, 1"));
+    for s in [cs, ls] {
+        a.i(format!("add.s32 {s}, {s}, 1"));
         let w = a.p();
-        a.ins(format!("setp.eq.u32 {w}, {s}, {stages}"));
-        a.ins(format!("selp.u32 {s}, 0, {s}, {w}"));
+        a.i(format!("setp.eq.u32 {w}, {s}, {stages}"));
+        a.i(format!("selp.u32 {s}, 0, {s}, {w}"));
     }
-    a.ins(format!("bra.uni {top}"));
+    a.i(format!("bra.uni {top}"));
     a.place(&end);
-    a.ins("cp.async.wait_all");
+    a.i("cp.async.wait_all");
 }

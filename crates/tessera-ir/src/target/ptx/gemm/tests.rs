@@ -27,23 +27,40 @@ fn kernel(src: &str, s: &Schedule) -> crate::tile::Kernel {
 }
 
 fn gemm(src: &str, s: &Schedule, arch: Arch) -> PtxKernel {
-    emit(&kernel(src, s), s, arch).unwrap().expect("recognised as a GEMM")
+    emit(&kernel(src, s), s, arch)
+        .unwrap()
+        .expect("recognised as a GEMM")
 }
 
 fn sched(tile: [u32; 3], warps: u32, stages: u32) -> Schedule {
-    Schedule { tile: tile.to_vec(), warps, stages, ..Schedule::default_for(KernelClass::Matmul, DType::BF16) }
+    Schedule {
+        tile: tile.to_vec(),
+        warps,
+        stages,
+        ..Schedule::default_for(KernelClass::Matmul, DType::BF16)
+    }
 }
 
 #[test]
 fn golden_small_bf16_bias_gelu() {
-    let p = gemm(&linear_gelu(DType::BF16), &sched([32, 32, 16], 2, 2), Arch::Sm80);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx");
+    let p = gemm(
+        &linear_gelu(DType::BF16),
+        &sched([32, 32, 16], 2, 2),
+        Arch::Sm80,
+    );
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx");
     if std::env::var("TESSERA_TEST_BLESS").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &p.text).unwrap();
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with TESSERA_TEST_BLESS=1)", path.display()));
-    assert!(want == p.text, "golden mismatch: {} (TESSERA_TEST_BLESS=1 rewrites it)", path.display());
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with TESSERA_TEST_BLESS=1)", path.display()));
+    assert!(
+        want == p.text,
+        "golden mismatch: {} (TESSERA_TEST_BLESS=1 rewrites it)",
+        path.display()
+    );
     assert_eq!((p.threads, p.dyn_smem), (64, 2 * (32 * 16 + 16 * 32) * 2));
 }
 
@@ -51,12 +68,29 @@ fn golden_small_bf16_bias_gelu() {
 fn bf16_gemm_uses_tensor_core_instructions() {
     for s in Schedule::space(KernelClass::Matmul, DType::BF16) {
         for stages in [1, 3] {
-            let s = Schedule { stages, ..s.clone() };
+            let s = Schedule {
+                stages,
+                ..s.clone()
+            };
             let p = gemm(&linear_gelu(DType::BF16), &s, Arch::Sm90a);
-            assert!(p.text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{s}");
-            assert!(p.text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "{s}");
-            assert!(p.text.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), "{s}");
-            assert!(p.text.contains("cp.async.cg.shared.global") || stages == 1, "{s}");
+            assert!(
+                p.text
+                    .contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+                "{s}"
+            );
+            assert!(
+                p.text.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+                "{s}"
+            );
+            assert!(
+                p.text
+                    .contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+                "{s}"
+            );
+            assert!(
+                p.text.contains("cp.async.cg.shared.global") || stages == 1,
+                "{s}"
+            );
             assert!(p.text.contains(".version 8.0\n.target sm_90a"));
         }
     }
@@ -78,7 +112,11 @@ fn batched_and_row_broadcast_epilogue() {
   %4 = tanh %3 : f32[B, M, N]
   return %4
 }";
-    let p = gemm(src, &Schedule::default_for(KernelClass::Matmul, DType::F16), Arch::Sm89);
+    let p = gemm(
+        src,
+        &Schedule::default_for(KernelClass::Matmul, DType::F16),
+        Arch::Sm89,
+    );
     assert!(p.text.contains("%ctaid.z") && p.text.contains(".f32.f16.f16.f32"));
 }
 
@@ -97,7 +135,9 @@ fn non_gemm_is_not_ours_and_unknown_epilogue_ops_are_errors() {
     let mut k = kernel(&linear_gelu(DType::BF16), &s);
     // Replace the gelu with an op the epilogue cannot run per element.
     let gelu = k.insts.iter().position(|d| d.op.name() == "gelu").unwrap();
-    let crate::tile::Op::Unary(_, x) = k.insts[gelu].op.clone() else { unreachable!() };
+    let crate::tile::Op::Unary(_, x) = k.insts[gelu].op.clone() else {
+        unreachable!()
+    };
     k.insts[gelu].op = crate::tile::Op::Trans(x);
     let e = emit(&k, &s, Arch::Sm80).unwrap_err();
     assert!(e.message.contains("`trans`"), "{e}");
@@ -135,17 +175,35 @@ fn ptxas_accepts_every_schedule_without_spills() {
                         .iter()
                         .map(|(name, f, arch, smem)| {
                             let o = std::process::Command::new(ptxas)
-                                .args(["-v", &format!("-arch={arch}"), f.to_str().unwrap(), "-o", "/dev/null"])
+                                .args([
+                                    "-v",
+                                    &format!("-arch={arch}"),
+                                    f.to_str().unwrap(),
+                                    "-o",
+                                    "/dev/null",
+                                ])
                                 .output()
                                 .expect("run ptxas");
                             let err = String::from_utf8_lossy(&o.stderr).to_string();
                             assert!(o.status.success(), "{name}: ptxas rejected it:\n{err}");
-                            assert!(!err.contains("(C75"), "{name}: ptxas injected waits:\n{err}");
+                            assert!(
+                                !err.contains("(C75"),
+                                "{name}: ptxas injected waits:\n{err}"
+                            );
                             let num = |pat: &str| {
-                                err.split(pat).next().and_then(|s| s.split_whitespace().last()).and_then(|n| n.parse::<u32>().ok())
+                                err.split(pat)
+                                    .next()
+                                    .and_then(|s| s.split_whitespace().last())
+                                    .and_then(|n| n.parse::<u32>().ok())
                             };
-                            let regs = err.split("Used ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?").to_string();
-                            let spills = num(" bytes spill stores").unwrap_or(0) + num(" bytes spill loads").unwrap_or(0);
+                            let regs = err
+                                .split("Used ")
+                                .nth(1)
+                                .and_then(|s| s.split_whitespace().next())
+                                .unwrap_or("?")
+                                .to_string();
+                            let spills = num(" bytes spill stores").unwrap_or(0)
+                                + num(" bytes spill loads").unwrap_or(0);
                             assert_eq!(spills, 0, "{name}: spills\n{err}");
                             format!("| {name} | {regs} | {spills} | {smem} |")
                         })
@@ -155,7 +213,9 @@ fn ptxas_accepts_every_schedule_without_spills() {
             .collect();
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
-    eprintln!("| kernel_dtype_schedule_arch | registers | spill bytes | dyn smem |\n|---|---|---|---|");
+    eprintln!(
+        "| kernel_dtype_schedule_arch | registers | spill bytes | dyn smem |\n|---|---|---|---|"
+    );
     for r in rows {
         eprintln!("{r}");
     }

@@ -12,6 +12,10 @@ pub(crate) struct DVal {
     pub r: usize,
     pub c: usize,
     pub w: u32,
+    /// Columns per lane-vector: column `c` of slot column `sc` is
+    /// `((sc / v)·32 + lane)·v + sc % v`, so a lane's `v` consecutive slots are adjacent
+    /// columns (one vector access).
+    pub v: u32,
     pub regs: Vec<Reg>,
 }
 
@@ -25,26 +29,48 @@ pub(crate) fn class_of(d: DType) -> Class {
 
 impl DVal {
     pub fn scalar(dtype: DType, reg: Reg) -> DVal {
-        DVal { dtype, r: 1, c: 1, w: 1, regs: vec![reg] }
+        DVal {
+            dtype,
+            r: 1,
+            c: 1,
+            w: 1,
+            v: 1,
+            regs: vec![reg],
+        }
     }
 
     /// Fresh registers for a value of model `(r, c)`.
-    pub fn alloc(a: &mut Asm, dtype: DType, r: usize, c: usize, w: u32) -> DVal {
-        let mut d = DVal { dtype, r, c, w, regs: vec![] };
+    pub fn alloc(a: &mut Asm, dtype: DType, r: usize, c: usize, w: u32, v: u32) -> DVal {
+        let mut d = DVal {
+            dtype,
+            r,
+            c,
+            w,
+            v,
+            regs: vec![],
+        };
         d.regs = (0..d.slots()).map(|_| a.reg(class_of(dtype))).collect();
         d
     }
 
     pub fn fresh_like(&self, a: &mut Asm) -> DVal {
-        DVal::alloc(a, self.dtype, self.r, self.c, self.w)
+        DVal::alloc(a, self.dtype, self.r, self.c, self.w, self.v)
     }
 
     pub fn slot_rows(&self) -> usize {
-        if self.r > 1 { self.r.div_ceil(self.w as usize) } else { 1 }
+        if self.r > 1 {
+            self.r.div_ceil(self.w as usize)
+        } else {
+            1
+        }
     }
 
     pub fn slot_cols(&self) -> usize {
-        if self.c > 1 { self.c.div_ceil(32) } else { 1 }
+        if self.c > 1 {
+            self.c.div_ceil(32 * self.v as usize) * self.v as usize
+        } else {
+            1
+        }
     }
 
     pub fn slots(&self) -> usize {
@@ -85,7 +111,12 @@ impl DVal {
         });
         let col = (self.c > 1).then(|| {
             let x = g.a.r();
-            g.a.i(format!("add.s32 {x}, {}, {}", g.lane, sc * 32));
+            let v = self.v as usize;
+            g.a.i(format!(
+                "mad.lo.s32 {x}, {}, {v}, {}",
+                g.lane,
+                (sc / v) * 32 * v + sc % v
+            ));
             x
         });
         (row, col)
@@ -93,17 +124,27 @@ impl DVal {
 
     /// Predicate "this thread owns slot `s` and it is inside the tile": replicated dims are
     /// owned by warp 0 / lane 0 only. `None` means always true.
-    pub fn owner_valid(&self, g: &mut G, s: usize, row: &Option<Reg>, col: &Option<Reg>) -> Option<Reg> {
+    pub fn owner_valid(
+        &self,
+        g: &mut G,
+        s: usize,
+        row: &Option<Reg>,
+        col: &Option<Reg>,
+    ) -> Option<Reg> {
         let _ = s;
         let mut preds = Vec::new();
         match row {
-            Some(x) if self.r % self.w as usize != 0 => preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.r)),
+            Some(x) if self.r % self.w as usize != 0 => {
+                preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.r))
+            }
             Some(_) => {}
             None if self.w > 1 => preds.push(format!("setp.eq.s32 {{p}}, {}, 0", g.warp)),
             None => {}
         }
         match col {
-            Some(x) if self.c % 32 != 0 => preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c)),
+            Some(x) if self.c % (32 * self.v as usize) != 0 => {
+                preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c))
+            }
             Some(_) => {}
             None => preds.push(format!("setp.eq.s32 {{p}}, {}, 0", g.lane)),
         }
@@ -119,7 +160,7 @@ impl DVal {
             }
         }
         if let Some(x) = col {
-            if self.c % 32 != 0 {
+            if self.c % (32 * self.v as usize) != 0 {
                 preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c));
             }
         }

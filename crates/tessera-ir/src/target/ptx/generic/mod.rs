@@ -13,29 +13,32 @@ mod layout;
 mod memory;
 mod ops;
 
+use super::abi::{self, ParamRegs};
 use super::asm::{Asm, Class, Reg};
-use super::{Arch, EmitError, PtxKernel, abi};
+use super::{Arch, EmitError, PtxKernel};
 use crate::tile::{Inst, Kernel, Op, TValue};
 use layout::DVal;
 
 /// Emits `k` with `warps` warps per block.
-pub(crate) fn emit(k: &Kernel, warps: u32, arch: Arch) -> Result<PtxKernel, EmitError> {
+pub(crate) fn emit(
+    k: &Kernel,
+    warps: u32,
+    vector: u32,
+    arch: Arch,
+) -> Result<PtxKernel, EmitError> {
     let mut g = G::new(k, warps);
+    g.v = vector.clamp(1, 4).next_power_of_two();
     g.prologue();
     g.block(&k.body)?;
     Ok(g.finish(arch))
-}
-
-/// Per-parameter registers: the global pointer and the view dims.
-pub(super) struct ParamRegs {
-    pub ptr: Reg,
-    pub dims: Vec<Reg>,
 }
 
 pub(super) struct G<'k> {
     pub k: &'k Kernel,
     pub a: Asm,
     pub w: u32,
+    /// Vector width of the column layout (see [`DVal::v`]).
+    pub v: u32,
     pub vals: Vec<Option<DVal>>,
     pub params: Vec<ParamRegs>,
     pub warp: Reg,
@@ -50,7 +53,19 @@ impl<'k> G<'k> {
     fn new(k: &'k Kernel, warps: u32) -> Self {
         let mut a = Asm::default();
         let (tid, warp, lane, smem_base) = (a.r(), a.r(), a.r(), a.r());
-        G { k, a, w: warps.max(1), vals: vec![None; k.types.len()], params: vec![], warp, lane, tid, smem: 0, smem_base }
+        G {
+            k,
+            a,
+            w: warps.max(1),
+            v: 1,
+            vals: vec![None; k.types.len()],
+            params: vec![],
+            warp,
+            lane,
+            tid,
+            smem: 0,
+            smem_base,
+        }
     }
 
     fn prologue(&mut self) {
@@ -59,28 +74,20 @@ impl<'k> G<'k> {
         self.a.i(format!("mov.u32 {tid}, %tid.x"));
         self.a.i(format!("shr.u32 {warp}, {tid}, 5"));
         self.a.i(format!("and.b32 {lane}, {tid}, 31"));
-        self.a.i(format!("mov.u32 {}, tessera_smem", self.smem_base));
+        self.a
+            .i(format!("mov.u32 {}, tessera_smem", self.smem_base));
         self.a.comment("parameters");
-        for p in &self.k.params {
-            let n = abi::ident(&p.name);
-            let ptr = self.a.d();
-            self.a.i(format!("ld.param.u64 {ptr}, [{n}_ptr]"));
-            self.a.i(format!("cvta.to.global.u64 {ptr}, {ptr}"));
-            let dims = (0..p.rank)
-                .map(|ax| {
-                    let r = self.a.r();
-                    self.a.i(format!("ld.param.u32 {r}, [{n}_d{ax}]"));
-                    r
-                })
-                .collect();
-            self.params.push(ParamRegs { ptr, dims });
-        }
+        self.params = abi::load_params(&mut self.a, self.k);
     }
 
     fn finish(self, arch: Arch) -> PtxKernel {
         let threads = self.w * 32;
         let mut text = abi::header(arch);
-        let dyn_smem = if self.smem > 48 * 1024 { self.smem as u32 } else { 0 };
+        let dyn_smem = if self.smem > 48 * 1024 {
+            self.smem as u32
+        } else {
+            0
+        };
         if dyn_smem > 0 {
             text.push_str(".extern .shared .align 16 .b8 tessera_smem[];\n\n");
         }
@@ -88,20 +95,36 @@ impl<'k> G<'k> {
         text.push_str(&format!("\n.maxntid {threads}, 1, 1\n{{\n"));
         text.push_str(&self.a.decls());
         if dyn_smem == 0 {
-            text.push_str(&format!("    .shared .align 16 .b8 tessera_smem[{}];\n", self.smem.max(16)));
+            text.push_str(&format!(
+                "    .shared .align 16 .b8 tessera_smem[{}];\n",
+                self.smem.max(16)
+            ));
         }
         text.push('\n');
         text.push_str(self.a.body());
         text.push_str("    ret;\n}\n");
-        PtxKernel { entry: abi::ident(&self.k.name), arch, text, threads, dyn_smem, grid: self.k.grid.clone(), params: abi::params_of(self.k) }
+        PtxKernel {
+            entry: abi::ident(&self.k.name),
+            arch,
+            text,
+            threads,
+            dyn_smem,
+            grid: self.k.grid.clone(),
+            params: abi::params_of(self.k),
+        }
     }
 
     pub fn err(&self, m: impl Into<String>) -> EmitError {
-        EmitError { kernel: self.k.name.clone(), message: m.into() }
+        EmitError {
+            kernel: self.k.name.clone(),
+            message: m.into(),
+        }
     }
 
     pub fn val(&self, v: TValue) -> &DVal {
-        self.vals[v.index()].as_ref().expect("value defined before use (verified)")
+        self.vals[v.index()]
+            .as_ref()
+            .expect("value defined before use (verified)")
     }
 
     /// Reserves `bytes` of shared memory for one barrier-delimited use (offset 0).
@@ -116,11 +139,32 @@ impl<'k> G<'k> {
     fn block(&mut self, block: &[Inst]) -> Result<Option<Vec<TValue>>, EmitError> {
         for &i in block {
             let d = self.k.inst(i).clone();
-            self.a.comment(format!("{} {}", d.results.iter().map(|r| format!("%{}", r.0)).collect::<Vec<_>>().join(", "), d.op.name()));
+            self.a.comment(format!(
+                "{} {}",
+                d.results
+                    .iter()
+                    .map(|r| format!("%{}", r.0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                d.op.name()
+            ));
             match &d.op {
                 Op::Yield(vs) => return Ok(Some(vs.clone())),
-                Op::For { iv, lo, hi, step, inits, args, body } => self.for_loop(*iv, *lo, *hi, *step, inits, args, body, &d.results)?,
-                Op::Store { param, index, value, mask } => self.store(*param, index, *value, *mask)?,
+                Op::For {
+                    iv,
+                    lo,
+                    hi,
+                    step,
+                    inits,
+                    args,
+                    body,
+                } => self.for_loop(*iv, *lo, *hi, *step, inits, args, body, &d.results)?,
+                Op::Store {
+                    param,
+                    index,
+                    value,
+                    mask,
+                } => self.store(*param, index, *value, *mask)?,
                 op => {
                     let ty = self.k.ty(d.results[0]).clone();
                     let v = self.op(op, &ty)?;
@@ -132,7 +176,17 @@ impl<'k> G<'k> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn for_loop(&mut self, iv: TValue, lo: TValue, hi: TValue, step: i64, inits: &[TValue], args: &[TValue], body: &[Inst], results: &[TValue]) -> Result<(), EmitError> {
+    fn for_loop(
+        &mut self,
+        iv: TValue,
+        lo: TValue,
+        hi: TValue,
+        step: i64,
+        inits: &[TValue],
+        args: &[TValue],
+        body: &[Inst],
+        results: &[TValue],
+    ) -> Result<(), EmitError> {
         // Carried values get their own registers, assigned before the loop and at each yield.
         let mut carried = Vec::new();
         for (a, init) in args.iter().zip(inits) {
@@ -188,7 +242,10 @@ impl<'k> G<'k> {
     /// back in model `(r, c)`.
     pub fn convert(&mut self, d: &DVal, r: usize, c: usize) -> Result<DVal, EmitError> {
         if d.r * d.c != r * c && !(d.numel() == 1) {
-            return Err(self.err(format!("cannot relayout a ({}, {}) tile as ({r}, {c})", d.r, d.c)));
+            return Err(self.err(format!(
+                "cannot relayout a ({}, {}) tile as ({r}, {c})",
+                d.r, d.c
+            )));
         }
         self.need_smem(d.numel() * 4);
         self.write_smem(d, 0, false)?;
@@ -201,7 +258,8 @@ impl<'k> G<'k> {
     /// Shared-memory element address (bytes) of `base_off + index*4`.
     pub fn smem_addr(&mut self, index: Reg, base_off: usize) -> Reg {
         let a = self.a.r();
-        self.a.i(format!("mad.lo.u32 {a}, {index}, 4, {}", self.smem_base));
+        self.a
+            .i(format!("mad.lo.u32 {a}, {index}, 4, {}", self.smem_base));
         if base_off > 0 {
             self.a.i(format!("add.u32 {a}, {a}, {base_off}"));
         }
@@ -209,12 +267,20 @@ impl<'k> G<'k> {
     }
 
     /// Writes every valid, owned element of `d` at its logical index (transposed if asked).
-    pub fn write_smem(&mut self, d: &DVal, base_off: usize, transpose: bool) -> Result<(), EmitError> {
+    pub fn write_smem(
+        &mut self,
+        d: &DVal,
+        base_off: usize,
+        transpose: bool,
+    ) -> Result<(), EmitError> {
         for s in 0..d.slots() {
             let (row, col) = d.coords(self, s);
             let valid = d.owner_valid(self, s, &row, &col);
             let idx = self.a.r();
-            let (ri, ci) = (row.unwrap_or_else(|| self.zero()), col.unwrap_or_else(|| self.zero()));
+            let (ri, ci) = (
+                row.unwrap_or_else(|| self.zero()),
+                col.unwrap_or_else(|| self.zero()),
+            );
             if transpose {
                 self.a.i(format!("mad.lo.s32 {idx}, {ci}, {}, {ri}", d.r));
             } else {
@@ -242,8 +308,15 @@ impl<'k> G<'k> {
 
     /// Reads a `(r, c)`-modelled value from shared memory laid out row-major `[r, c]`
     /// (or `[c, r]` when `transposed`), clamping addresses of padding slots.
-    pub fn read_smem(&mut self, dtype: crate::DType, r: usize, c: usize, base_off: usize, transposed: bool) -> DVal {
-        let mut out = DVal::alloc(&mut self.a, dtype, r, c, self.w);
+    pub fn read_smem(
+        &mut self,
+        dtype: crate::DType,
+        r: usize,
+        c: usize,
+        base_off: usize,
+        transposed: bool,
+    ) -> DVal {
+        let mut out = DVal::alloc(&mut self.a, dtype, r, c, self.w, self.v);
         for s in 0..out.slots() {
             let (row, col) = out.coords(self, s);
             let ri = match row {
@@ -283,7 +356,8 @@ impl<'k> G<'k> {
     /// `min(x, n − 1)` so padding slots address inside the array.
     pub fn clamp(&mut self, x: Reg, n: usize) -> Reg {
         let y = self.a.r();
-        self.a.i(format!("min.s32 {y}, {x}, {}", n.saturating_sub(1)));
+        self.a
+            .i(format!("min.s32 {y}, {x}, {}", n.saturating_sub(1)));
         y
     }
 }

@@ -2,11 +2,11 @@
 
 use super::G;
 use super::layout::{DVal, class_of};
+use crate::DType;
 use crate::graph::BinaryOp;
 use crate::target::ptx::asm::{Class, Reg, flit};
 use crate::target::ptx::{EmitError, math};
 use crate::tile::{CmpOp, Op, TValue, TileReduce, TileType};
-use crate::DType;
 
 /// The natural model of a tile type.
 pub(super) fn model(ty: &TileType) -> (usize, usize) {
@@ -24,39 +24,63 @@ impl G<'_> {
         Ok(match op {
             Op::ProgramId(a) => {
                 let x = self.a.r();
-                self.a.i(format!("mov.u32 {x}, %ctaid.{}", ["x", "y", "z"][*a as usize]));
+                self.a.i(format!(
+                    "mov.u32 {x}, %ctaid.{}",
+                    ["x", "y", "z"][*a as usize]
+                ));
                 DVal::scalar(DType::I32, x)
             }
             Op::Const(x) => self.splat(ty.dtype, *x, 1, 1),
             Op::Full(x) => self.splat(ty.dtype, *x, r, c),
             Op::Dim { param, axis } => DVal::scalar(DType::I32, self.params[*param].dims[*axis]),
             Op::Arange => {
-                let mut d = DVal::alloc(&mut self.a, DType::I32, 1, c, self.w);
+                let mut d = DVal::alloc(&mut self.a, DType::I32, 1, c, self.w, self.v);
                 for s in 0..d.slots() {
                     let x = d.regs[s];
-                    self.a.i(format!("add.s32 {x}, {}, {}", self.lane, s * 32));
+                    let v = self.v as usize;
+                    self.a.i(format!(
+                        "mad.lo.s32 {x}, {}, {v}, {}",
+                        self.lane,
+                        (s / v) * 32 * v + s % v
+                    ));
                 }
                 d.regs.shrink_to_fit();
                 d
             }
             Op::Unary(u, x) => {
                 let src = self.val(*x).clone();
-                let regs = src.regs.iter().map(|&v| {
-                    let y = math::unary(&mut self.a, *u, v);
-                    self.round(ty.dtype, y)
-                }).collect();
+                let regs = src
+                    .regs
+                    .iter()
+                    .map(|&v| {
+                        let y = math::unary(&mut self.a, *u, v);
+                        self.round(ty.dtype, y)
+                    })
+                    .collect();
                 DVal { regs, ..src }
             }
-            Op::Binary(b, x, y) => self.zip(ty, &[*x, *y], |g, v, out_dtype| g.binary(*b, v[0], v[1], out_dtype))?,
+            Op::Binary(b, x, y) => self.zip(ty, &[*x, *y], |g, v, out_dtype| {
+                g.binary(*b, v[0], v[1], out_dtype)
+            })?,
             Op::Cmp(cmp, x, y) => {
                 let dt = self.val(*x).dtype;
                 self.zip(ty, &[*x, *y], |g, v, _| g.cmp(*cmp, dt, v[0], v[1]))?
             }
-            Op::Select(m, x, y) => self.zip(ty, &[*m, *x, *y], |g, v, dt| g.select(dt, v[0], v[1], v[2]))?,
+            Op::Select(m, x, y) => {
+                self.zip(ty, &[*m, *x, *y], |g, v, dt| g.select(dt, v[0], v[1], v[2]))?
+            }
             Op::Cast(x) => {
                 let src = self.val(*x).clone();
-                let regs = src.regs.iter().map(|&v| self.cast(src.dtype, ty.dtype, v)).collect();
-                DVal { dtype: ty.dtype, regs, ..src }
+                let regs = src
+                    .regs
+                    .iter()
+                    .map(|&v| self.cast(src.dtype, ty.dtype, v))
+                    .collect();
+                DVal {
+                    dtype: ty.dtype,
+                    regs,
+                    ..src
+                }
             }
             Op::Expand { a, .. } => {
                 let mut d = self.relayout(*a, r, c)?;
@@ -65,8 +89,12 @@ impl G<'_> {
             }
             Op::Broadcast(x) => {
                 let xm = self.val(*x).clone();
-                let src = if self.k.ty(*x).shape.len() == 1 { self.relayout(*x, 1, xm.c.max(xm.r))? } else { xm };
-                let mut out = DVal::alloc(&mut self.a, ty.dtype, r, c, self.w);
+                let src = if self.k.ty(*x).shape.len() == 1 {
+                    self.relayout(*x, 1, xm.c.max(xm.r))?
+                } else {
+                    xm
+                };
+                let mut out = DVal::alloc(&mut self.a, ty.dtype, r, c, self.w, self.v);
                 let scols = out.slot_cols();
                 for s in 0..out.slots() {
                     let from = src.regs[src.slot_for(s / scols, s % scols)];
@@ -85,8 +113,15 @@ impl G<'_> {
             }
             Op::Reduce { op, a, axis, .. } => self.reduce(*op, *a, *axis, ty)?,
             Op::Dot { a, b, acc } => self.dot(*a, *b, *acc)?,
-            Op::Load { param, index, mask, other } => self.load(*param, index, *mask, *other, ty)?,
-            Op::Store { .. } | Op::For { .. } | Op::Yield(_) => unreachable!("handled by the block walk"),
+            Op::Load {
+                param,
+                index,
+                mask,
+                other,
+            } => self.load(*param, index, *mask, *other, ty)?,
+            Op::Store { .. } | Op::For { .. } | Op::Yield(_) => {
+                unreachable!("handled by the block walk")
+            }
         })
     }
 
@@ -103,17 +138,23 @@ impl G<'_> {
             Class::R => self.a.rconst(x as i32),
             _ => {
                 let p = self.a.p();
-                self.a.i(format!("setp.ne.s32 {p}, {}, 0", (x != 0.0) as i32));
+                self.a
+                    .i(format!("setp.ne.s32 {p}, {}, 0", (x != 0.0) as i32));
                 p
             }
         };
-        let mut d = DVal::alloc(&mut self.a, dtype, r, c, self.w);
+        let mut d = DVal::alloc(&mut self.a, dtype, r, c, self.w, self.v);
         d.regs.iter_mut().for_each(|x| *x = reg);
         d
     }
 
     /// Elementwise over operands broadcast to `ty`'s model.
-    fn zip(&mut self, ty: &TileType, xs: &[TValue], mut f: impl FnMut(&mut Self, &[Reg], DType) -> Reg) -> Result<DVal, EmitError> {
+    fn zip(
+        &mut self,
+        ty: &TileType,
+        xs: &[TValue],
+        mut f: impl FnMut(&mut Self, &[Reg], DType) -> Reg,
+    ) -> Result<DVal, EmitError> {
         let (mut r, mut c) = model(ty);
         if ty.shape.len() == 1 {
             // Keep the layout of the first rank-1 operand (rows or columns).
@@ -133,7 +174,7 @@ impl G<'_> {
             };
             ops.push(d);
         }
-        let mut out = DVal::alloc(&mut self.a, ty.dtype, r, c, self.w);
+        let mut out = DVal::alloc(&mut self.a, ty.dtype, r, c, self.w, self.v);
         let scols = out.slot_cols();
         for s in 0..out.slots() {
             let (sr, sc) = (s / scols, s % scols);
@@ -146,34 +187,17 @@ impl G<'_> {
     fn binary(&mut self, op: BinaryOp, x: Reg, y: Reg, dt: DType) -> Reg {
         match class_of(dt) {
             Class::F => {
-                let d = self.a.f();
-                let ins = match op {
-                    BinaryOp::Add => "add.rn.f32",
-                    BinaryOp::Sub => "sub.rn.f32",
-                    BinaryOp::Mul => "mul.rn.f32",
-                    BinaryOp::Div => "div.rn.f32",
-                    BinaryOp::Max => "max.NaN.f32",
-                    BinaryOp::Min => "min.NaN.f32",
-                };
-                self.a.i(format!("{ins} {d}, {x}, {y}"));
+                let d = math::binary(&mut self.a, op, x, y);
                 self.round(dt, d)
             }
-            Class::R => {
-                let d = self.a.r();
-                let ins = match op {
-                    BinaryOp::Add => "add.s32",
-                    BinaryOp::Sub => "sub.s32",
-                    BinaryOp::Mul => "mul.lo.s32",
-                    BinaryOp::Div => "div.s32",
-                    BinaryOp::Max => "max.s32",
-                    BinaryOp::Min => "min.s32",
-                };
-                self.a.i(format!("{ins} {d}, {x}, {y}"));
-                d
-            }
+            Class::R => self.a.r_op(math::s32_binary(op), x, y),
             _ => {
                 let d = self.a.p();
-                let ins = if matches!(op, BinaryOp::Mul | BinaryOp::Min) { "and.pred" } else { "or.pred" };
+                let ins = if matches!(op, BinaryOp::Mul | BinaryOp::Min) {
+                    "and.pred"
+                } else {
+                    "or.pred"
+                };
                 self.a.i(format!("{ins} {d}, {x}, {y}"));
                 d
             }
@@ -218,17 +242,9 @@ impl G<'_> {
         }
     }
 
-    /// Rounds an f32 register to the precision of `dt` (bf16/f16), as the CPU backend does.
+    /// Rounds an f32 register to the precision of `dt` ([`math::round`]).
     pub(super) fn round(&mut self, dt: DType, x: Reg) -> Reg {
-        let (to, from) = match dt {
-            DType::BF16 => ("cvt.rn.bf16.f32", "cvt.f32.bf16"),
-            DType::F16 => ("cvt.rn.f16.f32", "cvt.f32.f16"),
-            _ => return x,
-        };
-        let (h, y) = (self.a.reg(Class::H), self.a.f());
-        self.a.i(format!("{to} {h}, {x}"));
-        self.a.i(format!("{from} {y}, {h}"));
-        y
+        math::round(&mut self.a, dt, x)
     }
 
     pub(super) fn cast(&mut self, from: DType, to: DType, x: Reg) -> Reg {
@@ -256,7 +272,8 @@ impl G<'_> {
             }
             (Class::P, Class::F) => {
                 let y = self.a.f();
-                self.a.i(format!("selp.f32 {y}, {}, {}, {x}", flit(1.0), flit(0.0)));
+                self.a
+                    .i(format!("selp.f32 {y}, {}, {}, {x}", flit(1.0), flit(0.0)));
                 y
             }
             (Class::P, Class::R) => {
@@ -269,7 +286,11 @@ impl G<'_> {
     }
 
     fn combine(&mut self, op: TileReduce, dt: DType, acc: Reg, x: Reg) -> Reg {
-        let b = if op == TileReduce::Sum { BinaryOp::Add } else { BinaryOp::Max };
+        let b = if op == TileReduce::Sum {
+            BinaryOp::Add
+        } else {
+            BinaryOp::Max
+        };
         self.binary(b, acc, x, dt)
     }
 
@@ -282,15 +303,25 @@ impl G<'_> {
         }
     }
 
-    fn reduce(&mut self, op: TileReduce, x: TValue, axis: usize, ty: &TileType) -> Result<DVal, EmitError> {
+    fn reduce(
+        &mut self,
+        op: TileReduce,
+        x: TValue,
+        axis: usize,
+        ty: &TileType,
+    ) -> Result<DVal, EmitError> {
         let d = self.val(x).clone();
         let dt = d.dtype;
         let rank = self.k.ty(x).shape.len();
         // Reduce along the model's columns (lanes) or rows (warps).
-        let along_cols = if rank == 2 { axis == 1 } else { d.c > 1 || d.r == 1 };
+        let along_cols = if rank == 2 {
+            axis == 1
+        } else {
+            d.c > 1 || d.r == 1
+        };
         let (scr, scc) = (d.slot_rows(), d.slot_cols());
         if along_cols {
-            let mut out = DVal::alloc(&mut self.a, dt, d.r, 1, self.w);
+            let mut out = DVal::alloc(&mut self.a, dt, d.r, 1, self.w, self.v);
             for sr in 0..scr {
                 let mut acc = self.identity(op, dt);
                 for sc in 0..scc {
@@ -313,7 +344,9 @@ impl G<'_> {
                         let t = self.a.reg(acc.0);
                         let ty = if acc.0 == Class::F { "f32" } else { "b32" };
                         let _ = ty;
-                        self.a.i(format!("shfl.sync.bfly.b32 {t}, {acc}, {off}, 0x1f, 0xffffffff"));
+                        self.a.i(format!(
+                            "shfl.sync.bfly.b32 {t}, {acc}, {off}, 0x1f, 0xffffffff"
+                        ));
                         acc = self.combine(op, dt, acc, t);
                     }
                 }
@@ -322,12 +355,16 @@ impl G<'_> {
             // Rank-1 and scalar results keep the natural model of their type.
             let (r, c) = model(ty);
             if ty.shape.is_empty() || (out.r, out.c) == (r, c) || ty.shape.len() == 1 {
-                return Ok(if ty.shape.is_empty() { DVal { r: 1, c: 1, ..out } } else { out });
+                return Ok(if ty.shape.is_empty() {
+                    DVal { r: 1, c: 1, ..out }
+                } else {
+                    out
+                });
             }
             Ok(out)
         } else {
             // Across warps: fold own rows, then combine the W partials through shared memory.
-            let mut part = DVal::alloc(&mut self.a, dt, 1, d.c, self.w);
+            let mut part = DVal::alloc(&mut self.a, dt, 1, d.c, self.w, self.v);
             for sc in 0..scc {
                 let mut acc = self.identity(op, dt);
                 for sr in 0..scr {
@@ -346,7 +383,11 @@ impl G<'_> {
                 part.regs[sc] = acc;
             }
             if d.r <= 1 {
-                return Ok(if ty.shape.is_empty() { DVal { r: 1, c: 1, ..part } } else { part });
+                return Ok(if ty.shape.is_empty() {
+                    DVal { r: 1, c: 1, ..part }
+                } else {
+                    part
+                });
             }
             let w = self.w as usize;
             let cols = d.c;
@@ -356,18 +397,23 @@ impl G<'_> {
                 let (_, col) = part.coords(self, sc);
                 let ci = col.unwrap_or_else(|| self.zero());
                 let idx = self.a.r();
-                self.a.i(format!("mad.lo.s32 {idx}, {}, {cols}, {ci}", self.warp));
+                self.a
+                    .i(format!("mad.lo.s32 {idx}, {}, {cols}, {ci}", self.warp));
                 let valid = part.valid(self, &None, &col);
                 let addr = self.smem_addr(idx, 0);
                 let v = part.regs[sc];
-                let st = if v.0 == Class::F { format!("st.shared.f32 [{addr}], {v}") } else { format!("st.shared.s32 [{addr}], {v}") };
+                let st = if v.0 == Class::F {
+                    format!("st.shared.f32 [{addr}], {v}")
+                } else {
+                    format!("st.shared.s32 [{addr}], {v}")
+                };
                 match valid {
                     Some(p) => self.a.i(format!("@{p} {st}")),
                     None => self.a.i(st),
                 }
             }
             self.bar();
-            let mut out = DVal::alloc(&mut self.a, dt, 1, cols, self.w);
+            let mut out = DVal::alloc(&mut self.a, dt, 1, cols, self.w, self.v);
             for sc in 0..scc {
                 let (_, col) = out.coords(self, sc);
                 let ci = match col {
@@ -380,21 +426,33 @@ impl G<'_> {
                     self.a.i(format!("add.s32 {idx}, {ci}, {}", wi * cols));
                     let addr = self.smem_addr(idx, 0);
                     let t = self.a.reg(class_of(dt));
-                    let ld = if t.0 == Class::F { "ld.shared.f32" } else { "ld.shared.s32" };
+                    let ld = if t.0 == Class::F {
+                        "ld.shared.f32"
+                    } else {
+                        "ld.shared.s32"
+                    };
                     self.a.i(format!("{ld} {t}, [{addr}]"));
                     acc = self.combine(op, dt, acc, t);
                 }
                 out.regs[sc] = acc;
             }
             self.bar();
-            Ok(if ty.shape.is_empty() { DVal { r: 1, c: 1, ..out } } else { out })
+            Ok(if ty.shape.is_empty() {
+                DVal { r: 1, c: 1, ..out }
+            } else {
+                out
+            })
         }
     }
 
     /// Generic `acc + a·b` through shared memory (FFMA); matmul-class kernels use the
     /// tensor-core template instead.
     fn dot(&mut self, a: TValue, b: TValue, acc: TValue) -> Result<DVal, EmitError> {
-        let (da, db, dc) = (self.val(a).clone(), self.val(b).clone(), self.val(acc).clone());
+        let (da, db, dc) = (
+            self.val(a).clone(),
+            self.val(b).clone(),
+            self.val(acc).clone(),
+        );
         let (m, k, n) = (da.r, da.c, db.c);
         let b_off = (m * k * 4).next_multiple_of(16);
         self.need_smem(b_off + k * n * 4);
@@ -456,7 +514,8 @@ impl G<'_> {
         for sr in 0..scr {
             for sc in 0..scc {
                 let r = out.regs[sr * scc + sc];
-                self.a.i(format!("fma.rn.f32 {r}, {}, {}, {r}", avals[sr], bvals[sc]));
+                self.a
+                    .i(format!("fma.rn.f32 {r}, {}, {}, {r}", avals[sr], bvals[sc]));
             }
         }
         self.a.i(format!("add.s32 {kk}, {kk}, 1"));

@@ -1,5 +1,7 @@
 //! Launching kernels: bind shapes, allocate intermediates, run each fused kernel in order.
 
+mod gpu;
+
 use crate::autotune::{self, TileSpace};
 use crate::backend::{Buffer, cpu};
 use crate::tensor::{Element, Tensor, TensorMut, TensorRef};
@@ -19,6 +21,9 @@ pub struct KernelDef {
     graph: &'static str,
     tiles: &'static [&'static str],
     ready: OnceLock<std::result::Result<Ready, String>>,
+    /// PTX of each kernel's default schedule for every arch, embedded by the macro
+    /// (kernel-major, `Arch::ALL` order); empty when built without it.
+    ptx: &'static [&'static str],
     /// The autotuner's decisions and tuned programs for this definition.
     tuned: autotune::KernelMemo,
 }
@@ -27,6 +32,8 @@ pub struct KernelDef {
 struct Ready {
     compiled: Compiled,
     programs: Vec<(cpu::Program, Vec<Binding>)>,
+    /// PTX of each kernel (default schedule) per arch, emitted on first use.
+    ptx: gpu::PtxCache,
 }
 
 impl KernelDef {
@@ -41,13 +48,49 @@ impl KernelDef {
             graph,
             tiles,
             ready: OnceLock::new(),
+            ptx: &[],
             tuned: autotune::KernelMemo::new(),
         }
+    }
+
+    /// Attaches the PTX the macro precompiled for each kernel's default schedule, per arch
+    /// (kernel-major, in `tessera_ir::target::ptx::Arch::ALL` order).
+    pub const fn with_ptx(mut self, ptx: &'static [&'static str]) -> Self {
+        self.ptx = ptx;
+        self
     }
 
     /// The kernel's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The embedded PTX of kernel `i` for the device's arch, if the macro embedded it.
+    fn embedded_ptx(&self, i: usize, device: &crate::Device) -> Option<&'static str> {
+        let arch = device.arch()?;
+        let a = tessera_ir::target::ptx::Arch::ALL
+            .iter()
+            .position(|x| *x == arch)?;
+        self.ptx
+            .get(i * tessera_ir::target::ptx::Arch::ALL.len() + a)
+            .copied()
+    }
+
+    /// The PTX module of fused kernel `i` (default schedule) for `arch`: what a GPU of that
+    /// arch (or the simulator) runs.
+    pub fn ptx(&self, i: usize, arch: tessera_ir::target::ptx::Arch) -> Result<String> {
+        let ready = self.ready()?;
+        let (program, _) = ready.programs.get(i).ok_or_else(|| Error::Compile {
+            kernel: self.name.into(),
+            message: format!("no fused kernel #{i}"),
+        })?;
+        let s = &ready.compiled.kernels[i].schedule;
+        tessera_ir::target::ptx::emit(&program.kernel, s, arch)
+            .map(|p| p.text)
+            .map_err(|e| Error::Compile {
+                kernel: self.name.into(),
+                message: e.to_string(),
+            })
     }
 
     /// The compiled form (graph, fusion plan, kernels); compiles on first use.
@@ -82,7 +125,11 @@ impl KernelDef {
             };
             programs.push((cpu::Program::new(kernel), k.lowered.bindings.clone()));
         }
-        Ok(Ready { compiled, programs })
+        Ok(Ready {
+            compiled,
+            programs,
+            ptx: gpu::PtxCache::default(),
+        })
     }
 
     /// Runs the kernel on `args` (in signature order) and returns its output.
@@ -107,6 +154,11 @@ impl KernelDef {
             });
         }
         let syms = bind_symbols(name, g, args)?;
+        let device = launch_device(
+            name,
+            args.iter().map(|a| a.device),
+            g.params.iter().map(|p| g.value_name(*p)),
+        )?;
         // Memory for each kernel's output (u64 storage keeps every dtype aligned).
         let mut owned: HashMap<u32, (Vec<usize>, Vec<u64>)> = HashMap::new();
         for k in &ready.compiled.kernels {
@@ -144,10 +196,30 @@ impl KernelDef {
                     j == n - 1,
                 ));
             }
-            // The autotuner's pick for these shapes (`None`: the default schedule).
-            match autotune::select_kernel(&self.tuned, name, self.graph, &ready.compiled, i, &bufs)? {
-                Some(tuned) => cpu::launch(&tuned, &bufs)?,
-                None => cpu::launch(program, &bufs)?,
+            if device.is_cpu() {
+                // The autotuner's pick for these shapes (`None`: the default schedule).
+                match autotune::select_kernel(
+                    &self.tuned,
+                    name,
+                    self.graph,
+                    &ready.compiled,
+                    i,
+                    &bufs,
+                )? {
+                    Some(tuned) => cpu::launch(&tuned, &bufs)?,
+                    None => cpu::launch(program, &bufs)?,
+                }
+            } else {
+                // GPU and simulator: the default schedule's PTX (tuning on devices comes with
+                // on-device timing).
+                let ck = &ready.compiled.kernels[i];
+                let ptx = ready.ptx.get(
+                    &device,
+                    i,
+                    || (program.kernel.clone(), ck.schedule.clone()),
+                    self.embedded_ptx(i, &device),
+                )?;
+                gpu::run(&device, &ptx, &bufs)?;
             }
         }
         let (shape, mem) = owned.remove(&g.output.0).expect("output buffer");
@@ -157,8 +229,29 @@ impl KernelDef {
             .chunks_exact(std::mem::size_of::<T>())
             .map(bytemuck::pod_read_unaligned)
             .collect();
-        Tensor::from_vec(data, &shape)
+        Ok(Tensor::from_vec(data, &shape)?.to(&device))
     }
+}
+
+/// The device of a launch: the first argument's; every other argument must agree.
+fn launch_device<'a>(
+    kernel: &str,
+    mut devices: impl Iterator<Item = &'a crate::Device>,
+    mut names: impl Iterator<Item = String>,
+) -> Result<crate::Device> {
+    let first = devices.next().cloned().unwrap_or_default();
+    let _ = names.next();
+    for (d, n) in devices.zip(names) {
+        if *d != first {
+            return Err(Error::DeviceMismatch {
+                kernel: kernel.into(),
+                param: n.trim_start_matches('%').into(),
+                expected: first.to_string(),
+                got: d.to_string(),
+            });
+        }
+    }
+    Ok(first)
 }
 
 fn buffer(dtype: DType, dims: &[usize], ptr: *mut u8, len: usize, writable: bool) -> Buffer {
@@ -265,6 +358,8 @@ pub struct TileDef {
     knobs: &'static [(&'static str, i64)],
     cache: Mutex<Vec<(Vec<(String, i64)>, std::sync::Arc<cpu::Program>)>>,
     tuned: autotune::TileMemo,
+    /// Hash of the program, part of the autotuner's cache keys.
+    sig: OnceLock<u64>,
 }
 
 impl TileDef {
@@ -280,6 +375,7 @@ impl TileDef {
             knobs,
             cache: Mutex::new(Vec::new()),
             tuned: autotune::TileMemo::new(),
+            sig: OnceLock::new(),
         }
     }
 
@@ -332,8 +428,34 @@ impl TileDef {
     /// Runs the block program over its grid with the given knob overrides.
     pub fn launch(&'static self, knobs: &[(&str, i64)], args: &mut [Arg<'_>]) -> Result<()> {
         let program = self.program_for(knobs)?;
+        let device = launch_device(
+            self.name,
+            args.iter().map(|a| match a {
+                Arg::In(t) => t.device,
+                Arg::Out(t) => t.device,
+            }),
+            program.kernel.params.iter().map(|p| p.name.clone()),
+        )?;
         let bufs = self.bind(&program, args)?;
-        cpu::launch(&program, &bufs)
+        if device.is_cpu() {
+            return cpu::launch(&program, &bufs);
+        }
+        // Block programs run with 4 warps on PTX devices.
+        let s = tessera_ir::schedule::Schedule {
+            warps: 4,
+            ..tessera_ir::schedule::Schedule::default_for(
+                tessera_ir::schedule::KernelClass::Elementwise,
+                DType::F32,
+            )
+        };
+        let arch = gpu::device_arch(&device)?;
+        let ptx = tessera_ir::target::ptx::emit(&program.kernel, &s, arch).map_err(|e| {
+            Error::Compile {
+                kernel: self.name.into(),
+                message: e.to_string(),
+            }
+        })?;
+        gpu::run(&device, &ptx, &bufs)
     }
 
     /// Runs the block program with the knobs the autotuner picks from `space` for these
@@ -368,7 +490,9 @@ impl TileDef {
     ) -> Result<Vec<(String, i64)>> {
         let default = self.program_for(&[])?;
         let bufs = self.bind(&default, args)?;
-        let sig = autotune::fnv(format!("{:?}", (self.program)()).as_bytes());
+        let sig = *self
+            .sig
+            .get_or_init(|| autotune::fnv(format!("{:?}", (self.program)()).as_bytes()));
         let knobs = autotune::tune_tile(
             &self.tuned,
             self.name,
