@@ -237,18 +237,7 @@ pub fn expr(e: &Expr) -> syn::Result<KExpr> {
             })
         }
         Expr::Call(c) => {
-            let Expr::Path(p) = &*c.func else {
-                return Err(err(&c.func, "expected a function name"));
-            };
-            let seg = match (p.qself.as_ref(), p.path.segments.len()) {
-                (None, 1) => &p.path.segments[0],
-                _ => {
-                    return Err(err(
-                        &c.func,
-                        "expected a function name such as `gelu` or `cast::<bf16>`",
-                    ));
-                }
-            };
+            let seg = super::call_segment(c, "`gelu` or `cast::<bf16>`")?;
             let ty = turbofish(&seg.arguments)?;
             let args = c.args.iter().map(expr).collect::<syn::Result<_>>()?;
             Ok(KExpr::Call {

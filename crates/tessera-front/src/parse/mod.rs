@@ -9,6 +9,21 @@ pub fn err(t: impl quote::ToTokens, msg: impl std::fmt::Display) -> syn::Error {
     syn::Error::new_spanned(t, msg)
 }
 
+/// The single path segment a call names (`gelu`, `cast::<bf16>`), or an error whose example
+/// names fit the front end (`example` like "`gelu` or `cast::<bf16>`").
+pub fn call_segment<'a>(c: &'a syn::ExprCall, example: &str) -> syn::Result<&'a syn::PathSegment> {
+    let syn::Expr::Path(p) = &*c.func else {
+        return Err(err(&c.func, "expected a function name"));
+    };
+    match (p.qself.as_ref(), p.path.segments.len()) {
+        (None, 1) => Ok(&p.path.segments[0]),
+        _ => Err(err(
+            &c.func,
+            format!("expected a function name such as {example}"),
+        )),
+    }
+}
+
 /// Names an unsupported expression form for error messages.
 pub fn describe(e: &syn::Expr) -> &'static str {
     use syn::Expr::*;

@@ -341,18 +341,7 @@ impl Cx {
                 )
             }
             Expr::Call(c) => {
-                let Expr::Path(p) = &*c.func else {
-                    return Err(err(&c.func, "expected a function name"));
-                };
-                let seg = match (p.qself.as_ref(), p.path.segments.len()) {
-                    (None, 1) => &p.path.segments[0],
-                    _ => {
-                        return Err(err(
-                            &c.func,
-                            "expected a function name such as `load` or `zeros::<f32>`",
-                        ));
-                    }
-                };
+                let seg = super::call_segment(c, "`load` or `zeros::<f32>`")?;
                 let ty = turbofish(&seg.arguments)?;
                 self.call(seg.ident.to_string(), ty, None, c.args.iter())?
             }

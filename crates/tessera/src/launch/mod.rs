@@ -31,7 +31,9 @@ pub struct KernelDef {
 /// A definition prepared for running: the compiled graph and each kernel's program.
 struct Ready {
     compiled: Compiled,
-    programs: Vec<(cpu::Program, Vec<Binding>)>,
+    /// Per fused kernel: the CPU program (CPU default schedule), the default schedule's Tile IR
+    /// (what PTX devices run; the embedded text when present) and the parameter bindings.
+    programs: Vec<(cpu::Program, tile::Kernel, Vec<Binding>)>,
     /// PTX of each kernel (default schedule) per arch, emitted on first use.
     ptx: gpu::PtxCache,
 }
@@ -80,12 +82,12 @@ impl KernelDef {
     /// arch (or the simulator) runs.
     pub fn ptx(&self, i: usize, arch: tessera_ir::target::ptx::Arch) -> Result<String> {
         let ready = self.ready()?;
-        let (program, _) = ready.programs.get(i).ok_or_else(|| Error::Compile {
+        let (_, program, _) = ready.programs.get(i).ok_or_else(|| Error::Compile {
             kernel: self.name.into(),
             message: format!("no fused kernel #{i}"),
         })?;
         let s = &ready.compiled.kernels[i].schedule;
-        tessera_ir::target::ptx::emit(&program.kernel, s, arch)
+        tessera_ir::target::ptx::emit(program, s, arch)
             .map(|p| p.text)
             .map_err(|e| Error::Compile {
                 kernel: self.name.into(),
@@ -123,7 +125,22 @@ impl KernelDef {
                 }
                 None => k.lowered.kernel.clone(),
             };
-            programs.push((cpu::Program::new(kernel), k.lowered.bindings.clone()));
+            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`).
+            let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &k.fused);
+            let cpu_schedule = tessera_ir::schedule::Schedule::cpu_default(k.fused.class, dtype);
+            let cpu_kernel = if cpu_schedule == k.schedule {
+                kernel.clone()
+            } else {
+                compiled
+                    .lower_with(i, &cpu_schedule)
+                    .map_err(|e| e.to_string())?
+                    .kernel
+            };
+            programs.push((
+                cpu::Program::new(cpu_kernel),
+                kernel,
+                k.lowered.bindings.clone(),
+            ));
         }
         Ok(Ready {
             compiled,
@@ -167,7 +184,7 @@ impl KernelDef {
             let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
             owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
         }
-        for (i, (program, bindings)) in ready.programs.iter().enumerate() {
+        for (i, (program, default_kernel, bindings)) in ready.programs.iter().enumerate() {
             let n = bindings.len();
             let mut bufs = Vec::with_capacity(n);
             for (j, b) in bindings.iter().enumerate() {
@@ -216,7 +233,7 @@ impl KernelDef {
                 let ptx = ready.ptx.get(
                     &device,
                     i,
-                    || (program.kernel.clone(), ck.schedule.clone()),
+                    || (default_kernel.clone(), ck.schedule.clone()),
                     self.embedded_ptx(i, &device),
                 )?;
                 gpu::run(&device, &ptx, &bufs)?;
