@@ -174,6 +174,7 @@ macro_rules! backend_tests {
 backend_tests!(
     cpu => Device::cpu(),
     sim_sm80 => Device::sim(),
+    sim_sm89 => Device::sim_arch(tessera::ir::target::ptx::Arch::Sm89),
     sim_sm90a => Device::sim_arch(tessera::ir::target::ptx::Arch::Sm90a),
 );
 

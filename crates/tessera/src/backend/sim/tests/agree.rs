@@ -207,6 +207,29 @@ fn linear_bias_gelu_bf16() {
     );
 }
 
+#[test]
+fn batched_matmul() {
+    let src = "graph @bmm(%a: f32[B, M, K], %b: f32[B, K, N]) -> f32[B, M, N] {\n  %2 = matmul %a, %b : f32[B, M, N]\n  return %2\n}";
+    assert_eq!(
+        agree(
+            src,
+            &[("B", 2), ("M", 70), ("K", 40), ("N", 90)],
+            DType::F32,
+            3
+        ),
+        9
+    );
+}
+
+#[test]
+fn linear_bias_gelu_f32() {
+    let src = "graph @linear_gelu(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {\n  %3 = matmul %x, %w : f32[M, N]\n  %4 = add %3, %b : f32[M, N]\n  %5 = gelu %4 : f32[M, N]\n  return %5\n}";
+    assert_eq!(
+        agree(src, &[("M", 70), ("K", 40), ("N", 90)], DType::F32, 3),
+        9
+    );
+}
+
 /// Every schedule of every graph above, on every arch, and the golden PTX files parse and
 /// decode (no unknown instruction), not only the three schedules that are run.
 #[test]
