@@ -193,11 +193,11 @@ impl<'g> Lower<'g> {
 
     fn b_params(&mut self) -> &mut Vec<Param> {
         // The builder owns the kernel; parameters are appended as the lowering discovers them.
-        builder_params(&mut self.b)
+        self.b.params_mut()
     }
 
     pub fn set_grid(&mut self, grid: [GridDim; 3]) {
-        builder_grid(&mut self.b, grid);
+        self.b.set_grid(grid);
     }
 
     pub fn c_i32(&mut self, x: i64) -> TValue {
@@ -217,7 +217,7 @@ impl<'g> Lower<'g> {
     }
 
     fn depth(&self) -> usize {
-        builder_depth(&self.b)
+        self.b.depth()
     }
 
     pub fn dim(&mut self, param: usize, axis: usize) -> TValue {
@@ -305,7 +305,7 @@ impl<'g> Lower<'g> {
         shape: &[usize],
         other: f64,
     ) -> TValue {
-        let dtype = builder_params(&mut self.b)[param].dtype;
+        let dtype = self.b.params_mut()[param].dtype;
         self.b.op(
             tile::Op::Load {
                 param,
@@ -419,15 +419,4 @@ impl<'g> Lower<'g> {
             mask: None,
         });
     }
-}
-
-// Small accessors into the builder that the lowering needs while the kernel is open.
-fn builder_params(b: &mut Builder) -> &mut Vec<Param> {
-    b.params_mut()
-}
-fn builder_grid(b: &mut Builder, grid: [GridDim; 3]) {
-    b.set_grid(grid);
-}
-fn builder_depth(b: &Builder) -> usize {
-    b.depth()
 }
