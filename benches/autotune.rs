@@ -4,10 +4,15 @@
 //!
 //! 1. an exhaustive grid search (every candidate timed: warm-up, median), printed as a table
 //!    with the default (`D`) and the tuned choice (`*`) marked;
-//! 2. the hybrid strategy (cost-model priors + surrogate) from an empty cache, its pick and its
-//!    trials;
-//! 3. a summary: default vs tuned time, hybrid's pick vs the exhaustive best (both read from
-//!    the exhaustive table, so they are compared under the same conditions), trials used;
+//! 2. the hybrid strategy (cost-model priors + surrogate) from an empty cache: the same table
+//!    for the candidates it timed, its pick and its trials;
+//! 3. a summary: default vs tuned time (from the exhaustive table), trials used, and the
+//!    hybrid's pick vs the exhaustive best **head to head**: when the two picks differ, both
+//!    are re-timed in interleaved rounds (each round: one untimed run, then 5 timed runs of
+//!    each, the order alternating), and the ratio of their medians over every round is
+//!    reported — two medians taken minutes apart in different sweeps would compare the
+//!    machine's moods, not the schedules. When both picked the same schedule the same duel is
+//!    run A against A, and its ratio shows the comparison's noise floor;
 //! 4. criterion timings of the default and the tuned schedule side by side.
 //!
 //! Run: `cargo bench --bench autotune` (caches go to a temporary folder, not the repo).
@@ -32,6 +37,38 @@ struct Row {
     hybrid_s: f64,
     hybrid_trials: usize,
     grid_trials: usize,
+    /// Head-to-head hybrid / exhaustive-best time.
+    duel: f64,
+    /// Whether both picked the same schedule (then the duel is an A/A run: the noise floor).
+    same: bool,
+}
+
+/// Rounds of the head-to-head comparison.
+const DUEL_ROUNDS: usize = 11;
+
+/// Times two configurations against each other: `select(side)` switches to side 0 or 1, then
+/// `run` is called once untimed and 5 times timed, the sides alternating which goes first.
+/// Returns the ratio of side 1's median to side 0's.
+fn duel(mut select: impl FnMut(usize), mut run: impl FnMut()) -> f64 {
+    let mut ts = [Vec::new(), Vec::new()];
+    for round in 0..DUEL_ROUNDS {
+        for k in 0..2 {
+            let side = (k + round) % 2;
+            select(side);
+            run();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                run();
+                ts[side].push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [mut a, mut b] = ts;
+    med(&mut b) / med(&mut a)
 }
 
 fn entry_of(kernel: &str) -> Entry {
@@ -67,9 +104,14 @@ fn table(title: &str, e: &Entry) {
             (false, true) => "*",
             _ => "",
         };
-        let m = t
-            .measured_s
-            .map_or(format!("— {}", t.note), |m| format!("{:.1}", m * 1e6));
+        let m = t.measured_s.map_or(format!("— {}", t.note), |m| {
+            let raced = if t.note.starts_with("raced") {
+                " (raced)"
+            } else {
+                ""
+            };
+            format!("{:.1}{raced}", m * 1e6)
+        });
         let p = if t.predicted_s < 0.0 {
             "pruned".into()
         } else {
@@ -102,7 +144,8 @@ fn matmul_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         let b = Tensor::<f32>::randn(&[k, n], 2);
         let space = SearchSpace::builtin(KernelClass::Matmul, DType::F32);
         // Exhaustive.
-        autotune::set_cache_dir(Some(fresh_dir(&format!("mm-grid-{m}"))));
+        let gdir = fresh_dir(&format!("mm-grid-{m}"));
+        autotune::set_cache_dir(Some(gdir.clone()));
         autotune::enable(true);
         autotune::search_space("matmul", space.clone().strategy(Strategy::Grid));
         tessera_kernels::matmul(&a, &b).unwrap();
@@ -114,9 +157,19 @@ fn matmul_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         autotune::search_space("matmul", space.clone().strategy(Strategy::Hybrid));
         tessera_kernels::matmul(&a, &b).unwrap();
         let hyb = entry_of("matmul");
+        table(&format!("matmul {m}×{k}×{n} (hybrid)"), &hyb);
         let best = grid.best.clone().unwrap();
         let pick = hyb.best.clone().unwrap();
+        autotune::set_mode(Some(Mode::Cached));
+        let duel = duel(
+            |side| autotune::set_cache_dir(Some([&gdir, &hdir][side].clone())),
+            || {
+                tessera_kernels::matmul(&a, &b).unwrap();
+            },
+        );
         rows.push(Row {
+            duel,
+            same: best == pick,
             what: format!("matmul {m}×{k}×{n}"),
             default_s: time_of(&grid, &grid.default),
             tuned: short(&best),
@@ -138,6 +191,7 @@ fn matmul_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
             bch.iter(|| tessera_kernels::matmul(&a, &b).unwrap())
         });
         g.finish();
+        autotune::set_cache_dir(Some(hdir.clone()));
         autotune::clear_search_space("matmul");
     }
 }
@@ -167,9 +221,32 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         autotune::set_cache_dir(Some(fresh_dir(&format!("dw-hybrid-{h}"))));
         let knobs = run(&depthwise_space().strategy(Strategy::Hybrid));
         let hyb = entry_of("depthwise_conv2d");
+        table(
+            &format!("depthwise {h}×{w}×{ch}, {kk}×{kk} filter (hybrid)"),
+            &hyb,
+        );
         let best = grid.best.clone().unwrap();
         let pick = hyb.best.clone().unwrap();
+        let duel = {
+            let knobs_of = |t: &str| -> Vec<(String, i64)> {
+                t.split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+                    .collect()
+            };
+            let sides = [knobs_of(&best), knobs_of(&pick)];
+            let mut y = T::<f32>::zeros(&oshape);
+            let side = std::cell::Cell::new(0);
+            let mut go = |s: usize| {
+                let refs: Vec<(&str, i64)> =
+                    sides[s].iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                dw::launch_with(&refs, &x, &f, &mut y).unwrap();
+            };
+            duel(|s| side.set(s), || go(side.get()))
+        };
         rows.push(Row {
+            duel,
+            same: best == pick,
             what: format!("depthwise {h}×{w}×{ch} k{kk}"),
             default_s: time_of(&grid, &grid.default),
             tuned: best.clone(),
@@ -196,19 +273,29 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     let mut rows = Vec::new();
-    matmul_rows(&mut c, &mut rows);
-    dw_rows(&mut c, &mut rows);
+    // `cargo bench --bench autotune -- matmul` (or `depthwise`) runs one family.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |f: &str| only.is_empty() || only.iter().any(|o| f.contains(o.as_str()));
+    if wanted("matmul") {
+        matmul_rows(&mut c, &mut rows);
+    }
+    if wanted("depthwise") {
+        dw_rows(&mut c, &mut rows);
+    }
     println!(
         "\n## Summary (times from the exhaustive sweep, µs; {} threads)\n",
         rayon::current_num_threads()
     );
     println!(
-        "| problem | default | exhaustive best | best µs | tuned speed-up | hybrid pick | hybrid µs | hybrid / best | trials hybrid / grid |"
+        "| problem | default | exhaustive best | best µs | tuned speed-up | hybrid pick | hybrid µs | hybrid / best (head to head) | trials hybrid / grid |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.1} | {} | {:.1} | {:.2}× | {} | {:.1} | {:.3} | {} / {} |",
+            "| {} | {:.1} | {} | {:.1} | {:.2}× | {} | {:.1} | {} | {} / {} |",
             r.what,
             r.default_s * 1e6,
             r.tuned,
@@ -216,7 +303,11 @@ fn main() {
             r.default_s / r.tuned_s,
             r.hybrid,
             r.hybrid_s * 1e6,
-            r.hybrid_s / r.tuned_s,
+            if r.same {
+                format!("same schedule (A/A noise: {:.3})", r.duel)
+            } else {
+                format!("{:.3}", r.duel)
+            },
             r.hybrid_trials,
             r.grid_trials
         );

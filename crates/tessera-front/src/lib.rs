@@ -17,8 +17,8 @@ use tessera_ir::pipeline::Compiled;
 pub struct KernelAttr {
     /// `numerics = "fast" | "deterministic" | "kahan_sum"`.
     pub policy: NumericsPolicy,
-    /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..], max_trials = N,
-    /// strategy = "hybrid" | "grid" | "random")`.
+    /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..],
+    /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random")`.
     pub autotune: Option<AutotuneAttr>,
 }
 
@@ -29,6 +29,7 @@ pub struct AutotuneAttr {
     pub vectorize: Vec<u32>,
     pub stages: Vec<u32>,
     pub warps: Vec<u32>,
+    pub fusion_depths: Vec<u32>,
     pub max_trials: Option<usize>,
     pub strategy: Option<String>,
 }
@@ -91,6 +92,7 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
             "vectorize" => a.vectorize = int_list(&m.value()?.parse()?, "vectorize (powers of two ≤ 16)", |v| v.is_power_of_two() && v <= 16)?,
             "stages" => a.stages = int_list(&m.value()?.parse()?, "stages (1 to 8)", |v| (1..=8).contains(&v))?,
             "warps" => a.warps = int_list(&m.value()?.parse()?, "warps (powers of two ≤ 32)", |v| v.is_power_of_two() && v <= 32)?,
+            "fusion_depth" => a.fusion_depths = int_list(&m.value()?.parse()?, "fusion_depth (0 to 64)", |v| v <= 64)?,
             "max_trials" => a.max_trials = Some(lit_u32(&m.value()?.parse()?, "max_trials (≥ 1)", &|v| v >= 1)? as usize),
             "strategy" => {
                 let s: syn::LitStr = m.value()?.parse()?;
@@ -99,7 +101,7 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
                 }
                 a.strategy = Some(s.value());
             }
-            _ => return Err(m.error("unknown autotune option; expected tiles, vectorize, stages, warps, max_trials or strategy")),
+            _ => return Err(m.error("unknown autotune option; expected tiles, vectorize, stages, warps, fusion_depth, max_trials or strategy")),
         }
         Ok(())
     })?;

@@ -2,6 +2,13 @@
 //! produces their operand (a matmul, a row-wise op, a reduction or another elementwise chain)
 //! when that operand has no other use and the shapes agree. Every decision is recorded so a
 //! profiler or `TESSERA_DUMP=fusion` can show it.
+//!
+//! **Fusion depth.** [`fuse_with`] caps how many elementwise ops one kernel's epilogue may
+//! hold: depth 0 gives every op its own kernel, `None` fuses as deep as the rules allow.
+//! Deeper fusion saves a write and a read of each intermediate; on a GPU it also keeps every
+//! epilogue temporary live in registers at once, so the autotuner searches the depth
+//! (`SearchSpace::fusion_depths`) and its cost model weighs the traffic against the
+//! registers (seeds §4.6).
 
 use crate::graph::{Graph, Op, Value};
 use crate::schedule::KernelClass;
@@ -25,6 +32,17 @@ pub struct FusedKernel {
 pub struct Plan {
     pub kernels: Vec<FusedKernel>,
     pub decisions: Vec<String>,
+}
+
+impl Plan {
+    /// The longest epilogue of any kernel: the plan's fusion depth.
+    pub fn depth(&self) -> usize {
+        self.kernels
+            .iter()
+            .map(|k| k.epilogue.len())
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 impl fmt::Display for Plan {
@@ -84,6 +102,27 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
 /// assert!(plan.decisions[1].contains("%4 (add) fused into lg_k0"));
 /// ```
 pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
+    fuse_with(g, None)
+}
+
+/// Groups the graph's nodes into kernels with at most `depth` elementwise ops fused into each
+/// kernel's epilogue (`None`: no limit).
+///
+/// ```
+/// let g = tessera_ir::graph::parse("graph @lg(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {
+///   %3 = matmul %x, %w : f32[M, N]
+///   %4 = add %3, %b : f32[M, N]
+///   %5 = gelu %4 : f32[M, N]
+///   return %5
+/// }").unwrap();
+/// use tessera_ir::fuse::{fuse, fuse_with};
+/// assert_eq!(fuse(&g).unwrap().depth(), 2);
+/// let shallow = fuse_with(&g, Some(1)).unwrap();
+/// assert_eq!(shallow.kernels.len(), 2);   // matmul+add, then gelu
+/// assert!(shallow.decisions[2].contains("fusion depth 1"));
+/// assert_eq!(fuse_with(&g, Some(0)).unwrap().kernels.len(), 3);
+/// ```
+pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
     let uses = g.use_counts();
     let mut kernels: Vec<FusedKernel> = Vec::new();
     let mut decisions = Vec::new();
@@ -137,6 +176,19 @@ pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
                 }
                 if n.args.iter().filter(|b| *b == a).count() > 1 {
                     reason = Some(format!("it uses {} twice", g.value_name(*a)));
+                    continue;
+                }
+                if let Some(d) = depth.filter(|d| kernels[k].epilogue.len() >= *d) {
+                    reason = Some(format!(
+                        "{} already holds {} epilogue op{} (fusion depth {d})",
+                        kernels[k].name,
+                        kernels[k].epilogue.len(),
+                        if kernels[k].epilogue.len() == 1 {
+                            ""
+                        } else {
+                            "s"
+                        }
+                    ));
                     continue;
                 }
                 kernels[k].epilogue.push(v);

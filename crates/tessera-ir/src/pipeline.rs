@@ -3,7 +3,7 @@
 //! `TESSERA_DUMP=graph,fusion,schedule,tile` (or `all`) prints each level's text to stderr, or
 //! writes files under `TESSERA_DUMP_DIR` when it is set.
 
-use crate::fuse::{FusedKernel, Plan, fuse};
+use crate::fuse::{FusedKernel, Plan, fuse_with};
 use crate::graph::{self, Graph};
 use crate::lower::{Lowered, lower};
 use crate::schedule::Schedule;
@@ -14,6 +14,9 @@ use crate::{DType, NumericsPolicy};
 pub struct CompileOptions {
     /// Numerics policy of every reduction.
     pub policy: NumericsPolicy,
+    /// Most elementwise ops fused into one kernel's epilogue (`None`: as deep as the fusion
+    /// rules allow); see [`crate::fuse::fuse_with`].
+    pub fusion_depth: Option<usize>,
 }
 
 /// A compilation failure, naming the value or kernel at fault.
@@ -87,7 +90,7 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
     dump("graph", &g.name, || g.to_string());
-    let plan = fuse(g)?;
+    let plan = fuse_with(g, opts.fusion_depth)?;
     dump("fusion", &g.name, || plan.to_string());
     let mut kernels = Vec::new();
     for k in &plan.kernels {

@@ -19,6 +19,8 @@ fn quick() -> TrialConfig {
         warmup_budget: std::time::Duration::from_millis(1),
         samples: 3,
         sample_budget: std::time::Duration::from_millis(5),
+        race_rounds: 1,
+        ..TrialConfig::default()
     }
 }
 
@@ -394,4 +396,154 @@ fn planted_wrong_candidate_is_rejected() {
         )
         .unwrap();
     close(&c, &want);
+}
+
+#[tessera::kernel]
+fn tlin(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    tanh(x.matmul(w) + b)
+}
+
+/// Normal values scaled by 0.2, so `tanh` is not saturated.
+fn scaled(shape: &[usize], seed: u64) -> Tensor<f32> {
+    let t = Tensor::<f32>::randn(shape, seed);
+    Tensor::from_vec(t.as_slice().iter().map(|v| v * 0.2).collect(), shape).unwrap()
+}
+
+/// `tanh(x · w + b)` in f64.
+fn tlin_reference(x: &Tensor<f32>, w: &Tensor<f32>, b: &Tensor<f32>) -> Vec<f64> {
+    let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[1]);
+    let (xs, ws, bs) = (x.as_slice(), w.as_slice(), b.as_slice());
+    let mut out = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k)
+                .map(|p| xs[i * k + p] as f64 * ws[p * n + j] as f64)
+                .sum();
+            out.push((dot + bs[j] as f64).tanh());
+        }
+    }
+    out
+}
+
+fn check_tlin(y: &Tensor<f32>, want: &[f64]) {
+    assert_eq!(y.as_slice().len(), want.len());
+    for (g, w) in y.as_slice().iter().zip(want) {
+        assert!(
+            (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "{g} vs {w}"
+        );
+    }
+}
+
+fn fusion_entry() -> autotune::Entry {
+    autotune::entries()
+        .into_values()
+        .find(|e| e.kernel == "tlin" && e.family.contains(".fusion/"))
+        .expect("a fusion-depth entry")
+}
+
+#[test]
+fn fusion_depth_is_searched_checked_and_cached() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::search_space(
+        "tlin",
+        SearchSpace::new()
+            .tiles([(32, 32, 32), (64, 64, 32)])
+            .strategy(Strategy::Grid)
+            .trial(quick()),
+    );
+    autotune::enable(true);
+    let x = Tensor::<f32>::randn(&[37, 45], 11);
+    let w = scaled(&[45, 29], 12);
+    let b = Tensor::<f32>::randn(&[29], 13);
+    let want = tlin_reference(&x, &w, &b);
+    let t0 = autotune::trials_run();
+    check_tlin(&tlin(&x, &w, &b).unwrap(), &want);
+    assert!(autotune::trials_run() > t0);
+    // `add` and `tanh` fuse into the matmul: depths 2 (the default), 0 and 1 are three plans,
+    // each timed whole and checked against the default's output.
+    let e = fusion_entry();
+    let names: Vec<&str> = e.trials.iter().map(|t| t.candidate.as_str()).collect();
+    assert_eq!(e.default, "fusion_depth=2");
+    for d in ["fusion_depth=2", "fusion_depth=0", "fusion_depth=1"] {
+        assert!(names.contains(&d), "{d} missing from {names:?}");
+    }
+    assert!(e.trials.iter().all(|t| t.ok && t.measured_s.is_some()));
+    assert!(e.trials.iter().all(|t| t.predicted_s > 0.0));
+    // The cost model sees the intermediates' round trips on the CPU: deeper predicts faster.
+    let pred = |c: &str| e.record(c).unwrap().predicted_s;
+    assert!(pred("fusion_depth=2") < pred("fusion_depth=1"));
+    assert!(pred("fusion_depth=1") < pred("fusion_depth=0"));
+    // The chosen plan's kernels were tuned under keys naming the plan.
+    let best = e.best.clone().unwrap();
+    let tag = match best.as_str() {
+        "fusion_depth=2" => ".k0/".to_string(),
+        d => format!(".f{}/", d.trim_start_matches("fusion_depth=")),
+    };
+    assert!(
+        autotune::entries()
+            .values()
+            .any(|e| e.kernel == "tlin" && e.family.contains(&tag)),
+        "no kernel entry tagged {tag} for {best}"
+    );
+    // A second launch: zero trials, same result.
+    let t1 = autotune::trials_run();
+    check_tlin(&tlin(&x, &w, &b).unwrap(), &want);
+    assert_eq!(autotune::trials_run() - t1, 0);
+    autotune::clear_search_space("tlin");
+    autotune::set_mode(None);
+}
+
+#[test]
+fn a_shallower_plan_from_the_cache_runs_correctly() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::search_space(
+        "tlin",
+        SearchSpace::new()
+            .tiles([(32, 32, 32)])
+            .fusion_depths([0])
+            .strategy(Strategy::Grid)
+            .trial(quick()),
+    );
+    autotune::enable(true);
+    let x = Tensor::<f32>::randn(&[20, 33], 21);
+    let w = scaled(&[33, 40], 22);
+    let b = Tensor::<f32>::randn(&[40], 23);
+    let want = tlin_reference(&x, &w, &b);
+    check_tlin(&tlin(&x, &w, &b).unwrap(), &want);
+    // Only the asked depth besides the default.
+    let e = fusion_entry();
+    assert_eq!(e.trials.len(), 2);
+    // Ship a cache whose winner is the unfused plan (as another machine might find).
+    let path = dir.path().join("shipped.json");
+    autotune::save_cache(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (_, entry) in v["entries"].as_object_mut().unwrap() {
+        if entry["family"].as_str().unwrap().contains(".fusion/") {
+            entry["best"] = "fusion_depth=0".into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(other.path().to_path_buf()));
+    assert!(autotune::load_cache(&path).unwrap() > 0);
+    // Three kernels now (matmul, add, tanh): their schedules are tuned under `.f0` keys.
+    check_tlin(&tlin(&x, &w, &b).unwrap(), &want);
+    let f0: Vec<String> = autotune::entries()
+        .values()
+        .filter(|e| e.kernel == "tlin" && e.family.contains(".f0/"))
+        .map(|e| e.family.clone())
+        .collect();
+    assert_eq!(f0.len(), 3, "{f0:?}");
+    autotune::clear_search_space("tlin");
+    autotune::set_mode(None);
 }

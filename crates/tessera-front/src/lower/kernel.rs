@@ -29,7 +29,14 @@ pub fn compile(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::
             format!("internal error: the kernel's graph does not verify:\n{e}"),
         )
     })?;
-    let c = pipeline::compile(&g, &CompileOptions { policy }).map_err(|e| {
+    let c = pipeline::compile(
+        &g,
+        &CompileOptions {
+            policy,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| {
         err(
             &item.name,
             format!("cannot compile kernel `{}`: {e}", item.name),

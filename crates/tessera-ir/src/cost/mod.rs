@@ -35,6 +35,7 @@
 
 pub mod arch;
 pub mod occupancy;
+pub mod plan;
 pub mod resources;
 
 #[cfg(test)]

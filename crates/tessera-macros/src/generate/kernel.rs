@@ -99,7 +99,7 @@ fn ptx_texts(c: &tessera_ir::pipeline::Compiled) -> Result<Vec<String>, String> 
 /// registered one for this kernel through `tessera::autotune::search_space` already.
 fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
     let tiles = t.tiles.iter().map(|d| quote!(::std::vec![#(#d),*]));
-    let (v, s, w) = (&t.vectorize, &t.stages, &t.warps);
+    let (v, s, w, f) = (&t.vectorize, &t.stages, &t.warps, &t.fusion_depths);
     let max = t.max_trials.map(|n| quote!(.max_trials(#n)));
     let strategy = t.strategy.as_deref().map(|s| match s {
         "grid" => quote!(.strategy(::tessera::autotune::Strategy::Grid)),
@@ -117,6 +117,7 @@ fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
                         .vectorize([#(#v),*])
                         .stages([#(#s),*])
                         .warps([#(#w),*])
+                        .fusion_depths([#(#f),*])
                         #max
                         #strategy,
                 );

@@ -4,7 +4,7 @@
 use super::cache::{Entry, TrialRecord};
 use super::progress::Progress;
 use super::search::{self, Cand, Strategy};
-use super::trial::{TrialConfig, outputs_match, time_median};
+use super::trial::{TrialConfig, outputs_match, race, time_median};
 use super::{TRIALS, cost_arch};
 use crate::Result;
 use std::sync::atomic::Ordering;
@@ -30,6 +30,9 @@ pub(crate) struct Job {
     pub names: Vec<String>,
     pub points: Vec<Point>,
     pub problem: Option<Problem>,
+    /// Predictions (seconds, and why a candidate is pruned) made by the caller instead of
+    /// from `problem` and `points` (a fusion plan's cost).
+    pub predicted: Option<Vec<(f64, Option<String>)>>,
     pub strategy: Strategy,
     pub max_trials: Option<usize>,
     pub trial: TrialConfig,
@@ -53,15 +56,22 @@ pub struct Outcome {
 pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
     let arch = cost_arch();
     let n = job.names.len();
-    let est: Vec<Option<tessera_ir::cost::Estimate>> = job
-        .points
-        .iter()
-        .map(|p| job.problem.map(|pr| estimate(&arch, &pr, p)))
-        .collect();
-    let predicted: Vec<f64> = est
-        .iter()
-        .map(|e| e.as_ref().map_or(1.0, |e| e.time_s))
-        .collect();
+    // Per candidate: the cost model's prediction and, when pruned, why.
+    let model: Vec<(f64, Option<String>)> = match &job.predicted {
+        Some(p) => p.clone(),
+        None => job
+            .points
+            .iter()
+            .map(|p| match job.problem {
+                Some(pr) => {
+                    let e = estimate(&arch, &pr, p);
+                    (e.time_s, e.pruned.map(|p| p.to_string()))
+                }
+                None => (1.0, None),
+            })
+            .collect(),
+    };
+    let predicted: Vec<f64> = model.iter().map(|m| m.0).collect();
     let bound = job.problem.map_or(0.0, |p| roofline_bound(&arch, &p));
     let mut cands: Vec<Cand> = (0..n)
         .map(|i| {
@@ -134,9 +144,38 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
         },
     );
     drop(progress);
+    // The final race among the best few measured candidates (see `TrialConfig`).
+    let entrants = race_entrants(&cands, &trial);
+    if entrants.len() > 1 {
+        let times = race(&trial, &entrants, |i| runner.run(i));
+        for (&i, t) in entrants.iter().zip(times) {
+            let Some(t) = t else { continue };
+            tracing::debug!(
+                target: "tessera::autotune",
+                kernel = %job.kernel,
+                candidate = %job.names[i],
+                first_s = ?cands[i].measured,
+                raced_s = t,
+                "race"
+            );
+            cands[i].measured = Some(t);
+            let rec = new[i].get_or_insert_with(|| {
+                let old = job.known.as_ref().and_then(|e| e.record(&job.names[i]));
+                old.cloned().unwrap_or_else(|| TrialRecord {
+                    candidate: job.names[i].clone(),
+                    predicted_s: predicted[i],
+                    measured_s: None,
+                    ok: true,
+                    note: String::new(),
+                })
+            });
+            rec.measured_s = Some(t);
+            rec.note = format!("raced against {} others", entrants.len() - 1);
+        }
+    }
     // Pruned candidates are recorded too, with the reason.
     for i in 0..n {
-        if let Some(Some(p)) = est[i].as_ref().map(|e| e.pruned.clone())
+        if let Some(p) = model[i].1.clone()
             && new[i].is_none()
             && i != 0
         {
@@ -221,4 +260,24 @@ fn measure(
         Ok(t) => (Some(t), true, String::new()),
         Err(e) => (None, false, format!("failed: {e}")),
     }
+}
+
+/// The candidates of the final race: measured ones within the margin of the best, best first,
+/// at most `trial.race` of them.
+fn race_entrants(cands: &[Cand], trial: &TrialConfig) -> Vec<usize> {
+    let mut timed: Vec<(usize, f64)> = cands
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.measured.map(|m| (i, m)))
+        .collect();
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(&(_, best)) = timed.first() else {
+        return Vec::new();
+    };
+    timed
+        .into_iter()
+        .take_while(|(_, t)| *t <= best * (1.0 + trial.race_margin))
+        .take(trial.race)
+        .map(|(i, _)| i)
+        .collect()
 }

@@ -102,11 +102,14 @@ fn program_for(
 }
 
 /// The program to run for fused kernel `i` of a `#[kernel]` launch on `bufs` (its inputs
-/// already computed, its output last); `None` means the default program.
+/// already computed, its output last); `None` means the default program. `tag` names the
+/// fusion plan (empty for the default plan, `.f1` for fusion depth 1 …): kernel `i` of
+/// another plan is another kernel, with its own cache entries.
 pub(crate) fn select_kernel(
     memo: &KernelMemo,
     name: &str,
     graph_text: &str,
+    tag: &str,
     compiled: &Compiled,
     i: usize,
     bufs: &[Buffer],
@@ -128,7 +131,7 @@ pub(crate) fn select_kernel(
     let k = &compiled.kernels[i];
     let dtypes: Vec<&str> = bufs.iter().map(|b| b.dtype.name()).collect();
     let family = format!(
-        "{name}#{:016x}.k{i}/{}/t{}",
+        "{name}#{:016x}.k{i}{tag}/{}/t{}",
         fnv(graph_text.as_bytes()),
         dtypes.join(","),
         rayon::current_num_threads()
@@ -171,6 +174,7 @@ pub(crate) fn select_kernel(
                 strategy: space.strategy,
                 max_trials: space.max_trials,
                 trial: space.trial,
+                predicted: None,
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

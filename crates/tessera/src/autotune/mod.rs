@@ -64,6 +64,7 @@
 
 pub mod cache;
 mod engine;
+mod fusion;
 mod kernel;
 mod progress;
 mod search;
@@ -73,6 +74,8 @@ mod trial;
 
 pub use cache::{CacheError, Entry, TrialRecord};
 pub use engine::Outcome;
+pub(crate) use engine::Runner;
+pub(crate) use fusion::{FusionMemo, candidate_depths, select_fusion};
 pub(crate) use kernel::{KernelMemo, select_kernel};
 pub use search::Strategy;
 pub use space::{SearchSpace, TileDims, TileSpace};

@@ -10,10 +10,15 @@
 //!   features (log2 of the tile dims, vector width, stages), with an uncertainty that grows
 //!   with the distance to the nearest measured point; the next trial minimises the lower
 //!   confidence bound `μ − κσ` (κ = 1). It stops at `max_trials` (by default a quarter of the
-//!   valid candidates, at least 4), when a measured time reaches the roofline bound (within
-//!   10%), or — after half the budget — when no untried candidate's bound is below the best
-//!   time measured. The surrogate's mean also carries a ridge-regressed linear trend of the
-//!   residuals over the features, so it can walk toward a region the model misjudges.
+//!   valid candidates, at least 4) or when a measured time reaches the roofline bound (within
+//!   10%). (It used to stop early once no untried candidate's bound beat the best time; with
+//!   a machine's timing noise that gave up on regions one more trial would have found.) The
+//!   surrogate's mean also carries a ridge-regressed linear trend of the residuals over the
+//!   features, so it can walk toward a region the model misjudges. Proposals alternate
+//!   between a *local* step — the lowest bound among the untried neighbours of the fastest
+//!   candidate so far (one doubling in at most two features), a trust region in the manner
+//!   of TuRBO — and a *global* step over every untried candidate: the local steps polish the
+//!   incumbent, the global ones keep a misjudged region in reach.
 
 /// How the tuner explores a space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,15 +120,21 @@ pub(crate) fn run(
                 }
                 step(i, cands, &mut calls);
             }
+            // Then the surrogate, alternating a local step (the best bound among the
+            // incumbent's neighbours) with a global one (the best bound anywhere).
+            let mut local = true;
             while tried(cands) < budget && !reached(cands, bound) {
-                let Some((next, lcb)) = propose(cands, &valid) else {
+                let near = neighbours_of_best(cands, &valid);
+                let pick = if local && !near.is_empty() {
+                    propose(cands, &near)
+                } else {
+                    propose(cands, &valid)
+                };
+                let Some((next, _)) = pick else {
                     break;
                 };
-                let best = best_time(cands).unwrap_or(f64::INFINITY);
-                if lcb >= best.ln() && tried(cands) >= budget / 2 {
-                    break;
-                }
                 step(next, cands, &mut calls);
+                local = !local;
             }
         }
     }
@@ -140,6 +151,31 @@ fn best_time(c: &[Cand]) -> Option<f64> {
 
 fn reached(c: &[Cand], bound: f64) -> bool {
     bound > 0.0 && best_time(c).is_some_and(|t| t <= bound * 1.1)
+}
+
+/// Untried valid candidates next to the fastest measured one: at most one doubling away in
+/// each of at most two features (squared feature distance ≤ 2).
+fn neighbours_of_best(c: &[Cand], valid: &[usize]) -> Vec<usize> {
+    let Some(best) = (0..c.len())
+        .filter(|&i| c[i].measured.is_some())
+        .min_by(|&a, &b| c[a].measured.unwrap().total_cmp(&c[b].measured.unwrap()))
+    else {
+        return Vec::new();
+    };
+    valid
+        .iter()
+        .copied()
+        .filter(|&i| !c[i].tried)
+        .filter(|&i| {
+            let d2: f64 = c[i]
+                .features
+                .iter()
+                .zip(&c[best].features)
+                .map(|(a, b)| (a - b).powi(2))
+                .sum();
+            d2 <= 2.0 + 1e-9
+        })
+        .collect()
 }
 
 /// The surrogate's pick: the untried valid candidate with the lowest `μ − σ` (log seconds).

@@ -44,6 +44,9 @@ pub struct SearchSpace {
     pub vectorize: Vec<u32>,
     pub stages: Vec<u32>,
     pub warps: Vec<u32>,
+    /// Fusion depths to try (most elementwise ops per kernel epilogue); empty: every depth
+    /// from 0 to the graph's deepest fusion. See the module docs of [`crate::autotune`].
+    pub fusion_depths: Vec<u32>,
     pub strategy: Strategy,
     /// Trial budget; `None`: a quarter of the valid candidates (at least 4) for the hybrid and
     /// random strategies, all of them for the grid.
@@ -65,10 +68,17 @@ impl SearchSpace {
             vectorize: Vec::new(),
             stages: Vec::new(),
             warps: Vec::new(),
+            fusion_depths: Vec::new(),
             strategy: Strategy::Hybrid,
             max_trials: None,
             trial: TrialConfig::default(),
         }
+    }
+
+    /// Fusion depths (0: no epilogue fusion; the graph's deepest when larger).
+    pub fn fusion_depths(mut self, d: impl IntoIterator<Item = u32>) -> Self {
+        self.fusion_depths = d.into_iter().collect();
+        self
     }
 
     /// Tile shapes `(BM, BN, BK)` (matmul) or `(rows, cols)`.

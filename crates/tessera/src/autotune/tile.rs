@@ -118,6 +118,7 @@ pub(crate) fn tune_tile(
                 strategy: space.strategy,
                 max_trials: space.max_trials,
                 trial: space.trial,
+                predicted: None,
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

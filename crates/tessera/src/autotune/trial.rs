@@ -9,12 +9,21 @@ use tessera_ir::DType;
 ///
 /// The seeds (table A.4) warm up with 50 samples, fewer when the cache is warm. A sample here is
 /// one whole launch, so the warm-up also stops after [`warmup_budget`](Self::warmup_budget),
-/// and timing takes `samples` runs (at least 3) or as many as fit in `sample_budget`.
+/// and timing takes `samples` runs (at least 5) or as many as fit in `sample_budget`.
+///
+/// **The final race.** One median per candidate still carries the machine's noise, and the
+/// fastest of many noisy medians is biased low (the winner's curse). So once the search is
+/// over, the measured candidates within `race_margin` of the best (at most `race`, the best
+/// first) are timed again in `race_rounds` interleaved rounds — every round runs each of them
+/// `samples / 3` (at least 3) times, in a rotated order, so a slow spell of the machine hits
+/// them all alike — and the winner is the lowest median over all rounds. The race re-times
+/// candidates already tried: it adds no trials.
 ///
 /// ```
 /// let t = tessera::autotune::TrialConfig::default();
 /// assert_eq!(t.warmup, 50);
 /// assert!(t.warm_cache().warmup < t.warmup);
+/// assert_eq!(t.race, 6);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrialConfig {
@@ -22,6 +31,12 @@ pub struct TrialConfig {
     pub warmup_budget: Duration,
     pub samples: usize,
     pub sample_budget: Duration,
+    /// Most candidates in the final race (0 or 1: no race).
+    pub race: usize,
+    /// Candidates within this fraction of the best measured time enter the race.
+    pub race_margin: f64,
+    /// Interleaved rounds of the race.
+    pub race_rounds: usize,
 }
 
 impl Default for TrialConfig {
@@ -29,8 +44,11 @@ impl Default for TrialConfig {
         TrialConfig {
             warmup: 50,
             warmup_budget: Duration::from_millis(20),
-            samples: 7,
-            sample_budget: Duration::from_millis(150),
+            samples: 15,
+            sample_budget: Duration::from_millis(200),
+            race: 6,
+            race_margin: 0.15,
+            race_rounds: 5,
         }
     }
 }
@@ -58,15 +76,63 @@ pub(crate) fn time_median<E>(
             break;
         }
     }
-    let mut ts = Vec::with_capacity(cfg.samples.max(3));
+    let mut ts = Vec::with_capacity(cfg.samples.max(5));
     let start = Instant::now();
-    while ts.len() < 3 || (ts.len() < cfg.samples && start.elapsed() < cfg.sample_budget) {
-        let t = Instant::now();
-        f()?;
-        ts.push(t.elapsed().as_secs_f64());
+    while ts.len() < 5 || (ts.len() < cfg.samples && start.elapsed() < cfg.sample_budget) {
+        ts.push(time_once(&mut f)?);
     }
+    Ok(median(&mut ts))
+}
+
+fn time_once<E>(f: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let t = Instant::now();
+    f()?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn median(ts: &mut [f64]) -> f64 {
     ts.sort_by(f64::total_cmp);
-    Ok(ts[ts.len() / 2])
+    ts[ts.len() / 2]
+}
+
+/// The final race (see [`TrialConfig`]): `entrants` are re-timed in interleaved rounds by
+/// `run(i)`; returns each entrant's median over every round, in the entrants' order. A run
+/// that fails drops its entrant (`None`).
+pub(crate) fn race<E>(
+    cfg: &TrialConfig,
+    entrants: &[usize],
+    mut run: impl FnMut(usize) -> Result<(), E>,
+) -> Vec<Option<f64>> {
+    let n = entrants.len();
+    let per_round = (cfg.samples / 3).max(3);
+    let mut samples: Vec<Option<Vec<f64>>> = vec![Some(Vec::new()); n];
+    for round in 0..cfg.race_rounds.max(1) {
+        for k in 0..n {
+            let j = (k + round) % n;
+            let Some(ts) = samples[j].as_mut() else {
+                continue;
+            };
+            // One untimed run so the entrant's data is in cache like its rivals' was.
+            let mut go = || run(entrants[j]);
+            if go().is_err() {
+                samples[j] = None;
+                continue;
+            }
+            for _ in 0..per_round {
+                match time_once(&mut go) {
+                    Ok(t) => ts.push(t),
+                    Err(_) => {
+                        samples[j] = None;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|s| s.map(|mut ts| median(&mut ts)))
+        .collect()
 }
 
 fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {

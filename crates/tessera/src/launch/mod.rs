@@ -7,7 +7,7 @@ use crate::backend::{Buffer, cpu};
 use crate::tensor::{Element, Tensor, TensorMut, TensorRef};
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::graph::{self, Graph, Op};
 use tessera_ir::lower::{Binding, view_shape};
 use tessera_ir::pipeline::{CompileOptions, Compiled, compile};
@@ -24,18 +24,29 @@ pub struct KernelDef {
     /// PTX of each kernel's default schedule for every arch, embedded by the macro
     /// (kernel-major, `Arch::ALL` order); empty when built without it.
     ptx: &'static [&'static str],
-    /// The autotuner's decisions and tuned programs for this definition.
-    tuned: autotune::KernelMemo,
+    /// The autotuner's fusion-depth decisions for this definition.
+    fusion: autotune::FusionMemo,
 }
 
-/// A definition prepared for running: the compiled graph and each kernel's program.
+/// A definition prepared for running: the default (deepest) plan, and the shallower plans
+/// the fusion-depth search asked for.
 struct Ready {
+    base: Arc<Plan>,
+    shallow: Mutex<Vec<(usize, Arc<Plan>)>>,
+}
+
+/// One fusion plan, compiled.
+struct Plan {
     compiled: Compiled,
     /// Per fused kernel: the CPU program (CPU default schedule), the default schedule's Tile IR
     /// (what PTX devices run; the embedded text when present) and the parameter bindings.
     programs: Vec<(cpu::Program, tile::Kernel, Vec<Binding>)>,
     /// PTX of each kernel (default schedule) per arch, emitted on first use.
     ptx: gpu::PtxCache,
+    /// The autotuner's decisions and tuned programs for this plan's kernels.
+    tuned: autotune::KernelMemo,
+    /// Cache-key tag of the plan's kernels: empty for the default plan, `.f1` for depth 1 ….
+    tag: String,
 }
 
 impl KernelDef {
@@ -51,7 +62,7 @@ impl KernelDef {
             tiles,
             ready: OnceLock::new(),
             ptx: &[],
-            tuned: autotune::KernelMemo::new(),
+            fusion: autotune::FusionMemo::new(),
         }
     }
 
@@ -81,12 +92,12 @@ impl KernelDef {
     /// The PTX module of fused kernel `i` (default schedule) for `arch`: what a GPU of that
     /// arch (or the simulator) runs.
     pub fn ptx(&self, i: usize, arch: tessera_ir::target::ptx::Arch) -> Result<String> {
-        let ready = self.ready()?;
-        let (_, program, _) = ready.programs.get(i).ok_or_else(|| Error::Compile {
+        let base = &self.ready()?.base;
+        let (_, program, _) = base.programs.get(i).ok_or_else(|| Error::Compile {
             kernel: self.name.into(),
             message: format!("no fused kernel #{i}"),
         })?;
-        let s = &ready.compiled.kernels[i].schedule;
+        let s = &base.compiled.kernels[i].schedule;
         tessera_ir::target::ptx::emit(program, s, arch)
             .map(|p| p.text)
             .map_err(|e| Error::Compile {
@@ -95,14 +106,20 @@ impl KernelDef {
             })
     }
 
-    /// The compiled form (graph, fusion plan, kernels); compiles on first use.
+    /// The compiled form (graph, fusion plan, kernels) of the default, deepest plan; compiles
+    /// on first use.
     pub fn compiled(&self) -> Result<&Compiled> {
-        Ok(&self.ready()?.compiled)
+        Ok(&self.ready()?.base.compiled)
     }
 
     fn ready(&self) -> Result<&Ready> {
         self.ready
-            .get_or_init(|| self.prepare())
+            .get_or_init(|| {
+                Ok(Ready {
+                    base: Arc::new(self.prepare(None)?),
+                    shallow: Mutex::new(Vec::new()),
+                })
+            })
             .as_ref()
             .map_err(|m| Error::Compile {
                 kernel: self.name.into(),
@@ -110,13 +127,18 @@ impl KernelDef {
             })
     }
 
-    fn prepare(&self) -> std::result::Result<Ready, String> {
+    /// The plan of fusion depth `depth` (`None`: the deepest, with the embedded texts).
+    fn prepare(&self, depth: Option<usize>) -> std::result::Result<Plan, String> {
         let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
-        let compiled = compile(&g, &CompileOptions::default()).map_err(|e| e.to_string())?;
+        let opts = CompileOptions {
+            fusion_depth: depth,
+            ..CompileOptions::default()
+        };
+        let compiled = compile(&g, &opts).map_err(|e| e.to_string())?;
         let mut programs = Vec::new();
         for (i, k) in compiled.kernels.iter().enumerate() {
             // The embedded Tile IR is what the build checked; use it when it is present.
-            let kernel = match self.tiles.get(i) {
+            let kernel = match self.tiles.get(i).filter(|_| depth.is_none()) {
                 Some(text) => {
                     let t = tile::parse(text)
                         .map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
@@ -142,17 +164,37 @@ impl KernelDef {
                 k.lowered.bindings.clone(),
             ));
         }
-        Ok(Ready {
+        Ok(Plan {
             compiled,
             programs,
             ptx: gpu::PtxCache::default(),
+            tuned: autotune::KernelMemo::new(),
+            tag: depth.map_or(String::new(), |d| format!(".f{d}")),
         })
+    }
+
+    /// The plan of fusion depth `depth`: the default plan when that is its depth, else a
+    /// shallower plan compiled on first use.
+    fn plan(&self, ready: &Ready, depth: usize) -> Result<Arc<Plan>> {
+        if depth >= ready.base.compiled.plan.depth() {
+            return Ok(ready.base.clone());
+        }
+        let mut shallow = ready.shallow.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = shallow.iter().find(|(d, _)| *d == depth) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(self.prepare(Some(depth)).map_err(|m| Error::Compile {
+            kernel: self.name.into(),
+            message: m,
+        })?);
+        shallow.push((depth, p.clone()));
+        Ok(p)
     }
 
     /// Runs the kernel on `args` (in signature order) and returns its output.
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
         let ready = self.ready()?;
-        let g = &ready.compiled.graph;
+        let g = &ready.base.compiled.graph;
         let name = self.name;
         if args.len() != g.params.len() {
             return Err(Error::ArgCount {
@@ -176,15 +218,90 @@ impl KernelDef {
             args.iter().map(|a| a.device),
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
+        let plan = if device.is_cpu() {
+            self.fusion_choice(ready, args, &syms)?
+        } else {
+            ready.base.clone()
+        };
+        let (shape, mem) = self.run_plan(&plan, args, &syms, &device, true)?;
+        let numel: usize = shape.iter().product();
+        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
+            [..numel * std::mem::size_of::<T>()]
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        Ok(Tensor::from_vec(data, &shape)?.to(&device))
+    }
+
+    /// The plan the autotuner picks for these arguments (the default plan unless a fusion
+    /// depth was tuned for them, or is being tuned now).
+    fn fusion_choice(
+        &self,
+        ready: &Ready,
+        args: &[TensorRef<'_>],
+        syms: &Syms,
+    ) -> Result<Arc<Plan>> {
+        let natural = ready.base.compiled.plan.depth();
+        if natural == 0 || autotune::mode() == autotune::Mode::Off {
+            return Ok(ready.base.clone());
+        }
+        let depths = autotune::candidate_depths(self.name, natural);
+        let shape: Vec<u64> = args
+            .iter()
+            .flat_map(|a| a.shape.iter().map(|&d| d as u64))
+            .collect();
+        let dtypes: Vec<&str> = args.iter().map(|a| a.dtype.name()).collect();
+        let predict = || {
+            depths
+                .iter()
+                .map(|&d| match self.plan(ready, d) {
+                    Ok(p) => plan_cost(&p, syms),
+                    Err(e) => (f64::INFINITY, Some(e.to_string())),
+                })
+                .collect()
+        };
+        let mut runner = PlanRunner {
+            def: self,
+            ready,
+            depths: &depths,
+            args,
+            syms,
+            out: Vec::new(),
+            out_bytes: 0,
+        };
+        let depth = autotune::select_fusion(
+            &self.fusion,
+            self.name,
+            self.graph,
+            &depths,
+            &shape,
+            &dtypes,
+            &predict,
+            &mut runner,
+        )?;
+        self.plan(ready, depth)
+    }
+
+    /// Runs every kernel of `plan` in order; returns the output's shape and memory. With
+    /// `tune`, each CPU kernel runs the autotuner's pick for its shapes.
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        args: &[TensorRef<'_>],
+        syms: &Syms,
+        device: &crate::Device,
+        tune: bool,
+    ) -> Result<(Vec<usize>, Vec<u64>)> {
+        let g = &plan.compiled.graph;
         // Memory for each kernel's output (u64 storage keeps every dtype aligned).
         let mut owned: HashMap<u32, (Vec<usize>, Vec<u64>)> = HashMap::new();
-        for k in &ready.compiled.kernels {
+        for k in &plan.compiled.kernels {
             let v = k.fused.output;
-            let shape = eval_shape(&g.ty(v).shape.0, &syms);
+            let shape = eval_shape(&g.ty(v).shape.0, syms);
             let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
             owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
         }
-        for (i, (program, default_kernel, bindings)) in ready.programs.iter().enumerate() {
+        for (i, (program, default_kernel, bindings)) in plan.programs.iter().enumerate() {
             let n = bindings.len();
             let mut bufs = Vec::with_capacity(n);
             for (j, b) in bindings.iter().enumerate() {
@@ -215,38 +332,138 @@ impl KernelDef {
             }
             if device.is_cpu() {
                 // The autotuner's pick for these shapes (`None`: the default schedule).
-                match autotune::select_kernel(
-                    &self.tuned,
-                    name,
-                    self.graph,
-                    &ready.compiled,
-                    i,
-                    &bufs,
-                )? {
+                let tuned = if tune {
+                    autotune::select_kernel(
+                        &plan.tuned,
+                        self.name,
+                        self.graph,
+                        &plan.tag,
+                        &plan.compiled,
+                        i,
+                        &bufs,
+                    )?
+                } else {
+                    None
+                };
+                match tuned {
                     Some(tuned) => cpu::launch(&tuned, &bufs)?,
                     None => cpu::launch(program, &bufs)?,
                 }
             } else {
                 // GPU and simulator: the default schedule's PTX (tuning on devices comes with
                 // on-device timing).
-                let ck = &ready.compiled.kernels[i];
-                let ptx = ready.ptx.get(
-                    &device,
+                let ck = &plan.compiled.kernels[i];
+                let embedded = if plan.tag.is_empty() {
+                    self.embedded_ptx(i, device)
+                } else {
+                    None
+                };
+                let ptx = plan.ptx.get(
+                    device,
                     i,
                     || (default_kernel.clone(), ck.schedule.clone()),
-                    self.embedded_ptx(i, &device),
+                    embedded,
                 )?;
-                gpu::run(&device, &ptx, &bufs)?;
+                gpu::run(device, &ptx, &bufs)?;
             }
         }
-        let (shape, mem) = owned.remove(&g.output.0).expect("output buffer");
-        let numel: usize = shape.iter().product();
-        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
-            [..numel * std::mem::size_of::<T>()]
-            .chunks_exact(std::mem::size_of::<T>())
-            .map(bytemuck::pod_read_unaligned)
-            .collect();
-        Ok(Tensor::from_vec(data, &shape)?.to(&device))
+        Ok(owned.remove(&g.output.0).expect("output buffer"))
+    }
+}
+
+/// The symbol bindings of a launch: each dim's size and the parameter that bound it.
+type Syms = HashMap<String, (usize, String)>;
+
+/// The cost model's verdict on a plan for these sizes (its kernels under their default
+/// schedules, on the CPU with the current thread pool).
+fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
+    use tessera_ir::cost::plan::{PlanKernel, plan_estimate};
+    use tessera_ir::cost::{Point, Problem};
+    use tessera_ir::schedule::{KernelClass, Schedule};
+    let c = &plan.compiled;
+    let g = &c.graph;
+    let dims = |v: tessera_ir::graph::Value| eval_shape(&g.ty(v).shape.0, syms);
+    let kernels: Vec<PlanKernel> = c
+        .kernels
+        .iter()
+        .map(|k| {
+            let f = &k.fused;
+            let din = tessera_ir::pipeline::kernel_dtype(g, f);
+            let dout = g.ty(f.output).dtype;
+            let out = dims(f.output);
+            let r = out.len();
+            let sizes: Vec<u64> = if f.class == KernelClass::Matmul && r >= 2 {
+                let kdim = g
+                    .node(f.root)
+                    .args
+                    .first()
+                    .and_then(|a| dims(*a).last().copied())
+                    .unwrap_or(1);
+                let batch: usize = out[..r - 2].iter().product();
+                vec![batch, out[r - 2], out[r - 1], kdim]
+                    .into_iter()
+                    .map(|x| x as u64)
+                    .collect()
+            } else {
+                // The 2-D view the kernel streams: its root's input for reductions.
+                let src = match f.class {
+                    KernelClass::Elementwise => out.clone(),
+                    _ => g
+                        .node(f.root)
+                        .args
+                        .first()
+                        .map_or(out.clone(), |a| dims(*a)),
+                };
+                let n = src.len();
+                let cols = src.last().copied().unwrap_or(1);
+                let rows: usize = src[..n.saturating_sub(1)].iter().product();
+                vec![rows as u64, cols as u64]
+            };
+            PlanKernel {
+                problem: Problem::for_class(f.class, &sizes, din, dout),
+                point: Point::from_schedule(&Schedule::cpu_default(f.class, din)),
+                epilogue_ops: f.epilogue.len() as u32,
+            }
+        })
+        .collect();
+    let (t, pruned) = plan_estimate(&autotune::cost_arch(), &kernels);
+    (t, pruned.map(|p| p.to_string()))
+}
+
+/// Runs whole plans of one launch (each candidate fusion depth) into their own memory.
+struct PlanRunner<'a> {
+    def: &'a KernelDef,
+    ready: &'a Ready,
+    depths: &'a [usize],
+    args: &'a [TensorRef<'a>],
+    syms: &'a Syms,
+    out: Vec<u64>,
+    out_bytes: usize,
+}
+
+impl autotune::Runner for PlanRunner<'_> {
+    fn run(&mut self, i: usize) -> Result<()> {
+        let plan = self.def.plan(self.ready, self.depths[i])?;
+        let (shape, mem) =
+            self.def
+                .run_plan(&plan, self.args, self.syms, &crate::Device::Cpu, false)?;
+        let g = &plan.compiled.graph;
+        self.out_bytes = shape.iter().product::<usize>() * g.ty(g.output).dtype.size_bytes();
+        self.out = mem;
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.out.clear();
+        self.out_bytes = 0;
+    }
+
+    fn outputs(&self) -> Vec<(DType, &[u8])> {
+        let g = &self.ready.base.compiled.graph;
+        vec![(
+            g.ty(g.output).dtype,
+            &bytemuck::cast_slice::<u64, u8>(&self.out)[..self.out_bytes],
+        )]
     }
 }
 
@@ -286,11 +503,7 @@ fn buffer(dtype: DType, dims: &[usize], ptr: *mut u8, len: usize, writable: bool
 
 /// Binds every symbolic dim of the signature to the argument sizes; the error names the dim,
 /// both sizes and the parameters that disagree.
-fn bind_symbols(
-    kernel: &str,
-    g: &Graph,
-    args: &[TensorRef<'_>],
-) -> Result<HashMap<String, (usize, String)>> {
+fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms> {
     let mut syms: HashMap<String, (usize, String)> = HashMap::new();
     for (p, a) in g.params.iter().zip(args) {
         let (ty, pname) = (
@@ -349,7 +562,7 @@ fn bind_symbols(
     Ok(syms)
 }
 
-fn eval_shape(dims: &[Dim], syms: &HashMap<String, (usize, String)>) -> Vec<usize> {
+fn eval_shape(dims: &[Dim], syms: &Syms) -> Vec<usize> {
     dims.iter()
         .map(|d| match d {
             Dim::Const(c) => *c as usize,
