@@ -547,3 +547,64 @@ fn a_shallower_plan_from_the_cache_runs_correctly() {
     autotune::clear_search_space("tlin");
     autotune::set_mode(None);
 }
+
+#[test]
+fn the_simulator_checks_every_candidate_and_the_model_ranks_them() {
+    use tessera::Device;
+    use tessera::ir::target::ptx::Arch;
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    let dev = Device::sim_arch(Arch::Sm80);
+    let a = Tensor::<f32>::randn(&[40, 24], 31);
+    let b = Tensor::<f32>::randn(&[24, 36], 32);
+    autotune::set_mode(Some(Mode::Off));
+    let want = tmm(&a, &b).unwrap();
+    autotune::enable(true);
+    let t0 = autotune::trials_run();
+    let (ad, bd) = (a.clone().to(&dev), b.clone().to(&dev));
+    let got = tmm(&ad, &bd).unwrap();
+    assert!(autotune::trials_run() > t0);
+    close(&got.to(&Device::Cpu), &want);
+    drop((a, b));
+    // The entries live under the simulator's arch id, never the CPU's or a GPU's.
+    let sim = autotune::entries_for("sim-sm_80");
+    let e = sim
+        .values()
+        .find(|e| e.kernel == "tmm")
+        .expect("a sim entry");
+    assert!(e.family.ends_with("/sim-sm_80"), "{}", e.family);
+    assert!(
+        !autotune::entries()
+            .values()
+            .any(|x| x.family.contains("sim-"))
+    );
+    // Every candidate ran on the simulator and passed the check; none has a time.
+    assert!(e.trials.len() >= 4, "{:?}", e.trials);
+    for t in &e.trials {
+        assert!(t.ok, "{} failed: {}", t.candidate, t.note);
+        assert!(t.measured_s.is_none());
+        assert!(t.note.contains("not timed"), "{}", t.note);
+    }
+    // The winner is the best-predicted of them (the A100 row of the cost model).
+    let best = e
+        .trials
+        .iter()
+        .min_by(|x, y| x.predicted_s.total_cmp(&y.predicted_s))
+        .unwrap();
+    assert_eq!(
+        e.best.as_deref(),
+        Some(best.candidate.as_str()),
+        "{:?}",
+        e.trials
+    );
+    let file = dir.path().join("sim-sm_80.json");
+    assert!(file.exists(), "no {}", file.display());
+    // Second launch: zero trials, same result.
+    let t1 = autotune::trials_run();
+    let again = tmm(&ad, &bd).unwrap();
+    assert_eq!(autotune::trials_run() - t1, 0);
+    close(&again.to(&Device::Cpu), &want);
+    autotune::clear_search_space("tmm");
+    autotune::set_mode(None);
+}

@@ -153,6 +153,24 @@ impl Arch {
         }
     }
 
+    /// The row the cost model uses for a PTX target: A100 for `sm_80`, H100 for `sm_90a`, and
+    /// for `sm_89` (Ada, which table A.2 lacks) the A100 row, the nearest in SMs, registers
+    /// and shared memory per SM — its bandwidth is about half an A100's, so memory-bound
+    /// predictions there are optimistic.
+    ///
+    /// ```
+    /// use tessera_ir::cost::Arch;
+    /// use tessera_ir::target::ptx::Arch as Ptx;
+    /// assert_eq!(Arch::for_target(Ptx::Sm90a).name, "h100");
+    /// assert_eq!(Arch::for_target(Ptx::Sm80).name, "a100");
+    /// ```
+    pub fn for_target(t: crate::target::ptx::Arch) -> Arch {
+        match t {
+            crate::target::ptx::Arch::Sm90a => Arch::H100,
+            crate::target::ptx::Arch::Sm80 | crate::target::ptx::Arch::Sm89 => Arch::A100,
+        }
+    }
+
     /// The GPU rows plus a one-core CPU.
     pub fn all() -> Vec<Arch> {
         vec![Arch::H100, Arch::A100, Arch::GB200, Arch::cpu(1)]

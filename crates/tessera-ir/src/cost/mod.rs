@@ -14,7 +14,9 @@
 //!   the arch's peak scaled by how well latency is hidden (occupancy ≥ 50% counts as full, the
 //!   seeds' rule of thumb) and how evenly the blocks fill the last wave.
 //!
-//! It *prunes* (`Estimate::pruned`) a schedule whose shared memory exceeds the per-block limit,
+//! Like the PTX emitter, it lowers a schedule's pipeline stages until they fit the arch's
+//! shared memory. It *prunes* (`Estimate::pruned`) a schedule whose shared memory (one stage)
+//! exceeds the per-block limit,
 //! whose registers exceed the hardware cap (it would spill) or that fits no block per SM, and
 //! [`rank`] orders the rest by predicted time. [`Estimate::bound_s`] is the roofline bound of
 //! the problem itself (compulsory bytes, unpadded FLOPs): no schedule can beat it, and the
@@ -26,7 +28,7 @@
 //! let pts = vec![
 //!     Point::new([128, 128, 64], 8, 3, 8),
 //!     Point::new([32, 32, 32], 4, 2, 8),
-//!     Point::new([256, 128, 64], 8, 3, 8),   // 144 KB of shared memory: pruned on H100
+//!     Point::new([256, 256, 128], 8, 3, 8),  // one stage is 128 KB of shared memory: pruned on H100
 //! ];
 //! let order = rank(&Arch::H100, &p, &pts);
 //! assert_eq!(order, vec![0, 1]);
@@ -255,7 +257,15 @@ pub fn roofline_bound(arch: &Arch, p: &Problem) -> f64 {
 pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
     let cpu = arch.kind == ArchKind::Cpu;
     let [t0, t1, t2] = s.tile.map(|x| x as u64);
-    let res = resources::resources(p, s, cpu);
+    let mut res = resources::resources(p, s, cpu);
+    // The PTX emitter lowers the pipeline depth until the stages fit the arch's shared memory
+    // (`target::ptx::gemm`), so the model does too; only a tile whose single stage does not
+    // fit is pruned.
+    if !cpu && s.stages > 1 && res.smem_bytes > arch.smem_per_block as u64 {
+        let per_stage = res.smem_bytes / s.stages as u64;
+        let fit = (arch.smem_per_block as u64 / per_stage.max(1)).max(1);
+        res.smem_bytes = fit * per_stage;
+    }
     let bound_s = roofline_bound(arch, p);
     // Blocks, loop steps per block, padded FLOPs, memory bytes with re-reads, on-chip bytes.
     let (blocks, steps, flops, bytes, onchip) = match *p {

@@ -31,7 +31,7 @@ pub const REGS_PER_EPILOGUE_OP: u32 = 4;
 /// let mm = Problem::matmul(1, 512, 512, 512, 4, 4);
 /// let ew = Problem::Stream { rows: 512, cols: 512, bytes: 8, flops: 1 };
 /// let p = Point::new([128, 128, 64], 8, 3, 4);
-/// let e = Point::new([16, 1024], 8, 1, 4);
+/// let e = Point::new([16, 1024, 1], 8, 1, 4);
 /// let fused = [PlanKernel { problem: mm, point: p, epilogue_ops: 2 }];
 /// let split = [
 ///     PlanKernel { problem: mm, point: p, epilogue_ops: 1 },

@@ -1,11 +1,11 @@
 //! One tuning job: cost-model estimates, the reference run, the strategy's trials with the
 //! correctness check, and the merged cache entry.
 
+use super::TRIALS;
 use super::cache::{Entry, TrialRecord};
 use super::progress::Progress;
 use super::search::{self, Cand, Strategy};
 use super::trial::{TrialConfig, outputs_match, race, time_median};
-use super::{TRIALS, cost_arch};
 use crate::Result;
 use std::sync::atomic::Ordering;
 use tessera_ir::DType;
@@ -19,7 +19,19 @@ pub(crate) trait Runner {
     fn clear(&mut self);
     /// The scratch outputs: dtype and bytes of each.
     fn outputs(&self) -> Vec<(DType, &[u8])>;
+    /// Runs candidate `i` once and returns how long it took, seconds: the wall clock by
+    /// default, a device's own timer (CUDA events) where it has one, `None` where a device has
+    /// no clock (the simulator: its candidates are checked, and ranked by the cost model).
+    fn sample(&mut self, i: usize) -> Result<Option<f64>> {
+        let t = std::time::Instant::now();
+        self.run(i)?;
+        Ok(Some(t.elapsed().as_secs_f64()))
+    }
 }
+
+/// The note of a candidate that passed the check on a device without a clock.
+pub(crate) const UNTIMED: &str =
+    "checked on the device, not timed (no clock): ranked by the cost model";
 
 /// What to tune.
 pub(crate) struct Job {
@@ -30,6 +42,8 @@ pub(crate) struct Job {
     pub names: Vec<String>,
     pub points: Vec<Point>,
     pub problem: Option<Problem>,
+    /// The cost model's arch: the CPU's ([`super::cost_arch`]) or the device's.
+    pub arch: tessera_ir::cost::Arch,
     /// Predictions (seconds, and why a candidate is pruned) made by the caller instead of
     /// from `problem` and `points` (a fusion plan's cost).
     pub predicted: Option<Vec<(f64, Option<String>)>>,
@@ -54,7 +68,7 @@ pub struct Outcome {
 }
 
 pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
-    let arch = cost_arch();
+    let arch = job.arch.clone();
     let n = job.names.len();
     // Per candidate: the cost model's prediction and, when pruned, why.
     let model: Vec<(f64, Option<String>)> = match &job.predicted {
@@ -147,7 +161,7 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
     // The final race among the best few measured candidates (see `TrialConfig`).
     let entrants = race_entrants(&cands, &trial);
     if entrants.len() > 1 {
-        let times = race(&trial, &entrants, |i| runner.run(i));
+        let times = race(&trial, &entrants, |i| runner.sample(i));
         for (&i, t) in entrants.iter().zip(times) {
             let Some(t) = t else { continue };
             tracing::debug!(
@@ -206,7 +220,16 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
         .filter(|t| t.ok && t.measured_s.is_some())
         .filter(|t| job.names.contains(&t.candidate))
         .min_by(|a, b| a.measured_s.unwrap().total_cmp(&b.measured_s.unwrap()))
-        .map(|t| t.candidate.clone());
+        .map(|t| t.candidate.clone())
+        .or_else(|| {
+            // A device without a clock: the best-predicted candidate that passed the check.
+            trials
+                .iter()
+                .filter(|t| t.ok && t.note == UNTIMED && t.predicted_s > 0.0)
+                .filter(|t| job.names.contains(&t.candidate))
+                .min_by(|a, b| a.predicted_s.total_cmp(&b.predicted_s))
+                .map(|t| t.candidate.clone())
+        });
     let best = best_rec
         .as_ref()
         .and_then(|b| job.names.iter().position(|n| n == b))
@@ -256,8 +279,9 @@ fn measure(
             return (None, false, note);
         }
     }
-    match time_median(trial, || runner.run(i)) {
-        Ok(t) => (Some(t), true, String::new()),
+    match time_median(trial, || runner.sample(i)) {
+        Ok(Some(t)) => (Some(t), true, String::new()),
+        Ok(None) => (None, true, UNTIMED.to_string()),
         Err(e) => (None, false, format!("failed: {e}")),
     }
 }

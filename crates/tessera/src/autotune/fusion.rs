@@ -95,7 +95,7 @@ pub(crate) fn select_fusion(
             .collect::<Vec<_>>()
             .join("x")
     );
-    let (hit, near) = lookup(&key, &family, shape);
+    let (hit, near) = lookup(&super::arch_id(), &key, &family, shape);
     let complete = hit
         .as_ref()
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
@@ -113,6 +113,7 @@ pub(crate) fn select_fusion(
                     .iter()
                     .map(|&d| Point::new([d as u32 + 1, 1, 1], 1, 1, 1))
                     .collect(),
+                arch: super::cost_arch(),
                 problem: None,
                 predicted: Some(predict()),
                 strategy: Strategy::Grid,
@@ -122,7 +123,7 @@ pub(crate) fn select_fusion(
                 known: hit,
             };
             let out = engine::tune(job, runner)?;
-            store(key, out.entry.clone());
+            store(&super::arch_id(), key, out.entry.clone());
             Some(depths[out.best])
         }
     };

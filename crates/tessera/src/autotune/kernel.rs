@@ -34,7 +34,7 @@ impl KernelMemo {
 }
 
 /// The sizes that key a fused kernel: matmul `[batch, m, n, k]`, otherwise every buffer's dims.
-fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>, Option<Problem>) {
+pub(super) fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>, Option<Problem>) {
     let k = &compiled.kernels[i];
     let out = bufs.last().map_or(&[][..], |b| b.dims());
     let r = out.len();
@@ -149,7 +149,7 @@ pub(crate) fn select_kernel(
     });
     let cands = space.schedules(&k.schedule);
     let names: Vec<String> = cands.iter().map(|s| s.to_string()).collect();
-    let (hit, near) = lookup(&key, &family, &shape);
+    let (hit, near) = lookup(&super::arch_id(), &key, &family, &shape);
     let pick = |text: &str| -> Option<Arc<Program>> {
         let s = schedule::parse(text).ok()?;
         if s == k.schedule {
@@ -170,6 +170,7 @@ pub(crate) fn select_kernel(
                 shape: shape.clone(),
                 names: names.clone(),
                 points: cands.iter().map(Point::from_schedule).collect(),
+                arch: super::cost_arch(),
                 problem,
                 strategy: space.strategy,
                 max_trials: space.max_trials,
@@ -180,7 +181,7 @@ pub(crate) fn select_kernel(
             };
             let mut runner = KernelRunner::new(memo, compiled, i, &cands, bufs);
             let out = engine::tune(job, &mut runner)?;
-            store(key, out.entry.clone());
+            store(&super::arch_id(), key, out.entry.clone());
             if out.best == 0 {
                 None
             } else {

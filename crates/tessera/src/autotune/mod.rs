@@ -63,6 +63,7 @@
 //! ```
 
 pub mod cache;
+mod device;
 mod engine;
 mod fusion;
 mod kernel;
@@ -73,6 +74,7 @@ mod tile;
 mod trial;
 
 pub use cache::{CacheError, Entry, TrialRecord};
+pub(crate) use device::{DeviceMemo, select_device_kernel};
 pub use engine::Outcome;
 pub(crate) use engine::Runner;
 pub(crate) use fusion::{FusionMemo, candidate_depths, select_fusion};
@@ -116,10 +118,11 @@ pub const NEAR_MAX_DOUBLINGS: f64 = 4.0;
 struct State {
     mode: Option<Mode>,
     dir: Option<PathBuf>,
-    /// The entries known to this process (the cache folder's file, loaded files, new tunings).
-    memory: BTreeMap<String, Entry>,
-    /// Cache folders whose file has been read into memory.
-    loaded: Vec<PathBuf>,
+    /// The entries known to this process (the cache folder's files, loaded files, new
+    /// tunings), per arch id (the CPU's [`arch_id`], or a device's [`device_arch_id`]).
+    memory: BTreeMap<String, BTreeMap<String, Entry>>,
+    /// (cache folder, arch id) pairs whose file has been read into memory.
+    loaded: Vec<(PathBuf, String)>,
     /// Per-kernel search spaces and settings.
     spaces: BTreeMap<String, SearchSpace>,
 }
@@ -222,6 +225,24 @@ pub fn arch_id() -> String {
     }
 }
 
+/// The cache file's stem for a PTX device: the GPU's arch (`sm_90a`), or `sim-sm_90a` for the
+/// simulator (whose entries are checked but not timed, and must never pass for a GPU's); the
+/// CPU's [`arch_id`] for the CPU.
+///
+/// ```
+/// use tessera::{Device, autotune::device_arch_id};
+/// use tessera::ir::target::ptx::Arch;
+/// assert_eq!(device_arch_id(&Device::sim_arch(Arch::Sm80)), "sim-sm_80");
+/// assert_eq!(device_arch_id(&Device::Cpu), tessera::autotune::arch_id());
+/// ```
+pub fn device_arch_id(device: &crate::Device) -> String {
+    match (device, device.arch()) {
+        (crate::Device::Sim(_), Some(a)) => format!("sim-{a}"),
+        (crate::Device::Cpu, _) | (_, None) => arch_id(),
+        (_, Some(a)) => a.to_string(),
+    }
+}
+
 /// The cost model's arch for the CPU with the current rayon pool.
 pub fn cost_arch() -> tessera_ir::cost::Arch {
     tessera_ir::cost::Arch::cpu(rayon::current_num_threads() as u32)
@@ -289,10 +310,14 @@ pub fn space_of(kernel: &str) -> Option<SearchSpace> {
 /// tunings) to `path`, atomically. Ship it to another machine of the same arch and
 /// [`load_cache`] it there.
 pub fn save_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
-    ensure_loaded();
-    let arch = arch_id();
-    let mut file = cache::CacheFile::new(&arch);
-    file.entries = state().memory.clone();
+    save_cache_for(&arch_id(), path)
+}
+
+/// [`save_cache`] for another arch id: a device's entries ([`device_arch_id`]).
+pub fn save_cache_for(arch: &str, path: impl AsRef<Path>) -> Result<usize, CacheError> {
+    ensure_loaded(arch);
+    let mut file = cache::CacheFile::new(arch);
+    file.entries = state().memory.get(arch).cloned().unwrap_or_default();
     let n = file.entries.len();
     let _lock = cache::Lock::acquire(path.as_ref())?;
     cache::write_atomic(path.as_ref(), &file)?;
@@ -300,36 +325,46 @@ pub fn save_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
 }
 
 /// Reads a cache file written by [`save_cache`] (or a cache folder's `<arch>.json`) and adds
-/// its entries to this process; returns how many. A corrupt or old-version file is an error
-/// and changes nothing.
+/// its entries to this process, under the arch the file names; returns how many. A corrupt or
+/// old-version file is an error and changes nothing.
 pub fn load_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
     let file = cache::read(path.as_ref(), &arch_id())?;
     let n = file.entries.len();
-    state().memory.extend(file.entries);
+    state()
+        .memory
+        .entry(file.arch.clone())
+        .or_default()
+        .extend(file.entries);
     bump();
     Ok(n)
 }
 
-/// The entry for a key, if this process knows it.
+/// The CPU entry for a key, if this process knows it.
 pub fn entry(key: &str) -> Option<Entry> {
-    ensure_loaded();
-    state().memory.get(key).cloned()
+    entries().remove(key)
 }
 
-/// Every entry this process knows, by key.
+/// Every CPU entry this process knows, by key.
 pub fn entries() -> BTreeMap<String, Entry> {
-    ensure_loaded();
-    state().memory.clone()
+    entries_for(&arch_id())
+}
+
+/// Every entry of an arch id ([`device_arch_id`]) this process knows, by key.
+pub fn entries_for(arch: &str) -> BTreeMap<String, Entry> {
+    ensure_loaded(arch);
+    state().memory.get(arch).cloned().unwrap_or_default()
 }
 
 /// Forgets the shape entries of `kernel` in memory (not on disk) so the next `full` launch of
 /// a cached-but-borrowed shape re-tunes: "refine on request". Returns how many were dropped.
 pub fn refine(kernel: &str) -> usize {
     let mut s = state();
-    let before = s.memory.len();
-    s.memory
-        .retain(|_, e| e.kernel != kernel || e.best.is_none());
-    let n = before - s.memory.len();
+    let mut n = 0;
+    for m in s.memory.values_mut() {
+        let before = m.len();
+        m.retain(|_, e| e.kernel != kernel || e.best.is_none());
+        n += before - m.len();
+    }
     drop(s);
     bump();
     n
@@ -337,23 +372,24 @@ pub fn refine(kernel: &str) -> usize {
 
 /// Reads the cache folder's file into memory once per folder; an unusable file is warned
 /// about (and will be replaced by the next write).
-fn ensure_loaded() {
+fn ensure_loaded(arch: &str) {
     let dir = cache_dir();
-    if state().loaded.contains(&dir) {
+    let id = (dir, arch.to_string());
+    if state().loaded.contains(&id) {
         return;
     }
-    let arch = arch_id();
-    let path = cache::file_path(&dir, &arch);
-    let res = cache::read(&path, &arch);
+    let path = cache::file_path(&id.0, arch);
+    let res = cache::read(&path, arch);
     let mut s = state();
-    if s.loaded.contains(&dir) {
+    if s.loaded.contains(&id) {
         return;
     }
-    s.loaded.push(dir);
+    s.loaded.push(id);
     match res {
         Ok(f) => {
+            let m = s.memory.entry(arch.to_string()).or_default();
             for (k, e) in f.entries {
-                s.memory.entry(k).or_insert(e);
+                m.entry(k).or_insert(e);
             }
         }
         Err(e) => {
@@ -363,15 +399,17 @@ fn ensure_loaded() {
     }
 }
 
-/// Looks a key up; on a miss, the nearest tuned shape of the same family.
-fn lookup(key: &str, family: &str, shape: &[u64]) -> (Option<Entry>, Option<Entry>) {
-    ensure_loaded();
+/// Looks a key of an arch up; on a miss, the nearest tuned shape of the same family.
+fn lookup(arch: &str, key: &str, family: &str, shape: &[u64]) -> (Option<Entry>, Option<Entry>) {
+    ensure_loaded(arch);
     let s = state();
-    if let Some(e) = s.memory.get(key) {
+    let Some(m) = s.memory.get(arch) else {
+        return (None, None);
+    };
+    if let Some(e) = m.get(key) {
         return (Some(e.clone()), None);
     }
-    let near = s
-        .memory
+    let near = m
         .values()
         .filter(|e| e.family == family && e.shape.len() == shape.len() && e.best.is_some())
         .map(|e| (doublings(&e.shape, shape), e))
@@ -393,12 +431,15 @@ pub fn doublings(a: &[u64], b: &[u64]) -> f64 {
         .sum()
 }
 
-/// Records a new entry in memory and in the cache folder's file (under the lock).
-fn store(key: String, entry: Entry) {
+/// Records a new entry of an arch in memory and in the cache folder's file (under the lock).
+fn store(arch: &str, key: String, entry: Entry) {
     let dir = cache_dir();
-    let arch = arch_id();
-    state().memory.insert(key.clone(), entry.clone());
-    match cache::merge(&cache::file_path(&dir, &arch), &arch, [(key, entry)]) {
+    state()
+        .memory
+        .entry(arch.to_string())
+        .or_default()
+        .insert(key.clone(), entry.clone());
+    match cache::merge(&cache::file_path(&dir, arch), arch, [(key, entry)]) {
         Ok(None) => {}
         Ok(Some(old)) => warn(&format!("{old}; replaced it")),
         Err(e) => warn(&format!("cannot write the cache: {e}")),

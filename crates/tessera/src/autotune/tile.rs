@@ -96,7 +96,7 @@ pub(crate) fn tune_tile(
             .collect::<Vec<_>>()
             .join("x")
     );
-    let (hit, near) = lookup(&key, &family, &shape);
+    let (hit, near) = lookup(&super::arch_id(), &key, &family, &shape);
     let complete = hit
         .as_ref()
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
@@ -114,6 +114,7 @@ pub(crate) fn tune_tile(
                 shape: shape.clone(),
                 names: names.clone(),
                 points: cands.iter().map(|c| space.point(c)).collect(),
+                arch: super::cost_arch(),
                 problem: space.problem.map(|f| f(&shapes)),
                 strategy: space.strategy,
                 max_trials: space.max_trials,
@@ -124,7 +125,7 @@ pub(crate) fn tune_tile(
             };
             let mut runner = TileRunner::new(&cands, bufs, program_for);
             let out = engine::tune(job, &mut runner)?;
-            store(key, out.entry.clone());
+            store(&super::arch_id(), key, out.entry.clone());
             Some(cands[out.best].clone())
         }
     };

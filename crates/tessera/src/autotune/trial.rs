@@ -64,14 +64,17 @@ impl TrialConfig {
     }
 }
 
-/// Median time of `f` after warming up, seconds.
+/// Median of the times `sample` reports after warming up, seconds; `None` at once when the
+/// device has no clock (`sample` returns `None`).
 pub(crate) fn time_median<E>(
     cfg: &TrialConfig,
-    mut f: impl FnMut() -> Result<(), E>,
-) -> Result<f64, E> {
+    mut sample: impl FnMut() -> Result<Option<f64>, E>,
+) -> Result<Option<f64>, E> {
     let start = Instant::now();
     for i in 0..cfg.warmup.max(1) {
-        f()?;
+        if sample()?.is_none() {
+            return Ok(None);
+        }
         if i > 0 && start.elapsed() > cfg.warmup_budget {
             break;
         }
@@ -79,15 +82,12 @@ pub(crate) fn time_median<E>(
     let mut ts = Vec::with_capacity(cfg.samples.max(5));
     let start = Instant::now();
     while ts.len() < 5 || (ts.len() < cfg.samples && start.elapsed() < cfg.sample_budget) {
-        ts.push(time_once(&mut f)?);
+        match sample()? {
+            Some(t) => ts.push(t),
+            None => return Ok(None),
+        }
     }
-    Ok(median(&mut ts))
-}
-
-fn time_once<E>(f: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed().as_secs_f64())
+    Ok(Some(median(&mut ts)))
 }
 
 fn median(ts: &mut [f64]) -> f64 {
@@ -96,12 +96,12 @@ fn median(ts: &mut [f64]) -> f64 {
 }
 
 /// The final race (see [`TrialConfig`]): `entrants` are re-timed in interleaved rounds by
-/// `run(i)`; returns each entrant's median over every round, in the entrants' order. A run
-/// that fails drops its entrant (`None`).
+/// `sample(i)`; returns each entrant's median over every round, in the entrants' order. A run
+/// that fails or reports no time drops its entrant (`None`).
 pub(crate) fn race<E>(
     cfg: &TrialConfig,
     entrants: &[usize],
-    mut run: impl FnMut(usize) -> Result<(), E>,
+    mut sample: impl FnMut(usize) -> Result<Option<f64>, E>,
 ) -> Vec<Option<f64>> {
     let n = entrants.len();
     let per_round = (cfg.samples / 3).max(3);
@@ -113,15 +113,14 @@ pub(crate) fn race<E>(
                 continue;
             };
             // One untimed run so the entrant's data is in cache like its rivals' was.
-            let mut go = || run(entrants[j]);
-            if go().is_err() {
+            if !matches!(sample(entrants[j]), Ok(Some(_))) {
                 samples[j] = None;
                 continue;
             }
             for _ in 0..per_round {
-                match time_once(&mut go) {
-                    Ok(t) => ts.push(t),
-                    Err(_) => {
+                match sample(entrants[j]) {
+                    Ok(Some(t)) => ts.push(t),
+                    _ => {
                         samples[j] = None;
                         break;
                     }

@@ -50,7 +50,7 @@ impl PtxCache {
 }
 
 /// The PTX arch a device runs.
-pub(super) fn device_arch(device: &Device) -> Result<Arch> {
+pub(crate) fn device_arch(device: &Device) -> Result<Arch> {
     device.arch().ok_or_else(|| Error::Unsupported {
         device: device.to_string(),
         message: "no PTX architecture (sm_80, sm_89 or sm_90a) for this device".into(),
@@ -58,11 +58,17 @@ pub(super) fn device_arch(device: &Device) -> Result<Arch> {
 }
 
 /// Runs emitted PTX on a GPU or the simulator.
-pub(super) fn run(device: &Device, k: &PtxKernel, bufs: &[Buffer]) -> Result<()> {
+pub(crate) fn run(device: &Device, k: &PtxKernel, bufs: &[Buffer]) -> Result<()> {
+    run_timed(device, k, bufs).map(|_| ())
+}
+
+/// Runs emitted PTX and returns the kernel's own time in seconds where the device has a clock:
+/// CUDA events around the launch on a GPU; `None` on the simulator, which has no clock.
+pub(crate) fn run_timed(device: &Device, k: &PtxKernel, bufs: &[Buffer]) -> Result<Option<f64>> {
     match device {
-        Device::Sim(_) => crate::backend::sim::run(k, bufs).map(|_| ()),
+        Device::Sim(_) => crate::backend::sim::run(k, bufs).map(|_| None),
         #[cfg(feature = "cuda")]
-        Device::Cuda(h) => h.0.run(k, bufs).map(|_| ()),
+        Device::Cuda(h) => h.0.run(k, bufs).map(|ms| Some(ms as f64 * 1e-3)),
         Device::Cpu => unreachable!("the CPU runs Tile IR, not PTX"),
     }
 }

@@ -1,6 +1,6 @@
 //! Launching kernels: bind shapes, allocate intermediates, run each fused kernel in order.
 
-mod gpu;
+pub(crate) mod gpu;
 
 use crate::autotune::{self, TileSpace};
 use crate::backend::{Buffer, cpu};
@@ -43,8 +43,10 @@ struct Plan {
     programs: Vec<(cpu::Program, tile::Kernel, Vec<Binding>)>,
     /// PTX of each kernel (default schedule) per arch, emitted on first use.
     ptx: gpu::PtxCache,
-    /// The autotuner's decisions and tuned programs for this plan's kernels.
+    /// The autotuner's decisions and tuned programs for this plan's kernels, on the CPU and
+    /// on PTX devices.
     tuned: autotune::KernelMemo,
+    tuned_device: autotune::DeviceMemo,
     /// Cache-key tag of the plan's kernels: empty for the default plan, `.f1` for depth 1 ….
     tag: String,
 }
@@ -169,6 +171,7 @@ impl KernelDef {
             programs,
             ptx: gpu::PtxCache::default(),
             tuned: autotune::KernelMemo::new(),
+            tuned_device: autotune::DeviceMemo::new(),
             tag: depth.map_or(String::new(), |d| format!(".f{d}")),
         })
     }
@@ -350,8 +353,26 @@ impl KernelDef {
                     None => cpu::launch(program, &bufs)?,
                 }
             } else {
-                // GPU and simulator: the default schedule's PTX (tuning on devices comes with
-                // on-device timing).
+                // GPU and simulator: the autotuner's pick for this device, else the default
+                // schedule's PTX.
+                let tuned = if tune {
+                    autotune::select_device_kernel(
+                        &plan.tuned_device,
+                        self.name,
+                        self.graph,
+                        &plan.tag,
+                        &plan.compiled,
+                        i,
+                        &bufs,
+                        device,
+                    )?
+                } else {
+                    None
+                };
+                if let Some(p) = tuned {
+                    gpu::run(device, &p, &bufs)?;
+                    continue;
+                }
                 let ck = &plan.compiled.kernels[i];
                 let embedded = if plan.tag.is_empty() {
                     self.embedded_ptx(i, device)
