@@ -17,8 +17,9 @@
 //!
 //! **Where the cache lives:** `<dir>/<arch>.json` with `dir` = [`set_cache_dir`], else
 //! `TESSERA_CACHE_DIR`, else `.tessera/cache` under the current directory; `arch` is
-//! [`arch_id`] (`cpu-x86_64-avx512` …). Entries are keyed by kernel name and signature hash,
-//! fused-kernel index, dtypes, worker threads and the bound sizes (see [`cache`]).
+//! [`arch_id`] (`cpu-x86_64-avx512` …) on the CPU, [`device_arch_id`] on a PTX device.
+//! Entries are keyed by kernel name and signature hash, fused-kernel index and fusion plan,
+//! dtypes, worker threads (CPU) and the bound sizes (see [`cache`]).
 //!
 //! **Nearby shapes:** a shape with no entry reuses the winner of the nearest tuned shape of the
 //! same kernel, dtypes and thread count, where the distance is the sum over dims of
@@ -33,6 +34,27 @@
 //! **Correctness:** every candidate runs once into scratch memory and its output is compared
 //! with the default schedule's ([`outputs_match`]) before it is timed; a wrong candidate is
 //! recorded with `ok: false` and can never be chosen.
+//!
+//! **Timing:** warm-up, then the median of repeated runs ([`TrialConfig`]); once the search is
+//! over, the best few candidates (within 15% of the best, at most 6) are re-timed in
+//! interleaved rounds — the *final race* — so the machine's slow spells hit them all alike
+//! and the fastest of many noisy medians is not simply the luckiest.
+//!
+//! **What is searched** ([`SearchSpace`]): per fused kernel, the Schedule IR knobs — tiles
+//! (BM, BN, BK), warps, vector width, pipeline stages — and per launch the **fusion depth**:
+//! how many elementwise ops may fuse into one kernel's epilogue
+//! (`tessera_ir::fuse::fuse_with`). Each depth is a different plan, timed whole under its
+//! kernels' default schedules and checked against the deepest plan's output; the cost model
+//! weighs each plan's memory traffic against its registers and prunes plans that would spill
+//! (`tessera_ir::cost::plan`). The kernels of the chosen plan are then tuned as usual.
+//!
+//! **Devices:** on the CPU candidates are Tile IR programs timed by the wall clock. On a PTX
+//! device (`Device::cuda`, `Device::sim`) each candidate schedule is emitted as PTX for the
+//! device's arch, run on the device and checked; a GPU times it with CUDA events, the
+//! simulator has no clock, so there the winner is the best-predicted candidate that passed
+//! (cost model row: [`tessera_ir::cost::Arch::for_target`]). Device entries go to the device's
+//! own file ([`device_arch_id`]: `sm_90a.json`, `sim-sm_90a.json`). The fusion depth is tuned
+//! on the CPU only.
 //!
 //! **Reports:** a progress bar (indicatif) while tuning when stderr is a terminal, nothing
 //! otherwise; one `tracing` event per candidate (target `tessera::autotune`: kernel, candidate,
