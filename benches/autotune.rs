@@ -7,10 +7,9 @@
 //! 2. the hybrid strategy (cost-model priors + surrogate) from an empty cache: the same table
 //!    for the candidates it timed, its pick and its trials;
 //! 3. a summary: default vs tuned time (from the exhaustive table), trials used, and the
-//!    hybrid's pick vs the exhaustive best **head to head**: when the two picks differ, both
-//!    are re-timed in interleaved rounds (each round: one untimed run, then 5 timed runs of
-//!    each, the order alternating), and the ratio of their medians over every round is
-//!    reported — two medians taken minutes apart in different sweeps would compare the
+//!    hybrid's pick vs the exhaustive best **head to head**: both are re-timed in 15
+//!    interleaved rounds (each round: one untimed run, then 5 timed runs of each, the order
+//!    alternating), and the median over the rounds of each round's ratio is reported — two medians taken minutes apart in different sweeps would compare the
 //!    machine's moods, not the schedules. When both picked the same schedule the same duel is
 //!    run A against A, and its ratio shows the comparison's noise floor;
 //! 4. criterion timings of the default and the tuned schedule side by side.
@@ -44,31 +43,36 @@ struct Row {
 }
 
 /// Rounds of the head-to-head comparison.
-const DUEL_ROUNDS: usize = 11;
+const DUEL_ROUNDS: usize = 15;
 
 /// Times two configurations against each other: `select(side)` switches to side 0 or 1, then
 /// `run` is called once untimed and 5 times timed, the sides alternating which goes first.
-/// Returns the ratio of side 1's median to side 0's.
+/// Returns the median over the rounds of each round's ratio of side 1's median to side 0's:
+/// the two sides of a round run back to back, so a slow spell of the machine spanning the
+/// round cancels.
 fn duel(mut select: impl FnMut(usize), mut run: impl FnMut()) -> f64 {
-    let mut ts = [Vec::new(), Vec::new()];
-    for round in 0..DUEL_ROUNDS {
-        for k in 0..2 {
-            let side = (k + round) % 2;
-            select(side);
-            run();
-            for _ in 0..5 {
-                let t = std::time::Instant::now();
-                run();
-                ts[side].push(t.elapsed().as_secs_f64());
-            }
-        }
-    }
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let [mut a, mut b] = ts;
-    med(&mut b) / med(&mut a)
+    let mut ratios = Vec::new();
+    for round in 0..DUEL_ROUNDS {
+        let mut m = [0.0; 2];
+        for k in 0..2 {
+            let side = (k + round) % 2;
+            select(side);
+            run();
+            let mut ts = Vec::new();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                run();
+                ts.push(t.elapsed().as_secs_f64());
+            }
+            m[side] = med(&mut ts);
+        }
+        ratios.push(m[1] / m[0]);
+    }
+    med(&mut ratios)
 }
 
 fn entry_of(kernel: &str) -> Entry {

@@ -89,15 +89,20 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 /// ```
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
+    // A plan of limited fusion depth (the autotuner's candidates) dumps under its own names.
+    let tag = opts
+        .fusion_depth
+        .map_or(String::new(), |d| format!(".depth{d}"));
     dump("graph", &g.name, || g.to_string());
     let plan = fuse_with(g, opts.fusion_depth)?;
-    dump("fusion", &g.name, || plan.to_string());
+    dump("fusion", &format!("{}{tag}", g.name), || plan.to_string());
     let mut kernels = Vec::new();
     for k in &plan.kernels {
         let schedule = Schedule::default_for(k.class, kernel_dtype(g, k));
-        dump("schedule", &k.name, || format!("{schedule}\n"));
+        let name = format!("{}{tag}", k.name);
+        dump("schedule", &name, || format!("{schedule}\n"));
         let lowered = lower(g, k, &schedule, opts.policy)?;
-        dump("tile", &k.name, || lowered.kernel.to_string());
+        dump("tile", &name, || lowered.kernel.to_string());
         kernels.push(CompiledKernel {
             fused: k.clone(),
             schedule,

@@ -36,7 +36,7 @@
 //! recorded with `ok: false` and can never be chosen.
 //!
 //! **Timing:** warm-up, then the median of repeated runs ([`TrialConfig`]); once the search is
-//! over, the best few candidates (within 15% of the best, at most 6) are re-timed in
+//! over, the best few candidates (within 25% of the best, at most 8) are re-timed in
 //! interleaved rounds — the *final race* — so the machine's slow spells hit them all alike
 //! and the fastest of many noisy medians is not simply the luckiest.
 //!

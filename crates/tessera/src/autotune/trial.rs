@@ -23,7 +23,7 @@ use tessera_ir::DType;
 /// let t = tessera::autotune::TrialConfig::default();
 /// assert_eq!(t.warmup, 50);
 /// assert!(t.warm_cache().warmup < t.warmup);
-/// assert_eq!(t.race, 6);
+/// assert_eq!(t.race, 8);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrialConfig {
@@ -46,8 +46,8 @@ impl Default for TrialConfig {
             warmup_budget: Duration::from_millis(20),
             samples: 15,
             sample_budget: Duration::from_millis(200),
-            race: 6,
-            race_margin: 0.15,
+            race: 8,
+            race_margin: 0.25,
             race_rounds: 5,
         }
     }
@@ -96,8 +96,13 @@ fn median(ts: &mut [f64]) -> f64 {
 }
 
 /// The final race (see [`TrialConfig`]): `entrants` are re-timed in interleaved rounds by
-/// `sample(i)`; returns each entrant's median over every round, in the entrants' order. A run
-/// that fails or reports no time drops its entrant (`None`).
+/// `sample(i)`; returns each entrant's time, in the entrants' order, `None` for one whose run
+/// failed or reported no time.
+///
+/// The rounds are paired: each round's medians are divided by their geometric mean over the
+/// entrants, an entrant's score is the median of its normalised times over the rounds, and its
+/// time is that score times the median round mean. A slow spell of the machine that spans a
+/// round scales every entrant of that round alike, and cancels.
 pub(crate) fn race<E>(
     cfg: &TrialConfig,
     entrants: &[usize],
@@ -105,33 +110,52 @@ pub(crate) fn race<E>(
 ) -> Vec<Option<f64>> {
     let n = entrants.len();
     let per_round = (cfg.samples / 3).max(3);
-    let mut samples: Vec<Option<Vec<f64>>> = vec![Some(Vec::new()); n];
+    let mut alive = vec![true; n];
+    // rounds[r][j]: entrant j's median in round r.
+    let mut rounds: Vec<Vec<f64>> = Vec::new();
     for round in 0..cfg.race_rounds.max(1) {
+        let mut meds = vec![f64::NAN; n];
         for k in 0..n {
             let j = (k + round) % n;
-            let Some(ts) = samples[j].as_mut() else {
-                continue;
-            };
-            // One untimed run so the entrant's data is in cache like its rivals' was.
-            if !matches!(sample(entrants[j]), Ok(Some(_))) {
-                samples[j] = None;
+            if !alive[j] {
                 continue;
             }
-            for _ in 0..per_round {
-                match sample(entrants[j]) {
-                    Ok(Some(t)) => ts.push(t),
-                    _ => {
-                        samples[j] = None;
-                        break;
+            // One untimed run so the entrant's data is in cache like its rivals' was.
+            let mut ts = Vec::with_capacity(per_round);
+            let ok = matches!(sample(entrants[j]), Ok(Some(_)))
+                && (0..per_round).all(|_| match sample(entrants[j]) {
+                    Ok(Some(t)) => {
+                        ts.push(t);
+                        true
                     }
-                }
+                    _ => false,
+                });
+            if ok {
+                meds[j] = median(&mut ts);
+            } else {
+                alive[j] = false;
             }
         }
+        rounds.push(meds);
     }
-    samples
-        .into_iter()
-        .map(|s| s.map(|mut ts| median(&mut ts)))
-        .collect()
+    let live: Vec<usize> = (0..n).filter(|&j| alive[j]).collect();
+    if live.is_empty() {
+        return vec![None; n];
+    }
+    let mut means: Vec<f64> = rounds
+        .iter()
+        .map(|m| (live.iter().map(|&j| m[j].ln()).sum::<f64>() / live.len() as f64).exp())
+        .collect();
+    let scores: Vec<Option<f64>> = (0..n)
+        .map(|j| {
+            alive[j].then(|| {
+                let mut r: Vec<f64> = rounds.iter().zip(&means).map(|(m, g)| m[j] / g).collect();
+                median(&mut r)
+            })
+        })
+        .collect();
+    let scale = median(&mut means);
+    scores.into_iter().map(|s| s.map(|s| s * scale)).collect()
 }
 
 fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
@@ -189,4 +213,48 @@ pub fn outputs_match(dtype: DType, got: &[u8], want: &[u8]) -> Result<(), (usize
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entrant `i` takes `base[i]` seconds times a drift that changes from round to round
+    /// (×1, ×3, ×1.5, …): the race must still report the entrants' true ratios.
+    #[test]
+    fn the_race_cancels_drift_between_rounds() {
+        let cfg = TrialConfig {
+            samples: 9,
+            race_rounds: 4,
+            ..TrialConfig::default()
+        };
+        let base = [1.0, 1.05, 0.9];
+        let per_round = cfg.samples / 3;
+        let calls_per_round = base.len() * (per_round + 1);
+        let mut calls = 0usize;
+        let drift = [1.0, 3.0, 1.5, 0.7];
+        let t = race(&cfg, &[0, 1, 2], |i| {
+            let r = calls / calls_per_round;
+            calls += 1;
+            Ok::<_, ()>(Some(base[i] * drift[r]))
+        });
+        let t: Vec<f64> = t.into_iter().map(Option::unwrap).collect();
+        assert!((t[1] / t[0] - 1.05).abs() < 1e-12, "{t:?}");
+        assert!((t[2] / t[0] - 0.9).abs() < 1e-12, "{t:?}");
+        assert_eq!(calls, calls_per_round * drift.len());
+    }
+
+    #[test]
+    fn a_failing_or_untimed_entrant_drops_out() {
+        let cfg = TrialConfig {
+            race_rounds: 2,
+            ..TrialConfig::default()
+        };
+        let t = race(&cfg, &[0, 1, 2], |i| match i {
+            0 => Ok(Some(1.0)),
+            1 => Err("broken"),
+            _ => Ok(None),
+        });
+        assert_eq!(t, vec![Some(1.0), None, None]);
+    }
 }
