@@ -1,6 +1,7 @@
 //! Autotuning: a fused linear + bias + GELU tuned for its shape — the fusion depth, then each
 //! kernel's tile — with every candidate checked against the default schedule's output; the
-//! cache makes the second call free and can be shipped to another machine; the same kernel
+//! cache makes the second call free and can be shipped to another machine; a nearby shape
+//! borrows the tuned shape's winner at once and is refined in the background; the same kernel
 //! tuned for an sm_90a GPU on the simulator (checked on the PTX it would run, ranked by the
 //! cost model, since the simulator has no clock).
 //!
@@ -105,12 +106,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         assert!(err < 1e-5, "{name} disagrees with the f64 reference");
     }
 
-    println!("3. ship the cache to another machine of the same arch");
+    println!("3. a nearby shape in cached mode: runs 384's winner now, refined in the background");
+    autotune::set_mode(Some(Mode::Cached));
+    autotune::set_background(Some(true));
+    let m2 = 320;
+    let x2 = Tensor::<f32>::randn(&[m2, k], 7);
+    let before = autotune::trials_run();
+    let (y3, t_borrowed) = timed(|| linear_gelu(&x2, &w, &b));
+    let y3 = y3?;
+    println!(
+        "  {m2}x{n}x{k} ran at once ({:.3} ms) on the borrowed winner",
+        t_borrowed * 1e3
+    );
+    autotune::wait_background();
+    autotune::set_background(None);
+    autotune::enable(true);
+    let own = autotune::entries()
+        .into_values()
+        .filter(|e| e.kernel == "linear_gelu" && e.shape.contains(&(m2 as u64)))
+        .count();
+    println!(
+        "  the background worker ran {} trials; {m2} now has {own} entries of its own",
+        autotune::trials_run() - before
+    );
+    let mut want3 = reference::matmul(&x2.to_f64_vec(), &w.to_f64_vec(), m2, k, n);
+    want3
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
+    let err = rel_error(&y3.to_f64_vec(), &want3);
+    println!("  borrowed-schedule result rel. error vs f64: {err:.2e}");
+    assert!(err < 1e-5);
+
+    println!("4. ship the cache to another machine of the same arch");
     let file = dir.join("shipped.json");
     let saved = autotune::save_cache(&file)?;
     println!("  saved {saved} entries to {}", file.display());
 
-    println!("4. the same kernel for an sm_90a GPU, on the simulator");
+    println!("5. the same kernel for an sm_90a GPU, on the simulator");
     let sim = Device::sim_arch(Arch::Sm90a);
     let (xs, ws, bs) = (
         Tensor::<f32>::randn(&[48, 64], 4).to(&sim),

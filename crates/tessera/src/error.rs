@@ -78,6 +78,13 @@ pub enum Error {
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),
+    /// Refining a borrowed schedule ([`crate::autotune::refine`]) failed for one launch.
+    #[error("autotune: refining `{key}`: {source}")]
+    Refine {
+        /// The launch: kernel, argument shapes and dtypes.
+        key: String,
+        source: Box<Error>,
+    },
 }
 
 /// Result alias used throughout the runtime.

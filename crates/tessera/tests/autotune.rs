@@ -237,26 +237,140 @@ fn cached_mode_never_times_or_writes() {
 }
 
 #[test]
-fn nearby_shape_borrows_the_nearest_winner() {
+fn nearby_shape_borrows_the_nearest_winner_then_is_refined_on_request() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
+    autotune::refine().unwrap(); // launches queued by other tests
     let (a, b) = inputs();
     tmm(&a, &b).unwrap();
-    // 72×50×90 is 0.04 doublings away: cached mode borrows, times nothing, writes nothing new.
+    // 72×50×90 is 0.04 doublings away: cached mode borrows, times nothing, writes nothing new,
+    // and queues the launch.
     autotune::set_mode(Some(Mode::Cached));
     let a2 = Tensor::<f32>::randn(&[72, 50], 3);
     let n = autotune::entries().len();
     let t = autotune::trials_run();
     let y = tmm(&a2, &b).unwrap();
     assert_eq!((autotune::trials_run(), autotune::entries().len()), (t, n));
+    let pending = autotune::pending();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(
+        pending[0].starts_with("tmm(f32[72x50],f32[50x90])@"),
+        "{pending:?}"
+    );
+    // The same shape again: a memoised decision, not queued twice.
+    tmm(&a2, &b).unwrap();
+    assert_eq!(autotune::pending().len(), 1);
     autotune::set_mode(Some(Mode::Off));
     close(&y, &tmm(&a2, &b).unwrap());
-    // Full mode tunes the new shape, the borrowed winner first.
+    // On request: tuned on the copied arguments (the mode stays `cached` for everyone else).
+    autotune::set_mode(Some(Mode::Cached));
+    let t = autotune::trials_run();
+    assert_eq!(autotune::refine().unwrap(), 1);
+    assert!(
+        autotune::trials_run() >= t + 4,
+        "every candidate of the grid"
+    );
+    assert!(autotune::pending().is_empty());
+    assert_eq!(autotune::mode(), Mode::Cached);
+    let key = autotune::entries()
+        .into_keys()
+        .find(|k| k.starts_with("tmm#") && k.ends_with("/1x72x90x50"))
+        .expect("the refined shape's entry");
+    assert!(autotune::entry(&key).unwrap().best.is_some());
+    assert!(
+        std::fs::read_to_string(cache_file(dir.path()))
+            .unwrap()
+            .contains(&key)
+    );
+    // Later launches run its own entry: zero trials, nothing queued, same numbers.
+    let t = autotune::trials_run();
+    close(&tmm(&a2, &b).unwrap(), &y);
+    assert_eq!(autotune::trials_run(), t);
+    assert!(autotune::pending().is_empty());
+    // Full mode tunes a new shape right away, the borrowed winner first; nothing is queued.
     autotune::enable(true);
-    tmm(&a2, &b).unwrap();
-    assert_eq!(autotune::entries().len(), n + 1);
+    let a3 = Tensor::<f32>::randn(&[66, 50], 4);
+    tmm(&a3, &b).unwrap();
+    assert_eq!(autotune::entries().len(), n + 2);
+    assert!(autotune::pending().is_empty());
     autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn background_refinement_tunes_a_borrowed_shape() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    autotune::refine().unwrap();
+    let (a, b) = inputs();
+    tmm(&a, &b).unwrap();
+    autotune::set_mode(Some(Mode::Cached));
+    autotune::set_background(Some(true));
+    let a2 = Tensor::<f32>::randn(&[68, 50], 5);
+    let n = autotune::entries().len();
+    let t = autotune::trials_run();
+    let y = tmm(&a2, &b).unwrap();
+    autotune::wait_background();
+    autotune::set_background(None);
+    assert!(autotune::trials_run() >= t + 4);
+    assert!(autotune::pending().is_empty());
+    assert_eq!(autotune::entries().len(), n + 1);
+    assert!(
+        autotune::entries()
+            .keys()
+            .any(|k| k.starts_with("tmm#") && k.ends_with("/1x68x90x50"))
+    );
+    // The borrowed schedule's output was right too.
+    autotune::set_mode(Some(Mode::Off));
+    close(&y, &tmm(&a2, &b).unwrap());
+    autotune::clear_search_space("tmm");
+}
+
+#[test]
+fn a_borrowed_tile_launch_is_refined_on_request() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    autotune::set_cache_dir(Some(dir.path().to_path_buf()));
+    autotune::refine().unwrap();
+    let space = TileSpace::grid(&[("BR", &[1, 4, 16]), ("BC", &[32, 128])]).trial(quick());
+    let run = |rows: usize, seed: u64| {
+        let x = Tensor::<f32>::randn(&[rows, 100], seed);
+        let mut y = Tensor::<f32>::randn(&[rows, 100], seed + 1);
+        tscale::DEF
+            .launch_tuned(&space, &mut [Arg::In(x.arg()), Arg::Out(y.arg_mut())])
+            .unwrap();
+        for (v, x) in y.as_slice().iter().zip(x.as_slice()) {
+            assert_eq!(*v, 2.0 * x);
+        }
+    };
+    autotune::enable(true);
+    run(33, 1);
+    autotune::set_mode(Some(Mode::Cached));
+    let t = autotune::trials_run();
+    run(40, 3);
+    assert_eq!(autotune::trials_run(), t);
+    assert_eq!(autotune::pending().len(), 1);
+    assert!(autotune::pending()[0].starts_with("tscale(f32[40x100],f32[40x100])@"));
+    assert_eq!(autotune::refine().unwrap(), 1);
+    assert!(autotune::trials_run() > t);
+    assert!(
+        autotune::entries()
+            .keys()
+            .any(|k| k.starts_with("tscale#") && k.ends_with("/40x100x40x100"))
+    );
+    autotune::set_mode(Some(Mode::Off));
+}
+
+tessera::tile! {
+    /// `y = 2x`, blocked by rows and columns.
+    fn tscale<const BR: i64 = 4, const BC: i64 = 64>(x: In<f32, 2>, y: Out<f32, 2>)
+        grid = (cdiv(x.dim(0), BR), cdiv(x.dim(1), BC))
+    {
+        let i = program_id(0) * BR;
+        let j = program_id(1) * BC;
+        store(y, [i, j], load(x, [i, j], [BR, BC]) * 2.0);
+    }
 }
 
 #[test]

@@ -15,7 +15,9 @@
 
 use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
-use super::{Mode, SearchSpace, device_arch_id, fnv, generation, lookup, mode, space_of, store};
+use super::{
+    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
+};
 use crate::backend::Buffer;
 use crate::launch::gpu;
 use crate::{Device, Error, Result};
@@ -155,7 +157,7 @@ pub(crate) fn select_device_kernel(
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
     let chosen = match (&hit, m) {
         (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(pick),
-        (None, Mode::Cached) => near.as_ref().and_then(|e| e.best.as_deref()).and_then(pick),
+        (None, Mode::Cached) => borrowed(&near).and_then(pick),
         _ => {
             let job = Job {
                 kernel: name.to_string(),

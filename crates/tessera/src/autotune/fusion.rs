@@ -10,7 +10,7 @@
 //! [`plan_estimate`]: tessera_ir::cost::plan::plan_estimate
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, Strategy, fnv, generation, lookup, mode, space_of, store};
+use super::{Mode, Strategy, borrowed, fnv, generation, lookup, mode, space_of, store};
 use crate::Result;
 use std::sync::Mutex;
 use tessera_ir::cost::Point;
@@ -102,7 +102,7 @@ pub(crate) fn select_fusion(
     let known = |t: Option<&str>| t.and_then(parse).filter(|d| depths.contains(d));
     let chosen = match (&hit, m) {
         (Some(e), _) if complete || m == Mode::Cached => known(e.best.as_deref()),
-        (None, Mode::Cached) => known(near.as_ref().and_then(|e| e.best.as_deref())),
+        (None, Mode::Cached) => known(borrowed(&near)),
         _ => {
             let job = Job {
                 kernel: name.to_string(),

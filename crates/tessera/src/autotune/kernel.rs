@@ -3,7 +3,7 @@
 //! inputs.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, SearchSpace, fnv, generation, lookup, mode, space_of, store};
+use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, mode, space_of, store};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -162,7 +162,7 @@ pub(crate) fn select_kernel(
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
     let chosen = match (&hit, m) {
         (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(pick),
-        (None, Mode::Cached) => near.as_ref().and_then(|e| e.best.as_deref()).and_then(pick),
+        (None, Mode::Cached) => borrowed(&near).and_then(pick),
         _ => {
             let job = Job {
                 kernel: name.to_string(),

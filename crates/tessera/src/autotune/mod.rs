@@ -6,7 +6,7 @@
 //! | `TESSERA_AUTOTUNE` | [`Mode`] | on a cache hit | on a miss |
 //! |---|---|---|---|
 //! | `off` | `Off` | default schedule | default schedule |
-//! | `cached` (**default**) | `Cached` | the cached winner | the nearest tuned shape's winner, else the default; nothing is timed or written |
+//! | `cached` (**default**) | `Cached` | the cached winner | the nearest tuned shape's winner (queued for [`refine`]), else the default; nothing is timed or written unless refined |
 //! | `full` | `Full` | the cached winner (zero trials) | tune now (seeded by the nearest tuned shape), store every candidate's timing |
 //!
 //! **Why `cached` is the default:** a plain `cargo test` or a user's first run must stay fast
@@ -25,11 +25,14 @@
 //! same kernel, dtypes and thread count, where the distance is the sum over dims of
 //! `|log2(a) − log2(b)|` — the number of doublings between the shapes — up to
 //! [`NEAR_MAX_DOUBLINGS`]. In `full` mode that shape is then tuned right away (the borrowed
-//! winner is the search's first prior); in `cached` mode it keeps the borrowed one until
-//! [`refine`] or a `full` run tunes it. Unlike *bucketing* (rounding shapes to bins that share
-//! one entry, so every shape in a bin runs one schedule forever, even where a bin straddles a
-//! change of regime), each shape keeps its own exact entry; the neighbour only stands in until
-//! the shape itself has been measured.
+//! winner is the search's first prior). In `cached` mode the launch runs the borrowed winner
+//! at once and leaves a copy of its arguments in a queue ([`pending`]); the shape is then
+//! refined — tuned as in `full` mode, on the copy, on one thread only — **on request** with
+//! [`refine`], or **in the background** by a worker thread when [`set_background`] (or
+//! `TESSERA_AUTOTUNE_BACKGROUND=1`) is on. Until then it keeps the borrowed winner. Unlike
+//! *bucketing* (rounding shapes to bins that share one entry, so every shape in a bin runs
+//! one schedule forever, even where a bin straddles a change of regime), each shape keeps its
+//! own exact entry; the neighbour only stands in until the shape itself has been measured.
 //!
 //! **Correctness:** every candidate runs once into scratch memory and its output is compared
 //! with the default schedule's ([`outputs_match`]) before it is timed; a wrong candidate is
@@ -90,6 +93,7 @@ mod engine;
 mod fusion;
 mod kernel;
 mod progress;
+mod refine;
 mod search;
 mod space;
 mod tile;
@@ -101,6 +105,10 @@ pub use engine::Outcome;
 pub(crate) use engine::Runner;
 pub(crate) use fusion::{FusionMemo, candidate_depths, select_fusion};
 pub(crate) use kernel::{KernelMemo, select_kernel};
+pub use refine::{
+    MAX_PENDING, MAX_PENDING_BYTES, pending, refine, set_background, wait_background,
+};
+pub(crate) use refine::{defer, take_borrowed};
 pub use search::Strategy;
 pub use space::{SearchSpace, TileDims, TileSpace};
 pub(crate) use tile::{TileMemo, tune_tile};
@@ -169,8 +177,11 @@ fn bump() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
+/// The epoch of memoised decisions: changes with [`bump`], and differs per mode, so a
+/// decision made in one mode (a borrowed schedule in `cached`) never serves another (a
+/// refinement, which tunes as in `full`).
 pub(crate) fn generation() -> u64 {
-    GENERATION.load(Ordering::SeqCst)
+    GENERATION.load(Ordering::SeqCst) * 4 + mode() as u64
 }
 
 /// Turns tuning on (`Mode::Full`) or off (`Mode::Off`) for this process, over the environment.
@@ -192,6 +203,9 @@ pub fn set_mode(mode: Option<Mode>) {
 
 /// The mode in force: [`set_mode`]/[`enable`], else `TESSERA_AUTOTUNE`, else `Cached`.
 pub fn mode() -> Mode {
+    if refine::refining() {
+        return Mode::Full;
+    }
     if let Some(m) = state().mode {
         return m;
     }
@@ -377,21 +391,6 @@ pub fn entries_for(arch: &str) -> BTreeMap<String, Entry> {
     state().memory.get(arch).cloned().unwrap_or_default()
 }
 
-/// Forgets the shape entries of `kernel` in memory (not on disk) so the next `full` launch of
-/// a cached-but-borrowed shape re-tunes: "refine on request". Returns how many were dropped.
-pub fn refine(kernel: &str) -> usize {
-    let mut s = state();
-    let mut n = 0;
-    for m in s.memory.values_mut() {
-        let before = m.len();
-        m.retain(|_, e| e.kernel != kernel || e.best.is_none());
-        n += before - m.len();
-    }
-    drop(s);
-    bump();
-    n
-}
-
 /// Reads the cache folder's file into memory once per folder; an unusable file is warned
 /// about (and will be replaced by the next write).
 fn ensure_loaded(arch: &str) {
@@ -439,6 +438,16 @@ fn lookup(arch: &str, key: &str, family: &str, shape: &[u64]) -> (Option<Entry>,
         .min_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, e)| e.clone());
     (None, near)
+}
+
+/// The nearest tuned shape's winner, run by a `cached` launch in place of its own: noted, so
+/// the launch is queued for refinement.
+fn borrowed(near: &Option<Entry>) -> Option<&str> {
+    let best = near.as_ref().and_then(|e| e.best.as_deref());
+    if best.is_some() {
+        refine::note_borrowed();
+    }
+    best
 }
 
 /// Distance between two shapes: the sum of `|log2 a − log2 b|` over dims.

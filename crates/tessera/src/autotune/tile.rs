@@ -1,7 +1,7 @@
 //! The tuner behind `TileDef::launch_tuned`: knob assignments of a `tile!` kernel.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, TileSpace, fnv, generation, lookup, mode, store};
+use super::{Mode, TileSpace, borrowed, fnv, generation, lookup, mode, store};
 use crate::Result;
 use crate::backend::{Buffer, cpu::Program};
 use std::sync::{Arc, Mutex};
@@ -102,10 +102,7 @@ pub(crate) fn tune_tile(
         .is_some_and(|e| names.iter().all(|n| e.record(n).is_some()));
     let chosen = match (&hit, m) {
         (Some(e), _) if complete || m == Mode::Cached => e.best.as_deref().and_then(parse),
-        (None, Mode::Cached) => near
-            .as_ref()
-            .and_then(|e| e.best.as_deref())
-            .and_then(parse),
+        (None, Mode::Cached) => borrowed(&near).and_then(parse),
         _ => {
             let shapes: Vec<Vec<usize>> = bufs.iter().map(|b| b.dims().to_vec()).collect();
             let job = Job {

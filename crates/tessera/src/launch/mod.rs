@@ -5,7 +5,7 @@ pub(crate) mod gpu;
 use crate::autotune::{self, TileSpace};
 use crate::backend::{Buffer, cpu};
 use crate::tensor::{Element, Tensor, TensorMut, TensorRef};
-use crate::{Error, Result};
+use crate::{Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::graph::{self, Graph, Op};
@@ -198,6 +198,31 @@ impl KernelDef {
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
         let ready = self.ready()?;
         let g = &ready.base.compiled.graph;
+        let out_dtype = g.ty(g.output).dtype;
+        if out_dtype != T::DTYPE && args.len() == g.params.len() {
+            return Err(Error::DTypeMismatch {
+                kernel: self.name.into(),
+                param: "return value".into(),
+                expected: out_dtype.to_string(),
+                got: T::DTYPE.to_string(),
+            });
+        }
+        let (shape, mem, device) = self.execute(args)?;
+        let numel: usize = shape.iter().product();
+        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
+            [..numel * std::mem::size_of::<T>()]
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        Ok(Tensor::from_vec(data, &shape)?.to(&device))
+    }
+
+    /// [`Self::launch`] without the output's element type: the output's shape, its memory and
+    /// the device it was computed on. A launch that ran a schedule borrowed from a nearby
+    /// shape is queued for refinement ([`autotune::refine`]) with a copy of `args`.
+    fn execute(&'static self, args: &[TensorRef<'_>]) -> Result<(Vec<usize>, Vec<u64>, Device)> {
+        let ready = self.ready()?;
+        let g = &ready.base.compiled.graph;
         let name = self.name;
         if args.len() != g.params.len() {
             return Err(Error::ArgCount {
@@ -206,34 +231,30 @@ impl KernelDef {
                 got: args.len(),
             });
         }
-        let out_dtype = g.ty(g.output).dtype;
-        if out_dtype != T::DTYPE {
-            return Err(Error::DTypeMismatch {
-                kernel: name.into(),
-                param: "return value".into(),
-                expected: out_dtype.to_string(),
-                got: T::DTYPE.to_string(),
-            });
-        }
         let syms = bind_symbols(name, g, args)?;
         let device = launch_device(
             name,
             args.iter().map(|a| a.device),
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
+        autotune::take_borrowed();
         let plan = if device.is_cpu() {
             self.fusion_choice(ready, args, &syms)?
         } else {
             ready.base.clone()
         };
         let (shape, mem) = self.run_plan(&plan, args, &syms, &device, true)?;
-        let numel: usize = shape.iter().product();
-        let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
-            [..numel * std::mem::size_of::<T>()]
-            .chunks_exact(std::mem::size_of::<T>())
-            .map(bytemuck::pod_read_unaligned)
-            .collect();
-        Ok(Tensor::from_vec(data, &shape)?.to(&device))
+        if autotune::take_borrowed() {
+            let bytes = args.iter().map(|a| a.bytes.len()).sum();
+            autotune::defer(refine_key(name, &device, args), bytes, || {
+                let copies: Vec<ArgCopy> = args.iter().map(ArgCopy::of).collect();
+                move || {
+                    let refs: Vec<TensorRef<'_>> = copies.iter().map(ArgCopy::arg).collect();
+                    self.execute(&refs).map(drop)
+                }
+            });
+        }
+        Ok((shape, mem, device))
     }
 
     /// The plan the autotuner picks for these arguments (the default plan unless a fusion
@@ -390,6 +411,59 @@ impl KernelDef {
         }
         Ok(owned.remove(&g.output.0).expect("output buffer"))
     }
+}
+
+/// A launch argument copied for a later refinement.
+struct ArgCopy {
+    device: Device,
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl ArgCopy {
+    fn of(a: &TensorRef<'_>) -> Self {
+        ArgCopy {
+            device: a.device.clone(),
+            dtype: a.dtype,
+            shape: a.shape.to_vec(),
+            bytes: a.bytes.to_vec(),
+        }
+    }
+
+    fn arg(&self) -> TensorRef<'_> {
+        TensorRef {
+            device: &self.device,
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: &self.bytes,
+        }
+    }
+
+    fn arg_mut(&mut self) -> TensorMut<'_> {
+        TensorMut {
+            device: &self.device,
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: &mut self.bytes,
+        }
+    }
+}
+
+/// What a refinement is queued under: `name(f32[64x48],f32[48x40])@cpu-x86_64-avx512`.
+fn refine_key(name: &str, device: &Device, args: &[TensorRef<'_>]) -> String {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let dims: Vec<String> = a.shape.iter().map(|d| d.to_string()).collect();
+            format!("{}[{}]", a.dtype, dims.join("x"))
+        })
+        .collect();
+    format!(
+        "{name}({})@{}",
+        args.join(","),
+        autotune::device_arch_id(device)
+    )
 }
 
 /// The symbol bindings of a launch: each dim's size and the parameter that bound it.
@@ -744,6 +818,7 @@ impl TileDef {
         let sig = *self
             .sig
             .get_or_init(|| autotune::fnv(format!("{:?}", (self.program)()).as_bytes()));
+        autotune::take_borrowed();
         let knobs = autotune::tune_tile(
             &self.tuned,
             self.name,
@@ -756,6 +831,41 @@ impl TileDef {
         let refs: Vec<(&str, i64)> = knobs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         let program = self.program_for(&refs)?;
         cpu::launch(&program, &bufs)?;
+        if autotune::take_borrowed() {
+            let views: Vec<TensorRef<'_>> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::In(t) => *t,
+                    Arg::Out(t) => TensorRef {
+                        device: t.device,
+                        dtype: t.dtype,
+                        shape: t.shape,
+                        bytes: &t.bytes[..],
+                    },
+                })
+                .collect();
+            let key = refine_key(self.name, &Device::Cpu, &views);
+            let bytes = views.iter().map(|a| a.bytes.len()).sum();
+            autotune::defer(key, bytes, || {
+                let outputs: Vec<bool> = args.iter().map(|a| matches!(a, Arg::Out(_))).collect();
+                let mut copies: Vec<ArgCopy> = views.iter().map(ArgCopy::of).collect();
+                let space = space.clone();
+                move || {
+                    let mut args: Vec<Arg<'_>> = copies
+                        .iter_mut()
+                        .zip(&outputs)
+                        .map(|(c, &out)| {
+                            if out {
+                                Arg::Out(c.arg_mut())
+                            } else {
+                                Arg::In(c.arg())
+                            }
+                        })
+                        .collect();
+                    self.launch_tuned(&space, &mut args).map(drop)
+                }
+            });
+        }
         Ok(knobs)
     }
 
