@@ -16,8 +16,9 @@ use tessera_ir::DType;
 /// over, the measured candidates within `race_margin` of the best (at most `race`, the best
 /// first) are timed again in `race_rounds` interleaved rounds — every round runs each of them
 /// `samples / 3` (at least 3) times, in a rotated order, so a slow spell of the machine hits
-/// them all alike — and the winner is the lowest median over all rounds. The race re-times
-/// candidates already tried: it adds no trials.
+/// them all alike. Each round's medians are divided by that round's mean over the entrants, so
+/// a slow spell spanning a round cancels, and the winner has the lowest median of its
+/// normalised times. The race re-times candidates already tried: it adds no trials.
 ///
 /// ```
 /// let t = tessera::autotune::TrialConfig::default();
