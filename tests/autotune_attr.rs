@@ -3,7 +3,7 @@
 use tessera::autotune;
 use tessera::prelude::*;
 
-#[tessera::kernel(autotune(tiles = [(64, 64, 32), (128, 128, 64)], vectorize = [1, 2, 4], stages = [2, 3], fusion_depth = [0, 1], max_trials = 50, strategy = "grid"))]
+#[tessera::kernel(autotune(tiles = [(64, 64, 32), (128, 128, 64)], vectorize = [1, 2, 4], stages = [2, 3], fusion_depth = [0, 1], max_trials = 50, strategy = "grid", cost_model = "none"))]
 fn tuned_matmul(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
     relu(x.matmul(w))
 }
@@ -20,6 +20,7 @@ fn attribute_registers_the_space_on_first_launch() {
     assert_eq!(y.shape(), &[9, 5]);
     let space = autotune::space_of("tuned_matmul").expect("registered by the attribute");
     assert_eq!(space.fusion_depths, vec![0, 1]);
+    assert_eq!(space.cost_model, autotune::CostModel::Off);
     let s = format!(
         "{:?}",
         autotune::space_of("tuned_matmul").expect("registered by the attribute")

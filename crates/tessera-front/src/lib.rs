@@ -18,7 +18,8 @@ pub struct KernelAttr {
     /// `numerics = "fast" | "deterministic" | "kahan_sum"`.
     pub policy: NumericsPolicy,
     /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..],
-    /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random")`.
+    /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random",
+    /// cost_model = "roofline" | "none")`.
     pub autotune: Option<AutotuneAttr>,
 }
 
@@ -32,6 +33,8 @@ pub struct AutotuneAttr {
     pub fusion_depths: Vec<u32>,
     pub max_trials: Option<usize>,
     pub strategy: Option<String>,
+    /// `"roofline"` or `"none"`.
+    pub cost_model: Option<String>,
 }
 
 fn int_list(e: &syn::Expr, what: &str, check: impl Fn(u64) -> bool) -> syn::Result<Vec<u32>> {
@@ -101,7 +104,14 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
                 }
                 a.strategy = Some(s.value());
             }
-            _ => return Err(m.error("unknown autotune option; expected tiles, vectorize, stages, warps, fusion_depth, max_trials or strategy")),
+            "cost_model" => {
+                let s: syn::LitStr = m.value()?.parse()?;
+                if !["roofline", "none"].contains(&s.value().as_str()) {
+                    return Err(syn::Error::new(s.span(), "cost_model is \"roofline\" or \"none\""));
+                }
+                a.cost_model = Some(s.value());
+            }
+            _ => return Err(m.error("unknown autotune option; expected tiles, vectorize, stages, warps, fusion_depth, max_trials, strategy or cost_model")),
         }
         Ok(())
     })?;

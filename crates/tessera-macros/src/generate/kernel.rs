@@ -106,6 +106,10 @@ fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
         "random" => quote!(.strategy(::tessera::autotune::Strategy::Random { seed: 0 })),
         _ => quote!(.strategy(::tessera::autotune::Strategy::Hybrid)),
     });
+    let cost_model = t.cost_model.as_deref().map(|c| match c {
+        "none" => quote!(.cost_model(::tessera::autotune::CostModel::Off)),
+        _ => quote!(.cost_model(::tessera::autotune::CostModel::Roofline)),
+    });
     quote! {
         static AUTOTUNE_SPACE: ::std::sync::Once = ::std::sync::Once::new();
         AUTOTUNE_SPACE.call_once(|| {
@@ -119,7 +123,8 @@ fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
                         .warps([#(#w),*])
                         .fusion_depths([#(#f),*])
                         #max
-                        #strategy,
+                        #strategy
+                        #cost_model,
                 );
             }
         });

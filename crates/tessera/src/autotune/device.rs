@@ -169,6 +169,7 @@ pub(crate) fn select_device_kernel(
                 problem,
                 predicted: None,
                 strategy: space.strategy,
+                cost_model: space.cost_model,
                 max_trials: space.max_trials,
                 trial: space.trial,
                 prior: near.and_then(|e| e.best),

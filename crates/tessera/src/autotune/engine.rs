@@ -5,6 +5,7 @@ use super::TRIALS;
 use super::cache::{Entry, TrialRecord};
 use super::progress::Progress;
 use super::search::{self, Cand, Strategy};
+use super::space::CostModel;
 use super::trial::{TrialConfig, outputs_match, race, time_median};
 use crate::Result;
 use std::sync::atomic::Ordering;
@@ -48,6 +49,8 @@ pub(crate) struct Job {
     /// from `problem` and `points` (a fusion plan's cost).
     pub predicted: Option<Vec<(f64, Option<String>)>>,
     pub strategy: Strategy,
+    /// `Off`: every runnable candidate ranks equal, and there is no roofline stop.
+    pub cost_model: CostModel,
     pub max_trials: Option<usize>,
     pub trial: TrialConfig,
     /// The nearest tuned shape's winner, tried early.
@@ -86,12 +89,24 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
             .collect(),
     };
     let predicted: Vec<f64> = model.iter().map(|m| m.0).collect();
-    let bound = job.problem.map_or(0.0, |p| roofline_bound(&arch, &p));
+    let (ranking, bound) = match job.cost_model {
+        CostModel::Roofline => (
+            predicted.clone(),
+            job.problem.map_or(0.0, |p| roofline_bound(&arch, &p)),
+        ),
+        CostModel::Off => (
+            predicted
+                .iter()
+                .map(|&p| if p.is_finite() { 1.0 } else { p })
+                .collect(),
+            0.0,
+        ),
+    };
     let mut cands: Vec<Cand> = (0..n)
         .map(|i| {
             let rec = job.known.as_ref().and_then(|e| e.record(&job.names[i]));
             Cand {
-                predicted: predicted[i],
+                predicted: ranking[i],
                 features: super::space::features(&job.points[i]),
                 measured: rec.and_then(|r| r.measured_s),
                 tried: rec.is_some(),
@@ -103,9 +118,7 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
     } else {
         job.trial
     };
-    let valid = (0..n)
-        .filter(|&i| i == 0 || predicted[i].is_finite())
-        .count();
+    let valid = (0..n).filter(|&i| i == 0 || ranking[i].is_finite()).count();
     let max_trials = job
         .max_trials
         .unwrap_or(match job.strategy {
@@ -304,4 +317,89 @@ fn race_entrants(cands: &[Cand], trial: &TrialConfig) -> Vec<usize> {
         .take(trial.race)
         .map(|(i, _)| i)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Candidates that all compute the same output; candidate `i` takes `times[i]` seconds.
+    struct Fake {
+        times: Vec<f64>,
+        first_runs: Vec<usize>,
+        out: Vec<u8>,
+    }
+
+    impl Runner for Fake {
+        fn run(&mut self, i: usize) -> Result<()> {
+            if !self.first_runs.contains(&i) {
+                self.first_runs.push(i);
+            }
+            self.out = 3.5f32.to_ne_bytes().to_vec();
+            Ok(())
+        }
+        fn clear(&mut self) {
+            self.out = vec![0; 4];
+        }
+        fn outputs(&self) -> Vec<(DType, &[u8])> {
+            vec![(DType::F32, &self.out)]
+        }
+        fn sample(&mut self, i: usize) -> Result<Option<f64>> {
+            self.run(i)?;
+            Ok(Some(self.times[i]))
+        }
+    }
+
+    fn job(cost_model: CostModel, predicted: Vec<f64>) -> Job {
+        let n = predicted.len();
+        Job {
+            kernel: "k".into(),
+            family: "k/f32".into(),
+            shape: vec![64],
+            names: (0..n).map(|i| format!("c{i}")).collect(),
+            points: (0..n)
+                .map(|i| Point::new([16 << i, 16, 16], 1, 1, 1))
+                .collect(),
+            problem: None,
+            arch: tessera_ir::cost::Arch::cpu(1),
+            predicted: Some(predicted.into_iter().map(|p| (p, None)).collect()),
+            strategy: Strategy::Hybrid,
+            cost_model,
+            max_trials: Some(3),
+            trial: TrialConfig {
+                warmup: 1,
+                samples: 5,
+                race: 0,
+                ..TrialConfig::default()
+            },
+            prior: None,
+            known: None,
+        }
+    }
+
+    #[test]
+    fn the_cost_model_orders_the_hybrid_priors_unless_it_is_off() {
+        // The model's favourite is the last candidate; the last candidate is also fastest.
+        let predicted: Vec<f64> = (0..8).map(|i| 8.0 - i as f64).collect();
+        let times: Vec<f64> = (0..8).map(|i| 1e-3 * (9.0 - i as f64)).collect();
+        let run = |model| {
+            let mut fake = Fake {
+                times: times.clone(),
+                first_runs: Vec::new(),
+                out: Vec::new(),
+            };
+            let out = tune(job(model, predicted.clone()), &mut fake).unwrap();
+            (fake.first_runs, out)
+        };
+        let (order, out) = run(CostModel::Roofline);
+        assert_eq!(order[..2], [0, 7], "the default, then the model's pick");
+        assert_eq!(out.best, 7);
+        let (order, out) = run(CostModel::Off);
+        assert_eq!(order[..2], [0, 1], "no ranking: the space's order");
+        assert_eq!(out.trials, 3);
+        assert!(out.best != 7, "three trials in space order cannot reach it");
+        // The recorded predictions are the model's either way (for reports).
+        let rec = out.entry.record("c1").unwrap();
+        assert_eq!(rec.predicted_s, 7.0);
+    }
 }

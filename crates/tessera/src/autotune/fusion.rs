@@ -117,6 +117,7 @@ pub(crate) fn select_fusion(
                 problem: None,
                 predicted: Some(predict()),
                 strategy: Strategy::Grid,
+                cost_model: space_of(name).map(|s| s.cost_model).unwrap_or_default(),
                 max_trials: None,
                 trial: space_of(name).map(|s| s.trial).unwrap_or_default(),
                 prior: near.and_then(|e| e.best),

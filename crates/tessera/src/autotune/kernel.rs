@@ -173,6 +173,7 @@ pub(crate) fn select_kernel(
                 arch: super::cost_arch(),
                 problem,
                 strategy: space.strategy,
+                cost_model: space.cost_model,
                 max_trials: space.max_trials,
                 trial: space.trial,
                 predicted: None,

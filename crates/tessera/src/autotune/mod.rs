@@ -110,7 +110,7 @@ pub use refine::{
 };
 pub(crate) use refine::{defer, take_borrowed};
 pub use search::Strategy;
-pub use space::{SearchSpace, TileDims, TileSpace};
+pub use space::{CostModel, SearchSpace, TileDims, TileSpace};
 pub(crate) use tile::{TileMemo, tune_tile};
 pub use trial::{TrialConfig, outputs_match};
 
@@ -316,12 +316,13 @@ fn warn_once(msg: &str) {
 /// `schedule.autotune(cost_model = "roofline", max_trials = 50)`.
 ///
 /// ```
-/// use tessera::autotune::{self, SearchSpace, Strategy};
+/// use tessera::autotune::{self, CostModel, SearchSpace, Strategy};
 /// autotune::search_space("matmul", SearchSpace::new()
 ///     .tiles([(64, 64, 32), (128, 128, 64)])
 ///     .vectorize([1, 2, 4])
 ///     .stages([2, 3])
 ///     .strategy(Strategy::Hybrid)
+///     .cost_model(CostModel::Roofline)
 ///     .max_trials(50));
 /// assert_eq!(autotune::space_of("matmul").unwrap().tiles.len(), 2);
 /// # autotune::clear_search_space("matmul");

@@ -24,6 +24,44 @@ impl<const N: usize> IntoTile for [u32; N] {
     }
 }
 
+/// Whether the cost model ranks candidates — the seeds' `schedule.autotune(cost_model = ...)`.
+///
+/// With [`CostModel::Roofline`] (the default) the model's estimate ranks the candidates: the
+/// hybrid strategy's priors and surrogate start from it, the search stops once a measured time
+/// reaches the roofline bound, and a device without a clock picks the best-predicted candidate
+/// that passed the check. With [`CostModel::Off`] every runnable candidate is ranked equal and
+/// the search is driven by measurements alone (use it where the model misleads, e.g. on an
+/// arch it has no table for); a device without a clock (the simulator) can only rank by the
+/// model, so there it picks the best-predicted checked candidate either way. Either way candidates that cannot run on the arch (shared memory
+/// or registers over its limits, spills) are skipped: that is a resource check, not an
+/// estimate.
+///
+/// ```
+/// use tessera::autotune::CostModel;
+/// assert_eq!(CostModel::parse("roofline"), Some(CostModel::Roofline));
+/// assert_eq!(CostModel::parse("none"), Some(CostModel::Off));
+/// assert_eq!(CostModel::default(), CostModel::Roofline);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CostModel {
+    /// Roofline time, occupancy and register pressure rank the candidates.
+    #[default]
+    Roofline,
+    /// Measurements alone.
+    Off,
+}
+
+impl CostModel {
+    /// Parses `roofline`, or `none` / `off`.
+    pub fn parse(s: &str) -> Option<CostModel> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "roofline" => Some(CostModel::Roofline),
+            "none" | "off" => Some(CostModel::Off),
+            _ => None,
+        }
+    }
+}
+
 /// The search space of a `#[kernel]`'s fused kernels, with the strategy and budget: the
 /// product of `tiles × vectorize × stages × warps` (an empty list keeps the default's value),
 /// each point checked by the Schedule IR verifier; the default schedule is always included
@@ -48,6 +86,8 @@ pub struct SearchSpace {
     /// from 0 to the graph's deepest fusion. See the module docs of [`crate::autotune`].
     pub fusion_depths: Vec<u32>,
     pub strategy: Strategy,
+    /// Whether the cost model ranks the candidates.
+    pub cost_model: CostModel,
     /// Trial budget; `None`: a quarter of the valid candidates (at least 4) for the hybrid and
     /// random strategies, all of them for the grid.
     pub max_trials: Option<usize>,
@@ -70,6 +110,7 @@ impl SearchSpace {
             warps: Vec::new(),
             fusion_depths: Vec::new(),
             strategy: Strategy::Hybrid,
+            cost_model: CostModel::Roofline,
             max_trials: None,
             trial: TrialConfig::default(),
         }
@@ -104,6 +145,11 @@ impl SearchSpace {
     /// The strategy.
     pub fn strategy(mut self, s: Strategy) -> Self {
         self.strategy = s;
+        self
+    }
+    /// Whether the cost model ranks the candidates.
+    pub fn cost_model(mut self, c: CostModel) -> Self {
+        self.cost_model = c;
         self
     }
     /// The trial budget.

@@ -114,6 +114,7 @@ pub(crate) fn tune_tile(
                 arch: super::cost_arch(),
                 problem: space.problem.map(|f| f(&shapes)),
                 strategy: space.strategy,
+                cost_model: super::CostModel::Roofline,
                 max_trials: space.max_trials,
                 trial: space.trial,
                 predicted: None,
