@@ -86,25 +86,24 @@ fn kernel_items(ts: TokenStream) -> Vec<(TokenStream, TokenStream)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < toks.len() {
-        if let (TokenTree::Punct(p), Some(TokenTree::Group(g))) = (&toks[i], toks.get(i + 1)) {
-            if p.as_char() == '#' && g.delimiter() == Delimiter::Bracket {
-                if let Some(args) = kernel_attr(g.stream()) {
-                    // The item runs to the first brace group (the fn body).
-                    let mut j = i + 2;
-                    let mut item = TokenStream::new();
-                    while j < toks.len() {
-                        item.extend([toks[j].clone()]);
-                        if matches!(&toks[j], TokenTree::Group(b) if b.delimiter() == Delimiter::Brace)
-                        {
-                            break;
-                        }
-                        j += 1;
-                    }
-                    out.push((args, item));
-                    i = j + 1;
-                    continue;
+        if let (TokenTree::Punct(p), Some(TokenTree::Group(g))) = (&toks[i], toks.get(i + 1))
+            && p.as_char() == '#'
+            && g.delimiter() == Delimiter::Bracket
+            && let Some(args) = kernel_attr(g.stream())
+        {
+            // The item runs to the first brace group (the fn body).
+            let mut j = i + 2;
+            let mut item = TokenStream::new();
+            while j < toks.len() {
+                item.extend([toks[j].clone()]);
+                if matches!(&toks[j], TokenTree::Group(b) if b.delimiter() == Delimiter::Brace) {
+                    break;
                 }
+                j += 1;
             }
+            out.push((args, item));
+            i = j + 1;
+            continue;
         }
         i += 1;
     }

@@ -231,10 +231,10 @@ pub struct Pending<R> {
 impl<R> Pending<R> {
     /// True once the operation finished (never blocks).
     pub fn is_done(&mut self) -> bool {
-        if self.done.is_none() {
-            if let Ok(r) = self.rx.try_recv() {
-                self.done = Some(r);
-            }
+        if self.done.is_none()
+            && let Ok(r) = self.rx.try_recv()
+        {
+            self.done = Some(r);
         }
         self.done.is_some()
     }

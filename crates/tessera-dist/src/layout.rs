@@ -13,7 +13,7 @@ pub(crate) fn copy_region<T: Copy>(
     extent: &[usize],
 ) {
     let rank = extent.len();
-    if extent.iter().any(|&e| e == 0) {
+    if extent.contains(&0) {
         return;
     }
     if rank == 0 {

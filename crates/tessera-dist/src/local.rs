@@ -300,7 +300,7 @@ impl LocalComm {
         let i = self.rank;
         let mut mask = 1;
         while mask < n {
-            if i % (2 * mask) == 0 && i + mask < n {
+            if i.is_multiple_of(2 * mask) && i + mask < n {
                 // SAFETY: the peer `i + mask` is a sender at this level and writes nothing.
                 unsafe {
                     let dst = std::slice::from_raw_parts_mut(base, len);
@@ -333,8 +333,8 @@ impl LocalComm {
     fn hier_domain(&self) -> usize {
         let n = self.shared.n;
         match self.domain {
-            Some(d) if d > 0 && n % d == 0 => d,
-            _ => (2..n).find(|p| n % p == 0).unwrap_or(n),
+            Some(d) if d > 0 && n.is_multiple_of(d) => d,
+            _ => (2..n).find(|p| n.is_multiple_of(*p)).unwrap_or(n),
         }
     }
 
@@ -381,7 +381,7 @@ impl Communicator for LocalComm {
     fn reduce_scatter_in_place<T: CommElem>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
         self.count(CollectiveKind::ReduceScatter);
         let n = self.shared.n;
-        if data.len() % n != 0 {
+        if !data.len().is_multiple_of(n) {
             return Err(DistError::Length(format!(
                 "reduce_scatter: {} elements is not {n} equal blocks",
                 data.len()
@@ -397,7 +397,7 @@ impl Communicator for LocalComm {
     fn all_gather_in_place<T: CommElem>(&self, data: &mut [T]) -> Result<()> {
         self.count(CollectiveKind::AllGather);
         let n = self.shared.n;
-        if data.len() % n != 0 {
+        if !data.len().is_multiple_of(n) {
             return Err(DistError::Length(format!(
                 "all_gather: {} elements is not {n} equal blocks",
                 data.len()
@@ -424,7 +424,7 @@ impl Communicator for LocalComm {
         self.count(CollectiveKind::AllToAll);
         let n = self.shared.n;
         check_len(recv.len(), send.len(), "all_to_all: recv vs send")?;
-        if send.len() % n != 0 {
+        if !send.len().is_multiple_of(n) {
             return Err(DistError::Length(format!(
                 "all_to_all: {} elements is not {n} equal blocks",
                 send.len()

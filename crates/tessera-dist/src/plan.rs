@@ -297,23 +297,21 @@ fn build(
         }
     }
     // 2. The partial state.
-    if !keep_partial {
-        if let Some((p, op)) = cur.partial.take() {
-            match use_rs {
-                Some(e) => {
-                    steps.push(Step::ReduceScatter {
-                        axes: dst.dims[e].clone(),
-                        op,
-                        dim: e,
-                    });
-                    cur.dims[e] = dst.dims[e].clone();
-                }
-                None => steps.push(Step::AllReduce {
-                    axes: p,
+    if !keep_partial && let Some((p, op)) = cur.partial.take() {
+        match use_rs {
+            Some(e) => {
+                steps.push(Step::ReduceScatter {
+                    axes: dst.dims[e].clone(),
                     op,
-                    algo: Algorithm::Auto,
-                }),
+                    dim: e,
+                });
+                cur.dims[e] = dst.dims[e].clone();
             }
+            None => steps.push(Step::AllReduce {
+                axes: p,
+                op,
+                algo: Algorithm::Auto,
+            }),
         }
     }
     // 3. Moves.

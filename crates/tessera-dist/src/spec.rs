@@ -204,10 +204,10 @@ impl ShardSpec {
     /// The role `axis` plays.
     pub fn role(&self, axis: &str) -> AxisRole {
         for (d, spec) in self.dims.iter().enumerate() {
-            if let DimSpec::Sharded(a) = spec {
-                if let Some(pos) = a.iter().position(|x| x == axis) {
-                    return AxisRole::Shard { dim: d, pos };
-                }
+            if let DimSpec::Sharded(a) = spec
+                && let Some(pos) = a.iter().position(|x| x == axis)
+            {
+                return AxisRole::Shard { dim: d, pos };
             }
         }
         match &self.partial {

@@ -138,10 +138,10 @@ fn local_piece<T: CommElem>(
     let ranges = spec.local_ranges(global.shape(), mesh, rank)?;
     let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
     let mut data = slice(global.as_slice(), global.shape(), &ranges);
-    if let Some((axes, op)) = spec.partial_state() {
-        if mesh.index_along(rank, axes)?.0 != 0 {
-            data.iter_mut().for_each(|x| *x = op.identity());
-        }
+    if let Some((axes, op)) = spec.partial_state()
+        && mesh.index_along(rank, axes)?.0 != 0
+    {
+        data.iter_mut().for_each(|x| *x = op.identity());
     }
     Ok(Tensor::from_vec(data, &shape)?)
 }

@@ -82,10 +82,10 @@ impl Device {
     #[allow(clippy::should_implement_trait)]
     pub fn default() -> Device {
         #[cfg(feature = "cuda")]
-        if let Ok(d @ Device::Cuda(_)) = Device::cuda(0) {
-            if d.arch().is_some() {
-                return d;
-            }
+        if let Ok(d @ Device::Cuda(_)) = Device::cuda(0)
+            && d.arch().is_some()
+        {
+            return d;
         }
         Device::Cpu
     }

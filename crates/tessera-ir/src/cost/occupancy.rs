@@ -45,11 +45,9 @@ pub fn occupancy(arch: &Arch, warps: u32, regs_per_thread: u32, smem: u64) -> Oc
     let by_warps = arch.max_warps_per_unit / warps;
     let regs_per_warp = (regs_per_thread.max(1) as u64 * 32).div_ceil(256) * 256;
     let by_regs = (arch.regs_per_unit as u64 / (regs_per_warp * warps as u64)) as u32;
-    let by_smem = if smem == 0 {
-        u32::MAX
-    } else {
-        (arch.smem_per_unit as u64 / smem) as u32
-    };
+    let by_smem = (arch.smem_per_unit as u64)
+        .checked_div(smem)
+        .map_or(u32::MAX, |b| b as u32);
     let candidates = [
         (by_warps, Limiter::Warps),
         (by_regs, Limiter::Registers),

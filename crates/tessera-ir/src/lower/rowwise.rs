@@ -88,7 +88,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
             let y = l.fit(y, &row);
             let po = l.output_param(1);
             l.store(po, vec![i], y);
-            return Ok(());
+            Ok(())
         }
         G::Softmax => {
             let m0 = l.b.op(Op::Full(f64::NEG_INFINITY), f32s(&row));

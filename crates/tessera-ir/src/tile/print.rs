@@ -124,10 +124,10 @@ fn write_block(
             Op::Yield(xs) => write!(f, "yield {}", list(xs))?,
             op => write!(f, "{} {}", op.name(), list(&op.operands()))?,
         }
-        if let [r] = d.results.as_slice() {
-            if !matches!(d.op, Op::For { .. }) {
-                write!(f, " : {}", k.ty(*r))?;
-            }
+        if let [r] = d.results.as_slice()
+            && !matches!(d.op, Op::For { .. })
+        {
+            write!(f, " : {}", k.ty(*r))?;
         }
         f.write_str("\n")?;
         for (_, m) in notes.iter().filter(|(at, _)| *at == i) {

@@ -203,10 +203,10 @@ impl Verifier<'_> {
             }
         };
         let out_ty = out.cloned().ok_or("must define a value");
-        if let Some(o) = out {
-            if o.shape.len() > 2 {
-                return Err(format!("tiles have rank ≤ 2, got {o}"));
-            }
+        if let Some(o) = out
+            && o.shape.len() > 2
+        {
+            return Err(format!("tiles have rank ≤ 2, got {o}"));
         }
         match op {
             Op::ProgramId(a) if *a > 2 => Err(format!("grid axis {a} out of range 0..3")),

@@ -15,8 +15,11 @@ use tessera_ir::schedule::{self, KernelClass, Schedule};
 /// Per-definition memo: decisions by (kernel index, shape), and programs by schedule.
 pub(crate) struct KernelMemo(Mutex<MemoInner>);
 
+/// (generation, kernel index, shape) → the program to run (`None`: the default).
+type Decision = (u64, usize, Vec<u64>, Option<Arc<Program>>);
+
 struct MemoInner {
-    decisions: Vec<(u64, usize, Vec<u64>, Option<Arc<Program>>)>,
+    decisions: Vec<Decision>,
     programs: Vec<(usize, String, Arc<Program>)>,
 }
 

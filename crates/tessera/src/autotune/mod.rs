@@ -110,8 +110,8 @@ pub use refine::{
 };
 pub(crate) use refine::{defer, take_borrowed};
 pub use search::Strategy;
-pub use space::{CostModel, SearchSpace, TileDims, TileSpace};
-pub(crate) use tile::{TileMemo, tune_tile};
+pub use space::{CostModel, ProblemOf, SearchSpace, TileDims, TileSpace};
+pub(crate) use tile::{Knobs, TileMemo, tune_tile};
 pub use trial::{TrialConfig, outputs_match};
 
 use std::collections::BTreeMap;

@@ -116,7 +116,7 @@ fn start_worker(q: &mut Queue) {
     let spawned = std::thread::Builder::new()
         .name("tessera-autotune-refine".into())
         .spawn(|| {
-            while let Some(d) = next() {
+            while let Some(d) = take_next() {
                 if let Err(e) = run(d) {
                     super::warn(&format!("background refinement failed: {e}"));
                 }
@@ -130,7 +130,7 @@ fn start_worker(q: &mut Queue) {
 
 /// Takes the next waiting launch and marks it busy; `None` (and the worker flag cleared)
 /// when there is none.
-fn next() -> Option<Deferred> {
+fn take_next() -> Option<Deferred> {
     let mut q = queue();
     if q.waiting.is_empty() {
         q.worker = false;

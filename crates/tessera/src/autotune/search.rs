@@ -21,20 +21,15 @@
 //!   incumbent, the global ones keep a misjudged region in reach.
 
 /// How the tuner explores a space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Strategy {
     /// Exhaustive.
     Grid,
     /// Seeded random sample.
     Random { seed: u64 },
     /// Cost-model priors + surrogate (the default).
+    #[default]
     Hybrid,
-}
-
-impl Default for Strategy {
-    fn default() -> Self {
-        Strategy::Hybrid
-    }
 }
 
 impl Strategy {

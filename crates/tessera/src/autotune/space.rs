@@ -24,6 +24,9 @@ impl<const N: usize> IntoTile for [u32; N] {
     }
 }
 
+/// The cost model's problem of a `tile!` launch, from its arguments' shapes (in order).
+pub type ProblemOf = fn(&[Vec<usize>]) -> Problem;
+
 /// Whether the cost model ranks candidates — the seeds' `schedule.autotune(cost_model = ...)`.
 ///
 /// With [`CostModel::Roofline`] (the default) the model's estimate ranks the candidates: the
@@ -261,7 +264,7 @@ pub struct TileSpace {
     pub stages_knob: String,
     /// The cost model's problem from the arguments' shapes (in order); `None`: no model,
     /// candidates are ranked equal and the search is driven by measurements alone.
-    pub problem: Option<fn(&[Vec<usize>]) -> Problem>,
+    pub problem: Option<ProblemOf>,
     pub strategy: Strategy,
     pub max_trials: Option<usize>,
     pub trial: TrialConfig,

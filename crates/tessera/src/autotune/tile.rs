@@ -7,8 +7,17 @@ use crate::backend::{Buffer, cpu::Program};
 use std::sync::{Arc, Mutex};
 use tessera_ir::DType;
 
-/// Per-definition memo of decisions: (generation, shape, space hash) → knobs.
-pub(crate) struct TileMemo(Mutex<Vec<(u64, Vec<u64>, u64, Vec<(String, i64)>)>>);
+/// A full knob assignment: every knob's name and value.
+pub(crate) type Knobs = Vec<(String, i64)>;
+
+/// Compiles the program for knob overrides (defaults for the rest).
+type ProgramFor<'a> = &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>;
+
+/// A memoised decision: (generation, shape, space hash) → knobs.
+type Decision = (u64, Vec<u64>, u64, Knobs);
+
+/// Per-definition memo of decisions.
+pub(crate) struct TileMemo(Mutex<Vec<Decision>>);
 
 impl TileMemo {
     pub const fn new() -> Self {
@@ -43,8 +52,8 @@ pub(crate) fn tune_tile(
     defaults: &[(&'static str, i64)],
     space: &TileSpace,
     bufs: &[Buffer],
-    program_for: &dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
-) -> Result<Vec<(String, i64)>> {
+    program_for: ProgramFor<'_>,
+) -> Result<Knobs> {
     let full = |over: &[(String, i64)]| -> Vec<(String, i64)> {
         defaults
             .iter()
@@ -138,19 +147,15 @@ pub(crate) fn tune_tile(
 }
 
 struct TileRunner<'a> {
-    cands: &'a [Vec<(String, i64)>],
-    program_for: &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
+    cands: &'a [Knobs],
+    program_for: ProgramFor<'a>,
     bufs: Vec<Buffer>,
     /// Scratch memory of each writable argument: (argument index, memory, dtype, bytes).
     scratch: Vec<(usize, Vec<u64>, DType, usize)>,
 }
 
 impl<'a> TileRunner<'a> {
-    fn new(
-        cands: &'a [Vec<(String, i64)>],
-        bufs: &[Buffer],
-        program_for: &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>,
-    ) -> Self {
+    fn new(cands: &'a [Knobs], bufs: &[Buffer], program_for: ProgramFor<'a>) -> Self {
         let mut bufs = bufs.to_vec();
         let mut scratch = Vec::new();
         for (j, b) in bufs.iter_mut().enumerate() {

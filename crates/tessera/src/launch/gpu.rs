@@ -33,15 +33,15 @@ impl PtxCache {
             kernel: k.name.clone(),
             message: e.to_string(),
         })?;
-        if let Some(text) = embedded {
-            if text != p.text {
-                return Err(Error::Compile {
-                    kernel: k.name.clone(),
-                    message: format!(
-                        "the PTX embedded at build time for {arch} differs from the emitter's (stale build?)"
-                    ),
-                });
-            }
+        if let Some(text) = embedded
+            && text != p.text
+        {
+            return Err(Error::Compile {
+                kernel: k.name.clone(),
+                message: format!(
+                    "the PTX embedded at build time for {arch} differs from the emitter's (stale build?)"
+                ),
+            });
         }
         let p = Arc::new(p);
         map.insert((i, arch), p.clone());

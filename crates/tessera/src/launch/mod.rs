@@ -681,7 +681,7 @@ pub struct TileDef {
     name: &'static str,
     program: fn() -> dsl::Program,
     knobs: &'static [(&'static str, i64)],
-    cache: Mutex<Vec<(Vec<(String, i64)>, std::sync::Arc<cpu::Program>)>>,
+    cache: Mutex<Vec<(autotune::Knobs, std::sync::Arc<cpu::Program>)>>,
     tuned: autotune::TileMemo,
     /// Hash of the program, part of the autotuner's cache keys.
     sig: OnceLock<u64>,

@@ -27,16 +27,16 @@ fn imm(tok: &str, fty: Option<Ty>) -> Option<u64> {
             (x as f32).to_bits() as u64
         }
     };
-    if let Some(h) = u.strip_prefix("0f").or_else(|| u.strip_prefix("0F")) {
-        if h.len() == 8 {
-            let b = u32::from_str_radix(h, 16).ok()?;
-            return Some(float(f32::from_bits(b) as f64));
-        }
+    if let Some(h) = u.strip_prefix("0f").or_else(|| u.strip_prefix("0F"))
+        && h.len() == 8
+    {
+        let b = u32::from_str_radix(h, 16).ok()?;
+        return Some(float(f32::from_bits(b) as f64));
     }
-    if let Some(h) = u.strip_prefix("0d").or_else(|| u.strip_prefix("0D")) {
-        if h.len() == 16 {
-            return Some(float(f64::from_bits(u64::from_str_radix(h, 16).ok()?)));
-        }
+    if let Some(h) = u.strip_prefix("0d").or_else(|| u.strip_prefix("0D"))
+        && h.len() == 16
+    {
+        return Some(float(f64::from_bits(u64::from_str_radix(h, 16).ok()?)));
     }
     let u2 = u.trim_end_matches(['U', 'u']);
     let v = if let Some(h) = u2.strip_prefix("0x").or_else(|| u2.strip_prefix("0X")) {

@@ -69,7 +69,8 @@ fn device_err(k: &PtxKernel, m: impl std::fmt::Display) -> Error {
 
 /// The parsed program of `k`, from the cache when this text was parsed before.
 fn program(k: &PtxKernel) -> Result<Arc<Program>> {
-    static CACHE: OnceLock<Mutex<HashMap<(u64, String), Arc<Program>>>> = OnceLock::new();
+    type Parsed = Mutex<HashMap<(u64, String), Arc<Program>>>;
+    static CACHE: OnceLock<Parsed> = OnceLock::new();
     let h = k.text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     });

@@ -266,11 +266,11 @@ impl Eval<'_> {
             .iter()
             .map(|x| cx.scalar(*x))
             .collect::<Result<_, _>>()?;
-        if !self.loads.contains_key(&v) {
+        self.loads.entry(v).or_insert_with(|| {
             let lr = cx.lead_rows(param, &idx[..rank - 2]);
             let lo = cx.lead_ok(param, &idx[..rank - 2]);
-            self.loads.insert(v, (lr, lo));
-        }
+            (lr, lo)
+        });
         let (lead_rows, lead_ok) = self.loads[&v];
         let (nrows, ncols) = (cx.dims[param][rank - 2], cx.dims[param][rank - 1]);
         let a = &mut cx.asm;

@@ -23,7 +23,7 @@ pub(super) fn warp_tiling(bm: usize, bn: usize, warps: usize) -> Option<WarpTili
     let mut wm = 1;
     while wm <= warps {
         let wn = warps / wm;
-        if wm * wn == warps && bm % wm == 0 && bn % wn == 0 {
+        if wm * wn == warps && bm.is_multiple_of(wm) && bn.is_multiple_of(wn) {
             let (wtm, wtn) = (bm / wm, bn / wn);
             if wtm % 16 == 0 && wtn % 16 == 0 {
                 // Prefer square warp tiles, then taller (along M) ones: 2×4 warps of 64×32 at 128×128.
@@ -62,13 +62,17 @@ pub(super) struct MicroTiling {
 /// `tm × tn` elements per thread, as square as possible (`tn ≥ tm`, `tn ≥ 2`).
 pub(super) fn micro_tiling(bm: usize, bn: usize, threads: usize) -> Option<MicroTiling> {
     let e = bm * bn / threads;
-    if e == 0 || bm * bn % threads != 0 || !e.is_power_of_two() {
+    if e == 0 || !(bm * bn).is_multiple_of(threads) || !e.is_power_of_two() {
         return None;
     }
     let tn = 1usize << e.trailing_zeros().div_ceil(2);
     let tm = e / tn;
     // The epilogue walks column pairs, so a thread owns at least 2 columns.
-    if tn < 2 || bn % tn != 0 || bm % tm != 0 || (bn / tn) * (bm / tm) != threads {
+    if tn < 2
+        || !bn.is_multiple_of(tn)
+        || !bm.is_multiple_of(tm)
+        || (bn / tn) * (bm / tm) != threads
+    {
         return None;
     }
     Some(MicroTiling {

@@ -134,7 +134,7 @@ impl DVal {
         let _ = s;
         let mut preds = Vec::new();
         match row {
-            Some(x) if self.r % self.w as usize != 0 => {
+            Some(x) if !self.r.is_multiple_of(self.w as usize) => {
                 preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.r))
             }
             Some(_) => {}
@@ -142,7 +142,7 @@ impl DVal {
             None => {}
         }
         match col {
-            Some(x) if self.c % (32 * self.v as usize) != 0 => {
+            Some(x) if !self.c.is_multiple_of(32 * self.v as usize) => {
                 preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c))
             }
             Some(_) => {}
@@ -154,15 +154,15 @@ impl DVal {
     /// Predicate "slot `s` holds an element inside the tile" (replicas count as valid).
     pub fn valid(&self, g: &mut G, row: &Option<Reg>, col: &Option<Reg>) -> Option<Reg> {
         let mut preds = Vec::new();
-        if let Some(x) = row {
-            if self.r % self.w as usize != 0 {
-                preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.r));
-            }
+        if let Some(x) = row
+            && !self.r.is_multiple_of(self.w as usize)
+        {
+            preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.r));
         }
-        if let Some(x) = col {
-            if self.c % (32 * self.v as usize) != 0 {
-                preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c));
-            }
+        if let Some(x) = col
+            && !self.c.is_multiple_of(32 * self.v as usize)
+        {
+            preds.push(format!("setp.lt.s32 {{p}}, {x}, {}", self.c));
         }
         g.and_all(preds)
     }

@@ -195,7 +195,7 @@ impl G<'_> {
         d.v > 1
             && d.c > 1
             && !ty.shape.is_empty()
-            && d.c % d.v as usize == 0
+            && d.c.is_multiple_of(d.v as usize)
             && matches!(d.dtype, DType::F32 | DType::I32 | DType::BF16 | DType::F16)
     }
 

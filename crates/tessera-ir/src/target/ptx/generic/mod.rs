@@ -241,7 +241,7 @@ impl<'k> G<'k> {
     /// Writes a value's elements (logical row-major order) to shared memory, then reads them
     /// back in model `(r, c)`.
     pub fn convert(&mut self, d: &DVal, r: usize, c: usize) -> Result<DVal, EmitError> {
-        if d.r * d.c != r * c && !(d.numel() == 1) {
+        if d.r * d.c != r * c && (d.numel() != 1) {
             return Err(self.err(format!(
                 "cannot relayout a ({}, {}) tile as ({r}, {c})",
                 d.r, d.c

@@ -159,7 +159,7 @@ impl Cta<'_> {
                 for lane in Lanes::iter(emask) {
                     let tid = base + lane as u32;
                     let addr = self.addr(w, mo, lane);
-                    if addr % n as u64 != 0 {
+                    if !addr.is_multiple_of(n as u64) {
                         return Err(misaligned(
                             tid,
                             if is_ld { "load" } else { "store" },
@@ -192,7 +192,7 @@ impl Cta<'_> {
                 for lane in Lanes::iter(emask) {
                     let tid = base + lane as u32;
                     let addr = self.addr(w, &args[mi], lane);
-                    if addr % n as u64 != 0 {
+                    if !addr.is_multiple_of(n as u64) {
                         return Err(misaligned(tid, "atomic", addr, n));
                     }
                     let b = self.val(w, &args[bi], lane);
@@ -242,10 +242,10 @@ impl Cta<'_> {
                     } else {
                         cp
                     };
-                    if dst % cp != 0 {
+                    if !dst.is_multiple_of(cp) {
                         return Err(misaligned(tid, "cp.async destination", dst, cp as usize));
                     }
-                    if src % cp != 0 {
+                    if !src.is_multiple_of(cp) {
                         return Err(misaligned(tid, "cp.async source", src, cp as usize));
                     }
                     if ss > cp {

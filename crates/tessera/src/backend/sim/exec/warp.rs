@@ -130,7 +130,7 @@ impl Cta<'_> {
                         let lane = j * 8 + r;
                         let tid = base + lane as u32;
                         let addr = self.addr(w, &a[1], lane);
-                        if addr % 16 != 0 {
+                        if !addr.is_multiple_of(16) {
                             return Err(Fault::check(
                                 inst.line,
                                 tid,
