@@ -90,8 +90,8 @@ fn short(c: &str) -> String {
 }
 
 fn table(title: &str, e: &Entry) {
-    println!("\n### {title}\n\n| candidate | predicted µs | measured µs | |");
-    println!("|---|---|---|---|");
+    println!("\n### {title}\n\n| candidate | predicted µs | measured µs | note | |");
+    println!("|---|---|---|---|---|");
     let mut rows: Vec<_> = e.trials.iter().collect();
     rows.sort_by(|a, b| {
         a.measured_s
@@ -108,20 +108,19 @@ fn table(title: &str, e: &Entry) {
             (false, true) => "*",
             _ => "",
         };
-        let m = t.measured_s.map_or(format!("— {}", t.note), |m| {
-            let raced = if t.note.starts_with("raced") {
-                " (raced)"
-            } else {
-                ""
-            };
-            format!("{:.1}{raced}", m * 1e6)
-        });
+        let m = t
+            .measured_s
+            .map_or("—".into(), |m| format!("{:.1}", m * 1e6));
         let p = if t.predicted_s < 0.0 {
             "pruned".into()
         } else {
             format!("{:.1}", t.predicted_s * 1e6)
         };
-        println!("| {} | {p} | {m} | {mark} |", short(&t.candidate));
+        println!(
+            "| {} | {p} | {m} | {} | {mark} |",
+            short(&t.candidate),
+            t.note
+        );
     }
 }
 

@@ -174,18 +174,28 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
     // The final race among the best few measured candidates (see `TrialConfig`).
     let entrants = race_entrants(&cands, &trial);
     if entrants.len() > 1 {
-        let times = race(&trial, &entrants, |i| runner.sample(i));
+        let mut times = race(&trial, &entrants, |i| runner.sample(i));
+        // The race ranks its entrants; their level is brought back to the search's (the
+        // geometric mean of the same entrants' search times), so a machine slower or faster
+        // during the race than during the search cannot hand the win to a candidate left
+        // out of the race, whose time is the search's.
+        let (mut search_log, mut race_log, mut live) = (0.0, 0.0, 0usize);
+        for (&i, t) in entrants.iter().zip(&times) {
+            if let (Some(t), Some(m)) = (t, cands[i].measured) {
+                search_log += m.ln();
+                race_log += t.ln();
+                live += 1;
+            }
+        }
+        let level = if live > 0 {
+            ((search_log - race_log) / live as f64).exp()
+        } else {
+            1.0
+        };
+        for t in times.iter_mut().flatten() {
+            *t *= level;
+        }
         for (&i, t) in entrants.iter().zip(times) {
-            let Some(t) = t else { continue };
-            tracing::debug!(
-                target: "tessera::autotune",
-                kernel = %job.kernel,
-                candidate = %job.names[i],
-                first_s = ?cands[i].measured,
-                raced_s = t,
-                "race"
-            );
-            cands[i].measured = Some(t);
             let rec = new[i].get_or_insert_with(|| {
                 let old = job.known.as_ref().and_then(|e| e.record(&job.names[i]));
                 old.cloned().unwrap_or_else(|| TrialRecord {
@@ -196,6 +206,23 @@ pub(crate) fn tune(job: Job, runner: &mut dyn Runner) -> Result<Outcome> {
                     note: String::new(),
                 })
             });
+            let Some(t) = t else {
+                // It ran in the search but failed in the race: never trust it.
+                cands[i].measured = None;
+                rec.measured_s = None;
+                rec.ok = false;
+                rec.note = "failed in the final race".into();
+                continue;
+            };
+            tracing::debug!(
+                target: "tessera::autotune",
+                kernel = %job.kernel,
+                candidate = %job.names[i],
+                first_s = ?cands[i].measured,
+                raced_s = t,
+                "race"
+            );
+            cands[i].measured = Some(t);
             rec.measured_s = Some(t);
             rec.note = format!("raced against {} others", entrants.len() - 1);
         }
@@ -323,11 +350,29 @@ fn race_entrants(cands: &[Cand], trial: &TrialConfig) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    /// Candidates that all compute the same output; candidate `i` takes `times[i]` seconds.
+    /// Candidates that all compute the same output; candidate `i` takes `times[i]` seconds,
+    /// times `race_slowdown` once the final race has begun.
     struct Fake {
         times: Vec<f64>,
         first_runs: Vec<usize>,
         out: Vec<u8>,
+        /// The candidate last run for the output check.
+        checked: usize,
+        racing: bool,
+        race_slowdown: f64,
+    }
+
+    impl Fake {
+        fn new(times: Vec<f64>) -> Self {
+            Fake {
+                times,
+                first_runs: Vec::new(),
+                out: Vec::new(),
+                checked: 0,
+                racing: false,
+                race_slowdown: 1.0,
+            }
+        }
     }
 
     impl Runner for Fake {
@@ -335,6 +380,7 @@ mod tests {
             if !self.first_runs.contains(&i) {
                 self.first_runs.push(i);
             }
+            self.checked = i;
             self.out = 3.5f32.to_ne_bytes().to_vec();
             Ok(())
         }
@@ -345,8 +391,10 @@ mod tests {
             vec![(DType::F32, &self.out)]
         }
         fn sample(&mut self, i: usize) -> Result<Option<f64>> {
-            self.run(i)?;
-            Ok(Some(self.times[i]))
+            // The search samples the candidate it just checked; the race samples others.
+            self.racing |= i != self.checked;
+            let slow = if self.racing { self.race_slowdown } else { 1.0 };
+            Ok(Some(self.times[i] * slow))
         }
     }
 
@@ -383,11 +431,7 @@ mod tests {
         let predicted: Vec<f64> = (0..8).map(|i| 8.0 - i as f64).collect();
         let times: Vec<f64> = (0..8).map(|i| 1e-3 * (9.0 - i as f64)).collect();
         let run = |model| {
-            let mut fake = Fake {
-                times: times.clone(),
-                first_runs: Vec::new(),
-                out: Vec::new(),
-            };
+            let mut fake = Fake::new(times.clone());
             let out = tune(job(model, predicted.clone()), &mut fake).unwrap();
             (fake.first_runs, out)
         };
@@ -401,5 +445,30 @@ mod tests {
         // The recorded predictions are the model's either way (for reports).
         let rec = out.entry.record("c1").unwrap();
         assert_eq!(rec.predicted_s, 7.0);
+    }
+
+    #[test]
+    fn a_machine_slower_during_the_race_cannot_hand_the_win_to_a_candidate_left_out() {
+        // c1 is fastest, c2 within the race margin, c3 outside it; the machine runs twice as
+        // slow during the race, so raced times alone would lose to c3's search time.
+        let mut fake = Fake::new(vec![2e-3, 1.0e-3, 1.1e-3, 1.4e-3]);
+        fake.race_slowdown = 2.0;
+        let mut j = job(CostModel::Roofline, vec![4.0, 3.0, 2.0, 1.0]);
+        j.strategy = Strategy::Grid;
+        j.max_trials = None;
+        j.trial.race = 8;
+        j.trial.race_rounds = 3;
+        let out = tune(j, &mut fake).unwrap();
+        assert!(fake.racing, "the race ran");
+        assert_eq!(out.best, 1);
+        let raced = out.entry.record("c1").unwrap();
+        assert!(raced.note.starts_with("raced"), "{raced:?}");
+        assert!(
+            (raced.measured_s.unwrap() - 1.0e-3).abs() < 1e-9,
+            "{raced:?}"
+        );
+        let left_out = out.entry.record("c3").unwrap();
+        assert_eq!(left_out.measured_s, Some(1.4e-3));
+        assert!(left_out.note.is_empty());
     }
 }

@@ -18,7 +18,10 @@ use tessera_ir::DType;
 /// `samples / 3` (at least 3) times, in a rotated order, so a slow spell of the machine hits
 /// them all alike. Each round's medians are divided by that round's mean over the entrants, so
 /// a slow spell spanning a round cancels, and the winner has the lowest median of its
-/// normalised times. The race re-times candidates already tried: it adds no trials.
+/// normalised times. The raced times are then scaled back to the level of the same entrants'
+/// search times, so a machine slower during the race than during the search cannot let a
+/// candidate left out of the race (timed in the search only) win. The race re-times
+/// candidates already tried: it adds no trials; one that fails in it is rejected.
 ///
 /// ```
 /// let t = tessera::autotune::TrialConfig::default();
