@@ -132,9 +132,17 @@ fn start_worker(q: &mut Queue) {
 /// when there is none.
 fn take_next() -> Option<Deferred> {
     let mut q = queue();
-    if q.waiting.is_empty() {
+    let d = pop(&mut q);
+    if d.is_none() {
         q.worker = false;
         CHANGED.notify_all();
+    }
+    d
+}
+
+/// The oldest waiting launch, marked busy.
+fn pop(q: &mut Queue) -> Option<Deferred> {
+    if q.waiting.is_empty() {
         return None;
     }
     let d = q.waiting.remove(0);
@@ -205,15 +213,9 @@ pub fn pending() -> Vec<String> {
 pub fn refine() -> Result<usize> {
     let mut n = 0;
     loop {
-        let d = {
-            let mut q = queue();
-            if q.waiting.is_empty() {
-                return Ok(n);
-            }
-            let d = q.waiting.remove(0);
-            q.busy.push(d.key.clone());
-            d
-        };
+        // The lock is released before the launch runs (it takes the lock again).
+        let next = pop(&mut queue());
+        let Some(d) = next else { return Ok(n) };
         run(d)?;
         n += 1;
     }
