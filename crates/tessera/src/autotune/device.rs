@@ -114,7 +114,7 @@ pub(crate) fn select_device_kernel(
     }
     let arch_id = device_arch_id(device);
     let (shape, problem) = sizes(compiled, i, bufs);
-    let generation_now = generation();
+    let generation_now = generation(m);
     if let Some(d) = memo
         .lock()
         .decisions

@@ -73,7 +73,7 @@ pub(crate) fn select_fusion(
     if m == Mode::Off || depths.len() < 2 {
         return Ok(depths[0]);
     }
-    let generation_now = generation();
+    let generation_now = generation(m);
     {
         let d = memo.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(x) = d.iter().find(|x| x.0 == generation_now && x.1 == shape) {

@@ -122,7 +122,7 @@ pub(crate) fn select_kernel(
         return Ok(None);
     }
     let (shape, problem) = sizes(compiled, i, bufs);
-    let generation_now = generation();
+    let generation_now = generation(m);
     if let Some(d) = memo
         .lock()
         .decisions

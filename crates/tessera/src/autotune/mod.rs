@@ -177,11 +177,11 @@ fn bump() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
-/// The epoch of memoised decisions: changes with [`bump`], and differs per mode, so a
-/// decision made in one mode (a borrowed schedule in `cached`) never serves another (a
-/// refinement, which tunes as in `full`).
-pub(crate) fn generation() -> u64 {
-    GENERATION.load(Ordering::SeqCst) * 4 + mode() as u64
+/// The epoch of memoised decisions under mode `m` (the caller's [`mode`]): changes with
+/// [`bump`], and differs per mode, so a decision made in one mode (a borrowed schedule in
+/// `cached`) never serves another (a refinement, which tunes as in `full`).
+pub(crate) fn generation(m: Mode) -> u64 {
+    GENERATION.load(Ordering::SeqCst) * 4 + m as u64
 }
 
 /// Turns tuning on (`Mode::Full`) or off (`Mode::Off`) for this process, over the environment.

@@ -124,7 +124,9 @@ fn start_worker(q: &mut Queue) {
         });
     if let Err(e) = spawned {
         q.worker = false;
-        drop(e);
+        super::warn(&format!(
+            "cannot start the background refinement thread ({e}); the shapes stay queued for autotune::refine()"
+        ));
     }
 }
 

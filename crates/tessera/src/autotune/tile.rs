@@ -81,7 +81,7 @@ pub(crate) fn tune_tile(
         .iter()
         .flat_map(|b| b.dims().iter().map(|&d| d as u64))
         .collect();
-    let generation_now = generation();
+    let generation_now = generation(m);
     {
         let d = memo.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(x) = d

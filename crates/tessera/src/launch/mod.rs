@@ -196,18 +196,7 @@ impl KernelDef {
 
     /// Runs the kernel on `args` (in signature order) and returns its output.
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
-        let ready = self.ready()?;
-        let g = &ready.base.compiled.graph;
-        let out_dtype = g.ty(g.output).dtype;
-        if out_dtype != T::DTYPE && args.len() == g.params.len() {
-            return Err(Error::DTypeMismatch {
-                kernel: self.name.into(),
-                param: "return value".into(),
-                expected: out_dtype.to_string(),
-                got: T::DTYPE.to_string(),
-            });
-        }
-        let (shape, mem, device) = self.execute(args)?;
+        let (shape, mem, device) = self.execute(args, T::DTYPE)?;
         let numel: usize = shape.iter().product();
         let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
             [..numel * std::mem::size_of::<T>()]
@@ -217,10 +206,15 @@ impl KernelDef {
         Ok(Tensor::from_vec(data, &shape)?.to(&device))
     }
 
-    /// [`Self::launch`] without the output's element type: the output's shape, its memory and
-    /// the device it was computed on. A launch that ran a schedule borrowed from a nearby
-    /// shape is queued for refinement ([`autotune::refine`]) with a copy of `args`.
-    fn execute(&'static self, args: &[TensorRef<'_>]) -> Result<(Vec<usize>, Vec<u64>, Device)> {
+    /// [`Self::launch`] with the output's element type `out` as a value: the output's shape,
+    /// its memory and the device it was computed on. A launch that ran a schedule borrowed
+    /// from a nearby shape is queued for refinement ([`autotune::refine`]) with a copy of
+    /// `args`.
+    fn execute(
+        &'static self,
+        args: &[TensorRef<'_>],
+        out: DType,
+    ) -> Result<(Vec<usize>, Vec<u64>, Device)> {
         let ready = self.ready()?;
         let g = &ready.base.compiled.graph;
         let name = self.name;
@@ -229,6 +223,15 @@ impl KernelDef {
                 kernel: name.into(),
                 expected: g.params.len(),
                 got: args.len(),
+            });
+        }
+        let out_dtype = g.ty(g.output).dtype;
+        if out_dtype != out {
+            return Err(Error::DTypeMismatch {
+                kernel: name.into(),
+                param: "return value".into(),
+                expected: out_dtype.to_string(),
+                got: out.to_string(),
             });
         }
         let syms = bind_symbols(name, g, args)?;
@@ -250,7 +253,7 @@ impl KernelDef {
                 let copies: Vec<ArgCopy> = args.iter().map(ArgCopy::of).collect();
                 move || {
                     let refs: Vec<TensorRef<'_>> = copies.iter().map(ArgCopy::arg).collect();
-                    self.execute(&refs).map(drop)
+                    self.execute(&refs, out).map(drop)
                 }
             });
         }
