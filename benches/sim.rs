@@ -72,7 +72,7 @@ fn main() {
     let mut k2 = kernel(lg, &s2, Arch::Sm80);
     k2.text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/crates/tessera-ir/tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx"
+        "/tessera-ir/tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx"
     ))
     .unwrap();
     k2.threads = 64;
