@@ -19,6 +19,7 @@ pub mod target;
 pub mod text;
 pub mod tile;
 
+pub mod fp8;
 mod numerics;
 mod types;
 
