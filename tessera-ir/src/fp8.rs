@@ -142,7 +142,11 @@ impl Fp8 {
         let emin = 1 - self.bias();
         // The spacing of representable values around `a`: 2^(E − m) in binade E ≥ emin, the
         // subnormal spacing below it. Scaling by a power of two is exact in f64.
-        let e = if a == 0.0 { emin } else { exponent(a).max(emin) };
+        let e = if a == 0.0 {
+            emin
+        } else {
+            exponent(a).max(emin)
+        };
         let q = pow2(e - m);
         let r = (a / q).round_ties_even() * q;
         if r > self.max() {

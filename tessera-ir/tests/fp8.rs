@@ -25,7 +25,10 @@ fn decode_all_codes_bit_exact() {
         let code = r[0] as u8;
         for (f, want) in [(Fp8::E4M3, r[1]), (Fp8::E5M2, r[2])] {
             let got = f.decode(code).to_bits();
-            assert_eq!(got, want, "{f:?} decode {code:#04x}: {got:#010x} vs {want:#010x}");
+            assert_eq!(
+                got, want,
+                "{f:?} decode {code:#04x}: {got:#010x} vs {want:#010x}"
+            );
         }
     }
 }

@@ -44,6 +44,56 @@ pub fn exp(a: &mut Asm, x: Reg) -> Reg {
     y2
 }
 
+/// `e^x` by the canonical sequence of deterministic kernels ([`crate::canonical::exp`]):
+/// the same IEEE operations in the same order, so the result is the CPU's bit for bit.
+pub fn exp_canonical(a: &mut Asm, x: Reg) -> Reg {
+    use crate::canonical::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, SHIFTER};
+    // Clamp; NaN passes (the comparisons are false).
+    let (p, c0) = (a.p(), a.f());
+    a.i(format!("setp.lt.f32 {p}, {x}, {}", flit(EXP_LO)));
+    a.i(format!("selp.f32 {c0}, {}, {x}, {p}", flit(EXP_LO)));
+    let (q, c1) = (a.p(), a.f());
+    a.i(format!("setp.gt.f32 {q}, {c0}, {}", flit(EXP_HI)));
+    a.i(format!("selp.f32 {c1}, {}, {c0}, {q}", flit(EXP_HI)));
+    let (k, n, r0, r) = (a.f(), a.f(), a.f(), a.f());
+    a.i(format!(
+        "fma.rn.f32 {k}, {c1}, {}, {}",
+        flit(LOG2E),
+        flit(SHIFTER)
+    ));
+    a.i(format!("sub.rn.f32 {n}, {k}, {}", flit(SHIFTER)));
+    a.i(format!("fma.rn.f32 {r0}, {n}, {}, {c1}", flit(-LN2_HI)));
+    a.i(format!("fma.rn.f32 {r}, {n}, {}, {r0}", flit(-LN2_LO)));
+    let mut poly = a.fconst(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        let t = a.f();
+        a.i(format!("fma.rn.f32 {t}, {poly}, {r}, {}", flit(*c)));
+        poly = t;
+    }
+    let (r2, t, p1) = (a.f(), a.f(), a.f());
+    a.i(format!("mul.rn.f32 {r2}, {r}, {r}"));
+    a.i(format!("fma.rn.f32 {t}, {poly}, {r2}, {r}"));
+    a.i(format!("add.rn.f32 {p1}, {t}, {}", flit(1.0)));
+    // ni = bits(k) − 0x4B400000; n1 = ni >> 1 (arithmetic); n2 = ni − n1;
+    // y = from_bits(bits(p) + (n1 << 23)) · from_bits((n2 + 127) << 23).
+    let (kb, ni, n1, n2) = (a.r(), a.r(), a.r(), a.r());
+    a.i(format!("mov.b32 {kb}, {k}"));
+    a.i(format!("sub.s32 {ni}, {kb}, 1262485504"));
+    a.i(format!("shr.s32 {n1}, {ni}, 1"));
+    a.i(format!("sub.s32 {n2}, {ni}, {n1}"));
+    let (pb, sh, yb, e2, sb) = (a.r(), a.r(), a.r(), a.r(), a.r());
+    a.i(format!("mov.b32 {pb}, {p1}"));
+    a.i(format!("shl.b32 {sh}, {n1}, 23"));
+    a.i(format!("add.s32 {yb}, {pb}, {sh}"));
+    a.i(format!("add.s32 {e2}, {n2}, 127"));
+    a.i(format!("shl.b32 {sb}, {e2}, 23"));
+    let (y0, s, y) = (a.f(), a.f(), a.f());
+    a.i(format!("mov.b32 {y0}, {yb}"));
+    a.i(format!("mov.b32 {s}, {sb}"));
+    a.i(format!("mul.rn.f32 {y}, {y0}, {s}"));
+    y
+}
+
 /// `ln x`.
 pub fn log(a: &mut Asm, x: Reg) -> Reg {
     let (t, y) = (a.f(), a.f());
@@ -224,6 +274,16 @@ pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
     a.i(format!("cvt.rn.{t}.f32 {h}, {x}"));
     a.i(format!("cvt.f32.{t} {y}, {h}"));
     y
+}
+
+/// Any unary op on an f32 register; `canonical` (deterministic kernels) takes the canonical
+/// sequence where one exists (`exp`; `sqrt`, `rsqrt`, `neg`, `abs`, `relu` are exact or
+/// correctly rounded either way).
+pub fn unary_with(a: &mut Asm, op: UnaryOp, x: Reg, canonical: bool) -> Reg {
+    match op {
+        UnaryOp::Exp if canonical => exp_canonical(a, x),
+        _ => unary(a, op, x),
+    }
 }
 
 /// Any unary op on an f32 register.

@@ -134,10 +134,13 @@ pub(crate) fn cmp(op: CmpOp, a: &Tile, b: &Tile, out_dims: &[usize]) -> Tile {
     Tile::new_b(out_dims, v)
 }
 
-pub(crate) fn unary(op: UnaryOp, mut t: Tile) -> Tile {
+/// `op` on every element; a deterministic kernel's `exp` is the canonical sequence
+/// (`tessera_ir::canonical::exp`), the one its PTX computes.
+pub(crate) fn unary(op: UnaryOp, mut t: Tile, policy: NumericsPolicy) -> Tile {
     let dtype = t.dtype;
     if let Data::F(v) = &mut t.data {
         match op {
+            UnaryOp::Exp if policy == NumericsPolicy::Deterministic => vmath::exp_fused(v),
             UnaryOp::Neg => v.iter_mut().for_each(|x| *x = -*x),
             UnaryOp::Abs => v.iter_mut().for_each(|x| *x = x.abs()),
             UnaryOp::Relu => v
@@ -210,7 +213,7 @@ pub(crate) fn cast(t: Tile, to: DType) -> Tile {
     let dims = t.dims().to_vec();
     let from = t.dtype;
     match (t.data, to) {
-        (Data::F(mut v), DType::F32 | DType::BF16 | DType::F16) => {
+        (Data::F(mut v), DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2) => {
             if to != from {
                 round_to(to, &mut v);
             }
