@@ -89,6 +89,15 @@ fn ptx_for(
     let p = Arc::new(
         ptx::emit(&lowered.kernel, s, arch).map_err(|e| compile_err(format!("{s}: {e}")))?,
     );
+    // A candidate runs as written or not at all: one whose stages do not fit is rejected (the
+    // cost model prunes it too), never timed as a shallower pipeline under its own name.
+    if let Some((requested, used)) = p.lowered_stages
+        && *s != compiled.kernels[i].schedule
+    {
+        return Err(compile_err(format!(
+            "{s}: {requested} pipeline stages do not fit {arch}'s shared memory per block ({used} would)"
+        )));
+    }
     memo.lock().programs.push((id, i, text, p.clone()));
     Ok(p)
 }

@@ -16,7 +16,7 @@ mod gemm;
 pub(crate) mod math;
 
 pub use abi::{PtxKernel, entry_signature, header, ident, params_of};
-pub use arch::{Arch, Limits};
+pub use arch::Arch;
 
 /// Why a kernel could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -229,7 +229,7 @@ pub(crate) fn emit(
             "// stages lowered from {} to {stages}: {} stages do not fit {arch}'s {} bytes of shared memory per block",
             s.stages,
             s.stages,
-            arch.limits().max_smem_per_block
+            arch.limits().smem_per_block_optin
         );
     }
     let _ = writeln!(text, ".extern .shared .align 16 .b8 smem[];\n");
@@ -246,6 +246,7 @@ pub(crate) fn emit(
         dyn_smem: dyn_smem as u32,
         grid: k.grid.clone(),
         params: abi::params_of(k),
+        lowered_stages: (stages != s.stages).then_some((s.stages, stages)),
     }))
 }
 

@@ -129,6 +129,7 @@ impl<'k> G<'k> {
             dyn_smem,
             grid: self.k.grid.clone(),
             params: abi::params_of(self.k),
+            lowered_stages: None,
         }
     }
 

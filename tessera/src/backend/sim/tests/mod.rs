@@ -99,6 +99,7 @@ pub(super) fn kernel(
         dyn_smem: 0,
         grid: [grid_x, GridDim::one(), GridDim::one()],
         params: params.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+        lowered_stages: None,
     }
 }
 
