@@ -27,9 +27,13 @@ use std::fmt;
 ///   * `log`, `tanh`, `sigmoid` and `gelu` are bit-identical across threads and tiles on one
 ///     backend, not promised across backends (each backend has its own approximation).
 /// - **`KahanSum`**: the same fixed partitions as `Deterministic`, with each partial carried
-///   as a Kahan pair (sum, compensation) and the partials combined with compensation, so an
-///   ill-conditioned sum keeps about twice the working precision; a matmul compensates across
-///   K tiles. Bitwise identity across backends is not promised (the final combination differs).
+///   as a pair (sum, compensation) updated by Knuth's TwoSum (Ogita–Rump–Oishi `Sum2`, the
+///   branch-free Kahan–Babuška–Neumaier step: unlike Kahan's original it keeps the low part
+///   when a large term follows small ones) and the partials combined with compensation, so an
+///   ill-conditioned sum is about as accurate as if summed in twice the working precision; a
+///   matmul compensates across K tiles. Bitwise identity across backends is not promised (the
+///   final combination of the 32 lane partials differs: a TwoSum butterfly in PTX, Neumaier
+///   summation on the CPU).
 ///
 /// ```
 /// use tessera_ir::NumericsPolicy;

@@ -68,7 +68,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let tb = l.load(pb, ib, &[bk, bn], 0.0);
     let next = if kahan {
         // Compensated across K tiles: each tile's products are summed from zero, then added
-        // to the running sum with Kahan's correction.
+        // to the running sum with its rounding error carried (`Lower::two_sum_step`).
         let z = l.b.op(Op::Full(0.0), acc_ty.clone());
         let p = l.b.op(
             Op::Dot {
@@ -78,11 +78,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
             },
             acc_ty.clone(),
         );
-        let (s, k) = (carried[0], carried[1]);
-        let y = l.bin(BinaryOp::Sub, p, k);
-        let t = l.bin(BinaryOp::Add, s, y);
-        let d = l.bin(BinaryOp::Sub, t, s);
-        let k = l.bin(BinaryOp::Sub, d, y);
+        let (t, k) = l.two_sum_step(carried[0], carried[1], p);
         vec![t, k]
     } else {
         vec![l.b.op(
@@ -96,7 +92,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     };
     let out = l.b.end_for(&next);
     let acc = if kahan {
-        l.bin(BinaryOp::Sub, out[0], out[1])
+        l.bin(BinaryOp::Add, out[0], out[1])
     } else {
         out[0]
     };

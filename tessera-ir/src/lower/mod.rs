@@ -262,6 +262,23 @@ impl<'g> Lower<'g> {
         )
     }
 
+    /// One compensated step of `kahan_sum` (Ogita–Rump–Oishi `Sum2`, the branch-free form of
+    /// Kahan–Babuška–Neumaier): `t = s + x` and its exact rounding error
+    /// `e = (s − (t − (t − s))) + (x − (t − s))` (Knuth's TwoSum), `c += e`. Returns the new
+    /// `(s, c)`; the compensated sum is `s + c`. Unlike Kahan's original step it keeps the low
+    /// part when `|x| > |s|` (a large term after many small ones).
+    pub fn two_sum_step(&mut self, s: TValue, c: TValue, x: TValue) -> (TValue, TValue) {
+        use crate::graph::BinaryOp::{Add, Sub};
+        let t = self.bin(Add, s, x);
+        let bp = self.bin(Sub, t, s);
+        let ap = self.bin(Sub, t, bp);
+        let ea = self.bin(Sub, s, ap);
+        let eb = self.bin(Sub, x, bp);
+        let e = self.bin(Add, ea, eb);
+        let c = self.bin(Add, c, e);
+        (t, c)
+    }
+
     pub fn unary(&mut self, op: crate::graph::UnaryOp, a: TValue) -> TValue {
         let t = self.b.ty(a).clone();
         self.b.op(tile::Op::Unary(op, a), t)

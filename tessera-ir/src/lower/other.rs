@@ -193,10 +193,8 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
             match comp {
                 None => s = l.bin(BinaryOp::Add, s, x),
                 Some(k) => {
-                    let y = l.bin(BinaryOp::Sub, x, k);
-                    let t = l.bin(BinaryOp::Add, s, y);
-                    let d = l.bin(BinaryOp::Sub, t, s);
-                    comp = Some(l.bin(BinaryOp::Sub, d, y));
+                    let (t, k) = l.two_sum_step(s, k, x);
+                    comp = Some(k);
                     s = t;
                 }
             }
@@ -204,7 +202,7 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
         let next: Vec<_> = std::iter::once(s).chain(comp).collect();
         let r = l.b.end_for(&next);
         match r.get(1) {
-            Some(k) => l.bin(BinaryOp::Sub, r[0], *k),
+            Some(k) => l.bin(BinaryOp::Add, r[0], *k),
             None => r[0],
         }
     } else {

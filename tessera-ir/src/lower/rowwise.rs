@@ -5,7 +5,7 @@
 //! Under `deterministic` and `kahan_sum` every row sum is taken in one fixed order that no
 //! schedule changes ([`LANES`] lane partials, see [`crate::NumericsPolicy`]): each chunk is
 //! read as `BC/32` slices of 32 columns that are added elementwise, in column order, into a
-//! carried `[BR, 32]` partial (Kahan-compensated under `kahan_sum`); after the row, one
+//! carried `[BR, 32]` partial (compensated under `kahan_sum`: `Lower::two_sum_step`); after the row, one
 //! reduction of the partials (the fixed pairwise tree) gives the sum. Softmax then takes
 //! three passes (max, sum of exponentials, write) instead of the online two.
 
@@ -285,11 +285,8 @@ fn lane_sum(
         match comp {
             None => s = l.bin(BinaryOp::Add, s, x),
             Some(k) => {
-                // y = x − k; t = s + y; k = (t − s) − y; s = t.
-                let y = l.bin(BinaryOp::Sub, x, k);
-                let t = l.bin(BinaryOp::Add, s, y);
-                let d = l.bin(BinaryOp::Sub, t, s);
-                comp = Some(l.bin(BinaryOp::Sub, d, y));
+                let (t, k) = l.two_sum_step(s, k, x);
+                comp = Some(k);
                 s = t;
             }
         }
@@ -298,10 +295,10 @@ fn lane_sum(
     let r = l.b.end_for(&next);
     let total = l.reduce(TileReduce::Sum, r[0], 1);
     match r.get(1) {
-        // The sum is Σ s − Σ k (each lane's k holds the negated lost low part).
+        // The sum is Σ s + Σ c (each lane's c holds its lost low parts).
         Some(k) => {
             let lost = l.reduce(TileReduce::Sum, *k, 1);
-            l.bin(BinaryOp::Sub, total, lost)
+            l.bin(BinaryOp::Add, total, lost)
         }
         None => total,
     }

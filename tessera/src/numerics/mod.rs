@@ -26,6 +26,9 @@
 use std::cell::Cell;
 pub use tessera_ir::{LossScaling, NumericsPolicy, Precision};
 
+mod loss_scale;
+pub use loss_scale::{LossScaler, Step};
+
 thread_local! {
     static POLICY: Cell<Option<NumericsPolicy>> = const { Cell::new(None) };
     static PRECISION: Cell<Option<Precision>> = const { Cell::new(None) };

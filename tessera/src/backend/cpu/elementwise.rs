@@ -308,15 +308,20 @@ pub(crate) fn reduce(op: TileReduce, t: &Tile, axis: usize, policy: NumericsPoli
                             }
                         }),
                         (TileReduce::Sum, NumericsPolicy::KahanSum) => {
+                            // Sum2 (TwoSum errors carried per column; the sum is
+                            // acc + comp), as the lowering's `two_sum_step`.
                             for ((a, k), x) in acc.iter_mut().zip(comp.iter_mut()).zip(rowv) {
-                                let y = x - *k;
-                                let s = *a + y;
-                                *k = (s - *a) - y;
-                                *a = s;
+                                let t = *a + x;
+                                let bp = t - *a;
+                                *k += (*a - (t - bp)) + (x - bp);
+                                *a = t;
                             }
                         }
                         (TileReduce::Sum, _) => acc.iter_mut().zip(rowv).for_each(|(a, x)| *a += x),
                     }
+                }
+                if (op, policy) == (TileReduce::Sum, NumericsPolicy::KahanSum) {
+                    acc.iter_mut().zip(&comp).for_each(|(a, k)| *a += k);
                 }
                 acc
             } else {

@@ -309,13 +309,17 @@ impl G<'_> {
         }
     }
 
-    /// `s, c ← Kahan(s, c, v)`: `y = v − c; t = s + y; c = (t − s) − y; s = t` (the sum is
-    /// `s − c`).
+    /// `s, c ← Sum2(s, c, v)`: `t = s + v` and its exact error by TwoSum,
+    /// `e = (s − (t − (t − s))) + (v − (t − s))`, `c += e`, `s = t` (the sum is `s + c`; the
+    /// Tile IR lowering's `two_sum_step`, op for op).
     fn kahan_step(&mut self, s: Reg, c: Reg, v: Reg) -> (Reg, Reg) {
-        let y = math::binary(&mut self.a, BinaryOp::Sub, v, c);
-        let t = math::binary(&mut self.a, BinaryOp::Add, s, y);
-        let d = math::binary(&mut self.a, BinaryOp::Sub, t, s);
-        let c = math::binary(&mut self.a, BinaryOp::Sub, d, y);
+        let t = math::binary(&mut self.a, BinaryOp::Add, s, v);
+        let bp = math::binary(&mut self.a, BinaryOp::Sub, t, s);
+        let ap = math::binary(&mut self.a, BinaryOp::Sub, t, bp);
+        let ea = math::binary(&mut self.a, BinaryOp::Sub, s, ap);
+        let eb = math::binary(&mut self.a, BinaryOp::Sub, v, bp);
+        let e = math::binary(&mut self.a, BinaryOp::Add, ea, eb);
+        let c = math::binary(&mut self.a, BinaryOp::Add, c, e);
         (t, c)
     }
 
@@ -379,24 +383,17 @@ impl G<'_> {
                             self.a.i(format!(
                                 "shfl.sync.bfly.b32 {tc}, {c}, {off}, 0x1f, 0xffffffff"
                             ));
-                            // TwoSum: t = s + ts exactly t + e; the pair's lost part is
-                            // c + tc − e (negated convention).
-                            let t = math::binary(&mut self.a, BinaryOp::Add, s, ts);
-                            let bp = math::binary(&mut self.a, BinaryOp::Sub, t, s);
-                            let ap = math::binary(&mut self.a, BinaryOp::Sub, t, bp);
-                            let ea = math::binary(&mut self.a, BinaryOp::Sub, s, ap);
-                            let eb = math::binary(&mut self.a, BinaryOp::Sub, ts, bp);
-                            let e = math::binary(&mut self.a, BinaryOp::Add, ea, eb);
+                            // TwoSum of the two sums; the pair's lost part is
+                            // c + tc + e.
                             let cc = math::binary(&mut self.a, BinaryOp::Add, c, tc);
-                            c = math::binary(&mut self.a, BinaryOp::Sub, cc, e);
-                            s = t;
+                            (s, c) = self.kahan_step(s, cc, ts);
                         } else {
                             s = math::binary(&mut self.a, BinaryOp::Add, s, ts);
                         }
                     }
                 }
                 out.regs[sr] = if kahan {
-                    math::binary(&mut self.a, BinaryOp::Sub, s, c)
+                    math::binary(&mut self.a, BinaryOp::Add, s, c)
                 } else {
                     s
                 };
@@ -435,7 +432,7 @@ impl G<'_> {
                 }
             }
             out.regs[sc] = if kahan {
-                math::binary(&mut self.a, BinaryOp::Sub, s, c)
+                math::binary(&mut self.a, BinaryOp::Add, s, c)
             } else {
                 s
             };

@@ -4,6 +4,7 @@
 
 mod agree;
 mod planted;
+mod policy;
 mod units;
 
 use crate::backend::Buffer;
