@@ -265,6 +265,10 @@ pub fn binary(a: &mut Asm, op: BinaryOp, x: Reg, y: Reg) -> Reg {
 /// Rounds an f32 register to the precision of `dt` through a `.b16` register (bf16/f16, round
 /// to nearest even), as the CPU backend does; other dtypes return `x` unchanged.
 pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
+    if fp8_name(dt).is_some() {
+        let h = f32_to_fp8(a, dt, x);
+        return fp8_to_f32(a, dt, h);
+    }
     let t = match dt {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
@@ -273,6 +277,36 @@ pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
     let (h, y) = (a.h(), a.f());
     a.i(format!("cvt.rn.{t}.f32 {h}, {x}"));
     a.i(format!("cvt.f32.{t} {y}, {h}"));
+    y
+}
+
+/// The PTX name of an fp8 dtype (`e4m3`, `e5m2`).
+pub fn fp8_name(dt: DType) -> Option<&'static str> {
+    match dt {
+        DType::F8E4M3 => Some("e4m3"),
+        DType::F8E5M2 => Some("e5m2"),
+        _ => None,
+    }
+}
+
+/// An f32 rounded to the fp8 `dt` (round to nearest even, saturating: PTX has only
+/// `cvt.rn.satfinite` to fp8): a `.b16` register with the code in its low byte (sm_89+).
+pub fn f32_to_fp8(a: &mut Asm, dt: DType, x: Reg) -> Reg {
+    let t = fp8_name(dt).expect("an fp8 dtype");
+    let (h, z) = (a.h(), a.fconst(0.0));
+    // d[15:8] = cvt(z), d[7:0] = cvt(x).
+    a.i(format!("cvt.rn.satfinite.{t}x2.f32 {h}, {z}, {x}"));
+    h
+}
+
+/// The exact f32 value of the fp8 code in the low byte of the `.b16` register `h` (sm_89+):
+/// widened to f16 by `cvt.rn.f16x2.{e4m3x2,e5m2x2}` (exact), then to f32.
+pub fn fp8_to_f32(a: &mut Asm, dt: DType, h: Reg) -> Reg {
+    let t = fp8_name(dt).expect("an fp8 dtype");
+    let (r, lo, hi, y) = (a.r(), a.h(), a.h(), a.f());
+    a.i(format!("cvt.rn.f16x2.{t}x2 {r}, {h}"));
+    a.i(format!("mov.b32 {{{lo}, {hi}}}, {r}"));
+    a.i(format!("cvt.f32.f16 {y}, {lo}"));
     y
 }
 

@@ -5,8 +5,8 @@ use super::G;
 use super::layout::DVal;
 use super::ops::model;
 use crate::DType;
-use crate::target::ptx::EmitError;
 use crate::target::ptx::asm::{Class, Reg, flit, list};
+use crate::target::ptx::{EmitError, math};
 use crate::tile::{TValue, TileType};
 
 /// Where slot coordinates land in the tensor: the in-bounds predicate and the byte address.
@@ -169,6 +169,14 @@ impl G<'_> {
                 DType::I32 => {
                     self.a.i(format!("mov.s32 {dst}, {}", other as i32));
                     self.a.i(format!("@{ok} ld.global.s32 {dst}, [{addr}]"));
+                }
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    let h = self.a.reg(Class::H);
+                    self.a.i(format!("mov.f32 {dst}, {}", flit(other as f32)));
+                    self.a.i(format!("mov.b16 {h}, 0"));
+                    self.a.i(format!("@{ok} ld.global.u8 {h}, [{addr}]"));
+                    let t = math::fp8_to_f32(&mut self.a, dtype, h);
+                    self.a.i(format!("@{ok} mov.f32 {dst}, {t}"));
                 }
                 DType::Bool => {
                     let t = self.a.r();
@@ -403,6 +411,10 @@ impl G<'_> {
                     self.a.i(format!("@{ok} st.global.b16 [{addr}], {h}"));
                 }
                 DType::I32 => self.a.i(format!("@{ok} st.global.s32 [{addr}], {x}")),
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    let h = math::f32_to_fp8(&mut self.a, dtype, x);
+                    self.a.i(format!("@{ok} st.global.u8 [{addr}], {h}"));
+                }
                 DType::Bool => {
                     let t = self.a.r();
                     self.a.i(format!("selp.u32 {t}, 1, 0, {x}"));

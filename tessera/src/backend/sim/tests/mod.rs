@@ -3,6 +3,7 @@
 //! compiled graphs for every arch and several schedules ([`agree`]).
 
 mod agree;
+mod fp8;
 mod planted;
 mod policy;
 mod units;

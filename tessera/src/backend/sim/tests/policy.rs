@@ -18,10 +18,10 @@ use tessera_ir::target::ptx::{self, Arch};
 use tessera_ir::{DType, Dim, graph};
 
 /// One reduction under a policy: name, graph text, symbol sizes.
-struct Case {
-    name: &'static str,
-    src: String,
-    syms: Vec<(&'static str, usize)>,
+pub(super) struct Case {
+    pub name: &'static str,
+    pub src: String,
+    pub syms: Vec<(&'static str, usize)>,
 }
 
 /// Every reduction kind, under `policy`. Rows are longer than the largest column chunk and
@@ -91,14 +91,14 @@ fn cases(policy: &str) -> Vec<Case> {
 }
 
 /// A compiled single-kernel case with its inputs and output shape.
-struct Setup {
-    c: Compiled,
+pub(super) struct Setup {
+    pub c: Compiled,
     vals: HashMap<u32, Buf>,
     shapes: HashMap<u32, Vec<usize>>,
     out: (DType, Vec<usize>),
 }
 
-fn setup(case: &Case, fill: impl Fn(DType, &[usize], u64) -> Buf) -> Setup {
+pub(super) fn setup(case: &Case, fill: impl Fn(DType, &[usize], u64) -> Buf) -> Setup {
     let g = graph::parse(&case.src).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let c = pipeline::compile(&g, &Default::default()).unwrap();
     assert_eq!(c.kernels.len(), 1, "{}: one kernel", case.name);
@@ -176,7 +176,7 @@ impl Setup {
     }
 
     /// The output of schedule `s` on the CPU with `threads` rayon threads.
-    fn cpu(&self, s: &Schedule, threads: usize) -> Vec<u8> {
+    pub(super) fn cpu(&self, s: &Schedule, threads: usize) -> Vec<u8> {
         let l = self.c.lower_with(0, s).unwrap();
         let out = self.out_buf();
         let p = cpu::Program::new(l.kernel.clone());
@@ -190,7 +190,7 @@ impl Setup {
     }
 
     /// The output of schedule `s` on the simulator for `arch`.
-    fn sim(&self, s: &Schedule, arch: Arch) -> Result<Vec<u8>, String> {
+    pub(super) fn sim(&self, s: &Schedule, arch: Arch) -> Result<Vec<u8>, String> {
         let l = self.c.lower_with(0, s).map_err(|e| e.to_string())?;
         let p = ptx::emit(&l.kernel, s, arch).map_err(|e| e.to_string())?;
         let out = self.out_buf();
