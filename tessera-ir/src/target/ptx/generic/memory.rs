@@ -184,11 +184,6 @@ impl G<'_> {
                     self.a.i(format!("@{ok} ld.global.u8 {t}, [{addr}]"));
                     self.a.i(format!("setp.ne.u32 {dst}, {t}, 0"));
                 }
-                d => {
-                    return Err(self.err(format!(
-                        "loads of {d} are not supported by the PTX emitter yet"
-                    )));
-                }
             }
         }
         if let Some(done) = done {
@@ -419,11 +414,6 @@ impl G<'_> {
                     let t = self.a.r();
                     self.a.i(format!("selp.u32 {t}, 1, 0, {x}"));
                     self.a.i(format!("@{ok} st.global.u8 [{addr}], {t}"));
-                }
-                d => {
-                    return Err(self.err(format!(
-                        "stores of {d} are not supported by the PTX emitter yet"
-                    )));
                 }
             }
         }
