@@ -3,7 +3,7 @@
 //! back.
 
 use crate::Result;
-use tessera::{Element, Tensor};
+use tessera::{Device, Element, Tensor};
 
 /// The elements, borrowed.
 pub(crate) fn slice<T: Element>(t: &Tensor<T>) -> &[T] {
@@ -18,4 +18,9 @@ pub(crate) fn to_vec<T: Element>(t: &Tensor<T>) -> Vec<T> {
 /// A host tensor from its elements.
 pub(crate) fn tensor<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor<T>> {
     Ok(Tensor::from_vec(data, shape)?)
+}
+
+/// The tensor placed on `device` (kernels taking it run there).
+pub(crate) fn on<T: Element>(t: Tensor<T>, device: &Device) -> Tensor<T> {
+    t.to(device)
 }

@@ -39,6 +39,7 @@ pub mod mpi_backend;
 pub mod nccl;
 mod plan;
 mod spec;
+mod spmd;
 mod tensor;
 #[doc(hidden)]
 pub mod testing;
@@ -52,4 +53,5 @@ pub use local::{Counters, LocalComm};
 pub use mesh::{AxisGroups, Link, Mesh, Topology};
 pub use plan::{Plan, PlannedStep, Step, plan_redistribute, redistribute_edges};
 pub use spec::{AxisRole, DimSpec, Replicate, Shard, ShardSpec, chunk_len, chunk_range};
+pub use spmd::{AnyTensor, Erase, LaunchPlan, Spmd, SpmdArg, spmd};
 pub use tensor::{DistTensor, LocalRank, LocalWorld, RankContext, RankShard};

@@ -192,6 +192,11 @@ impl<T: CommElem> RankShard<T> {
         })
     }
 
+    /// Wraps a shard whose shape the caller computed under `spec`.
+    pub(crate) fn from_parts(spec: ShardSpec, shape: Vec<usize>, local: Tensor<T>) -> Self {
+        RankShard { spec, shape, local }
+    }
+
     /// The local shard.
     pub fn local(&self) -> &Tensor<T> {
         &self.local

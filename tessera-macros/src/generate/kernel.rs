@@ -1,4 +1,5 @@
-//! `#[kernel]` expansion: a wrapper fn holding a `static KernelDef` with the embedded IR texts.
+//! `#[kernel]` expansion: the wrapper fn, and a module of the same name holding its
+//! `static KERNEL: KernelDef` with the embedded IR texts (`name::KERNEL`).
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -56,24 +57,40 @@ fn wrapper(
     let tys: Vec<_> = params.iter().map(|(_, t)| rust_elem(t.ty.dtype)).collect();
     let out = rust_elem(ret.ty.dtype);
     let name_str = name.to_string();
-    let body = match compiled {
+    let doc = format!(
+        "The static definition of kernel `{name_str}`: its Graph IR, fused kernels and PTX, for \
+         launches that need more than the call (e.g. `tessera_dist`'s SPMD launch over a mesh)."
+    );
+    let (def, body) = match compiled {
         Some((graph, tiles, ptx, tune)) => {
             let register = tune.as_ref().map(|t| search_space(&name_str, t));
-            quote! {
-                #register
-                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]);
-                KERNEL.launch::<#out>(&[#(#names.arg()),*])
-            }
+            (
+                quote! {
+                    ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*])
+                },
+                quote! {
+                    #register
+                    #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
+                },
+            )
         }
-        None => quote! {
-            let _ = (#(#names,)*);
-            ::core::unreachable!("kernel `{}` failed to compile", #name_str)
-        },
+        None => (
+            quote! { ::tessera::KernelDef::new(#name_str, "", &[]) },
+            quote! {
+                let _ = (#(#names,)*);
+                ::core::unreachable!("kernel `{}` failed to compile", #name_str)
+            },
+        ),
     };
     quote! {
         #(#attrs)*
         #vis fn #name(#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
+        }
+        #[doc = #doc]
+        #vis mod #name {
+            #[doc = #doc]
+            pub static KERNEL: ::tessera::KernelDef = #def;
         }
     }
 }
