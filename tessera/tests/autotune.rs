@@ -700,10 +700,13 @@ fn the_simulator_checks_every_candidate_and_the_model_ranks_them() {
         assert!(t.measured_s.is_none());
         assert!(t.note.contains("not timed"), "{}", t.note);
     }
-    // The winner is the best-predicted of them (the A100 row of the cost model).
+    // The winner is the best-predicted of those the cost model (A100 row) accepts; pruned
+    // predictions are stored as -1 (the default's three 64 KB f32 stages exceed A100's 163 KB
+    // per block: it still runs, as the reference, with the two that fit).
     let best = e
         .trials
         .iter()
+        .filter(|t| t.predicted_s >= 0.0)
         .min_by(|x, y| x.predicted_s.total_cmp(&y.predicted_s))
         .unwrap();
     assert_eq!(
