@@ -1,5 +1,7 @@
-//! `#[kernel]` expansion: a wrapper fn holding a `static KernelDef` with the embedded IR texts
-//! (one per instantiation of a generic kernel, dispatched on the element type).
+//! `#[kernel]` expansion: a wrapper fn over `static KernelDef`s with the embedded IR texts (one
+//! per instantiation of a generic kernel, dispatched on the element type). A non-generic kernel's
+//! definition lives in a module of the same name (`name::KERNEL`), for launches that need more
+//! than the call (`tessera_dist`'s SPMD launch over a mesh).
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -76,6 +78,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
     } else {
         quote!(<#(#bounds),*>)
     };
+    let mut module = None;
     let body = match compiled {
         Some((defs, attr)) => {
             let tune = &attr.autotune;
@@ -94,9 +97,15 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 }
             });
             if generics.is_empty() {
+                let d = &defs[0];
+                let (graph, tiles, ptx) = (&d.graph, &d.tiles, &d.ptx);
+                let register = tune.as_ref().map(|t| search_space(&name_str, t));
+                module = Some(quote! {
+                    ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*])#precision
+                });
                 quote! {
-                    #(#statics)*
-                    KERNEL_0.launch::<#out>(&[#(#names.arg()),*])
+                    #register
+                    #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
                 }
             } else {
                 let ps: Vec<_> = generics.iter().map(|(p, _)| p).collect();
@@ -123,16 +132,35 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 }
             }
         }
-        None => quote! {
+        None => {
+            if generics.is_empty() {
+                module = Some(quote! { ::tessera::KernelDef::new(#name_str, "", &[]) });
+            }
+            quote! {
             let _ = (#(#names,)*);
             ::core::unreachable!("kernel `{}` failed to compile", #name_str)
-        },
+            }
+        }
     };
+    let doc = format!(
+        "The static definition of kernel `{name_str}`: its Graph IR, fused kernels and PTX, for \
+         launches that need more than the call (e.g. `tessera_dist`'s SPMD launch over a mesh)."
+    );
+    let module = module.map(|def| {
+        quote! {
+            #[doc = #doc]
+            #vis mod #name {
+                #[doc = #doc]
+                pub static KERNEL: ::tessera::KernelDef = #def;
+            }
+        }
+    });
     quote! {
         #(#attrs)*
         #vis fn #name #gen_params (#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
         }
+        #module
     }
 }
 
