@@ -16,7 +16,7 @@
 use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
 use super::{
-    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
+    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, space_of, store, try_mode,
 };
 use crate::backend::Buffer;
 use crate::launch::gpu;
@@ -114,7 +114,7 @@ pub(crate) fn select_device_kernel(
     bufs: &[Buffer],
     device: &Device,
 ) -> Result<Option<Arc<PtxKernel>>> {
-    let m = mode();
+    let m = try_mode()?;
     let Some(target) = device.arch() else {
         return Ok(None);
     };
