@@ -9,6 +9,7 @@
 //! runtime depend on it.
 
 pub mod cost;
+pub mod env;
 pub mod fuse;
 pub mod graph;
 pub mod lower;

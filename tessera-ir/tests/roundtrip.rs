@@ -90,7 +90,7 @@ fn graph_attributes_may_be_left_out() {
 
 #[test]
 fn graph_verifier_collects_every_error_with_value_names() {
-    let src = "graph @bad(%x: f32[M, K], %y: bf16[M, K]) -> f32[M, K] {
+    let src = "graph @bad(%x: f32[M, K], %y: bf16[M, K]) -> f32[K, M] {
   %2 = add %x, %y : f32[M, K]
   %3 = exp %x : f32[K, M]
   return %3

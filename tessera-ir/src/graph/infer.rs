@@ -151,7 +151,10 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             rank_at_least_1(args[0])?;
             Ok(TensorType::new(DType::F32, args[0].shape.clone()))
         }
-        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+        Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
+            if !(eps.is_finite() && *eps > 0.0) {
+                return Err(format!("eps must be finite and > 0, got {eps}"));
+            }
             let n_params = if matches!(op, Op::LayerNorm { .. }) {
                 3
             } else {

@@ -45,7 +45,8 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         names.insert(n, v);
     }
     c.expect("->")?;
-    let _declared_out = parse_tensor_type(c)?;
+    let declared_at = c.error("");
+    let declared_out = parse_tensor_type(c)?;
     c.expect("{")?;
     loop {
         if c.eat_kw("return") {
@@ -53,6 +54,15 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
             let out = *names
                 .get(&r)
                 .ok_or_else(|| c.error(format!("unknown value `%{r}`")))?;
+            if *b.ty(out) != declared_out {
+                return Err(ParseError {
+                    message: format!(
+                        "@{name} declares return type {declared_out} but returns `%{r}`: {}",
+                        b.ty(out)
+                    ),
+                    ..declared_at
+                });
+            }
             c.expect("}")?;
             return Ok(b.finish(out));
         }

@@ -27,7 +27,7 @@ mod print;
 mod verify;
 
 pub use parse::parse;
-pub use verify::{VerifyError, verify};
+pub use verify::{MAX_TILE_ELEMENTS, VerifyError, check_tile_type, verify};
 
 use crate::graph::{BinaryOp, UnaryOp};
 use crate::{DType, NumericsPolicy};
@@ -132,9 +132,34 @@ impl GridDim {
     }
 
     /// Evaluates against the bound shapes of the parameters.
+    ///
+    /// Panics when a `(parameter, axis)` pair is missing from `shapes` or the product
+    /// overflows; [`GridDim::try_eval`] returns those as errors.
     pub fn eval(&self, shapes: &[Vec<usize>]) -> usize {
-        let n: usize = self.dims.iter().map(|&(p, a)| shapes[p][a]).product();
-        n.div_ceil(self.tile.max(1) as usize)
+        self.try_eval(shapes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Evaluates against the bound shapes of the parameters, with every index and the product
+    /// checked; the error names the parameter, axis and the sizes involved.
+    ///
+    /// ```
+    /// use tessera_ir::tile::GridDim;
+    /// let g = GridDim { dims: vec![(0, 0), (0, 1)], tile: 64 };
+    /// assert_eq!(g.try_eval(&[vec![100, 3]]), Ok(5));
+    /// assert!(g.try_eval(&[vec![1 << 40, 1 << 40]]).unwrap_err().contains("overflows"));
+    /// assert!(g.try_eval(&[vec![4]]).unwrap_err().contains("axis 1"));
+    /// ```
+    pub fn try_eval(&self, shapes: &[Vec<usize>]) -> Result<usize, String> {
+        let mut n: usize = 1;
+        for &(p, a) in &self.dims {
+            let d = *shapes.get(p).and_then(|s| s.get(a)).ok_or_else(|| {
+                format!("grid uses axis {a} of parameter #{p}, which is not bound")
+            })?;
+            n = n.checked_mul(d).ok_or_else(|| {
+                format!("grid size overflows: {n} × {d} (axis {a} of parameter #{p})")
+            })?;
+        }
+        Ok(n.div_ceil(self.tile.max(1) as usize))
     }
 }
 

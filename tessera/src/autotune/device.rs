@@ -17,7 +17,7 @@ use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
 use super::trial::TrialConfig;
 use super::{
-    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
+    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, space_of, store, try_mode,
 };
 use crate::backend::Buffer;
 use crate::launch::gpu;
@@ -115,7 +115,7 @@ pub(crate) fn select_device_kernel(
     bufs: &[Buffer],
     device: &Device,
 ) -> Result<Option<Arc<PtxKernel>>> {
-    let m = mode();
+    let m = try_mode()?;
     let Some(target) = device.arch() else {
         return Ok(None);
     };

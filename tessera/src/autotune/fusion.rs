@@ -11,7 +11,7 @@
 
 use super::engine::{self, Job, Runner};
 use super::trial::TrialConfig;
-use super::{Mode, Strategy, borrowed, fnv, generation, lookup, mode, space_of, store};
+use super::{Mode, Strategy, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::Result;
 use std::sync::Mutex;
 use tessera_ir::cost::Point;
@@ -70,7 +70,7 @@ pub(crate) fn select_fusion(
     predict: &dyn Fn() -> Vec<(f64, Option<String>)>,
     runner: &mut dyn Runner,
 ) -> Result<usize> {
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off || depths.len() < 2 {
         return Ok(depths[0]);
     }

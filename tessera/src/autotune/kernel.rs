@@ -4,7 +4,7 @@
 
 use super::engine::{self, Job, Runner};
 use super::trial::TrialConfig;
-use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, mode, space_of, store};
+use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -118,7 +118,7 @@ pub(crate) fn select_kernel(
     i: usize,
     bufs: &[Buffer],
 ) -> Result<Option<Arc<Program>>> {
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off {
         return Ok(None);
     }
