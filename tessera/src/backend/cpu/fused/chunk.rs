@@ -171,8 +171,13 @@ pub(crate) fn store(buf: &Buffer, at: usize, v: V, lo: usize, hi: usize) {
             assert!((at + n) * 2 <= buf.len, "fused store out of bounds");
             // SAFETY: in bounds (checked above); programs of a launch write disjoint elements.
             let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut u16).add(at), n) };
-            for (j, o) in d.iter_mut().enumerate() {
-                *o = bf16_bits(v.at(lo + j)) as u16;
+            match v {
+                V::S(s) => {
+                    for (o, x) in d.iter_mut().zip(&s[lo..hi]) {
+                        *o = bf16_bits(*x) as u16;
+                    }
+                }
+                V::K(x) => d.fill(bf16_bits(x) as u16),
             }
         }
         _ => {
