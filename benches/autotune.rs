@@ -150,16 +150,16 @@ fn matmul_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         let gdir = fresh_dir(&format!("mm-grid-{m}"));
         autotune::set_cache_dir(Some(gdir.clone()));
         autotune::enable(true);
-        autotune::search_space("matmul", space.clone().strategy(Strategy::Grid));
+        autotune::search_space("matmul_f32", space.clone().strategy(Strategy::Grid));
         tessera_kernels::matmul(&a, &b).unwrap();
-        let grid = entry_of("matmul");
+        let grid = entry_of("matmul_f32");
         table(&format!("matmul {m}×{k}×{n} (exhaustive)"), &grid);
         // Hybrid from an empty cache.
         let hdir = fresh_dir(&format!("mm-hybrid-{m}"));
         autotune::set_cache_dir(Some(hdir.clone()));
-        autotune::search_space("matmul", space.clone().strategy(Strategy::Hybrid));
+        autotune::search_space("matmul_f32", space.clone().strategy(Strategy::Hybrid));
         tessera_kernels::matmul(&a, &b).unwrap();
-        let hyb = entry_of("matmul");
+        let hyb = entry_of("matmul_f32");
         table(&format!("matmul {m}×{k}×{n} (hybrid)"), &hyb);
         let best = grid.best.clone().unwrap();
         let pick = hyb.best.clone().unwrap();
@@ -195,7 +195,7 @@ fn matmul_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         });
         g.finish();
         autotune::set_cache_dir(Some(hdir.clone()));
-        autotune::clear_search_space("matmul");
+        autotune::clear_search_space("matmul_f32");
     }
 }
 

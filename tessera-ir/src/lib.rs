@@ -19,8 +19,10 @@ pub mod target;
 pub mod text;
 pub mod tile;
 
+pub mod canonical;
+pub mod fp8;
 mod numerics;
 mod types;
 
-pub use numerics::NumericsPolicy;
+pub use numerics::{LossScaling, NumericsPolicy, Precision};
 pub use types::{DType, Dim, Shape, TensorType};

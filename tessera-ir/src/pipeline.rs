@@ -12,7 +12,8 @@ use crate::{DType, NumericsPolicy};
 /// Options of one compilation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompileOptions {
-    /// Numerics policy of every reduction.
+    /// Numerics policy for every reduction that does not name its own (applied with
+    /// [`graph::with_policy`]; a reduction naming another non-fast policy is an error).
     pub policy: NumericsPolicy,
     /// Most elementwise ops fused into one kernel's epilogue (`None`: as deep as the fusion
     /// rules allow); see [`crate::fuse::fuse_with`].
@@ -28,6 +29,9 @@ pub enum CompileError {
     Fuse(#[from] crate::fuse::FuseError),
     #[error("{0}")]
     Lower(#[from] crate::lower::LowerError),
+    /// A numerics policy the graph's reductions cannot all honour.
+    #[error("{0}")]
+    Policy(String),
 }
 
 /// One fused kernel with its default schedule, lowered.
@@ -89,6 +93,8 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 /// ```
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
+    let g = &graph::with_policy(g, opts.policy)
+        .map_err(|e| CompileError::Policy(format!("@{}: {e}", g.name)))?;
     // A plan of limited fusion depth (the autotuner's candidates) dumps under its own names.
     let tag = opts
         .fusion_depth

@@ -75,6 +75,9 @@ pub enum Error {
         expected: String,
         got: String,
     },
+    /// A setting was given a value it cannot take (say a loss scale of zero).
+    #[error("`{setting}` {message}")]
+    InvalidSetting { setting: String, message: String },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),

@@ -236,7 +236,11 @@ pub enum Op {
         axis: usize,
         policy: NumericsPolicy,
     },
-    /// `acc + a·b` with `a: [m, k]`, `b: [k, n]`, `acc: f32[m, n]`.
+    /// `acc + a·b` with `a: [m, k]`, `b: [k, n]` of one float dtype (fp8 included) and
+    /// `acc: [m, n]` of f32, bf16 or f16. Per element, the products are added to `acc` one `k`
+    /// at a time in increasing `k`, each as one fused multiply-add rounded to `acc`'s dtype:
+    /// the CPU does exactly this; PTX does it too except where the kernel runs under the fast
+    /// policy with f32 accumulation, where tensor-core `mma` may sum in its own order.
     Dot {
         a: TValue,
         b: TValue,
@@ -339,6 +343,11 @@ pub struct Kernel {
     pub name: String,
     pub params: Vec<Param>,
     pub grid: [GridDim; 3],
+    /// The kernel's numerics policy (text: `numerics=..` after the grid, left out when fast).
+    /// Under `deterministic` every backend computes every op by the same sequence of IEEE
+    /// operations (see [`crate::NumericsPolicy`]), so results are bit-identical across
+    /// backends, threads and tile shapes.
+    pub policy: NumericsPolicy,
     /// Type of every value, indexed by [`TValue`].
     pub types: Vec<TileType>,
     /// Every instruction, indexed by [`Inst`].
@@ -388,6 +397,7 @@ impl Builder {
                 name: name.into(),
                 params,
                 grid,
+                policy: NumericsPolicy::Fast,
                 types: vec![],
                 insts: vec![],
                 body: vec![],
@@ -492,6 +502,11 @@ impl Builder {
     /// Sets the grid.
     pub fn set_grid(&mut self, grid: [GridDim; 3]) {
         self.kernel.grid = grid;
+    }
+
+    /// Sets the kernel's numerics policy.
+    pub fn set_policy(&mut self, policy: NumericsPolicy) {
+        self.kernel.policy = policy;
     }
 
     /// Loop nesting depth at the insertion point.

@@ -40,6 +40,7 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
         name,
         params,
         grid: [GridDim::one(), GridDim::one(), GridDim::one()],
+        policy: NumericsPolicy::Fast,
         types: vec![],
         insts: vec![],
         body: vec![],
@@ -50,6 +51,12 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
     k.grid = grid
         .try_into()
         .map_err(|_| c.error("grid needs exactly 3 dimensions"))?;
+    if c.eat_kw("numerics") {
+        c.expect("=")?;
+        let n = c.ident()?;
+        k.policy = NumericsPolicy::parse(&n)
+            .ok_or_else(|| c.error(format!("unknown numerics policy `{n}`")))?;
+    }
     c.expect("{")?;
     let mut p = P {
         c,

@@ -317,8 +317,8 @@ impl Verifier<'_> {
                         "operands must share a float dtype, got {ta} and {tb}"
                     ));
                 }
-                if tc.dtype != DType::F32 {
-                    return Err(format!("accumulator must be f32, got {tc}"));
+                if ![DType::F32, DType::BF16, DType::F16].contains(&tc.dtype) {
+                    return Err(format!("accumulator must be f32, bf16 or f16, got {tc}"));
                 }
                 want_out(tc.clone())
             }

@@ -15,6 +15,7 @@
 
 use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
+use super::trial::TrialConfig;
 use super::{
     Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
 };
@@ -180,7 +181,10 @@ pub(crate) fn select_device_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: super::deterministic(compiled),
+                    ..space.trial
+                },
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

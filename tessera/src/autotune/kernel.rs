@@ -3,6 +3,7 @@
 //! inputs.
 
 use super::engine::{self, Job, Runner};
+use super::trial::TrialConfig;
 use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, mode, space_of, store};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
@@ -178,7 +179,10 @@ pub(crate) fn select_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: super::deterministic(compiled),
+                    ..space.trial
+                },
                 predicted: None,
                 prior: near.and_then(|e| e.best),
                 known: hit,

@@ -112,7 +112,7 @@ pub(crate) use refine::{defer, take_borrowed};
 pub use search::Strategy;
 pub use space::{CostModel, ProblemOf, SearchSpace, TileDims, TileSpace};
 pub(crate) use tile::{Knobs, TileMemo, tune_tile};
-pub use trial::{TrialConfig, outputs_match};
+pub use trial::{TrialConfig, outputs_match, outputs_match_with};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -483,4 +483,10 @@ pub(crate) fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// Whether a compiled kernel runs under the deterministic policy: its tuning then demands
+/// candidates that reproduce the default's output bit for bit ([`TrialConfig::bitwise`]).
+pub(crate) fn deterministic(c: &tessera_ir::pipeline::Compiled) -> bool {
+    tessera_ir::graph::policies(&c.graph).contains(&tessera_ir::NumericsPolicy::Deterministic)
 }

@@ -34,11 +34,12 @@ impl Arch {
     }
 
     /// The `.version` we emit: the target's minimum, raised to 7.8 where `cvt.f32.bf16`
-    /// (7.1) and `.L2` hints (7.4) are used, so one feature set works on every target.
+    /// (7.1) and `.L2` hints (7.4) are used, so one feature set works on every target; sm_89
+    /// needs 8.1 for the fp8 `cvt` forms (sm_90 has them from 7.8).
     pub fn ptx_version(self) -> &'static str {
         match self {
             Arch::Sm80 => "7.4",
-            Arch::Sm89 => "7.8",
+            Arch::Sm89 => "8.1",
             Arch::Sm90a => "8.0",
         }
     }

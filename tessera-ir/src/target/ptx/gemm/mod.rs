@@ -55,6 +55,12 @@ pub(crate) fn emit(
     let Some(g) = pattern::recognise(k) else {
         return Ok(None);
     };
+    // Tensor-core `mma` sums in the hardware's own order: a deterministic kernel takes the
+    // generic emitter's in-order FFMA `dot` instead (the f32 FFMA template here already adds
+    // in increasing k).
+    if k.policy == crate::NumericsPolicy::Deterministic && g.dtype != DType::F32 {
+        return Ok(None);
+    }
     let err = |m: String| EmitError {
         kernel: k.name.clone(),
         message: m,

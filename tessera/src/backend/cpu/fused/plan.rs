@@ -223,6 +223,11 @@ struct Compiler<'k> {
 
 /// Compiles `k`, or says why it cannot be fused.
 pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
+    if k.policy != NumericsPolicy::Fast {
+        // `deterministic` fixes every op's sequence (its `exp` is the canonical one):
+        // the interpreter implements it, this path does not.
+        return Err(format!("kernel policy {}", k.policy));
+    }
     for p in &k.params {
         if !matches!(p.dtype, DType::F32 | DType::BF16) {
             return Err(format!("parameter %{} is {}", p.name, p.dtype));

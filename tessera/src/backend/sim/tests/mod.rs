@@ -3,7 +3,9 @@
 //! compiled graphs for every arch and several schedules ([`agree`]).
 
 mod agree;
+mod fp8;
 mod planted;
+mod policy;
 mod units;
 
 use crate::backend::Buffer;
