@@ -13,6 +13,8 @@ use tessera_ir::tile::{Inst, Kernel, Op, TValue};
 pub(crate) struct Program {
     pub kernel: Kernel,
     take: HashSet<(u32, u32)>,
+    /// The fused fast path, when the kernel compiles for it.
+    pub fused: Option<super::fused::Fused>,
 }
 
 /// The register file of one worker.
@@ -29,7 +31,12 @@ impl Program {
     pub fn new(kernel: Kernel) -> Program {
         let mut take = HashSet::new();
         liveness(&kernel, &kernel.body, &[], &mut take);
-        Program { kernel, take }
+        let fused = super::fused::Fused::new(&kernel).ok();
+        Program {
+            kernel,
+            take,
+            fused,
+        }
     }
 
     pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
