@@ -1,0 +1,1 @@
+//! The public API: memory, transfers, parameters, launch configurations, findings.
