@@ -54,6 +54,8 @@
 
 mod approx;
 mod check;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod convert;
 mod counters;
 mod error;
