@@ -51,6 +51,30 @@
 //! assert_eq!(f.location, Some(tessera_sim::Location::Global { buffer: "x".into(), offset: 400, size: 400 }));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Supported instructions
+//!
+//! What the decoder (`module/decode.rs`) accepts; any other instruction, type or modifier makes
+//! the entry [`Entry::unsupported`] (named with its line), never silently skipped.
+//!
+//! | class | instructions and forms |
+//! |---|---|
+//! | data movement | `mov`; `ld`/`st` on `.global` (`ld.global.nc`, `ldu.global`), `.shared`, `.local`, `.param` (loads) and generic addresses, scalar, `.v2`, `.v4`; `cvta`/`cvta.to` for `.global`/`.shared`/`.local` |
+//! | asynchronous copies | `cp.async.ca`/`.cg` (cp-size 4/8/16, optional src-size), `cp.async.commit_group`, `cp.async.wait_group N`, `cp.async.wait_all` |
+//! | integer | `add sub mul(.lo/.hi/.wide) mad(.lo/.hi/.wide) div rem min max abs neg and or xor not shl shr popc clz brev`, `prmt` (default mode), `bfe`, `bfi`, `lop3`, `shf.{l,r}.{wrap,clamp}` |
+//! | floating point | f32/f64: `add sub mul fma mad min max abs neg`, `div` (`.rn`, `.full`, `.approx`), `testp`; f16, bf16, `.f16x2`, `.bf16x2`: `add sub mul fma min max abs neg` (`.relu` on `fma`, `.xorsign.abs` on `min`/`max`); `.approx.f32`: `ex2 lg2 sin cos tanh rsqrt rcp sqrt` (see [`Options::perturb_approx`]); `rcp.rn`/`sqrt.rn` on f32 and f64 |
+//! | compare / select | `setp` (every comparison, combined `.and`/`.or`/`.xor` with a predicate), `selp` |
+//! | conversion | `cvt` between integer, f16, bf16, tf32, f32, f64 (`.rn` for float results, `.rni .rzi .rmi .rpi` for integer results, `.sat`, `.ftz`); packed `cvt.rn(.satfinite)(.relu)` to `.f16x2`/`.bf16x2`/`.e4m3x2`/`.e5m2x2` and back |
+//! | atomics | `atom`/`red` on global, shared and generic addresses: `add min max and or xor exch cas inc dec` |
+//! | control | `bra` (`.uni` checked), `ret`, `exit`, `bar.sync`/`barrier.sync`, `membar`/`fence` (no-ops: execution is sequentially consistent) |
+//! | warp collectives | `shfl.sync` (`up down bfly idx`), `vote.sync` (`all any uni ballot`), `ldmatrix.sync.aligned` (`.x1 .x2 .x4`, `.trans`) |
+//! | tensor cores | `mma.sync.aligned.row.col`: m16n8k16 and m16n8k8 `.f32.{bf16,f16}.{bf16,f16}.f32`; m16n8k8 and m16n8k4 `.f32.tf32.tf32.f32`; m16n8k32 `.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32` (sm_89 / sm_90a fp8) |
+//!
+//! Bit-exact unit tests (references from the ISA's definitions) cover the bit instructions
+//! (`prmt bfe bfi brev lop3 shf`), the conversions, `shfl.sync`, `cp.async` and divergence; the
+//! `tessera` crate's agreement tests run every emitted kernel (bf16 m16n8k16 `mma`, `ldmatrix`,
+//! `cp.async`, reductions) against its CPU backend. The packed half arithmetic, the tf32 and
+//! fp8 `mma` shapes and `.local` have no unit test of their own yet.
 
 mod approx;
 mod check;

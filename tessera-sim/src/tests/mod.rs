@@ -1,7 +1,11 @@
-//! Tests of the simulator on hand-written PTX: the public API ([`api`]), instruction
-//! semantics ([`units`]), planted bugs caught by checkers or comparisons ([`planted`]).
+//! Tests of the simulator on hand-written PTX (the public API is exercised by the crate and item
+//! doctests and `tests/cli.rs`): instruction
+//! semantics ([`units`], [`bits`]), planted bugs caught by checkers or comparisons ([`planted`]),
+//! performance counters ([`counters`]) and `.approx` perturbation ([`approx`]).
 
-mod api;
+mod approx;
+mod bits;
+mod counters;
 mod planted;
 mod units;
 

@@ -1,1 +1,0 @@
-//! The public API: memory, transfers, parameters, launch configurations, findings.
