@@ -1,8 +1,10 @@
-//! Tests of the sim backend: agreement with the CPU backend on compiled graphs for every arch
+//! Tests of the sim backend: performance counters of library kernels ([`counters`]) and
+//! agreement with the CPU backend on compiled graphs for every arch
 //! and several schedules ([`agree`]). The simulator's own tests (instruction semantics, planted
 //! bugs, the API) live in the `tessera-sim` crate.
 
 mod agree;
+mod counters;
 
 use crate::backend::Buffer;
 use tessera_ir::DType;
