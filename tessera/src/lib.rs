@@ -31,18 +31,19 @@ pub mod backend;
 mod device;
 mod error;
 mod launch;
+pub mod numerics;
 mod tensor;
 
 pub use device::Device;
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use launch::{Arg, KernelDef, TileDef};
-pub use tensor::{Element, Tensor, TensorMut, TensorRef};
+pub use tensor::{Element, Float, Fp8, Tensor, TensorMut, TensorRef, f8e4m3, f8e5m2};
 pub use tessera_ir as ir;
-pub use tessera_ir::{DType, NumericsPolicy};
+pub use tessera_ir::{DType, NumericsPolicy, Precision};
 pub use tessera_macros::{kernel, tile};
 
 /// Everything a kernel author needs in scope.
 pub mod prelude {
-    pub use crate::{Device, Element, Tensor, bf16, f16};
+    pub use crate::{Device, Element, Float, Fp8, Tensor, bf16, f8e4m3, f8e5m2, f16};
 }

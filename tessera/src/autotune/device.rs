@@ -15,8 +15,9 @@
 
 use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
+use super::trial::TrialConfig;
 use super::{
-    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
+    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, space_of, store, try_mode,
 };
 use crate::backend::Buffer;
 use crate::launch::gpu;
@@ -88,6 +89,15 @@ fn ptx_for(
     let p = Arc::new(
         ptx::emit(&lowered.kernel, s, arch).map_err(|e| compile_err(format!("{s}: {e}")))?,
     );
+    // A candidate runs as written or not at all: one whose stages do not fit is rejected (the
+    // cost model prunes it too), never timed as a shallower pipeline under its own name.
+    if let Some((requested, used)) = p.lowered_stages
+        && *s != compiled.kernels[i].schedule
+    {
+        return Err(compile_err(format!(
+            "{s}: {requested} pipeline stages do not fit {arch}'s shared memory per block ({used} would)"
+        )));
+    }
     memo.lock().programs.push((id, i, text, p.clone()));
     Ok(p)
 }
@@ -105,7 +115,7 @@ pub(crate) fn select_device_kernel(
     bufs: &[Buffer],
     device: &Device,
 ) -> Result<Option<Arc<PtxKernel>>> {
-    let m = mode();
+    let m = try_mode()?;
     let Some(target) = device.arch() else {
         return Ok(None);
     };
@@ -171,7 +181,10 @@ pub(crate) fn select_device_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: super::deterministic(compiled),
+                    ..space.trial
+                },
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

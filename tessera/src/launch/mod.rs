@@ -26,13 +26,16 @@ pub struct KernelDef {
     ptx: &'static [&'static str],
     /// The autotuner's fusion-depth decisions for this definition.
     fusion: autotune::FusionMemo,
+    /// The precision mode the kernel was compiled under (`#[kernel(precision = ..)]`).
+    precision: Option<tessera_ir::Precision>,
 }
 
-/// A definition prepared for running: the default (deepest) plan, and the shallower plans
-/// the fusion-depth search asked for.
+/// A definition prepared for running: the default (deepest) plan, the shallower plans the
+/// fusion-depth search asked for, and the plans of numerics scopes (`tessera::numerics`).
 struct Ready {
     base: Arc<Plan>,
     shallow: Mutex<Vec<(usize, Arc<Plan>)>>,
+    scoped: Mutex<Vec<(String, Arc<Plan>)>>,
 }
 
 /// One fusion plan, compiled.
@@ -65,7 +68,15 @@ impl KernelDef {
             ready: OnceLock::new(),
             ptx: &[],
             fusion: autotune::FusionMemo::new(),
+            precision: None,
         }
+    }
+
+    /// Records that the kernel was compiled under precision mode `mode`: a
+    /// `tessera::numerics::precision` scope asking for another mode is then an error.
+    pub const fn with_precision(mut self, mode: tessera_ir::Precision) -> Self {
+        self.precision = Some(mode);
+        self
     }
 
     /// Attaches the PTX the macro precompiled for each kernel's default schedule, per arch
@@ -89,6 +100,7 @@ impl KernelDef {
         self.ptx
             .get(i * tessera_ir::target::ptx::Arch::ALL.len() + a)
             .copied()
+            .filter(|t| !t.is_empty())
     }
 
     /// The PTX module of fused kernel `i` (default schedule) for `arch`: what a GPU of that
@@ -120,6 +132,7 @@ impl KernelDef {
                 Ok(Ready {
                     base: Arc::new(self.prepare(None)?),
                     shallow: Mutex::new(Vec::new()),
+                    scoped: Mutex::new(Vec::new()),
                 })
             })
             .as_ref()
@@ -132,15 +145,78 @@ impl KernelDef {
     /// The plan of fusion depth `depth` (`None`: the deepest, with the embedded texts).
     fn prepare(&self, depth: Option<usize>) -> std::result::Result<Plan, String> {
         let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+        let tag = depth.map_or(String::new(), |d| format!(".f{d}"));
+        self.prepare_graph(&g, depth, tag, depth.is_none())
+    }
+
+    /// The plan of the launching thread's numerics scope (`tessera::numerics::policy` /
+    /// `precision`), or `None` when the scope changes nothing for this kernel. A scope the
+    /// kernel cannot honour (its own policy or mode differs) is an error naming both.
+    fn scoped_plan(&self, ready: &Ready) -> Result<Option<Arc<Plan>>> {
+        use tessera_ir::NumericsPolicy;
+        let policy = crate::numerics::current_policy().filter(|p| *p != NumericsPolicy::Fast);
+        let mode = crate::numerics::current_precision();
+        let mode = match (mode, self.precision) {
+            (Some(m), Some(own)) if m != own => {
+                return Err(Error::Compile {
+                    kernel: self.name.into(),
+                    message: format!(
+                        "compiled under precision `{own}`; it cannot run under a `{m}` precision scope"
+                    ),
+                });
+            }
+            (Some(_), Some(_)) => None,
+            (m, _) => m,
+        };
+        if policy.is_none() && mode.is_none() {
+            return Ok(None);
+        }
+        let tag = format!(
+            "{}{}",
+            policy.map_or(String::new(), |p| format!(".{p}")),
+            mode.map_or(String::new(), |m| format!(".precision-{m}"))
+        );
+        let mut scoped = ready.scoped.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = scoped.iter().find(|(t, _)| *t == tag) {
+            return Ok(Some(p.clone()));
+        }
+        let fail = |message: String| Error::Compile {
+            kernel: self.name.into(),
+            message,
+        };
+        let mut g = ready.base.compiled.graph.clone();
+        if let Some(m) = mode {
+            g = graph::with_precision(&g, m).map_err(fail)?;
+        }
+        if let Some(p) = policy {
+            g = graph::with_policy(&g, p).map_err(fail)?;
+        }
+        let plan = Arc::new(
+            self.prepare_graph(&g, None, tag.clone(), false)
+                .map_err(fail)?,
+        );
+        scoped.push((tag, plan.clone()));
+        Ok(Some(plan))
+    }
+
+    /// Compiles `g` into a plan (`embedded`: use the macro's Tile IR texts, which are those of
+    /// the default graph and depth).
+    fn prepare_graph(
+        &self,
+        g: &Graph,
+        depth: Option<usize>,
+        tag: String,
+        embedded: bool,
+    ) -> std::result::Result<Plan, String> {
         let opts = CompileOptions {
             fusion_depth: depth,
             ..CompileOptions::default()
         };
-        let compiled = compile(&g, &opts).map_err(|e| e.to_string())?;
+        let compiled = compile(g, &opts).map_err(|e| e.to_string())?;
         let mut programs = Vec::new();
         for (i, k) in compiled.kernels.iter().enumerate() {
             // The embedded Tile IR is what the build checked; use it when it is present.
-            let kernel = match self.tiles.get(i).filter(|_| depth.is_none()) {
+            let kernel = match self.tiles.get(i).filter(|_| embedded) {
                 Some(text) => {
                     let t = tile::parse(text)
                         .map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
@@ -172,7 +248,7 @@ impl KernelDef {
             ptx: gpu::PtxCache::default(),
             tuned: autotune::KernelMemo::new(),
             tuned_device: autotune::DeviceMemo::new(),
-            tag: depth.map_or(String::new(), |d| format!(".f{d}")),
+            tag,
         })
     }
 
@@ -241,7 +317,9 @@ impl KernelDef {
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
         autotune::take_borrowed();
-        let plan = if device.is_cpu() {
+        let plan = if let Some(p) = self.scoped_plan(ready)? {
+            p
+        } else if device.is_cpu() {
             self.fusion_choice(ready, args, &syms)?
         } else {
             ready.base.clone()

@@ -3,7 +3,7 @@
 mod element;
 mod random;
 
-pub use element::Element;
+pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
 
 use crate::{Device, Error, Result};
 use tessera_ir::DType;

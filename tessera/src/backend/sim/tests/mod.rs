@@ -1,10 +1,13 @@
-//! Tests of the sim backend: performance counters of library kernels ([`counters`]) and
-//! agreement with the CPU backend on compiled graphs for every arch
-//! and several schedules ([`agree`]). The simulator's own tests (instruction semantics, planted
-//! bugs, the API) live in the `tessera-sim` crate.
+//! Tests of the sim backend: performance counters of library kernels ([`counters`]),
+//! agreement with the CPU backend on compiled graphs for every arch and several schedules
+//! ([`agree`]), numerics policies bit for bit across threads, tiles and backends ([`policy`]),
+//! and fp8 GEMM and quantisation against the CPU ([`fp8`]). The simulator's own tests
+//! (instruction semantics, planted bugs, the API) live in the `tessera-sim` crate.
 
 mod agree;
 mod counters;
+mod fp8;
+mod policy;
 
 use crate::backend::Buffer;
 use tessera_ir::DType;
@@ -18,6 +21,12 @@ pub(super) struct Buf {
 }
 
 impl Buf {
+    pub fn f32s(v: &[f32], dims: &[usize], writable: bool) -> Buf {
+        let mut b = Buf::zeros(DType::F32, dims, writable);
+        b.as_bytes_mut().copy_from_slice(bytemuck::cast_slice(v));
+        b
+    }
+
     pub fn zeros(dtype: DType, dims: &[usize], writable: bool) -> Buf {
         let bytes = dims.iter().product::<usize>() * dtype.size_bytes();
         Buf {
