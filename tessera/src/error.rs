@@ -54,8 +54,9 @@ pub enum Error {
     /// shared-memory race, a read of uninitialized shared memory, a barrier not reached by all
     /// threads, a `cp.async` destination used before its wait, ...
     #[error(
-        "kernel `{kernel}`, PTX line {line}, CTA ({}, {}, {}), thread {thread}{}: {message}",
-        .cta[0], .cta[1], .cta[2], .address.map(|a| format!(", address {a:#x}")).unwrap_or_default()
+        "kernel `{kernel}`, PTX line {line}, CTA ({}, {}, {}), thread {thread}{}: {message}{}",
+        .cta[0], .cta[1], .cta[2], .location.as_ref().map(|l| format!(", at {l}")).unwrap_or_default(),
+        if *.findings > 1 { format!(" ({} findings in all)", .findings) } else { String::new() }
     )]
     SimCheck {
         kernel: String,
@@ -64,8 +65,12 @@ pub enum Error {
         cta: [u32; 3],
         /// Linear thread index in the CTA.
         thread: u32,
-        address: Option<u64>,
+        /// The buffer (named after its kernel parameter) or shared symbol and the byte offset
+        /// inside it, for memory findings.
+        location: Option<String>,
         message: String,
+        /// Findings of the launch in all (this is the first).
+        findings: u64,
     },
     /// Arguments of one launch live on different devices.
     #[error("kernel `{kernel}`: `{param}` is on {got} but the launch runs on {expected}")]

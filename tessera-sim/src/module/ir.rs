@@ -1,5 +1,7 @@
 //! The decoded form of a PTX entry: one [`Inst`] per instruction, operands resolved to register
-//! indices, immediates, shared-window addresses, param offsets and branch targets.
+//! indices, immediates, shared- and local-window addresses, param offsets and branch targets.
+
+use super::ParamType;
 
 /// A PTX scalar type as written in an instruction suffix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +26,11 @@ pub(crate) enum Ty {
     BF16x2,
     E4M3x2,
     E5M2x2,
+    /// A single fp8 element (`mma` operand types).
+    E4M3,
+    E5M2,
+    /// `tf32` (`mma` operands, `cvt.rna.tf32.f32`): an f32 bit pattern.
+    Tf32,
     Pred,
 }
 
@@ -50,6 +57,9 @@ impl Ty {
             "bf16x2" => Ty::BF16x2,
             "e4m3x2" => Ty::E4M3x2,
             "e5m2x2" => Ty::E5M2x2,
+            "e4m3" => Ty::E4M3,
+            "e5m2" => Ty::E5M2,
+            "tf32" => Ty::Tf32,
             "pred" => Ty::Pred,
             _ => return None,
         })
@@ -59,9 +69,9 @@ impl Ty {
     pub(crate) fn bits(self) -> u32 {
         match self {
             Ty::Pred => 1,
-            Ty::B8 | Ty::U8 | Ty::S8 => 8,
+            Ty::B8 | Ty::U8 | Ty::S8 | Ty::E4M3 | Ty::E5M2 => 8,
             Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 | Ty::BF16 | Ty::E4M3x2 | Ty::E5M2x2 => 16,
-            Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 | Ty::F16x2 | Ty::BF16x2 => 32,
+            Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 | Ty::F16x2 | Ty::BF16x2 | Ty::Tf32 => 32,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 64,
         }
     }
@@ -80,6 +90,11 @@ impl Ty {
             Ty::F16 | Ty::BF16 | Ty::F32 | Ty::F64 | Ty::F16x2 | Ty::BF16x2
         )
     }
+
+    /// The 16-bit float types and their packed pairs (lane-wise half-precision arithmetic).
+    pub(crate) fn is_half(self) -> bool {
+        matches!(self, Ty::F16 | Ty::BF16 | Ty::F16x2 | Ty::BF16x2)
+    }
 }
 
 /// A special register.
@@ -91,6 +106,18 @@ pub(crate) enum Sreg {
     Nctaid(u8),
     LaneId,
     WarpId,
+    /// `%lanemask_{eq,lt,le,gt,ge}`.
+    LaneMask(LaneMask),
+}
+
+/// Which `%lanemask_*` register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LaneMask {
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
 }
 
 /// What an address operand is relative to.
@@ -98,7 +125,7 @@ pub(crate) enum Sreg {
 pub(crate) enum Base {
     /// A register holding an address (of the instruction's state space).
     Reg(u32),
-    /// A constant: a shared-window symbol address or an absolute address.
+    /// A constant: a shared- or local-window symbol address, or an absolute address.
     Abs(u64),
     /// A kernel parameter (offset into the param block).
     Param(u32),
@@ -182,16 +209,20 @@ pub(crate) enum Alu {
     MadHi,
     MadWide,
     Fma,
-    /// `div`: IEEE (`.rn`), or `.full`/`.approx` computed exactly (f64, then rounded).
+    /// `div`: IEEE (`.rn`), or `.full`/`.approx` (computed exactly, then rounded; perturbed
+    /// within the documented error when asked).
     Div {
-        approx: bool,
+        approx: Approx,
     },
     Rem,
+    /// `min`/`max` with `.NaN` and (half types) `.xorsign.abs`.
     Min {
         nan: bool,
+        xorsign: bool,
     },
     Max {
         nan: bool,
+        xorsign: bool,
     },
     Abs,
     Neg,
@@ -221,11 +252,48 @@ pub(crate) enum Alu {
     Tanh,
     Popc,
     Clz,
-    /// `cvta.*`: generic ↔ state-space addresses.
+    /// `prmt.b32{.mode}`.
+    Prmt(Prmt),
+    /// `bfe.{u32,u64,s32,s64} d, a, pos, len`.
+    Bfe,
+    /// `bfi.{b32,b64} f, a, b, pos, len`.
+    Bfi,
+    Brev,
+    /// `lop3.b32 d, a, b, c, immLut`.
+    Lop3,
+    /// `shf.{l,r}.{wrap,clamp}.b32 d, a, b, c`.
+    Shf {
+        left: bool,
+        clamp: bool,
+    },
+    /// `cvta.*`: generic ↔ state-space addresses (`space`: global, shared or local).
     Cvta {
         to_generic: bool,
-        shared: bool,
+        space: Space,
     },
+}
+
+/// Which approximation a `div` computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Approx {
+    /// `.rn`: IEEE round to nearest even.
+    Exact,
+    /// `.approx`: `a * (1/b)`, ≤ 2 ulp for |b| in [2^-126, 2^126], 0 above.
+    Approx,
+    /// `.full`: ≤ 2 ulp over the full range.
+    Full,
+}
+
+/// `prmt` modes (`None` is the generic form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Prmt {
+    Generic,
+    F4e,
+    B4e,
+    Rc8,
+    Ecl,
+    Ecr,
+    Rc16,
 }
 
 /// `testp` predicates.
@@ -244,6 +312,8 @@ pub(crate) enum Testp {
 pub(crate) enum Space {
     Global,
     Shared,
+    /// Per-thread memory (`.local` declarations of the entry).
+    Local,
     Param,
     /// Generic addressing (no space suffix).
     Generic,
@@ -298,6 +368,8 @@ pub(crate) enum Op {
         ty: Ty,
         ftz: bool,
         sat: bool,
+        /// `.relu` (half-precision `fma`): negative results become +0.
+        relu: bool,
     },
     /// `mov` with a vector operand: pack (`mov.b32 r, {lo, hi}`) or unpack.
     MovVec {
@@ -321,6 +393,8 @@ pub(crate) enum Op {
         space: Space,
         ty: Ty,
         vec: u8,
+        /// `ld.global.nc`: the read-only (non-coherent) path.
+        nc: bool,
     },
     St {
         space: Space,
@@ -352,9 +426,12 @@ pub(crate) enum Op {
         num: u8,
         trans: bool,
     },
-    /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{..}.f32`.
+    /// `mma.sync.aligned.m16n8k{k}.row.col.f32.{a}.{b}.f32` (see [`crate::mma`] for the
+    /// shapes and types).
     Mma {
-        ab: Ty,
+        k: u8,
+        a: Ty,
+        b: Ty,
     },
     CpAsync {
         bytes: u8,
@@ -366,11 +443,35 @@ pub(crate) enum Op {
     CpWaitAll,
 }
 
+/// What an instruction counts as in the instruction mix ([`crate::InstMix`]); generic loads
+/// and stores are classified at run time by the state space their address falls in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Mma,
+    Ldmatrix,
+    GlobalLoad,
+    GlobalStore,
+    SharedLoad,
+    SharedStore,
+    LocalLoad,
+    LocalStore,
+    ParamLoad,
+    GenericLoad,
+    GenericStore,
+    Atomic,
+    AsyncCopy,
+    Collective,
+    Alu,
+    Sfu,
+    Control,
+}
+
 /// One instruction.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Inst {
     /// 1-based line in the module text.
     pub line: u32,
+    pub class: Class,
     /// `@%p` / `@!%p`: (register, negated).
     pub guard: Option<(u32, bool)>,
     pub op: Op,
@@ -379,18 +480,31 @@ pub(crate) struct Inst {
     pub text: Box<str>,
 }
 
+/// A named region of the shared or local window (for naming addresses in findings).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Symbol {
+    pub name: String,
+    pub start: u32,
+    /// Bytes; `None` for the dynamic `.extern .shared` array (sized at launch).
+    pub bytes: Option<u32>,
+}
+
 /// A parsed entry, ready to run.
 #[derive(Clone, Debug)]
 pub(crate) struct Program {
     /// `(name, type)` of each `.param`, with its offset in the param block.
-    pub params: Vec<(String, Ty, u32)>,
+    pub params: Vec<(String, ParamType, u32)>,
     pub param_bytes: u32,
     pub nregs: u32,
     pub insts: Vec<Inst>,
     /// Bytes of static shared memory; dynamic shared memory starts at `dyn_offset`.
     pub static_smem: u32,
     pub dyn_offset: u32,
-    /// `.maxntid` / `.reqntid` x·y·z.
-    pub maxntid: Option<u32>,
-    pub reqntid: Option<u32>,
+    /// Shared symbols in address order (static ones, then the dynamic array if declared).
+    pub shared_syms: Vec<Symbol>,
+    /// Bytes of `.local` memory per thread.
+    pub local_bytes: u32,
+    /// `.maxntid` / `.reqntid` (x, y, z).
+    pub maxntid: Option<[u32; 3]>,
+    pub reqntid: Option<[u32; 3]>,
 }

@@ -2,7 +2,7 @@
 //! round-to-nearest-even (f16/bf16 through the `half` crate, fp8 e4m3/e5m2 with `.satfinite`
 //! per the OCP FP8 formats).
 
-use super::ir::{FRound, IRound, Ty};
+use crate::module::ir::{FRound, IRound, Ty};
 use half::{bf16, f16};
 
 /// Sign-extends the low `bits` of `v`.
@@ -261,10 +261,25 @@ pub(crate) fn fp8_to_f16(b: u8, e4m3: bool) -> u16 {
     f16::from_f64(sign * v).to_bits()
 }
 
+/// `cvt.rna.tf32.f32`: round to the nearest tf32 (10 mantissa bits), ties away from zero;
+/// the result is an f32 bit pattern with the low 13 bits clear. NaN stays NaN.
+pub(crate) fn to_tf32(x: u32) -> u32 {
+    if f32::from_bits(x).is_nan() {
+        return 0x7fff_ffff;
+    }
+    if x & 0x7f80_0000 == 0x7f80_0000 {
+        return x; // ±Inf
+    }
+    // on the magnitude bits, adding half an ulp then truncating rounds ties away from zero
+    // (a carry into the exponent is the correct next binade, or ±Inf)
+    ((x & 0x7fff_ffff) + 0x1000) & 0x7fff_e000 | (x & 0x8000_0000)
+}
+
 /// `cvt.rn[.satfinite][.relu].{bf16x2,f16x2,e4m3x2,e5m2x2}.f32 d, a, b` (a goes to the high
-/// half) and `cvt.rn.f16x2.{e4m3x2,e5m2x2} d, a`.
+/// half), `cvt.rn.f16x2.{e4m3x2,e5m2x2} d, a` and `cvt.rna.tf32.f32 d, a`.
 pub(crate) fn cvt_pack(dst: Ty, src: Ty, relu: bool, a: u64, b: u64) -> u64 {
     match (dst, src) {
+        (Ty::Tf32, _) => to_tf32(a as u32) as u64,
         (Ty::BF16x2 | Ty::F16x2, Ty::F32) => {
             ((narrow16(dst, f32_of(a), false, relu) as u64) << 16)
                 | narrow16(dst, f32_of(b), false, relu) as u64

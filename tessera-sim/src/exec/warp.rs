@@ -1,49 +1,55 @@
 //! Warp-collective instructions: `shfl.sync` (exact PTX semantics incl. the `c` operand and the
-//! `|p` output), `vote.sync`, and `ldmatrix` (x1/x2/x4, with and without `.trans`).
+//! `|p` output), `vote.sync`, and `ldmatrix` (x1/x2/x4, with and without `.trans`). A
+//! collective executed by the wrong lanes is a finding; the lanes that did execute it still
+//! get a result (a shuffle from a lane that did not execute reads that lane's register).
 
-use super::super::check::Fault;
-use super::super::ir::{Inst, Op, Opd, Shfl, Vote};
+use super::mem::Accesses;
 use super::{Cta, Lanes};
+use crate::check::Fault;
+use crate::counters;
+use crate::module::ir::{Inst, Op, Opd, Shfl, Vote};
+use crate::report::FindingKind;
 
 impl Cta<'_> {
-    fn membermask(&self, w: u32, inst: &Inst, o: &Opd, emask: u32) -> Result<(), Fault> {
+    /// A finding if a lane's membermask is not exactly the executing lanes.
+    fn membermask(&mut self, w: u32, inst: &Inst, o: &Opd, emask: u32) {
         for lane in Lanes::iter(emask) {
             let mm = self.val(w, o, lane) as u32;
             if mm & (1 << lane) == 0 || mm & !emask != 0 {
-                return Err(Fault::check(
-                    inst.line,
-                    w * 32 + lane as u32,
-                    None,
-                    format!(
-                        "`{}`: membermask {mm:#010x} but the lanes executing it are {emask:#010x} (every lane of membermask must execute it, and only those)",
-                        inst.text
+                let msg = format!(
+                    "`{}`: membermask {mm:#010x} but the lanes executing it are {emask:#010x} (every lane of membermask must execute it, and only those)",
+                    inst.text
+                );
+                self.report(
+                    inst,
+                    Fault::new(
+                        FindingKind::DivergentCollective,
+                        inst.line,
+                        w * 32 + lane as u32,
+                        None,
+                        msg,
                     ),
-                ));
+                );
+                return;
             }
         }
-        Ok(())
     }
 
-    pub(super) fn warp_op(
-        &mut self,
-        w: u32,
-        inst: &Inst,
-        _mask: u32,
-        emask: u32,
-    ) -> Result<(), Fault> {
+    pub(super) fn warp_op(&mut self, w: u32, inst: &Inst, emask: u32) {
         let a = &inst.args;
         let base = w * 32;
+        if emask == 0 {
+            return;
+        }
         match inst.op {
             Op::Shfl { mode } => {
-                if emask == 0 {
-                    return Ok(());
-                }
-                self.membermask(w, inst, &a[4], emask)?;
+                self.membermask(w, inst, &a[4], emask);
                 let mut src = [0u64; 32];
-                for lane in Lanes::iter(emask) {
-                    src[lane] = self.val(w, &a[1], lane);
+                for (lane, s) in src.iter_mut().enumerate() {
+                    *s = self.val(w, &a[1], lane);
                 }
                 let mut out = [(0u64, false); 32];
+                let mut bad = None;
                 for lane in Lanes::iter(emask) {
                     let b = self.val(w, &a[2], lane) as u32 & 0x1f;
                     let c = self.val(w, &a[3], lane) as u32;
@@ -62,18 +68,26 @@ impl Cta<'_> {
                         }
                     };
                     let j = if ok { j as usize } else { lane };
-                    if emask & (1 << j) == 0 {
-                        return Err(Fault::check(
+                    if emask & (1 << j) == 0 && bad.is_none() {
+                        bad = Some((lane, j));
+                    }
+                    out[lane] = (src[j & 31], ok);
+                }
+                if let Some((lane, j)) = bad {
+                    let msg = format!(
+                        "`{}`: lane {lane} reads lane {j}, which does not execute the shuffle (undefined on a GPU)",
+                        inst.text
+                    );
+                    self.report(
+                        inst,
+                        Fault::new(
+                            FindingKind::DivergentCollective,
                             inst.line,
                             base + lane as u32,
                             None,
-                            format!(
-                                "`{}`: lane {lane} reads lane {j}, which does not execute the shuffle (undefined on a GPU)",
-                                inst.text
-                            ),
-                        ));
-                    }
-                    out[lane] = (src[j], ok);
+                            msg,
+                        ),
+                    );
                 }
                 for lane in Lanes::iter(emask) {
                     match a[0] {
@@ -86,10 +100,7 @@ impl Cta<'_> {
                 }
             }
             Op::Vote { mode } => {
-                if emask == 0 {
-                    return Ok(());
-                }
-                self.membermask(w, inst, &a[2], emask)?;
+                self.membermask(w, inst, &a[2], emask);
                 let mut ballot = 0u32;
                 for lane in Lanes::iter(emask) {
                     let v = match a[1] {
@@ -111,42 +122,48 @@ impl Cta<'_> {
                 }
             }
             Op::Ldmatrix { num, trans } => {
-                if emask == 0 {
-                    return Ok(());
-                }
                 if emask != u32::MAX {
-                    return Err(Fault::check(
-                        inst.line,
-                        base + emask.trailing_zeros(),
-                        None,
-                        format!(
-                            "ldmatrix executed by lanes {emask:#010x}: all 32 lanes must execute it"
+                    let msg = format!(
+                        "ldmatrix executed by lanes {emask:#010x}: all 32 lanes must execute it (not performed)"
+                    );
+                    self.report(
+                        inst,
+                        Fault::new(
+                            FindingKind::DivergentCollective,
+                            inst.line,
+                            base + emask.trailing_zeros(),
+                            None,
+                            msg,
                         ),
-                    ));
+                    );
+                    return;
                 }
                 let mut m = [[[0u16; 8]; 8]; 4];
+                let mut rows = Accesses::default();
                 for (j, mj) in m.iter_mut().enumerate().take(num as usize) {
                     for (r, row) in mj.iter_mut().enumerate() {
                         let lane = j * 8 + r;
                         let tid = base + lane as u32;
                         let addr = self.addr(w, &a[1], lane);
-                        if !addr.is_multiple_of(16) {
-                            return Err(Fault::check(
-                                inst.line,
-                                tid,
-                                Some(addr),
-                                format!(
-                                    "misaligned ldmatrix row address {addr:#x} (must be 16-byte aligned)"
-                                ),
-                            ));
-                        }
                         let mut b = [0u8; 16];
-                        self.smem.read(addr, &mut b, inst.line, tid)?;
+                        if !addr.is_multiple_of(16) {
+                            let loc = self.smem.location(addr);
+                            let msg = format!(
+                                "misaligned ldmatrix row address {loc} (must be 16-byte aligned; not performed)"
+                            );
+                            self.report(
+                                inst,
+                                Fault::new(FindingKind::Misaligned, inst.line, tid, Some(loc), msg),
+                            );
+                        } else if self.smem.read(addr, &mut b, inst.line, tid) {
+                            rows.push(lane, addr, 16);
+                        }
                         for (c, x) in row.iter_mut().enumerate() {
                             *x = u16::from_le_bytes([b[2 * c], b[2 * c + 1]]);
                         }
                     }
                 }
+                counters::ldmatrix_request(&mut self.counters.ldmatrix, rows.get());
                 let Opd::Vec(d) = &a[0] else {
                     unreachable!("decoded")
                 };
@@ -164,6 +181,5 @@ impl Cta<'_> {
             }
             _ => unreachable!("not a warp op"),
         }
-        Ok(())
     }
 }

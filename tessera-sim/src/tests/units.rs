@@ -1,30 +1,63 @@
-//! Instruction semantics and checkers on small hand-written kernels, the bit-exact
-//! conversions, and the tensor-core GEMM template's golden PTX against the CPU backend.
+//! Instruction semantics and checkers on small hand-written kernels, and the bit-exact
+//! conversions.
 
-use super::{Buf, gd, kernel, rand};
-use crate::Error;
-use crate::backend::sim::convert::{cvt, fp8_to_f16, narrow16, to_fp8};
-use crate::backend::sim::ir::{FRound, IRound, Ty};
-use crate::backend::sim::{self, Checks};
+use super::read_u32;
+use crate::convert::{cvt, fp8_to_f16, narrow16, to_fp8};
+use crate::module::ir::{FRound, IRound, Ty};
+use crate::{
+    Finding, FindingKind, LaunchConfig, Location, Memory, Options, Param, Report, SimError,
+};
 
-/// A one-CTA kernel over `out: u32[n]` with `threads` threads; `body` may use `%r1` = tid,
-/// `%rd2` = &out[tid] and the registers declared here.
-fn one(body: &str, threads: u32, n: usize) -> (crate::Result<sim::SimStats>, Vec<u32>) {
-    let text = format!(
-        ".version 7.4\n.target sm_80\n.address_size 64\n.visible .entry t(.param .u64 out_ptr, .param .u32 out_d0)\n{{\n    .reg .pred %p<8>;\n    .reg .b32 %r<40>;\n    .reg .f32 %f<8>;\n    .reg .b64 %rd<8>;\n    .shared .align 16 .b8 sm[1024];\n    ld.param.u64 %rd1, [out_ptr];\n    mov.u32 %r1, %tid.x;\n    mul.wide.u32 %rd2, %r1, 4;\n    add.s64 %rd2, %rd1, %rd2;\n{body}\n    ret;\n}}\n"
+/// The text of a one-CTA kernel `t(out)` over `out: u32[]`; `body` may use `%r1` = tid,
+/// `%rd2` = &out[tid] and the registers declared here. The body starts at line 15.
+pub(super) fn one_text(body: &str) -> String {
+    format!(
+        ".version 7.4\n.target sm_80\n.address_size 64\n.visible .entry t(.param .u64 out_ptr)\n{{\n    .reg .pred %p<8>;\n    .reg .b32 %r<40>;\n    .reg .f32 %f<8>;\n    .reg .b64 %rd<8>;\n    .shared .align 16 .b8 sm[1024];\n    ld.param.u64 %rd1, [out_ptr];\n    mov.u32 %r1, %tid.x;\n    mul.wide.u32 %rd2, %r1, 4;\n    add.s64 %rd2, %rd1, %rd2;\n{body}\n    ret;\n}}\n"
+    )
+}
+
+/// Runs [`one_text`] with `threads` threads over `out: u32[n]` (initially `init`, or zeros).
+pub(super) fn one_with(
+    body: &str,
+    threads: u32,
+    n: usize,
+    init: Option<&[u32]>,
+    opts: &Options,
+) -> (Result<Report, SimError>, Vec<u32>) {
+    let mut mem = Memory::new();
+    let out = mem.alloc_named("out", 4 * n).unwrap();
+    if let Some(v) = init {
+        mem.upload(out, &super::u32_bytes(v)).unwrap();
+    }
+    let r = super::launch(
+        &one_text(body),
+        "t",
+        &mut mem,
+        LaunchConfig::linear(1, threads),
+        &[Param::Ptr(out)],
+        opts,
     );
-    let out = Buf::zeros(tessera_ir::DType::F32, &[n], true);
-    let k = kernel(&text, "t", gd(0, 0, n as u32), threads, &[("out", 1)]);
-    let r = sim::simulate(&k, &[out.buffer()], Checks::default());
-    (r, bytemuck::cast_slice::<u8, u32>(out.as_bytes()).to_vec())
+    (r, read_u32(&mem, out, n))
+}
+
+/// [`one_with`] with zeros and the default options.
+pub(super) fn one(body: &str, threads: u32, n: usize) -> (Result<Report, SimError>, Vec<u32>) {
+    one_with(body, threads, n, None, &Options::default())
+}
+
+/// [`one`], which must run without findings.
+pub(super) fn clean(body: &str, threads: u32, n: usize) -> Vec<u32> {
+    let (r, v) = one(body, threads, n);
+    let r = r.unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.is_clean(), "{:#?}", r.findings);
+    v
 }
 
 fn shfl(instr: &str) -> (Vec<u32>, Vec<u32>) {
     let body = format!(
         "    mad.lo.s32 %r2, %r1, 10, 7;\n    {instr}\n    st.global.u32 [%rd2], %r3;\n    selp.u32 %r4, 1, 0, %p1;\n    st.global.u32 [%rd2+128], %r4;"
     );
-    let (r, v) = one(&body, 32, 64);
-    r.unwrap();
+    let v = clean(&body, 32, 64);
     (v[..32].to_vec(), v[32..].to_vec())
 }
 
@@ -58,70 +91,125 @@ fn shfl_sync_semantics() {
         d[l] == val(l + 1) && p[l] == 1
     }));
     // a membermask naming lanes that do not execute the shuffle
-    let (r, _) = one(
+    let f = first(
         "    setp.lt.u32 %p2, %r1, 16;\n    @%p2 shfl.sync.bfly.b32 %r3, %r1, 1, 0x1f, 0xffffffff;",
         32,
-        32,
     );
-    assert!(r.unwrap_err().to_string().contains("membermask 0xffffffff"));
+    assert_eq!(f.kind, FindingKind::DivergentCollective);
+    assert!(f.message.contains("membermask 0xffffffff"), "{f}");
 }
 
 #[test]
 fn divergent_branches_reconverge() {
     // lane l loops l % 5 times adding l; odd lanes then take an else branch.
     let body = "    mov.u32 %r2, 0;\n    rem.u32 %r3, %r1, 5;\n    mov.u32 %r4, 0;\nLOOP:\n    setp.ge.u32 %p1, %r4, %r3;\n    @%p1 bra END;\n    add.u32 %r2, %r2, %r1;\n    add.u32 %r4, %r4, 1;\n    bra LOOP;\nEND:\n    and.b32 %r5, %r1, 1;\n    setp.eq.u32 %p2, %r5, 1;\n    @%p2 bra ODD;\n    add.u32 %r2, %r2, 1000;\n    bra JOIN;\nODD:\n    add.u32 %r2, %r2, 2000;\nJOIN:\n    shfl.sync.idx.b32 %r6, %r2, 3, 0x1f, 0xffffffff;\n    add.u32 %r2, %r2, %r6;\n    st.global.u32 [%rd2], %r2;";
-    let (r, v) = one(body, 32, 32);
-    r.unwrap();
+    let v = clean(body, 32, 32);
     let f = |l: u32| l * (l % 5) + if l % 2 == 1 { 2000 } else { 1000 };
     assert!((0..32u32).all(|l| v[l as usize] == f(l) + f(3)), "{v:?}");
 }
 
+/// The findings of [`one`] with `threads` threads (over 64 words of `out`).
+fn findings(body: &str, threads: u32) -> Vec<Finding> {
+    let r = one(body, threads, 64).0.unwrap_or_else(|e| panic!("{e}"));
+    for f in &r.findings {
+        eprintln!("{f}");
+    }
+    r.findings
+}
+
+/// The first finding of [`one`].
+fn first(body: &str, threads: u32) -> Finding {
+    findings(body, threads)
+        .into_iter()
+        .next()
+        .expect("a finding")
+}
+
 #[test]
 fn checkers_on_small_kernels() {
-    let err = |body: &str, threads: u32| one(body, threads, 64).0.unwrap_err().to_string();
+    let sm = |offset| {
+        Some(Location::Shared {
+            symbol: "sm".into(),
+            offset,
+        })
+    };
     // misaligned vector access
-    let e = err(
+    let f = first(
         "    mov.u32 %r2, sm;\n    ld.shared.v4.f32 {%f1, %f2, %f3, %f4}, [%r2+4];",
         32,
     );
-    assert!(e.contains("misaligned load: 16-byte access at 0x4"), "{e}");
+    assert_eq!(
+        (f.kind, f.line, f.location.clone()),
+        (FindingKind::Misaligned, 16, sm(4))
+    );
+    assert!(
+        f.message
+            .contains("misaligned load: 16-byte access at `sm+4`"),
+        "{f}"
+    );
+    assert_eq!(f.count, 32, "the 32 lanes are one finding");
     // uninitialized shared read
-    let e = err(
+    let f = first(
         "    mov.u32 %r2, sm;\n    ld.shared.u32 %r3, [%r2];\n    bar.sync 0;",
         32,
     );
-    assert!(e.contains("uninitialized shared memory at 0x0"), "{e}");
+    assert_eq!(
+        (f.kind, f.location.clone()),
+        (FindingKind::UninitializedRead, sm(0))
+    );
+    assert!(
+        f.message.contains("uninitialized shared memory at `sm+0`"),
+        "{f}"
+    );
     // out-of-bounds shared
-    let e = err(
+    let f = first(
         "    mov.u32 %r2, sm;\n    st.shared.u32 [%r2+1024], %r1;",
         32,
     );
+    assert_eq!(
+        (f.kind, f.location.clone()),
+        (FindingKind::OutOfBounds, sm(1024))
+    );
     assert!(
-        e.contains("out-of-bounds shared write of 4 bytes at shared address 0x400"),
-        "{e}"
+        f.message
+            .contains("out-of-bounds shared write of 4 bytes at `sm+1024`"),
+        "{f}"
     );
     // early exit before a barrier
-    let e = err(
+    let f = first(
         "    setp.ge.u32 %p1, %r1, 32;\n    @%p1 bra SKIP;\n    bar.sync 0;\nSKIP:",
         64,
     );
+    assert_eq!(f.kind, FindingKind::BarrierDeadlock);
     assert!(
-        e.contains("bar.sync not reached by all threads") || e.contains("different barriers"),
-        "{e}"
+        f.message.contains("bar.sync not reached by all threads")
+            || f.message.contains("different barriers"),
+        "{f}"
     );
-    let e = err(
+    let f = first(
         "    setp.ge.u32 %p1, %r1, 32;\n    @%p1 ret;\n    bar.sync 0;",
         64,
     );
-    assert!(e.contains("bar.sync not reached by all threads"), "{e}");
-    // bra.uni with a divergent predicate
-    let e = err("    setp.lt.u32 %p1, %r1, 3;\n    @%p1 bra.uni L;\nL:", 32);
-    assert!(e.contains("bra.uni with a divergent predicate"), "{e}");
-    // store to a read-only buffer is checked in `memory`; an unknown instruction names itself
-    let (r, _) = one("    brev.b32 %r2, %r1;", 32, 32);
-    let e = r.unwrap_err().to_string();
     assert!(
-        e.contains("line 15") && e.contains("unknown instruction `brev.b32`"),
+        f.message.contains("bar.sync not reached by all threads"),
+        "{f}"
+    );
+    // bra.uni with a divergent predicate
+    let f = first("    setp.lt.u32 %p1, %r1, 3;\n    @%p1 bra.uni L;\nL:", 32);
+    assert_eq!(f.kind, FindingKind::DivergentCollective);
+    assert!(
+        f.message.contains("bra.uni with a divergent predicate"),
+        "{f}"
+    );
+    // an instruction the simulator does not implement names itself and its line
+    let (r, _) = one("    bfind.u32 %r2, %r1;", 32, 32);
+    let e = r.unwrap_err();
+    assert!(
+        matches!(&e, SimError::Unsupported { unsupported, .. } if unsupported.line == 15),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("unknown instruction `bfind.u32`"),
         "{e}"
     );
 }
@@ -130,34 +218,34 @@ fn checkers_on_small_kernels() {
 fn cp_async_lands_at_the_wait() {
     // thread t copies out[t] (its own u32, 4 bytes) into smem with src-size 4, or 0 for t >= 16
     let pre = "    st.global.u32 [%rd2], %r1;\n    mov.u32 %r2, sm;\n    shl.b32 %r3, %r1, 2;\n    add.u32 %r2, %r2, %r3;\n    setp.lt.u32 %p1, %r1, 16;\n    selp.u32 %r5, 4, 0, %p1;\n    cp.async.ca.shared.global [%r2], [%rd2], 4, %r5;\n    cp.async.commit_group;\n";
-    let (r, _) = one(&format!("{pre}    ld.shared.u32 %r6, [%r2];"), 32, 32);
-    let e = r.unwrap_err().to_string();
+    let f = first(&format!("{pre}    ld.shared.u32 %r6, [%r2];"), 32);
+    assert_eq!(f.kind, FindingKind::AsyncCopyInFlight);
     assert!(
-        e.contains("read of cp.async destination") && e.contains("before its cp.async.wait_group"),
-        "{e}"
+        f.message.contains("read of cp.async destination `sm+0`")
+            && f.message.contains("before its cp.async.wait_group"),
+        "{f}"
     );
     // a newer group still in flight does not block wait_group 1 for the older one
-    let (r, v) = one(
+    let v = clean(
         &format!(
             "{pre}    cp.async.ca.shared.global [%r2+128], [%rd2], 4;\n    cp.async.commit_group;\n    cp.async.wait_group 1;\n    ld.shared.u32 %r6, [%r2];\n    add.u32 %r6, %r6, 100;\n    st.global.u32 [%rd2], %r6;\n    cp.async.wait_all;"
         ),
         32,
         32,
     );
-    r.unwrap();
     assert!(
         (0..32).all(|t| v[t] == if t < 16 { t as u32 + 100 } else { 100 }),
         "src-size 0 must zero-fill: {v:?}"
     );
     // reading another thread's landed data needs a barrier
-    let (r, _) = one(
+    let f = first(
         &format!(
             "{pre}    cp.async.wait_all;\n    xor.b32 %r3, %r3, 4;\n    mov.u32 %r2, sm;\n    add.u32 %r2, %r2, %r3;\n    ld.shared.u32 %r6, [%r2];"
         ),
         32,
-        32,
     );
-    assert!(r.unwrap_err().to_string().contains("shared-memory race"));
+    assert_eq!(f.kind, FindingKind::SharedRace);
+    assert!(f.message.contains("shared-memory race"), "{f}");
 }
 
 #[test]
@@ -232,75 +320,4 @@ fn conversions_are_bit_exact() {
             }
         }
     }
-}
-
-/// The GEMM template's golden PTX (ldmatrix, mma.sync, cp.async pipeline, epilogue) run on
-/// the simulator agrees with the CPU backend on the same Tile IR.
-#[test]
-fn gemm_template_golden_ptx() {
-    use tessera_ir::schedule::{KernelClass, Schedule};
-    use tessera_ir::target::ptx::{self, Arch};
-    use tessera_ir::{DType, graph, pipeline};
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tessera-ir/tests/golden/gemm_bf16_32x32x16_bias_gelu.sm_80.ptx"
-    );
-    let text = std::fs::read_to_string(path).expect("golden GEMM PTX");
-    let src = "graph @linear_gelu(%x: bf16[M, K], %w: bf16[K, N], %b: f32[N]) -> bf16[M, N] {\n  %3 = matmul %x, %w : f32[M, N]\n  %4 = add %3, %b : f32[M, N]\n  %5 = gelu %4 : f32[M, N]\n  %6 = cast %5 : bf16[M, N]\n  return %6\n}";
-    let g = graph::parse(src).unwrap();
-    let c = pipeline::compile(&g, &Default::default()).unwrap();
-    let s = Schedule {
-        tile: vec![32, 32, 16],
-        warps: 2,
-        stages: 2,
-        ..Schedule::default_for(KernelClass::Matmul, DType::BF16)
-    };
-    let l = c.lower_with(0, &s).unwrap();
-    let mut k = ptx::emit(&l.kernel, &s, Arch::Sm80).unwrap();
-    k.text = text;
-    k.threads = 64;
-    k.dyn_smem = 2 * 2048;
-    // (M, K, N): 16-byte cp.async path (K, N multiples of 8) and the element-wise edge path
-    for (m, kk, n) in [(70, 40, 88), (37, 29, 45)] {
-        let bf = |v: Vec<f32>, dims: &[usize]| {
-            let mut b = Buf::zeros(DType::BF16, dims, false);
-            let q: Vec<half::bf16> = v.iter().map(|x| half::bf16::from_f32(*x)).collect();
-            b.as_bytes_mut().copy_from_slice(bytemuck::cast_slice(&q));
-            b
-        };
-        let x = bf(rand(m * kk, 5, 1.0), &[m, kk]);
-        let w = bf(rand(kk * n, 6, 1.0), &[kk, n]);
-        let bias = Buf::f32s(&rand(n, 7, 1.0), &[n], false);
-        let want = Buf::zeros(DType::BF16, &[m, n], true);
-        let got = Buf::zeros(DType::BF16, &[m, n], true);
-        let views = |o: &Buf| {
-            vec![
-                x.view(&[m, kk]),
-                w.view(&[kk, n]),
-                bias.view(&[1, n]),
-                o.view(&[m, n]),
-            ]
-        };
-        assert_eq!(
-            l.kernel.params.iter().map(|p| p.rank).collect::<Vec<_>>(),
-            vec![2, 2, 2, 2]
-        );
-        crate::backend::cpu::launch(
-            &crate::backend::cpu::Program::new(l.kernel.clone()),
-            &views(&want),
-        )
-        .unwrap();
-        let st = sim::run(&k, &views(&got)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(st.warp_instructions > 0);
-        let (w_, g_) = (want.to_f32(), got.to_f32());
-        for i in 0..w_.len() {
-            assert!(
-                (w_[i] - g_[i]).abs() <= 1e-2 * w_[i].abs().max(1.0),
-                "({m},{kk},{n}) element {i}: cpu {} sim {}",
-                w_[i],
-                g_[i]
-            );
-        }
-    }
-    let _ = Error::DeviceUnavailable(String::new());
 }

@@ -1,9 +1,10 @@
 //! Planted bugs in hand-written PTX, each caught by a checker or by comparing with a reference
 //! computed in Rust; the same kernels without the bug pass.
 
-use super::{Buf, gd, kernel, rand};
-use crate::Error;
-use crate::backend::sim::{self, Checks};
+use super::{buf, f32_bytes, launch, rand, read_f32};
+use crate::{
+    Checks, FindingKind, LaunchConfig, Location, Memory, Options, Param, Report, SimError,
+};
 
 const ROTATE: &str = r#"
 .version 7.4
@@ -40,36 +41,67 @@ const ROTATE: &str = r#"
 }
 "#;
 
-fn rotate(text: &str, checks: Checks) -> (crate::Result<sim::SimStats>, Vec<f32>, Vec<f32>) {
+fn rotate(text: &str, checks: Checks) -> (Result<Report, SimError>, Vec<f32>, Vec<f32>) {
     let x = rand(64, 1, 1.0);
-    let xb = Buf::f32s(&x, &[64], false);
-    let out = Buf::f32s(&[0.0; 64], &[64], true);
-    let k = kernel(text, "rotate", gd(0, 0, 64), 64, &[("x", 1), ("out", 1)]);
-    let r = sim::simulate(&k, &[xb.buffer(), out.buffer()], checks);
+    let mut mem = Memory::new();
+    let xb = buf(&mut mem, "x", &f32_bytes(&x));
+    let out = mem.alloc_named("out", 256).unwrap();
+    let opts = Options {
+        checks,
+        ..Options::default()
+    };
+    let params = [
+        Param::Ptr(xb),
+        Param::U32(64),
+        Param::Ptr(out),
+        Param::U32(64),
+    ];
+    let r = launch(
+        text,
+        "rotate",
+        &mut mem,
+        LaunchConfig::linear(1, 64),
+        &params,
+        &opts,
+    );
     let want: Vec<f32> = (0..64).map(|i| x[(i + 32) % 64]).collect();
-    (r, out.to_f32(), want)
+    (r, read_f32(&mem, out, 64), want)
 }
 
 #[test]
 fn removed_barrier_is_a_race() {
     let (r, got, want) = rotate(ROTATE, Checks::default());
-    assert!(r.is_ok(), "{r:?}");
+    assert!(r.as_ref().is_ok_and(|r| r.is_clean()), "{r:?}");
     assert_eq!(got, want);
     let buggy = ROTATE.replace("    bar.sync 0;\n", "");
     let (r, _, _) = rotate(&buggy, Checks::default());
-    let e = r.expect_err("the race must be caught");
-    let msg = e.to_string();
-    eprintln!("{msg}");
-    assert!(
-        matches!(e, Error::SimCheck { .. })
-            && msg.contains("shared-memory race")
-            && msg.contains("no bar.sync"),
-        "{msg}"
+    let r = r.unwrap();
+    for f in &r.findings {
+        eprintln!("{f}");
+    }
+    // warp 0 reads slots 32..63 before warp 1 writes them: every one of those bytes is a
+    // race, reported at the write (line 23) with the shared variable and offset
+    let f = &r.findings[0];
+    assert_eq!(f.kind, FindingKind::SharedRace, "{f}");
+    assert_eq!(f.line, 23);
+    assert_eq!(f.thread, [32, 0, 0]);
+    assert_eq!(
+        f.location,
+        Some(Location::Shared {
+            symbol: "buf".into(),
+            offset: 128
+        })
     );
+    assert!(
+        f.message.contains("`buf+128`") && f.message.contains("no bar.sync"),
+        "{f}"
+    );
+    // the 32 lanes of warp 1's store merge into one finding
+    assert_eq!(f.count, 32, "{f}");
     // Without the checker the bug only shows as wrong numbers (here: warp 0 reads slots that
     // warp 1 has not written yet).
     let (r, got, want) = rotate(&buggy, Checks { shared: false });
-    assert!(r.is_ok());
+    assert!(r.unwrap().is_clean());
     assert_ne!(got, want);
 }
 
@@ -105,41 +137,75 @@ DONE:
 }
 "#;
 
-fn scale(text: &str) -> (crate::Result<sim::SimStats>, Vec<f32>, Vec<f32>) {
+fn scale(text: &str) -> (Result<Report, SimError>, Vec<f32>, Vec<f32>) {
     let x = rand(100, 2, 1.0);
-    let xb = Buf::f32s(&x, &[100], false);
-    let out = Buf::f32s(&[0.0; 100], &[100], true);
-    let k = kernel(text, "scale", gd(0, 0, 64), 64, &[("x", 1), ("out", 1)]);
-    let r = sim::simulate(&k, &[xb.buffer(), out.buffer()], Checks::default());
-    (r, out.to_f32(), x.iter().map(|v| 2.0 * v).collect())
+    let mut mem = Memory::new();
+    let xb = buf(&mut mem, "x", &f32_bytes(&x));
+    let out = mem.alloc_named("out", 400).unwrap();
+    mem.set_read_only(xb, true).unwrap();
+    let params = [
+        Param::Ptr(xb),
+        Param::U32(100),
+        Param::Ptr(out),
+        Param::U32(100),
+    ];
+    let r = launch(
+        text,
+        "scale",
+        &mut mem,
+        LaunchConfig::linear(2, 64),
+        &params,
+        &Options::default(),
+    );
+    (
+        r,
+        read_f32(&mem, out, 100),
+        x.iter().map(|v| 2.0 * v).collect(),
+    )
 }
 
 #[test]
 fn off_by_one_mask_is_out_of_bounds() {
     let (r, got, want) = scale(SCALE);
-    assert_eq!(r.unwrap().ctas, 2);
+    let r = r.unwrap();
+    assert!(r.is_clean() && r.stats.ctas == 2, "{r:?}");
     assert_eq!(got, want);
-    let (r, _, _) = scale(&SCALE.replace("setp.lt.u32", "setp.le.u32"));
-    let e = r.expect_err("the off-by-one must be caught");
-    match &e {
-        Error::SimCheck {
-            line,
-            cta,
-            thread,
-            address,
-            message,
-            ..
-        } => {
-            assert_eq!((*line, *cta, *thread), (24, [1, 0, 0], 36), "{e}");
-            assert_eq!(*address, Some((1u64 << 40) + 400));
-            assert!(
-                message.contains("out-of-bounds global read of 4 bytes")
-                    && message.contains("byte offset 400 of `x`"),
-                "{e}"
-            );
-        }
-        _ => panic!("{e}"),
+    let (r, got, _) = scale(&SCALE.replace("setp.lt.u32", "setp.le.u32"));
+    let r = r.unwrap();
+    for f in &r.findings {
+        eprintln!("{f}");
     }
+    // every finding, not only the first: thread 36 of CTA 1 reads x[100] (line 24), and its
+    // store of the (suppressed, zero) value to out[100] (line 27) is a second one
+    assert_eq!(r.findings.len(), 2, "{:?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.kind, f.line, f.cta, f.thread),
+        (FindingKind::OutOfBounds, 24, [1, 0, 0], [36, 0, 0]),
+        "{f}"
+    );
+    assert_eq!(
+        f.location,
+        Some(Location::Global {
+            buffer: "x".into(),
+            offset: 400,
+            size: 400
+        })
+    );
+    assert!(
+        f.message.contains("out-of-bounds global read of 4 bytes")
+            && f.message
+                .contains("0 bytes after the end of `x` (400 bytes)"),
+        "{f}"
+    );
+    let g = &r.findings[1];
+    assert_eq!((g.kind, g.line), (FindingKind::OutOfBounds, 27), "{g}");
+    assert!(
+        g.message.contains("global write") && g.message.contains("`out`"),
+        "{g}"
+    );
+    // the in-bounds elements were still computed
+    assert_eq!(got[99], 2.0 * rand(100, 2, 1.0)[99]);
 }
 
 /// C[16x8] = A[16x16] · B[16x8] (bf16 in, f32 out) with cp.async, ldmatrix (x4 for A, x2.trans
@@ -214,26 +280,41 @@ const MMA: &str = r#"
 }
 "#;
 
-fn bf16_buf(v: &[f32], dims: &[usize]) -> (Buf, Vec<f32>) {
-    let mut b = Buf::zeros(tessera_ir::DType::BF16, dims, false);
+/// bf16 bytes of `v` and the values they hold.
+fn bf16_bytes(v: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let q: Vec<half::bf16> = v.iter().map(|x| half::bf16::from_f32(*x)).collect();
-    b.as_bytes_mut().copy_from_slice(bytemuck::cast_slice(&q));
-    (b, q.iter().map(|x| x.to_f32()).collect())
+    (
+        q.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        q.iter().map(|x| x.to_f32()).collect(),
+    )
 }
 
 fn mma(a_frag: &str) -> f32 {
-    let (a, af) = bf16_buf(&rand(256, 3, 1.0), &[256]);
-    let (b, bf) = bf16_buf(&rand(128, 4, 1.0), &[128]);
-    let c = Buf::f32s(&[0.0; 128], &[128], true);
-    let k = kernel(
+    let (ab, af) = bf16_bytes(&rand(256, 3, 1.0));
+    let (bb, bf) = bf16_bytes(&rand(128, 4, 1.0));
+    let mut mem = Memory::new();
+    let a = buf(&mut mem, "a", &ab);
+    let b = buf(&mut mem, "b", &bb);
+    let c = mem.alloc_named("c", 512).unwrap();
+    let params = [
+        Param::Ptr(a),
+        Param::U32(256),
+        Param::Ptr(b),
+        Param::U32(128),
+        Param::Ptr(c),
+        Param::U32(128),
+    ];
+    let r = launch(
         &MMA.replace("A_FRAG", a_frag),
         "mma1",
-        gd(0, 0, 1024),
-        32,
-        &[("a", 1), ("b", 1), ("c", 1)],
-    );
-    sim::simulate(&k, &[a.buffer(), b.buffer(), c.buffer()], Checks::default()).unwrap();
-    let got = c.to_f32();
+        &mut mem,
+        LaunchConfig::linear(1, 32),
+        &params,
+        &Options::default(),
+    )
+    .unwrap();
+    assert!(r.is_clean(), "{:?}", r.findings);
+    let got = read_f32(&mem, c, 128);
     let mut worst = 0f32;
     for i in 0..16 {
         for j in 0..8 {
