@@ -11,7 +11,9 @@
 pub mod cost;
 pub mod fuse;
 pub mod graph;
+pub mod invocations;
 pub mod lower;
+pub mod manifest;
 pub mod pipeline;
 pub mod reference;
 pub mod schedule;

@@ -88,6 +88,7 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 /// assert!(c.tile_texts()[0].contains("reduce.max"));
 /// ```
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    crate::invocations::compiled();
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
     // A plan of limited fusion depth (the autotuner's candidates) dumps under its own names.
     let tag = opts
