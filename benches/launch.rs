@@ -45,9 +45,9 @@ fn inputs(case: &str) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>) {
     let dev = Device::sim();
     let shape: &[usize] = if case == "kernel" { &[64] } else { &[4, 64] };
     (
-        Tensor::<f32>::randn(shape, 1).to(&dev),
-        Tensor::<f32>::randn(shape, 2).to(&dev),
-        Tensor::<f32>::zeros(shape).to(&dev),
+        Tensor::<f32>::randn(shape, 1).to(&dev).unwrap(),
+        Tensor::<f32>::randn(shape, 2).to(&dev).unwrap(),
+        Tensor::<f32>::zeros(shape).to(&dev).unwrap(),
     )
 }
 

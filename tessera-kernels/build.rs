@@ -49,7 +49,7 @@ fn main() {
                         write_if_changed(&dir.join(&fname), &p.text);
                         let _ = writeln!(
                             index,
-                            "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
+                            "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, launch: {:?}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
                             k.name.to_string(),
                             ck.fused.name,
                             s.to_string(),
@@ -57,6 +57,7 @@ fn main() {
                             fname,
                             p.threads,
                             p.dyn_smem,
+                            ptx::print_launch(&p),
                             fname
                         );
                     }

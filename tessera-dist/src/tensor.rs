@@ -137,7 +137,7 @@ fn local_piece<T: CommElem>(
 ) -> Result<Tensor<T>> {
     let ranges = spec.local_ranges(global.shape(), mesh, rank)?;
     let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-    let mut data = slice(global.as_slice(), global.shape(), &ranges);
+    let mut data = slice(global.as_slice()?, global.shape(), &ranges);
     if let Some((axes, op)) = spec.partial_state()
         && mesh.index_along(rank, axes)?.0 != 0
     {
@@ -155,7 +155,7 @@ pub fn execute_plan<T: CommElem, X: RankContext>(
     let mesh = ctx.mesh();
     let gshape = &plan.shape;
     let mut shape = local.shape().to_vec();
-    let mut data = local.to_vec();
+    let mut data = local.to_vec()?;
     for ps in &plan.steps {
         match &ps.step {
             Step::Slice { dim, axes } => {
@@ -488,7 +488,7 @@ impl<T: CommElem> DistTensor<T> {
             let slot = pieces.entry(key).or_default();
             match slot.get(&pidx) {
                 Some(&first) => {
-                    let (a, b) = (self.shards[first].as_slice(), self.shards[r].as_slice());
+                    let (a, b) = (self.shards[first].as_slice()?, self.shards[r].as_slice()?);
                     if bytemuck::cast_slice::<T, u8>(a) != bytemuck::cast_slice::<T, u8>(b) {
                         return Err(DistError::ReplicaMismatch(format!(
                             "ranks {first} and {r} hold different copies"
@@ -505,10 +505,10 @@ impl<T: CommElem> DistTensor<T> {
         for (key, contribs) in pieces {
             let ext: Vec<usize> = key.iter().map(|(a, b)| b - a).collect();
             let off: Vec<usize> = key.iter().map(|(a, _)| *a).collect();
-            let mut acc = self.shards[*contribs.values().next().expect("one")].to_vec();
+            let mut acc = self.shards[*contribs.values().next().expect("one")].to_vec()?;
             if let Some((_, op)) = partial {
                 for &r in contribs.values().skip(1) {
-                    op.reduce_into(&mut acc, self.shards[r].as_slice());
+                    op.reduce_into(&mut acc, self.shards[r].as_slice()?);
                 }
             }
             copy_region(&acc, &ext, &zero, &mut out, &self.shape, &off, &ext);

@@ -75,6 +75,16 @@ pub enum Error {
         expected: String,
         got: String,
     },
+    /// An accessor that needs host memory was called on a tensor in device memory.
+    #[error(
+        "`{what}` needs the tensor in host memory, but it is on {device}; copy it back with `.to_vec()` or `.to(&Device::cpu())`"
+    )]
+    NotOnHost {
+        /// The accessor.
+        what: String,
+        /// Where the tensor is.
+        device: String,
+    },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),

@@ -2,7 +2,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use tessera_front::lower::kernel::compile;
+use tessera_front::lower::kernel::{Compiled, compile};
 use tessera_front::parse::kernel::{KernelItem, body};
 use tessera_front::parse::types::rust_elem;
 
@@ -14,10 +14,10 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     match tessera_front::kernel_attr(attr).and_then(|a| {
         let b = body(&k.block)?;
-        compile(&k, &b, a.policy).map(|c| (c, a.autotune))
+        compile(&k, &b, a.policy).map(|c| (c, a))
     }) {
-        Ok((c, tune)) => match ptx_texts(&c.compiled) {
-            Ok(ptx) => wrapper(&k, Some((&c.graph, &c.tiles, &ptx, &tune))),
+        Ok((c, attr)) => match embedded(&c) {
+            Ok(e) => wrapper(&k, Some((&c, &e, &attr))),
             Err(e) => {
                 let stand_in = wrapper(&k, None);
                 let errors = syn::Error::new_spanned(&k.name, e).to_compile_error();
@@ -32,17 +32,18 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// What a kernel embeds besides its IR texts: per fused kernel its launch manifest, and its
+/// default schedule's PTX (launch header and module) for every arch.
+struct Embedded {
+    manifests: Vec<String>,
+    ptx: Vec<(String, String)>,
+}
+
 /// The user-facing fn. Without compiled texts it is a stand-in that keeps callers type-checking
 /// after an error has been reported.
-#[allow(clippy::type_complexity)]
 fn wrapper(
     k: &KernelItem,
-    compiled: Option<(
-        &String,
-        &Vec<String>,
-        &Vec<String>,
-        &Option<tessera_front::AutotuneAttr>,
-    )>,
+    compiled: Option<(&Compiled, &Embedded, &tessera_front::KernelAttr)>,
 ) -> TokenStream {
     let KernelItem {
         attrs,
@@ -57,11 +58,21 @@ fn wrapper(
     let out = rust_elem(ret.ty.dtype);
     let name_str = name.to_string();
     let body = match compiled {
-        Some((graph, tiles, ptx, tune)) => {
-            let register = tune.as_ref().map(|t| search_space(&name_str, t));
+        Some((c, e, attr)) => {
+            let register = attr.autotune.as_ref().map(|t| search_space(&name_str, t));
+            let (graph, tiles, manifests) = (&c.graph, &c.tiles, &e.manifests);
+            let ptx = e.ptx.iter().map(
+                |(launch, text)| quote!(::tessera::EmbeddedPtx { launch: #launch, text: #text }),
+            );
+            let library = attr
+                .precompiled
+                .as_ref()
+                .map(|p| quote!(.with_precompiled(#p)));
             quote! {
                 #register
-                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]);
+                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*])
+                    .with_embedded(&[#(#manifests),*], &[#(#ptx),*])
+                    #library;
                 KERNEL.launch::<#out>(&[#(#names.arg()),*])
             }
         }
@@ -78,18 +89,30 @@ fn wrapper(
     }
 }
 
-/// The PTX of every fused kernel's default schedule for every arch (kernel-major, in
-/// `Arch::ALL` order), emitted at compile time.
-fn ptx_texts(c: &tessera_ir::pipeline::Compiled) -> Result<Vec<String>, String> {
-    use tessera_ir::target::ptx::{Arch, emit};
-    let mut out = Vec::new();
-    for k in &c.kernels {
+/// The manifests of the fused kernels and the PTX of every fused kernel's default schedule for
+/// every arch (kernel-major, in `Arch::ALL` order), emitted at compile time. The manifests
+/// name values as the embedded graph text parses back, which is checked here.
+fn embedded(c: &Compiled) -> Result<Embedded, String> {
+    use tessera_ir::manifest::KernelManifest;
+    use tessera_ir::target::ptx::{Arch, emit, print_launch};
+    let reparsed = tessera_ir::graph::parse(&c.graph).map_err(|e| format!("graph text: {e}"))?;
+    if reparsed.to_string() != c.graph {
+        return Err("internal error: the graph text does not print back the same".into());
+    }
+    let mut out = Embedded {
+        manifests: Vec::new(),
+        ptx: Vec::new(),
+    };
+    for (i, k) in c.compiled.kernels.iter().enumerate() {
+        out.manifests.push(
+            KernelManifest::of(&c.compiled, i)
+                .display(&reparsed)
+                .to_string(),
+        );
         for arch in Arch::ALL {
-            out.push(
-                emit(&k.lowered.kernel, &k.schedule, arch)
-                    .map_err(|e| format!("PTX for {arch}: {e}"))?
-                    .text,
-            );
+            let p = emit(&k.lowered.kernel, &k.schedule, arch)
+                .map_err(|e| format!("PTX for {arch}: {e}"))?;
+            out.ptx.push((print_launch(&p), p.text));
         }
     }
     Ok(out)

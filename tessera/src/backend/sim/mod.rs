@@ -27,6 +27,7 @@
 mod check;
 pub(crate) mod convert;
 mod decode;
+pub(crate) mod device;
 pub(crate) mod exec;
 pub(crate) mod ir;
 mod memory;
@@ -89,9 +90,20 @@ fn program(k: &PtxKernel) -> Result<Arc<Program>> {
     Ok(p)
 }
 
-/// Runs `k` on host buffers with every checker on (the CUDA backend's `run` contract).
+/// Runs `k` on host buffers with every checker on.
+#[cfg(test)]
 pub(crate) fn run(k: &PtxKernel, args: &[Buffer]) -> Result<SimStats> {
     run_with(k, args, Checks::default())
+}
+
+/// The host↔device transfers a simulated device's memory counted itself (`None` for a
+/// device that is not the simulator). The device layer counts the same transfers
+/// ([`crate::Device::transfer_stats`]); the two agree.
+pub fn memory_transfers(device: &crate::Device) -> Option<crate::TransferStats> {
+    match device {
+        crate::Device::Sim(h) => Some(h.0.api().transfers()),
+        _ => None,
+    }
 }
 
 /// Simulates `k` over `args` (the public entry for benches and tools; launches go through
