@@ -22,13 +22,22 @@ use tessera_ir::target::ptx::Arch;
 ///
 /// ```
 /// use tessera::{Device, Tensor, ir::target::ptx::Arch};
+/// tessera::tile! {
+///     fn double<const B: i64 = 64>(x: In<f32, 1>, y: Out<f32, 1>) grid = (cdiv(x.dim(0), B)) {
+///         let i = program_id(0) * B;
+///         store(y, [i], load(x, [i], [B]) * 2.0);
+///     }
+/// }
 /// let dev = Device::new_sim(Arch::Sm80);             // a simulated GPU of its own
-/// let x = Tensor::<f32>::randn(&[4, 64], 1).to(&dev)?;
-/// let y = tessera_kernels::softmax(&x)?;             // runs on the simulator, stays there
-/// let z = tessera_kernels::softmax(&y)?;
+/// let xh = Tensor::<f32>::randn(&[200], 1);
+/// let x = xh.to(&dev)?;                               // the one upload
+/// let mut y = Tensor::<f32>::zeros_on(&[200], &dev)?;
+/// double::launch(&x, &mut y)?;                        // runs on the simulator, stays there
+/// let mut z = Tensor::<f32>::zeros_on(&[200], &dev)?;
+/// double::launch(&y, &mut z)?;
 /// assert_eq!(z.device(), &dev);
 /// let host = z.to_vec()?;                             // the one download
-/// assert_eq!(host.len(), 256);
+/// assert_eq!(host[7], 4.0 * xh.as_slice()?[7]);
 /// let s = dev.stats();
 /// assert_eq!((s.transfers.uploads, s.transfers.downloads, s.launches), (1, 1, 2));
 /// # Ok::<(), tessera::Error>(())
@@ -224,7 +233,7 @@ impl Device {
     /// use tessera::{Device, Tensor};
     /// let cpu = Device::cpu();
     /// let start = cpu.record_event()?;
-    /// let y = tessera_kernels::softmax(&Tensor::<f32>::randn(&[8, 8], 1))?;
+    /// let y = Tensor::<f32>::randn(&[64, 64], 1).to_f64_vec()?; // some host work
     /// let end = cpu.record_event()?;
     /// assert!(end.elapsed_since(&start)?.is_some());      // the CPU has a clock
     /// let sim = Device::sim();
