@@ -4,7 +4,7 @@
 //! One test body per behaviour, instantiated for each backend by `backend_tests!` (cpu now; the
 //! simulator joins when it lands).
 
-use tessera::{Device, Element, Tensor, bf16};
+use tessera::{Device, Element, Float, Tensor, bf16, f16};
 use tessera_workspace::reference::{self, rel_error};
 
 /// Shapes chosen to straddle tile edges: 1×1, empty, primes, just over a tile.
@@ -135,6 +135,102 @@ fn rmsnorm_ref(row: &[f64], g: &[f64], _b: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// Output tolerance of a kernel returning `T` (normwise, against f64 on the inputs as stored):
+/// f32 accumulation, then one rounding to `T`.
+fn out_tol<T: Element>() -> f64 {
+    match T::DTYPE {
+        tessera::DType::F32 => 2e-5,
+        tessera::DType::F16 => 2e-3,
+        _ => 1e-2,
+    }
+}
+
+/// Every generic library kernel (`<T: Float>`) at `T`, against f64 references on the inputs
+/// as stored in `T`.
+fn generic_case<T: Float>(seed: u64) {
+    let tol = out_tol::<T>();
+    for (i, &(r, k, c)) in SHAPES.iter().enumerate() {
+        let s = seed + 10 * i as u64;
+        let x = randn::<T>(&[r, c], s);
+        let y = randn::<T>(&[r, c], s + 1);
+        let g = randn::<T>(&[c], s + 2);
+        let b = randn::<T>(&[c], s + 3);
+        let (xv, yv, gv, bv) = (
+            x.to_f64_vec().unwrap(),
+            y.to_f64_vec().unwrap(),
+            g.to_f64_vec().unwrap(),
+            b.to_f64_vec().unwrap(),
+        );
+        let name = |op: &str| format!("{op} {} {r}x{c}", T::DTYPE);
+        let rows = |f: &dyn Fn(&[f64]) -> Vec<f64>| -> Vec<f64> {
+            xv.chunks(c.max(1)).flat_map(f).collect::<Vec<_>>()[..r * c].to_vec()
+        };
+        let got = |t: tessera::Result<Tensor<T>>| t.unwrap().to_f64_vec().unwrap();
+        let sum: Vec<f64> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
+        check(&name("add"), &got(tessera_kernels::add(&x, &y)), &sum, tol);
+        let prod: Vec<f64> = xv
+            .iter()
+            .enumerate()
+            .map(|(j, a)| a * gv[j % c.max(1)])
+            .collect();
+        check(&name("mul"), &got(tessera_kernels::mul(&x, &g)), &prod, tol);
+        let ge: Vec<f64> = xv.iter().map(|a| reference::gelu(*a)).collect();
+        check(&name("gelu"), &got(tessera_kernels::gelu(&x)), &ge, tol);
+        let sm = rows(&|row| reference::softmax(row, row.len()));
+        check(
+            &name("softmax"),
+            &got(tessera_kernels::softmax(&x)),
+            &sm,
+            tol,
+        );
+        let ln = rows(&|row| layernorm_ref(row, &gv, &bv));
+        check(
+            &name("layernorm"),
+            &got(tessera_kernels::layernorm(&x, &g, &b)),
+            &ln,
+            tol,
+        );
+        let rms = rows(&|row| rmsnorm_ref(row, &gv, &bv));
+        check(
+            &name("rmsnorm"),
+            &got(tessera_kernels::rmsnorm(&x, &g)),
+            &rms,
+            tol,
+        );
+        // Matmuls: [r, k] · [k, c].
+        let a = randn::<T>(&[r, k], s + 4);
+        let w = randn::<T>(&[k, c], s + 5);
+        let bias = randn::<f32>(&[c], s + 6);
+        let mm = reference::matmul(&a.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), r, k, c);
+        check(
+            &name("matmul"),
+            &got(tessera_kernels::matmul(&a, &w)),
+            &mm,
+            tol,
+        );
+        let bb = bias.to_f64_vec().unwrap();
+        let lg: Vec<f64> = mm
+            .iter()
+            .enumerate()
+            .map(|(j, v)| reference::gelu(v + bb[j % c.max(1)]))
+            .collect();
+        check(
+            &name("linear_bias_gelu"),
+            &got(tessera_kernels::linear_bias_gelu(&a, &w, &bias)),
+            &lg,
+            tol,
+        );
+        let a3 = a.clone().reshape(&[1, r, k]).unwrap();
+        let w3 = w.clone().reshape(&[1, k, c]).unwrap();
+        check(
+            &name("matmul_batched"),
+            &got(tessera_kernels::matmul_batched(&a3, &w3)),
+            &mm,
+            tol,
+        );
+    }
+}
+
 macro_rules! backend_tests {
     ($($backend:ident => $device:expr),* $(,)?) => {$(
         mod $backend {
@@ -164,6 +260,9 @@ macro_rules! backend_tests {
                 }
             }
             #[test] fn tile_programs() { device(); tile_programs_case(); }
+            #[test] fn generic_f32() { device(); generic_case::<f32>(101); }
+            #[test] fn generic_bf16() { device(); generic_case::<bf16>(102); }
+            #[test] fn generic_f16() { device(); generic_case::<f16>(103); }
             #[test] fn elementwise_broadcast() {
                 device();
                 for (i, &(r, c, _)) in SHAPES.iter().enumerate() {

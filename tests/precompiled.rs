@@ -1,4 +1,5 @@
-//! Build-time PTX is what runs: launches of library kernels, of a `#[kernel]`'s default
+//! Build-time PTX is what runs: launches of library kernels (generic ones at each element
+//! type they are instantiated for), of a `#[kernel]`'s default
 //! schedule and of a `tile!` kernel's default knobs on a PTX device make no compiler call; a
 //! `tile!` kernel under other knobs compiles once (JIT), then comes from memory, then from the
 //! disk cache in a second cache instance and in a second process; a corrupt cache file is
@@ -55,6 +56,12 @@ fn precompiled_launches_make_no_compiler_call_and_jit_modules_are_cached() {
         let h = tessera_kernels::rmsnorm(&h, &g).unwrap();
         let h = tessera_kernels::gelu(&h).unwrap();
         let y = scaled_softmax(&h).unwrap();
+        // Generic library kernels at their bf16 and f16 instances (each its own embedded PTX).
+        let xb = Tensor::<bf16>::randn(&[9, 70], 11).to(&dev).unwrap();
+        let wb = Tensor::<bf16>::randn(&[70, 33], 12).to(&dev).unwrap();
+        let hb = tessera_kernels::matmul(&xb, &wb).unwrap();
+        let xf = Tensor::<f16>::randn(&[9, 70], 13).to(&dev).unwrap();
+        let yf = tessera_kernels::gelu(&xf).unwrap();
         // A `tile!` kernel with its default knobs.
         tile_softmax(&dev, &[], 4);
         let after = invocations::get();
@@ -62,7 +69,9 @@ fn precompiled_launches_make_no_compiler_call_and_jit_modules_are_cached() {
             after, before,
             "{arch}: precompiled launches called the compiler"
         );
-        assert_eq!(dev.stats().launches, 5);
+        // The f32 chain's four calls launch five fused kernels; bf16 matmul, f16 gelu and the
+        // `tile!` kernel one each.
+        assert_eq!(dev.stats().launches, 8);
         // The results are right (checked after the counters: the checks run no compiler
         // either, but keep the window tight).
         let hv = tessera_kernels::gelu(
@@ -74,6 +83,24 @@ fn precompiled_launches_make_no_compiler_call_and_jit_modules_are_cached() {
         let scaled: Vec<f64> = hv.iter().map(|v| v * 0.5).collect();
         let e = rel_error(&y.to_f64_vec().unwrap(), &reference::softmax(&scaled, 33));
         assert!(e < 1e-5, "{e:e}");
+        // bf16 operands, f32 accumulation, one rounding to bf16; f16 GELU rounded once.
+        let want = reference::matmul(
+            &xb.to_f64_vec().unwrap(),
+            &wb.to_f64_vec().unwrap(),
+            9,
+            70,
+            33,
+        );
+        let e = rel_error(&hb.to_f64_vec().unwrap(), &want);
+        assert!(e < 1e-2, "bf16 matmul on {arch}: {e:e}");
+        let want: Vec<f64> = xf
+            .to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|v| reference::gelu(*v))
+            .collect();
+        let e = rel_error(&yf.to_f64_vec().unwrap(), &want);
+        assert!(e < 2e-3, "f16 gelu on {arch}: {e:e}");
     }
 
     // Other knobs: compiled once, then from memory.

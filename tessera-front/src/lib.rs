@@ -9,14 +9,16 @@ pub mod lower;
 pub mod parse;
 
 use proc_macro2::TokenStream;
-use tessera_ir::NumericsPolicy;
 use tessera_ir::pipeline::Compiled;
+use tessera_ir::{NumericsPolicy, Precision};
 
 /// The options of a `#[kernel(...)]` attribute.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KernelAttr {
     /// `numerics = "fast" | "deterministic" | "kahan_sum"`.
     pub policy: NumericsPolicy,
+    /// `precision = "safe" | "standard" | "aggressive" | "deterministic"` (seeds table A.3).
+    pub precision: Option<Precision>,
     /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..],
     /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random",
     /// cost_model = "roofline" | "none")`.
@@ -121,7 +123,8 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
     Ok(a)
 }
 
-/// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `autotune(...)`.
+/// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `precision = "standard"`,
+/// `autotune(...)`.
 pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
     let mut out = KernelAttr::default();
     let parser = syn::meta::parser(|meta| {
@@ -134,6 +137,15 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
                 )
             })?;
             Ok(())
+        } else if meta.path.is_ident("precision") {
+            let s: syn::LitStr = meta.value()?.parse()?;
+            out.precision = Some(Precision::parse(&s.value()).ok_or_else(|| {
+                syn::Error::new(
+                    s.span(),
+                    "precision is one of \"safe\", \"standard\", \"aggressive\", \"deterministic\"",
+                )
+            })?);
+            Ok(())
         } else if meta.path.is_ident("autotune") {
             out.autotune = Some(parse_autotune(meta)?);
             Ok(())
@@ -142,7 +154,7 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
             Ok(())
         } else {
             Err(meta.error(
-                "unknown kernel option; expected `numerics = \"...\"`, `autotune(...)` or `precompiled = path`",
+                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)` or `precompiled = path`",
             ))
         }
     });
@@ -155,14 +167,23 @@ pub fn kernel_options(attr: TokenStream) -> syn::Result<NumericsPolicy> {
     kernel_attr(attr).map(|a| a.policy)
 }
 
-/// Compiles a `#[kernel]` fn (attribute tokens and item tokens) to its graph and kernels.
+/// Compiles a `#[kernel]` fn (attribute tokens and item tokens): every instantiation its type
+/// parameters allow (one for a kernel without any), each with its graph and kernels.
+#[allow(clippy::type_complexity)]
 pub fn compile_kernel(
     attr: TokenStream,
     item: TokenStream,
-) -> syn::Result<(parse::kernel::KernelItem, Compiled)> {
+) -> syn::Result<(
+    parse::kernel::KernelItem,
+    Vec<(parse::kernel::Instance, Compiled)>,
+)> {
     let k: parse::kernel::KernelItem = syn::parse2(item)?;
-    let policy = kernel_options(attr)?;
+    let a = kernel_attr(attr)?;
     let b = parse::kernel::body(&k.block)?;
-    let c = lower::kernel::compile(&k, &b, policy)?;
-    Ok((k, c.compiled))
+    let mut out = Vec::new();
+    for inst in k.instances() {
+        let c = lower::kernel::compile(&k.instantiate(&inst), &b, &a, &inst)?;
+        out.push((inst, c.compiled));
+    }
+    Ok((k, out))
 }

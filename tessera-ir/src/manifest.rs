@@ -221,7 +221,7 @@ mod tests {
 
     const GRAPHS: &[&str] = &[
         "graph @lin(%x: bf16[M, K], %w: bf16[K, N], %b: f32[N]) -> f32[M, N] {\n  %3 = matmul %x, %w : f32[M, N]\n  %4 = add %3, %b : f32[M, N]\n  %5 = gelu %4 : f32[M, N]\n  return %5\n}",
-        "graph @two(%x: f32[B, R, C], %g: f32[C], %b: f32[C]) -> f32[B, R, C] {\n  %3 = softmax %x : f32[B, R, C]\n  %4 = exp %3 : f32[B, R, C]\n  %5 = layernorm %4, %g, %b eps=0.00001 : f32[B, R, C]\n  %6 = transpose %5 : f32[B, C, R]\n  return %6\n}",
+        "graph @two(%x: f32[B, R, C], %g: f32[C], %b: f32[C]) -> f32[B, C, R] {\n  %3 = softmax %x : f32[B, R, C]\n  %4 = exp %3 : f32[B, R, C]\n  %5 = layernorm %4, %g, %b eps=0.00001 : f32[B, R, C]\n  %6 = transpose %5 : f32[B, C, R]\n  return %6\n}",
     ];
 
     #[test]

@@ -7,7 +7,8 @@
 //!
 //! ```
 //! let all = tessera_kernels::ptx::PRECOMPILED;
-//! assert!(all.iter().any(|p| p.kernel == "softmax" && p.arch == "sm_90a"));
+//! // A generic kernel's entries are named per instance (`softmax_f32`, `softmax_bf16`, …).
+//! assert!(all.iter().any(|p| p.kernel == "softmax_bf16" && p.arch == "sm_90a"));
 //! assert!(all.iter().all(|p| p.text.starts_with("//")));
 //! ```
 

@@ -85,6 +85,9 @@ pub enum Error {
         /// Where the tensor is.
         device: String,
     },
+    /// A setting was given a value it cannot take (say a loss scale of zero).
+    #[error("`{setting}` {message}")]
+    InvalidSetting { setting: String, message: String },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),
@@ -95,6 +98,26 @@ pub enum Error {
         key: String,
         source: Box<Error>,
     },
+    /// A `TESSERA_*` environment variable has a value it does not accept.
+    #[error("{0}")]
+    Env(#[from] tessera_ir::env::EnvError),
+    /// The autotune cache could not be read or written ([`crate::autotune::CacheError`]).
+    #[error("{message}")]
+    Cache {
+        /// The file at fault.
+        path: std::path::PathBuf,
+        /// The cache error, in words (it names the path).
+        message: String,
+    },
+}
+
+impl From<crate::autotune::CacheError> for Error {
+    fn from(e: crate::autotune::CacheError) -> Self {
+        Error::Cache {
+            path: e.path().to_path_buf(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Result alias used throughout the runtime.

@@ -15,11 +15,15 @@
 
 mod infer;
 mod parse;
+mod policy;
+mod precision;
 mod print;
 mod verify;
 
 pub use infer::infer;
 pub use parse::parse;
+pub use policy::{policies, with_policy};
+pub use precision::with_precision;
 pub use verify::{VerifyError, verify};
 
 use crate::{DType, NumericsPolicy, TensorType};
@@ -207,19 +211,29 @@ pub enum Op {
         keepdim: bool,
         policy: NumericsPolicy,
     },
-    /// `[.., M, K] × [.., K, N]`: plain or batched; float inputs accumulate into f32.
-    Matmul,
+    /// `[.., M, K] × [.., K, N]`: plain or batched. The sum over K runs in the accumulator
+    /// dtype `acc` (f32, bf16 or f16 for float inputs: every partial sum is rounded to it; i32
+    /// for integers), which is the result dtype; `policy` orders the K loop (see
+    /// [`NumericsPolicy`]). Text: `%3 = matmul %x, %w acc=f32 policy=fast : f32[M, N]`.
+    Matmul {
+        acc: DType,
+        policy: NumericsPolicy,
+    },
     /// Swaps the last two axes.
     Transpose,
-    /// Softmax over the last axis.
-    Softmax,
+    /// Softmax over the last axis, computed and returned in f32.
+    Softmax {
+        policy: NumericsPolicy,
+    },
     /// `(x − mean)/sqrt(var + eps) · gamma + beta` over the last axis; args `x, gamma, beta`.
     LayerNorm {
         eps: f64,
+        policy: NumericsPolicy,
     },
     /// `x / sqrt(mean(x²) + eps) · gamma` over the last axis; args `x, gamma`.
     RmsNorm {
         eps: f64,
+        policy: NumericsPolicy,
     },
 }
 
@@ -234,11 +248,44 @@ impl Op {
             Op::Cast(_) => "cast".into(),
             Op::Broadcast => "broadcast".into(),
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
-            Op::Matmul => "matmul".into(),
+            Op::Matmul { .. } => "matmul".into(),
             Op::Transpose => "transpose".into(),
-            Op::Softmax => "softmax".into(),
+            Op::Softmax { .. } => "softmax".into(),
             Op::LayerNorm { .. } => "layernorm".into(),
             Op::RmsNorm { .. } => "rmsnorm".into(),
+        }
+    }
+
+    /// `matmul` accumulating in `acc` under the fast policy.
+    pub fn matmul(acc: DType) -> Op {
+        Op::Matmul {
+            acc,
+            policy: NumericsPolicy::Fast,
+        }
+    }
+
+    /// The numerics policy of a reduction (sum, mean, max, softmax, the norms, matmul's K
+    /// loop); `None` for ops that reduce nothing.
+    pub fn policy(&self) -> Option<NumericsPolicy> {
+        match self {
+            Op::Reduce { policy, .. }
+            | Op::Matmul { policy, .. }
+            | Op::Softmax { policy }
+            | Op::LayerNorm { policy, .. }
+            | Op::RmsNorm { policy, .. } => Some(*policy),
+            _ => None,
+        }
+    }
+
+    /// The policy slot of a reduction, for rewriting it.
+    pub fn policy_mut(&mut self) -> Option<&mut NumericsPolicy> {
+        match self {
+            Op::Reduce { policy, .. }
+            | Op::Matmul { policy, .. }
+            | Op::Softmax { policy }
+            | Op::LayerNorm { policy, .. }
+            | Op::RmsNorm { policy, .. } => Some(policy),
+            _ => None,
         }
     }
 
@@ -336,7 +383,7 @@ pub struct TypeError {
 /// let mut b = Graph::builder("k");
 /// let x = b.param("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("M"), Dim::sym("K")])));
 /// let w = b.param("w", TensorType::new(DType::F32, Shape(vec![Dim::sym("K"), Dim::sym("N")])));
-/// let y = b.push(Op::Matmul, &[x, w]).unwrap();
+/// let y = b.push(Op::matmul(DType::F32), &[x, w]).unwrap();
 /// let z = b.push(Op::Unary(UnaryOp::Gelu), &[y]).unwrap();
 /// let g = b.finish(z);
 /// assert_eq!(g.ty(z).to_string(), "f32[M, N]");

@@ -41,9 +41,11 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                         axes.join(", ")
                     )?;
                 }
-                Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
-                    write!(f, " eps={}", fmt_float(*eps))?
+                Op::LayerNorm { eps, policy } | Op::RmsNorm { eps, policy } => {
+                    write!(f, " eps={} policy={policy}", fmt_float(*eps))?
                 }
+                Op::Matmul { acc, policy } => write!(f, " acc={acc} policy={policy}")?,
+                Op::Softmax { policy } => write!(f, " policy={policy}")?,
                 _ => {}
             }
             writeln!(f, " : {}", n.ty)?;

@@ -15,8 +15,9 @@
 
 use super::engine::{self, Job, Runner};
 use super::kernel::sizes;
+use super::trial::TrialConfig;
 use super::{
-    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, mode, space_of, store,
+    Mode, SearchSpace, borrowed, device_arch_id, fnv, generation, lookup, space_of, store, try_mode,
 };
 use crate::Device;
 use crate::Result;
@@ -50,6 +51,25 @@ impl DeviceMemo {
 /// Where a candidate's PTX comes from: the launcher's build-time modules, else its JIT cache.
 pub(crate) type PtxSource<'a> = dyn Fn(&Schedule) -> Result<Arc<PtxKernel>> + 'a;
 
+/// `source`, except that a candidate other than the default whose pipeline stages did not fit
+/// (emitted with fewer) is an error: a candidate runs as written or not at all, never timed as
+/// a shallower pipeline under its own name (the cost model prunes it too).
+fn as_written(source: &PtxSource<'_>, default: &Schedule, s: &Schedule) -> Result<Arc<PtxKernel>> {
+    let p = source(s)?;
+    if let Some((requested, used)) = p.lowered_stages
+        && s != default
+    {
+        return Err(crate::Error::Compile {
+            kernel: p.entry.clone(),
+            message: format!(
+                "{s}: {requested} pipeline stages do not fit {}'s shared memory per block ({used} would)",
+                p.arch
+            ),
+        });
+    }
+    Ok(p)
+}
+
 /// The PTX to run for fused kernel `i` (manifest `m`) of a launch on a PTX `device` with
 /// arguments `args` (`None`: the default schedule's): memo → the device arch's cache →
 /// nearest shape → tuning (in `full` mode). Candidates' modules come from `source`. In the
@@ -66,7 +86,9 @@ pub(crate) fn select_device_kernel(
     device: &Device,
     source: &PtxSource<'_>,
 ) -> Result<Option<Arc<PtxKernel>>> {
-    let mode_now = mode();
+    let mode_now = try_mode()?;
+    let checked = |s: &Schedule| as_written(source, &m.schedule, s);
+    let source: &PtxSource<'_> = &checked;
     let Some(target) = device.arch() else {
         return Ok(None);
     };
@@ -130,7 +152,11 @@ pub(crate) fn select_device_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: tessera_ir::graph::policies(g)
+                        .contains(&tessera_ir::NumericsPolicy::Deterministic),
+                    ..space.trial
+                },
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

@@ -3,7 +3,8 @@
 //! inputs.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, mode, space_of, store};
+use super::trial::TrialConfig;
+use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -120,7 +121,7 @@ pub(crate) fn select_kernel(
     i: usize,
     bufs: &[Buffer],
 ) -> Result<Option<Arc<Program>>> {
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off {
         return Ok(None);
     }
@@ -182,7 +183,10 @@ pub(crate) fn select_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: super::deterministic(compiled),
+                    ..space.trial
+                },
                 predicted: None,
                 prior: near.and_then(|e| e.best),
                 known: hit,

@@ -43,23 +43,36 @@ pub struct KernelDef {
     ready: OnceLock<std::result::Result<Ready, String>>,
     /// The autotuner's fusion-depth decisions for this definition.
     fusion: autotune::FusionMemo,
+    /// The precision mode the kernel was compiled under (`#[kernel(precision = ..)]`).
+    precision: Option<tessera_ir::Precision>,
 }
 
-/// The graph and the manifests of the default plan, and what device launches cache.
+/// The graph and the manifests of a plan launched on PTX devices, and what those launches
+/// cache: the default plan (from the embedded texts), or a numerics scope's plan.
 struct Launchable {
     graph: Graph,
     kernels: Vec<KernelManifest>,
+    /// The scope's compiled plan (`None`: the default plan, with the embedded PTX).
+    scope: Option<Arc<Plan>>,
     /// Embedded and library modules, parsed on first use.
     parsed: Mutex<HashMap<(usize, String, Arch), Arc<PtxKernel>>>,
     /// The autotuner's decisions on PTX devices.
     tuned_device: autotune::DeviceMemo,
 }
 
-/// A definition prepared for running on the CPU: the default (deepest) plan, and the
-/// shallower plans the fusion-depth search asked for.
+/// A definition prepared for running on the CPU: the default (deepest) plan, the shallower
+/// plans the fusion-depth search asked for, and the plans of numerics scopes
+/// (`tessera::numerics`).
 struct Ready {
     base: Arc<Plan>,
     shallow: Mutex<Vec<(usize, Arc<Plan>)>>,
+    scoped: Mutex<Vec<Arc<Scoped>>>,
+}
+
+/// The plan of one numerics scope (policy and/or precision mode), and its device form.
+struct Scoped {
+    plan: Arc<Plan>,
+    device: OnceLock<Launchable>,
 }
 
 /// One fusion plan, compiled.
@@ -96,7 +109,15 @@ impl KernelDef {
             launchable: OnceLock::new(),
             ready: OnceLock::new(),
             fusion: autotune::FusionMemo::new(),
+            precision: None,
         }
+    }
+
+    /// Records that the kernel was compiled under precision mode `mode`: a
+    /// `tessera::numerics::precision` scope asking for another mode is then an error.
+    pub const fn with_precision(mut self, mode: tessera_ir::Precision) -> Self {
+        self.precision = Some(mode);
+        self
     }
 
     /// Attaches what the macro precompiled for each fused kernel's default schedule: its
@@ -175,6 +196,7 @@ impl KernelDef {
                 Ok(Launchable {
                     graph,
                     kernels,
+                    scope: None,
                     parsed: Mutex::new(HashMap::new()),
                     tuned_device: autotune::DeviceMemo::new(),
                 })
@@ -194,21 +216,99 @@ impl KernelDef {
         Ok(Ready {
             base: Arc::new(self.prepare(None)?),
             shallow: Mutex::new(Vec::new()),
+            scoped: Mutex::new(Vec::new()),
         })
     }
 
     /// The plan of fusion depth `depth` (`None`: the deepest, with the embedded texts).
     fn prepare(&self, depth: Option<usize>) -> std::result::Result<Plan, String> {
         let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+        let tag = depth.map_or(String::new(), |d| format!(".f{d}"));
+        self.prepare_graph(&g, depth, tag, depth.is_none())
+    }
+
+    /// The numerics scope of the launching thread (`tessera::numerics::policy` /
+    /// `precision`) as a tag and the rewrites it asks for, or `None` when it changes nothing
+    /// for this kernel. A scope the kernel cannot honour (its own mode differs) is an error
+    /// naming both. Needs no compiler.
+    #[allow(clippy::type_complexity)]
+    fn scope(
+        &self,
+    ) -> Result<
+        Option<(
+            String,
+            Option<tessera_ir::NumericsPolicy>,
+            Option<tessera_ir::Precision>,
+        )>,
+    > {
+        use tessera_ir::NumericsPolicy;
+        let policy = crate::numerics::current_policy().filter(|p| *p != NumericsPolicy::Fast);
+        let mode = match (crate::numerics::current_precision(), self.precision) {
+            (Some(m), Some(own)) if m != own => {
+                return Err(self.compile_err(format!(
+                    "compiled under precision `{own}`; it cannot run under a `{m}` precision scope"
+                )));
+            }
+            (Some(_), Some(_)) => None,
+            (m, _) => m,
+        };
+        if policy.is_none() && mode.is_none() {
+            return Ok(None);
+        }
+        let tag = format!(
+            "{}{}",
+            policy.map_or(String::new(), |p| format!(".{p}")),
+            mode.map_or(String::new(), |m| format!(".precision-{m}"))
+        );
+        Ok(Some((tag, policy, mode)))
+    }
+
+    /// The plan of the launching thread's numerics scope (see [`Self::scope`]), compiled on
+    /// first use, or `None` when the scope changes nothing for this kernel.
+    fn scoped_plan(&self) -> Result<Option<Arc<Scoped>>> {
+        let Some((tag, policy, mode)) = self.scope()? else {
+            return Ok(None);
+        };
+        let ready = self.ready()?;
+        let mut scoped = ready.scoped.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = scoped.iter().find(|s| s.plan.tag == tag) {
+            return Ok(Some(s.clone()));
+        }
+        let fail = |m: String| self.compile_err(m);
+        let mut g = ready.base.compiled.graph.clone();
+        if let Some(m) = mode {
+            g = graph::with_precision(&g, m).map_err(fail)?;
+        }
+        if let Some(p) = policy {
+            g = graph::with_policy(&g, p).map_err(fail)?;
+        }
+        let plan = Arc::new(self.prepare_graph(&g, None, tag, false).map_err(fail)?);
+        let s = Arc::new(Scoped {
+            plan,
+            device: OnceLock::new(),
+        });
+        scoped.push(s.clone());
+        Ok(Some(s))
+    }
+
+    /// Compiles `g` into a plan (`embedded`: use the macro's Tile IR texts, which are those of
+    /// the default graph and depth).
+    fn prepare_graph(
+        &self,
+        g: &Graph,
+        depth: Option<usize>,
+        tag: String,
+        embedded: bool,
+    ) -> std::result::Result<Plan, String> {
         let opts = CompileOptions {
             fusion_depth: depth,
             ..CompileOptions::default()
         };
-        let compiled = compile(&g, &opts).map_err(|e| e.to_string())?;
+        let compiled = compile(g, &opts).map_err(|e| e.to_string())?;
         let mut programs = Vec::new();
         for (i, k) in compiled.kernels.iter().enumerate() {
             // The embedded Tile IR is what the build checked; use it when it is present.
-            let kernel = match self.tiles.get(i).filter(|_| depth.is_none()) {
+            let kernel = match self.tiles.get(i).filter(|_| embedded) {
                 Some(text) => {
                     let t = tile::parse(text)
                         .map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
@@ -234,7 +334,7 @@ impl KernelDef {
             compiled,
             programs,
             tuned: autotune::KernelMemo::new(),
-            tag: depth.map_or(String::new(), |d| format!(".f{d}")),
+            tag,
         })
     }
 
@@ -301,12 +401,28 @@ impl KernelDef {
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
         autotune::take_borrowed();
+        let scoped = self.scoped_plan()?;
         let result = if device.is_cpu() {
-            let ready = self.ready()?;
-            let plan = self.fusion_choice(ready, args, &syms)?;
+            let plan = match &scoped {
+                Some(s) => s.plan.clone(),
+                None => {
+                    let ready = self.ready()?;
+                    self.fusion_choice(ready, args, &syms)?
+                }
+            };
             let (shape, mem) = self.run_plan(&plan, args, &syms, true)?;
             Output::Host(shape, mem)
         } else {
+            let l = match &scoped {
+                Some(s) => s.device.get_or_init(|| Launchable {
+                    graph: s.plan.compiled.graph.clone(),
+                    kernels: KernelManifest::all(&s.plan.compiled),
+                    scope: Some(s.plan.clone()),
+                    parsed: Mutex::new(HashMap::new()),
+                    tuned_device: autotune::DeviceMemo::new(),
+                }),
+                None => l,
+            };
             let (shape, buf) = self.run_device(l, args, &syms, &device)?;
             Output::Device(shape, buf)
         };
@@ -454,6 +570,15 @@ impl KernelDef {
     ) -> Result<(Vec<usize>, DeviceBuffer)> {
         let g = &l.graph;
         let arch = gpu::device_arch(device)?;
+        // What the autotuner's cache keys name: a scope's plan is another graph.
+        let scoped_text;
+        let graph_text = match &l.scope {
+            Some(p) => {
+                scoped_text = p.compiled.graph.to_string();
+                scoped_text.as_str()
+            }
+            None => self.graph,
+        };
         let mut owned: HashMap<u32, (Vec<usize>, DeviceBuffer)> = HashMap::new();
         for (i, m) in l.kernels.iter().enumerate() {
             let ty = g.ty(m.output);
@@ -494,7 +619,7 @@ impl KernelDef {
             let k = match autotune::select_device_kernel(
                 &l.tuned_device,
                 self.name,
-                self.graph,
+                graph_text,
                 &l.graph,
                 m,
                 i,
@@ -513,9 +638,10 @@ impl KernelDef {
             .ok_or_else(|| self.compile_err("no kernel writes the output".into()))
     }
 
-    /// The PTX of fused kernel `i` of the default plan under schedule `s` for `arch`: the
-    /// embedded module for the default schedule, the library's precompiled one for a schedule
-    /// of its table, else the JIT cache (memory, disk, then the compiler).
+    /// The PTX of fused kernel `i` of `l`'s plan under schedule `s` for `arch`: for the default
+    /// plan, the embedded module for the default schedule and the library's precompiled one
+    /// for a schedule of its table; else (a numerics scope's plan, another schedule, an arch
+    /// nothing was built for) the JIT cache (memory, disk, then the compiler).
     fn schedule_ptx(
         &self,
         l: &Launchable,
@@ -526,11 +652,16 @@ impl KernelDef {
         let m = &l.kernels[i];
         let text = s.to_string();
         let a = Arch::ALL.iter().position(|x| *x == arch).unwrap_or(0);
-        let found = if *s == m.schedule {
+        let found = if l.scope.is_some() {
+            None
+        } else if *s == m.schedule {
             self.ptx.get(i * Arch::ALL.len() + a).copied()
         } else {
             precompiled::find(self.library, self.name, &m.name, &text, arch)
-        };
+        }
+        // An arch the kernel cannot run on has no module (fp8 before sm_89): the compiler
+        // says why.
+        .filter(|e| !e.text.is_empty());
         if let Some(e) = found {
             let key = (i, text, arch);
             let mut parsed = l.parsed.lock().unwrap_or_else(|e| e.into_inner());
@@ -549,15 +680,19 @@ impl KernelDef {
         }
         let key = JitKey {
             ir: format!(
-                "kernel {}#{:016x}.k{i}",
+                "kernel {}#{:016x}{}.k{i}",
                 self.name,
-                autotune::fnv(self.graph.as_bytes())
+                autotune::fnv(self.graph.as_bytes()),
+                l.scope.as_ref().map_or("", |p| p.tag.as_str())
             ),
             schedule: text,
             arch,
         };
         jit::get(&key, || {
-            let c = self.compiled()?;
+            let c = match &l.scope {
+                Some(p) => &p.compiled,
+                None => self.compiled()?,
+            };
             let k = &c.kernels[i];
             let lowered = if *s == k.schedule {
                 k.lowered.clone()

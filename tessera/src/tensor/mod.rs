@@ -4,7 +4,7 @@ mod element;
 mod random;
 mod storage;
 
-pub use element::Element;
+pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
 pub use storage::DeviceBuffer;
 
 use crate::{Device, Error, Result};

@@ -8,6 +8,9 @@
 //! ptx @softmax_k0 sm_80 threads=256 dyn_smem=0 grid=[cdiv(dim(0, 0), 8), 1, 1] params=[%x: 2, %_1: 2]
 //! ```
 //!
+//! A default schedule built with fewer pipeline stages than it asked for (see
+//! `PtxKernel::lowered_stages`) adds `stages=[requested, used]` after `dyn_smem`.
+//!
 //! A grid dimension is `1`, `0` or `cdiv(dim(p, a) * …, tile)` over parameter `p`'s view axis
 //! `a`, as in Tile IR; each parameter is `%name: view rank`, in ABI order.
 
@@ -29,12 +32,16 @@ use std::fmt::Write;
 /// ```
 pub fn print_launch(k: &PtxKernel) -> String {
     let mut s = format!(
-        "ptx @{} {} threads={} dyn_smem={} grid=[",
+        "ptx @{} {} threads={} dyn_smem={}",
         k.entry,
         k.arch.target(),
         k.threads,
         k.dyn_smem
     );
+    if let Some((requested, used)) = k.lowered_stages {
+        let _ = write!(s, " stages=[{requested}, {used}]");
+    }
+    s.push_str(" grid=[");
     for (i, g) in k.grid.iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
@@ -75,6 +82,21 @@ pub fn parse_launch(header: &str, text: &str) -> Result<PtxKernel, ParseError> {
     let threads = u32_of(&mut c)?;
     key(&mut c, "dyn_smem")?;
     let dyn_smem = u32_of(&mut c)?;
+    let lowered_stages = if c.eat_kw("stages") {
+        c.expect("=")?;
+        let st = c.list("[", "]", u32_of)?;
+        match st[..] {
+            [requested, used] => Some((requested, used)),
+            _ => {
+                return Err(c.error(format!(
+                    "stages=[requested, used] takes 2 numbers, not {}",
+                    st.len()
+                )));
+            }
+        }
+    } else {
+        None
+    };
     key(&mut c, "grid")?;
     let grid = c.list("[", "]", grid_dim)?;
     let grid: [GridDim; 3] = grid
@@ -115,6 +137,7 @@ pub fn parse_launch(header: &str, text: &str) -> Result<PtxKernel, ParseError> {
         dyn_smem,
         grid,
         params,
+        lowered_stages,
     })
 }
 
@@ -186,6 +209,21 @@ mod tests {
             assert_eq!(parse_launch(&h, &k.text).unwrap(), k, "{h}");
             assert_eq!(print_launch(&parse_launch(&h, &k.text).unwrap()), h);
         }
+    }
+
+    #[test]
+    fn lowered_stages_round_trip() {
+        let mut k = kernels()[3].clone();
+        k.lowered_stages = Some((4, 2));
+        let h = print_launch(&k);
+        assert!(
+            h.contains(" dyn_smem=") && h.contains(" stages=[4, 2] grid=["),
+            "{h}"
+        );
+        assert_eq!(parse_launch(&h, &k.text).unwrap(), k, "{h}");
+        let bad = h.replace("stages=[4, 2]", "stages=[4]");
+        let e = parse_launch(&bad, &k.text).unwrap_err().to_string();
+        assert!(e.contains("takes 2 numbers, not 1"), "{e}");
     }
 
     #[test]

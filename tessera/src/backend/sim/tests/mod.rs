@@ -3,7 +3,9 @@
 //! compiled graphs for every arch and several schedules ([`agree`]).
 
 mod agree;
+mod fp8;
 mod planted;
+mod policy;
 mod units;
 
 use crate::backend::Buffer;
@@ -99,6 +101,7 @@ pub(super) fn kernel(
         dyn_smem: 0,
         grid: [grid_x, GridDim::one(), GridDim::one()],
         params: params.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+        lowered_stages: None,
     }
 }
 
