@@ -211,7 +211,11 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
             dw::DEF
                 .launch_tuned(
                     space,
-                    &mut [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut())],
+                    &mut [
+                        Arg::In(x.arg()),
+                        Arg::In(f.arg()),
+                        Arg::Out(y.arg_mut().unwrap()),
+                    ],
                 )
                 .unwrap()
         };

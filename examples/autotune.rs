@@ -71,8 +71,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let x = Tensor::<f32>::randn(&[m, k], 1);
     let w = Tensor::<f32>::randn(&[k, n], 2);
     let b = Tensor::<f32>::randn(&[n], 3);
-    let mut want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
-    let bv = b.to_f64_vec();
+    let mut want = reference::matmul(&x.to_f64_vec()?, &w.to_f64_vec()?, m, k, n);
+    let bv = b.to_f64_vec()?;
     want.iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
@@ -86,7 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let before = autotune::trials_run();
         let y = linear_gelu(&x, &w, &b)?;
-        let err = rel_error(&y.to_f64_vec(), &want);
+        let err = rel_error(&y.to_f64_vec().unwrap(), &want);
         println!(
             "  {} trials; rel. error vs f64: {err:.2e}",
             autotune::trials_run() - before
@@ -134,7 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t_tuned * 1e3
     );
     for (name, y) in [("default", &y0), ("tuning", &y1), ("tuned", &y2)] {
-        let err = rel_error(&y.to_f64_vec(), &want);
+        let err = rel_error(&y.to_f64_vec()?, &want);
         println!("  {name:<8} rel. error vs f64: {err:.2e}");
         assert!(err < 1e-5, "{name} disagrees with the f64 reference");
     }
@@ -162,12 +162,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  the background worker ran {} trials; {m2} now has {own} entries of its own",
         autotune::trials_run() - before
     );
-    let mut want3 = reference::matmul(&x2.to_f64_vec(), &w.to_f64_vec(), m2, k, n);
+    let mut want3 = reference::matmul(&x2.to_f64_vec()?, &w.to_f64_vec()?, m2, k, n);
     want3
         .iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
-    let err = rel_error(&y3.to_f64_vec(), &want3);
+    let err = rel_error(&y3.to_f64_vec()?, &want3);
     println!("  borrowed-schedule result rel. error vs f64: {err:.2e}");
     assert!(err < 1e-5);
 
@@ -179,9 +179,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("5. the same kernel for an sm_90a GPU, on the simulator");
     let sim = Device::sim_arch(Arch::Sm90a);
     let (xs, ws, bs) = (
-        Tensor::<f32>::randn(&[48, 64], 4).to(&sim),
-        Tensor::<f32>::randn(&[64, 40], 5).to(&sim),
-        Tensor::<f32>::randn(&[40], 6).to(&sim),
+        Tensor::<f32>::randn(&[48, 64], 4).to(&sim)?,
+        Tensor::<f32>::randn(&[64, 40], 5).to(&sim)?,
+        Tensor::<f32>::randn(&[40], 6).to(&sim)?,
     );
     let ys = linear_gelu(&xs, &ws, &bs)?;
     let id = autotune::device_arch_id(&sim);
@@ -192,17 +192,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let (xh, wh, bh) = (
-        xs.to(&Device::Cpu),
-        ws.to(&Device::Cpu),
-        bs.to(&Device::Cpu),
+        xs.to(&Device::Cpu)?,
+        ws.to(&Device::Cpu)?,
+        bs.to(&Device::Cpu)?,
     );
-    let mut want_s = reference::matmul(&xh.to_f64_vec(), &wh.to_f64_vec(), 48, 64, 40);
-    let bsv = bh.to_f64_vec();
+    let mut want_s = reference::matmul(&xh.to_f64_vec()?, &wh.to_f64_vec()?, 48, 64, 40);
+    let bsv = bh.to_f64_vec()?;
     want_s
         .iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bsv[i % 40]));
-    let err = rel_error(&ys.to(&Device::Cpu).to_f64_vec(), &want_s);
+    let err = rel_error(&ys.to(&Device::Cpu)?.to_f64_vec()?, &want_s);
     println!("  simulator result rel. error vs f64: {err:.2e}");
     assert!(err < 1e-5);
     autotune::set_mode(None);

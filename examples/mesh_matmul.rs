@@ -52,9 +52,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let y = y.gather()?;
     let want = matmul(&x, &w)?;
     let same = y
-        .as_slice()
+        .as_slice()?
         .iter()
-        .zip(want.as_slice())
+        .zip(want.as_slice()?)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     println!(
         "Y [{m}x{n}] on 8 devices (tp=2, pp=2, dp=2) == single-device launch bit for bit: {same}"

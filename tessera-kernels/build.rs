@@ -35,7 +35,9 @@ fn main() {
                 // The macro reports the error with its span; nothing to precompile here.
                 Err(_) => continue,
             };
-            for (_, compiled) in &instances {
+            for (inst, compiled) in &instances {
+                // The name the macro gives this instantiation's `KernelDef` (`add__bf16`).
+                let kname = format!("{}{}", k.name, inst.suffix);
                 for (i, ck) in compiled.kernels.iter().enumerate() {
                     let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &ck.fused);
                     for s in Schedule::space(ck.fused.class, dtype) {
@@ -53,14 +55,15 @@ fn main() {
                             write_if_changed(&dir.join(&fname), &p.text);
                             let _ = writeln!(
                                 index,
-                                "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
-                                k.name.to_string(),
+                                "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, launch: {:?}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
+                                kname,
                                 ck.fused.name,
                                 s.to_string(),
                                 arch.target(),
                                 fname,
                                 p.threads,
                                 p.dyn_smem,
+                                ptx::print_launch(&p),
                                 fname
                             );
                         }

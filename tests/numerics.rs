@@ -45,7 +45,7 @@ thread_local! {
 }
 
 fn on_device(t: Tensor<f32>) -> Tensor<f32> {
-    t.to(&DEVICE.with(|d| d.borrow().clone()))
+    t.to(&DEVICE.with(|d| d.borrow().clone())).unwrap()
 }
 
 /// A small seeded generator (splitmix64).
@@ -103,10 +103,10 @@ fn row_error(x: &[f32], cols: usize, got: &[f32]) -> f64 {
 fn kahan_beats_fast_case(rows: usize, cols: usize, min_ratio: f64) {
     let data = ill_conditioned(rows, cols, 0x5EED);
     let x = on_device(Tensor::from_vec(data.clone(), &[rows, cols]).unwrap());
-    let fast = row_error(&data, cols, &row_sum(&x).unwrap().to_vec());
-    let kahan = row_error(&data, cols, &row_sum_kahan(&x).unwrap().to_vec());
+    let fast = row_error(&data, cols, &row_sum(&x).unwrap().to_vec().unwrap());
+    let kahan = row_error(&data, cols, &row_sum_kahan(&x).unwrap().to_vec().unwrap());
     let scoped = numerics::policy(NumericsPolicy::KahanSum, || row_sum(&x)).unwrap();
-    let scoped = row_error(&data, cols, &scoped.to_vec());
+    let scoped = row_error(&data, cols, &scoped.to_vec().unwrap());
     eprintln!(
         "{rows}x{cols}: max rel error fast {fast:.3e}, kahan_sum {kahan:.3e} (scope {scoped:.3e}), ratio {:.0}",
         fast / kahan.max(f64::MIN_POSITIVE)
@@ -127,16 +127,16 @@ fn issue_row_case() {
     row[0] = 1e8;
     row[4001] = -1e8;
     let x = on_device(Tensor::from_vec(row.repeat(3), &[3, 4002]).unwrap());
-    assert_eq!(row_sum_kahan(&x).unwrap().to_vec(), [4000.0; 3]);
+    assert_eq!(row_sum_kahan(&x).unwrap().to_vec().unwrap(), [4000.0; 3]);
     let scoped = numerics::policy(NumericsPolicy::KahanSum, || row_sum(&x)).unwrap();
-    assert_eq!(scoped.to_vec(), [4000.0; 3]);
+    assert_eq!(scoped.to_vec().unwrap(), [4000.0; 3]);
     // The column sum of the transpose, under the scope.
     let mut t = vec![1f32; 4002 * 2];
     t[..2].fill(1e8);
     t[4001 * 2..].fill(-1e8);
     let xt = on_device(Tensor::from_vec(t, &[4002, 2]).unwrap());
     let cs = numerics::policy(NumericsPolicy::KahanSum, || col_sum(&xt)).unwrap();
-    assert_eq!(cs.to_vec(), [4000.0; 2]);
+    assert_eq!(cs.to_vec().unwrap(), [4000.0; 2]);
 }
 
 /// The deterministic kernels give the same bits with 1 and 2 rayon threads, by attribute and
@@ -151,13 +151,13 @@ fn deterministic_bits() -> Vec<u32> {
             .build()
             .unwrap()
             .install(|| {
-                let mut v = row_sum_det(&x).unwrap().to_vec();
-                v.extend(softmax_det(&x).unwrap().to_vec());
+                let mut v = row_sum_det(&x).unwrap().to_vec().unwrap();
+                v.extend(softmax_det(&x).unwrap().to_vec().unwrap());
                 let scoped = numerics::policy(NumericsPolicy::Deterministic, || {
                     (row_sum(&x).unwrap(), linear(&x, &w).unwrap())
                 });
-                v.extend(scoped.0.to_vec());
-                v.extend(scoped.1.to_vec());
+                v.extend(scoped.0.to_vec().unwrap());
+                v.extend(scoped.1.to_vec().unwrap());
                 v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>()
             })
     };
@@ -177,7 +177,10 @@ fn conflicting_scope_case() {
     );
     // A fast scope asks nothing and changes nothing.
     let a = numerics::policy(NumericsPolicy::Fast, || row_sum_kahan(&x)).unwrap();
-    assert_eq!(a.to_vec(), row_sum_kahan(&x).unwrap().to_vec());
+    assert_eq!(
+        a.to_vec().unwrap(),
+        row_sum_kahan(&x).unwrap().to_vec().unwrap()
+    );
 }
 
 macro_rules! backend_tests {

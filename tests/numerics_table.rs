@@ -73,14 +73,14 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
     let w = Tensor::<T>::randn(&[k, c], 6);
     let bias = Tensor::<f32>::randn(&[c], 7);
     let (xv, yv, gv, bv) = (
-        x.to_f64_vec(),
-        y.to_f64_vec(),
-        g.to_f64_vec(),
-        b.to_f64_vec(),
+        x.to_f64_vec().unwrap(),
+        y.to_f64_vec().unwrap(),
+        g.to_f64_vec().unwrap(),
+        b.to_f64_vec().unwrap(),
     );
     let rows = |f: &dyn Fn(&[f64]) -> Vec<f64>| -> Vec<f64> { xv.chunks(c).flat_map(f).collect() };
-    let mm = reference::matmul(&a.to_f64_vec(), &w.to_f64_vec(), r, k, c);
-    let biasv = bias.to_f64_vec();
+    let mm = reference::matmul(&a.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), r, k, c);
+    let biasv = bias.to_f64_vec().unwrap();
     let want: Vec<(&str, Vec<f64>)> = vec![
         ("add", xv.iter().zip(&yv).map(|(p, q)| p + q).collect()),
         (
@@ -124,7 +124,7 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
     let mut out = Vec::new();
     for p in POLICIES {
         let got = numerics::policy(p, || -> tessera::Result<Vec<(DType, Vec<f64>)>> {
-            let t = |t: Tensor<T>| (T::DTYPE, t.to_f64_vec());
+            let t = |t: Tensor<T>| (T::DTYPE, t.to_f64_vec().unwrap());
             Ok(vec![
                 t(tessera_kernels::add(&x, &y)?),
                 t(tessera_kernels::mul(&x, &g)?),
@@ -134,7 +134,7 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
                 t(tessera_kernels::rmsnorm(&x, &g)?),
                 t(tessera_kernels::matmul(&a, &w)?),
                 t(tessera_kernels::linear_bias_gelu(&a, &w, &bias)?),
-                (DType::F32, row_sum(&x)?.to_f64_vec()),
+                (DType::F32, row_sum(&x)?.to_f64_vec().unwrap()),
             ])
         })
         .unwrap_or_else(|e| panic!("{} under {p}: {e}", T::DTYPE));
@@ -147,7 +147,10 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
         let data = ill_conditioned(r, c);
         let x = Tensor::from_vec(data.clone(), &[r, c]).unwrap();
         for p in POLICIES {
-            let got = numerics::policy(p, || row_sum(&x)).unwrap().to_vec();
+            let got = numerics::policy(p, || row_sum(&x))
+                .unwrap()
+                .to_vec()
+                .unwrap();
             // Per row, relative to that row's sum (the ill-conditioned quantity).
             let e = data
                 .chunks(c)

@@ -20,15 +20,15 @@ fn mm_fp8(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)>
 
 fn case(device: Device) {
     let (m, k, n) = (37, 200, 45);
-    let x = Tensor::<f32>::randn(&[m, k], 1).to(&device);
-    let w = Tensor::<f32>::randn(&[k, n], 2).to(&device);
-    let want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
+    let x = Tensor::<f32>::randn(&[m, k], 1).to(&device).unwrap();
+    let w = Tensor::<f32>::randn(&[k, n], 2).to(&device).unwrap();
+    let want = reference::matmul(&x.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), m, k, n);
     let err = |mode: Option<Precision>| -> f64 {
         let y = match mode {
             Some(p) => numerics::precision(p, || mm(&x, &w)),
             None => mm(&x, &w),
         };
-        rel_error(&y.unwrap().to_f64_vec(), &want)
+        rel_error(&y.unwrap().to_f64_vec().unwrap(), &want)
     };
     let (plain, safe, std, aggr) = (
         err(None),
@@ -47,7 +47,7 @@ fn case(device: Device) {
     // The attribute compiles the same graph as the scope.
     let attr = mm_fp8(&x, &w).unwrap();
     let scoped = numerics::precision(Precision::Aggressive, || mm(&x, &w)).unwrap();
-    assert_eq!(attr.to_vec(), scoped.to_vec());
+    assert_eq!(attr.to_vec().unwrap(), scoped.to_vec().unwrap());
     // A kernel compiled under one mode refuses a scope asking for another.
     let e = numerics::precision(Precision::Standard, || mm_fp8(&x, &w))
         .unwrap_err()
@@ -67,8 +67,8 @@ fn sim_sm89() {
 
 #[test]
 fn fp8_on_sm80_is_an_error() {
-    let x = Tensor::<f32>::randn(&[4, 8], 1).to(&Device::sim());
-    let w = Tensor::<f32>::randn(&[8, 3], 2).to(&Device::sim());
+    let x = Tensor::<f32>::randn(&[4, 8], 1).to(&Device::sim()).unwrap();
+    let w = Tensor::<f32>::randn(&[8, 3], 2).to(&Device::sim()).unwrap();
     let e = mm_fp8(&x, &w).unwrap_err().to_string();
     assert!(e.contains("sm_89"), "{e}");
 }

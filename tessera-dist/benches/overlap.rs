@@ -63,8 +63,9 @@ fn chain(
         // Per micro-batch: its value, or the reduction producing it (started, not waited).
         let mut pending: Vec<Option<tessera_dist::Pending<Vec<f32>>>> =
             (0..micro).map(|_| None).collect();
+        let xs = x.as_slice()?;
         let mut cur: Vec<Vec<f32>> = (0..micro)
-            .map(|i| x.as_slice()[i * rows * h..(i + 1) * rows * h].to_vec())
+            .map(|i| xs[i * rows * h..(i + 1) * rows * h].to_vec())
             .collect();
         for _ in 0..layers {
             for (c, p) in cur.iter_mut().zip(pending.iter_mut()) {
@@ -74,8 +75,7 @@ fn chain(
                 }
                 let xi = Tensor::from_vec(std::mem::take(c), &[rows, h])?;
                 let z = mm(&mm(&xi, w1)?, w2)?; // partial sum over tp
-                let started =
-                    tp.start_all_reduce(z.as_slice().to_vec(), ReduceOp::Sum, Algorithm::Ring);
+                let started = tp.start_all_reduce(z.to_vec()?, ReduceOp::Sum, Algorithm::Ring);
                 if overlap {
                     *p = Some(started);
                 } else {

@@ -15,7 +15,7 @@ pub fn execute_plan<T: CommElem, X: RankContext>(
     local: Tensor<T>,
 ) -> Result<Tensor<T>> {
     let mut shape = local.shape().to_vec();
-    let mut data = crate::host::to_vec(&local);
+    let mut data = crate::host::to_vec(&local)?;
     for ps in &plan.steps {
         (data, shape) = run_step(ctx, &plan.shape, ps, data, shape)?;
     }

@@ -5,14 +5,18 @@
 use crate::Result;
 use tessera::{Device, Element, Tensor};
 
-/// The elements, borrowed.
-pub(crate) fn slice<T: Element>(t: &Tensor<T>) -> &[T] {
-    t.as_slice()
+/// The elements: borrowed from host memory, or copied back from a device.
+pub(crate) fn slice<T: Element>(t: &Tensor<T>) -> Result<std::borrow::Cow<'_, [T]>> {
+    Ok(if t.device().is_cpu() {
+        std::borrow::Cow::Borrowed(t.as_slice()?)
+    } else {
+        std::borrow::Cow::Owned(t.to_vec()?)
+    })
 }
 
 /// The elements, copied out.
-pub(crate) fn to_vec<T: Element>(t: &Tensor<T>) -> Vec<T> {
-    t.to_vec()
+pub(crate) fn to_vec<T: Element>(t: &Tensor<T>) -> Result<Vec<T>> {
+    Ok(t.to_vec()?)
 }
 
 /// A host tensor from its elements.
@@ -21,6 +25,6 @@ pub(crate) fn tensor<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor
 }
 
 /// The tensor placed on `device` (kernels taking it run there).
-pub(crate) fn on<T: Element>(t: Tensor<T>, device: &Device) -> Tensor<T> {
-    t.to(device)
+pub(crate) fn on<T: Element>(t: Tensor<T>, device: &Device) -> Result<Tensor<T>> {
+    Ok(t.to(device)?)
 }

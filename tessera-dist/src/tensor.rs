@@ -137,7 +137,7 @@ fn local_piece<T: CommElem>(
 ) -> Result<Tensor<T>> {
     let ranges = spec.local_ranges(global.shape(), mesh, rank)?;
     let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-    let mut data = slice(crate::host::slice(global), global.shape(), &ranges);
+    let mut data = slice(&crate::host::slice(global)?, global.shape(), &ranges);
     if let Some((axes, op)) = spec.partial_state()
         && mesh.index_along(rank, axes)?.0 != 0
     {
@@ -341,10 +341,10 @@ impl<T: CommElem> DistTensor<T> {
             match slot.get(&pidx) {
                 Some(&first) => {
                     let (a, b) = (
-                        crate::host::slice(&self.shards[first]),
-                        crate::host::slice(&self.shards[r]),
+                        crate::host::slice(&self.shards[first])?,
+                        crate::host::slice(&self.shards[r])?,
                     );
-                    if bytemuck::cast_slice::<T, u8>(a) != bytemuck::cast_slice::<T, u8>(b) {
+                    if bytemuck::cast_slice::<T, u8>(&a) != bytemuck::cast_slice::<T, u8>(&b) {
                         return Err(DistError::ReplicaMismatch(format!(
                             "ranks {first} and {r} hold different copies"
                         )));
@@ -361,10 +361,10 @@ impl<T: CommElem> DistTensor<T> {
             let ext: Vec<usize> = key.iter().map(|(a, b)| b - a).collect();
             let off: Vec<usize> = key.iter().map(|(a, _)| *a).collect();
             let mut acc =
-                crate::host::to_vec(&self.shards[*contribs.values().next().expect("one")]);
+                crate::host::to_vec(&self.shards[*contribs.values().next().expect("one")])?;
             if let Some((_, op)) = partial {
                 for &r in contribs.values().skip(1) {
-                    op.reduce_into(&mut acc, crate::host::slice(&self.shards[r]));
+                    op.reduce_into(&mut acc, &crate::host::slice(&self.shards[r])?);
                 }
             }
             copy_region(&acc, &ext, &zero, &mut out, &self.shape, &off, &ext);

@@ -170,7 +170,11 @@ fn partial_to_replicate_and_shard() {
         .enumerate()
         .map(|(r, s)| {
             Tensor::from_vec(
-                s.as_slice().iter().map(|v| v * (r as f32 + 1.0)).collect(),
+                s.as_slice()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v * (r as f32 + 1.0))
+                    .collect(),
                 s.shape(),
             )
             .unwrap()
@@ -179,8 +183,11 @@ fn partial_to_replicate_and_shard() {
     let p = DistTensor::from_shards(shards, spec, &m, &[6, 5]).unwrap();
     let want = p.gather().unwrap();
     // sum over pp,dp of (r+1) for each tp: tp0 ranks 0..4 → 10, tp1 ranks 4..8 → 26
-    assert_eq!(want.as_slice()[0], x.as_slice()[0] * 10.0);
-    assert_eq!(want.as_slice()[29], x.as_slice()[29] * 26.0);
+    assert_eq!(want.as_slice().unwrap()[0], x.as_slice().unwrap()[0] * 10.0);
+    assert_eq!(
+        want.as_slice().unwrap()[29],
+        x.as_slice().unwrap()[29] * 26.0
+    );
     let (r, plan, seen) = p
         .redistribute_traced(&ShardSpec::new([Shard(["tp"])]))
         .unwrap();
@@ -220,7 +227,7 @@ fn partial_to_replicate_and_shard() {
 fn gather_detects_diverged_replicas() {
     let m = Mesh::local([("x", 2)]).unwrap();
     let mut shards = vec![iota(&[2, 2]), iota(&[2, 2])];
-    shards[1].as_mut_slice()[3] += 1.0;
+    shards[1].as_mut_slice().unwrap()[3] += 1.0;
     let d = DistTensor::from_shards(shards, ShardSpec::replicated(), &m, &[2, 2]).unwrap();
     assert!(matches!(d.gather(), Err(DistError::ReplicaMismatch(_))));
 }
@@ -468,7 +475,7 @@ proptest! {
         for rank in 0..mesh.size() {
             let (got, want) = (r.shard(rank), direct.shard(rank));
             prop_assert_eq!(got.shape(), want.shape(), "{} → {}\n{}", a, b, plan);
-            let bits = |t: &Tensor<f32>| t.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let bits = |t: &Tensor<f32>| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(got), bits(want), "{} → {} rank {}\n{}", a, b, rank, plan);
         }
     }

@@ -41,7 +41,11 @@ fn ints(shape: &[usize], seed: u64) -> Tensor<f32> {
 
 fn bf(t: &Tensor<f32>) -> Tensor<bf16> {
     Tensor::from_vec(
-        t.as_slice().iter().map(|&v| bf16::from_f32(v)).collect(),
+        t.as_slice()
+            .unwrap()
+            .iter()
+            .map(|&v| bf16::from_f32(v))
+            .collect(),
         t.shape(),
     )
     .unwrap()
@@ -49,9 +53,10 @@ fn bf(t: &Tensor<f32>) -> Tensor<bf16> {
 
 fn bits_eq(a: &Tensor<f32>, b: &Tensor<f32>) -> bool {
     a.shape() == b.shape()
-        && a.as_slice()
+        && a.to_vec()
+            .unwrap()
             .iter()
-            .zip(b.as_slice())
+            .zip(b.to_vec().unwrap())
             .all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
@@ -107,7 +112,12 @@ fn linear_gelu_gathers_contraction(dev: &Device) {
     let (m, k, n) = (11, 16, 10);
     let (x, w, b) = (ints(&[m, k], 3), ints(&[k, n], 4), ints(&[n], 5));
     let (x, w) = (bf(&x), bf(&w));
-    let want = linear_gelu(&x.clone().to(dev), &w.clone().to(dev), &b.clone().to(dev)).unwrap();
+    let want = linear_gelu(
+        &x.clone().to(dev).unwrap(),
+        &w.clone().to(dev).unwrap(),
+        &b.clone().to(dev).unwrap(),
+    )
+    .unwrap();
     let xd = DistTensor::distribute(&x, spec(&[&["dp"], &["tp"]]), &mesh).unwrap();
     let wd = DistTensor::distribute(&w, spec(&[&["tp"]]), &mesh).unwrap();
     let bd = DistTensor::distribute(&b, spec(&[]), &mesh).unwrap();
@@ -126,7 +136,7 @@ fn softmax_over_split_axis(dev: &Device) {
     let mesh = mesh(dev);
     let (m, k, n) = (6, 5, 12);
     let (x, w) = (ints(&[m, k], 6), ints(&[k, n], 7));
-    let want = mm_softmax(&x.clone().to(dev), &w.clone().to(dev)).unwrap();
+    let want = mm_softmax(&x.clone().to(dev).unwrap(), &w.clone().to(dev).unwrap()).unwrap();
     let xd = DistTensor::distribute(&x, spec(&[&["dp"]]), &mesh).unwrap();
     let wd = DistTensor::distribute(&w, spec(&[&[], &["tp"]]), &mesh).unwrap();
     let (y, plan, _) = spmd(&mm_softmax::KERNEL)

@@ -23,6 +23,9 @@ pub struct KernelAttr {
     /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random",
     /// cost_model = "roofline" | "none")`.
     pub autotune: Option<AutotuneAttr>,
+    /// `precompiled = path::TO::TABLE`: a `&'static [tessera::PrecompiledPtx]` of build-time
+    /// PTX for the schedules of the kernel's search space (a library's `build.rs` output).
+    pub precompiled: Option<syn::Path>,
 }
 
 /// The search space named by `autotune(...)`; empty lists mean "the built-in choices".
@@ -146,9 +149,12 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
         } else if meta.path.is_ident("autotune") {
             out.autotune = Some(parse_autotune(meta)?);
             Ok(())
+        } else if meta.path.is_ident("precompiled") {
+            out.precompiled = Some(meta.value()?.parse()?);
+            Ok(())
         } else {
             Err(meta.error(
-                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"` or `autotune(...)`",
+                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)` or `precompiled = path`",
             ))
         }
     });

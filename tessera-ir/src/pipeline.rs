@@ -95,6 +95,7 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 /// assert!(c.tile_texts()[0].contains("reduce.max"));
 /// ```
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    crate::invocations::compiled();
     dump_levels()?;
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
     let g = &graph::with_policy(g, opts.policy)

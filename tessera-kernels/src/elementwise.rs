@@ -3,19 +3,19 @@
 //! once to `T`.
 
 /// `x + y`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn add<T: Float>(x: Tensor<T, (R, C)>, y: Tensor<T, (R, C)>) -> Tensor<T, (R, C)> {
     x + y
 }
 
 /// `x * y` with `y` a row vector broadcast over the rows.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn mul<T: Float>(x: Tensor<T, (R, C)>, y: Tensor<T, (C,)>) -> Tensor<T, (R, C)> {
     x * y
 }
 
 /// Exact GELU.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn gelu<T: Float>(x: Tensor<T, (R, C)>) -> Tensor<T, (R, C)> {
     gelu(x)
 }

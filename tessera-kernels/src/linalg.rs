@@ -3,19 +3,19 @@
 //! to `T` in the epilogue.
 
 /// `x · w`, accumulated in f32, returned as `T`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn matmul<T: Float>(x: Tensor<T, (M, K)>, w: Tensor<T, (K, N)>) -> Tensor<T, (M, N)> {
     x.matmul(w).cast::<T>()
 }
 
 /// `x · w` with bf16 inputs, accumulated and returned in f32.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn matmul_bf16(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
     x.matmul(w)
 }
 
 /// Batched `a[b] · c[b]`, accumulated in f32, returned as `T`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn matmul_batched<T: Float>(
     a: Tensor<T, (B, M, K)>,
     c: Tensor<T, (B, K, N)>,
@@ -25,7 +25,7 @@ pub fn matmul_batched<T: Float>(
 
 /// `gelu(x · w + b)` as one fused kernel: `T` operands, f32 accumulation and bias, the result
 /// rounded once to `T`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn linear_bias_gelu<T: Float>(
     x: Tensor<T, (M, K)>,
     w: Tensor<T, (K, N)>,
@@ -35,7 +35,7 @@ pub fn linear_bias_gelu<T: Float>(
 }
 
 /// `gelu(x · w + b)` as one fused kernel: bf16 inputs, f32 accumulation and output.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn linear_bias_gelu_bf16(
     x: Tensor<bf16, (M, K)>,
     w: Tensor<bf16, (K, N)>,

@@ -4,13 +4,13 @@
 //! fused into the kernel's epilogue (`cast %1 : bf16[R, C]`).
 
 /// Softmax over the last axis.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn softmax<T: Float>(x: Tensor<T, (R, C)>) -> Tensor<T, (R, C)> {
     softmax(x).cast::<T>()
 }
 
 /// Layer normalisation over the last axis with scale and shift, `eps = 1e-5`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn layernorm<T: Float>(
     x: Tensor<T, (R, C)>,
     gamma: Tensor<T, (C,)>,
@@ -20,7 +20,7 @@ pub fn layernorm<T: Float>(
 }
 
 /// RMS normalisation over the last axis with scale, `eps = 1e-6`.
-#[tessera::kernel]
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
 pub fn rmsnorm<T: Float>(x: Tensor<T, (R, C)>, gamma: Tensor<T, (C,)>) -> Tensor<T, (R, C)> {
     rmsnorm(x, gamma, 1e-6).cast::<T>()
 }

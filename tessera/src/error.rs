@@ -80,6 +80,16 @@ pub enum Error {
         expected: String,
         got: String,
     },
+    /// An accessor that needs host memory was called on a tensor in device memory.
+    #[error(
+        "`{what}` needs the tensor in host memory, but it is on {device}; copy it back with `.to_vec()` or `.to(&Device::cpu())`"
+    )]
+    NotOnHost {
+        /// The accessor.
+        what: String,
+        /// Where the tensor is.
+        device: String,
+    },
     /// A setting was given a value it cannot take (say a loss scale of zero).
     #[error("`{setting}` {message}")]
     InvalidSetting { setting: String, message: String },

@@ -70,13 +70,13 @@ impl AnyTensor {
     }
 
     /// The same tensor placed on `device`.
-    pub fn on(self, device: &Device) -> AnyTensor {
-        match self {
-            AnyTensor::F32(t) => AnyTensor::F32(crate::host::on(t, device)),
-            AnyTensor::F16(t) => AnyTensor::F16(crate::host::on(t, device)),
-            AnyTensor::BF16(t) => AnyTensor::BF16(crate::host::on(t, device)),
-            AnyTensor::I32(t) => AnyTensor::I32(crate::host::on(t, device)),
-        }
+    pub fn on(self, device: &Device) -> Result<AnyTensor> {
+        Ok(match self {
+            AnyTensor::F32(t) => AnyTensor::F32(crate::host::on(t, device)?),
+            AnyTensor::F16(t) => AnyTensor::F16(crate::host::on(t, device)?),
+            AnyTensor::BF16(t) => AnyTensor::BF16(crate::host::on(t, device)?),
+            AnyTensor::I32(t) => AnyTensor::I32(crate::host::on(t, device)?),
+        })
     }
 
     /// Back to a typed tensor, or an error naming both element types.

@@ -343,7 +343,7 @@ impl Spmd {
         let moved = locals
             .into_iter()
             .zip(&lp.args)
-            .map(|(a, (_, plan))| Ok(a.redistribute(ctx, plan)?.on(&device)))
+            .map(|(a, (_, plan))| a.redistribute(ctx, plan)?.on(&device))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<TensorRef<'_>> = moved.iter().map(AnyTensor::arg).collect();
         let out = AnyTensor::launch(self.def, &refs, lp.out_dtype)?;

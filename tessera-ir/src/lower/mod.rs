@@ -81,6 +81,7 @@ pub fn lower(
     s: &Schedule,
     policy: NumericsPolicy,
 ) -> Result<Lowered, LowerError> {
+    crate::invocations::lowered();
     if s.class != k.class {
         return Err(LowerError {
             value: k.name.clone(),

@@ -121,6 +121,21 @@ impl Schedule {
         }
     }
 
+    /// The schedule a `tile!` block program runs under on a PTX device: 4 warps (the program
+    /// fixes its own tiles through its knobs; the rest are the elementwise defaults). The
+    /// `tile!` macro emits its default knobs' PTX under it and the runtime launches it so.
+    ///
+    /// ```
+    /// use tessera_ir::schedule::Schedule;
+    /// assert_eq!(Schedule::block_program().warps, 4);
+    /// ```
+    pub fn block_program() -> Schedule {
+        Schedule {
+            warps: 4,
+            ..Schedule::default_for(KernelClass::Elementwise, DType::F32)
+        }
+    }
+
     /// The default schedule of a class on the CPU backend. The GPU defaults size tiles for a
     /// warp's registers; a CPU core wants larger tiles: the 128×256 f32 matmul accumulator
     /// (128 KiB) sits in a Zen 4 core's L2 and still gives two blocks at n = 256 (the sweeps in

@@ -14,7 +14,11 @@ struct Def {
     inst: Instance,
     graph: String,
     tiles: Vec<String>,
-    ptx: Vec<String>,
+    /// Per fused kernel its launch manifest ([`tessera_ir::manifest::KernelManifest`] text).
+    manifests: Vec<String>,
+    /// Per fused kernel and arch (kernel-major, `Arch::ALL` order): the default schedule's
+    /// launch header and PTX module; both empty for an arch the kernel cannot run on.
+    ptx: Vec<(String, String)>,
 }
 
 /// Expands `#[kernel(attr)] item`.
@@ -28,11 +32,12 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         let mut defs = Vec::new();
         for inst in k.instances() {
             let c = compile(&k.instantiate(&inst), &b, &a, &inst)?;
-            let ptx = ptx_texts(&c.compiled).map_err(|e| syn::Error::new_spanned(&k.name, e))?;
+            let (manifests, ptx) = embedded(&c).map_err(|e| syn::Error::new_spanned(&k.name, e))?;
             defs.push(Def {
                 inst,
                 graph: c.graph,
                 tiles: c.tiles,
+                manifests,
                 ptx,
             });
         }
@@ -86,23 +91,36 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 let v = format_ident!("{}", format!("{m:?}"));
                 quote!(.with_precision(::tessera::Precision::#v))
             });
+            let library = attr
+                .precompiled
+                .as_ref()
+                .map(|p| quote!(.with_precompiled(#p)));
+            // One instantiation's definition: its texts, manifests and build-time PTX.
+            let def = |kname: &str, d: &Def| {
+                let (graph, tiles, manifests) = (&d.graph, &d.tiles, &d.manifests);
+                let ptx = d.ptx.iter().map(
+                    |(launch, text)| quote!(::tessera::EmbeddedPtx { launch: #launch, text: #text }),
+                );
+                quote! {
+                    ::tessera::KernelDef::new(#kname, #graph, &[#(#tiles),*])
+                        .with_embedded(&[#(#manifests),*], &[#(#ptx),*])
+                        #precision
+                        #library
+                }
+            };
             let statics = defs.iter().enumerate().map(|(i, d)| {
                 let s = format_ident!("KERNEL_{}", i);
                 let kname = format!("{name_str}{}", d.inst.suffix);
-                let (graph, tiles, ptx) = (&d.graph, &d.tiles, &d.ptx);
                 let register = tune.as_ref().map(|t| search_space(&kname, t));
+                let def = def(&kname, d);
                 quote! {
                     #register
-                    static #s: ::tessera::KernelDef = ::tessera::KernelDef::new(#kname, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*])#precision;
+                    static #s: ::tessera::KernelDef = #def;
                 }
             });
             if generics.is_empty() {
-                let d = &defs[0];
-                let (graph, tiles, ptx) = (&d.graph, &d.tiles, &d.ptx);
                 let register = tune.as_ref().map(|t| search_space(&name_str, t));
-                module = Some(quote! {
-                    ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*])#precision
-                });
+                module = Some(def(&name_str, &defs[0]));
                 quote! {
                     #register
                     #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
@@ -150,6 +168,8 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
         quote! {
             #[doc = #doc]
             #vis mod #name {
+                #[allow(unused_imports)]
+                use super::*;
                 #[doc = #doc]
                 pub static KERNEL: ::tessera::KernelDef = #def;
             }
@@ -164,26 +184,39 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
     }
 }
 
-/// The PTX of every fused kernel's default schedule for every arch (kernel-major, in
-/// `Arch::ALL` order), emitted at compile time. An arch the kernel cannot run on (fp8 before
-/// sm_89) gets an empty text: launching there emits at run time and reports why.
-fn ptx_texts(c: &tessera_ir::pipeline::Compiled) -> Result<Vec<String>, String> {
-    use tessera_ir::target::ptx::{Arch, emit, supports};
-    let mut out = Vec::new();
-    for k in &c.kernels {
+/// The manifests of the fused kernels, and the launch header and PTX of every fused kernel's
+/// default schedule for every arch (kernel-major, in `Arch::ALL` order), emitted at compile time.
+/// An arch the kernel cannot run on (fp8 before sm_89) gets empty texts: launching there
+/// compiles at run time and reports why. The manifests name values as the embedded graph text
+/// parses back, which is checked here.
+fn embedded(
+    c: &tessera_front::lower::kernel::Compiled,
+) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+    use tessera_ir::manifest::KernelManifest;
+    use tessera_ir::target::ptx::{Arch, emit, print_launch, supports};
+    let reparsed = tessera_ir::graph::parse(&c.graph).map_err(|e| format!("graph text: {e}"))?;
+    if reparsed.to_string() != c.graph {
+        return Err("internal error: the graph text does not print back the same".into());
+    }
+    let mut manifests = Vec::new();
+    let mut ptx = Vec::new();
+    for (i, k) in c.compiled.kernels.iter().enumerate() {
+        manifests.push(
+            KernelManifest::of(&c.compiled, i)
+                .display(&reparsed)
+                .to_string(),
+        );
         for arch in Arch::ALL {
             if supports(&k.lowered.kernel, arch).is_err() {
-                out.push(String::new());
+                ptx.push((String::new(), String::new()));
                 continue;
             }
-            out.push(
-                emit(&k.lowered.kernel, &k.schedule, arch)
-                    .map_err(|e| format!("PTX for {arch}: {e}"))?
-                    .text,
-            );
+            let p = emit(&k.lowered.kernel, &k.schedule, arch)
+                .map_err(|e| format!("PTX for {arch}: {e}"))?;
+            ptx.push((print_launch(&p), p.text));
         }
     }
-    Ok(out)
+    Ok((manifests, ptx))
 }
 
 /// Registers the attribute's search space once, at the first launch, unless the program

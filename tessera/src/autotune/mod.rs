@@ -316,7 +316,7 @@ pub fn warnings() -> u64 {
     WARNINGS.load(Ordering::SeqCst)
 }
 
-fn warn(msg: &str) {
+pub(crate) fn warn(msg: &str) {
     WARNINGS.fetch_add(1, Ordering::SeqCst);
     tracing::warn!(target: "tessera::autotune", "{msg}");
     eprintln!("tessera autotune: warning: {msg}");

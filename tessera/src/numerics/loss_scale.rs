@@ -21,9 +21,10 @@ use rayon::prelude::*;
 /// use tessera::{Tensor, numerics::{LossScaler, Step}};
 /// let mut s = LossScaler::new(1024.0)?.growth_interval(2)?;
 /// let mut g = Tensor::from_vec(vec![1024.0f32, -2048.0], &[2])?;
-/// assert_eq!(s.step(&mut [&mut g], |g| assert_eq!(g[0].to_vec(), [1.0, -2.0])), Step::Applied);
+/// let applied = s.step(&mut [&mut g], |g| assert_eq!(g[0].as_slice().unwrap(), [1.0, -2.0]))?;
+/// assert_eq!(applied, Step::Applied);
 /// let mut bad = Tensor::from_vec(vec![f32::INFINITY, 1.0], &[2])?;
-/// assert_eq!(s.step(&mut [&mut bad], |_| unreachable!()), Step::Skipped);
+/// assert_eq!(s.step(&mut [&mut bad], |_| unreachable!())?, Step::Skipped);
 /// assert_eq!(s.scale(), 512.0);
 /// # Ok::<(), tessera::Error>(())
 /// ```
@@ -127,12 +128,16 @@ impl LossScaler {
     /// Divides every gradient by the scale and checks every result is finite, in one fused
     /// pass over all the gradients (in parallel); returns `true` when all are finite. A
     /// gradient that is not finite leaves its tensor's values unspecified (the step must be
-    /// skipped: see [`Self::update`]).
-    pub fn unscale<T: Float>(&self, grads: &mut [&mut Tensor<T>]) -> bool {
+    /// skipped: see [`Self::update`]). The pass runs on the host: a gradient in device memory
+    /// is an error naming its device, and no gradient is touched.
+    pub fn unscale<T: Float>(&self, grads: &mut [&mut Tensor<T>]) -> Result<bool> {
         let inv = 1.0 / self.scale as f64;
-        grads.par_iter_mut().all(|g| {
-            g.as_mut_slice()
-                .par_chunks_mut(1 << 14)
+        let mut slices = Vec::with_capacity(grads.len());
+        for g in grads.iter_mut() {
+            slices.push(g.as_mut_slice()?);
+        }
+        Ok(slices.into_par_iter().all(|g| {
+            g.par_chunks_mut(1 << 14)
                 .map(|c| {
                     c.iter_mut().fold(true, |ok, x| {
                         let y = x.to_f64() * inv;
@@ -142,7 +147,7 @@ impl LossScaler {
                     })
                 })
                 .reduce(|| true, |a, b| a & b)
-        })
+        }))
     }
 
     /// Records a step whose gradients were finite (`finite`) or not: updates the scale as
@@ -166,17 +171,18 @@ impl LossScaler {
     }
 
     /// Unscales and checks `grads` ([`Self::unscale`]), calls `apply` with them when they are
-    /// finite, and updates the scale ([`Self::update`]).
+    /// finite, and updates the scale ([`Self::update`]). A gradient in device memory is an
+    /// error (see [`Self::unscale`]).
     pub fn step<T: Float>(
         &mut self,
         grads: &mut [&mut Tensor<T>],
         apply: impl FnOnce(&mut [&mut Tensor<T>]),
-    ) -> Step {
-        let finite = self.unscale(grads);
+    ) -> Result<Step> {
+        let finite = self.unscale(grads)?;
         if finite {
             apply(grads);
         }
-        self.update(finite)
+        Ok(self.update(finite))
     }
 }
 
@@ -219,9 +225,11 @@ mod tests {
             let mut g0 = Tensor::from_vec(raw[..100].to_vec(), &[100]).unwrap();
             let mut g1 = Tensor::from_vec(raw[100..].to_vec(), &[10, 20]).unwrap();
             let mut seen = None;
-            let step = s.step(&mut [&mut g0, &mut g1], |g| {
-                seen = Some([g[0].to_vec(), g[1].to_vec()].concat());
-            });
+            let step = s
+                .step(&mut [&mut g0, &mut g1], |g| {
+                    seen = Some([g[0].to_vec().unwrap(), g[1].to_vec().unwrap()].concat());
+                })
+                .unwrap();
             // The model.
             let finite = *e == "ok";
             if finite {
@@ -261,12 +269,17 @@ mod tests {
         let s = LossScaler::new(8.0).unwrap();
         let mut a = Tensor::from_vec(vec![bf16::from_f32(16.0); 5000], &[5000]).unwrap();
         let mut b = Tensor::from_vec(vec![bf16::from_f32(-4.0); 3], &[3]).unwrap();
-        assert!(s.unscale(&mut [&mut a, &mut b]));
-        assert!(a.to_vec().iter().all(|x| x.to_f32() == 2.0));
-        assert_eq!(b.to_vec()[0].to_f32(), -0.5);
+        assert!(s.unscale(&mut [&mut a, &mut b]).unwrap());
+        assert!(a.as_slice().unwrap().iter().all(|x| x.to_f32() == 2.0));
+        assert_eq!(b.as_slice().unwrap()[0].to_f32(), -0.5);
         let mut c = a.clone();
-        c.as_mut_slice()[4999] = bf16::NAN;
-        assert!(!s.unscale(&mut [&mut b, &mut c]));
+        c.as_mut_slice().unwrap()[4999] = bf16::NAN;
+        assert!(!s.unscale(&mut [&mut b, &mut c]).unwrap());
+        // A gradient in device memory is an error naming the device; the host one is untouched.
+        let mut d = b.to(&crate::Device::sim()).unwrap();
+        let e = s.unscale(&mut [&mut a, &mut d]).unwrap_err().to_string();
+        assert!(e.contains("sim:sm_80"), "{e}");
+        assert!(a.as_slice().unwrap().iter().all(|x| x.to_f32() == 2.0));
     }
 
     #[test]

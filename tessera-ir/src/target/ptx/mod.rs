@@ -13,10 +13,12 @@ mod abi;
 mod arch;
 pub(crate) mod asm;
 mod gemm;
+mod launch;
 pub(crate) mod math;
 
 pub use abi::{PtxKernel, entry_signature, header, ident, params_of};
 pub use arch::Arch;
+pub use launch::{parse_launch, print_launch};
 
 /// Why a kernel could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +45,7 @@ use crate::tile::{self, Kernel};
 /// assert!(p.text.contains(".target sm_80") && p.text.contains("shfl.sync.bfly"));
 /// ```
 pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError> {
+    crate::invocations::emitted();
     tile::verify(k).map_err(|e| EmitError {
         kernel: k.name.clone(),
         message: format!("unverified Tile IR:\n{e}"),

@@ -14,6 +14,7 @@
 //! (buffer or shared symbol and byte offset), and the number of findings in all; see
 //! [`tessera_sim::FindingKind`] for what is checked.
 
+pub(crate) mod device;
 #[cfg(test)]
 mod tests;
 
@@ -53,9 +54,20 @@ fn module(k: &PtxKernel) -> Result<Arc<Module>> {
     Ok(m)
 }
 
-/// Runs `k` on host buffers with every checker on (the CUDA backend's `run` contract).
+/// Runs `k` on host buffers with every checker on.
+#[cfg(test)]
 pub(crate) fn run(k: &PtxKernel, args: &[Buffer]) -> Result<SimStats> {
     run_with(k, args, Checks::default()).map(|r| r.stats)
+}
+
+/// The host↔device transfers a simulated device's memory counted itself (`None` for a
+/// device that is not the simulator). The device layer counts the same transfers
+/// ([`crate::Device::transfer_stats`]); the two agree.
+pub fn memory_transfers(device: &crate::Device) -> Option<crate::TransferStats> {
+    match device {
+        crate::Device::Sim(h) => Some(h.0.api().transfers()),
+        _ => None,
+    }
 }
 
 /// Simulates `k` over `args` (the public entry for benches and tools; launches go through
