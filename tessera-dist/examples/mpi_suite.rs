@@ -70,7 +70,13 @@ fn spmd_checks<X: RankContext>(ctx: &X) -> tessera_dist::Result<usize> {
             .to(to.clone())
             .run_rank::<f32, _>(ctx, &[&xs, &ws, &bs])?;
         let want_z = linear_gelu(&x, &w, &b)?;
-        let bits = |t: &Tensor<f32>| t.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let bits = |t: &Tensor<f32>| {
+            t.as_slice()
+                .expect("a host tensor")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
         if bits(&y.gather(ctx)?) != bits(&want)
             || z.spec() != &to
             || bits(&z.gather(ctx)?) != bits(&want_z)
