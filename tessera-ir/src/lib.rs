@@ -14,6 +14,7 @@ pub mod graph;
 pub mod lower;
 pub mod pipeline;
 pub mod reference;
+pub mod rewrite;
 pub mod schedule;
 pub mod target;
 pub mod text;

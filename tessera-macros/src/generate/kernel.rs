@@ -2,22 +2,23 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use tessera_front::lower::kernel::compile;
+use tessera_front::lower::kernel::compile_with;
 use tessera_front::parse::kernel::{KernelItem, body};
 use tessera_front::parse::types::rust_elem;
 
 /// Expands `#[kernel(attr)] item`.
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let k: KernelItem = match syn::parse2(item) {
+    let mut k: KernelItem = match syn::parse2(item) {
         Ok(k) => k,
         Err(e) => return e.to_compile_error(),
     };
     match tessera_front::kernel_attr(attr).and_then(|a| {
+        a.bind_dims(&mut k)?;
         let b = body(&k.block)?;
-        compile(&k, &b, a.policy).map(|c| (c, a.autotune))
+        compile_with(&k, &b, &a.compile_options()).map(|c| (c, a.autotune, a.rewrites))
     }) {
-        Ok((c, tune)) => match ptx_texts(&c.compiled) {
-            Ok(ptx) => wrapper(&k, Some((&c.graph, &c.tiles, &ptx, &tune))),
+        Ok((c, tune, rewrites)) => match ptx_texts(&c.compiled) {
+            Ok(ptx) => wrapper(&k, Some((&c.graph, &c.tiles, &ptx, &tune, &rewrites))),
             Err(e) => {
                 let stand_in = wrapper(&k, None);
                 let errors = syn::Error::new_spanned(&k.name, e).to_compile_error();
@@ -42,6 +43,7 @@ fn wrapper(
         &Vec<String>,
         &Vec<String>,
         &Option<tessera_front::AutotuneAttr>,
+        &Vec<(String, bool)>,
     )>,
 ) -> TokenStream {
     let KernelItem {
@@ -57,11 +59,13 @@ fn wrapper(
     let out = rust_elem(ret.ty.dtype);
     let name_str = name.to_string();
     let body = match compiled {
-        Some((graph, tiles, ptx, tune)) => {
+        Some((graph, tiles, ptx, tune, rewrites)) => {
             let register = tune.as_ref().map(|t| search_space(&name_str, t));
+            let (rule_names, on): (Vec<&String>, Vec<bool>) =
+                rewrites.iter().map(|(n, b)| (n, *b)).unzip();
             quote! {
                 #register
-                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]);
+                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]).with_rewrites(&[#((#rule_names, #on)),*]);
                 KERNEL.launch::<#out>(&[#(#names.arg()),*])
             }
         }

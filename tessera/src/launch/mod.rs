@@ -26,6 +26,8 @@ pub struct KernelDef {
     ptx: &'static [&'static str],
     /// The autotuner's fusion-depth decisions for this definition.
     fusion: autotune::FusionMemo,
+    /// `#[kernel(rewrites(..))]`: rules switched off (`false`) or forced (`true`).
+    rewrites: &'static [(&'static str, bool)],
 }
 
 /// A definition prepared for running: the default (deepest) plan, and the shallower plans
@@ -65,7 +67,32 @@ impl KernelDef {
             ready: OnceLock::new(),
             ptx: &[],
             fusion: autotune::FusionMemo::new(),
+            rewrites: &[],
         }
+    }
+
+    /// Switches rewrite rules off (`false`) or forces them (`true`), as the kernel's
+    /// `#[kernel(rewrites(..))]` attribute says (see `tessera_ir::rewrite`).
+    pub const fn with_rewrites(mut self, rewrites: &'static [(&'static str, bool)]) -> Self {
+        self.rewrites = rewrites;
+        self
+    }
+
+    /// The compile options of this definition at fusion depth `depth`.
+    fn options(&self, depth: Option<usize>) -> CompileOptions {
+        let mut opts = CompileOptions {
+            fusion_depth: depth,
+            ..CompileOptions::default()
+        };
+        for (name, on) in self.rewrites {
+            let list = if *on {
+                &mut opts.rewrites.forced
+            } else {
+                &mut opts.rewrites.disabled
+            };
+            list.push(name.to_string());
+        }
+        opts
     }
 
     /// Attaches the PTX the macro precompiled for each kernel's default schedule, per arch
@@ -132,10 +159,7 @@ impl KernelDef {
     /// The plan of fusion depth `depth` (`None`: the deepest, with the embedded texts).
     fn prepare(&self, depth: Option<usize>) -> std::result::Result<Plan, String> {
         let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
-        let opts = CompileOptions {
-            fusion_depth: depth,
-            ..CompileOptions::default()
-        };
+        let opts = self.options(depth);
         let compiled = compile(&g, &opts).map_err(|e| e.to_string())?;
         let mut programs = Vec::new();
         for (i, k) in compiled.kernels.iter().enumerate() {
