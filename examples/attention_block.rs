@@ -7,8 +7,8 @@
 //! Run: `TESSERA_DUMP=fusion cargo run --release --example attention_block`
 //! (the fusion trace, headed by the rewrite decisions, is printed to stderr).
 
-use tessera::prelude::*;
 use tessera::ir::reference::ops;
+use tessera::prelude::*;
 use tessera_workspace::reference::{matmul, rel_error};
 
 #[tessera::kernel(dims(C = 64, D = 64))]
