@@ -26,8 +26,9 @@ fn faer_par(t: usize) -> Par {
 fn inputs(n: usize) -> (Tensor<f32>, Tensor<f32>, Mat<f32>, Mat<f32>) {
     let a = Tensor::<f32>::randn(&[n, n], 1);
     let b = Tensor::<f32>::randn(&[n, n], 2);
-    let fa = Mat::from_fn(n, n, |i, j| a.as_slice()[i * n + j]);
-    let fb = Mat::from_fn(n, n, |i, j| b.as_slice()[i * n + j]);
+    let (av, bv) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+    let fa = Mat::from_fn(n, n, |i, j| av[i * n + j]);
+    let fb = Mat::from_fn(n, n, |i, j| bv[i * n + j]);
     (a, b, fa, fb)
 }
 

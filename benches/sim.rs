@@ -109,7 +109,9 @@ fn main() {
             }
             args.push(buf(&mut out, n * n * osz, odt, &[n, n], true));
             let t = Instant::now();
-            let st = simulate(k, &args, checks).unwrap_or_else(|e| panic!("{e}"));
+            let st = simulate(k, &args, checks)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .stats;
             let dt = t.elapsed().as_secs_f64();
             println!(
                 "| {name} | {} | {} | {} | {:.2} | {:.2e} |",

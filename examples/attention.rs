@@ -93,7 +93,7 @@ fn main() -> tessera::Result<()> {
         let (y, tf, pf) = measured(|| attention(&q, &k, &v));
         attention_unfused(&q, &k, &v)?;
         let (z, tu, pu) = measured(|| attention_unfused(&q, &k, &v));
-        let e = rel_error(&y?.to_f64_vec(), &z?.to_f64_vec());
+        let e = rel_error(&y?.to_f64_vec()?, &z?.to_f64_vec()?);
         println!(
             "| {s} | {} each | {:.3} s | {} | {:.3} s | {} | {} | {e:.1e} |",
             mib(s * d * 4),

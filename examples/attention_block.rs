@@ -5,7 +5,9 @@
 //! reference.
 //!
 //! Run: `TESSERA_DUMP=fusion cargo run --release --example attention_block`
-//! (the fusion trace, headed by the rewrite decisions, is printed to stderr).
+//! (the fusion trace, headed by the rewrite decisions, is printed to stderr). With
+//! `-- --ptx DIR` it also writes each fused kernel's PTX for sm_80 and sm_90a to `DIR` (for
+//! `ptxas`).
 
 use tessera::ir::reference::ops;
 use tessera::prelude::*;
@@ -40,8 +42,8 @@ fn main() -> tessera::Result<()> {
     let y = attention_block(&x, &gamma, &beta, &w[0], &w[1], &w[2], &w[3])?;
 
     // f64 reference, step by step.
-    let xv = x.to_f64_vec();
-    let (g, be) = (gamma.to_f64_vec(), beta.to_f64_vec());
+    let xv = x.to_f64_vec()?;
+    let (g, be) = (gamma.to_f64_vec()?, beta.to_f64_vec()?);
     let mut h = vec![0.0; b * s * c];
     for r in 0..b * s {
         let row = &xv[r * c..(r + 1) * c];
@@ -51,15 +53,39 @@ fn main() -> tessera::Result<()> {
             h[r * c + j] = (row[j] - mean) / (var + 1e-5).sqrt() * g[j] + be[j];
         }
     }
-    let proj = |w: &Tensor<f32>| matmul(&h, &w.to_f64_vec(), b * s, c, c);
-    let (q, k, v) = (proj(&w[0]), proj(&w[1]), proj(&w[2]));
+    let proj = |w: &Tensor<f32>| -> tessera::Result<Vec<f64>> {
+        Ok(matmul(&h, &w.to_f64_vec()?, b * s, c, c))
+    };
+    let (q, k, v) = (proj(&w[0])?, proj(&w[1])?, proj(&w[2])?);
     let a = ops::attention(&q, &k, &v, b, s, s, c, c, 0.125, true);
-    let mut want = matmul(&a, &w[3].to_f64_vec(), b * s, c, c);
+    let mut want = matmul(&a, &w[3].to_f64_vec()?, b * s, c, c);
     for (o, xi) in want.iter_mut().zip(&xv) {
         *o += xi;
     }
-    let e = rel_error(&y.to_f64_vec(), &want);
+    let e = rel_error(&y.to_f64_vec()?, &want);
     println!("attention block [{b}, {s}, {c}] on cpu: relative error vs f64 {e:.2e}");
     assert!(e < 1e-4, "relative error {e:e}");
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, dir] = args.as_slice()
+        && flag == "--ptx"
+    {
+        use tessera::ir::target::ptx::Arch;
+        std::fs::create_dir_all(dir).map_err(|e| tessera::Error::Compile {
+            kernel: "attention_block".into(),
+            message: format!("{dir}: {e}"),
+        })?;
+        let kernels = attention_block::KERNEL.compiled()?.kernels.len();
+        for i in 0..kernels {
+            for arch in [Arch::Sm80, Arch::Sm90a] {
+                let path = format!("{dir}/attention_block_k{i}.{arch}.ptx");
+                let text = attention_block::KERNEL.ptx(i, arch)?;
+                std::fs::write(&path, text).map_err(|e| tessera::Error::Compile {
+                    kernel: "attention_block".into(),
+                    message: format!("{path}: {e}"),
+                })?;
+                println!("wrote {path}");
+            }
+        }
+    }
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! tuned for an sm_90a GPU on the simulator (checked on the PTX it would run, ranked by the
 //! cost model, since the simulator has no clock).
 //!
-//! Run: `cargo run --release --example autotune`
+//! Run: `cargo run --release --example autotune`. It keeps its cache in a temporary folder
+//! unless `TESSERA_CACHE_DIR` is set; with `TESSERA_AUTOTUNE` set it makes one call in that
+//! mode instead of walking through every mode.
 
 use std::time::Instant;
 use tessera::autotune::{self, Entry, Mode};
@@ -53,18 +55,49 @@ fn show(what: &str, e: &Entry) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // A private cache folder, so the example starts cold and leaves the tree alone.
-    let dir = std::env::temp_dir().join(format!("tessera-autotune-example-{}", std::process::id()));
-    autotune::set_cache_dir(Some(dir.clone()));
+    // A private cache folder, so the example starts cold and leaves the tree alone — unless
+    // TESSERA_CACHE_DIR names one, which is then used (and kept).
+    let tmp = std::env::temp_dir().join(format!("tessera-autotune-example-{}", std::process::id()));
+    let user_dir = std::env::var_os("TESSERA_CACHE_DIR").is_some_and(|d| !d.is_empty());
+    if user_dir {
+        println!(
+            "using TESSERA_CACHE_DIR={}",
+            autotune::cache_dir().display()
+        );
+    } else {
+        autotune::set_cache_dir(Some(tmp.clone()));
+    }
     let (m, k, n) = (384, 512, 768);
     let x = Tensor::<f32>::randn(&[m, k], 1);
     let w = Tensor::<f32>::randn(&[k, n], 2);
     let b = Tensor::<f32>::randn(&[n], 3);
-    let mut want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
-    let bv = b.to_f64_vec();
+    let mut want = reference::matmul(&x.to_f64_vec()?, &w.to_f64_vec()?, m, k, n);
+    let bv = b.to_f64_vec()?;
     want.iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
+
+    // The walk-through below switches modes to show each one; a user's TESSERA_AUTOTUNE is
+    // honoured instead: one call under it, checked against f64.
+    if let Some(v) = std::env::var_os("TESSERA_AUTOTUNE") {
+        let mode = autotune::try_mode()?;
+        println!(
+            "TESSERA_AUTOTUNE={v:?} is set: one call in mode {mode:?} (unset it for the walk-through)"
+        );
+        let before = autotune::trials_run();
+        let y = linear_gelu(&x, &w, &b)?;
+        let err = rel_error(&y.to_f64_vec().unwrap(), &want);
+        println!(
+            "  {} trials; rel. error vs f64: {err:.2e}",
+            autotune::trials_run() - before
+        );
+        assert!(err < 1e-5, "the result disagrees with the f64 reference");
+        autotune::wait_background();
+        if !user_dir {
+            std::fs::remove_dir_all(&tmp).ok();
+        }
+        return Ok(());
+    }
 
     autotune::set_mode(Some(Mode::Off));
     let (y0, t_default) = timed(|| linear_gelu(&x, &w, &b));
@@ -101,7 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t_tuned * 1e3
     );
     for (name, y) in [("default", &y0), ("tuning", &y1), ("tuned", &y2)] {
-        let err = rel_error(&y.to_f64_vec(), &want);
+        let err = rel_error(&y.to_f64_vec()?, &want);
         println!("  {name:<8} rel. error vs f64: {err:.2e}");
         assert!(err < 1e-5, "{name} disagrees with the f64 reference");
     }
@@ -129,26 +162,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  the background worker ran {} trials; {m2} now has {own} entries of its own",
         autotune::trials_run() - before
     );
-    let mut want3 = reference::matmul(&x2.to_f64_vec(), &w.to_f64_vec(), m2, k, n);
+    let mut want3 = reference::matmul(&x2.to_f64_vec()?, &w.to_f64_vec()?, m2, k, n);
     want3
         .iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
-    let err = rel_error(&y3.to_f64_vec(), &want3);
+    let err = rel_error(&y3.to_f64_vec()?, &want3);
     println!("  borrowed-schedule result rel. error vs f64: {err:.2e}");
     assert!(err < 1e-5);
 
     println!("4. ship the cache to another machine of the same arch");
-    let file = dir.join("shipped.json");
+    let file = tmp.join("shipped.json");
     let saved = autotune::save_cache(&file)?;
     println!("  saved {saved} entries to {}", file.display());
 
     println!("5. the same kernel for an sm_90a GPU, on the simulator");
     let sim = Device::sim_arch(Arch::Sm90a);
     let (xs, ws, bs) = (
-        Tensor::<f32>::randn(&[48, 64], 4).to(&sim),
-        Tensor::<f32>::randn(&[64, 40], 5).to(&sim),
-        Tensor::<f32>::randn(&[40], 6).to(&sim),
+        Tensor::<f32>::randn(&[48, 64], 4).to(&sim)?,
+        Tensor::<f32>::randn(&[64, 40], 5).to(&sim)?,
+        Tensor::<f32>::randn(&[40], 6).to(&sim)?,
     );
     let ys = linear_gelu(&xs, &ws, &bs)?;
     let id = autotune::device_arch_id(&sim);
@@ -159,20 +192,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let (xh, wh, bh) = (
-        xs.to(&Device::Cpu),
-        ws.to(&Device::Cpu),
-        bs.to(&Device::Cpu),
+        xs.to(&Device::Cpu)?,
+        ws.to(&Device::Cpu)?,
+        bs.to(&Device::Cpu)?,
     );
-    let mut want_s = reference::matmul(&xh.to_f64_vec(), &wh.to_f64_vec(), 48, 64, 40);
-    let bsv = bh.to_f64_vec();
+    let mut want_s = reference::matmul(&xh.to_f64_vec()?, &wh.to_f64_vec()?, 48, 64, 40);
+    let bsv = bh.to_f64_vec()?;
     want_s
         .iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bsv[i % 40]));
-    let err = rel_error(&ys.to(&Device::Cpu).to_f64_vec(), &want_s);
+    let err = rel_error(&ys.to(&Device::Cpu)?.to_f64_vec()?, &want_s);
     println!("  simulator result rel. error vs f64: {err:.2e}");
     assert!(err < 1e-5);
     autotune::set_mode(None);
-    std::fs::remove_dir_all(&dir).ok();
+    if user_dir {
+        std::fs::remove_file(&file).ok();
+    } else {
+        std::fs::remove_dir_all(&tmp).ok();
+    }
     Ok(())
 }

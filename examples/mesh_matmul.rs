@@ -1,15 +1,22 @@
-//! Tensor-parallel matmul on an 8-device local mesh (tp=2, pp=2, dp=2).
+//! A `#[tessera::kernel]` run over an 8-device local mesh (tp=2, pp=2, dp=2) in one call.
 //!
-//! `Y = X · W` with X `[M, K]` sharded rows over dp and K over tp, W `[K, N]` sharded K over tp
-//! and N over pp. Each device multiplies its shards with `tessera_kernels::matmul`, giving a
-//! partial sum over tp (spec `[S(dp), S(pp)] Partial(sum: tp)`); the planner reduces it with a
-//! reduce-scatter, the result is gathered and compared bit for bit with the single-device matmul
-//! (inputs are small integers, so every sum is exact in any order).
+//! `Y = X · W` with X `[M, K]` split rows over dp and K over tp, W `[K, N]` split K over tp and
+//! N over pp. The SPMD launch propagates the specs through the kernel's Graph IR: the split
+//! contraction makes each device's local matmul a partial sum over tp (`[S(dp), S(pp)]
+//! Partial(sum: tp)`); asked for `[S(dp), S(pp, tp)]`, the planner reduces it with the cheapest
+//! collective it finds. The plan and the collectives that actually ran are printed, and the
+//! result is compared bit for bit with the single-device launch (small integer inputs, so every
+//! sum is exact in any order).
 //!
 //! Run: `cargo run --release --example mesh_matmul`
 
 use tessera::Tensor;
-use tessera_dist::{DistTensor, Mesh, ReduceOp, Replicate, Shard, ShardSpec};
+use tessera_dist::{DistTensor, Mesh, Shard, ShardSpec, spmd};
+
+#[tessera::kernel]
+fn matmul(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    x.matmul(w)
+}
 
 fn ints(shape: &[usize], seed: usize) -> Tensor<f32> {
     let n: usize = shape.iter().product();
@@ -30,38 +37,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let xd = DistTensor::distribute(&x, ShardSpec::new([Shard(["dp"]), Shard(["tp"])]), &mesh)?;
     let wd = DistTensor::distribute(&w, ShardSpec::new([Shard(["tp"]), Shard(["pp"])]), &mesh)?;
 
-    // One local matmul per device (tessera's CPU kernel), on one thread per device.
-    let shards: Vec<Tensor<f32>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..mesh.size())
-            .map(|r| {
-                let (a, b) = (xd.shard(r), wd.shard(r));
-                s.spawn(move || tessera_kernels::matmul(a, b))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap())
-            .collect::<Result<_, _>>()
-    })?;
-    let partial = ShardSpec::new([Shard(["dp"]), Shard(["pp"])]).partial(["tp"], ReduceOp::Sum);
-    let yd = DistTensor::from_shards(shards, partial, &mesh, &[m, n])?;
-
     let target = ShardSpec::new([Shard(["dp"]), Shard(["pp", "tp"])]);
-    let (y, plan, seen) = yd.redistribute_traced(&target)?;
+    let (y, plan, seen) = spmd(&matmul::KERNEL)
+        .to(target)
+        .run_traced::<f32>(&[&xd, &wd])?;
     println!("{plan}");
     println!("observed collectives: {seen}");
-    let y = y.gather()?;
+    assert_eq!(
+        plan.counts(),
+        seen,
+        "the plan and the collectives that ran differ"
+    );
 
-    let want = tessera_kernels::matmul(&x, &w)?;
+    let y = y.gather()?;
+    let want = matmul(&x, &w)?;
     let same = y
-        .as_slice()
+        .as_slice()?
         .iter()
-        .zip(want.as_slice())
+        .zip(want.as_slice()?)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     println!(
-        "Y [{m}x{n}] on 8 devices (tp=2, pp=2, dp=2) == single-device matmul bit for bit: {same}"
+        "Y [{m}x{n}] on 8 devices (tp=2, pp=2, dp=2) == single-device launch bit for bit: {same}"
     );
-    let replicated = DistTensor::distribute(&y, ShardSpec::new([Replicate]), &mesh)?;
-    assert_eq!(replicated.gather()?, want);
     assert!(
         same,
         "distributed result differs from the single-device one"

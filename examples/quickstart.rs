@@ -44,12 +44,12 @@ fn main() -> tessera::Result<()> {
 
     let (y, secs) = best_of(5, || linear_gelu(&x, &w, &b));
     let y = y?;
-    let mut want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
-    let bv = b.to_f64_vec();
+    let mut want = reference::matmul(&x.to_f64_vec()?, &w.to_f64_vec()?, m, k, n);
+    let bv = b.to_f64_vec()?;
     want.iter_mut()
         .enumerate()
         .for_each(|(i, v)| *v = reference::gelu(*v + bv[i % n]));
-    let err = rel_error(&y.to_f64_vec(), &want);
+    let err = rel_error(&y.to_f64_vec()?, &want);
     let gflops = 2.0 * (m * k * n) as f64 / secs / 1e9;
     println!(
         "linear+bias+gelu  bf16 [{m}x{k}]·[{k}x{n}]  rel.err {err:.2e}  {:.3} ms  {gflops:.1} GFLOP/s",
@@ -60,7 +60,7 @@ fn main() -> tessera::Result<()> {
     let s = Tensor::<f32>::randn(&[r, c], 4);
     let (p, secs) = best_of(5, || row_softmax(&s));
     let p = p?;
-    let err2 = rel_error(&p.to_f64_vec(), &reference::softmax(&s.to_f64_vec(), c));
+    let err2 = rel_error(&p.to_f64_vec()?, &reference::softmax(&s.to_f64_vec()?, c));
     let gbs = (2 * r * c * 4) as f64 / secs / 1e9;
     println!(
         "softmax           f32 [{r}x{c}]  rel.err {err2:.2e}  {:.3} ms  {gbs:.1} GB/s",

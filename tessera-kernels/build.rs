@@ -30,35 +30,43 @@ fn main() {
         let tokens =
             TokenStream::from_str(&src).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         for (attr, item) in kernel_items(tokens) {
-            let (k, compiled) = match tessera_front::compile_kernel(attr, item) {
+            let (k, instances) = match tessera_front::compile_kernel(attr, item) {
                 Ok(x) => x,
                 // The macro reports the error with its span; nothing to precompile here.
                 Err(_) => continue,
             };
-            for (i, ck) in compiled.kernels.iter().enumerate() {
-                let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &ck.fused);
-                for s in Schedule::space(ck.fused.class, dtype) {
-                    let lowered = compiled
-                        .lower_with(i, &s)
-                        .unwrap_or_else(|e| panic!("{}: {e}", k.name));
-                    for arch in Arch::ALL {
-                        let p =
-                            ptx::emit(&lowered.kernel, &s, arch).unwrap_or_else(|e| panic!("{e}"));
-                        let fname =
-                            format!("{}__{}__{}.ptx", p.entry, schedule_id(&s), arch.target());
-                        write_if_changed(&dir.join(&fname), &p.text);
-                        let _ = writeln!(
-                            index,
-                            "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
-                            k.name.to_string(),
-                            ck.fused.name,
-                            s.to_string(),
-                            arch.target(),
-                            fname,
-                            p.threads,
-                            p.dyn_smem,
-                            fname
-                        );
+            for (inst, compiled) in &instances {
+                // The name the macro gives this instantiation's `KernelDef` (`add__bf16`).
+                let kname = format!("{}{}", k.name, inst.suffix);
+                for (i, ck) in compiled.kernels.iter().enumerate() {
+                    let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &ck.fused);
+                    for s in Schedule::space(ck.fused.class, dtype) {
+                        let lowered = compiled
+                            .lower_with(i, &s)
+                            .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                        for arch in Arch::ALL {
+                            if ptx::supports(&lowered.kernel, arch).is_err() {
+                                continue;
+                            }
+                            let p = ptx::emit(&lowered.kernel, &s, arch)
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            let fname =
+                                format!("{}__{}__{}.ptx", p.entry, schedule_id(&s), arch.target());
+                            write_if_changed(&dir.join(&fname), &p.text);
+                            let _ = writeln!(
+                                index,
+                                "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, launch: {:?}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
+                                kname,
+                                ck.fused.name,
+                                s.to_string(),
+                                arch.target(),
+                                fname,
+                                p.threads,
+                                p.dyn_smem,
+                                ptx::print_launch(&p),
+                                fname
+                            );
+                        }
                     }
                 }
             }

@@ -58,7 +58,9 @@ thread_local! {
 }
 
 fn randn<T: Element>(shape: &[usize], seed: u64) -> Tensor<T> {
-    Tensor::randn(shape, seed).to(&DEVICE.with(|d| d.borrow().clone()))
+    Tensor::randn(shape, seed)
+        .to(&DEVICE.with(|d| d.borrow().clone()))
+        .unwrap()
 }
 
 /// `(batch, heads, Sq, Sk)`: S = 1, lengths straddling the tiles, Sq ≠ Sk both ways.
@@ -83,9 +85,9 @@ fn f32_case(causal: bool, fused: Attn4, unfused: Option<Attn4>) {
         let y = fused(&q, &k, &v).unwrap();
         assert_eq!(y.shape(), &[b, h, s, 32]);
         let want = tessera::ir::reference::ops::attention(
-            &q.to_f64_vec(),
-            &k.to_f64_vec(),
-            &v.to_f64_vec(),
+            &q.to_f64_vec().unwrap(),
+            &k.to_f64_vec().unwrap(),
+            &v.to_f64_vec().unwrap(),
             b * h,
             s,
             t,
@@ -94,14 +96,14 @@ fn f32_case(causal: bool, fused: Attn4, unfused: Option<Attn4>) {
             0.125,
             causal,
         );
-        let ey = rel_error(&y.to_f64_vec(), &want);
+        let ey = rel_error(&y.to_f64_vec().unwrap(), &want);
         let what = format!("attention causal={causal} {b}x{h}x{s}x{t}");
         assert!(ey < 1e-5, "{what}: fused relative error {ey:e}");
         if let Some(unfused) = unfused {
             let z = unfused(&q, &k, &v).unwrap();
-            let ez = rel_error(&z.to_f64_vec(), &want);
+            let ez = rel_error(&z.to_f64_vec().unwrap(), &want);
             assert!(ez < 1e-5, "{what}: unfused relative error {ez:e}");
-            let e = rel_error(&y.to_f64_vec(), &z.to_f64_vec());
+            let e = rel_error(&y.to_f64_vec().unwrap(), &z.to_f64_vec().unwrap());
             assert!(e < 1e-5, "{what}: fused vs unfused {e:e}");
         }
     }
@@ -118,9 +120,9 @@ fn half_case<T: Element>(causal: bool, f: Attn3<T>) {
         let v = randn::<T>(&[bh, t, 64], seed + 2);
         let y = f(&q, &k, &v).unwrap();
         let want = tessera::ir::reference::ops::attention(
-            &q.to_f64_vec(),
-            &k.to_f64_vec(),
-            &v.to_f64_vec(),
+            &q.to_f64_vec().unwrap(),
+            &k.to_f64_vec().unwrap(),
+            &v.to_f64_vec().unwrap(),
             bh,
             s,
             t,
@@ -131,7 +133,7 @@ fn half_case<T: Element>(causal: bool, f: Attn3<T>) {
         );
         // Inputs are exact in f64; the probabilities are rounded to T before the second
         // product, so the error is T's rounding.
-        let e = rel_error(&y.to_f64_vec(), &want);
+        let e = rel_error(&y.to_f64_vec().unwrap(), &want);
         assert!(
             e < 1e-2,
             "attention {} causal={causal} {bh}x{s}x{t}: relative error {e:e}",

@@ -4,7 +4,7 @@
 //! One test body per behaviour, instantiated for each backend by `backend_tests!` (cpu now; the
 //! simulator joins when it lands).
 
-use tessera::{Device, Element, Tensor, bf16};
+use tessera::{Device, Element, Float, Tensor, bf16, f16};
 use tessera_workspace::reference::{self, rel_error};
 
 /// Shapes chosen to straddle tile edges: 1×1, empty, primes, just over a tile.
@@ -25,7 +25,9 @@ thread_local! {
 
 /// Random inputs placed on the backend under test.
 fn randn<T: Element>(shape: &[usize], seed: u64) -> Tensor<T> {
-    Tensor::randn(shape, seed).to(&DEVICE.with(|d| d.borrow().clone()))
+    Tensor::randn(shape, seed)
+        .to(&DEVICE.with(|d| d.borrow().clone()))
+        .unwrap()
 }
 
 fn tol<T: Element>() -> f64 {
@@ -50,9 +52,14 @@ fn matmul_case<T: Element>(
         let b = randn::<T>(&[k, n], seed + 100 + i as u64);
         let y = f(&a, &b).unwrap();
         assert_eq!(y.shape(), &[m, n]);
-        let want = reference::matmul(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n);
+        let want = reference::matmul(&a.to_f64_vec().unwrap(), &b.to_f64_vec().unwrap(), m, k, n);
         // Inputs are exact in f64; only accumulation differs: f32 tolerance applies to both.
-        check(&format!("matmul {m}x{k}x{n}"), &y.to_f64_vec(), &want, 1e-5);
+        check(
+            &format!("matmul {m}x{k}x{n}"),
+            &y.to_f64_vec().unwrap(),
+            &want,
+            1e-5,
+        );
     }
 }
 
@@ -65,14 +72,15 @@ fn linear_gelu_case<T: Element>(
         let w = randn::<T>(&[k, n], seed + 50 + i as u64);
         let b = randn::<f32>(&[n], seed + 90 + i as u64);
         let y = f(&x, &w, &b).unwrap();
-        let mut want = reference::matmul(&x.to_f64_vec(), &w.to_f64_vec(), m, k, n);
-        let bv = b.to_f64_vec();
+        let mut want =
+            reference::matmul(&x.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), m, k, n);
+        let bv = b.to_f64_vec().unwrap();
         for (j, v) in want.iter_mut().enumerate() {
             *v = reference::gelu(*v + bv[j % n.max(1)]);
         }
         check(
             &format!("linear+bias+gelu {m}x{k}x{n}"),
-            &y.to_f64_vec(),
+            &y.to_f64_vec().unwrap(),
             &want,
             1e-5,
         );
@@ -91,14 +99,18 @@ fn rows_case(
         let b = randn::<f32>(&[cols], seed + 9 + i as u64);
         let y = f(&x, &g, &b).unwrap();
         assert_eq!(y.shape(), &[rows, cols]);
-        let (xv, gv, bv) = (x.to_f64_vec(), g.to_f64_vec(), b.to_f64_vec());
+        let (xv, gv, bv) = (
+            x.to_f64_vec().unwrap(),
+            g.to_f64_vec().unwrap(),
+            b.to_f64_vec().unwrap(),
+        );
         let want: Vec<f64> = xv
             .chunks(cols.max(1))
             .flat_map(|row| r(row, &gv, &bv))
             .collect();
         check(
             &format!("{name} {rows}x{cols}"),
-            &y.to_f64_vec(),
+            &y.to_f64_vec().unwrap(),
             &want[..y.numel()],
             1e-5,
         );
@@ -121,6 +133,102 @@ fn rmsnorm_ref(row: &[f64], g: &[f64], _b: &[f64]) -> Vec<f64> {
         .enumerate()
         .map(|(j, x)| x / (ms + 1e-6).sqrt() * g[j])
         .collect()
+}
+
+/// Output tolerance of a kernel returning `T` (normwise, against f64 on the inputs as stored):
+/// f32 accumulation, then one rounding to `T`.
+fn out_tol<T: Element>() -> f64 {
+    match T::DTYPE {
+        tessera::DType::F32 => 2e-5,
+        tessera::DType::F16 => 2e-3,
+        _ => 1e-2,
+    }
+}
+
+/// Every generic library kernel (`<T: Float>`) at `T`, against f64 references on the inputs
+/// as stored in `T`.
+fn generic_case<T: Float>(seed: u64) {
+    let tol = out_tol::<T>();
+    for (i, &(r, k, c)) in SHAPES.iter().enumerate() {
+        let s = seed + 10 * i as u64;
+        let x = randn::<T>(&[r, c], s);
+        let y = randn::<T>(&[r, c], s + 1);
+        let g = randn::<T>(&[c], s + 2);
+        let b = randn::<T>(&[c], s + 3);
+        let (xv, yv, gv, bv) = (
+            x.to_f64_vec().unwrap(),
+            y.to_f64_vec().unwrap(),
+            g.to_f64_vec().unwrap(),
+            b.to_f64_vec().unwrap(),
+        );
+        let name = |op: &str| format!("{op} {} {r}x{c}", T::DTYPE);
+        let rows = |f: &dyn Fn(&[f64]) -> Vec<f64>| -> Vec<f64> {
+            xv.chunks(c.max(1)).flat_map(f).collect::<Vec<_>>()[..r * c].to_vec()
+        };
+        let got = |t: tessera::Result<Tensor<T>>| t.unwrap().to_f64_vec().unwrap();
+        let sum: Vec<f64> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
+        check(&name("add"), &got(tessera_kernels::add(&x, &y)), &sum, tol);
+        let prod: Vec<f64> = xv
+            .iter()
+            .enumerate()
+            .map(|(j, a)| a * gv[j % c.max(1)])
+            .collect();
+        check(&name("mul"), &got(tessera_kernels::mul(&x, &g)), &prod, tol);
+        let ge: Vec<f64> = xv.iter().map(|a| reference::gelu(*a)).collect();
+        check(&name("gelu"), &got(tessera_kernels::gelu(&x)), &ge, tol);
+        let sm = rows(&|row| reference::softmax(row, row.len()));
+        check(
+            &name("softmax"),
+            &got(tessera_kernels::softmax(&x)),
+            &sm,
+            tol,
+        );
+        let ln = rows(&|row| layernorm_ref(row, &gv, &bv));
+        check(
+            &name("layernorm"),
+            &got(tessera_kernels::layernorm(&x, &g, &b)),
+            &ln,
+            tol,
+        );
+        let rms = rows(&|row| rmsnorm_ref(row, &gv, &bv));
+        check(
+            &name("rmsnorm"),
+            &got(tessera_kernels::rmsnorm(&x, &g)),
+            &rms,
+            tol,
+        );
+        // Matmuls: [r, k] · [k, c].
+        let a = randn::<T>(&[r, k], s + 4);
+        let w = randn::<T>(&[k, c], s + 5);
+        let bias = randn::<f32>(&[c], s + 6);
+        let mm = reference::matmul(&a.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), r, k, c);
+        check(
+            &name("matmul"),
+            &got(tessera_kernels::matmul(&a, &w)),
+            &mm,
+            tol,
+        );
+        let bb = bias.to_f64_vec().unwrap();
+        let lg: Vec<f64> = mm
+            .iter()
+            .enumerate()
+            .map(|(j, v)| reference::gelu(v + bb[j % c.max(1)]))
+            .collect();
+        check(
+            &name("linear_bias_gelu"),
+            &got(tessera_kernels::linear_bias_gelu(&a, &w, &bias)),
+            &lg,
+            tol,
+        );
+        let a3 = a.clone().reshape(&[1, r, k]).unwrap();
+        let w3 = w.clone().reshape(&[1, k, c]).unwrap();
+        check(
+            &name("matmul_batched"),
+            &got(tessera_kernels::matmul_batched(&a3, &w3)),
+            &mm,
+            tol,
+        );
+    }
 }
 
 macro_rules! backend_tests {
@@ -146,25 +254,28 @@ macro_rules! backend_tests {
                     let a = randn::<f32>(&[bt, m, k], 21);
                     let c = randn::<f32>(&[bt, k, n], 22);
                     let y = tessera_kernels::matmul_batched(&a, &c).unwrap();
-                    let (av, cv) = (a.to_f64_vec(), c.to_f64_vec());
+                    let (av, cv) = (a.to_f64_vec().unwrap(), c.to_f64_vec().unwrap());
                     let want: Vec<f64> = (0..bt).flat_map(|i| reference::matmul(&av[i * m * k..(i + 1) * m * k], &cv[i * k * n..(i + 1) * k * n], m, k, n)).collect();
-                    check("batched matmul", &y.to_f64_vec(), &want, 1e-5);
+                    check("batched matmul", &y.to_f64_vec().unwrap(), &want, 1e-5);
                 }
             }
             #[test] fn tile_programs() { device(); tile_programs_case(); }
+            #[test] fn generic_f32() { device(); generic_case::<f32>(101); }
+            #[test] fn generic_bf16() { device(); generic_case::<bf16>(102); }
+            #[test] fn generic_f16() { device(); generic_case::<f16>(103); }
             #[test] fn elementwise_broadcast() {
                 device();
                 for (i, &(r, c, _)) in SHAPES.iter().enumerate() {
                     let x = randn::<f32>(&[r, c], 31 + i as u64);
                     let y = randn::<f32>(&[r, c], 41 + i as u64);
                     let v = randn::<f32>(&[c], 51 + i as u64);
-                    let (xv, yv, vv) = (x.to_f64_vec(), y.to_f64_vec(), v.to_f64_vec());
+                    let (xv, yv, vv) = (x.to_f64_vec().unwrap(), y.to_f64_vec().unwrap(), v.to_f64_vec().unwrap());
                     let s: Vec<f64> = xv.iter().zip(&yv).map(|(a, b)| a + b).collect();
-                    check("add", &tessera_kernels::add(&x, &y).unwrap().to_f64_vec(), &s, 1e-6);
+                    check("add", &tessera_kernels::add(&x, &y).unwrap().to_f64_vec().unwrap(), &s, 1e-6);
                     let p: Vec<f64> = xv.iter().enumerate().map(|(j, a)| a * vv[j % c.max(1)]).collect();
-                    check("mul row-broadcast", &tessera_kernels::mul(&x, &v).unwrap().to_f64_vec(), &p, 1e-6);
+                    check("mul row-broadcast", &tessera_kernels::mul(&x, &v).unwrap().to_f64_vec().unwrap(), &p, 1e-6);
                     let g: Vec<f64> = xv.iter().map(|a| reference::gelu(*a)).collect();
-                    check("gelu", &tessera_kernels::gelu(&x).unwrap().to_f64_vec(), &g, 1e-6);
+                    check("gelu", &tessera_kernels::gelu(&x).unwrap().to_f64_vec().unwrap(), &g, 1e-6);
                 }
             }
         }
@@ -201,15 +312,15 @@ fn tile_programs_case() {
     for (i, &(m, k, n)) in SHAPES.iter().enumerate() {
         let a = randn::<f32>(&[m, k], 60 + i as u64);
         let b = randn::<f32>(&[k, n], 70 + i as u64);
-        let mut c = Tensor::<f32>::zeros(&[m, n]).to(a.device());
+        let mut c = Tensor::<f32>::zeros_on(&[m, n], a.device()).unwrap();
         tessera_kernels::tiled::matmul_tiled::launch(&a, &b, &mut c).unwrap();
         check(
             "tile! matmul",
-            &c.to_f64_vec(),
-            &reference::matmul(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n),
+            &c.to_f64_vec().unwrap(),
+            &reference::matmul(&a.to_f64_vec().unwrap(), &b.to_f64_vec().unwrap(), m, k, n),
             1e-5,
         );
-        let mut c2 = Tensor::<f32>::zeros(&[m, n]).to(a.device());
+        let mut c2 = Tensor::<f32>::zeros_on(&[m, n], a.device()).unwrap();
         tessera_kernels::tiled::matmul_tiled::launch_with(
             &[("BM", 16), ("BK", 8)],
             &a,
@@ -218,21 +329,22 @@ fn tile_programs_case() {
         )
         .unwrap();
         assert_eq!(
-            c.to_vec(),
+            c.to_vec().unwrap(),
             c2.to_vec()
+                .unwrap()
                 .iter()
-                .zip(c.to_vec())
+                .zip(c.to_vec().unwrap())
                 .map(|(x, y)| if (x - y).abs() < 1e-3 { y } else { *x })
                 .collect::<Vec<_>>()
         );
         let x = randn::<f32>(&[m, k.max(1) * 3], 80 + i as u64);
         let cols = x.shape()[1];
-        let mut y = Tensor::<f32>::zeros(x.shape()).to(x.device());
+        let mut y = Tensor::<f32>::zeros_on(x.shape(), x.device()).unwrap();
         tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
         check(
             "tile! softmax",
-            &y.to_f64_vec(),
-            &reference::softmax(&x.to_f64_vec(), cols),
+            &y.to_f64_vec().unwrap(),
+            &reference::softmax(&x.to_f64_vec().unwrap(), cols),
             1e-5,
         );
     }

@@ -7,8 +7,88 @@ use tessera::Tensor;
 use tessera_dist::mpi_backend::MpiWorld;
 use tessera_dist::testing::check_all;
 use tessera_dist::{
-    Algorithm, Communicator, Mesh, RankShard, ReduceOp, Replicate, Shard, ShardSpec,
+    Algorithm, Communicator, Mesh, RankContext, RankShard, ReduceOp, Replicate, Shard, ShardSpec,
+    spmd,
 };
+
+#[tessera::kernel]
+fn linear_gelu(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    gelu(x.matmul(w) + b)
+}
+
+#[tessera::kernel]
+fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    x.matmul(w)
+}
+
+/// Integer-valued inputs, so every sum is exact in any order.
+fn ints(shape: &[usize], seed: usize) -> Tensor<f32> {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) % 9) as f32 - 4.0)
+            .collect(),
+        shape,
+    )
+    .unwrap()
+}
+
+/// SPMD launches of `mm` and `linear_gelu` (one rank per process) against the single-device
+/// launch, bit for bit; returns the number of checks.
+fn spmd_checks<X: RankContext>(ctx: &X) -> tessera_dist::Result<usize> {
+    let (m, k, n) = (13, 10, 9);
+    let (x, w, b) = (ints(&[m, k], 1), ints(&[k, n], 2), ints(&[n], 3));
+    let s = |a: &[&str], c: &[&str]| {
+        let d = |v: &[&str]| {
+            if v.is_empty() {
+                Replicate
+            } else {
+                Shard(v.iter().copied())
+            }
+        };
+        ShardSpec::new([d(a), d(c)])
+    };
+    let cases = [
+        (s(&["a"], &[]), s(&[], &["b"])),
+        (s(&["a"], &["b"]), s(&["b"], &[])),
+        (s(&[], &["a", "b"]), s(&["a", "b"], &[])),
+        (s(&["b"], &["a"]), s(&["a"], &["b"])),
+    ];
+    let mut checks = 0;
+    for (sx, sw) in cases {
+        let xs = RankShard::from_global(ctx, &x, &sx)?;
+        let ws = RankShard::from_global(ctx, &w, &sw)?;
+        let bs = RankShard::from_global(ctx, &b, &ShardSpec::replicated())?;
+        let y = spmd(&mm::KERNEL).run_rank::<f32, _>(ctx, &[&xs, &ws])?;
+        let want = mm(&x, &w)?;
+        let to = ShardSpec::new([Shard(["b"])]);
+        let z = spmd(&linear_gelu::KERNEL)
+            .to(to.clone())
+            .run_rank::<f32, _>(ctx, &[&xs, &ws, &bs])?;
+        let want_z = linear_gelu(&x, &w, &b)?;
+        let bits = |t: &Tensor<f32>| {
+            t.as_slice()
+                .expect("a host tensor")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        if bits(&y.gather(ctx)?) != bits(&want)
+            || z.spec() != &to
+            || bits(&z.gather(ctx)?) != bits(&want_z)
+        {
+            return Err(tessera_dist::DistError::ReplicaMismatch(format!(
+                "spmd launch with x {sx}, w {sw}: differs from the single-device launch"
+            )));
+        }
+        checks += 2;
+    }
+    Ok(checks)
+}
 
 fn main() {
     let world = MpiWorld::init().expect("MPI init");
@@ -83,6 +163,8 @@ fn main() {
             }
         }
     }
+
+    record("spmd launch", spmd_checks(&ctx));
 
     let mut totals = [passed as i32, failed as i32];
     comm.all_reduce(&mut totals, ReduceOp::Sum, Algorithm::Auto)

@@ -58,6 +58,14 @@ pub enum DistError {
         backend: &'static str,
         message: String,
     },
+    /// A kernel uses an op the SPMD launch has no sharding rule for.
+    #[error(
+        "kernel `{kernel}`: op `{op}` has no sharding rule (tessera-dist/src/spmd/rules.rs), so it cannot run over a mesh"
+    )]
+    NoShardingRule { op: String, kernel: String },
+    /// An SPMD launch whose arguments do not fit the kernel.
+    #[error("SPMD launch of `{kernel}`: {message}")]
+    Launch { kernel: String, message: String },
     /// An error from a tessera kernel or tensor.
     #[error(transparent)]
     Tensor(#[from] tessera::Error),

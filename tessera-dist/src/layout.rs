@@ -66,12 +66,3 @@ pub(crate) fn slice<T: Copy + Default>(
     copy_region(data, shape, &off, &mut out, &ext, &vec![0; ext.len()], &ext);
     out
 }
-
-/// `ranges` along one dim, everything along the others.
-pub(crate) fn dim_ranges(shape: &[usize], dim: usize, r: Range<usize>) -> Vec<Range<usize>> {
-    shape
-        .iter()
-        .enumerate()
-        .map(|(d, &s)| if d == dim { r.clone() } else { 0..s })
-        .collect()
-}

@@ -2,12 +2,19 @@
 //! per rank, single process ([`NcclComm::group`]); host buffers are staged through device
 //! memory. All-to-all is grouped send/recv. On a machine without a CUDA driver or NCCL library,
 //! [`NcclComm::group`] returns [`DistError::NoGpu`] before touching anything that would panic.
-//! Reductions and moves support `f32` and `i32`.
+//! Reductions and moves support `f32`, `f16`, `bf16` and `i32`. [`NcclWorld::run`] is the
+//! [`RankContext`] over a mesh (one thread per GPU, a communicator per axis group), so
+//! `RankShard`, redistribution and the SPMD launch ([`crate::Spmd::run_rank`]) run on NCCL
+//! through the same code as the local and MPI backends.
 
 use crate::comm::check_len;
-use crate::{Algorithm, AsyncLane, CommElem, Communicator, DistError, ReduceOp, Result};
+use crate::{
+    Algorithm, AsyncLane, CommElem, Communicator, DistError, Mesh, RankContext, ReduceOp, Result,
+};
 use cudarc::driver::{CudaContext, CudaSlice, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::safe::{Comm, NcclType, group_end, group_start};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use tessera::DType;
 
 /// One rank (one GPU) of an NCCL communicator.
@@ -65,9 +72,15 @@ impl NcclComm {
                 "{n} ranks need {n} GPUs, found {count}"
             )));
         }
+        Self::on_devices(&(0..n).collect::<Vec<_>>())
+    }
+
+    /// One communicator per GPU of `devices` (ordinals), ranked in that order.
+    fn on_devices(devices: &[usize]) -> Result<Vec<NcclComm>> {
         let make = || -> Result<Vec<Comm>> {
-            let streams = (0..n)
-                .map(|i| {
+            let streams = devices
+                .iter()
+                .map(|&i| {
                     CudaContext::new(i)
                         .and_then(|c| c.new_stream())
                         .map_err(gpu_err)
@@ -210,6 +223,14 @@ macro_rules! typed {
                 type $e = i32;
                 $body
             }
+            DType::F16 => {
+                type $e = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $e = half::bf16;
+                $body
+            }
             d => Err(DistError::Unsupported {
                 backend: "nccl",
                 what: format!("{d:?}"),
@@ -322,5 +343,103 @@ impl Communicator for NcclComm {
 
     fn lane(&self) -> &AsyncLane<Self> {
         &self.lane
+    }
+}
+
+/// NCCL over a mesh in one process: mesh rank `r` is GPU `r`, one thread per GPU.
+pub struct NcclWorld {
+    mesh: Mesh,
+    groups: Mutex<HashMap<Vec<String>, Vec<Arc<NcclComm>>>>,
+}
+
+/// One GPU thread's view of an [`NcclWorld`].
+pub struct NcclRank<'a> {
+    world: &'a NcclWorld,
+    rank: usize,
+}
+
+impl NcclWorld {
+    /// Runs `f` once per mesh rank, each on its own thread driving GPU `rank`; results by rank.
+    ///
+    /// ```
+    /// use tessera_dist::{Mesh, RankContext, nccl::NcclWorld};
+    /// let mesh = Mesh::local([("tp", 2)])?;
+    /// // Without 2 GPUs and NCCL this is an error, not a panic.
+    /// match NcclWorld::run(&mesh, |ctx| Ok(ctx.rank())) {
+    ///     Ok(r) => assert_eq!(r, vec![0, 1]),
+    ///     Err(e) => assert!(e.to_string().contains("GPU") || e.to_string().contains("nccl")),
+    /// }
+    /// # Ok::<(), tessera_dist::DistError>(())
+    /// ```
+    pub fn run<R: Send>(
+        mesh: &Mesh,
+        f: impl Fn(&NcclRank<'_>) -> Result<R> + Sync,
+    ) -> Result<Vec<R>> {
+        available()?;
+        let count = CudaContext::device_count().map_err(gpu_err)? as usize;
+        if count < mesh.size() {
+            return Err(DistError::NoGpu(format!(
+                "a mesh of {} needs {} GPUs, found {count}",
+                mesh.size(),
+                mesh.size()
+            )));
+        }
+        let world = NcclWorld {
+            mesh: mesh.clone(),
+            groups: Mutex::new(HashMap::new()),
+        };
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..mesh.size())
+                .map(|rank| {
+                    let (world, f) = (&world, &f);
+                    s.spawn(move || f(&NcclRank { world, rank }))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(DistError::Backend {
+                            backend: "nccl",
+                            message: "a rank's thread panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl RankContext for NcclRank<'_> {
+    type Comm = NcclComm;
+
+    fn mesh(&self) -> &Mesh {
+        &self.world.mesh
+    }
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The first rank to ask creates every group's communicators along `axes` (NCCL creates a
+    /// single-process group in one call over its GPUs).
+    fn comm(&self, axes: &[String]) -> Result<Arc<NcclComm>> {
+        let mut map = self.world.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if !map.contains_key(axes) {
+            let groups = self.world.mesh.group(axes)?;
+            let mut by_rank: Vec<Option<Arc<NcclComm>>> = vec![None; self.world.mesh.size()];
+            for g in groups.groups() {
+                for (c, &r) in NcclComm::on_devices(g)?.into_iter().zip(g) {
+                    by_rank[r] = Some(Arc::new(c));
+                }
+            }
+            map.insert(
+                axes.to_vec(),
+                by_rank
+                    .into_iter()
+                    .map(|c| c.expect("every rank in a group"))
+                    .collect(),
+            );
+        }
+        Ok(map[axes][self.rank].clone())
     }
 }

@@ -201,6 +201,30 @@ impl ShardSpec {
         Ok(())
     }
 
+    /// The same placement written with exactly one entry per dim (`rank` entries) and the
+    /// partial axes in mesh order, so two specs that place a tensor alike compare equal.
+    ///
+    /// ```
+    /// use tessera_dist::{Mesh, ReduceOp, Replicate, Shard, ShardSpec};
+    /// let mesh = Mesh::local([("a", 2), ("b", 2)])?;
+    /// let x = ShardSpec::new([Shard(["a"])]).partial(["b"], ReduceOp::Sum);
+    /// let y = ShardSpec::new([Shard(["a"]), Replicate]).partial(["b"], ReduceOp::Sum);
+    /// assert_ne!(x, y);
+    /// assert_eq!(x.normalized(&mesh, 2), y.normalized(&mesh, 2));
+    /// # Ok::<(), tessera_dist::DistError>(())
+    /// ```
+    pub fn normalized(&self, mesh: &Mesh, rank: usize) -> ShardSpec {
+        let dims = (0..rank).map(|d| Shard(self.dim_axes(d)));
+        match self.partial_state() {
+            Some((axes, op)) => {
+                let mut a = axes.to_vec();
+                a.sort_by_key(|x| mesh.axis_index(x).unwrap_or(usize::MAX));
+                ShardSpec::new(dims).partial(a, op)
+            }
+            None => ShardSpec::new(dims),
+        }
+    }
+
     /// The role `axis` plays.
     pub fn role(&self, axis: &str) -> AxisRole {
         for (d, spec) in self.dims.iter().enumerate() {

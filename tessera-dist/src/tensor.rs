@@ -1,11 +1,11 @@
 //! Distributed tensors: distribute, gather, and redistribute by a plan run as SPMD code on every
 //! rank (threads of the local backend, or MPI processes).
 
-use crate::layout::{copy_region, dim_ranges, slice};
+use crate::layout::{copy_region, slice};
 use crate::local::{Counters, GroupShared, run_threads};
 use crate::{
     CollectiveCounts, CommElem, Communicator, DistError, LocalComm, Mesh, Plan, Result, ShardSpec,
-    Step, chunk_len, chunk_range, plan_redistribute,
+    execute_plan, plan_redistribute,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -137,166 +137,13 @@ fn local_piece<T: CommElem>(
 ) -> Result<Tensor<T>> {
     let ranges = spec.local_ranges(global.shape(), mesh, rank)?;
     let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-    let mut data = slice(global.as_slice(), global.shape(), &ranges);
+    let mut data = slice(&crate::host::slice(global)?, global.shape(), &ranges);
     if let Some((axes, op)) = spec.partial_state()
         && mesh.index_along(rank, axes)?.0 != 0
     {
         data.iter_mut().for_each(|x| *x = op.identity());
     }
-    Ok(Tensor::from_vec(data, &shape)?)
-}
-
-/// Runs `plan` on one rank's shard (SPMD: every rank of the mesh calls it).
-pub fn execute_plan<T: CommElem, X: RankContext>(
-    ctx: &X,
-    plan: &Plan,
-    local: Tensor<T>,
-) -> Result<Tensor<T>> {
-    let mesh = ctx.mesh();
-    let gshape = &plan.shape;
-    let mut shape = local.shape().to_vec();
-    let mut data = local.to_vec();
-    for ps in &plan.steps {
-        match &ps.step {
-            Step::Slice { dim, axes } => {
-                let (idx, n) = mesh.index_along(ctx.rank(), axes)?;
-                let r = chunk_range(gshape[*dim], n, idx);
-                data = slice(&data, &shape, &dim_ranges(&shape, *dim, r.clone()));
-                shape[*dim] = r.len();
-            }
-            Step::AllReduce { axes, op, algo } => {
-                ctx.comm(axes)?.all_reduce(&mut data, *op, *algo)?;
-            }
-            Step::ReduceScatter { axes, op, dim } => {
-                let comm = ctx.comm(axes)?;
-                let n = comm.size();
-                let c = chunk_len(gshape[*dim], n);
-                let mut bshape = shape.clone();
-                bshape[*dim] = c;
-                let bsize: usize = bshape.iter().product();
-                let mut send = vec![op.identity::<T>(); bsize * n];
-                for j in 0..n {
-                    let r = chunk_range(gshape[*dim], n, j);
-                    let mut ext = shape.clone();
-                    ext[*dim] = r.len();
-                    let mut soff = vec![0; shape.len()];
-                    soff[*dim] = r.start;
-                    copy_region(
-                        &data,
-                        &shape,
-                        &soff,
-                        &mut send[j * bsize..(j + 1) * bsize],
-                        &bshape,
-                        &vec![0; shape.len()],
-                        &ext,
-                    );
-                }
-                let mut recv = vec![T::default(); bsize];
-                comm.reduce_scatter(&send, &mut recv, *op)?;
-                let mine = chunk_range(gshape[*dim], n, comm.rank()).len();
-                data = slice(&recv, &bshape, &dim_ranges(&bshape, *dim, 0..mine));
-                shape[*dim] = mine;
-            }
-            Step::AllGather { axes, dim } => {
-                let comm = ctx.comm(axes)?;
-                let n = comm.size();
-                let c = chunk_len(gshape[*dim], n);
-                let mut bshape = shape.clone();
-                bshape[*dim] = c;
-                let bsize: usize = bshape.iter().product();
-                let mut send = vec![T::default(); bsize];
-                copy_region(
-                    &data,
-                    &shape,
-                    &vec![0; shape.len()],
-                    &mut send,
-                    &bshape,
-                    &vec![0; shape.len()],
-                    &shape,
-                );
-                let mut recv = vec![T::default(); bsize * n];
-                comm.all_gather(&send, &mut recv)?;
-                let mut oshape = shape.clone();
-                oshape[*dim] = gshape[*dim];
-                let mut out = vec![T::default(); oshape.iter().product()];
-                for j in 0..n {
-                    let r = chunk_range(gshape[*dim], n, j);
-                    let mut ext = bshape.clone();
-                    ext[*dim] = r.len();
-                    let mut doff = vec![0; shape.len()];
-                    doff[*dim] = r.start;
-                    copy_region(
-                        &recv[j * bsize..(j + 1) * bsize],
-                        &bshape,
-                        &vec![0; shape.len()],
-                        &mut out,
-                        &oshape,
-                        &doff,
-                        &ext,
-                    );
-                }
-                data = out;
-                shape = oshape;
-            }
-            Step::AllToAll {
-                axes,
-                from_dim,
-                to_dim,
-            } => {
-                let (d, e) = (*from_dim, *to_dim);
-                let comm = ctx.comm(axes)?;
-                let (n, me) = (comm.size(), comm.rank());
-                let (cd, ce) = (chunk_len(gshape[d], n), chunk_len(gshape[e], n));
-                let mut bshape = shape.clone();
-                bshape[d] = cd;
-                bshape[e] = ce;
-                let bsize: usize = bshape.iter().product();
-                let zero = vec![0; shape.len()];
-                let mut send = vec![T::default(); bsize * n];
-                for j in 0..n {
-                    let r = chunk_range(gshape[e], n, j);
-                    let mut ext = shape.clone();
-                    ext[e] = r.len();
-                    let mut soff = zero.clone();
-                    soff[e] = r.start;
-                    copy_region(
-                        &data,
-                        &shape,
-                        &soff,
-                        &mut send[j * bsize..(j + 1) * bsize],
-                        &bshape,
-                        &zero,
-                        &ext,
-                    );
-                }
-                let mut recv = vec![T::default(); bsize * n];
-                comm.all_to_all(&send, &mut recv)?;
-                let mut oshape = shape.clone();
-                oshape[d] = gshape[d];
-                oshape[e] = chunk_range(gshape[e], n, me).len();
-                let mut out = vec![T::default(); oshape.iter().product()];
-                for j in 0..n {
-                    let r = chunk_range(gshape[d], n, j);
-                    let mut ext = oshape.clone();
-                    ext[d] = r.len();
-                    let mut doff = zero.clone();
-                    doff[d] = r.start;
-                    copy_region(
-                        &recv[j * bsize..(j + 1) * bsize],
-                        &bshape,
-                        &zero,
-                        &mut out,
-                        &oshape,
-                        &doff,
-                        &ext,
-                    );
-                }
-                data = out;
-                shape = oshape;
-            }
-        }
-    }
-    Ok(Tensor::from_vec(data, &shape)?)
+    crate::host::tensor(data, &shape)
 }
 
 /// One rank's part of a distributed tensor: the form SPMD code (an MPI process, or one thread of
@@ -343,6 +190,11 @@ impl<T: CommElem> RankShard<T> {
             shape: global_shape.to_vec(),
             local,
         })
+    }
+
+    /// Wraps a shard whose shape the caller computed under `spec`.
+    pub(crate) fn from_parts(spec: ShardSpec, shape: Vec<usize>, local: Tensor<T>) -> Self {
+        RankShard { spec, shape, local }
     }
 
     /// The local shard.
@@ -488,8 +340,11 @@ impl<T: CommElem> DistTensor<T> {
             let slot = pieces.entry(key).or_default();
             match slot.get(&pidx) {
                 Some(&first) => {
-                    let (a, b) = (self.shards[first].as_slice(), self.shards[r].as_slice());
-                    if bytemuck::cast_slice::<T, u8>(a) != bytemuck::cast_slice::<T, u8>(b) {
+                    let (a, b) = (
+                        crate::host::slice(&self.shards[first])?,
+                        crate::host::slice(&self.shards[r])?,
+                    );
+                    if bytemuck::cast_slice::<T, u8>(&a) != bytemuck::cast_slice::<T, u8>(&b) {
                         return Err(DistError::ReplicaMismatch(format!(
                             "ranks {first} and {r} hold different copies"
                         )));
@@ -505,15 +360,16 @@ impl<T: CommElem> DistTensor<T> {
         for (key, contribs) in pieces {
             let ext: Vec<usize> = key.iter().map(|(a, b)| b - a).collect();
             let off: Vec<usize> = key.iter().map(|(a, _)| *a).collect();
-            let mut acc = self.shards[*contribs.values().next().expect("one")].to_vec();
+            let mut acc =
+                crate::host::to_vec(&self.shards[*contribs.values().next().expect("one")])?;
             if let Some((_, op)) = partial {
                 for &r in contribs.values().skip(1) {
-                    op.reduce_into(&mut acc, self.shards[r].as_slice());
+                    op.reduce_into(&mut acc, &crate::host::slice(&self.shards[r])?);
                 }
             }
             copy_region(&acc, &ext, &zero, &mut out, &self.shape, &off, &ext);
         }
-        Ok(Tensor::from_vec(out, &self.shape)?)
+        crate::host::tensor(out, &self.shape)
     }
 
     /// The plan to `to`, without running it.

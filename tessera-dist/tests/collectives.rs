@@ -98,32 +98,59 @@ fn bad_peers_and_roots_are_errors() {
     assert!(matches!(r, Err(DistError::BadRank { .. })));
 }
 
-#[test]
-fn non_blocking_overlaps_compute() {
-    // The collective waits on a barrier the compute side releases: it can only finish if it runs
-    // concurrently with the caller.
-    let out = LocalComm::run(4, |c| {
-        let p = c.start_all_reduce(
-            vec![c.rank() as f32; 1 << 16],
-            ReduceOp::Sum,
-            Algorithm::Ring,
-        );
-        let mut acc = 0.0f64;
-        for i in 0..200_000 {
-            acc += (i as f64).sqrt();
-        }
-        let done_early = {
-            let mut p = p;
-            let t = std::time::Instant::now();
-            while !p.is_done() && t.elapsed().as_secs() < 20 {
-                std::thread::yield_now();
+/// A relay only a non-blocking start lets finish: rank `r` joins the all-reduce only after rank
+/// `r − 1` has *started* it and then sent a token on the blocking lane. If `start` blocked until
+/// the all-reduce completed, rank 0 would never send its token and no rank could finish.
+/// `true` when every rank got the sum within `limit`.
+fn relay_finishes(
+    start: fn(&LocalComm, Vec<f32>) -> Box<dyn FnOnce() -> tessera_dist::Result<Vec<f32>> + Send>,
+    limit: std::time::Duration,
+) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = LocalComm::run(4, |c| {
+            let r = c.rank();
+            let mut token = [0i32];
+            if r > 0 {
+                c.recv(&mut token, r - 1)?;
             }
-            p.wait()?
-        };
-        Ok((done_early[0], acc > 0.0))
-    })
-    .unwrap();
-    assert!(out.iter().all(|&(s, ok)| s == 6.0 && ok));
+            let wait = start(c, vec![r as f32 + 1.0; 1 << 12]);
+            if r + 1 < c.size() {
+                c.send(&[token[0] + 1], r + 1)?;
+            }
+            wait()
+        });
+        let _ = tx.send(out);
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => v.iter().all(|x| x.iter().all(|&e| e == 10.0)),
+        _ => false,
+    }
+}
+
+#[test]
+fn non_blocking_start_does_not_block() {
+    let started = |c: &LocalComm, x: Vec<f32>| {
+        let p = c.start_all_reduce(x, ReduceOp::Sum, Algorithm::Ring);
+        Box::new(move || p.wait()) as Box<dyn FnOnce() -> _ + Send>
+    };
+    assert!(
+        relay_finishes(started, std::time::Duration::from_secs(60)),
+        "start_all_reduce blocked: the relay deadlocked"
+    );
+}
+
+#[test]
+fn relay_detects_a_blocking_start() {
+    // The same relay with a start that completes the collective before returning must hang:
+    // this is what makes `non_blocking_start_does_not_block` able to fail.
+    let blocking = |c: &LocalComm, mut x: Vec<f32>| {
+        let r = c
+            .all_reduce(&mut x, ReduceOp::Sum, Algorithm::Ring)
+            .map(|()| x);
+        Box::new(move || r) as Box<dyn FnOnce() -> _ + Send>
+    };
+    assert!(!relay_finishes(blocking, std::time::Duration::from_secs(2)));
 }
 
 #[test]

@@ -9,18 +9,23 @@ pub mod lower;
 pub mod parse;
 
 use proc_macro2::TokenStream;
-use tessera_ir::NumericsPolicy;
 use tessera_ir::pipeline::Compiled;
+use tessera_ir::{NumericsPolicy, Precision};
 
 /// The options of a `#[kernel(...)]` attribute.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KernelAttr {
     /// `numerics = "fast" | "deterministic" | "kahan_sum"`.
     pub policy: NumericsPolicy,
+    /// `precision = "safe" | "standard" | "aggressive" | "deterministic"` (seeds table A.3).
+    pub precision: Option<Precision>,
     /// `autotune(tiles = [..], vectorize = [..], stages = [..], warps = [..],
     /// fusion_depth = [..], max_trials = N, strategy = "hybrid" | "grid" | "random",
     /// cost_model = "roofline" | "none")`.
     pub autotune: Option<AutotuneAttr>,
+    /// `precompiled = path::TO::TABLE`: a `&'static [tessera::PrecompiledPtx]` of build-time
+    /// PTX for the schedules of the kernel's search space (a library's `build.rs` output).
+    pub precompiled: Option<syn::Path>,
     /// `rewrites(flash_attention = false, spectral_conv = true)`: rules switched off (`false`)
     /// or applied wherever legal, whatever the cost guard says (`true`).
     pub rewrites: Vec<(String, bool)>,
@@ -64,7 +69,8 @@ impl KernelAttr {
         Ok(())
     }
 
-    /// The compile options the attribute asks for.
+    /// The compile options the attribute asks for (the rewrites it switches; its numerics
+    /// policy and precision mode are applied to the graph as it is built).
     pub fn compile_options(&self) -> tessera_ir::pipeline::CompileOptions {
         let mut rewrites = tessera_ir::rewrite::RewriteOptions::default();
         for (name, on) in &self.rewrites {
@@ -75,7 +81,6 @@ impl KernelAttr {
             }
         }
         tessera_ir::pipeline::CompileOptions {
-            policy: self.policy,
             rewrites,
             ..Default::default()
         }
@@ -205,8 +210,8 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
     Ok(a)
 }
 
-/// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `autotune(...)`,
-/// `rewrites(flash_attention = false)`.
+/// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `precision = "standard"`,
+/// `autotune(...)`, `precompiled = path`, `rewrites(flash_attention = false)`, `dims(D = 64)`.
 pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
     let mut out = KernelAttr::default();
     let parser = syn::meta::parser(|meta| {
@@ -219,8 +224,20 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
                 )
             })?;
             Ok(())
+        } else if meta.path.is_ident("precision") {
+            let s: syn::LitStr = meta.value()?.parse()?;
+            out.precision = Some(Precision::parse(&s.value()).ok_or_else(|| {
+                syn::Error::new(
+                    s.span(),
+                    "precision is one of \"safe\", \"standard\", \"aggressive\", \"deterministic\"",
+                )
+            })?);
+            Ok(())
         } else if meta.path.is_ident("autotune") {
             out.autotune = Some(parse_autotune(meta)?);
+            Ok(())
+        } else if meta.path.is_ident("precompiled") {
+            out.precompiled = Some(meta.value()?.parse()?);
             Ok(())
         } else if meta.path.is_ident("rewrites") {
             out.rewrites = parse_rewrites(meta)?;
@@ -236,7 +253,7 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
             })
         } else {
             Err(meta.error(
-                "unknown kernel option; expected `numerics = \"...\"`, `autotune(...)`, `rewrites(...)` or `dims(...)`",
+                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)`, `precompiled = path`, `rewrites(...)` or `dims(...)`",
             ))
         }
     });
@@ -249,15 +266,24 @@ pub fn kernel_options(attr: TokenStream) -> syn::Result<NumericsPolicy> {
     kernel_attr(attr).map(|a| a.policy)
 }
 
-/// Compiles a `#[kernel]` fn (attribute tokens and item tokens) to its graph and kernels.
+/// Compiles a `#[kernel]` fn (attribute tokens and item tokens): every instantiation its type
+/// parameters allow (one for a kernel without any), each with its graph and kernels.
+#[allow(clippy::type_complexity)]
 pub fn compile_kernel(
     attr: TokenStream,
     item: TokenStream,
-) -> syn::Result<(parse::kernel::KernelItem, Compiled)> {
+) -> syn::Result<(
+    parse::kernel::KernelItem,
+    Vec<(parse::kernel::Instance, Compiled)>,
+)> {
     let mut k: parse::kernel::KernelItem = syn::parse2(item)?;
     let a = kernel_attr(attr)?;
     a.bind_dims(&mut k)?;
     let b = parse::kernel::body(&k.block)?;
-    let c = lower::kernel::compile_with(&k, &b, &a.compile_options())?;
-    Ok((k, c.compiled))
+    let mut out = Vec::new();
+    for inst in k.instances() {
+        let c = lower::kernel::compile(&k.instantiate(&inst), &b, &a, &inst)?;
+        out.push((inst, c.compiled));
+    }
+    Ok((k, out))
 }

@@ -66,8 +66,8 @@ pub struct FuseError {
 pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
     let n = g.node(v);
     Ok(match &n.op {
-        Op::Matmul => KernelClass::Matmul,
-        Op::Softmax | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
+        Op::Matmul { .. } => KernelClass::Matmul,
+        Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
         Op::Attention { .. } => KernelClass::Attention,
         Op::Conv2d(_) => KernelClass::Conv,
         Op::Fft { .. } => KernelClass::Fft,

@@ -9,9 +9,12 @@
 //! runtime depend on it.
 
 pub mod cost;
+pub mod env;
 pub mod fuse;
 pub mod graph;
+pub mod invocations;
 pub mod lower;
+pub mod manifest;
 pub mod pipeline;
 pub mod reference;
 pub mod rewrite;
@@ -20,8 +23,10 @@ pub mod target;
 pub mod text;
 pub mod tile;
 
+pub mod canonical;
+pub mod fp8;
 mod numerics;
 mod types;
 
-pub use numerics::NumericsPolicy;
+pub use numerics::{LossScaling, NumericsPolicy, Precision};
 pub use types::{DType, Dim, Shape, TensorType};

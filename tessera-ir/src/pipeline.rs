@@ -16,7 +16,8 @@ use crate::{DType, NumericsPolicy};
 /// Options of one compilation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompileOptions {
-    /// Numerics policy of every reduction.
+    /// Numerics policy for every reduction that does not name its own (applied with
+    /// [`graph::with_policy`]; a reduction naming another non-fast policy is an error).
     pub policy: NumericsPolicy,
     /// Most elementwise ops fused into one kernel's epilogue (`None`: as deep as the fusion
     /// rules allow); see [`crate::fuse::fuse_with`].
@@ -36,6 +37,12 @@ pub enum CompileError {
     Lower(#[from] crate::lower::LowerError),
     #[error("{0}")]
     Rewrite(#[from] crate::rewrite::RewriteError),
+    /// A numerics policy the graph's reductions cannot all honour.
+    #[error("{0}")]
+    Policy(String),
+    /// A `TESSERA_*` variable the compiler reads (`TESSERA_DUMP`) has an invalid value.
+    #[error("{0}")]
+    Env(#[from] crate::env::EnvError),
 }
 
 /// One fused kernel with its default schedule, lowered.
@@ -105,7 +112,11 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 /// assert!(c.tile_texts()[0].contains("reduce.max"));
 /// ```
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    crate::invocations::compiled();
+    dump_levels()?;
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
+    let g = &graph::with_policy(g, opts.policy)
+        .map_err(|e| CompileError::Policy(format!("@{}: {e}", g.name)))?;
     // A plan of limited fusion depth (the autotuner's candidates) dumps under its own names.
     let tag = opts
         .fusion_depth
@@ -157,15 +168,43 @@ fn trace(rewrites: &[Applied], plan: &Plan) -> String {
     s
 }
 
-/// Writes one level's text when `TESSERA_DUMP` asks for it.
-pub fn dump(level: &str, name: &str, text: impl FnOnce() -> String) {
-    let Ok(want) = std::env::var("TESSERA_DUMP") else {
-        return;
+/// The IR levels `TESSERA_DUMP` can name.
+pub const DUMP_LEVELS: [&str; 4] = ["graph", "fusion", "schedule", "tile"];
+
+/// The levels `TESSERA_DUMP` asks for (a comma-separated list of [`DUMP_LEVELS`], or `all`);
+/// empty when it is unset. Any other word is an error naming the variable and the accepted
+/// values ([`compile`] returns it).
+///
+/// ```
+/// // SAFETY (edition 2024 `set_var`): this doc test runs in its own single-threaded process.
+/// unsafe { std::env::set_var("TESSERA_DUMP", "graph,zzz") };
+/// let e = tessera_ir::pipeline::dump_levels().unwrap_err();
+/// assert!(e.to_string().contains("TESSERA_DUMP=\"graph,zzz\" is not valid"), "{e}");
+/// unsafe { std::env::set_var("TESSERA_DUMP", "tile, graph") };
+/// assert_eq!(tessera_ir::pipeline::dump_levels().unwrap(), ["tile", "graph"]);
+/// ```
+pub fn dump_levels() -> Result<Vec<&'static str>, crate::env::EnvError> {
+    const ACCEPTED: &str = "a comma-separated list of graph, fusion, schedule, tile, or all";
+    let Some(want) = crate::env::var("TESSERA_DUMP", ACCEPTED)? else {
+        return Ok(vec![]);
     };
-    if !want
-        .split(',')
-        .any(|w| w.trim() == level || w.trim() == "all")
-    {
+    let mut levels = Vec::new();
+    for w in want.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match DUMP_LEVELS.iter().find(|l| **l == w) {
+            Some(l) => levels.push(*l),
+            None if w == "all" => levels.extend(DUMP_LEVELS),
+            None => {
+                return Err(crate::env::EnvError::new("TESSERA_DUMP", &want, ACCEPTED));
+            }
+        }
+    }
+    Ok(levels)
+}
+
+/// Writes one level's text when `TESSERA_DUMP` asks for it (an invalid `TESSERA_DUMP` writes
+/// nothing here; [`compile`] reports it).
+pub fn dump(level: &str, name: &str, text: impl FnOnce() -> String) {
+    if !dump_levels().is_ok_and(|l| l.contains(&level)) {
         return;
     }
     let text = text();

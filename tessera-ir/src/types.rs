@@ -16,9 +16,9 @@ pub enum DType {
     BF16,
     I32,
     Bool,
-    /// OCP fp8 E4M3 (declared; arithmetic arrives with the numerics work).
+    /// OCP fp8 E4M3: 4 exponent bits, 3 mantissa bits, no infinity, max 448 (see [`crate::fp8`]).
     F8E4M3,
-    /// OCP fp8 E5M2 (declared; arithmetic arrives with the numerics work).
+    /// OCP fp8 E5M2: 5 exponent bits, 2 mantissa bits, IEEE-like inf/NaN, max 57344.
     F8E5M2,
 }
 

@@ -7,16 +7,24 @@ use tessera_ir::{DType, tile};
 
 const GRAPHS: &[&str] = &[
     "graph @linear_gelu(%x: bf16[M, K], %w: bf16[K, N], %b: f32[N]) -> f32[M, N] {
-  %3 = matmul %x, %w : f32[M, N]
+  %3 = matmul %x, %w acc=f32 policy=fast : f32[M, N]
   %4 = add %3, %b : f32[M, N]
   %5 = gelu %4 : f32[M, N]
   return %5
 }
 ",
+    "graph @mixed(%x: bf16[M, K], %w: bf16[K, N]) -> bf16[M, N] {
+  %2 = matmul %x, %w acc=bf16 policy=deterministic : bf16[M, N]
+  %3 = softmax %2 policy=kahan_sum : f32[M, N]
+  %4 = cast %3 : f8e4m3[M, N]
+  %5 = cast %4 : bf16[M, N]
+  return %5
+}
+",
     "graph @norms(%x: f32[B, T, D], %g: f32[D], %b: f32[D]) -> f32[B, T, D] {
-  %3 = layernorm %x, %g, %b eps=1e-5 : f32[B, T, D]
-  %4 = rmsnorm %3, %g eps=1e-6 : f32[B, T, D]
-  %5 = softmax %4 : f32[B, T, D]
+  %3 = layernorm %x, %g, %b eps=1e-5 policy=deterministic : f32[B, T, D]
+  %4 = rmsnorm %3, %g eps=1e-6 policy=fast : f32[B, T, D]
+  %5 = softmax %4 policy=fast : f32[B, T, D]
   %6 = const 0.5 : f32[]
   %7 = mul %5, %6 : f32[B, T, D]
   return %7
@@ -32,14 +40,14 @@ const GRAPHS: &[&str] = &[
 }
 ",
     "graph @batched(%a: f16[B, M, K], %b: f16[B, K, N]) -> f32[B, N, M] {
-  %2 = matmul %a, %b : f32[B, M, N]
+  %2 = matmul %a, %b acc=f32 policy=fast : f32[B, M, N]
   %3 = transpose %2 : f32[B, N, M]
   %4 = tanh %3 : f32[B, N, M]
   return %4
 }
 ",
     "graph @attn(%q: bf16[B, H, S, 64], %k: bf16[B, H, T, 64], %v: bf16[B, H, T, 32]) -> f32[B, H, S, 32] {
-  %3 = attention %q, %k, %v scale=0.125 causal=true : f32[B, H, S, 32]
+  %3 = attention %q, %k, %v scale=0.125 causal=true policy=fast : f32[B, H, S, 32]
   return %3
 }
 ",
@@ -56,7 +64,7 @@ const GRAPHS: &[&str] = &[
 const GRAPHS_UNLOWERED: &[&str] = &[
     "graph @scores(%s: f32[S, T]) -> f32[S, T] {
   %1 = causal_mask %s : f32[S, T]
-  %2 = softmax %1 : f32[S, T]
+  %2 = softmax %1 policy=fast : f32[S, T]
   return %2
 }
 ",
@@ -92,9 +100,33 @@ fn graph_text_round_trips_and_verifies() {
     }
 }
 
+/// Texts written before accumulators and policies were printed still parse: a matmul without
+/// `acc=` accumulates in its result type, a missing `policy=` is fast.
+#[test]
+fn graph_attributes_may_be_left_out() {
+    let short = "graph @s(%x: bf16[M, K], %w: bf16[K, N]) -> f32[M, N] {\n  %2 = matmul %x, %w : f32[M, N]\n  %3 = softmax %2 : f32[M, N]\n  return %3\n}\n";
+    let g = graph::parse(short).unwrap();
+    graph::verify(&g).unwrap();
+    assert_eq!(
+        g.to_string(),
+        "graph @s(%x: bf16[M, K], %w: bf16[K, N]) -> f32[M, N] {\n  %2 = matmul %x, %w acc=f32 policy=fast : f32[M, N]\n  %3 = softmax %2 policy=fast : f32[M, N]\n  return %3\n}\n"
+    );
+    // The accumulator decides the result type; a wrong one is an error naming the value.
+    let bad = "graph @s(%x: bf16[M, K], %w: bf16[K, N]) -> f32[M, N] {\n  %2 = matmul %x, %w acc=bf16 policy=fast : f32[M, N]\n  return %2\n}\n";
+    let e = graph::verify(&graph::parse(bad).unwrap()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("%2: matmul: declared type f32[M, N] but the operands give bf16[M, N]"),
+        "{e}"
+    );
+    let fp8_acc = "graph @s(%x: f32[M, K], %w: f32[K, N]) -> f8e4m3[M, N] {\n  %2 = matmul %x, %w acc=f8e4m3 policy=fast : f8e4m3[M, N]\n  return %2\n}\n";
+    let e = graph::verify(&graph::parse(fp8_acc).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("cannot accumulate in f8e4m3"), "{e}");
+}
+
 #[test]
 fn graph_verifier_collects_every_error_with_value_names() {
-    let src = "graph @bad(%x: f32[M, K], %y: bf16[M, K]) -> f32[M, K] {
+    let src = "graph @bad(%x: f32[M, K], %y: bf16[M, K]) -> f32[K, M] {
   %2 = add %x, %y : f32[M, K]
   %3 = exp %x : f32[K, M]
   return %3
@@ -142,9 +174,30 @@ fn schedule_text_round_trips_for_every_class_and_space() {
 
 #[test]
 fn compiled_tile_ir_round_trips_and_verifies() {
-    for src in GRAPHS {
+    use tessera_ir::NumericsPolicy as P;
+    for (src, policy) in GRAPHS
+        .iter()
+        .flat_map(|s| [P::Fast, P::Deterministic, P::KahanSum].map(|p| (s, p)))
+    {
         let g = graph::parse(src).unwrap();
-        let c = compile(&g, &CompileOptions::default()).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let opts = CompileOptions {
+            policy,
+            ..Default::default()
+        };
+        let c = match compile(&g, &opts) {
+            Ok(c) => c,
+            // A graph naming another policy cannot honour this one: an error naming the value.
+            Err(e) if graph::policies(&g).iter().any(|p| *p != policy) => {
+                assert!(e.to_string().contains("cannot also honour"), "{e}");
+                continue;
+            }
+            // The online-softmax attention kernel honours `fast` only, and says so.
+            Err(e) if src.contains("= attention") && policy != P::Fast => {
+                assert!(e.to_string().contains("`fast` numerics policy only"), "{e}");
+                continue;
+            }
+            Err(e) => panic!("{e}\n{src}"),
+        };
         for (i, k) in c.kernels.iter().enumerate() {
             let text = k.lowered.kernel.to_string();
             let back = tile::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -232,7 +285,7 @@ fn builder_types_follow_the_rules() {
     let mut b = Graph::builder("k");
     let x = b.param("x", "f32[M, K]".parse_ty());
     let w = b.param("w", "f32[J, N]".parse_ty());
-    let e = b.push(Op::Matmul, &[x, w]).unwrap_err();
+    let e = b.push(Op::matmul(DType::F32), &[x, w]).unwrap_err();
     assert!(e.to_string().contains("contracts K with J"), "{e}");
     let y = b.push(Op::Unary(UnaryOp::Exp), &[x]).unwrap();
     assert_eq!(b.ty(y).to_string(), "f32[M, K]");

@@ -60,9 +60,11 @@ pub fn depthwise_space() -> TileSpace {
     .problem(depthwise_problem)
 }
 
-/// Depthwise convolution of `x: [H, W, C]` by `f: [KH, KW, C]` (stride 1, no padding) with
-/// the autotuner's knobs for these shapes (see `tessera::autotune`: in the default `cached`
-/// mode a cached winner or the defaults).
+/// Depthwise convolution of `x: [H, W, C]` by `f: [KH, KW, C]` (stride 1, no padding), on the
+/// inputs' device. On the CPU it runs the autotuner's knobs for these shapes (see
+/// `tessera::autotune`: in the default `cached` mode a cached winner or the defaults); `tile!`
+/// knobs are tuned on the CPU only, so on a PTX device it runs the default knobs (their
+/// build-time PTX).
 ///
 /// ```
 /// use tessera::Tensor;
@@ -81,10 +83,13 @@ pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>>
             message: format!("must be [KH ≤ H, KW ≤ W, C] for x {xs:?}, got {fs:?}"),
         });
     }
-    let mut y = Tensor::<f32>::zeros(&[xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]]);
-    depthwise_conv2d::DEF.launch_tuned(
-        &depthwise_space(),
-        &mut [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut())],
-    )?;
+    let mut y =
+        Tensor::<f32>::zeros_on(&[xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]], x.device())?;
+    let mut args = [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)];
+    if x.device().is_cpu() {
+        depthwise_conv2d::DEF.launch_tuned(&depthwise_space(), &mut args)?;
+    } else {
+        depthwise_conv2d::DEF.launch(&[], &mut args)?;
+    }
     Ok(y)
 }

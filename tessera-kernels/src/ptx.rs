@@ -1,31 +1,19 @@
 //! The PTX precompiled by `build.rs` for every (kernel, schedule in its search space, arch).
 //!
+//! Every kernel of this library names this table in its attribute
+//! (`#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]`), so a launch on a PTX device
+//! whose schedule is in the table — an autotuned winner — loads the module from here instead
+//! of compiling it.
+//!
 //! ```
 //! let all = tessera_kernels::ptx::PRECOMPILED;
-//! assert!(all.iter().any(|p| p.kernel == "softmax" && p.arch == "sm_90a"));
+//! // A generic kernel's entries are named per instance (`softmax_f32`, `softmax_bf16`, …).
+//! assert!(all.iter().any(|p| p.kernel == "softmax_bf16" && p.arch == "sm_90a"));
 //! assert!(all.iter().all(|p| p.text.starts_with("//")));
 //! ```
 
-/// One precompiled module.
-#[derive(Clone, Copy, Debug)]
-pub struct Precompiled {
-    /// The `#[kernel]` fn it belongs to.
-    pub kernel: &'static str,
-    /// The fused kernel inside it (`<fn>_k<i>`).
-    pub fused: &'static str,
-    /// The Schedule IR text of the candidate.
-    pub schedule: &'static str,
-    /// `sm_80`, `sm_89` or `sm_90a`.
-    pub arch: &'static str,
-    /// A file name unique to this module.
-    pub file: &'static str,
-    /// Threads per block.
-    pub threads: u32,
-    /// Dynamic shared memory bytes.
-    pub dyn_smem: u32,
-    /// The module text.
-    pub text: &'static str,
-}
+/// One precompiled module (with its launch header, so a launch needs no compiler).
+pub use tessera::PrecompiledPtx as Precompiled;
 
 /// Every precompiled module, in source order.
 pub static PRECOMPILED: &[Precompiled] = include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));

@@ -6,7 +6,7 @@ use tessera_kernels::conv::depthwise_conv2d as dw;
 fn reference(x: &Tensor<f32>, f: &Tensor<f32>) -> Vec<f64> {
     let (xs, fs) = (x.shape(), f.shape());
     let (oh, ow, c) = (xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]);
-    let (xv, fv) = (x.as_slice(), f.as_slice());
+    let (xv, fv) = (x.as_slice().unwrap(), f.as_slice().unwrap());
     let mut y = vec![0f64; oh * ow * c];
     for h in 0..oh {
         for w in 0..ow {
@@ -26,8 +26,8 @@ fn reference(x: &Tensor<f32>, f: &Tensor<f32>) -> Vec<f64> {
 }
 
 fn check(got: &Tensor<f32>, want: &[f64]) {
-    assert_eq!(got.as_slice().len(), want.len());
-    for (k, (g, w)) in got.as_slice().iter().zip(want).enumerate() {
+    assert_eq!(got.as_slice().unwrap().len(), want.len());
+    for (k, (g, w)) in got.as_slice().unwrap().iter().zip(want).enumerate() {
         assert!(
             (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
             "at {k}: {g} vs {w}"

@@ -23,6 +23,8 @@ use proc_macro::TokenStream;
 /// }
 /// // becomes: fn linear_gelu(x: &Tensor<bf16>, w: &Tensor<bf16>, b: &Tensor<f32>)
 /// //              -> tessera::Result<Tensor<f32>>
+/// // and  mod linear_gelu { pub static KERNEL: tessera::KernelDef = ...; }
+/// //      (the definition: Graph IR, fused kernels, PTX; used by SPMD launches)
 /// ```
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`).

@@ -60,11 +60,11 @@ fn tiled_matmul_with_ragged_edges_and_knobs() {
     let (m, k, n) = (45, 37, 70);
     let a = Tensor::<f32>::randn(&[m, k], 1);
     let b = Tensor::<f32>::randn(&[k, n], 2);
-    let want = matmul_ref(&a.to_vec(), &b.to_vec(), m, k, n);
+    let want = matmul_ref(&a.to_vec().unwrap(), &b.to_vec().unwrap(), m, k, n);
     for knobs in [&[][..], &[("BM", 16), ("BN", 64), ("BK", 8)][..]] {
         let mut c = Tensor::<f32>::zeros(&[m, n]);
         matmul_tiled::launch_with(knobs, &a, &b, &mut c).unwrap();
-        for (i, (g, w)) in c.to_vec().iter().zip(&want).enumerate() {
+        for (i, (g, w)) in c.to_vec().unwrap().iter().zip(&want).enumerate() {
             assert!(
                 (*g as f64 - w).abs() < 1e-4 * (1.0 + w.abs()),
                 "{knobs:?} element {i}: {g} vs {w}"
@@ -75,6 +75,7 @@ fn tiled_matmul_with_ragged_edges_and_knobs() {
     matmul_tiled::launch(&a, &b, &mut c).unwrap();
     assert!(
         c.to_vec()
+            .unwrap()
             .iter()
             .zip(&want)
             .all(|(g, w)| (*g as f64 - w).abs() < 1e-3)
@@ -92,7 +93,7 @@ fn masked_softmax_rows() {
     let x = Tensor::<f32>::randn(&[m, n], 4);
     let mut y = Tensor::<f32>::zeros(&[m, n]);
     softmax_rows::launch(&x, &mut y).unwrap();
-    let (xv, yv) = (x.to_vec(), y.to_vec());
+    let (xv, yv) = (x.to_vec().unwrap(), y.to_vec().unwrap());
     for i in 0..m {
         let row = &xv[i * n..(i + 1) * n];
         let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -117,7 +118,11 @@ fn casts_and_compound_assignment_in_loops() {
         .map(|v| 2.0 * (v as f32 - 10.0).max(0.0) + 1.0)
         .collect();
     assert_eq!(
-        y.to_vec().iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
+        y.to_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f32())
+            .collect::<Vec<_>>(),
         want
     );
 }

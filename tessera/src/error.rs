@@ -54,8 +54,9 @@ pub enum Error {
     /// shared-memory race, a read of uninitialized shared memory, a barrier not reached by all
     /// threads, a `cp.async` destination used before its wait, ...
     #[error(
-        "kernel `{kernel}`, PTX line {line}, CTA ({}, {}, {}), thread {thread}{}: {message}",
-        .cta[0], .cta[1], .cta[2], .address.map(|a| format!(", address {a:#x}")).unwrap_or_default()
+        "kernel `{kernel}`, PTX line {line}, CTA ({}, {}, {}), thread {thread}{}: {message}{}",
+        .cta[0], .cta[1], .cta[2], .location.as_ref().map(|l| format!(", at {l}")).unwrap_or_default(),
+        if *.findings > 1 { format!(" ({} findings in all)", .findings) } else { String::new() }
     )]
     SimCheck {
         kernel: String,
@@ -64,8 +65,12 @@ pub enum Error {
         cta: [u32; 3],
         /// Linear thread index in the CTA.
         thread: u32,
-        address: Option<u64>,
+        /// The buffer (named after its kernel parameter) or shared symbol and the byte offset
+        /// inside it, for memory findings.
+        location: Option<String>,
         message: String,
+        /// Findings of the launch in all (this is the first).
+        findings: u64,
     },
     /// Arguments of one launch live on different devices.
     #[error("kernel `{kernel}`: `{param}` is on {got} but the launch runs on {expected}")]
@@ -75,6 +80,19 @@ pub enum Error {
         expected: String,
         got: String,
     },
+    /// An accessor that needs host memory was called on a tensor in device memory.
+    #[error(
+        "`{what}` needs the tensor in host memory, but it is on {device}; copy it back with `.to_vec()` or `.to(&Device::cpu())`"
+    )]
+    NotOnHost {
+        /// The accessor.
+        what: String,
+        /// Where the tensor is.
+        device: String,
+    },
+    /// A setting was given a value it cannot take (say a loss scale of zero).
+    #[error("`{setting}` {message}")]
+    InvalidSetting { setting: String, message: String },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),
@@ -85,6 +103,26 @@ pub enum Error {
         key: String,
         source: Box<Error>,
     },
+    /// A `TESSERA_*` environment variable has a value it does not accept.
+    #[error("{0}")]
+    Env(#[from] tessera_ir::env::EnvError),
+    /// The autotune cache could not be read or written ([`crate::autotune::CacheError`]).
+    #[error("{message}")]
+    Cache {
+        /// The file at fault.
+        path: std::path::PathBuf,
+        /// The cache error, in words (it names the path).
+        message: String,
+    },
+}
+
+impl From<crate::autotune::CacheError> for Error {
+    fn from(e: crate::autotune::CacheError) -> Self {
+        Error::Cache {
+            path: e.path().to_path_buf(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Result alias used throughout the runtime.

@@ -31,18 +31,28 @@ pub mod backend;
 mod device;
 mod error;
 mod launch;
+pub mod numerics;
 mod tensor;
 
-pub use device::Device;
+/// The JIT PTX cache: modules of schedules nothing precompiled, compiled once and kept in
+/// memory and in `<cache dir>/ptx/`.
+pub mod ptx_cache {
+    pub use crate::launch::jit::{PtxCacheStats, clear_memory, dir, stats};
+}
+
+pub use backend::gpu::stats::{DeviceStats, MemoryStats, TransferStats};
+pub use device::{Device, Event};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use launch::{Arg, KernelDef, TileDef};
-pub use tensor::{Element, Tensor, TensorMut, TensorRef};
+pub use launch::{Arg, EmbeddedPtx, KernelDef, PrecompiledPtx, TileDef, TileParam};
+pub use tensor::{
+    Data, DataMut, DeviceBuffer, Element, Float, Fp8, Tensor, TensorMut, TensorRef, f8e4m3, f8e5m2,
+};
 pub use tessera_ir as ir;
-pub use tessera_ir::{DType, NumericsPolicy};
+pub use tessera_ir::{DType, NumericsPolicy, Precision};
 pub use tessera_macros::{kernel, tile};
 
 /// Everything a kernel author needs in scope.
 pub mod prelude {
-    pub use crate::{Device, Element, Tensor, bf16, f16};
+    pub use crate::{Device, Element, Float, Fp8, Tensor, bf16, f8e4m3, f8e5m2, f16};
 }

@@ -1,17 +1,18 @@
 //! Builds a kernel body's Graph IR with `GraphBuilder`, then verifies and compiles it.
 
+use crate::KernelAttr;
 use crate::parse::err;
-use crate::parse::kernel::{KBin, KBody, KExpr, KernelItem};
+use crate::parse::kernel::{Instance, KBin, KBody, KExpr, KernelItem, TyArg};
 use proc_macro2::TokenStream;
 use std::collections::HashMap;
 use tessera_ir::graph::{
     self, BinaryOp, Conv2d, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value,
 };
-use tessera_ir::pipeline::{self, CompileOptions};
+use tessera_ir::pipeline;
 use tessera_ir::{DType, NumericsPolicy};
 
 /// The ops a kernel body may call.
-const OPS: &str = "matmul, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum, minimum, sum, mean, amax \
+const OPS: &str = "matmul, matmul_acc::<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum, minimum, sum, mean, amax \
                    (and `_keepdim`), softmax, layernorm, rmsnorm, transpose/t, cast::<T>, causal_mask, \
                    attention, causal_attention, conv2d, fft, ifft, fft2, ifft2, complex, real, pad, spectral_mul";
 
@@ -23,33 +24,34 @@ pub struct Compiled {
     pub compiled: pipeline::Compiled,
 }
 
-/// Builds, verifies and compiles the kernel; errors point at the offending source.
-pub fn compile(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::Result<Compiled> {
-    compile_with(
-        item,
-        body,
-        &CompileOptions {
-            policy,
-            ..Default::default()
-        },
-    )
-}
-
-/// [`compile`] with every compile option (the rewrites a `#[kernel(rewrites(..))]` switches).
-pub fn compile_with(
+/// Builds, verifies and compiles one instantiation of the kernel (`item` already instantiated,
+/// `inst` resolving type parameters named in the body) under the attribute's numerics policy
+/// and precision mode, with the rewrites it switches; errors point at the offending source.
+pub fn compile(
     item: &KernelItem,
     body: &KBody,
-    opts: &CompileOptions,
+    attr: &KernelAttr,
+    inst: &Instance,
 ) -> syn::Result<Compiled> {
-    let policy = opts.policy;
-    let g = build(item, body, policy)?;
+    let mut g = build(item, body, attr.policy, inst)?;
     graph::verify(&g).map_err(|e| {
         err(
             &item.name,
             format!("internal error: the kernel's graph does not verify:\n{e}"),
         )
     })?;
-    let c = pipeline::compile(&g, opts).map_err(|e| {
+    if let Some(mode) = attr.precision {
+        g = graph::with_precision(&g, mode).map_err(|e| {
+            err(
+                &item.name,
+                format!(
+                    "cannot compile `{}` under precision `{mode}`: {e}",
+                    item.name
+                ),
+            )
+        })?;
+    }
+    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| {
         err(
             &item.name,
             format!("cannot compile kernel `{}`: {e}", item.name),
@@ -62,12 +64,19 @@ pub fn compile_with(
     })
 }
 
-/// Builds the Graph IR of a kernel body.
-pub fn build(item: &KernelItem, body: &KBody, policy: NumericsPolicy) -> syn::Result<Graph> {
+/// Builds the Graph IR of a kernel body (graph `@name` plus the instance's suffix), every
+/// reduction under `policy`.
+pub fn build(
+    item: &KernelItem,
+    body: &KBody,
+    policy: NumericsPolicy,
+    inst: &Instance,
+) -> syn::Result<Graph> {
     let mut cx = Cx {
-        b: Graph::builder(&item.name.to_string()),
+        b: Graph::builder(&format!("{}{}", item.name, inst.suffix)),
         env: HashMap::new(),
         policy,
+        inst: inst.clone(),
     };
     for (n, t) in &item.params {
         let v = cx.b.param(&n.to_string(), t.ty.clone());
@@ -106,6 +115,7 @@ struct Cx {
     b: GraphBuilder,
     env: HashMap<String, Value>,
     policy: NumericsPolicy,
+    inst: Instance,
 }
 
 impl Cx {
@@ -155,7 +165,7 @@ impl Cx {
                 ty,
                 args,
                 tokens,
-            } => self.call(name, *ty, args, tokens),
+            } => self.call(name, ty.as_ref(), args, tokens),
         }
     }
 
@@ -172,11 +182,21 @@ impl Cx {
     fn call(
         &mut self,
         name: &syn::Ident,
-        ty: Option<DType>,
+        ty: Option<&TyArg>,
         args: &[KExpr],
         at: &TokenStream,
     ) -> syn::Result<V> {
         let f = name.to_string();
+        let ty = match ty {
+            None => None,
+            Some(TyArg::D(d)) => Some(*d),
+            Some(TyArg::Param(p)) => Some(self.inst.get(&p.to_string()).ok_or_else(|| {
+                err(
+                    p,
+                    format!("unknown type `{p}`: declare it as a type parameter (`<{p}: Float>`) or name a dtype"),
+                )
+            })?),
+        };
         let arity = |n: usize| -> syn::Result<()> {
             if args.len() == n {
                 Ok(())
@@ -191,7 +211,7 @@ impl Cx {
                 ))
             }
         };
-        if ty.is_some() && f != "cast" {
+        if ty.is_some() && f != "cast" && f != "matmul_acc" {
             return Err(err(at, format!("`{f}` takes no type argument")));
         }
         let tensors = |cx: &mut Self, n: usize| -> syn::Result<Vec<Value>> {
@@ -228,10 +248,24 @@ impl Cx {
             return Ok(V::T(self.push(at, r, &x)?));
         }
         let v = match f.as_str() {
-            "matmul" => {
+            "matmul" | "matmul_acc" => {
                 arity(2)?;
                 let x = tensors(self, 2)?;
-                self.push(at, Op::Matmul, &x)?
+                let acc = match ty {
+                    Some(d) => d,
+                    None if f == "matmul_acc" => {
+                        return Err(err(
+                            at,
+                            "`matmul_acc` needs the accumulator type: `x.matmul_acc::<bf16>(w)`",
+                        ));
+                    }
+                    None => self.b.ty(x[0]).dtype.accumulator(),
+                };
+                let op = Op::Matmul {
+                    acc,
+                    policy: self.policy,
+                };
+                self.push(at, op, &x)?
             }
             "maximum" | "minimum" => {
                 arity(2)?;
@@ -246,7 +280,10 @@ impl Cx {
             "softmax" => {
                 arity(1)?;
                 let x = tensors(self, 1)?;
-                self.push(at, Op::Softmax, &x)?
+                let op = Op::Softmax {
+                    policy: self.policy,
+                };
+                self.push(at, op, &x)?
             }
             "transpose" | "t" => {
                 arity(1)?;
@@ -258,7 +295,13 @@ impl Cx {
                 let to =
                     ty.ok_or_else(|| err(at, "`cast` needs a target type: `x.cast::<bf16>()`"))?;
                 let x = tensors(self, 1)?;
-                self.push(at, Op::Cast(to), &x)?
+                if self.b.ty(x[0]).dtype == to {
+                    // A cast to the type a value already has (`cast::<T>()` in a generic
+                    // kernel instantiated at that type) is no node at all.
+                    x[0]
+                } else {
+                    self.push(at, Op::Cast(to), &x)?
+                }
             }
             "causal_mask" => {
                 arity(1)?;
@@ -272,6 +315,7 @@ impl Cx {
                 let op = Op::Attention {
                     scale,
                     causal: f == "causal_attention",
+                    policy: self.policy,
                 };
                 self.push(at, op, &x)?
             }
@@ -375,10 +419,11 @@ impl Cx {
                         return Err(err(args[n - 1].tokens(), "`eps` must be a number literal"));
                     }
                 };
+                let policy = self.policy;
                 let op = if f == "layernorm" {
-                    Op::LayerNorm { eps }
+                    Op::LayerNorm { eps, policy }
                 } else {
-                    Op::RmsNorm { eps }
+                    Op::RmsNorm { eps, policy }
                 };
                 self.push(at, op, &x)?
             }

@@ -9,13 +9,81 @@ use syn::{Attribute, Expr, GenericArgument, Ident, Lit, Pat, Stmt, Token, UnOp, 
 use tessera_ir::DType;
 
 /// A parsed kernel function.
+#[derive(Clone)]
 pub struct KernelItem {
     pub attrs: Vec<Attribute>,
     pub vis: Visibility,
     pub name: Ident,
+    /// Type parameters and their bounds: `<T: Float>` is `[(T, Float)]`.
+    pub generics: Vec<(Ident, Ident)>,
     pub params: Vec<(Ident, KType)>,
     pub ret: KType,
     pub block: syn::Block,
+}
+
+/// One instantiation of a kernel: a suffix for its names (`_bf16`; empty for a kernel without
+/// type parameters) and the dtype of each type parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    pub suffix: String,
+    pub subst: Vec<(String, DType)>,
+}
+
+impl Instance {
+    /// The dtype a type parameter stands for.
+    pub fn get(&self, param: &str) -> Option<DType> {
+        self.subst.iter().find(|(p, _)| p == param).map(|x| x.1)
+    }
+}
+
+impl KernelItem {
+    /// Every instantiation the bounds allow (the cartesian product, first parameter
+    /// outermost); one empty instance for a kernel without type parameters.
+    pub fn instances(&self) -> Vec<Instance> {
+        let mut out = vec![Instance {
+            suffix: String::new(),
+            subst: vec![],
+        }];
+        for (p, bound) in &self.generics {
+            let ds = super::types::bound_dtypes(&bound.to_string()).unwrap_or(&[]);
+            out = out
+                .into_iter()
+                .flat_map(|i| {
+                    ds.iter().map(move |d| Instance {
+                        suffix: format!("{}_{}", i.suffix, d.name()),
+                        subst: i
+                            .subst
+                            .iter()
+                            .cloned()
+                            .chain([(p.to_string(), *d)])
+                            .collect(),
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    /// The kernel with every type parameter replaced as `inst` says.
+    pub fn instantiate(&self, inst: &Instance) -> KernelItem {
+        let fix = |t: &KType| {
+            let mut t = t.clone();
+            if let Some(d) = t.param.as_ref().and_then(|p| inst.get(&p.to_string())) {
+                t.ty.dtype = d;
+                t.param = None;
+            }
+            t
+        };
+        KernelItem {
+            params: self
+                .params
+                .iter()
+                .map(|(n, t)| (n.clone(), fix(t)))
+                .collect(),
+            ret: fix(&self.ret),
+            ..self.clone()
+        }
+    }
 }
 
 impl Parse for KernelItem {
@@ -24,10 +92,35 @@ impl Parse for KernelItem {
         let vis: Visibility = input.parse()?;
         input.parse::<Token![fn]>()?;
         let name: Ident = input.parse()?;
+        let mut generics = Vec::new();
         if input.peek(Token![<]) {
-            return Err(input.error(
-                "kernels take no generic parameters: dims are symbols in the tensor types",
-            ));
+            let g: syn::Generics = input.parse()?;
+            for p in &g.params {
+                let syn::GenericParam::Type(t) = p else {
+                    return Err(err(
+                        p,
+                        "kernels take type parameters only (`<T: Float>`): dims are symbols in the tensor types",
+                    ));
+                };
+                let bound = match t.bounds.iter().collect::<Vec<_>>().as_slice() {
+                    [syn::TypeParamBound::Trait(b)] if b.path.get_ident().is_some() => {
+                        b.path.get_ident().unwrap().clone()
+                    }
+                    _ => {
+                        return Err(err(
+                            t,
+                            "a kernel type parameter takes one bound: `T: Float` or `T: Fp8`",
+                        ));
+                    }
+                };
+                if super::types::bound_dtypes(&bound.to_string()).is_none() {
+                    return Err(err(
+                        &bound,
+                        "unknown bound: a kernel type parameter is `T: Float` (f32, bf16, f16) or `T: Fp8` (f8e4m3, f8e5m2)",
+                    ));
+                }
+                generics.push((t.ident.clone(), bound));
+            }
         }
         let content;
         let paren = syn::parenthesized!(content in input);
@@ -50,10 +143,21 @@ impl Parse for KernelItem {
         input.parse::<Token![->]>()?;
         let ret: KType = input.parse()?;
         let block: syn::Block = input.parse()?;
+        for t in params.iter().map(|(_, t)| t).chain([&ret]) {
+            if let Some(p) = &t.param
+                && !generics.iter().any(|(g, _)| g == p)
+            {
+                return Err(err(
+                    p,
+                    "expected an element type: f32, f16, bf16, f8e4m3, f8e5m2, i32 or bool, or a type parameter declared as `<T: Float>`",
+                ));
+            }
+        }
         Ok(KernelItem {
             attrs,
             vis,
             name,
+            generics,
             params,
             ret,
             block,
@@ -90,7 +194,7 @@ pub enum KExpr {
     /// `f::<T>(args)` or `recv.f::<T>(args)` (receiver first).
     Call {
         name: Ident,
-        ty: Option<DType>,
+        ty: Option<TyArg>,
         args: Vec<KExpr>,
         tokens: TokenStream,
     },
@@ -112,6 +216,14 @@ impl KExpr {
             KExpr::Call { tokens, .. } | KExpr::List { tokens, .. } => tokens.clone(),
         }
     }
+}
+
+/// The type argument of a call (`cast::<bf16>`, `matmul_acc::<T>`): a dtype, or a type
+/// parameter of a generic kernel.
+#[derive(Clone)]
+pub enum TyArg {
+    D(DType),
+    Param(Ident),
 }
 
 /// A kernel body: `let` bindings then the result expression.
@@ -271,15 +383,41 @@ pub fn expr(e: &Expr) -> syn::Result<KExpr> {
     }
 }
 
-/// The dtype of a `::<T>` argument list, if any.
-pub fn turbofish(args: &syn::PathArguments) -> syn::Result<Option<DType>> {
+/// The type of a `::<T>` argument list, if any: a dtype or a type parameter (an upper-case
+/// identifier; the body's lowering checks it is declared).
+pub fn turbofish(args: &syn::PathArguments) -> syn::Result<Option<TyArg>> {
     match args {
         syn::PathArguments::None => Ok(None),
         syn::PathArguments::AngleBracketed(a) => match a.args.iter().collect::<Vec<_>>().as_slice()
         {
-            [GenericArgument::Type(t)] => Ok(Some(dtype(t)?)),
+            [GenericArgument::Type(t)] => match dtype(t) {
+                Ok(d) => Ok(Some(TyArg::D(d))),
+                Err(e) => match t {
+                    syn::Type::Path(p)
+                        if p.qself.is_none()
+                            && p.path.get_ident().is_some_and(|i| {
+                                i.to_string().starts_with(|c: char| c.is_ascii_uppercase())
+                            }) =>
+                    {
+                        Ok(Some(TyArg::Param(p.path.get_ident().unwrap().clone())))
+                    }
+                    _ => Err(e),
+                },
+            },
             _ => Err(err(a, "expected one element type: `::<bf16>`")),
         },
         syn::PathArguments::Parenthesized(p) => Err(err(p, "expected `::<dtype>`")),
+    }
+}
+
+/// [`turbofish`] where only a dtype may appear (the `tile!` DSL has no type parameters).
+pub fn turbofish_dtype(args: &syn::PathArguments) -> syn::Result<Option<DType>> {
+    match turbofish(args)? {
+        None => Ok(None),
+        Some(TyArg::D(d)) => Ok(Some(d)),
+        Some(TyArg::Param(p)) => Err(err(
+            p,
+            "expected an element type: f32, f16, bf16, f8e4m3, f8e5m2, i32 or bool",
+        )),
     }
 }

@@ -1,6 +1,6 @@
 //! `tile!` input → `tessera_ir::tile::dsl::Program`, with the source tokens of every node.
 
-use super::kernel::turbofish;
+use super::kernel::turbofish_dtype;
 use super::types::dtype;
 use super::{describe, err};
 use proc_macro2::TokenStream;
@@ -342,12 +342,12 @@ impl Cx {
             }
             Expr::Call(c) => {
                 let seg = super::call_segment(c, "`load` or `zeros::<f32>`")?;
-                let ty = turbofish(&seg.arguments)?;
+                let ty = turbofish_dtype(&seg.arguments)?;
                 self.call(seg.ident.to_string(), ty, None, c.args.iter())?
             }
             Expr::MethodCall(m) => {
                 let ty = match &m.turbofish {
-                    Some(t) => turbofish(&syn::PathArguments::AngleBracketed(t.clone()))?,
+                    Some(t) => turbofish_dtype(&syn::PathArguments::AngleBracketed(t.clone()))?,
                     None => None,
                 };
                 self.call(m.method.to_string(), ty, Some(&m.receiver), m.args.iter())?

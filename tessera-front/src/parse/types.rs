@@ -8,9 +8,29 @@ use syn::{Ident, LitInt, Token, Type};
 use tessera_ir::{DType, Dim, Shape, TensorType};
 
 /// The element types a macro signature may name.
-pub const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::Bool];
+pub const DTYPES: [DType; 7] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::F8E4M3,
+    DType::F8E5M2,
+    DType::I32,
+    DType::Bool,
+];
 
-const DTYPE_MSG: &str = "expected an element type: f32, f16, bf16, i32 or bool";
+const DTYPE_MSG: &str = "expected an element type: f32, f16, bf16, f8e4m3, f8e5m2, i32 or bool";
+
+/// The bounds a generic kernel's type parameter may carry (`<T: Float>`) and the dtypes each
+/// instantiates, in order: `Float` (f32, bf16, f16) and `Fp8` (f8e4m3, f8e5m2). The runtime's
+/// traits of the same names (`tessera::Float`, `tessera::Fp8`) are implemented for exactly
+/// these element types.
+pub fn bound_dtypes(bound: &str) -> Option<&'static [DType]> {
+    match bound {
+        "Float" => Some(&[DType::F32, DType::BF16, DType::F16]),
+        "Fp8" => Some(&[DType::F8E4M3, DType::F8E5M2]),
+        _ => None,
+    }
+}
 
 /// Parses a dtype name (`bf16`).
 pub fn dtype_ident(i: &Ident) -> syn::Result<DType> {
@@ -31,9 +51,13 @@ pub fn dtype(ty: &Type) -> syn::Result<DType> {
     }
 }
 
-/// A kernel tensor type `Tensor<bf16, (M, K)>`.
+/// A kernel tensor type `Tensor<bf16, (M, K)>`, or `Tensor<T, (M, K)>` with `T` a type
+/// parameter of a generic kernel (`param`; `ty.dtype` is then a placeholder until the kernel
+/// is instantiated).
+#[derive(Clone)]
 pub struct KType {
     pub ty: TensorType,
+    pub param: Option<Ident>,
 }
 
 const TENSOR_MSG: &str =
@@ -55,7 +79,15 @@ impl Parse for KType {
         }
         input.parse::<Token![<]>()?;
         let dt: Ident = input.parse().map_err(|_| whole())?;
-        let dtype = dtype_ident(&dt)?;
+        // An identifier that is no dtype may be a type parameter; `KernelItem` checks it is
+        // declared.
+        let (dtype, param) = match dtype_ident(&dt) {
+            Ok(d) => (d, None),
+            Err(_) if dt.to_string().starts_with(|c: char| c.is_ascii_uppercase()) => {
+                (DType::F32, Some(dt.clone()))
+            }
+            Err(e) => return Err(e),
+        };
         input.parse::<Token![,]>().map_err(|_| whole())?;
         let content;
         syn::parenthesized!(content in input);
@@ -78,6 +110,7 @@ impl Parse for KType {
         input.parse::<Token![>]>()?;
         Ok(KType {
             ty: TensorType::new(dtype, Shape(dims)),
+            param,
         })
     }
 }
@@ -88,7 +121,9 @@ pub fn rust_elem(d: DType) -> TokenStream {
         DType::F32 => quote!(f32),
         DType::F16 => quote!(::tessera::f16),
         DType::BF16 => quote!(::tessera::bf16),
+        DType::F8E4M3 => quote!(::tessera::f8e4m3),
+        DType::F8E5M2 => quote!(::tessera::f8e5m2),
         DType::I32 => quote!(i32),
-        _ => quote!(bool),
+        DType::Bool => quote!(bool),
     }
 }

@@ -14,25 +14,31 @@
 //!   the arch's peak scaled by how well latency is hidden (occupancy ≥ 50% counts as full, the
 //!   seeds' rule of thumb) and how evenly the blocks fill the last wave.
 //!
-//! Like the PTX emitter, it lowers a schedule's pipeline stages until they fit the arch's
-//! shared memory. It *prunes* (`Estimate::pruned`) a schedule whose shared memory (one stage)
-//! exceeds the per-block limit,
-//! whose registers exceed the hardware cap (it would spill) or that fits no block per SM, and
-//! [`rank`] orders the rest by predicted time. [`Estimate::bound_s`] is the roofline bound of
+//! Limits are the hardware's ([`arch::HwLimits`], CUDA's tables and occupancy rules); the seeds'
+//! table A.2 values are [`arch::Guidelines`]: a schedule over one is reported
+//! ([`Estimate::over_guidelines`]) and ranked behind close competitors, never pruned. The model
+//! *prunes* (`Estimate::pruned`) a schedule whose pipeline stages do not fit the hardware's
+//! shared memory per block ([`Prune::Stages`], naming how many would fit: the schedule is
+//! rejected, not silently run with fewer stages), whose single stage does not fit
+//! ([`Prune::SharedMemory`]), whose registers exceed the hardware cap (it would spill) or that
+//! fits no block per SM, and [`rank`] orders the rest by predicted time. [`Estimate::bound_s`] is the roofline bound of
 //! the problem itself (compulsory bytes, unpadded FLOPs): no schedule can beat it, and the
 //! hybrid search stops once a measured time gets close to it.
 //!
 //! ```
-//! use tessera_ir::cost::{Arch, Point, Problem, estimate, rank};
+//! use tessera_ir::cost::{Arch, Point, Problem, Prune, estimate, rank};
 //! let p = Problem::matmul(1, 4096, 4096, 4096, 2, 4);
 //! let pts = vec![
 //!     Point::new([128, 128, 64], 8, 3, 8),
 //!     Point::new([32, 32, 32], 4, 2, 8),
-//!     Point::new([256, 256, 128], 8, 3, 8),  // one stage is 128 KB of shared memory: pruned on H100
+//!     Point::new([256, 256, 128], 8, 3, 8),  // 3 stages of 128 KB: only one fits H100's 227 KB
 //! ];
 //! let order = rank(&Arch::H100, &p, &pts);
 //! assert_eq!(order, vec![0, 1]);
-//! assert!(estimate(&Arch::H100, &p, &pts[2]).pruned.is_some());
+//! assert_eq!(
+//!     estimate(&Arch::H100, &p, &pts[2]).pruned,
+//!     Some(Prune::Stages { requested: 3, fit: 1, stage_bytes: 128 * 1024, limit: 227 * 1024 })
+//! );
 //! ```
 
 pub mod arch;
@@ -45,6 +51,7 @@ pub mod resources;
 mod tests;
 
 pub use arch::{Arch, ArchKind};
+pub use arch::{Guidelines, HwLimits};
 pub use occupancy::Occupancy;
 
 use crate::schedule::{KernelClass, Schedule};
@@ -190,8 +197,17 @@ impl Point {
 /// Why a schedule was pruned.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prune {
-    /// Shared memory (CPU: tile working set) over the per-block limit.
+    /// Shared memory (CPU: tile working set) of one pipeline stage over the per-block limit.
     SharedMemory { need: u64, limit: u64 },
+    /// The schedule's pipeline stages do not fit the hardware's shared memory per block; `fit`
+    /// would (at least one does). The schedule is rejected rather than run with fewer stages
+    /// than it names; the space should hold the variant that fits.
+    Stages {
+        requested: u32,
+        fit: u32,
+        stage_bytes: u64,
+        limit: u64,
+    },
     /// Registers per thread over the hardware cap: the kernel would spill.
     Registers { need: u32, cap: u32 },
     /// No block fits on an SM (too many warps).
@@ -209,6 +225,15 @@ impl fmt::Display for Prune {
             Prune::Registers { need, cap } => {
                 write!(f, "{need} registers/thread over the cap of {cap} (spills)")
             }
+            Prune::Stages {
+                requested,
+                fit,
+                stage_bytes,
+                limit,
+            } => write!(
+                f,
+                "{requested} pipeline stages of {stage_bytes} B exceed the {limit} B of shared memory per block ({fit} would fit)"
+            ),
             Prune::NoBlockFits => f.write_str("no block fits on an SM"),
             Prune::EmptyTile => f.write_str("empty tile"),
         }
@@ -235,6 +260,57 @@ pub struct Estimate {
     pub smem_bytes: u64,
     /// Set when the schedule is invalid on this arch.
     pub pruned: Option<Prune>,
+    /// The seeds' guidelines (table A.2) this schedule exceeds: preferences, reported here and
+    /// used by [`rank`] to break near-ties, never a reason to prune.
+    pub over_guidelines: Vec<Guideline>,
+}
+
+/// A guideline value of the seeds' table A.2 that a schedule exceeds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Guideline {
+    /// More registers per thread than the ideal.
+    Registers { need: u32, ideal: u32 },
+    /// More shared memory per block than preferred.
+    SharedMemory { need: u64, preferred: u64 },
+    /// Occupancy below the fraction that is enough.
+    Occupancy { fraction: f64, enough: f64 },
+}
+
+impl fmt::Display for Guideline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Guideline::Registers { need, ideal } => {
+                write!(f, "{need} registers/thread above the ideal {ideal}")
+            }
+            Guideline::SharedMemory { need, preferred } => {
+                write!(
+                    f,
+                    "{need} B of shared memory above the preferred {preferred} B"
+                )
+            }
+            Guideline::Occupancy { fraction, enough } => write!(
+                f,
+                "occupancy {:.0}% below {:.0}%",
+                fraction * 100.0,
+                enough * 100.0
+            ),
+        }
+    }
+}
+
+/// The number of pipeline stages of `stage_bytes` each that fit `limit` bytes, at most
+/// `requested`; `None` if not even one does. The PTX emitter and the cost model use this one
+/// function, so they agree on what fits.
+///
+/// ```
+/// use tessera_ir::cost::stages_that_fit;
+/// assert_eq!(stages_that_fit(64 * 1024, 3, 163 * 1024), Some(2));
+/// assert_eq!(stages_that_fit(64 * 1024, 2, 163 * 1024), Some(2));
+/// assert_eq!(stages_that_fit(200 * 1024, 3, 163 * 1024), None);
+/// ```
+pub fn stages_that_fit(stage_bytes: u64, requested: u32, limit: u64) -> Option<u32> {
+    let fit = limit.checked_div(stage_bytes).unwrap_or(u64::MAX);
+    (fit >= 1).then(|| (requested.max(1) as u64).min(fit) as u32)
 }
 
 /// The roofline bound of a problem on an arch: no schedule runs faster.
@@ -258,15 +334,10 @@ pub fn roofline_bound(arch: &Arch, p: &Problem) -> f64 {
 pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
     let cpu = arch.kind == ArchKind::Cpu;
     let [t0, t1, t2] = s.tile.map(|x| x as u64);
-    let mut res = resources::resources(p, s, cpu);
-    // The PTX emitter lowers the pipeline depth until the stages fit the arch's shared memory
-    // (`target::ptx::gemm`), so the model does too; only a tile whose single stage does not
-    // fit is pruned.
-    if !cpu && s.stages > 1 && res.smem_bytes > arch.smem_per_block as u64 {
-        let per_stage = res.smem_bytes / s.stages as u64;
-        let fit = (arch.smem_per_block as u64 / per_stage.max(1)).max(1);
-        res.smem_bytes = fit * per_stage;
-    }
+    let res = resources::resources(p, s, cpu);
+    let limit = arch.block_smem_limit();
+    let stages = if cpu { 1 } else { s.stages.max(1) };
+    let stage_bytes = res.smem_bytes / stages as u64;
     let bound_s = roofline_bound(arch, p);
     // Blocks, loop steps per block, padded FLOPs, memory bytes with re-reads, on-chip bytes.
     let (blocks, steps, flops, bytes, onchip) = match *p {
@@ -341,15 +412,23 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
     let occ = occupancy::occupancy(arch, s.warps, res.regs_per_thread, res.smem_bytes);
     let pruned = if s.tile.contains(&0) {
         Some(Prune::EmptyTile)
-    } else if res.smem_bytes > arch.smem_per_block as u64 {
-        Some(Prune::SharedMemory {
-            need: res.smem_bytes,
-            limit: arch.smem_per_block as u64,
-        })
-    } else if !cpu && res.regs_per_thread > arch.max_regs_per_thread {
+    } else if res.smem_bytes > limit {
+        match stages_that_fit(stage_bytes, stages, limit) {
+            Some(fit) => Some(Prune::Stages {
+                requested: stages,
+                fit,
+                stage_bytes,
+                limit,
+            }),
+            None => Some(Prune::SharedMemory {
+                need: stage_bytes,
+                limit,
+            }),
+        }
+    } else if !cpu && res.regs_per_thread > arch.hw.max_regs_per_thread {
         Some(Prune::Registers {
             need: res.regs_per_thread,
-            cap: arch.max_regs_per_thread,
+            cap: arch.hw.max_regs_per_thread,
         })
     } else if occ.blocks_per_unit == 0 {
         Some(Prune::NoBlockFits)
@@ -366,10 +445,30 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
     };
     // Latency hiding: ≥ 50% occupancy counts as full (seeds A.2), less scales down; registers
     // above the ideal cost a little more; tiles off the 16×16 MMA grid waste tensor-core lanes.
-    let mut eff = wave_eff.max(1e-3) * (occ.fraction / 0.5).clamp(0.05, 1.0);
+    let enough = arch.guide.enough_occupancy;
+    let mut eff = wave_eff.max(1e-3) * (occ.fraction / enough).clamp(0.05, 1.0);
+    let mut over_guidelines = Vec::new();
     if !cpu {
-        if res.regs_per_thread > arch.ideal_regs_per_thread {
-            eff *= arch.ideal_regs_per_thread as f64 / res.regs_per_thread as f64 * 0.25 + 0.75;
+        let ideal = arch.guide.ideal_regs_per_thread;
+        if res.regs_per_thread > ideal {
+            eff *= ideal as f64 / res.regs_per_thread as f64 * 0.25 + 0.75;
+            over_guidelines.push(Guideline::Registers {
+                need: res.regs_per_thread,
+                ideal,
+            });
+        }
+        let preferred = arch.guide.preferred_smem_per_block as u64;
+        if res.smem_bytes > preferred {
+            over_guidelines.push(Guideline::SharedMemory {
+                need: res.smem_bytes,
+                preferred,
+            });
+        }
+        if occ.fraction < enough && occ.blocks_per_unit > 0 {
+            over_guidelines.push(Guideline::Occupancy {
+                fraction: occ.fraction,
+                enough,
+            });
         }
         if matches!(p, Problem::Matmul { .. }) && (t0 % 16 != 0 || t1 % 16 != 0) {
             eff *= 0.5;
@@ -397,16 +496,21 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
         regs_per_thread: res.regs_per_thread,
         smem_bytes: res.smem_bytes,
         pruned,
+        over_guidelines,
     }
 }
 
 /// Indices of the points that survive pruning, fastest predicted first (stable on ties).
+/// Guidelines break near-ties: each guideline a schedule exceeds counts as 2% of predicted
+/// time, so of two schedules predicted within a few percent the one within the seeds'
+/// guidelines ranks first, while a clearly faster one still wins.
 pub fn rank(arch: &Arch, p: &Problem, points: &[Point]) -> Vec<usize> {
     let est: Vec<Estimate> = points.iter().map(|s| estimate(arch, p, s)).collect();
+    let key = |e: &Estimate| e.time_s * (1.0 + 0.02 * e.over_guidelines.len() as f64);
     let mut idx: Vec<usize> = (0..points.len())
         .filter(|&i| est[i].pruned.is_none())
         .collect();
-    idx.sort_by(|&a, &b| est[a].time_s.total_cmp(&est[b].time_s));
+    idx.sort_by(|&a, &b| key(&est[a]).total_cmp(&key(&est[b])));
     idx
 }
 

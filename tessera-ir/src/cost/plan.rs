@@ -53,12 +53,12 @@ pub fn plan_estimate(arch: &Arch, kernels: &[PlanKernel]) -> (f64, Option<Prune>
         }
         if arch.kind != ArchKind::Cpu {
             let need = e.regs_per_thread + REGS_PER_EPILOGUE_OP * k.epilogue_ops;
-            if need > arch.max_regs_per_thread {
+            if need > arch.hw.max_regs_per_thread {
                 return (
                     f64::INFINITY,
                     Some(Prune::Registers {
                         need,
-                        cap: arch.max_regs_per_thread,
+                        cap: arch.hw.max_regs_per_thread,
                     }),
                 );
             }

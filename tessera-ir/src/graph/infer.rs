@@ -76,13 +76,26 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
                 Shape(dims.collect()),
             ))
         }
-        Op::Matmul => {
+        Op::Matmul { acc, .. } => {
             arity(2)?;
             let (a, b) = (args[0], args[1]);
             if a.dtype != b.dtype {
                 return Err(format!(
                     "dtype mismatch: matmul of {} and {}",
                     a.dtype, b.dtype
+                ));
+            }
+            let accs: &[DType] = if a.dtype.is_float() {
+                &[DType::F32, DType::BF16, DType::F16]
+            } else {
+                &[DType::I32]
+            };
+            if a.dtype == DType::Bool || !accs.contains(acc) {
+                let names: Vec<&str> = accs.iter().map(|d| d.name()).collect();
+                return Err(format!(
+                    "a matmul of {} cannot accumulate in {acc}: the accumulator is one of {}",
+                    a.dtype,
+                    names.join(", ")
                 ));
             }
             let (ra, rb) = (a.shape.rank(), b.shape.rank());
@@ -117,7 +130,7 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             let mut dims = a.shape.0[..ra - 2].to_vec();
             dims.push(m.clone());
             dims.push(n.clone());
-            Ok(TensorType::new(a.dtype.accumulator(), Shape(dims)))
+            Ok(TensorType::new(*acc, Shape(dims)))
         }
         Op::Transpose => {
             arity(1)?;
@@ -130,13 +143,16 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             d.swap(r - 1, r - 2);
             Ok(TensorType::new(x.dtype, Shape(d)))
         }
-        Op::Softmax => {
+        Op::Softmax { .. } => {
             arity(1)?;
             float_only(op, args[0].dtype)?;
             rank_at_least_1(args[0])?;
             Ok(TensorType::new(DType::F32, args[0].shape.clone()))
         }
-        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+        Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
+            if !(eps.is_finite() && *eps > 0.0) {
+                return Err(format!("eps must be finite and > 0, got {eps}"));
+            }
             let n_params = if matches!(op, Op::LayerNorm { .. }) {
                 3
             } else {

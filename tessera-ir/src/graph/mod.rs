@@ -15,11 +15,15 @@
 
 mod infer;
 mod parse;
+mod policy;
+mod precision;
 mod print;
 mod verify;
 
 pub use infer::{FFT_MAX_LENGTH, infer};
 pub use parse::parse;
+pub use policy::{policies, with_policy};
+pub use precision::with_precision;
 pub use verify::{VerifyError, verify};
 
 use crate::{DType, NumericsPolicy, TensorType};
@@ -207,19 +211,29 @@ pub enum Op {
         keepdim: bool,
         policy: NumericsPolicy,
     },
-    /// `[.., M, K] × [.., K, N]`: plain or batched; float inputs accumulate into f32.
-    Matmul,
+    /// `[.., M, K] × [.., K, N]`: plain or batched. The sum over K runs in the accumulator
+    /// dtype `acc` (f32, bf16 or f16 for float inputs: every partial sum is rounded to it; i32
+    /// for integers), which is the result dtype; `policy` orders the K loop (see
+    /// [`NumericsPolicy`]). Text: `%3 = matmul %x, %w acc=f32 policy=fast : f32[M, N]`.
+    Matmul {
+        acc: DType,
+        policy: NumericsPolicy,
+    },
     /// Swaps the last two axes.
     Transpose,
-    /// Softmax over the last axis.
-    Softmax,
+    /// Softmax over the last axis, computed and returned in f32.
+    Softmax {
+        policy: NumericsPolicy,
+    },
     /// `(x − mean)/sqrt(var + eps) · gamma + beta` over the last axis; args `x, gamma, beta`.
     LayerNorm {
         eps: f64,
+        policy: NumericsPolicy,
     },
     /// `x / sqrt(mean(x²) + eps) · gamma` over the last axis; args `x, gamma`.
     RmsNorm {
         eps: f64,
+        policy: NumericsPolicy,
     },
     /// Causal masking of attention scores `x: [.., Sq, Sk]`: entry `(i, j)` is kept when
     /// `j ≤ i + (Sk − Sq)` (the diagonal aligned bottom-right, so a query attends to its own
@@ -230,9 +244,13 @@ pub enum Op {
     /// float dtype); the probabilities are rounded to the inputs' dtype before the second
     /// product (as `softmax(..).cast::<T>().matmul(v)` does) and both products accumulate in
     /// f32. Result `f32[.., Sq, Dv]`. Built by the `flash_attention` rewrite or written directly.
+    /// `policy` orders its reductions (the row sums and both products); the online-softmax
+    /// lowering honours `fast` only (another policy is a lowering error, and the rewrite leaves
+    /// a graph whose softmax or matmuls name one unfused).
     Attention {
         scale: f64,
         causal: bool,
+        policy: NumericsPolicy,
     },
     /// 2-D convolution (cross-correlation, as in deep learning) of an NHWC input
     /// `x: [N, H, W, C]` by an HWIO weight `w: [KH, KW, C/groups, F]`; see [`Conv2d`].
@@ -318,9 +336,9 @@ impl Op {
             Op::Cast(_) => "cast".into(),
             Op::Broadcast => "broadcast".into(),
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
-            Op::Matmul => "matmul".into(),
+            Op::Matmul { .. } => "matmul".into(),
             Op::Transpose => "transpose".into(),
-            Op::Softmax => "softmax".into(),
+            Op::Softmax { .. } => "softmax".into(),
             Op::LayerNorm { .. } => "layernorm".into(),
             Op::RmsNorm { .. } => "rmsnorm".into(),
             Op::CausalMask => "causal_mask".into(),
@@ -332,6 +350,41 @@ impl Op {
             Op::Real => "real".into(),
             Op::Pad { .. } => "pad".into(),
             Op::SpectralMul { .. } => "spectral_mul".into(),
+        }
+    }
+
+    /// `matmul` accumulating in `acc` under the fast policy.
+    pub fn matmul(acc: DType) -> Op {
+        Op::Matmul {
+            acc,
+            policy: NumericsPolicy::Fast,
+        }
+    }
+
+    /// The numerics policy of a reduction (sum, mean, max, softmax, the norms, matmul's K
+    /// loop); `None` for ops that reduce nothing.
+    pub fn policy(&self) -> Option<NumericsPolicy> {
+        match self {
+            Op::Reduce { policy, .. }
+            | Op::Matmul { policy, .. }
+            | Op::Softmax { policy }
+            | Op::LayerNorm { policy, .. }
+            | Op::RmsNorm { policy, .. }
+            | Op::Attention { policy, .. } => Some(*policy),
+            _ => None,
+        }
+    }
+
+    /// The policy slot of a reduction, for rewriting it.
+    pub fn policy_mut(&mut self) -> Option<&mut NumericsPolicy> {
+        match self {
+            Op::Reduce { policy, .. }
+            | Op::Matmul { policy, .. }
+            | Op::Softmax { policy }
+            | Op::LayerNorm { policy, .. }
+            | Op::RmsNorm { policy, .. }
+            | Op::Attention { policy, .. } => Some(policy),
+            _ => None,
         }
     }
 
@@ -429,7 +482,7 @@ pub struct TypeError {
 /// let mut b = Graph::builder("k");
 /// let x = b.param("x", TensorType::new(DType::F32, Shape(vec![Dim::sym("M"), Dim::sym("K")])));
 /// let w = b.param("w", TensorType::new(DType::F32, Shape(vec![Dim::sym("K"), Dim::sym("N")])));
-/// let y = b.push(Op::Matmul, &[x, w]).unwrap();
+/// let y = b.push(Op::matmul(DType::F32), &[x, w]).unwrap();
 /// let z = b.push(Op::Unary(UnaryOp::Gelu), &[y]).unwrap();
 /// let g = b.finish(z);
 /// assert_eq!(g.ty(z).to_string(), "f32[M, N]");

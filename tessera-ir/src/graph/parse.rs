@@ -45,7 +45,8 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         names.insert(n, v);
     }
     c.expect("->")?;
-    let _declared_out = parse_tensor_type(c)?;
+    let declared_at = c.error("");
+    let declared_out = parse_tensor_type(c)?;
     c.expect("{")?;
     loop {
         if c.eat_kw("return") {
@@ -53,6 +54,15 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
             let out = *names
                 .get(&r)
                 .ok_or_else(|| c.error(format!("unknown value `%{r}`")))?;
+            if *b.ty(out) != declared_out {
+                return Err(ParseError {
+                    message: format!(
+                        "@{name} declares return type {declared_out} but returns `%{r}`: {}",
+                        b.ty(out)
+                    ),
+                    ..declared_at
+                });
+            }
             c.expect("}")?;
             return Ok(b.finish(out));
         }
@@ -71,11 +81,16 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
                 break;
             }
         }
-        let op = parse_op(c, &op_name)?;
+        let (op, acc_named) = parse_op(c, &op_name)?;
         c.expect(":")?;
         let ty = parse_tensor_type(c)?;
-        // `cast` and `const` carry their dtype in the result type.
+        // `cast` and `const` carry their dtype in the result type, and so does a matmul that
+        // does not name its accumulator.
         let op = match op {
+            Op::Matmul { policy, .. } if !acc_named => Op::Matmul {
+                acc: ty.dtype,
+                policy,
+            },
             Op::Cast(_) => Op::Cast(ty.dtype),
             Op::Const { value, .. } => Op::Const {
                 value,
@@ -91,43 +106,76 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
     }
 }
 
-fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
+/// Parses an op's attributes; the flag is false for a matmul that leaves `acc=` out.
+fn parse_op(c: &mut Cursor, name: &str) -> Result<(Op, bool), ParseError> {
     if let Some(u) = UnaryOp::parse(name) {
-        return Ok(Op::Unary(u));
+        return Ok((Op::Unary(u), true));
     }
     if let Some(b) = BinaryOp::parse(name) {
-        return Ok(Op::Binary(b));
+        return Ok((Op::Binary(b), true));
     }
+    let mut acc_named = true;
     let attr = |c: &mut Cursor, key: &str| -> Result<(), ParseError> {
         c.expect_kw(key)?;
         c.expect("=")
     };
-    Ok(match name {
+    // `policy=..` may be left out (fast).
+    let policy = |c: &mut Cursor| -> Result<NumericsPolicy, ParseError> {
+        if !c.eat_kw("policy") {
+            return Ok(NumericsPolicy::Fast);
+        }
+        c.expect("=")?;
+        let p = c.ident()?;
+        NumericsPolicy::parse(&p).ok_or_else(|| c.error(format!("unknown numerics policy `{p}`")))
+    };
+    let op = match name {
         "const" => Op::Const {
             value: c.number()?,
             dtype: DType::F32,
         },
         "cast" => Op::Cast(DType::F32),
         "broadcast" => Op::Broadcast,
-        "matmul" => Op::Matmul,
+        "matmul" => {
+            // `acc=..` may be left out: the result type names it (see `parse_graph`).
+            let acc = if c.eat_kw("acc") {
+                c.expect("=")?;
+                let d = c.ident()?;
+                DType::parse(&d).ok_or_else(|| c.error(format!("unknown dtype `{d}`")))?
+            } else {
+                acc_named = false;
+                DType::F32
+            };
+            Op::Matmul {
+                acc,
+                policy: policy(c)?,
+            }
+        }
         "transpose" => Op::Transpose,
-        "softmax" => Op::Softmax,
+        "softmax" => Op::Softmax { policy: policy(c)? },
         "layernorm" => {
             attr(c, "eps")?;
-            Op::LayerNorm { eps: c.number()? }
+            Op::LayerNorm {
+                eps: c.number()?,
+                policy: policy(c)?,
+            }
         }
         "rmsnorm" => {
             attr(c, "eps")?;
-            Op::RmsNorm { eps: c.number()? }
+            Op::RmsNorm {
+                eps: c.number()?,
+                policy: policy(c)?,
+            }
         }
         "causal_mask" => Op::CausalMask,
         "attention" => {
             attr(c, "scale")?;
             let scale = c.number()?;
             attr(c, "causal")?;
+            let causal = boolean(c)?;
             Op::Attention {
                 scale,
-                causal: boolean(c)?,
+                causal,
+                policy: policy(c)?,
             }
         }
         "conv2d" => {
@@ -178,11 +226,12 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
             attr(c, "axes")?;
             let axes = c.list("[", "]", |c| c.usize())?;
             attr(c, "keepdim")?;
-            let keepdim = boolean(c)?;
-            attr(c, "policy")?;
-            let p = c.ident()?;
-            let policy = NumericsPolicy::parse(&p)
-                .ok_or_else(|| c.error(format!("unknown numerics policy `{p}`")))?;
+            let keepdim = match c.ident()?.as_str() {
+                "true" => true,
+                "false" => false,
+                o => return Err(c.error(format!("expected true or false, found `{o}`"))),
+            };
+            let policy = policy(c)?;
             Op::Reduce {
                 op,
                 axes,
@@ -191,7 +240,8 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<Op, ParseError> {
             }
         }
         _ => return Err(c.error(format!("unknown op `{name}`"))),
-    })
+    };
+    Ok((op, acc_named))
 }
 
 fn boolean(c: &mut Cursor) -> Result<bool, ParseError> {

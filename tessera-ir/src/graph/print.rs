@@ -41,12 +41,18 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                         axes.join(", ")
                     )?;
                 }
-                Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
-                    write!(f, " eps={}", fmt_float(*eps))?
+                Op::LayerNorm { eps, policy } | Op::RmsNorm { eps, policy } => {
+                    write!(f, " eps={} policy={policy}", fmt_float(*eps))?
                 }
-                Op::Attention { scale, causal } => {
-                    write!(f, " scale={} causal={causal}", fmt_float(*scale))?
-                }
+                Op::Attention {
+                    scale,
+                    causal,
+                    policy,
+                } => write!(
+                    f,
+                    " scale={} causal={causal} policy={policy}",
+                    fmt_float(*scale)
+                )?,
                 Op::Conv2d(c) => write!(
                     f,
                     " stride=[{}, {}] padding=[{}, {}] dilation=[{}, {}] groups={}",
@@ -69,6 +75,8 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                     write!(f, " lo=[{}] hi=[{}]", l(lo), l(hi))?
                 }
                 Op::SpectralMul { groups } => write!(f, " groups={groups}")?,
+                Op::Matmul { acc, policy } => write!(f, " acc={acc} policy={policy}")?,
+                Op::Softmax { policy } => write!(f, " policy={policy}")?,
                 _ => {}
             }
             writeln!(f, " : {}", n.ty)?;

@@ -1,6 +1,7 @@
 //! Graph IR verifier: handles first, then every node's type re-inferred; all errors collected.
 
 use super::{Graph, Op, infer, print::write_graph};
+use crate::{Dim, TensorType};
 use std::fmt;
 
 /// All problems found in a graph, each tied to a value.
@@ -44,6 +45,9 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
             ));
             continue;
         }
+        if let Err(m) = check_size(&node.ty) {
+            errors.push((i, format!("{name}: {m}")));
+        }
         match &node.op {
             Op::Param { index, .. } => {
                 if g.params.get(*index).map(|p| p.index()) != Some(i) {
@@ -54,10 +58,12 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
                 }
             }
             Op::Broadcast => {
-                let x = &g.ty(node.args[0]);
                 if node.args.len() != 1 {
                     errors.push((i, format!("{name}: broadcast expects 1 operand")));
-                } else if x.dtype != node.ty.dtype
+                    continue;
+                }
+                let x = &g.ty(node.args[0]);
+                if x.dtype != node.ty.dtype
                     || x.shape.broadcast(&node.ty.shape).as_ref() != Ok(&node.ty.shape)
                 {
                     errors.push((
@@ -95,4 +101,19 @@ pub fn verify(g: &Graph) -> Result<(), VerifyError> {
     let mut annotated = String::new();
     let _ = write_graph(&mut annotated, g, &errors);
     Err(VerifyError { errors, annotated })
+}
+
+/// Checks that the constant part of a type's shape, times the element size, fits in `isize`
+/// bytes (the most any allocation can hold); symbolic dims are checked at launch.
+fn check_size(t: &TensorType) -> Result<(), String> {
+    let mut n = t.dtype.size_bytes() as u64;
+    for d in &t.shape.0 {
+        if let Dim::Const(c) = d {
+            n = n
+                .checked_mul(*c)
+                .filter(|&n| n <= isize::MAX as u64)
+                .ok_or_else(|| format!("{t} needs more than {} bytes", isize::MAX))?;
+        }
+    }
+    Ok(())
 }

@@ -12,7 +12,7 @@
 //!     s     = select(col ≤ limit(row), s, −∞)       (col < Sk, and col ≤ row + Sk − Sq if causal)
 //!     m'    = max(m, rowmax(s));  ms = (m' = −∞) ? 0 : m'   (fully masked rows stay NaN-free)
 //!     α     = exp(m − ms);  p = exp(s − ms)
-//!     l'    = l·α + rowsum(p)                       (the reduction carries the numerics policy)
+//!     l'    = l·α + rowsum(p)                       (the `fast` numerics policy only)
 //!     acc'  = dot(cast::<T>(p), load v[b, j, 0], acc·α)
 //! out = acc / l, then the epilogue, stored masked to [Sq, Dv]
 //! ```
@@ -21,7 +21,7 @@ use super::{Axis, Lower, LowerError, view_groups};
 use crate::graph::{BinaryOp, Op as G, UnaryOp};
 use crate::schedule::Schedule;
 use crate::tile::{CmpOp, GridDim, Op, TileReduce, TileType};
-use crate::{DType, Dim};
+use crate::{DType, Dim, NumericsPolicy};
 
 /// A head dim as a tile extent: a constant rounded up to a multiple of 16 (the tensor-core k
 /// step); symbolic head dims are an error naming the dim.
@@ -38,9 +38,25 @@ pub(crate) fn head_tile(l: &Lower, d: &Dim, what: &str) -> Result<usize, LowerEr
 pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (bm, bn) = (s.tile[0] as usize, s.tile[1] as usize);
     let root = l.g.node(l.k.root).clone();
-    let G::Attention { scale, causal } = root.op else {
+    let G::Attention {
+        scale,
+        causal,
+        policy,
+    } = root.op
+    else {
         return Err(l.err(l.k.root, "not an attention node"));
     };
+    // The online softmax rescales partial sums tile by tile: its association order depends
+    // on the tile shape, which `deterministic` and `kahan_sum` promise not to.
+    if policy != NumericsPolicy::Fast || l.policy != NumericsPolicy::Fast {
+        return Err(l.err(
+            l.k.root,
+            format!(
+                "the online-softmax attention kernel runs under the `fast` numerics policy only, not `{}` (write the unfused softmax(q·kᵀ)·v for an ordered reduction)",
+                if policy != NumericsPolicy::Fast { policy } else { l.policy }
+            ),
+        ));
+    }
     let (q, k, v) = (root.args[0], root.args[1], root.args[2]);
     let dtype = l.g.ty(q).dtype;
     let d = head_tile(l, l.g.ty(q).shape.0.last().unwrap(), "D")?;

@@ -75,13 +75,17 @@ pub(crate) fn view_groups(shape: &[Dim], rank: usize) -> Vec<Vec<Dim>> {
     }
 }
 
-/// Lowers `k` under schedule `s` with reductions following `policy`.
+/// Lowers `k` under schedule `s`. The kernel runs under its root's numerics policy, or
+/// `policy` when the root (an elementwise op, say) has none; under `deterministic` and
+/// `kahan_sum` every reduction is lowered to a fixed association order that does not depend on
+/// `s` (see [`crate::NumericsPolicy`]).
 pub fn lower(
     g: &Graph,
     k: &FusedKernel,
     s: &Schedule,
     policy: NumericsPolicy,
 ) -> Result<Lowered, LowerError> {
+    crate::invocations::lowered();
     if s.class != k.class {
         return Err(LowerError {
             value: k.name.clone(),
@@ -98,12 +102,24 @@ pub fn lower(
             message: format!("invalid schedule: {}", e.join("; ")),
         });
     }
-    // A reduction's own policy (from `#[kernel(numerics = ..)]`) wins over the default.
-    let policy = match &g.node(k.root).op {
-        Op::Reduce { policy: p, .. } if *p != NumericsPolicy::Fast => *p,
+    // The root's own policy (`#[kernel(numerics = ..)]`, a scoped setting) wins over the
+    // caller's default; the two must agree when both ask for something.
+    let policy = match g.node(k.root).op.policy() {
+        Some(p) if p != NumericsPolicy::Fast => {
+            if policy != NumericsPolicy::Fast && policy != p {
+                return Err(LowerError {
+                    value: g.value_name(k.root),
+                    message: format!(
+                        "runs under numerics policy `{p}` and cannot also honour `{policy}`"
+                    ),
+                });
+            }
+            p
+        }
         _ => policy,
     };
     let mut l = Lower::new(g, k, policy);
+    l.b.set_policy(policy);
     match k.class {
         KernelClass::Matmul => matmul::lower(&mut l, s)?,
         KernelClass::Rowwise => rowwise::lower(&mut l, s)?,
@@ -253,6 +269,23 @@ impl<'g> Lower<'g> {
                 shape,
             },
         )
+    }
+
+    /// One compensated step of `kahan_sum` (Ogita–Rump–Oishi `Sum2`, the branch-free form of
+    /// Kahan–Babuška–Neumaier): `t = s + x` and its exact rounding error
+    /// `e = (s − (t − (t − s))) + (x − (t − s))` (Knuth's TwoSum), `c += e`. Returns the new
+    /// `(s, c)`; the compensated sum is `s + c`. Unlike Kahan's original step it keeps the low
+    /// part when `|x| > |s|` (a large term after many small ones).
+    pub fn two_sum_step(&mut self, s: TValue, c: TValue, x: TValue) -> (TValue, TValue) {
+        use crate::graph::BinaryOp::{Add, Sub};
+        let t = self.bin(Add, s, x);
+        let bp = self.bin(Sub, t, s);
+        let ap = self.bin(Sub, t, bp);
+        let ea = self.bin(Sub, s, ap);
+        let eb = self.bin(Sub, x, bp);
+        let e = self.bin(Add, ea, eb);
+        let c = self.bin(Add, c, e);
+        (t, c)
     }
 
     pub fn unary(&mut self, op: crate::graph::UnaryOp, a: TValue) -> TValue {

@@ -1,10 +1,10 @@
 //! Elementwise chains, transposes and reductions over leading axes.
 
 use super::{Axis, Lower, LowerError, view_groups};
-use crate::DType;
 use crate::graph::{BinaryOp, Op as G, ReduceOp};
 use crate::schedule::Schedule;
 use crate::tile::{GridDim, Op, TileReduce, TileType};
+use crate::{DType, NumericsPolicy};
 
 /// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output.
 pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
@@ -127,7 +127,8 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     Ok(())
 }
 
-/// Sum/max/mean over the leading axes: each program owns `BC` columns and walks the rows.
+/// Sum/max/mean over the leading axes: each program owns `BC` columns and walks the rows
+/// (`BR` at a time; one at a time, in order, under `deterministic` and `kahan_sum`).
 pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
     let root = l.g.node(l.k.root).clone();
@@ -176,17 +177,47 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     let is_max = *op == ReduceOp::Max;
     let init = if is_max { f64::NEG_INFINITY } else { 0.0 };
     let acc0 = l.b.op(Op::Full(init), TileType::tile(DType::F32, &[bc]));
-    let (r, acc) = l.b.begin_for(zero, rows, br as i64, &[acc0]);
-    let v = l.load(px, vec![r, j], &[br, bc], init);
-    let v = l.cast(v, DType::F32);
-    let (red, comb) = if is_max {
-        (TileReduce::Max, BinaryOp::Max)
+    let ordered = l.policy != NumericsPolicy::Fast && !is_max;
+    let mut y = if ordered {
+        // Deterministic / Kahan: the rows are added one at a time, in row order, into the
+        // carried column sums (compensated under kahan_sum), whatever `BR` is.
+        let kahan = l.policy == NumericsPolicy::KahanSum;
+        let inits = if kahan { vec![acc0, acc0] } else { vec![acc0] };
+        let (r, carried) = l.b.begin_for(zero, rows, br as i64, &inits);
+        let (mut s, mut comp) = (carried[0], carried.get(1).copied());
+        for u in 0..br {
+            let off = l.c_i32(u as i64);
+            let ru = l.bin(BinaryOp::Add, r, off);
+            let v = l.load(px, vec![ru, j], &[bc], 0.0);
+            let x = l.cast(v, DType::F32);
+            match comp {
+                None => s = l.bin(BinaryOp::Add, s, x),
+                Some(k) => {
+                    let (t, k) = l.two_sum_step(s, k, x);
+                    comp = Some(k);
+                    s = t;
+                }
+            }
+        }
+        let next: Vec<_> = std::iter::once(s).chain(comp).collect();
+        let r = l.b.end_for(&next);
+        match r.get(1) {
+            Some(k) => l.bin(BinaryOp::Add, r[0], *k),
+            None => r[0],
+        }
     } else {
-        (TileReduce::Sum, BinaryOp::Add)
+        let (r, acc) = l.b.begin_for(zero, rows, br as i64, &[acc0]);
+        let v = l.load(px, vec![r, j], &[br, bc], init);
+        let v = l.cast(v, DType::F32);
+        let (red, comb) = if is_max {
+            (TileReduce::Max, BinaryOp::Max)
+        } else {
+            (TileReduce::Sum, BinaryOp::Add)
+        };
+        let part = l.reduce(red, v, 0);
+        let next = l.bin(comb, acc[0], part);
+        l.b.end_for(&[next])[0]
     };
-    let part = l.reduce(red, v, 0);
-    let next = l.bin(comb, acc[0], part);
-    let mut y = l.b.end_for(&[next])[0];
     if *op == ReduceOp::Mean {
         let rf = l.cast(rows, DType::F32);
         y = l.bin(BinaryOp::Div, y, rf);

@@ -84,7 +84,7 @@ pub fn eval_all(g: &Graph, inputs: &[Tensor64]) -> Result<Vec<Tensor64>, String>
             Op::Cast(to) => a(0).data.iter().map(|x| cast(*x, *to)).collect(),
             Op::Broadcast => broadcast_zip(a(0), a(0), &shape, |x, _| x),
             Op::Reduce { op, axes, .. } => reduce(a(0), *op, axes),
-            Op::Matmul => {
+            Op::Matmul { .. } => {
                 let (x, y) = (a(0), a(1));
                 let (ra, rb) = (x.shape.len(), y.shape.len());
                 let (m, k, nn) = (x.shape[ra - 2], x.shape[ra - 1], y.shape[rb - 1]);
@@ -106,8 +106,8 @@ pub fn eval_all(g: &Graph, inputs: &[Tensor64]) -> Result<Vec<Tensor64>, String>
                 }
                 y
             }
-            Op::Softmax => ops::softmax_rows(&a(0).data, *a(0).shape.last().unwrap()),
-            Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            Op::Softmax { .. } => ops::softmax_rows(&a(0).data, *a(0).shape.last().unwrap()),
+            Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
                 let x = a(0);
                 let nn = *x.shape.last().unwrap();
                 let gamma = &a(1).data;
@@ -134,7 +134,7 @@ pub fn eval_all(g: &Graph, inputs: &[Tensor64]) -> Result<Vec<Tensor64>, String>
                 let r = x.shape.len();
                 ops::causal_mask(&x.data, x.shape[r - 2], x.shape[r - 1])
             }
-            Op::Attention { scale, causal } => {
+            Op::Attention { scale, causal, .. } => {
                 let (q, k, v) = (a(0), a(1), a(2));
                 let r = q.shape.len();
                 let batch = q.shape[..r - 2].iter().product();

@@ -12,9 +12,9 @@
 //! would turn the mask's −∞ into +∞).
 
 use super::{Match, Rule, single_use};
-use crate::DType;
 use crate::cost::graph::{Sizes, Work};
 use crate::graph::{BinaryOp, Graph, GraphBuilder, Op, TypeError, Value};
+use crate::{DType, NumericsPolicy};
 
 /// The largest head dim the fused kernel takes.
 pub const MAX_HEAD_DIM: u64 = 256;
@@ -38,14 +38,16 @@ fn scalar(g: &Graph, v: Value) -> Option<f64> {
 
 fn pattern(g: &Graph, root: Value) -> Option<Match> {
     let n = g.node(root);
-    if n.op != Op::Matmul {
+    if !matches!(n.op, Op::Matmul { .. }) {
         return None;
     }
     let (p, v) = (n.args[0], n.args[1]);
     let mut nodes = Vec::new();
     let sm = match g.node(p).op {
-        Op::Softmax => p,
-        Op::Cast(d) if d == g.ty(v).dtype && g.node(g.node(p).args[0]).op == Op::Softmax => {
+        Op::Softmax { .. } => p,
+        Op::Cast(d)
+            if d == g.ty(v).dtype && matches!(g.node(g.node(p).args[0]).op, Op::Softmax { .. }) =>
+        {
             nodes.push(p);
             g.node(p).args[0]
         }
@@ -84,7 +86,7 @@ fn pattern(g: &Graph, root: Value) -> Option<Match> {
         }
     }
     let qk = g.node(x);
-    if qk.op != Op::Matmul {
+    if !matches!(qk.op, Op::Matmul { .. }) {
         return None;
     }
     let (q, kt) = (qk.args[0], qk.args[1]);
@@ -110,7 +112,11 @@ fn pattern(g: &Graph, root: Value) -> Option<Match> {
         root,
         nodes,
         inputs: vec![q, k, v],
-        op: Op::Attention { scale, causal },
+        op: Op::Attention {
+            scale,
+            causal,
+            policy: NumericsPolicy::Fast,
+        },
     })
 }
 
@@ -124,9 +130,30 @@ fn legal(g: &Graph, m: &Match) -> Result<(), String> {
             ));
         }
     }
+    // The fused kernel accumulates both products and the row sums in f32 in the order its
+    // tiles give (the `fast` policy); a softmax or matmul asking for another policy or
+    // accumulator keeps its own kernel.
+    for n in &m.nodes {
+        match g.node(*n).op {
+            Op::Matmul { acc, policy } if acc != DType::F32 || policy != NumericsPolicy::Fast => {
+                return Err(format!(
+                    "{} (matmul) accumulates in {acc} under policy `{policy}`; the fused kernel runs f32 under `fast`",
+                    g.value_name(*n)
+                ));
+            }
+            Op::Softmax { policy } if policy != NumericsPolicy::Fast => {
+                return Err(format!(
+                    "{} (softmax) runs under policy `{policy}`; the fused kernel runs under `fast`",
+                    g.value_name(*n)
+                ));
+            }
+            _ => {}
+        }
+    }
     if let Op::Attention {
         scale,
         causal: true,
+        ..
     } = m.op
         && scale <= 0.0
     {
@@ -177,10 +204,12 @@ fn cost(g: &Graph, m: &Match, s: &Sizes) -> (Work, Work) {
         let t = &node.ty;
         before += match node.op {
             Op::Transpose => s.bytes(g.ty(node.args[0])) + s.bytes(t),
-            Op::Matmul => s.bytes(g.ty(node.args[0])) + s.bytes(g.ty(node.args[1])) + s.bytes(t),
+            Op::Matmul { .. } => {
+                s.bytes(g.ty(node.args[0])) + s.bytes(g.ty(node.args[1])) + s.bytes(t)
+            }
             Op::CausalMask => 2.0 * s.bytes(t),
             // Two passes over the scores; the (possibly cast) probabilities written once.
-            Op::Softmax => 2.0 * s.bytes(g.ty(node.args[0])) + s.bytes(t),
+            Op::Softmax { .. } => 2.0 * s.bytes(g.ty(node.args[0])) + s.bytes(t),
             // A cast in softmax's epilogue writes its narrower type instead.
             Op::Cast(_) => s.bytes(t) - s.bytes(g.ty(node.args[0])),
             _ => 0.0,

@@ -30,7 +30,7 @@ fn flash_attention_text_in_text_out() {
     assert_eq!(
         out,
         "graph @attn(%q: bf16[B, H, S, 64], %k: bf16[B, H, S, 64], %v: bf16[B, H, S, 64]) -> f32[B, H, S, 64] {
-  %3 = attention %q, %k, %v scale=0.125 causal=true : f32[B, H, S, 64]
+  %3 = attention %q, %k, %v scale=0.125 causal=true policy=fast : f32[B, H, S, 64]
   return %3
 }
 "
@@ -63,7 +63,7 @@ fn flash_attention_scale_forms_and_mask_order() {
 ";
     let (out, _) = run(src, &RewriteOptions::default());
     assert!(
-        out.contains("%3 = attention %q, %k, %v scale=0.25 causal=true : f32[S, 8]"),
+        out.contains("%3 = attention %q, %k, %v scale=0.25 causal=true policy=fast : f32[S, 8]"),
         "{out}"
     );
     // No scale at all.
@@ -292,4 +292,36 @@ fn spectral_conv_needs_unit_stride() {
             .unwrap()
             .contains("stride [2, 2]")
     );
+}
+
+#[test]
+fn flash_attention_leaves_a_non_fast_policy_unfused() {
+    // The online softmax honours `fast` only: a deterministic softmax or a bf16 accumulator
+    // keeps the unfused graph (which honours them), and the trace says why.
+    for (from, to, why) in [
+        (
+            "%8 = softmax %7 :",
+            "%8 = softmax %7 policy=deterministic :",
+            "(softmax) runs under policy `deterministic`",
+        ),
+        (
+            "%4 = matmul %q, %3 : f32",
+            "%4 = matmul %q, %3 acc=bf16 : bf16",
+            "(matmul) accumulates in bf16",
+        ),
+    ] {
+        let mut src = ATTN_BF16.replace(from, to);
+        if to.contains("acc=bf16") {
+            src = src
+                .replace("%6 = mul %4, %5 : f32", "%6 = mul %4, %5 : bf16")
+                .replace("%5 = const 0.125 : f32", "%5 = const 0.125 : bf16")
+                .replace("%7 = causal_mask %6 : f32", "%7 = causal_mask %6 : bf16")
+                .replace("%8 = softmax %7 :", "%8 = softmax %7 policy=fast :");
+        }
+        let (out, trace) = run(&src, &RewriteOptions::default());
+        assert!(!out.contains("attention"), "{out}");
+        assert!(!trace[0].applied);
+        let reason = trace[0].reason.clone().unwrap_or_default();
+        assert!(reason.contains(why), "{reason}");
+    }
 }

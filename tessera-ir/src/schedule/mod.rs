@@ -184,6 +184,21 @@ impl Schedule {
         }
     }
 
+    /// The schedule a `tile!` block program runs under on a PTX device: 4 warps (the program
+    /// fixes its own tiles through its knobs; the rest are the elementwise defaults). The
+    /// `tile!` macro emits its default knobs' PTX under it and the runtime launches it so.
+    ///
+    /// ```
+    /// use tessera_ir::schedule::Schedule;
+    /// assert_eq!(Schedule::block_program().warps, 4);
+    /// ```
+    pub fn block_program() -> Schedule {
+        Schedule {
+            warps: 4,
+            ..Schedule::default_for(KernelClass::Elementwise, DType::F32)
+        }
+    }
+
     /// The default schedule of a class on the CPU backend. The GPU defaults size tiles for a
     /// warp's registers; a CPU core wants larger tiles: the 128×256 f32 matmul accumulator
     /// (128 KiB) sits in a Zen 4 core's L2 and still gives two blocks at n = 256 (the sweeps in
@@ -236,6 +251,13 @@ impl Schedule {
             KernelClass::Layout => vec![vec![8, 256], vec![32, 64]],
         };
         for tile in tiles {
+            // A row-wise tile of 512 columns with 16-bit inputs (vector = 8) keeps 16 widened
+            // values per lane per row live across layernorm's passes: ptxas 12.9 gives its
+            // bf16/f16 instances 255 registers and 92–112 spill bytes on sm_80/89/90a
+            // (`scripts/ptxas-check`), so the space leaves that point out.
+            if class == KernelClass::Rowwise && dtype.size_bytes() == 2 && tile[1] / 32 > 8 {
+                continue;
+            }
             let s = Schedule { tile, ..d.clone() };
             if !out.contains(&s) {
                 out.push(s);

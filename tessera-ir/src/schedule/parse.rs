@@ -15,13 +15,13 @@ pub fn parse(src: &str) -> Result<Schedule, ParseError> {
         c.expect("=")
     };
     key(&mut c, "tile")?;
-    let tile = c.list("[", "]", |c| c.usize().map(|x| x as u32))?;
+    let tile = c.list("[", "]", |c| c.u32())?;
     key(&mut c, "warps")?;
-    let warps = c.usize()? as u32;
+    let warps = c.u32()?;
     key(&mut c, "stages")?;
-    let stages = c.usize()? as u32;
+    let stages = c.u32()?;
     key(&mut c, "vector")?;
-    let vector = c.usize()? as u32;
+    let vector = c.u32()?;
     if !c.at_end() {
         return Err(c.error(format!("unexpected {}", c.peek())));
     }

@@ -344,6 +344,16 @@ impl Cursor {
         })
     }
 
+    /// Consumes a non-negative integer that fits `u32`.
+    pub fn u32(&mut self) -> Result<u32, ParseError> {
+        let here = self.error("");
+        let i = self.int()?;
+        u32::try_from(i).map_err(|_| ParseError {
+            message: format!("expected an integer in 0..={}, found {i}", u32::MAX),
+            ..here
+        })
+    }
+
     /// Consumes a number (integer or float) as f64.
     pub fn number(&mut self) -> Result<f64, ParseError> {
         match self.peek().clone() {

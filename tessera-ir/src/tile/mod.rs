@@ -27,7 +27,7 @@ mod print;
 mod verify;
 
 pub use parse::parse;
-pub use verify::{VerifyError, verify};
+pub use verify::{MAX_TILE_ELEMENTS, VerifyError, check_tile_type, verify};
 
 use crate::graph::{BinaryOp, UnaryOp};
 use crate::{DType, NumericsPolicy};
@@ -132,9 +132,34 @@ impl GridDim {
     }
 
     /// Evaluates against the bound shapes of the parameters.
+    ///
+    /// Panics when a `(parameter, axis)` pair is missing from `shapes` or the product
+    /// overflows; [`GridDim::try_eval`] returns those as errors.
     pub fn eval(&self, shapes: &[Vec<usize>]) -> usize {
-        let n: usize = self.dims.iter().map(|&(p, a)| shapes[p][a]).product();
-        n.div_ceil(self.tile.max(1) as usize)
+        self.try_eval(shapes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Evaluates against the bound shapes of the parameters, with every index and the product
+    /// checked; the error names the parameter, axis and the sizes involved.
+    ///
+    /// ```
+    /// use tessera_ir::tile::GridDim;
+    /// let g = GridDim { dims: vec![(0, 0), (0, 1)], tile: 64 };
+    /// assert_eq!(g.try_eval(&[vec![100, 3]]), Ok(5));
+    /// assert!(g.try_eval(&[vec![1 << 40, 1 << 40]]).unwrap_err().contains("overflows"));
+    /// assert!(g.try_eval(&[vec![4]]).unwrap_err().contains("axis 1"));
+    /// ```
+    pub fn try_eval(&self, shapes: &[Vec<usize>]) -> Result<usize, String> {
+        let mut n: usize = 1;
+        for &(p, a) in &self.dims {
+            let d = *shapes.get(p).and_then(|s| s.get(a)).ok_or_else(|| {
+                format!("grid uses axis {a} of parameter #{p}, which is not bound")
+            })?;
+            n = n.checked_mul(d).ok_or_else(|| {
+                format!("grid size overflows: {n} × {d} (axis {a} of parameter #{p})")
+            })?;
+        }
+        Ok(n.div_ceil(self.tile.max(1) as usize))
     }
 }
 
@@ -236,7 +261,11 @@ pub enum Op {
         axis: usize,
         policy: NumericsPolicy,
     },
-    /// `acc + a·b` with `a: [m, k]`, `b: [k, n]`, `acc: f32[m, n]`.
+    /// `acc + a·b` with `a: [m, k]`, `b: [k, n]` of one float dtype (fp8 included) and
+    /// `acc: [m, n]` of f32, bf16 or f16. Per element, the products are added to `acc` one `k`
+    /// at a time in increasing `k`, each as one fused multiply-add rounded to `acc`'s dtype:
+    /// the CPU does exactly this; PTX does it too except where the kernel runs under the fast
+    /// policy with f32 accumulation, where tensor-core `mma` may sum in its own order.
     Dot {
         a: TValue,
         b: TValue,
@@ -339,6 +368,11 @@ pub struct Kernel {
     pub name: String,
     pub params: Vec<Param>,
     pub grid: [GridDim; 3],
+    /// The kernel's numerics policy (text: `numerics=..` after the grid, left out when fast).
+    /// Under `deterministic` every backend computes every op by the same sequence of IEEE
+    /// operations (see [`crate::NumericsPolicy`]), so results are bit-identical across
+    /// backends, threads and tile shapes.
+    pub policy: NumericsPolicy,
     /// Type of every value, indexed by [`TValue`].
     pub types: Vec<TileType>,
     /// Every instruction, indexed by [`Inst`].
@@ -388,6 +422,7 @@ impl Builder {
                 name: name.into(),
                 params,
                 grid,
+                policy: NumericsPolicy::Fast,
                 types: vec![],
                 insts: vec![],
                 body: vec![],
@@ -492,6 +527,11 @@ impl Builder {
     /// Sets the grid.
     pub fn set_grid(&mut self, grid: [GridDim; 3]) {
         self.kernel.grid = grid;
+    }
+
+    /// Sets the kernel's numerics policy.
+    pub fn set_policy(&mut self, policy: NumericsPolicy) {
+        self.kernel.policy = policy;
     }
 
     /// Loop nesting depth at the insertion point.

@@ -40,6 +40,7 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
         name,
         params,
         grid: [GridDim::one(), GridDim::one(), GridDim::one()],
+        policy: NumericsPolicy::Fast,
         types: vec![],
         insts: vec![],
         body: vec![],
@@ -50,6 +51,12 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
     k.grid = grid
         .try_into()
         .map_err(|_| c.error("grid needs exactly 3 dimensions"))?;
+    if c.eat_kw("numerics") {
+        c.expect("=")?;
+        let n = c.ident()?;
+        k.policy = NumericsPolicy::parse(&n)
+            .ok_or_else(|| c.error(format!("unknown numerics policy `{n}`")))?;
+    }
     c.expect("{")?;
     let mut p = P {
         c,
@@ -63,10 +70,16 @@ pub(crate) fn parse_kernel(c: &mut Cursor) -> Result<Kernel, ParseError> {
 
 fn parse_grid_dim(c: &mut Cursor, k: &Kernel) -> Result<GridDim, ParseError> {
     if let Tok::Int(i) = c.peek().clone() {
+        if i != 0 && i != 1 {
+            return Err(c.error(format!(
+                "a constant grid dimension is 1 (or 0 for none), found {i}; \
+                 sizes are written cdiv(dim(%p, axis), tile)"
+            )));
+        }
         c.next();
         return Ok(GridDim {
             dims: vec![],
-            tile: if i == 1 { 1 } else { 0 },
+            tile: i as u32,
         });
     }
     c.expect_kw("cdiv")?;
@@ -88,7 +101,7 @@ fn parse_grid_dim(c: &mut Cursor, k: &Kernel) -> Result<GridDim, ParseError> {
         }
     }
     c.expect(",")?;
-    let tile = c.usize()? as u32;
+    let tile = c.u32()?;
     c.expect(")")?;
     Ok(GridDim { dims, tile })
 }
@@ -193,7 +206,14 @@ impl P<'_> {
                 return Ok(self.push(vec![], Op::Yield(xs)));
             }
             "for" => return self.for_(defs),
-            "program_id" => Op::ProgramId(self.c.usize()? as u8),
+            "program_id" => {
+                let here = self.c.error("");
+                let a = self.c.usize()?;
+                Op::ProgramId(u8::try_from(a).map_err(|_| ParseError {
+                    message: format!("grid axis {a} out of range 0..3"),
+                    ..here
+                })?)
+            }
             "const" => Op::Const(self.c.number()?),
             "full" => Op::Full(self.c.number()?),
             "arange" => Op::Arange,

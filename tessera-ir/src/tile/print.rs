@@ -40,7 +40,11 @@ pub(crate) fn write_kernel(f: &mut dyn Write, k: &Kernel, notes: &[(Inst, String
         }
         write_grid_dim(f, k, g)?;
     }
-    f.write_str("] {\n")?;
+    f.write_str("]")?;
+    if k.policy != crate::NumericsPolicy::Fast {
+        write!(f, " numerics={}", k.policy)?;
+    }
+    f.write_str(" {\n")?;
     write_block(f, k, &k.body, 1, notes)?;
     f.write_str("}\n")
 }

@@ -23,6 +23,46 @@ impl fmt::Display for VerifyError {
 
 impl std::error::Error for VerifyError {}
 
+/// The most elements one tile value may have: the 32-bit registers one block may hold on every
+/// supported GPU (`regsPerBlock` = 65,536 on compute capability 8.0 to 10.0,
+/// [`crate::cost::HwLimits::SM80`]). A tile lives in the registers of one block (one element
+/// per register at least), so a larger tile cannot be held; the largest tile the schedule space
+/// makes is the 256 × 128 matmul accumulator (32,768).
+pub const MAX_TILE_ELEMENTS: usize = crate::cost::HwLimits::SM80.regs_per_block as usize;
+
+/// Checks that a value type is one the target can hold: tiles of rank ≤ 2, no zero-size axis,
+/// at most [`MAX_TILE_ELEMENTS`] elements (the product is computed with overflow checks).
+///
+/// ```
+/// use tessera_ir::{DType, tile::{TileType, check_tile_type}};
+/// assert!(check_tile_type(&TileType::tile(DType::F32, &[128, 128])).is_ok());
+/// let e = check_tile_type(&TileType::tile(DType::F32, &[0, 64])).unwrap_err();
+/// assert!(e.contains("f32[0, 64]") && e.contains("zero-size"), "{e}");
+/// let e = check_tile_type(&TileType::tile(DType::F32, &[1 << 32, 1 << 32])).unwrap_err();
+/// assert!(e.contains("f32[4294967296, 4294967296]"), "{e}");
+/// ```
+pub fn check_tile_type(t: &TileType) -> Result<(), String> {
+    if t.shape.len() > 2 {
+        return Err(format!("tiles have rank ≤ 2, got {t}"));
+    }
+    if t.shape.contains(&0) {
+        return Err(format!(
+            "{t} has a zero-size axis; tiles have at least one element"
+        ));
+    }
+    let numel = t
+        .shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= MAX_TILE_ELEMENTS);
+    if numel.is_none() {
+        return Err(format!(
+            "{t} has more than {MAX_TILE_ELEMENTS} elements, the registers one block can hold"
+        ));
+    }
+    Ok(())
+}
+
 /// Verifies a kernel.
 ///
 /// ```
@@ -49,7 +89,11 @@ pub fn verify(k: &Kernel) -> Result<(), VerifyError> {
             ));
         }
     }
-    for g in &k.grid {
+    for (axis, g) in k.grid.iter().enumerate() {
+        if !g.dims.is_empty() && g.tile == 0 {
+            v.errors
+                .push((Inst(0), format!("grid axis {axis} divides by a tile of 0")));
+        }
         for &(p, a) in &g.dims {
             if k.params.get(p).is_none_or(|p| a >= p.rank) {
                 v.errors.push((
@@ -87,12 +131,24 @@ impl Verifier<'_> {
                 continue;
             }
             let d = self.k.inst(i);
+            if let Some(r) = d.results.iter().find(|r| r.index() >= self.k.types.len()) {
+                self.errors.push((
+                    i,
+                    format!("result %{} has no type (handle out of range)", r.0),
+                ));
+                continue;
+            }
             let name = match d.results.first() {
                 Some(r) => format!("%{} = {}", r.0, d.op.name()),
                 None => d.op.name(),
             };
             let mut errs: Vec<String> = Vec::new();
             let mut err = |m: String| errs.push(m);
+            for r in &d.results {
+                if let Err(m) = check_tile_type(self.k.ty(*r)) {
+                    err(format!("%{}: {m}", r.0));
+                }
+            }
             let bad: Vec<_> =
                 d.op.operands()
                     .into_iter()
@@ -141,13 +197,29 @@ impl Verifier<'_> {
                 body,
             } = &d.op
             {
+                let n_types = self.k.types.len();
+                if let Some(x) = std::iter::once(iv)
+                    .chain(args)
+                    .find(|x| x.index() >= n_types)
+                {
+                    err(format!(
+                        "loop value %{} has no type (handle out of range)",
+                        x.0
+                    ));
+                    self.errors
+                        .extend(errs.into_iter().map(|m| (i, format!("{name}: {m}"))));
+                    continue;
+                }
                 for s in [lo, hi] {
                     if *self.k.ty(*s) != TileType::scalar(DType::I32) {
                         err(format!("bound %{} must be an i32 scalar", s.0));
                     }
                 }
-                if *step <= 0 {
-                    err(format!("step must be positive, got {step}"));
+                if !(1..=i64::from(i32::MAX)).contains(step) {
+                    err(format!(
+                        "step must be in 1..={} (the induction variable is i32), got {step}",
+                        i32::MAX
+                    ));
                 }
                 if inits.len() != args.len() || args.len() != d.results.len() {
                     err("carried values, initial values and results differ in number".into());
@@ -163,7 +235,8 @@ impl Verifier<'_> {
                         }
                     }
                 }
-                if !matches!(body.last().map(|b| &self.k.inst(*b).op), Some(Op::Yield(_))) {
+                let last = body.last().and_then(|b| self.k.insts.get(b.0 as usize));
+                if !matches!(last.map(|d| &d.op), Some(Op::Yield(_))) {
                     err("loop body must end with yield".into());
                 }
                 let inner: Vec<TValue> = std::iter::once(*iv).chain(args.iter().copied()).collect();
@@ -317,8 +390,8 @@ impl Verifier<'_> {
                         "operands must share a float dtype, got {ta} and {tb}"
                     ));
                 }
-                if tc.dtype != DType::F32 {
-                    return Err(format!("accumulator must be f32, got {tc}"));
+                if ![DType::F32, DType::BF16, DType::F16].contains(&tc.dtype) {
+                    return Err(format!("accumulator must be f32, bf16 or f16, got {tc}"));
                 }
                 want_out(tc.clone())
             }

@@ -1,10 +1,25 @@
-//! `#[kernel]` expansion: a wrapper fn holding a `static KernelDef` with the embedded IR texts.
+//! `#[kernel]` expansion: a wrapper fn over `static KernelDef`s with the embedded IR texts (one
+//! per instantiation of a generic kernel, dispatched on the element type). A non-generic kernel's
+//! definition lives in a module of the same name (`name::KERNEL`), for launches that need more
+//! than the call (`tessera_dist`'s SPMD launch over a mesh).
 
 use proc_macro2::TokenStream;
-use quote::quote;
-use tessera_front::lower::kernel::compile_with;
-use tessera_front::parse::kernel::{KernelItem, body};
-use tessera_front::parse::types::rust_elem;
+use quote::{format_ident, quote};
+use tessera_front::lower::kernel::compile;
+use tessera_front::parse::kernel::{Instance, KernelItem, body};
+use tessera_front::parse::types::{KType, rust_elem};
+
+/// The texts one instantiation embeds.
+struct Def {
+    inst: Instance,
+    graph: String,
+    tiles: Vec<String>,
+    /// Per fused kernel its launch manifest ([`tessera_ir::manifest::KernelManifest`] text).
+    manifests: Vec<String>,
+    /// Per fused kernel and arch (kernel-major, `Arch::ALL` order): the default schedule's
+    /// launch header and PTX module; both empty for an arch the kernel cannot run on.
+    ptx: Vec<(String, String)>,
+}
 
 /// Expands `#[kernel(attr)] item`.
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -12,19 +27,25 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(k) => k,
         Err(e) => return e.to_compile_error(),
     };
-    match tessera_front::kernel_attr(attr).and_then(|a| {
+    let compiled = tessera_front::kernel_attr(attr).and_then(|a| {
         a.bind_dims(&mut k)?;
         let b = body(&k.block)?;
-        compile_with(&k, &b, &a.compile_options()).map(|c| (c, a.autotune, a.rewrites))
-    }) {
-        Ok((c, tune, rewrites)) => match ptx_texts(&c.compiled) {
-            Ok(ptx) => wrapper(&k, Some((&c.graph, &c.tiles, &ptx, &tune, &rewrites))),
-            Err(e) => {
-                let stand_in = wrapper(&k, None);
-                let errors = syn::Error::new_spanned(&k.name, e).to_compile_error();
-                quote!(#errors #stand_in)
-            }
-        },
+        let mut defs = Vec::new();
+        for inst in k.instances() {
+            let c = compile(&k.instantiate(&inst), &b, &a, &inst)?;
+            let (manifests, ptx) = embedded(&c).map_err(|e| syn::Error::new_spanned(&k.name, e))?;
+            defs.push(Def {
+                inst,
+                graph: c.graph,
+                tiles: c.tiles,
+                manifests,
+                ptx,
+            });
+        }
+        Ok((defs, a))
+    });
+    match compiled {
+        Ok((defs, a)) => wrapper(&k, Some((&defs, &a))),
         Err(e) => {
             let stand_in = wrapper(&k, None);
             let errors = e.to_compile_error();
@@ -33,70 +54,173 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The Rust type of a kernel tensor's elements: the type parameter or the dtype's type.
+fn elem(t: &KType) -> TokenStream {
+    match &t.param {
+        Some(p) => quote!(#p),
+        None => rust_elem(t.ty.dtype),
+    }
+}
+
 /// The user-facing fn. Without compiled texts it is a stand-in that keeps callers type-checking
 /// after an error has been reported.
-#[allow(clippy::type_complexity)]
-fn wrapper(
-    k: &KernelItem,
-    compiled: Option<(
-        &String,
-        &Vec<String>,
-        &Vec<String>,
-        &Option<tessera_front::AutotuneAttr>,
-        &Vec<(String, bool)>,
-    )>,
-) -> TokenStream {
+fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)>) -> TokenStream {
     let KernelItem {
         attrs,
         vis,
         name,
+        generics,
         params,
         ret,
         ..
     } = k;
     let names: Vec<_> = params.iter().map(|(n, _)| n).collect();
-    let tys: Vec<_> = params.iter().map(|(_, t)| rust_elem(t.ty.dtype)).collect();
-    let out = rust_elem(ret.ty.dtype);
+    let tys: Vec<_> = params.iter().map(|(_, t)| elem(t)).collect();
+    let out = elem(ret);
     let name_str = name.to_string();
+    let bounds = generics.iter().map(|(p, b)| quote!(#p: ::tessera::#b));
+    let gen_params = if generics.is_empty() {
+        quote!()
+    } else {
+        quote!(<#(#bounds),*>)
+    };
+    let mut module = None;
     let body = match compiled {
-        Some((graph, tiles, ptx, tune, rewrites)) => {
-            let register = tune.as_ref().map(|t| search_space(&name_str, t));
+        Some((defs, attr)) => {
+            let tune = &attr.autotune;
+            let precision = attr.precision.map(|m| {
+                let v = format_ident!("{}", format!("{m:?}"));
+                quote!(.with_precision(::tessera::Precision::#v))
+            });
+            let library = attr
+                .precompiled
+                .as_ref()
+                .map(|p| quote!(.with_precompiled(#p)));
             let (rule_names, on): (Vec<&String>, Vec<bool>) =
-                rewrites.iter().map(|(n, b)| (n, *b)).unzip();
-            quote! {
-                #register
-                static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, #graph, &[#(#tiles),*]).with_ptx(&[#(#ptx),*]).with_rewrites(&[#((#rule_names, #on)),*]);
-                KERNEL.launch::<#out>(&[#(#names.arg()),*])
+                attr.rewrites.iter().map(|(n, b)| (n, *b)).unzip();
+            // One instantiation's definition: its texts, manifests and build-time PTX.
+            let def = |kname: &str, d: &Def| {
+                let (graph, tiles, manifests) = (&d.graph, &d.tiles, &d.manifests);
+                let ptx = d.ptx.iter().map(
+                    |(launch, text)| quote!(::tessera::EmbeddedPtx { launch: #launch, text: #text }),
+                );
+                quote! {
+                    ::tessera::KernelDef::new(#kname, #graph, &[#(#tiles),*])
+                        .with_embedded(&[#(#manifests),*], &[#(#ptx),*])
+                        #precision
+                        #library
+                        .with_rewrites(&[#((#rule_names, #on)),*])
+                }
+            };
+            let statics = defs.iter().enumerate().map(|(i, d)| {
+                let s = format_ident!("KERNEL_{}", i);
+                let kname = format!("{name_str}{}", d.inst.suffix);
+                let register = tune.as_ref().map(|t| search_space(&kname, t));
+                let def = def(&kname, d);
+                quote! {
+                    #register
+                    static #s: ::tessera::KernelDef = #def;
+                }
+            });
+            if generics.is_empty() {
+                let register = tune.as_ref().map(|t| search_space(&name_str, t));
+                module = Some(def(&name_str, &defs[0]));
+                quote! {
+                    #register
+                    #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
+                }
+            } else {
+                let ps: Vec<_> = generics.iter().map(|(p, _)| p).collect();
+                let arms = defs.iter().enumerate().map(|(i, d)| {
+                    let s = format_ident!("KERNEL_{}", i);
+                    let pats = d.inst.subst.iter().map(|(_, dt)| {
+                        let v = format_ident!("{}", format!("{dt:?}"));
+                        quote!(::tessera::DType::#v)
+                    });
+                    quote!([#(#pats),*] => &#s,)
+                });
+                quote! {
+                    #(#statics)*
+                    let def: &'static ::tessera::KernelDef = match [#(<#ps as ::tessera::Element>::DTYPE),*] {
+                        #(#arms)*
+                        other => {
+                            return ::core::result::Result::Err(::tessera::Error::Compile {
+                                kernel: #name_str.into(),
+                                message: ::std::format!("no instantiation for element types {other:?}"),
+                            })
+                        }
+                    };
+                    def.launch::<#out>(&[#(#names.arg()),*])
+                }
             }
         }
-        None => quote! {
+        None => {
+            if generics.is_empty() {
+                module = Some(quote! { ::tessera::KernelDef::new(#name_str, "", &[]) });
+            }
+            quote! {
             let _ = (#(#names,)*);
             ::core::unreachable!("kernel `{}` failed to compile", #name_str)
-        },
+            }
+        }
     };
+    let doc = format!(
+        "The static definition of kernel `{name_str}`: its Graph IR, fused kernels and PTX, for \
+         launches that need more than the call (e.g. `tessera_dist`'s SPMD launch over a mesh)."
+    );
+    let module = module.map(|def| {
+        quote! {
+            #[doc = #doc]
+            #vis mod #name {
+                #[allow(unused_imports)]
+                use super::*;
+                #[doc = #doc]
+                pub static KERNEL: ::tessera::KernelDef = #def;
+            }
+        }
+    });
     quote! {
         #(#attrs)*
-        #vis fn #name(#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
+        #vis fn #name #gen_params (#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
         }
+        #module
     }
 }
 
-/// The PTX of every fused kernel's default schedule for every arch (kernel-major, in
-/// `Arch::ALL` order), emitted at compile time.
-fn ptx_texts(c: &tessera_ir::pipeline::Compiled) -> Result<Vec<String>, String> {
-    use tessera_ir::target::ptx::{Arch, emit};
-    let mut out = Vec::new();
-    for k in &c.kernels {
+/// The manifests of the fused kernels, and the launch header and PTX of every fused kernel's
+/// default schedule for every arch (kernel-major, in `Arch::ALL` order), emitted at compile time.
+/// An arch the kernel cannot run on (fp8 before sm_89) gets empty texts: launching there
+/// compiles at run time and reports why. The manifests name values as the embedded graph text
+/// parses back, which is checked here.
+fn embedded(
+    c: &tessera_front::lower::kernel::Compiled,
+) -> Result<(Vec<String>, Vec<(String, String)>), String> {
+    use tessera_ir::manifest::KernelManifest;
+    use tessera_ir::target::ptx::{Arch, emit, print_launch, supports};
+    let reparsed = tessera_ir::graph::parse(&c.graph).map_err(|e| format!("graph text: {e}"))?;
+    if reparsed.to_string() != c.graph {
+        return Err("internal error: the graph text does not print back the same".into());
+    }
+    let mut manifests = Vec::new();
+    let mut ptx = Vec::new();
+    for (i, k) in c.compiled.kernels.iter().enumerate() {
+        manifests.push(
+            KernelManifest::of(&c.compiled, i)
+                .display(&reparsed)
+                .to_string(),
+        );
         for arch in Arch::ALL {
-            out.push(
-                emit(&k.lowered.kernel, &k.schedule, arch)
-                    .map_err(|e| format!("PTX for {arch}: {e}"))?
-                    .text,
-            );
+            if supports(&k.lowered.kernel, arch).is_err() {
+                ptx.push((String::new(), String::new()));
+                continue;
+            }
+            let p = emit(&k.lowered.kernel, &k.schedule, arch)
+                .map_err(|e| format!("PTX for {arch}: {e}"))?;
+            ptx.push((print_launch(&p), p.text));
         }
     }
-    Ok(out)
+    Ok((manifests, ptx))
 }
 
 /// Registers the attribute's search space once, at the first launch, unless the program
@@ -114,9 +238,10 @@ fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
         "none" => quote!(.cost_model(::tessera::autotune::CostModel::Off)),
         _ => quote!(.cost_model(::tessera::autotune::CostModel::Roofline)),
     });
+    let once = format_ident!("AUTOTUNE_SPACE_{}", name.to_uppercase());
     quote! {
-        static AUTOTUNE_SPACE: ::std::sync::Once = ::std::sync::Once::new();
-        AUTOTUNE_SPACE.call_once(|| {
+        static #once: ::std::sync::Once = ::std::sync::Once::new();
+        #once.call_once(|| {
             if ::tessera::autotune::space_of(#name).is_none() {
                 ::tessera::autotune::search_space(
                     #name,

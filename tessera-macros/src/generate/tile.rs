@@ -23,7 +23,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Ok(()) => module(
             &t,
             &parsed.program.params,
-            Some(program(&parsed.program)),
+            Some((program(&parsed.program), default_ptx(&parsed.program))),
             &knob_defaults(&parsed.program),
         ),
         Err(e) => {
@@ -32,6 +32,24 @@ pub fn expand(input: TokenStream) -> TokenStream {
             quote!(#errors #stand_in)
         }
     }
+}
+
+/// The default knobs' PTX for every arch (`Arch::ALL` order) as (launch header, module), under
+/// the schedule block programs run with on a PTX device. Empty when the emitter cannot take
+/// the program: a launch on a PTX device then reports the emitter's error, as it would at run
+/// time, and the CPU path is unaffected.
+fn default_ptx(p: &tessera_ir::tile::dsl::Program) -> Vec<(String, String)> {
+    use tessera_ir::schedule::Schedule;
+    use tessera_ir::target::ptx::{Arch, emit, print_launch};
+    let Ok(k) = tessera_ir::tile::dsl::lower(p, &[]) else {
+        return Vec::new();
+    };
+    let s = Schedule::block_program();
+    Arch::ALL
+        .iter()
+        .map(|a| emit(&k, &s, *a).map(|x| (print_launch(&x), x.text)))
+        .collect::<Result<_, _>>()
+        .unwrap_or_default()
 }
 
 fn knob_defaults(p: &tessera_ir::tile::dsl::Program) -> Vec<(String, i64)> {
@@ -46,7 +64,7 @@ fn knob_defaults(p: &tessera_ir::tile::dsl::Program) -> Vec<(String, i64)> {
 fn module(
     t: &TileInput,
     params: &[ParamDecl],
-    prog: Option<TokenStream>,
+    prog: Option<(TokenStream, Vec<(String, String)>)>,
     knobs: &[(String, i64)],
 ) -> TokenStream {
     let (attrs, vis, name) = (&t.attrs, &t.vis, &t.name);
@@ -70,23 +88,36 @@ fn module(
         .zip(&names)
         .map(|(p, n)| match p.access {
             Access::In => quote!(::tessera::Arg::In(#n.arg())),
-            Access::Out => quote!(::tessera::Arg::Out(#n.arg_mut())),
+            Access::Out => quote!(::tessera::Arg::Out(#n.arg_mut()?)),
         })
         .collect();
     let (kn, kv): (Vec<_>, Vec<_>) = knobs.iter().cloned().unzip();
+    let decls = params.iter().map(|p| {
+        let (n, r) = (&p.name, p.rank);
+        let d = quote::format_ident!("{}", format!("{:?}", p.dtype));
+        quote!(::tessera::TileParam { name: #n, dtype: ::tessera::DType::#d, rank: #r })
+    });
     let items = match prog {
-        Some(prog) => quote! {
-            /// The block program's front-end AST (lowered again at launch for the chosen knobs).
+        Some((prog, ptx)) => {
+            let ptx = ptx.iter().map(
+                |(launch, text)| quote!(::tessera::EmbeddedPtx { launch: #launch, text: #text }),
+            );
+            quote! {
+            /// The block program's front-end AST (lowered at launch on the CPU, and on a PTX
+            /// device for knobs other than the defaults).
             pub fn program() -> ::tessera::ir::tile::dsl::Program #prog
 
-            /// The kernel definition: name, program and default knobs.
-            pub static DEF: ::tessera::TileDef = ::tessera::TileDef::new(#name_str, program, &[#((#kn, #kv)),*]);
+            /// The kernel definition: name, program, default knobs, parameters and the
+            /// default knobs' PTX per arch.
+            pub static DEF: ::tessera::TileDef = ::tessera::TileDef::new(#name_str, program, &[#((#kn, #kv)),*])
+                .with_embedded(&[#(#decls),*], &[#(#ptx),*]);
 
             /// Launches with the given knob values (others keep their defaults).
             pub fn launch_with(knobs: &[(&str, i64)], #(#names: #tys),*) -> ::tessera::Result<()> {
                 DEF.launch(knobs, &mut [#(#args),*])
             }
-        },
+            }
+        }
         None => quote! {
             /// Stand-in after a compile error.
             pub fn launch_with(knobs: &[(&str, i64)], #(#names: #tys),*) -> ::tessera::Result<()> {

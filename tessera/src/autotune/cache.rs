@@ -5,9 +5,10 @@
 //! candidates. Writers take an exclusive lock on `<arch>.json.lock` (fs4, an advisory `flock`),
 //! re-read the file, merge their entries, write a temp file in the same folder and rename it
 //! over the old one: readers never see a half-written file, and concurrent tuners (threads or
-//! processes) never lose each other's entries. A file that does not parse, is truncated, or
-//! was written by another format or tessera version is reported ([`CacheError`]) and ignored:
-//! the tuner warns and retunes.
+//! processes) never lose each other's entries. A file that is not UTF-8, does not parse, is
+//! truncated, has another schema, or was written by another format or tessera version is
+//! reported ([`CacheError`]) and ignored: the tuner warns and retunes, and its write replaces
+//! the file (with a second warning), so a broken file is repaired once, not retuned forever.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,12 +38,25 @@ pub enum CacheError {
     },
 }
 
+impl CacheError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            CacheError::Io { path, .. }
+            | CacheError::Corrupt { path, .. }
+            | CacheError::OldVersion { path, .. } => path,
+        }
+    }
+}
+
 /// One measured (or rejected, or pruned) candidate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {
     /// The candidate's text (`schedule matmul tile=[64, 64, 32] …` or `BM=64,BN=64`).
     pub candidate: String,
-    /// The cost model's prediction, seconds.
+    /// The cost model's prediction, seconds. JSON has no infinity or NaN: such a prediction is
+    /// written as `null` and read back as infinity (no usable prediction).
+    #[serde(deserialize_with = "f64_or_null")]
     pub predicted_s: f64,
     /// Median measured time, seconds; `None` when not timed (pruned or wrong).
     pub measured_s: Option<f64>,
@@ -51,6 +65,10 @@ pub struct TrialRecord {
     /// Why it was not timed, if it was not.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+}
+
+fn f64_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 /// Everything known about one (kernel, shape, dtypes, threads).
@@ -111,18 +129,29 @@ pub fn file_path(dir: &Path, arch: &str) -> PathBuf {
     dir.join(format!("{arch}.json"))
 }
 
-/// Reads a cache file. A missing file is an empty cache; anything unusable is an error.
+/// Reads a cache folder's file. A missing file is an empty cache; anything unusable is an
+/// error.
 pub fn read(path: &Path, arch: &str) -> Result<CacheFile, CacheError> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(CacheFile::new(arch)),
-        Err(e) => {
-            return Err(CacheError::Io {
-                path: path.into(),
-                source: e,
-            });
+    match read_existing(path) {
+        Err(CacheError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(CacheFile::new(arch))
         }
-    };
+        r => r,
+    }
+}
+
+/// Reads a cache file that must exist. Bytes that are not UTF-8, truncated or malformed JSON
+/// and JSON of another schema are [`CacheError::Corrupt`] (a writer replaces such a file);
+/// only a failure to read the file at all is [`CacheError::Io`].
+pub fn read_existing(path: &Path) -> Result<CacheFile, CacheError> {
+    let bytes = fs::read(path).map_err(|e| CacheError::Io {
+        path: path.into(),
+        source: e,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| CacheError::Corrupt {
+        path: path.into(),
+        message: format!("not UTF-8 text ({e})"),
+    })?;
     // Look at the header first, so an old layout is told apart from a broken file.
     #[derive(Deserialize)]
     struct Header {
@@ -159,7 +188,10 @@ pub fn write_atomic(path: &Path, file: &CacheFile) -> Result<(), CacheError> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
-    let text = serde_json::to_string_pretty(file).expect("cache entries serialise");
+    let text = serde_json::to_string_pretty(file).map_err(|e| CacheError::Corrupt {
+        path: path.into(),
+        message: format!("cannot serialise the entries: {e}"),
+    })?;
     let res = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(text.as_bytes())?;

@@ -6,7 +6,7 @@ use super::cache::{Entry, TrialRecord};
 use super::progress::Progress;
 use super::search::{self, Cand, Strategy};
 use super::space::CostModel;
-use super::trial::{TrialConfig, outputs_match, race, time_median};
+use super::trial::{TrialConfig, outputs_match_with, race, time_median};
 use crate::Result;
 use std::sync::atomic::Ordering;
 use tessera_ir::DType;
@@ -313,7 +313,7 @@ fn measure(
         return (None, false, format!("failed: {e}"));
     }
     for (j, ((d, got), (_, want))) in runner.outputs().iter().zip(reference).enumerate() {
-        if let Err((at, g, w)) = outputs_match(*d, got, want) {
+        if let Err((at, g, w)) = outputs_match_with(*d, got, want, trial.bitwise) {
             let note = format!("wrong output {j} at element {at}: {g} instead of {w}");
             tracing::warn!(target: "tessera::autotune", "rejected a candidate: {note}");
             return (None, false, note);

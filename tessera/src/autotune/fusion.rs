@@ -10,7 +10,8 @@
 //! [`plan_estimate`]: tessera_ir::cost::plan::plan_estimate
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, Strategy, borrowed, fnv, generation, lookup, mode, space_of, store};
+use super::trial::TrialConfig;
+use super::{Mode, Strategy, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::Result;
 use std::sync::Mutex;
 use tessera_ir::cost::Point;
@@ -69,7 +70,7 @@ pub(crate) fn select_fusion(
     predict: &dyn Fn() -> Vec<(f64, Option<String>)>,
     runner: &mut dyn Runner,
 ) -> Result<usize> {
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off || depths.len() < 2 {
         return Ok(depths[0]);
     }
@@ -80,6 +81,10 @@ pub(crate) fn select_fusion(
             return Ok(x.2);
         }
     }
+    // Under the deterministic policy a shallower plan must give the same bits.
+    let deterministic = tessera_ir::graph::parse(graph_text).is_ok_and(|g| {
+        tessera_ir::graph::policies(&g).contains(&tessera_ir::NumericsPolicy::Deterministic)
+    });
     let names: Vec<String> = depths.iter().map(|&d| text(d)).collect();
     let family = format!(
         "{name}#{:016x}.fusion/{}/t{}",
@@ -119,7 +124,10 @@ pub(crate) fn select_fusion(
                 strategy: Strategy::Grid,
                 cost_model: space_of(name).map(|s| s.cost_model).unwrap_or_default(),
                 max_trials: None,
-                trial: space_of(name).map(|s| s.trial).unwrap_or_default(),
+                trial: TrialConfig {
+                    bitwise: deterministic,
+                    ..space_of(name).map(|s| s.trial).unwrap_or_default()
+                },
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };

@@ -3,12 +3,15 @@
 //! inputs.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, mode, space_of, store};
+use super::trial::TrialConfig;
+use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
 use std::sync::{Arc, Mutex};
 use tessera_ir::DType;
 use tessera_ir::cost::{Point, Problem};
+use tessera_ir::graph::Graph;
+use tessera_ir::manifest::KernelManifest;
 use tessera_ir::pipeline::{Compiled, kernel_dtype};
 use tessera_ir::schedule::{self, KernelClass, Schedule};
 
@@ -36,23 +39,24 @@ impl KernelMemo {
     }
 }
 
-/// The sizes that key a fused kernel: matmul `[batch, m, n, k]`, otherwise every buffer's dims.
-pub(super) fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>, Option<Problem>) {
-    let k = &compiled.kernels[i];
-    let out = bufs.last().map_or(&[][..], |b| b.dims());
+/// The sizes that key a fused kernel: matmul `[batch, m, n, k]`, otherwise every buffer's
+/// dims (`dims`: each binding's view dims, the output last).
+pub(super) fn sizes(
+    g: &Graph,
+    m: &KernelManifest,
+    dims: &[&[usize]],
+) -> (Vec<u64>, Option<Problem>) {
+    let out = dims.last().copied().unwrap_or(&[]);
     let r = out.len();
-    let g = &compiled.graph;
-    let din = kernel_dtype(g, &k.fused);
-    let dout = g.ty(k.fused.output).dtype;
-    if k.fused.class == KernelClass::Matmul && r >= 2 {
-        let a = g.node(k.fused.root).args.first().copied();
-        let kdim = k
-            .lowered
+    let din = m.dtype;
+    let dout = g.ty(m.output).dtype;
+    if m.class() == KernelClass::Matmul && r >= 2 {
+        let kdim = m
             .bindings
             .iter()
-            .position(|b| Some(b.value) == a)
-            .and_then(|j| bufs.get(j))
-            .and_then(|b| b.dims().last().copied())
+            .position(|b| Some(b.value) == m.input)
+            .and_then(|j| dims.get(j))
+            .and_then(|d| d.last().copied())
             .unwrap_or(1);
         let batch: usize = out[..r - 2].iter().product();
         let s = [batch, out[r - 2], out[r - 1], kdim].map(|x| x as u64);
@@ -61,9 +65,9 @@ pub(super) fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>
             Some(Problem::for_class(KernelClass::Matmul, &s, din, dout)),
         );
     }
-    let flat: Vec<u64> = bufs
+    let flat: Vec<u64> = dims
         .iter()
-        .flat_map(|b| b.dims().iter().map(|&d| d as u64))
+        .flat_map(|d| d.iter().map(|&x| x as u64))
         .collect();
     let (rows, cols) = match r {
         0 => (1, 1),
@@ -75,7 +79,7 @@ pub(super) fn sizes(compiled: &Compiled, i: usize, bufs: &[Buffer]) -> (Vec<u64>
     };
     (
         flat,
-        Some(Problem::for_class(k.fused.class, &[rows, cols], din, dout)),
+        Some(Problem::for_class(m.class(), &[rows, cols], din, dout)),
     )
 }
 
@@ -117,11 +121,12 @@ pub(crate) fn select_kernel(
     i: usize,
     bufs: &[Buffer],
 ) -> Result<Option<Arc<Program>>> {
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off {
         return Ok(None);
     }
-    let (shape, problem) = sizes(compiled, i, bufs);
+    let dims: Vec<&[usize]> = bufs.iter().map(|b| b.dims()).collect();
+    let (shape, problem) = sizes(&compiled.graph, &KernelManifest::of(compiled, i), &dims);
     let generation_now = generation(m);
     if let Some(d) = memo
         .lock()
@@ -178,7 +183,10 @@ pub(crate) fn select_kernel(
                 strategy: space.strategy,
                 cost_model: space.cost_model,
                 max_trials: space.max_trials,
-                trial: space.trial,
+                trial: TrialConfig {
+                    bitwise: super::deterministic(compiled),
+                    ..space.trial
+                },
                 predicted: None,
                 prior: near.and_then(|e| e.best),
                 known: hit,

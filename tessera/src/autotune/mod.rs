@@ -112,7 +112,7 @@ pub(crate) use refine::{defer, take_borrowed};
 pub use search::Strategy;
 pub use space::{CostModel, ProblemOf, SearchSpace, TileDims, TileSpace};
 pub(crate) use tile::{Knobs, TileMemo, tune_tile};
-pub use trial::{TrialConfig, outputs_match};
+pub use trial::{TrialConfig, outputs_match, outputs_match_with};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -202,21 +202,42 @@ pub fn set_mode(mode: Option<Mode>) {
 }
 
 /// The mode in force: [`set_mode`]/[`enable`], else `TESSERA_AUTOTUNE`, else `Cached`.
+/// An invalid `TESSERA_AUTOTUNE` reads as `Cached` here; [`try_mode`] (what a launch asks)
+/// returns it as an error.
 pub fn mode() -> Mode {
+    try_mode().unwrap_or(Mode::Cached)
+}
+
+/// Values `TESSERA_AUTOTUNE` accepts (any case).
+pub const MODE_VALUES: &str = "off, cached or full (also 0/false = off, 1/true/on = full)";
+
+/// [`mode`], with an invalid `TESSERA_AUTOTUNE` or `TESSERA_AUTOTUNE_BACKGROUND` as an error
+/// naming the variable and the accepted values: every launch that consults the tuner asks
+/// this, so a mistyped setting fails the launch instead of being ignored.
+///
+/// ```
+/// // SAFETY (edition 2024 `set_var`): this doc test runs in its own process.
+/// unsafe { std::env::set_var("TESSERA_AUTOTUNE_BACKGROUND", "maybe") };
+/// let e = tessera::autotune::try_mode().unwrap_err();
+/// assert!(e.to_string().contains("TESSERA_AUTOTUNE_BACKGROUND=\"maybe\" is not valid"), "{e}");
+/// unsafe { std::env::remove_var("TESSERA_AUTOTUNE_BACKGROUND") };
+/// unsafe { std::env::set_var("TESSERA_AUTOTUNE", "fulll") };
+/// let e = tessera::autotune::try_mode().unwrap_err();
+/// assert!(e.to_string().contains("TESSERA_AUTOTUNE=\"fulll\" is not valid: expected off, cached or full"), "{e}");
+/// ```
+pub fn try_mode() -> crate::Result<Mode> {
+    refine::background_env()?;
     if refine::refining() {
-        return Mode::Full;
+        return Ok(Mode::Full);
     }
     if let Some(m) = state().mode {
-        return m;
+        return Ok(m);
     }
-    match std::env::var("TESSERA_AUTOTUNE") {
-        Ok(v) => Mode::parse(&v).unwrap_or_else(|| {
-            warn_once(&format!(
-                "TESSERA_AUTOTUNE={v:?} is not off|cached|full; using cached"
-            ));
-            Mode::Cached
+    match tessera_ir::env::var("TESSERA_AUTOTUNE", MODE_VALUES)? {
+        Some(v) => Mode::parse(&v).ok_or_else(|| {
+            tessera_ir::env::EnvError::new("TESSERA_AUTOTUNE", &v, MODE_VALUES).into()
         }),
-        Err(_) => Mode::Cached,
+        None => Ok(Mode::Cached),
     }
 }
 
@@ -295,7 +316,7 @@ pub fn warnings() -> u64 {
     WARNINGS.load(Ordering::SeqCst)
 }
 
-fn warn(msg: &str) {
+pub(crate) fn warn(msg: &str) {
     WARNINGS.fetch_add(1, Ordering::SeqCst);
     tracing::warn!(target: "tessera::autotune", "{msg}");
     eprintln!("tessera autotune: warning: {msg}");
@@ -362,10 +383,18 @@ pub fn save_cache_for(arch: &str, path: impl AsRef<Path>) -> Result<usize, Cache
 }
 
 /// Reads a cache file written by [`save_cache`] (or a cache folder's `<arch>.json`) and adds
-/// its entries to this process, under the arch the file names; returns how many. A corrupt or
-/// old-version file is an error and changes nothing.
+/// its entries to this process, under the arch the file names; returns how many. A missing,
+/// unreadable, corrupt or old-version file is an error and changes nothing; the error converts
+/// into [`crate::Error`] with `?`.
+///
+/// ```
+/// let e = tessera::autotune::load_cache("/nonexistent/tessera.json").unwrap_err();
+/// assert!(e.to_string().contains("/nonexistent/tessera.json"), "{e}");
+/// let e: tessera::Error = e.into();
+/// assert!(matches!(e, tessera::Error::Cache { .. }));
+/// ```
 pub fn load_cache(path: impl AsRef<Path>) -> Result<usize, CacheError> {
-    let file = cache::read(path.as_ref(), &arch_id())?;
+    let file = cache::read_existing(path.as_ref())?;
     let n = file.entries.len();
     state()
         .memory
@@ -483,4 +512,10 @@ pub(crate) fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// Whether a compiled kernel runs under the deterministic policy: its tuning then demands
+/// candidates that reproduce the default's output bit for bit ([`TrialConfig::bitwise`]).
+pub(crate) fn deterministic(c: &tessera_ir::pipeline::Compiled) -> bool {
+    tessera_ir::graph::policies(&c.graph).contains(&tessera_ir::NumericsPolicy::Deterministic)
 }

@@ -102,10 +102,14 @@ where
 }
 
 fn background_on(q: &Queue) -> bool {
-    q.background.unwrap_or_else(|| {
-        std::env::var("TESSERA_AUTOTUNE_BACKGROUND")
-            .is_ok_and(|v| matches!(v.trim(), "1" | "on" | "true"))
-    })
+    q.background
+        .unwrap_or_else(|| background_env().ok().flatten().unwrap_or(false))
+}
+
+/// `TESSERA_AUTOTUNE_BACKGROUND`: `None` when unset; an invalid value is an error
+/// ([`super::try_mode`] returns it at the launch).
+pub(crate) fn background_env() -> Result<Option<bool>, tessera_ir::env::EnvError> {
+    tessera_ir::env::flag("TESSERA_AUTOTUNE_BACKGROUND")
 }
 
 fn start_worker(q: &mut Queue) {

@@ -1,7 +1,7 @@
 //! The tuner behind `TileDef::launch_tuned`: knob assignments of a `tile!` kernel.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, TileSpace, borrowed, fnv, generation, lookup, mode, store};
+use super::{Mode, TileSpace, borrowed, fnv, generation, lookup, store, try_mode};
 use crate::Result;
 use crate::backend::{Buffer, cpu::Program};
 use std::sync::{Arc, Mutex};
@@ -64,7 +64,7 @@ pub(crate) fn tune_tile(
             .collect()
     };
     let default = full(&[]);
-    let m = mode();
+    let m = try_mode()?;
     if m == Mode::Off {
         return Ok(default);
     }

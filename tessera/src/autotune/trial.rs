@@ -41,6 +41,9 @@ pub struct TrialConfig {
     pub race_margin: f64,
     /// Interleaved rounds of the race.
     pub race_rounds: usize,
+    /// Candidates must reproduce the default's output bit for bit (set for kernels under the
+    /// `deterministic` numerics policy, whose results may not depend on the schedule).
+    pub bitwise: bool,
 }
 
 impl Default for TrialConfig {
@@ -53,6 +56,7 @@ impl Default for TrialConfig {
             race: 8,
             race_margin: 0.25,
             race_rounds: 5,
+            bitwise: false,
         }
     }
 }
@@ -190,6 +194,42 @@ fn to_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
 /// assert_eq!(outputs_match(DType::F32, &b, &a).unwrap_err().0, 1);
 /// ```
 pub fn outputs_match(dtype: DType, got: &[u8], want: &[u8]) -> Result<(), (usize, f64, f64)> {
+    outputs_match_with(dtype, got, want, false)
+}
+
+/// [`outputs_match`], or with `bitwise` every byte equal (the `deterministic` policy's check:
+/// a candidate schedule must not change a single bit).
+///
+/// ```
+/// use tessera::autotune::outputs_match_with;
+/// use tessera::DType;
+/// let a: Vec<u8> = 1.0f32.to_ne_bytes().to_vec();
+/// let b: Vec<u8> = 1.000_000_1f32.to_ne_bytes().to_vec();
+/// assert!(outputs_match_with(DType::F32, &b, &a, false).is_ok());
+/// assert!(outputs_match_with(DType::F32, &b, &a, true).is_err());
+/// ```
+pub fn outputs_match_with(
+    dtype: DType,
+    got: &[u8],
+    want: &[u8],
+    bitwise: bool,
+) -> Result<(), (usize, f64, f64)> {
+    if bitwise {
+        let n = dtype.size_bytes().max(1);
+        if got.len() != want.len() {
+            return Err((got.len().min(want.len()) / n, f64::NAN, f64::NAN));
+        }
+        return match got.chunks(n).zip(want.chunks(n)).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(i) => {
+                let (g, w) = (
+                    to_f64(dtype, &got[i * n..][..n]),
+                    to_f64(dtype, &want[i * n..][..n]),
+                );
+                Err((i, g[0], w[0]))
+            }
+        };
+    }
     let (g, w) = (to_f64(dtype, got), to_f64(dtype, want));
     if g.len() != w.len() {
         return Err((g.len().min(w.len()), f64::NAN, f64::NAN));

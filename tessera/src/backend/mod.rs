@@ -3,6 +3,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod gpu;
 pub mod sim;
 
 /// True when a CUDA driver library is present (always false without the `cuda` feature).
@@ -19,7 +20,8 @@ pub fn cuda_driver_present() -> bool {
 
 use tessera_ir::DType;
 
-/// A kernel argument as a backend sees it: a view shape over raw bytes.
+/// A kernel argument as the CPU backend (and the simulator's executor) sees it: a view shape
+/// over raw host bytes.
 ///
 /// Inputs are read-only; the launcher guarantees outputs do not alias inputs.
 #[derive(Clone, Copy, Debug)]

@@ -1,51 +1,28 @@
-//! Launches on PTX devices (a CUDA GPU or the simulator): the PTX of each kernel per arch,
-//! emitted once (or taken from what the macro embedded), then run.
+//! Launches on PTX devices (a CUDA GPU or the simulator): device arguments of a launch, the
+//! PTX the macros embedded (parsed once, never re-emitted), and running a kernel.
 
-use crate::backend::Buffer;
+use crate::backend::gpu::DeviceArg;
+use crate::tensor::{Data, DataMut, DeviceBuffer};
 use crate::{Device, Error, Result};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use tessera_ir::schedule::Schedule;
+use tessera_ir::DType;
 use tessera_ir::target::ptx::{self, Arch, PtxKernel};
-use tessera_ir::tile::Kernel;
 
-/// PTX per (kernel index, arch), emitted on first use.
-#[derive(Default)]
-pub(super) struct PtxCache(Mutex<HashMap<(usize, Arch), Arc<PtxKernel>>>);
+/// PTX embedded by a macro: the launch header ([`ptx::print_launch`]) and the module text.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddedPtx {
+    /// `ptx @entry sm_80 threads=.. dyn_smem=.. grid=[..] params=[..]`.
+    pub launch: &'static str,
+    /// The PTX module.
+    pub text: &'static str,
+}
 
-impl PtxCache {
-    /// The PTX of kernel `i` for `device`'s arch. `source` gives the Tile IR and schedule;
-    /// `embedded` is the macro's precompiled text, which must equal what the emitter produces.
-    pub fn get(
-        &self,
-        device: &Device,
-        i: usize,
-        source: impl FnOnce() -> (Kernel, Schedule),
-        embedded: Option<&'static str>,
-    ) -> Result<Arc<PtxKernel>> {
-        let arch = device_arch(device)?;
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = map.get(&(i, arch)) {
-            return Ok(p.clone());
-        }
-        let (k, s) = source();
-        let p = ptx::emit(&k, &s, arch).map_err(|e| Error::Compile {
-            kernel: k.name.clone(),
-            message: e.to_string(),
-        })?;
-        if let Some(text) = embedded
-            && text != p.text
-        {
-            return Err(Error::Compile {
-                kernel: k.name.clone(),
-                message: format!(
-                    "the PTX embedded at build time for {arch} differs from the emitter's (stale build?)"
-                ),
-            });
-        }
-        let p = Arc::new(p);
-        map.insert((i, arch), p.clone());
-        Ok(p)
+impl EmbeddedPtx {
+    /// The kernel, checked against its header (no compiler involved).
+    pub(crate) fn parse(&self, kernel: &str) -> Result<PtxKernel> {
+        ptx::parse_launch(self.launch, self.text).map_err(|e| Error::Compile {
+            kernel: kernel.into(),
+            message: format!("embedded PTX header `{}`: {e}", self.launch),
+        })
     }
 }
 
@@ -57,18 +34,71 @@ pub(crate) fn device_arch(device: &Device) -> Result<Arch> {
     })
 }
 
-/// Runs emitted PTX on a GPU or the simulator.
-pub(crate) fn run(device: &Device, k: &PtxKernel, bufs: &[Buffer]) -> Result<()> {
-    run_timed(device, k, bufs).map(|_| ())
+/// Enqueues `k` on the device's stream.
+pub(crate) fn run(device: &Device, k: &PtxKernel, args: &[DeviceArg]) -> Result<()> {
+    run_timed(device, k, args, false).map(drop)
 }
 
-/// Runs emitted PTX and returns the kernel's own time in seconds where the device has a clock:
-/// CUDA events around the launch on a GPU; `None` on the simulator, which has no clock.
-pub(crate) fn run_timed(device: &Device, k: &PtxKernel, bufs: &[Buffer]) -> Result<Option<f64>> {
-    match device {
-        Device::Sim(_) => crate::backend::sim::run(k, bufs).map(|_| None),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(h) => h.0.run(k, bufs).map(|ms| Some(ms as f64 * 1e-3)),
-        Device::Cpu => unreachable!("the CPU runs Tile IR, not PTX"),
+/// Runs `k`; with `timed`, returns the kernel's own time in seconds where the device has a
+/// clock (CUDA events around the launch; `None` on the simulator, which has none).
+pub(crate) fn run_timed(
+    device: &Device,
+    k: &PtxKernel,
+    args: &[DeviceArg],
+    timed: bool,
+) -> Result<Option<f64>> {
+    let g = device.gpu().ok_or_else(|| Error::Unsupported {
+        device: device.to_string(),
+        message: "the CPU runs Tile IR, not PTX".into(),
+    })?;
+    g.launch(k, args, timed)
+}
+
+/// A device argument over a view of `buf`.
+pub(crate) fn device_arg(
+    dtype: DType,
+    dims: &[usize],
+    buf: &DeviceBuffer,
+    writable: bool,
+) -> DeviceArg {
+    let mut shape = [1usize; 3];
+    shape[..dims.len()].copy_from_slice(dims);
+    DeviceArg {
+        dtype,
+        shape,
+        rank: dims.len(),
+        addr: buf.address(),
+        len: buf.len(),
+        writable,
+    }
+}
+
+/// The device block of an input, or an error naming the parameter when it is in host memory
+/// (cannot happen for tensors of a device launch: their storage is that device's).
+pub(crate) fn device_input<'a>(kernel: &str, param: &str, d: Data<'a>) -> Result<&'a DeviceBuffer> {
+    match d {
+        Data::Device(b) => Ok(b),
+        Data::Host(_) => Err(host_arg(kernel, param)),
+    }
+}
+
+/// [`device_input`] for an output.
+pub(crate) fn device_output<'a>(
+    kernel: &str,
+    param: &str,
+    d: &'a DataMut<'_>,
+) -> Result<&'a DeviceBuffer> {
+    match d {
+        DataMut::Device(b) => Ok(b),
+        DataMut::Host(_) => Err(host_arg(kernel, param)),
+    }
+}
+
+fn host_arg(kernel: &str, param: &str) -> Error {
+    Error::Unsupported {
+        device: "launch".into(),
+        message: format!(
+            "kernel `{kernel}`: `{param}` is in host memory but the launch runs on a device"
+        ),
     }
 }

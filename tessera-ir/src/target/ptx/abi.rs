@@ -26,6 +26,11 @@ pub struct PtxKernel {
     pub grid: [GridDim; 3],
     /// `(name, view rank)` of each tensor parameter, in ABI order.
     pub params: Vec<(String, usize)>,
+    /// `(requested, used)` when the schedule's pipeline stages did not fit the target's shared
+    /// memory per block and the emitter built fewer (also stated in a comment of the text).
+    /// The autotuner rejects such a candidate (the cost model prunes it as
+    /// [`crate::cost::Prune::Stages`]); a default schedule runs with the stages that fit.
+    pub lowered_stages: Option<(u32, u32)>,
 }
 
 /// A PTX-safe identifier.

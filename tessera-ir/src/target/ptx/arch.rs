@@ -34,11 +34,12 @@ impl Arch {
     }
 
     /// The `.version` we emit: the target's minimum, raised to 7.8 where `cvt.f32.bf16`
-    /// (7.1) and `.L2` hints (7.4) are used, so one feature set works on every target.
+    /// (7.1) and `.L2` hints (7.4) are used, so one feature set works on every target; sm_89
+    /// needs 8.1 for the fp8 `cvt` forms (sm_90 has them from 7.8).
     pub fn ptx_version(self) -> &'static str {
         match self {
             Arch::Sm80 => "7.4",
-            Arch::Sm89 => "7.8",
+            Arch::Sm89 => "8.1",
             Arch::Sm90a => "8.0",
         }
     }
@@ -48,34 +49,22 @@ impl Arch {
         Arch::ALL.into_iter().find(|a| a.target() == s)
     }
 
-    /// Registers per SM, max threads per SM, shared memory per block opt-in limit (bytes).
-    pub fn limits(self) -> Limits {
+    /// The hardware limits of this target's compute capability (one table, shared with the
+    /// cost model: [`crate::cost::arch::HwLimits`]).
+    ///
+    /// ```
+    /// use tessera_ir::target::ptx::Arch;
+    /// assert_eq!(Arch::Sm89.limits().smem_per_block_optin, 99 * 1024);
+    /// assert_eq!(Arch::Sm90a.limits().max_warps_per_sm(), 64);
+    /// ```
+    pub fn limits(self) -> crate::cost::arch::HwLimits {
+        use crate::cost::arch::HwLimits;
         match self {
-            Arch::Sm80 => Limits {
-                regs_per_sm: 65536,
-                max_threads_per_sm: 2048,
-                max_smem_per_block: 163 * 1024,
-            },
-            Arch::Sm89 => Limits {
-                regs_per_sm: 65536,
-                max_threads_per_sm: 1536,
-                max_smem_per_block: 99 * 1024,
-            },
-            Arch::Sm90a => Limits {
-                regs_per_sm: 65536,
-                max_threads_per_sm: 2048,
-                max_smem_per_block: 227 * 1024,
-            },
+            Arch::Sm80 => HwLimits::SM80,
+            Arch::Sm89 => HwLimits::SM89,
+            Arch::Sm90a => HwLimits::SM90,
         }
     }
-}
-
-/// Per-architecture resource limits used for launch configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub regs_per_sm: u32,
-    pub max_threads_per_sm: u32,
-    pub max_smem_per_block: u32,
 }
 
 impl fmt::Display for Arch {

@@ -44,6 +44,56 @@ pub fn exp(a: &mut Asm, x: Reg) -> Reg {
     y2
 }
 
+/// `e^x` by the canonical sequence of deterministic kernels ([`crate::canonical::exp`]):
+/// the same IEEE operations in the same order, so the result is the CPU's bit for bit.
+pub fn exp_canonical(a: &mut Asm, x: Reg) -> Reg {
+    use crate::canonical::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, SHIFTER};
+    // Clamp; NaN passes (the comparisons are false).
+    let (p, c0) = (a.p(), a.f());
+    a.i(format!("setp.lt.f32 {p}, {x}, {}", flit(EXP_LO)));
+    a.i(format!("selp.f32 {c0}, {}, {x}, {p}", flit(EXP_LO)));
+    let (q, c1) = (a.p(), a.f());
+    a.i(format!("setp.gt.f32 {q}, {c0}, {}", flit(EXP_HI)));
+    a.i(format!("selp.f32 {c1}, {}, {c0}, {q}", flit(EXP_HI)));
+    let (k, n, r0, r) = (a.f(), a.f(), a.f(), a.f());
+    a.i(format!(
+        "fma.rn.f32 {k}, {c1}, {}, {}",
+        flit(LOG2E),
+        flit(SHIFTER)
+    ));
+    a.i(format!("sub.rn.f32 {n}, {k}, {}", flit(SHIFTER)));
+    a.i(format!("fma.rn.f32 {r0}, {n}, {}, {c1}", flit(-LN2_HI)));
+    a.i(format!("fma.rn.f32 {r}, {n}, {}, {r0}", flit(-LN2_LO)));
+    let mut poly = a.fconst(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        let t = a.f();
+        a.i(format!("fma.rn.f32 {t}, {poly}, {r}, {}", flit(*c)));
+        poly = t;
+    }
+    let (r2, t, p1) = (a.f(), a.f(), a.f());
+    a.i(format!("mul.rn.f32 {r2}, {r}, {r}"));
+    a.i(format!("fma.rn.f32 {t}, {poly}, {r2}, {r}"));
+    a.i(format!("add.rn.f32 {p1}, {t}, {}", flit(1.0)));
+    // ni = bits(k) − 0x4B400000; n1 = ni >> 1 (arithmetic); n2 = ni − n1;
+    // y = from_bits(bits(p) + (n1 << 23)) · from_bits((n2 + 127) << 23).
+    let (kb, ni, n1, n2) = (a.r(), a.r(), a.r(), a.r());
+    a.i(format!("mov.b32 {kb}, {k}"));
+    a.i(format!("sub.s32 {ni}, {kb}, 1262485504"));
+    a.i(format!("shr.s32 {n1}, {ni}, 1"));
+    a.i(format!("sub.s32 {n2}, {ni}, {n1}"));
+    let (pb, sh, yb, e2, sb) = (a.r(), a.r(), a.r(), a.r(), a.r());
+    a.i(format!("mov.b32 {pb}, {p1}"));
+    a.i(format!("shl.b32 {sh}, {n1}, 23"));
+    a.i(format!("add.s32 {yb}, {pb}, {sh}"));
+    a.i(format!("add.s32 {e2}, {n2}, 127"));
+    a.i(format!("shl.b32 {sb}, {e2}, 23"));
+    let (y0, s, y) = (a.f(), a.f(), a.f());
+    a.i(format!("mov.b32 {y0}, {yb}"));
+    a.i(format!("mov.b32 {s}, {sb}"));
+    a.i(format!("mul.rn.f32 {y}, {y0}, {s}"));
+    y
+}
+
 /// `ln x`.
 pub fn log(a: &mut Asm, x: Reg) -> Reg {
     let (t, y) = (a.f(), a.f());
@@ -215,6 +265,10 @@ pub fn binary(a: &mut Asm, op: BinaryOp, x: Reg, y: Reg) -> Reg {
 /// Rounds an f32 register to the precision of `dt` through a `.b16` register (bf16/f16, round
 /// to nearest even), as the CPU backend does; other dtypes return `x` unchanged.
 pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
+    if fp8_name(dt).is_some() {
+        let h = f32_to_fp8(a, dt, x);
+        return fp8_to_f32(a, dt, h);
+    }
     let t = match dt {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
@@ -224,6 +278,46 @@ pub fn round(a: &mut Asm, dt: DType, x: Reg) -> Reg {
     a.i(format!("cvt.rn.{t}.f32 {h}, {x}"));
     a.i(format!("cvt.f32.{t} {y}, {h}"));
     y
+}
+
+/// The PTX name of an fp8 dtype (`e4m3`, `e5m2`).
+pub fn fp8_name(dt: DType) -> Option<&'static str> {
+    match dt {
+        DType::F8E4M3 => Some("e4m3"),
+        DType::F8E5M2 => Some("e5m2"),
+        _ => None,
+    }
+}
+
+/// An f32 rounded to the fp8 `dt` (round to nearest even, saturating: PTX has only
+/// `cvt.rn.satfinite` to fp8): a `.b16` register with the code in its low byte (sm_89+).
+pub fn f32_to_fp8(a: &mut Asm, dt: DType, x: Reg) -> Reg {
+    let t = fp8_name(dt).expect("an fp8 dtype");
+    let (h, z) = (a.h(), a.fconst(0.0));
+    // d[15:8] = cvt(z), d[7:0] = cvt(x).
+    a.i(format!("cvt.rn.satfinite.{t}x2.f32 {h}, {z}, {x}"));
+    h
+}
+
+/// The exact f32 value of the fp8 code in the low byte of the `.b16` register `h` (sm_89+):
+/// widened to f16 by `cvt.rn.f16x2.{e4m3x2,e5m2x2}` (exact), then to f32.
+pub fn fp8_to_f32(a: &mut Asm, dt: DType, h: Reg) -> Reg {
+    let t = fp8_name(dt).expect("an fp8 dtype");
+    let (r, lo, hi, y) = (a.r(), a.h(), a.h(), a.f());
+    a.i(format!("cvt.rn.f16x2.{t}x2 {r}, {h}"));
+    a.i(format!("mov.b32 {{{lo}, {hi}}}, {r}"));
+    a.i(format!("cvt.f32.f16 {y}, {lo}"));
+    y
+}
+
+/// Any unary op on an f32 register; `canonical` (deterministic kernels) takes the canonical
+/// sequence where one exists (`exp`; `sqrt`, `rsqrt`, `neg`, `abs`, `relu` are exact or
+/// correctly rounded either way).
+pub fn unary_with(a: &mut Asm, op: UnaryOp, x: Reg, canonical: bool) -> Reg {
+    match op {
+        UnaryOp::Exp if canonical => exp_canonical(a, x),
+        _ => unary(a, op, x),
+    }
 }
 
 /// Any unary op on an f32 register.

@@ -13,10 +13,12 @@ mod abi;
 mod arch;
 pub(crate) mod asm;
 mod gemm;
+mod launch;
 pub(crate) mod math;
 
 pub use abi::{PtxKernel, entry_signature, header, ident, params_of};
-pub use arch::{Arch, Limits};
+pub use arch::Arch;
+pub use launch::{parse_launch, print_launch};
 
 /// Why a kernel could not be emitted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,12 +45,40 @@ use crate::tile::{self, Kernel};
 /// assert!(p.text.contains(".target sm_80") && p.text.contains("shfl.sync.bfly"));
 /// ```
 pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError> {
+    crate::invocations::emitted();
     tile::verify(k).map_err(|e| EmitError {
         kernel: k.name.clone(),
         message: format!("unverified Tile IR:\n{e}"),
     })?;
+    supports(k, arch)?;
     if let Some(p) = gemm::emit(k, s, arch)? {
         return Ok(p);
     }
     generic::emit(k, s.warps, s.vector, arch)
+}
+
+/// Whether kernel `k` can run on `arch`: fp8 tensors and tiles need `sm_89` or newer (the fp8
+/// `cvt` and `mma.sync` forms). The error names the kernel, the dtype and the arch.
+///
+/// ```
+/// use tessera_ir::{graph, pipeline, target::ptx::{Arch, supports}};
+/// let g = graph::parse("graph @q(%x: f32[R, C]) -> f8e4m3[R, C] {\n  %1 = cast %x : f8e4m3[R, C]\n  return %1\n}").unwrap();
+/// let k = &pipeline::compile(&g, &Default::default()).unwrap().kernels[0].lowered.kernel;
+/// assert!(supports(k, Arch::Sm89).is_ok());
+/// assert!(supports(k, Arch::Sm80).unwrap_err().to_string().contains("sm_89"));
+/// ```
+pub fn supports(k: &Kernel, arch: Arch) -> Result<(), EmitError> {
+    let fp8 = k
+        .params
+        .iter()
+        .map(|p| p.dtype)
+        .chain(k.types.iter().map(|t| t.dtype))
+        .find(|d| crate::fp8::Fp8::of(*d).is_some());
+    match fp8 {
+        Some(d) if arch < Arch::Sm89 => Err(EmitError {
+            kernel: k.name.clone(),
+            message: format!("{d} needs sm_89 or newer (fp8 `cvt` and `mma`); {arch} has no fp8"),
+        }),
+        _ => Ok(()),
+    }
 }

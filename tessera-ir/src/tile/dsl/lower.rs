@@ -40,6 +40,7 @@ use value::Val;
 /// assert!(lower(&p, &[("C", 1)]).unwrap_err().message.contains("unknown knob `C`"));
 /// ```
 pub fn lower(program: &Program, knobs: &[(&str, i64)]) -> Result<Kernel, DslError> {
+    crate::invocations::lowered();
     let mut scope = Scopes::default();
     let mut seen = HashSet::new();
     for k in &program.knobs {

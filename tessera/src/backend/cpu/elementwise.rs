@@ -134,10 +134,13 @@ pub(crate) fn cmp(op: CmpOp, a: &Tile, b: &Tile, out_dims: &[usize]) -> Tile {
     Tile::new_b(out_dims, v)
 }
 
-pub(crate) fn unary(op: UnaryOp, mut t: Tile) -> Tile {
+/// `op` on every element; a deterministic kernel's `exp` is the canonical sequence
+/// (`tessera_ir::canonical::exp`), the one its PTX computes.
+pub(crate) fn unary(op: UnaryOp, mut t: Tile, policy: NumericsPolicy) -> Tile {
     let dtype = t.dtype;
     if let Data::F(v) = &mut t.data {
         match op {
+            UnaryOp::Exp if policy == NumericsPolicy::Deterministic => vmath::exp_fused(v),
             UnaryOp::Neg => v.iter_mut().for_each(|x| *x = -*x),
             UnaryOp::Abs => v.iter_mut().for_each(|x| *x = x.abs()),
             UnaryOp::Relu => v
@@ -210,7 +213,7 @@ pub(crate) fn cast(t: Tile, to: DType) -> Tile {
     let dims = t.dims().to_vec();
     let from = t.dtype;
     match (t.data, to) {
-        (Data::F(mut v), DType::F32 | DType::BF16 | DType::F16) => {
+        (Data::F(mut v), DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2) => {
             if to != from {
                 round_to(to, &mut v);
             }
@@ -305,15 +308,20 @@ pub(crate) fn reduce(op: TileReduce, t: &Tile, axis: usize, policy: NumericsPoli
                             }
                         }),
                         (TileReduce::Sum, NumericsPolicy::KahanSum) => {
+                            // Sum2 (TwoSum errors carried per column; the sum is
+                            // acc + comp), as the lowering's `two_sum_step`.
                             for ((a, k), x) in acc.iter_mut().zip(comp.iter_mut()).zip(rowv) {
-                                let y = x - *k;
-                                let s = *a + y;
-                                *k = (s - *a) - y;
-                                *a = s;
+                                let t = *a + x;
+                                let bp = t - *a;
+                                *k += (*a - (t - bp)) + (x - bp);
+                                *a = t;
                             }
                         }
                         (TileReduce::Sum, _) => acc.iter_mut().zip(rowv).for_each(|(a, x)| *a += x),
                     }
+                }
+                if (op, policy) == (TileReduce::Sum, NumericsPolicy::KahanSum) {
+                    acc.iter_mut().zip(&comp).for_each(|(a, k)| *a += k);
                 }
                 acc
             } else {

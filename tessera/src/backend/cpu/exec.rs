@@ -13,6 +13,8 @@ use tessera_ir::tile::{Inst, Kernel, Op, TValue};
 pub(crate) struct Program {
     pub kernel: Kernel,
     take: HashSet<(u32, u32)>,
+    /// The fused fast path, when the kernel compiles for it.
+    pub fused: Option<super::fused::Fused>,
 }
 
 /// The register file of one worker.
@@ -29,7 +31,12 @@ impl Program {
     pub fn new(kernel: Kernel) -> Program {
         let mut take = HashSet::new();
         liveness(&kernel, &kernel.body, &[], &mut take);
-        Program { kernel, take }
+        let fused = super::fused::Fused::new(&kernel).ok();
+        Program {
+            kernel,
+            take,
+            fused,
+        }
     }
 
     pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
@@ -139,7 +146,7 @@ impl Cx<'_> {
                     let s = scalar(out_ty.unwrap().dtype, *x);
                     ew::broadcast(&s, &dims())
                 }
-                Op::Unary(u, a) => ew::unary(*u, self.own(i, *a)),
+                Op::Unary(u, a) => ew::unary(*u, self.own(i, *a), k.policy),
                 Op::Binary(b, x, y) => ew::binary(*b, self.get(*x), self.get(*y), &dims()),
                 Op::Cmp(c, x, y) => ew::cmp(*c, self.get(*x), self.get(*y), &dims()),
                 Op::Select(m, x, y) => {
@@ -164,10 +171,16 @@ impl Cx<'_> {
                     let mut c = self.own(i, *acc);
                     let (ta, tb) = (self.get(*a), self.get(*b));
                     let (m, kk, n) = (ta.shape[0], ta.shape[1], tb.shape[1]);
+                    let dtype = c.dtype;
                     let Data::F(cv) = &mut c.data else {
-                        unreachable!("f32 accumulator")
+                        unreachable!("float accumulator (verified)")
                     };
-                    gemm::gemm_f32(m, n, kk, ta.f(), kk, tb.f(), n, cv, n);
+                    if dtype == DType::F32 {
+                        // One FMA chain per element in increasing k (see `gemm`).
+                        gemm::gemm_f32(m, n, kk, ta.f(), kk, tb.f(), n, cv, n);
+                    } else {
+                        dot_narrow(dtype, m, n, kk, ta.f(), tb.f(), cv);
+                    }
                     c
                 }
                 Op::Load {
@@ -255,6 +268,21 @@ fn scalar(dtype: DType, x: f64) -> Tile {
             let mut v = vec![x as f32];
             super::value::round_to(d, &mut v);
             Tile::new_f(d, &[], v)
+        }
+    }
+}
+
+/// `c += a·b` with a bf16/f16 accumulator: per element an FMA chain in increasing k, rounded
+/// to the accumulator's dtype after every step (the Tile IR `dot` semantics; PTX does the same).
+fn dot_narrow(dtype: DType, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut x = [c[i * n + j]];
+            for p in 0..k {
+                x[0] = a[i * k + p].mul_add(b[p * n + j], x[0]);
+                super::value::round_to(dtype, &mut x);
+            }
+            c[i * n + j] = x[0];
         }
     }
 }

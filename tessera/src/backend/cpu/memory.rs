@@ -1,8 +1,8 @@
 //! Block loads and stores between tensors and tiles, masked by bounds and an optional mask.
 
 use super::value::{Data, Tile};
+use crate::Result;
 use crate::backend::Buffer;
-use crate::{Error, Result};
 use half::{bf16, f16};
 use tessera_ir::DType;
 
@@ -127,12 +127,16 @@ pub(crate) fn load(
         }};
     }
     let mut tile = match dtype {
-        DType::F32 | DType::BF16 | DType::F16 => {
+        DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2 => {
             let mut out = vec![other as f32; n];
             match dtype {
                 DType::F32 => rows!(out, f32, |x: f32| x),
                 DType::BF16 => rows!(out, bf16, |x: bf16| x.to_f32()),
-                _ => rows!(out, f16, |x: f16| x.to_f32()),
+                DType::F16 => rows!(out, f16, |x: f16| x.to_f32()),
+                _ => {
+                    let lut = super::value::fp8_decode_table(dtype);
+                    rows!(out, u8, |x: u8| lut[x as usize])
+                }
             }
             Tile::new_f(dtype, dims, out)
         }
@@ -145,12 +149,6 @@ pub(crate) fn load(
             let mut out = vec![other != 0.0; n];
             rows!(out, u8, |x: u8| x != 0);
             Tile::new_b(dims, out)
-        }
-        d => {
-            return Err(Error::Unsupported {
-                device: "cpu".into(),
-                message: format!("loads of {d} tiles"),
-            });
         }
     };
     if mask.is_some() {
@@ -212,14 +210,12 @@ pub(crate) fn store(buf: &Buffer, idx: &[i64], tile: &Tile, mask: Option<&Tile>)
         DType::F32 => rows!(f32, tile.f(), |x: f32| x),
         DType::BF16 => rows!(bf16, tile.f(), bf16::from_f32),
         DType::F16 => rows!(f16, tile.f(), f16::from_f32),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let f = tessera_ir::fp8::Fp8::of(buf.dtype).expect("fp8 dtype");
+            rows!(u8, tile.f(), |x: f32| f.encode(x as f64, true))
+        }
         DType::I32 => rows!(i32, tile.i(), |x: i32| x),
         DType::Bool => rows!(u8, tile.b(), |x: bool| x as u8),
-        d => {
-            return Err(Error::Unsupported {
-                device: "cpu".into(),
-                message: format!("stores of {d} tiles"),
-            });
-        }
     }
     Ok(())
 }

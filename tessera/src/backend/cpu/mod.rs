@@ -5,9 +5,14 @@
 //! [`vmath`], and elementwise arithmetic runs row-slice loops. bf16/f16 values are widened to
 //! f32 in tiles and rounded back to their type after every op, so results match the types the
 //! IR declares; `dot` accumulates in f32.
+//!
+//! Kernels that [`fused`] can compile (every elementwise, row-wise, column-reduction and
+//! transpose kernel of the library, and `tile!` programs without `dot`) run as fused chunk
+//! programs instead; the interpreter is their reference and runs the rest.
 
 mod elementwise;
 mod exec;
+pub mod fused;
 pub mod gemm;
 mod memory;
 mod value;
@@ -31,6 +36,11 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
             expected: k.params.len(),
             got: args.len(),
         });
+    }
+    if let Some(f) = &program.fused
+        && f.launch(k, args)
+    {
+        return Ok(());
     }
     let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
     let grid: Vec<usize> = k.grid.iter().map(|g| g.eval(&shapes)).collect();

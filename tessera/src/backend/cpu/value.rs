@@ -96,7 +96,8 @@ impl Tile {
     }
 }
 
-/// Rounds widened values to the precision of `dtype` (no-op for f32).
+/// Rounds widened values to the precision of `dtype` (no-op for f32): round to nearest even;
+/// fp8 saturates (`cvt.rn.satfinite`, see `tessera_ir::fp8`).
 pub(crate) fn round_to(dtype: DType, v: &mut [f32]) {
     match dtype {
         DType::BF16 => v
@@ -105,6 +106,23 @@ pub(crate) fn round_to(dtype: DType, v: &mut [f32]) {
         DType::F16 => v
             .iter_mut()
             .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let f = tessera_ir::fp8::Fp8::of(dtype).expect("fp8 dtype");
+            v.iter_mut().for_each(|x| *x = f.round(*x, true))
+        }
         _ => {}
     }
+}
+
+/// The value of every fp8 code of `dtype` (a decode lookup table, built once).
+pub(crate) fn fp8_decode_table(dtype: DType) -> &'static [f32; 256] {
+    use std::sync::OnceLock;
+    use tessera_ir::fp8::Fp8;
+    static E4M3: OnceLock<[f32; 256]> = OnceLock::new();
+    static E5M2: OnceLock<[f32; 256]> = OnceLock::new();
+    let (cell, f) = match dtype {
+        DType::F8E5M2 => (&E5M2, Fp8::E5M2),
+        _ => (&E4M3, Fp8::E4M3),
+    };
+    cell.get_or_init(|| std::array::from_fn(|c| f.decode(c as u8)))
 }

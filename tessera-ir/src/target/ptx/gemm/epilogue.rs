@@ -198,7 +198,8 @@ impl Eval<'_> {
             Op::Const(x) | Op::Full(x) => cx.asm.fconst(*x as f32),
             Op::Unary(u, x) => {
                 let x = self.value(cx, *x, mi, ni)?;
-                math::unary(&mut cx.asm, *u, x)
+                let canonical = k.policy == crate::NumericsPolicy::Deterministic;
+                math::unary_with(&mut cx.asm, *u, x, canonical)
             }
             Op::Binary(b, x, y) => {
                 let x = self.value(cx, *x, mi, ni)?;

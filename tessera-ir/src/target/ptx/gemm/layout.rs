@@ -127,13 +127,15 @@ impl SmemTile {
     }
 }
 
-/// The number of pipeline stages that fit the arch's shared memory (the schedule's request,
-/// lowered when `stages · stage_bytes` exceeds the opt-in limit); `None` if even one does not.
+/// The number of pipeline stages that fit the arch's shared memory per block (the schedule's
+/// request, or fewer when `stages · stage_bytes` exceeds the hardware's opt-in limit); `None`
+/// if even one does not. The same rule as the cost model's ([`crate::cost::stages_that_fit`]).
 pub(super) fn stages_that_fit(stage_bytes: usize, requested: u32, arch: Arch) -> Option<u32> {
-    let limit = arch.limits().max_smem_per_block as usize;
-    (1..=requested.max(1))
-        .rev()
-        .find(|s| *s as usize * stage_bytes <= limit)
+    crate::cost::stages_that_fit(
+        stage_bytes as u64,
+        requested,
+        arch.limits().smem_per_block_optin as u64,
+    )
 }
 
 #[cfg(test)]

@@ -55,6 +55,12 @@ pub(crate) fn emit(
     let Some(g) = pattern::recognise(k) else {
         return Ok(None);
     };
+    // Tensor-core `mma` sums in the hardware's own order: a deterministic kernel takes the
+    // generic emitter's in-order FFMA `dot` instead (the f32 FFMA template here already adds
+    // in increasing k).
+    if k.policy == crate::NumericsPolicy::Deterministic && g.dtype != DType::F32 {
+        return Ok(None);
+    }
     let err = |m: String| EmitError {
         kernel: k.name.clone(),
         message: m,
@@ -223,7 +229,7 @@ pub(crate) fn emit(
             "// stages lowered from {} to {stages}: {} stages do not fit {arch}'s {} bytes of shared memory per block",
             s.stages,
             s.stages,
-            arch.limits().max_smem_per_block
+            arch.limits().smem_per_block_optin
         );
     }
     let _ = writeln!(text, ".extern .shared .align 16 .b8 smem[];\n");
@@ -240,6 +246,7 @@ pub(crate) fn emit(
         dyn_smem: dyn_smem as u32,
         grid: k.grid.clone(),
         params: abi::params_of(k),
+        lowered_stages: (stages != s.stages).then_some((s.stages, stages)),
     }))
 }
 

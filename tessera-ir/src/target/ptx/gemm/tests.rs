@@ -101,7 +101,27 @@ fn f32_gemm_uses_ffma_and_default_fits() {
     let s = Schedule::default_for(KernelClass::Matmul, DType::F32);
     let p = gemm(&linear_gelu(DType::F32), &s, Arch::Sm80);
     assert!(p.text.contains("fma.rn.f32") && !p.text.contains("mma.sync"));
-    assert!(p.dyn_smem <= Arch::Sm80.limits().max_smem_per_block);
+    assert!(p.dyn_smem <= Arch::Sm80.limits().smem_per_block_optin);
+}
+
+#[test]
+fn stages_that_do_not_fit_are_reported_not_hidden() {
+    // f32 128×128×64 stages are 64 KB: three fit H100's 227 KB, two fit A100's 163 KB, one fits
+    // Ada's 99 KB. The kernel says what it built.
+    let s = Schedule::default_for(KernelClass::Matmul, DType::F32);
+    assert_eq!(s.stages, 3);
+    for (arch, used) in [(Arch::Sm90a, 3), (Arch::Sm80, 2), (Arch::Sm89, 1)] {
+        let p = gemm(&linear_gelu(DType::F32), &s, arch);
+        let want = (used != 3).then_some((3, used));
+        assert_eq!(p.lowered_stages, want, "{arch}");
+        assert_eq!(p.dyn_smem, used * 64 * 1024, "{arch}");
+        assert_eq!(
+            p.text.contains(&format!("stages lowered from 3 to {used}")),
+            used != 3,
+            "{arch}"
+        );
+        assert!(p.dyn_smem <= arch.limits().smem_per_block_optin);
+    }
 }
 
 #[test]

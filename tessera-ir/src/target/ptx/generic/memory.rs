@@ -5,8 +5,8 @@ use super::G;
 use super::layout::DVal;
 use super::ops::model;
 use crate::DType;
-use crate::target::ptx::EmitError;
 use crate::target::ptx::asm::{Class, Reg, flit, list};
+use crate::target::ptx::{EmitError, math};
 use crate::tile::{TValue, TileType};
 
 /// Where slot coordinates land in the tensor: the in-bounds predicate and the byte address.
@@ -170,16 +170,19 @@ impl G<'_> {
                     self.a.i(format!("mov.s32 {dst}, {}", other as i32));
                     self.a.i(format!("@{ok} ld.global.s32 {dst}, [{addr}]"));
                 }
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    let h = self.a.reg(Class::H);
+                    self.a.i(format!("mov.f32 {dst}, {}", flit(other as f32)));
+                    self.a.i(format!("mov.b16 {h}, 0"));
+                    self.a.i(format!("@{ok} ld.global.u8 {h}, [{addr}]"));
+                    let t = math::fp8_to_f32(&mut self.a, dtype, h);
+                    self.a.i(format!("@{ok} mov.f32 {dst}, {t}"));
+                }
                 DType::Bool => {
                     let t = self.a.r();
                     self.a.i(format!("mov.u32 {t}, {}", (other != 0.0) as u32));
                     self.a.i(format!("@{ok} ld.global.u8 {t}, [{addr}]"));
                     self.a.i(format!("setp.ne.u32 {dst}, {t}, 0"));
-                }
-                d => {
-                    return Err(self.err(format!(
-                        "loads of {d} are not supported by the PTX emitter yet"
-                    )));
                 }
             }
         }
@@ -403,15 +406,14 @@ impl G<'_> {
                     self.a.i(format!("@{ok} st.global.b16 [{addr}], {h}"));
                 }
                 DType::I32 => self.a.i(format!("@{ok} st.global.s32 [{addr}], {x}")),
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    let h = math::f32_to_fp8(&mut self.a, dtype, x);
+                    self.a.i(format!("@{ok} st.global.u8 [{addr}], {h}"));
+                }
                 DType::Bool => {
                     let t = self.a.r();
                     self.a.i(format!("selp.u32 {t}, 1, 0, {x}"));
                     self.a.i(format!("@{ok} st.global.u8 [{addr}], {t}"));
-                }
-                d => {
-                    return Err(self.err(format!(
-                        "stores of {d} are not supported by the PTX emitter yet"
-                    )));
                 }
             }
         }

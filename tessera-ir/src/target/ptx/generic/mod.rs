@@ -6,7 +6,15 @@
 //! tiles are modelled `(1, n)` ("columns", the default) or `(n, 1)` ("rows", what a row
 //! reduction produces); scalars are `(1, 1)`. Broadcasting between these is local to each
 //! thread; row reductions are warp shuffles; column reductions, transposes, layout changes and
-//! the generic `dot` go through shared memory between barriers. Every thread runs every
+//! the generic `dot` go through shared memory between barriers.
+//!
+//! **Numerics policies.** Under `deterministic` and `kahan_sum` the layout has one column per
+//! lane; a row reduction then adds each lane's columns in order from `+0.0` and combines the
+//! lanes by the butterfly `16, 8, 4, 2, 1` (the fixed tree of [`crate::NumericsPolicy`]); a
+//! reduction over rows goes through shared memory and adds the rows in order; `dot` is an
+//! in-order FMA chain (rounded to the accumulator's dtype each step); `exp` is the canonical
+//! sequence. Under `kahan_sum` the lane and row folds carry a compensation and the butterfly
+//! combines with TwoSum. Every thread runs every
 //! instruction (no divergence around barriers); edges are handled by predicates.
 
 mod layout;
@@ -27,7 +35,17 @@ pub(crate) fn emit(
     arch: Arch,
 ) -> Result<PtxKernel, EmitError> {
     let mut g = G::new(k, warps);
-    g.v = vector.clamp(1, 4).next_power_of_two();
+    // Under deterministic and kahan_sum, one column per lane (no vector groups): a lane then
+    // holds columns `lane + 32·j`, the lane partials of the fixed-order sum.
+    let ordered = k.policy != crate::NumericsPolicy::Fast
+        || k.insts.iter().any(
+            |d| matches!(d.op, Op::Reduce { policy, .. } if policy != crate::NumericsPolicy::Fast),
+        );
+    g.v = if !ordered {
+        vector.clamp(1, 4).next_power_of_two()
+    } else {
+        1
+    };
     g.prologue();
     g.block(&k.body)?;
     Ok(g.finish(arch))
@@ -111,6 +129,7 @@ impl<'k> G<'k> {
             dyn_smem,
             grid: self.k.grid.clone(),
             params: abi::params_of(self.k),
+            lowered_stages: None,
         }
     }
 

@@ -53,7 +53,8 @@ impl G<'_> {
                     .regs
                     .iter()
                     .map(|&v| {
-                        let y = math::unary(&mut self.a, *u, v);
+                        let canonical = self.k.policy == crate::NumericsPolicy::Deterministic;
+                        let y = math::unary_with(&mut self.a, *u, v, canonical);
                         self.round(ty.dtype, y)
                     })
                     .collect();
@@ -111,7 +112,12 @@ impl G<'_> {
                 self.bar();
                 out
             }
-            Op::Reduce { op, a, axis, .. } => self.reduce(*op, *a, *axis, ty)?,
+            Op::Reduce {
+                op,
+                a,
+                axis,
+                policy,
+            } => self.reduce(*op, *a, *axis, *policy, ty)?,
             Op::Dot { a, b, acc } => self.dot(*a, *b, *acc)?,
             Op::Load {
                 param,
@@ -303,13 +309,166 @@ impl G<'_> {
         }
     }
 
+    /// `s, c ← Sum2(s, c, v)`: `t = s + v` and its exact error by TwoSum,
+    /// `e = (s − (t − (t − s))) + (v − (t − s))`, `c += e`, `s = t` (the sum is `s + c`; the
+    /// Tile IR lowering's `two_sum_step`, op for op).
+    fn kahan_step(&mut self, s: Reg, c: Reg, v: Reg) -> (Reg, Reg) {
+        let t = math::binary(&mut self.a, BinaryOp::Add, s, v);
+        let bp = math::binary(&mut self.a, BinaryOp::Sub, t, s);
+        let ap = math::binary(&mut self.a, BinaryOp::Sub, t, bp);
+        let ea = math::binary(&mut self.a, BinaryOp::Sub, s, ap);
+        let eb = math::binary(&mut self.a, BinaryOp::Sub, v, bp);
+        let e = math::binary(&mut self.a, BinaryOp::Add, ea, eb);
+        let c = math::binary(&mut self.a, BinaryOp::Add, c, e);
+        (t, c)
+    }
+
+    /// A reduction under `deterministic` or `kahan_sum` (a sum; max is exact in any order and
+    /// takes the fast path). Along columns: each lane adds its columns in order (one column
+    /// per lane: the layout is scalar under these policies), then the butterfly
+    /// `16, 8, 4, 2, 1` combines the lanes (with TwoSum under `kahan_sum`). Along rows: the
+    /// tile goes to shared memory and each column adds its rows in order.
+    fn reduce_ordered(
+        &mut self,
+        x: TValue,
+        axis: usize,
+        kahan: bool,
+        ty: &TileType,
+    ) -> Result<DVal, EmitError> {
+        let rank = self.k.ty(x).shape.len();
+        let mut d = self.val(x).clone();
+        if d.dtype.is_float() && d.v != 1 {
+            return Err(self.err(
+                "an ordered reduction needs one column per lane (the kernel's numerics policy sets it)",
+            ));
+        }
+        if rank == 1 && d.c == 1 && d.r > 1 {
+            // A rank-1 tile laid out as rows: lay it out as columns, like the CPU's row.
+            d = self.relayout(x, 1, d.r)?;
+        }
+        let dt = d.dtype;
+        let along_cols = if rank == 2 { axis == 1 } else { true };
+        let zero = || 0.0f32;
+        let (scr, scc) = (d.slot_rows(), d.slot_cols());
+        if along_cols {
+            let mut out = DVal::alloc(&mut self.a, dt, d.r, 1, self.w, self.v);
+            for sr in 0..scr {
+                let mut s = self.a.fconst(zero());
+                let mut c = self.a.fconst(zero());
+                for sc in 0..scc {
+                    let slot = sr * scc + sc;
+                    let (_, col) = d.coords(self, slot);
+                    let valid = d.valid(self, &None, &col);
+                    let v = match valid {
+                        Some(p) => {
+                            let z = self.a.fconst(zero());
+                            self.select(dt, p, d.regs[slot], z)
+                        }
+                        None => d.regs[slot],
+                    };
+                    if kahan {
+                        (s, c) = self.kahan_step(s, c, v);
+                    } else {
+                        s = math::binary(&mut self.a, BinaryOp::Add, s, v);
+                    }
+                }
+                if d.c > 1 {
+                    for off in [16, 8, 4, 2, 1] {
+                        let ts = self.a.f();
+                        self.a.i(format!(
+                            "shfl.sync.bfly.b32 {ts}, {s}, {off}, 0x1f, 0xffffffff"
+                        ));
+                        if kahan {
+                            let tc = self.a.f();
+                            self.a.i(format!(
+                                "shfl.sync.bfly.b32 {tc}, {c}, {off}, 0x1f, 0xffffffff"
+                            ));
+                            // TwoSum of the two sums; the pair's lost part is
+                            // c + tc + e.
+                            let cc = math::binary(&mut self.a, BinaryOp::Add, c, tc);
+                            (s, c) = self.kahan_step(s, cc, ts);
+                        } else {
+                            s = math::binary(&mut self.a, BinaryOp::Add, s, ts);
+                        }
+                    }
+                }
+                out.regs[sr] = if kahan {
+                    math::binary(&mut self.a, BinaryOp::Add, s, c)
+                } else {
+                    s
+                };
+            }
+            let out = self.round_all(out);
+            return Ok(if ty.shape.is_empty() {
+                DVal { r: 1, c: 1, ..out }
+            } else {
+                out
+            });
+        }
+        // Along rows, through shared memory: column j adds rows 0, 1, .. in order.
+        let (rows, cols) = (d.r, d.c);
+        self.need_smem(rows * cols * 4);
+        self.write_smem(&d, 0, false)?;
+        self.bar();
+        let mut out = DVal::alloc(&mut self.a, dt, 1, cols, self.w, self.v);
+        for sc in 0..out.slot_cols() {
+            let (_, col) = out.coords(self, sc);
+            let ci = match col {
+                Some(x) => self.clamp(x, cols),
+                None => self.zero(),
+            };
+            let mut s = self.a.fconst(zero());
+            let mut c = self.a.fconst(zero());
+            for r in 0..rows {
+                let idx = self.a.r();
+                self.a.i(format!("add.s32 {idx}, {ci}, {}", r * cols));
+                let addr = self.smem_addr(idx, 0);
+                let v = self.a.f();
+                self.a.i(format!("ld.shared.f32 {v}, [{addr}]"));
+                if kahan {
+                    (s, c) = self.kahan_step(s, c, v);
+                } else {
+                    s = math::binary(&mut self.a, BinaryOp::Add, s, v);
+                }
+            }
+            out.regs[sc] = if kahan {
+                math::binary(&mut self.a, BinaryOp::Add, s, c)
+            } else {
+                s
+            };
+        }
+        self.bar();
+        let out = self.round_all(out);
+        Ok(if ty.shape.is_empty() {
+            DVal { r: 1, c: 1, ..out }
+        } else {
+            out
+        })
+    }
+
+    /// Rounds every register of a float value to its dtype's precision.
+    fn round_all(&mut self, mut d: DVal) -> DVal {
+        let dt = d.dtype;
+        for r in d.regs.iter_mut() {
+            *r = self.round(dt, *r);
+        }
+        d
+    }
+
     fn reduce(
         &mut self,
         op: TileReduce,
         x: TValue,
         axis: usize,
+        policy: crate::NumericsPolicy,
         ty: &TileType,
     ) -> Result<DVal, EmitError> {
+        if op == TileReduce::Sum
+            && policy != crate::NumericsPolicy::Fast
+            && self.val(x).dtype.is_float()
+        {
+            return self.reduce_ordered(x, axis, policy == crate::NumericsPolicy::KahanSum, ty);
+        }
         let d = self.val(x).clone();
         let dt = d.dtype;
         let rank = self.k.ty(x).shape.len();
@@ -445,8 +604,9 @@ impl G<'_> {
         }
     }
 
-    /// Generic `acc + a·b` through shared memory (FFMA); matmul-class kernels use the
-    /// tensor-core template instead.
+    /// Generic `acc + a·b` through shared memory: per element one FMA chain in increasing k
+    /// (the Tile IR `dot` order); matmul-class kernels of the fast policy use the tensor-core
+    /// template instead.
     fn dot(&mut self, a: TValue, b: TValue, acc: TValue) -> Result<DVal, EmitError> {
         let (da, db, dc) = (
             self.val(a).clone(),
@@ -511,11 +671,22 @@ impl G<'_> {
                 v
             })
             .collect();
+        // A bf16/f16 accumulator is rounded after every step (the Tile IR `dot` semantics).
+        let narrow = match dc.dtype {
+            DType::BF16 => Some("bf16"),
+            DType::F16 => Some("f16"),
+            _ => None,
+        };
+        let h = narrow.map(|_| self.a.h());
         for sr in 0..scr {
             for sc in 0..scc {
                 let r = out.regs[sr * scc + sc];
                 self.a
                     .i(format!("fma.rn.f32 {r}, {}, {}, {r}", avals[sr], bvals[sc]));
+                if let (Some(t), Some(h)) = (narrow, h) {
+                    self.a.i(format!("cvt.rn.{t}.f32 {h}, {r}"));
+                    self.a.i(format!("cvt.f32.{t} {r}, {h}"));
+                }
             }
         }
         self.a.i(format!("add.s32 {kk}, {kk}, 1"));

@@ -9,24 +9,32 @@ const NR: usize = 16;
 /// 4×16 kernel written without intrinsics.
 pub(crate) struct PortableKernel;
 
-/// `C[0..MR, 0..NR] += A·B` on packed panels.
+/// `C[0..MR, 0..NR] += A·B` on packed panels: every element one fused-multiply-add chain
+/// over k in order, starting from C's value (the `dot` order every ISA shares; `mul_add` is
+/// an instruction where the target has FMA, a correctly rounded library call elsewhere).
 #[inline(always)]
 unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
     unsafe {
         let mut acc = [[0.0f32; NR]; MR];
+        for (i, row) in acc.iter_mut().enumerate() {
+            let cr = c.add(i * ldc);
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = *cr.add(j);
+            }
+        }
         for p in 0..kc {
             let ap = &*(a.add(p * MR) as *const [f32; MR]);
             let bp = &*(b.add(p * NR) as *const [f32; NR]);
             for i in 0..MR {
                 for j in 0..NR {
-                    acc[i][j] += ap[i] * bp[j];
+                    acc[i][j] = ap[i].mul_add(bp[j], acc[i][j]);
                 }
             }
         }
         for (i, row) in acc.iter().enumerate() {
             let cr = c.add(i * ldc);
             for (j, v) in row.iter().enumerate() {
-                *cr.add(j) += *v;
+                *cr.add(j) = *v;
             }
         }
     }

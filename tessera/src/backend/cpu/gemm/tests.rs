@@ -309,3 +309,30 @@ fn bf16_round_trip() {
     assert_eq!(f32_to_bf16(1.0), 0x3F80);
     assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
 }
+
+/// Every ISA computes each element as one FMA chain over k in order from C's value: bit for
+/// bit the scalar chain, for any shape (edges, several k blocks) — the `dot` order that
+/// `deterministic` relies on.
+#[test]
+fn every_isa_is_one_fma_chain_in_k_order() {
+    let mut rng = Rng(0xD07);
+    for &(m, n, k) in &[(1, 1, 1), (7, 33, 19), (9, 17, 300), (16, 48, 513)] {
+        let a = rng.vec(m * k);
+        let b = rng.vec(k * n);
+        let c0 = rng.vec(m * n);
+        let mut want = c0.clone();
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    want[i * n + j] = a[i * k + p].mul_add(b[p * n + j], want[i * n + j]);
+                }
+            }
+        }
+        for isa in all_isas() {
+            let mut c = c0.clone();
+            gemm_f32_with(isa, m, n, k, &a, k, &b, n, &mut c, n);
+            let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{isa:?} {m}x{n}x{k}: not the in-order FMA chain");
+        }
+    }
+}

@@ -60,6 +60,25 @@ pub fn exp(x: &mut [f32]) {
     k_exp::run(x)
 }
 
+/// In place `x[i] = e^x[i]` by the canonical sequence of deterministic kernels
+/// (`tessera_ir::canonical::exp`, fused multiply-adds on every CPU): bit for bit what a
+/// deterministic kernel's PTX computes. [`exp`] is the same on CPUs with FMA.
+pub fn exp_fused(x: &mut [f32]) {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        if dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time.
+            return unsafe { k_exp::avx512(x) };
+        }
+        if dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { k_exp::avx2(x) };
+        }
+    }
+    // `mul_add` is an instruction on aarch64, a correctly rounded library call elsewhere.
+    dispatch::map(x, exp::exp1::<arith::Fused>)
+}
+
 /// In place natural logarithm: `log(0) = -inf`, `log(x<0) = NaN`,
 /// `log(+inf) = +inf`, subnormal inputs handled exactly.
 pub fn log(x: &mut [f32]) {

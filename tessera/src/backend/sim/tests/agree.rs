@@ -277,7 +277,7 @@ fn every_emitted_module_decodes() {
                 let l = c.lower_with(i, &s).unwrap();
                 for arch in Arch::ALL {
                     let p = ptx::emit(&l.kernel, &s, arch).unwrap();
-                    sim::parse::parse(&p.text, &p.entry).unwrap_or_else(|e| {
+                    decodes(&p.text, &p.entry).unwrap_or_else(|e| {
                         panic!("{} ({s}, {arch}) line {}: {}", p.entry, e.line, e.message)
                     });
                     n += 1;
@@ -300,7 +300,7 @@ fn every_emitted_module_decodes() {
                 .unwrap()
                 .trim()
                 .to_string();
-            sim::parse::parse(&text, &entry)
+            decodes(&text, &entry)
                 .unwrap_or_else(|e| panic!("{}: line {}: {}", f.display(), e.line, e.message));
             n += 1;
         }
@@ -327,11 +327,36 @@ fn dumped_modules_decode() {
                 .unwrap()
                 .trim()
                 .to_string();
-            sim::parse::parse(&text, &entry)
+            decodes(&text, &entry)
                 .unwrap_or_else(|e| panic!("{}: line {}: {}", f.display(), e.line, e.message));
             n += 1;
         }
     }
     eprintln!("{n} modules from {dir} decode");
     assert!(n > 0);
+}
+
+/// Parses `text` with the simulator; `Err` names the line of a syntax error or of the first
+/// instruction of `entry` the simulator does not implement.
+fn decodes(text: &str, entry: &str) -> Result<(), Decode> {
+    let m = tessera_sim::Module::parse(text).map_err(|e| Decode {
+        line: e.line,
+        message: e.message,
+    })?;
+    let e = m.entry(entry).ok_or_else(|| Decode {
+        line: 0,
+        message: format!("no entry `{entry}`"),
+    })?;
+    match &e.unsupported {
+        Some(u) => Err(Decode {
+            line: u.line,
+            message: format!("`{}`: {}", u.instruction, u.reason),
+        }),
+        None => Ok(()),
+    }
+}
+
+struct Decode {
+    line: u32,
+    message: String,
 }

@@ -1,22 +1,22 @@
-//! Tests of the simulator: instruction semantics on hand-written PTX ([`units`]), planted bugs
-//! caught by checkers or comparisons ([`planted`]), and agreement with the CPU backend on
-//! compiled graphs for every arch and several schedules ([`agree`]).
+//! Tests of the sim backend: performance counters of library kernels ([`counters`]),
+//! agreement with the CPU backend on compiled graphs for every arch and several schedules
+//! ([`agree`]), numerics policies bit for bit across threads, tiles and backends ([`policy`]),
+//! and fp8 GEMM and quantisation against the CPU ([`fp8`]). The simulator's own tests
+//! (instruction semantics, planted bugs, the API) live in the `tessera-sim` crate.
 
 mod agree;
-mod planted;
-mod units;
+mod counters;
+mod fp8;
+mod policy;
 
 use crate::backend::Buffer;
 use tessera_ir::DType;
-use tessera_ir::target::ptx::{Arch, PtxKernel};
-use tessera_ir::tile::GridDim;
 
 /// Owned bytes (8-byte aligned) viewed as a [`Buffer`].
 pub(super) struct Buf {
     pub mem: Vec<u64>,
     pub bytes: usize,
     pub dtype: DType,
-    pub dims: Vec<usize>,
     pub writable: bool,
 }
 
@@ -33,7 +33,6 @@ impl Buf {
             mem: vec![0; bytes.div_ceil(8)],
             bytes,
             dtype,
-            dims: dims.to_vec(),
             writable,
         }
     }
@@ -75,38 +74,6 @@ impl Buf {
             len: self.bytes,
             writable: self.writable,
         }
-    }
-
-    pub fn buffer(&self) -> Buffer {
-        self.view(&self.dims)
-    }
-}
-
-/// A hand-written kernel on sm_80: grid x = `grid_x`, `threads` per CTA, tensor parameters
-/// `(name, view rank)`.
-pub(super) fn kernel(
-    text: &str,
-    entry: &str,
-    grid_x: GridDim,
-    threads: u32,
-    params: &[(&str, usize)],
-) -> PtxKernel {
-    PtxKernel {
-        entry: entry.into(),
-        arch: Arch::Sm80,
-        text: text.into(),
-        threads,
-        dyn_smem: 0,
-        grid: [grid_x, GridDim::one(), GridDim::one()],
-        params: params.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
-    }
-}
-
-/// `cdiv(dim `axis` of parameter `param`, tile)`.
-pub(super) fn gd(param: usize, axis: usize, tile: u32) -> GridDim {
-    GridDim {
-        dims: vec![(param, axis)],
-        tile,
     }
 }
 

@@ -15,7 +15,15 @@ pub(crate) struct Avx2Kernel;
 #[inline(always)]
 unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
     unsafe {
+        // The accumulators start from C, so every element is one FMA chain over k in order
+        // (C = fma(a_k, b_k, C) for k = 0, 1, ...) whatever the blocking: the CPU's `dot`
+        // order, shared with the PTX FFMA paths (`tessera_ir::tile::Op::Dot`).
         let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        for (i, row) in acc.iter_mut().enumerate() {
+            let cr = c.add(i * ldc);
+            row[0] = _mm256_loadu_ps(cr);
+            row[1] = _mm256_loadu_ps(cr.add(8));
+        }
         macro_rules! step {
             ($ap:expr, $bp:expr) => {{
                 let b0 = _mm256_loadu_ps($bp);
@@ -45,8 +53,8 @@ unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut 
         }
         for (i, row) in acc.iter().enumerate() {
             let cr = c.add(i * ldc);
-            _mm256_storeu_ps(cr, _mm256_add_ps(_mm256_loadu_ps(cr), row[0]));
-            _mm256_storeu_ps(cr.add(8), _mm256_add_ps(_mm256_loadu_ps(cr.add(8)), row[1]));
+            _mm256_storeu_ps(cr, row[0]);
+            _mm256_storeu_ps(cr.add(8), row[1]);
         }
     }
 }

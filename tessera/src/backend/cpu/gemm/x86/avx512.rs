@@ -11,11 +11,20 @@ const NR: usize = 32;
 /// 8×32 AVX-512 kernel (rows `M < 8` use narrower instantiations).
 pub(crate) struct Avx512Kernel;
 
-/// `C[0..M, 0..32] += Apanel · Bpanel`; A panel stride is always `MR`.
+/// `C[0..M, 0..32] += Apanel · Bpanel` (one FMA chain per element from C's value); A panel
+/// stride is always `MR`.
 #[inline(always)]
 unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
     unsafe {
+        // The accumulators start from C, so every element is one FMA chain over k in order
+        // (C = fma(a_k, b_k, C) for k = 0, 1, ...) whatever the blocking: the CPU's `dot`
+        // order, shared with the PTX FFMA paths (`tessera_ir::tile::Op::Dot`).
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        for (i, row) in acc.iter_mut().enumerate() {
+            let cr = c.add(i * ldc);
+            row[0] = _mm512_loadu_ps(cr);
+            row[1] = _mm512_loadu_ps(cr.add(16));
+        }
         macro_rules! step {
             ($ap:expr, $bp:expr) => {{
                 let b0 = _mm512_loadu_ps($bp);
@@ -45,11 +54,8 @@ unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut 
         }
         for (i, row) in acc.iter().enumerate() {
             let cr = c.add(i * ldc);
-            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), row[0]));
-            _mm512_storeu_ps(
-                cr.add(16),
-                _mm512_add_ps(_mm512_loadu_ps(cr.add(16)), row[1]),
-            );
+            _mm512_storeu_ps(cr, row[0]);
+            _mm512_storeu_ps(cr.add(16), row[1]);
         }
     }
 }

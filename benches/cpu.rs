@@ -1,0 +1,452 @@
+//! The CPU backend at the machine's limits: every kernel class (row-wise, elementwise and fused
+//! chains, column reductions, transposes, depthwise convolution, f32 and bf16 GEMM) on
+//! `[4096, 1024]`, `[1024, 4096]`, `[37, 300]` and a shape four times the last-level cache, with
+//! one and two threads. Memory-bound kernels are reported in GB/s (bytes read + written,
+//! counted once) and as a ratio to a `copy_from_slice` of the same bytes in the same run;
+//! GEMMs in GFLOP/s and as a ratio to faer. Launch overhead (a `[1, 1]` and a `[37, 300]`
+//! launch, fast path and interpreter) is in µs.
+//!
+//! Criterion measures the `[4096, 1024]` cases; the summary (best of several runs per case)
+//! is printed as one table and written, with an SVG plot (plotters), to `docs/performance.md`
+//! and `docs/performance.svg`:
+//!
+//!     cargo bench --bench cpu
+//!
+//! `TESSERA_BENCH_QUICK=1` skips criterion and runs only the summary.
+
+use criterion::{Criterion, Throughput};
+use faer::{Accum, Mat, Par};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+use tessera::backend::cpu::fused;
+use tessera::prelude::*;
+
+#[tessera::kernel]
+fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu(x * y + 1.0)
+}
+
+#[tessera::kernel]
+fn col_mean(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+    x.mean(0)
+}
+
+#[tessera::kernel]
+fn transpose_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+    transpose(x)
+}
+
+#[tessera::kernel]
+fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    gelu(x)
+}
+
+#[tessera::kernel]
+fn add_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    x + y
+}
+
+#[tessera::kernel]
+fn softmax_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
+}
+
+#[tessera::kernel]
+fn rmsnorm_bf16(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (R, C)> {
+    rmsnorm(x, g, 1e-6)
+}
+
+#[tessera::kernel]
+fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+    x.sum(0)
+}
+
+#[tessera::kernel]
+fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
+    transpose(x)
+}
+
+const THREADS: [usize; 2] = [1, 2];
+
+/// Last-level cache size in bytes (sysfs, else 32 MiB).
+fn llc_bytes() -> usize {
+    (0..8)
+        .filter_map(|i| {
+            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+            let s = std::fs::read_to_string(p).ok()?;
+            let s = s.trim();
+            let (n, m) = match s.strip_suffix('K') {
+                Some(n) => (n, 1 << 10),
+                None => (s.strip_suffix('M')?, 1 << 20),
+            };
+            Some(n.parse::<usize>().ok()? * m)
+        })
+        .max()
+        .unwrap_or(32 << 20)
+}
+
+/// The shapes: two square-ish, a ragged small one, and one whose f32 input is 4× the LLC.
+fn shapes() -> Vec<(usize, usize)> {
+    let big_rows = (4 * llc_bytes() / 4).div_ceil(4096);
+    vec![(4096, 1024), (1024, 4096), (37, 300), (big_rows, 4096)]
+}
+
+fn pool(t: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(t)
+        .build()
+        .expect("thread pool")
+}
+
+/// Best time of `f` over at least 5 runs and about 0.3 s.
+fn best(mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut b = f64::INFINITY;
+    let mut n = 0;
+    while n < 5 || (start.elapsed() < Duration::from_millis(300) && n < 200) {
+        let s = Instant::now();
+        f();
+        b = b.min(s.elapsed().as_secs_f64());
+        n += 1;
+    }
+    b
+}
+
+/// GB/s of a parallel `copy_from_slice` of `bytes` (read + written) on `t` threads.
+fn memcpy_gbs(bytes: usize, t: usize) -> f64 {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    let p = pool(t);
+    let chunk = bytes.div_ceil(t).max(1);
+    let s = best(|| {
+        p.install(|| {
+            use rayon::prelude::*;
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        })
+    });
+    2.0 * bytes as f64 / s / 1e9
+}
+
+/// One row of the summary.
+struct Row {
+    kernel: String,
+    shape: String,
+    threads: usize,
+    value: f64,
+    unit: &'static str,
+    ratio: f64,
+    yardstick: &'static str,
+}
+
+/// A memory-bound case: a launch closure and the bytes it must move.
+struct Case<'a> {
+    name: &'static str,
+    bytes: usize,
+    run: Box<dyn Fn() + Send + Sync + 'a>,
+}
+
+fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
+    let (f4, b2) = (4 * r * c, 2 * r * c);
+    let x: &'static Tensor<f32> = Box::leak(Box::new(Tensor::<f32>::randn(&[r, c], 1)));
+    let y: &'static Tensor<f32> = Box::leak(Box::new(Tensor::<f32>::randn(&[r, c], 2)));
+    let g: &'static Tensor<f32> = Box::leak(Box::new(Tensor::<f32>::randn(&[c], 3)));
+    let xb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 4)));
+    let yb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 5)));
+    let gb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[c], 6)));
+    let case = |name, bytes, run: Box<dyn Fn() + Send + Sync>| Case { name, bytes, run };
+    let f32_cases = vec![
+        case(
+            "softmax",
+            2 * f4,
+            Box::new(move || drop(tessera_kernels::softmax(x).unwrap())),
+        ),
+        case(
+            "layernorm",
+            2 * f4,
+            Box::new(move || drop(tessera_kernels::layernorm(x, g, g).unwrap())),
+        ),
+        case(
+            "rmsnorm",
+            2 * f4,
+            Box::new(move || drop(tessera_kernels::rmsnorm(x, g).unwrap())),
+        ),
+        case(
+            "gelu",
+            2 * f4,
+            Box::new(move || drop(tessera_kernels::gelu(x).unwrap())),
+        ),
+        case(
+            "add",
+            3 * f4,
+            Box::new(move || drop(tessera_kernels::add(x, y).unwrap())),
+        ),
+        case(
+            "mul+add+gelu",
+            2 * f4,
+            Box::new(move || drop(chain(x, g).unwrap())),
+        ),
+        case("col_mean", f4, Box::new(move || drop(col_mean(x).unwrap()))),
+        case(
+            "transpose",
+            2 * f4,
+            Box::new(move || drop(transpose_f32(x).unwrap())),
+        ),
+    ];
+    let bf16_cases = vec![
+        case(
+            "softmax bf16→f32",
+            b2 + f4,
+            Box::new(move || drop(softmax_bf16(xb).unwrap())),
+        ),
+        case(
+            "rmsnorm bf16→f32",
+            b2 + f4,
+            Box::new(move || drop(rmsnorm_bf16(xb, gb).unwrap())),
+        ),
+        case(
+            "gelu bf16",
+            2 * b2,
+            Box::new(move || drop(gelu_bf16(xb).unwrap())),
+        ),
+        case(
+            "add bf16",
+            3 * b2,
+            Box::new(move || drop(add_bf16(xb, yb).unwrap())),
+        ),
+        case(
+            "col_sum bf16",
+            b2,
+            Box::new(move || drop(col_sum_bf16(xb).unwrap())),
+        ),
+        case(
+            "transpose bf16",
+            2 * b2,
+            Box::new(move || drop(transpose_bf16(xb).unwrap())),
+        ),
+    ];
+    vec![("f32", f32_cases), ("bf16", bf16_cases)]
+}
+
+fn depthwise_case(r: usize, c: usize) -> Case<'static> {
+    // Channels last: an [H, W, 64] image of the same element count, 3×3 filter.
+    let ch = 64;
+    let (h, w) = (r, (c / ch).max(3));
+    let x: &'static Tensor<f32> = Box::leak(Box::new(Tensor::<f32>::randn(&[h, w, ch], 7)));
+    let f: &'static Tensor<f32> = Box::leak(Box::new(Tensor::<f32>::randn(&[3, 3, ch], 8)));
+    let out = (h.saturating_sub(2)) * (w - 2) * ch;
+    Case {
+        name: "depthwise 3x3",
+        bytes: 4 * (h * w * ch + out),
+        run: Box::new(move || drop(tessera_kernels::depthwise_conv2d(x, f).unwrap())),
+    }
+}
+
+fn summary_memory(rows: &mut Vec<Row>) {
+    for (r, c) in shapes() {
+        let shape = format!("[{r}, {c}]");
+        let mut groups = memory_cases(r, c);
+        groups.push(("f32", vec![depthwise_case(r, c)]));
+        for t in THREADS {
+            let p = pool(t);
+            for (_, cases) in &groups {
+                for case in cases {
+                    let s = p.install(|| best(|| (case.run)()));
+                    let gbs = case.bytes as f64 / s / 1e9;
+                    let copy = memcpy_gbs(case.bytes / 2, t);
+                    rows.push(Row {
+                        kernel: case.name.into(),
+                        shape: shape.clone(),
+                        threads: t,
+                        value: gbs,
+                        unit: "GB/s",
+                        ratio: gbs / copy,
+                        yardstick: "memcpy",
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn faer_par(t: usize) -> Par {
+    if t == 1 { Par::Seq } else { Par::rayon(t) }
+}
+
+fn summary_gemm(rows: &mut Vec<Row>) {
+    let dims: Vec<(usize, usize, usize)> = vec![
+        (256, 256, 256),
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (1, 4096, 4096),
+        (64, 4096, 4096),
+    ];
+    for (m, k, n) in dims {
+        let a = Tensor::<f32>::randn(&[m, k], 1);
+        let b = Tensor::<f32>::randn(&[k, n], 2);
+        let ab = Tensor::<bf16>::randn(&[m, k], 3);
+        let bb = Tensor::<bf16>::randn(&[k, n], 4);
+        let (sa, sb) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+        let fa = Mat::from_fn(m, k, |i, j| sa[i * k + j]);
+        let fb = Mat::from_fn(k, n, |i, j| sb[i * n + j]);
+        let mut fc = Mat::<f32>::zeros(m, n);
+        let flop = 2.0 * (m * k * n) as f64;
+        for t in THREADS {
+            let p = pool(t);
+            let faer_s = p.install(|| {
+                best(|| {
+                    faer::linalg::matmul::matmul(
+                        fc.as_mut(),
+                        Accum::Replace,
+                        fa.as_ref(),
+                        fb.as_ref(),
+                        1.0f32,
+                        faer_par(t),
+                    )
+                })
+            });
+            let f32_s = p.install(|| best(|| drop(tessera_kernels::matmul(&a, &b).unwrap())));
+            let bf_s = p.install(|| best(|| drop(tessera_kernels::matmul_bf16(&ab, &bb).unwrap())));
+            for (name, s) in [("matmul f32", f32_s), ("matmul bf16", bf_s)] {
+                rows.push(Row {
+                    kernel: name.into(),
+                    shape: format!("{m}x{k}x{n}"),
+                    threads: t,
+                    value: flop / s / 1e9,
+                    unit: "GFLOP/s",
+                    ratio: faer_s / s,
+                    yardstick: "faer f32",
+                });
+            }
+        }
+    }
+}
+
+/// Launch overhead: time of a whole `gelu` launch on `[1, 1]` and `[37, 300]`, fast path and
+/// interpreter, one thread.
+fn summary_launch(rows: &mut Vec<Row>) {
+    let p = pool(1);
+    for (r, c) in [(1usize, 1usize), (37, 300)] {
+        let x = Tensor::<f32>::randn(&[r, c], 9);
+        let fast = p.install(|| best(|| drop(tessera_kernels::gelu(&x).unwrap())));
+        let slow = p.install(|| {
+            fused::with_interpreter(|| best(|| drop(tessera_kernels::gelu(&x).unwrap())))
+        });
+        rows.push(Row {
+            kernel: "gelu launch".into(),
+            shape: format!("[{r}, {c}]"),
+            threads: 1,
+            value: fast * 1e6,
+            unit: "µs",
+            ratio: slow / fast,
+            yardstick: "interpreter time / fast",
+        });
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| kernel | shape | threads | value | unit | ratio | ratio to |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.2} | {} | {:.2} | {} |",
+            r.kernel, r.shape, r.threads, r.value, r.unit, r.ratio, r.yardstick
+        );
+    }
+    s
+}
+
+/// Bar chart of the ratios (memory-bound to memcpy, GEMM to faer), one bar per row.
+fn plot(rows: &[Row], path: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.unit != "µs").collect();
+    let h = 40 + 14 * rows.len() as u32;
+    let root = SVGBackend::new(path, (900, h)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.05;
+    let (x0, x1) = (420.0, 880.0);
+    let sx = |v: f64| (x0 + (x1 - x0) * v / max) as i32;
+    let style = ("sans-serif", 11).into_font();
+    root.draw(&Text::new(
+        "ratio to same-run memcpy (memory-bound) or faer f32 (GEMM); line at 0.8 and 1.0",
+        (10, 8),
+        style.clone(),
+    ))?;
+    for (i, r) in rows.iter().enumerate() {
+        let y = 30 + 14 * i as i32;
+        let color = if r.ratio >= 0.8 { GREEN } else { RED };
+        root.draw(&Rectangle::new(
+            [(x0 as i32, y), (sx(r.ratio), y + 11)],
+            color.filled(),
+        ))?;
+        root.draw(&Text::new(
+            format!("{} {} {}t {:.2}", r.kernel, r.shape, r.threads, r.ratio),
+            (10, y),
+            style.clone(),
+        ))?;
+    }
+    for v in [0.8, 1.0] {
+        root.draw(&PathElement::new(
+            vec![(sx(v), 25), (sx(v), h as i32 - 5)],
+            BLACK.stroke_width(1),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn write_docs(rows: &[Row]) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let md = format!(
+        "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command). \
+         Memory-bound kernels: GB/s of the bytes they must read and write (each counted once) and \
+         the ratio to a `copy_from_slice` of the same bytes on the same number of threads in the \
+         same run. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
+         per whole launch, and how many times slower the interpreter is. Best of ≥ 5 runs per case.\n\n\
+         Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
+         taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
+        load.trim(),
+        table(rows)
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs");
+    let _ = std::fs::write(format!("{dir}/performance.md"), md);
+    if let Err(e) = plot(rows, &format!("{dir}/performance.svg")) {
+        eprintln!("plot: {e}");
+    }
+}
+
+fn criterion_benches(c: &mut Criterion) {
+    let (r, cc) = (4096, 1024);
+    for (dtype, cases) in memory_cases(r, cc) {
+        for t in THREADS {
+            let p = pool(t);
+            let mut g = c.benchmark_group(format!("cpu_{dtype}_{r}x{cc}_{t}thread"));
+            g.sample_size(10);
+            g.warm_up_time(Duration::from_millis(300));
+            g.measurement_time(Duration::from_secs(1));
+            for case in &cases {
+                g.throughput(Throughput::Bytes(case.bytes as u64));
+                g.bench_function(case.name, |b| b.iter(|| p.install(|| (case.run)())));
+            }
+            g.finish();
+        }
+    }
+}
+
+fn main() {
+    if std::env::var_os("TESSERA_BENCH_QUICK").is_none() {
+        let mut c = Criterion::default().configure_from_args();
+        criterion_benches(&mut c);
+    }
+    let mut rows = Vec::new();
+    summary_launch(&mut rows);
+    summary_memory(&mut rows);
+    summary_gemm(&mut rows);
+    println!("\n{}", table(&rows));
+    write_docs(&rows);
+}

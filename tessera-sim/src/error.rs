@@ -1,0 +1,61 @@
+//! Errors: what is not a bug of the kernel being simulated. Kernel bugs are
+//! [`crate::Finding`]s in the launch's [`crate::Report`].
+
+use crate::memory::DevicePtr;
+use crate::module::{ParamType, Unsupported};
+
+/// A syntax error in PTX text, at a 1-based line and column.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct ParseError {
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
+/// Everything that stops the simulator from running a launch or a memory operation.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// The PTX text does not parse.
+    #[error("PTX parse error: {0}")]
+    Parse(#[from] ParseError),
+    /// The entry uses an instruction (or a form of one) the simulator does not implement.
+    #[error("entry `{entry}`: unsupported instruction at {unsupported}")]
+    Unsupported {
+        entry: String,
+        unsupported: Unsupported,
+    },
+    /// No entry of that name in the module.
+    #[error("no entry `{name}` in the module (entries: {})", .available.join(", "))]
+    NoEntry {
+        name: String,
+        available: Vec<String>,
+    },
+    /// A launch configuration a GPU would refuse: too many threads per block, a zero or too
+    /// large grid dimension, more shared memory than the architecture allows, a block size
+    /// that breaks `.maxntid` / `.reqntid`.
+    #[error("entry `{entry}`: invalid launch configuration: {message}")]
+    LaunchConfig { entry: String, message: String },
+    /// The number of parameters differs from the entry's `.param` list.
+    #[error("entry `{entry}` takes {expected} parameter(s), got {got}")]
+    ParamCount {
+        entry: String,
+        expected: usize,
+        got: usize,
+    },
+    /// A parameter's value does not match its declared type.
+    #[error("entry `{entry}`: parameter {index} `{param}` is declared {expected} but got {got}")]
+    ParamMismatch {
+        entry: String,
+        index: usize,
+        param: String,
+        expected: ParamType,
+        got: String,
+    },
+    /// An allocation the simulated device cannot make (too large for the host's memory).
+    #[error("cannot allocate {bytes} bytes: {message}")]
+    Alloc { bytes: usize, message: String },
+    /// A pointer that is not (or no longer) a live allocation, or a range that leaves it.
+    #[error("{message} (pointer {ptr})")]
+    BadPointer { ptr: DevicePtr, message: String },
+}

@@ -1,0 +1,193 @@
+//! Chunk kernels: the loops a group runs over one chunk (at most `CHUNK` values of a tile row).
+//! Simple slice loops that LLVM vectorises; transcendental functions call [`vmath`].
+
+use super::super::vmath;
+use crate::backend::Buffer;
+use tessera_ir::DType;
+use tessera_ir::graph::{BinaryOp, UnaryOp};
+use tessera_ir::tile::TileReduce;
+
+/// An operand over a chunk: a slice, or one value broadcast.
+#[derive(Clone, Copy)]
+pub(crate) enum V<'a> {
+    S(&'a [f32]),
+    K(f32),
+}
+
+impl V<'_> {
+    #[inline(always)]
+    pub fn at(&self, j: usize) -> f32 {
+        match self {
+            V::S(s) => s[j],
+            V::K(x) => *x,
+        }
+    }
+
+    pub fn copy_to(&self, o: &mut [f32]) {
+        match self {
+            V::S(s) => o.copy_from_slice(s),
+            V::K(x) => o.fill(*x),
+        }
+    }
+
+    /// Reduces the first `w` values.
+    pub fn reduce(&self, op: TileReduce, w: usize) -> f32 {
+        match (self, op) {
+            (V::S(s), TileReduce::Sum) => vmath::sum(s),
+            (V::S(s), TileReduce::Max) => vmath::max(s),
+            (V::K(x), TileReduce::Sum) => (0..w).fold(0.0, |a, _| a + x),
+            (V::K(x), TileReduce::Max) if w > 0 => *x,
+            (V::K(_), TileReduce::Max) => f32::NEG_INFINITY,
+        }
+    }
+}
+
+/// `o[j] = f(a[j], b[j])` with broadcasting.
+#[inline(always)]
+pub(crate) fn zip(a: V, b: V, o: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    match (a, b) {
+        (V::S(x), V::S(y)) => {
+            for ((o, x), y) in o.iter_mut().zip(x).zip(y) {
+                *o = f(*x, *y);
+            }
+        }
+        (V::S(x), V::K(y)) => {
+            for (o, x) in o.iter_mut().zip(x) {
+                *o = f(*x, y);
+            }
+        }
+        (V::K(x), V::S(y)) => {
+            for (o, y) in o.iter_mut().zip(y) {
+                *o = f(x, *y);
+            }
+        }
+        (V::K(x), V::K(y)) => o.fill(f(x, y)),
+    }
+}
+
+/// A float binary op with the interpreter's NaN rules for max/min.
+#[inline(always)]
+pub(crate) fn bin_f(op: BinaryOp, p: f32, q: f32) -> f32 {
+    match op {
+        BinaryOp::Add => p + q,
+        BinaryOp::Sub => p - q,
+        BinaryOp::Mul => p * q,
+        BinaryOp::Div => p / q,
+        BinaryOp::Max => {
+            if p.is_nan() || q.is_nan() {
+                f32::NAN
+            } else {
+                p.max(q)
+            }
+        }
+        BinaryOp::Min => {
+            if p.is_nan() || q.is_nan() {
+                f32::NAN
+            } else {
+                p.min(q)
+            }
+        }
+    }
+}
+
+/// A bool binary op on 0/1 values: `mul`/`min` is and, the others or.
+#[inline(always)]
+pub(crate) fn bin_b(op: BinaryOp, p: f32, q: f32) -> f32 {
+    match op {
+        BinaryOp::Mul | BinaryOp::Min => p.min(q),
+        _ => p.max(q),
+    }
+}
+
+/// In place unary op (the interpreter's definitions).
+pub(crate) fn unary(op: UnaryOp, v: &mut [f32]) {
+    match op {
+        UnaryOp::Neg => v.iter_mut().for_each(|x| *x = -*x),
+        UnaryOp::Abs => v.iter_mut().for_each(|x| *x = x.abs()),
+        UnaryOp::Relu => v
+            .iter_mut()
+            .for_each(|x| *x = if x.is_nan() { *x } else { x.max(0.0) }),
+        UnaryOp::Exp => vmath::exp(v),
+        UnaryOp::Log => vmath::log(v),
+        UnaryOp::Sqrt => vmath::sqrt(v),
+        UnaryOp::Rsqrt => vmath::rsqrt(v),
+        UnaryOp::Tanh => vmath::tanh(v),
+        UnaryOp::Sigmoid => vmath::sigmoid(v),
+        UnaryOp::Gelu => vmath::gelu(v),
+    }
+}
+
+/// The bf16 bit pattern nearest `x` (round to nearest even; NaN stays a quiet NaN), as
+/// `half::bf16::from_f32` computes it.
+#[inline(always)]
+fn bf16_bits(x: f32) -> u32 {
+    let b = x.to_bits();
+    if b & 0x7FFF_FFFF > 0x7F80_0000 {
+        (b >> 16) | 0x0040
+    } else {
+        b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16
+    }
+}
+
+/// `x` rounded to bf16 precision, as f32.
+#[inline(always)]
+pub(crate) fn round_bf16(x: f32) -> f32 {
+    f32::from_bits(bf16_bits(x) << 16)
+}
+
+pub(crate) fn round_bf16_slice(v: &mut [f32]) {
+    v.iter_mut().for_each(|x| *x = round_bf16(*x));
+}
+
+/// Reads `o.len()` elements at element offset `at` of `buf`, widened to f32.
+pub(crate) fn load(buf: &Buffer, at: usize, o: &mut [f32]) {
+    let n = o.len();
+    if n == 0 {
+        return;
+    }
+    match buf.dtype {
+        DType::BF16 => {
+            assert!((at + n) * 2 <= buf.len, "fused load out of bounds");
+            // SAFETY: in bounds (checked above); bf16 storage is u16 bit patterns.
+            let s = unsafe { std::slice::from_raw_parts((buf.ptr as *const u16).add(at), n) };
+            for (o, x) in o.iter_mut().zip(s) {
+                *o = f32::from_bits((*x as u32) << 16);
+            }
+        }
+        _ => {
+            assert!((at + n) * 4 <= buf.len, "fused load out of bounds");
+            // SAFETY: in bounds (checked above); f32 storage.
+            let s = unsafe { std::slice::from_raw_parts((buf.ptr as *const f32).add(at), n) };
+            o.copy_from_slice(s);
+        }
+    }
+}
+
+/// Writes columns `lo..hi` of `v` to `buf` starting at element offset `at`.
+pub(crate) fn store(buf: &Buffer, at: usize, v: V, lo: usize, hi: usize) {
+    let n = hi - lo;
+    match buf.dtype {
+        DType::BF16 => {
+            assert!((at + n) * 2 <= buf.len, "fused store out of bounds");
+            // SAFETY: in bounds (checked above); programs of a launch write disjoint elements.
+            let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut u16).add(at), n) };
+            match v {
+                V::S(s) => {
+                    for (o, x) in d.iter_mut().zip(&s[lo..hi]) {
+                        *o = bf16_bits(*x) as u16;
+                    }
+                }
+                V::K(x) => d.fill(bf16_bits(x) as u16),
+            }
+        }
+        _ => {
+            assert!((at + n) * 4 <= buf.len, "fused store out of bounds");
+            // SAFETY: as above, f32 storage.
+            let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut f32).add(at), n) };
+            match v {
+                V::S(s) => d.copy_from_slice(&s[lo..hi]),
+                V::K(x) => d.fill(x),
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The CPU fast path: Tile IR compiled once per kernel into a fused chunk program.
+//!
+//! The interpreter ([`super::exec`]) runs one tile op at a time over whole tiles and allocates
+//! a tile per op. Here [`plan::compile`] groups the elementwise ops, loads, stores and
+//! reductions that share an iteration shape into one loop nest over the tile's rows, in chunks
+//! of at most [`plan::CHUNK`] columns; values used only inside a group live in a few chunk
+//! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
+//! materialised. Each worker reuses one scratch ([`run::Scratch`]), so a warm launch allocates
+//! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
+//! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
+//! declines: `dot`, masked accesses, f16 or integer tensors, reductions under the
+//! `deterministic` or `kahan_sum` policies.
+//!
+//! ```
+//! use tessera::backend::cpu::fused;
+//! // Launches on this thread inside `with_interpreter` run the interpreter instead.
+//! let before = fused::launches();
+//! fused::with_interpreter(|| ());
+//! assert_eq!(fused::launches(), before);
+//! ```
+
+mod chunk;
+mod plan;
+mod run;
+
+use crate::backend::Buffer;
+use rayon::prelude::*;
+use std::cell::{Cell, RefCell};
+use tessera_ir::tile::{Kernel, Op};
+
+thread_local! {
+    static INTERPRET: Cell<bool> = const { Cell::new(false) };
+    static LAUNCHES: Cell<u64> = const { Cell::new(0) };
+    static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
+}
+
+/// Runs `f` with the fused fast path off on this thread: CPU launches made by `f` run the
+/// Tile IR interpreter (the reference the fast path is tested against).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::with_interpreter(|| 1 + 1);
+/// assert_eq!(n, 2);
+/// ```
+pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
+    let old = INTERPRET.with(|c| c.replace(true));
+    let r = f();
+    INTERPRET.with(|c| c.set(old));
+    r
+}
+
+/// How many launches made on this thread ran the fused fast path.
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::launches();
+/// assert!(tessera::backend::cpu::fused::launches() >= n);
+/// ```
+pub fn launches() -> u64 {
+    LAUNCHES.with(|c| c.get())
+}
+
+/// A kernel compiled for the fast path.
+pub(crate) struct Fused {
+    plan: plan::Plan,
+    /// Parameters stored into (must be writable).
+    stored: Vec<usize>,
+}
+
+impl Fused {
+    /// Compiles `k`; `Err` says why it stays on the interpreter.
+    pub fn new(k: &Kernel) -> Result<Fused, String> {
+        let plan = plan::compile(k)?;
+        let mut stored: Vec<usize> = k
+            .insts
+            .iter()
+            .filter_map(|d| match d.op {
+                Op::Store { param, .. } => Some(param),
+                _ => None,
+            })
+            .collect();
+        stored.sort_unstable();
+        stored.dedup();
+        Ok(Fused { plan, stored })
+    }
+
+    /// Runs the kernel over its grid; `false` when these arguments need the interpreter
+    /// (the path is off on this thread, a store into an input, or a dim of 2^24 or more,
+    /// where integer tiles held as f32 would stop being exact).
+    pub fn launch(&self, k: &Kernel, args: &[Buffer]) -> bool {
+        if INTERPRET.with(|c| c.get())
+            || self.stored.iter().any(|p| !args[*p].writable)
+            || args.iter().any(|a| a.dims().iter().any(|&d| d >= 1 << 24))
+        {
+            return false;
+        }
+        let mut grid = [1usize; 3];
+        for (g, d) in grid.iter_mut().zip(&k.grid) {
+            let n: usize = d.dims.iter().map(|&(p, a)| args[p].dims()[a]).product();
+            *g = n.div_ceil(d.tile.max(1) as usize);
+        }
+        let total = grid[0] * grid[1] * grid[2];
+        LAUNCHES.with(|c| c.set(c.get() + 1));
+        if total == 0 {
+            return true;
+        }
+        let ids = |pid: usize| {
+            [
+                pid % grid[0],
+                (pid / grid[0]) % grid[1],
+                pid / (grid[0] * grid[1]),
+            ]
+        };
+        let block = |pid: usize| {
+            SCRATCH.with(|s| match s.try_borrow_mut() {
+                Ok(mut s) => {
+                    s.fit(&self.plan);
+                    run::run_block(&self.plan, &mut s, ids(pid), args);
+                }
+                Err(_) => {
+                    let mut s = run::Scratch::default();
+                    s.fit(&self.plan);
+                    run::run_block(&self.plan, &mut s, ids(pid), args);
+                }
+            })
+        };
+        if total == 1 || rayon::current_num_threads() == 1 {
+            (0..total).for_each(block);
+        } else {
+            // Contiguous runs of programs per task keep scratch and rows hot.
+            let per = total.div_ceil(rayon::current_num_threads() * 4).max(1);
+            (0..total.div_ceil(per)).into_par_iter().for_each(|t| {
+                (t * per..((t + 1) * per).min(total)).for_each(block);
+            });
+        }
+        true
+    }
+}

@@ -1,0 +1,746 @@
+//! Compiling Tile IR into a fused chunk program: elementwise ops, loads, stores and reductions
+//! of one iteration shape become one [`Group`], run as a single loop over the tile's rows in
+//! chunks of at most [`CHUNK`] columns; values used only inside a group never leave the chunk
+//! scratch. Everything else (scalars, loops, transposes) becomes its own [`Step`].
+
+use std::collections::{HashMap, HashSet};
+use tessera_ir::graph::{BinaryOp, UnaryOp};
+use tessera_ir::tile::{CmpOp, Inst, Kernel, Op, TValue, TileReduce};
+use tessera_ir::{DType, NumericsPolicy};
+
+/// Most columns one chunk holds (4 KiB of f32: a few live chunks stay in L1).
+pub(crate) const CHUNK: usize = 1024;
+
+/// Where a group reads an operand from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Src {
+    /// A chunk slot of this group (same iteration shape, same position).
+    Chunk(u16),
+    /// A materialised tile seen as `rows × cols` (1 broadcasts).
+    Mat {
+        off: usize,
+        rows: usize,
+        cols: usize,
+    },
+    /// A scalar slot, broadcast.
+    Scalar(u32),
+}
+
+/// Element kind of a chunk value (all are held as f32; ints exactly below 2^24, bools 0/1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Kind {
+    F,
+    I,
+    B,
+}
+
+/// One op of a group, on chunks.
+#[derive(Clone, Debug)]
+pub(crate) enum COp {
+    Load {
+        param: usize,
+        idx: Vec<u32>,
+        other: f32,
+        rank: usize,
+        dst: u16,
+    },
+    Store {
+        param: usize,
+        idx: Vec<u32>,
+        rank: usize,
+        src: Src,
+    },
+    Unary {
+        op: UnaryOp,
+        a: Src,
+        dst: u16,
+    },
+    Binary {
+        op: BinaryOp,
+        kind: Kind,
+        a: Src,
+        b: Src,
+        dst: u16,
+    },
+    Cmp {
+        op: CmpOp,
+        a: Src,
+        b: Src,
+        dst: u16,
+    },
+    Select {
+        m: Src,
+        a: Src,
+        b: Src,
+        dst: u16,
+    },
+    Cast {
+        a: Src,
+        to: DType,
+        from: Kind,
+        dst: u16,
+    },
+    Full {
+        x: f32,
+        dst: u16,
+    },
+    Arange {
+        dst: u16,
+    },
+    /// Reduces each row (`along_cols`) into `out[r]`, or each column into `out[c]`.
+    Reduce {
+        op: TileReduce,
+        a: Src,
+        along_cols: bool,
+        out: usize,
+        scalar: Option<u32>,
+        acc: usize,
+    },
+}
+
+/// A member op plus what happens to its result.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    pub op: COp,
+    /// Round the result to bf16 after the op.
+    pub round_bf16: bool,
+    /// Copy the result chunk to this materialised offset (row stride = the group's cols).
+    pub mat: Option<usize>,
+}
+
+/// A fused loop nest over a `rows × cols` tile.
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    pub rows: usize,
+    pub cols: usize,
+    pub members: Vec<Member>,
+}
+
+/// A copy between slots (loop-carried values).
+#[derive(Clone, Debug)]
+pub(crate) enum Copy {
+    Sc(u32, u32),
+    Mat(usize, usize, usize),
+}
+
+/// A scalar op (rank-0 values, held as f64).
+#[derive(Clone, Debug)]
+pub(crate) enum SOp {
+    ProgramId(u8),
+    Const(f64),
+    Dim(usize, usize),
+    Unary(UnaryOp, u32),
+    Binary(BinaryOp, Kind, u32, u32),
+    Cmp(CmpOp, u32, u32),
+    Select(u32, u32, u32),
+    Cast(Kind, u32),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Step {
+    Scalar {
+        op: SOp,
+        dtype: DType,
+        dst: u32,
+    },
+    Group(Group),
+    Trans {
+        src: usize,
+        rows: usize,
+        cols: usize,
+        dst: usize,
+    },
+    For {
+        iv: u32,
+        lo: u32,
+        hi: u32,
+        step: i64,
+        inits: Vec<Copy>,
+        body: Vec<Step>,
+        yields: Vec<Copy>,
+    },
+}
+
+/// The compiled program of one kernel.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub steps: Vec<Step>,
+    pub scalars: usize,
+    pub mat_len: usize,
+    pub chunk_slots: usize,
+    pub reduce_len: usize,
+}
+
+/// `rows × cols` of a static shape (rank 1 is one row).
+pub(crate) fn view2d(shape: &[usize]) -> (usize, usize) {
+    match shape.len() {
+        2 => (shape[0], shape[1]),
+        1 => (1, shape[0]),
+        _ => (1, 1),
+    }
+}
+
+fn kind(d: DType) -> Option<Kind> {
+    match d {
+        DType::F32 | DType::BF16 => Some(Kind::F),
+        DType::I32 => Some(Kind::I),
+        DType::Bool => Some(Kind::B),
+        _ => None,
+    }
+}
+
+/// Why a kernel stays on the interpreter.
+pub(crate) type Decline = String;
+
+/// A value as an operand: its root (after `expand`/`broadcast` aliases) and the 2-D view to
+/// read it with.
+#[derive(Clone, Copy, Debug)]
+struct Alias {
+    root: TValue,
+    view: (usize, usize),
+}
+
+struct Pending {
+    shape: (usize, usize),
+    insts: Vec<Inst>,
+    /// Values the group produces at chunk positions (readable by later members).
+    chunk_vals: HashSet<TValue>,
+    /// Values the group produces that are complete only after it ends (reductions).
+    late_vals: HashSet<TValue>,
+}
+
+struct Compiler<'k> {
+    k: &'k Kernel,
+    alias: HashMap<TValue, Alias>,
+    /// Uses of each root value: the instructions (any block) reading it.
+    users: HashMap<TValue, HashSet<u32>>,
+    sc: HashMap<TValue, u32>,
+    mat: HashMap<TValue, usize>,
+    mat_len: usize,
+    max_slots: usize,
+    reduce_len: usize,
+}
+
+/// Compiles `k`, or says why it cannot be fused.
+pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
+    if k.policy != NumericsPolicy::Fast {
+        // `deterministic` fixes every op's sequence (its `exp` is the canonical one):
+        // the interpreter implements it, this path does not.
+        return Err(format!("kernel policy {}", k.policy));
+    }
+    for p in &k.params {
+        if !matches!(p.dtype, DType::F32 | DType::BF16) {
+            return Err(format!("parameter %{} is {}", p.name, p.dtype));
+        }
+    }
+    let (mut loaded, mut stored) = (HashSet::new(), HashSet::new());
+    for d in &k.insts {
+        match &d.op {
+            Op::Load { param, .. } => {
+                loaded.insert(*param);
+            }
+            Op::Store { param, .. } => {
+                stored.insert(*param);
+            }
+            _ => {}
+        }
+    }
+    if let Some(p) = loaded.intersection(&stored).next() {
+        return Err(format!(
+            "parameter %{} is loaded and stored",
+            k.params[*p].name
+        ));
+    }
+    let mut c = Compiler {
+        k,
+        alias: HashMap::new(),
+        users: HashMap::new(),
+        sc: HashMap::new(),
+        mat: HashMap::new(),
+        mat_len: 0,
+        max_slots: 0,
+        reduce_len: 0,
+    };
+    c.scan(&k.body)?;
+    let steps = c.block(&k.body)?;
+    Ok(Plan {
+        steps,
+        scalars: c.sc.len(),
+        mat_len: c.mat_len,
+        chunk_slots: c.max_slots,
+        reduce_len: c.reduce_len,
+    })
+}
+
+impl Compiler<'_> {
+    fn ty_shape(&self, v: TValue) -> &[usize] {
+        &self.k.ty(v).shape
+    }
+
+    fn resolve(&self, v: TValue) -> Alias {
+        self.alias.get(&v).copied().unwrap_or(Alias {
+            root: v,
+            view: view2d(self.ty_shape(v)),
+        })
+    }
+
+    /// Records aliases (in order) and the users of every root.
+    fn scan(&mut self, block: &[Inst]) -> Result<(), Decline> {
+        for &i in block {
+            let d = self.k.inst(i);
+            match &d.op {
+                Op::Expand { a, .. } => {
+                    let r = self.resolve(*a);
+                    let view = view2d(self.ty_shape(d.results[0]));
+                    self.alias
+                        .insert(d.results[0], Alias { root: r.root, view });
+                    continue;
+                }
+                Op::Broadcast(a) => {
+                    let r = self.resolve(*a);
+                    self.alias.insert(d.results[0], r);
+                    continue;
+                }
+                Op::For { body, args, .. } => {
+                    for o in d.op.operands() {
+                        let r = self.resolve(o).root;
+                        self.users.entry(r).or_default().insert(i.0);
+                    }
+                    self.scan(body)?;
+                    // Loop results are the carried args after the last iteration.
+                    for (res, a) in d.results.iter().zip(args) {
+                        let view = view2d(self.ty_shape(*res));
+                        self.alias.insert(*res, Alias { root: *a, view });
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            for o in d.op.operands() {
+                let r = self.resolve(o).root;
+                self.users.entry(r).or_default().insert(i.0);
+            }
+        }
+        Ok(())
+    }
+
+    fn sc_slot(&mut self, v: TValue) -> u32 {
+        let n = self.sc.len() as u32;
+        *self.sc.entry(v).or_insert(n)
+    }
+
+    fn mat_slot(&mut self, v: TValue) -> usize {
+        if let Some(o) = self.mat.get(&v) {
+            return *o;
+        }
+        let o = self.mat_len;
+        self.mat_len += self.k.ty(v).numel();
+        self.mat.insert(v, o);
+        o
+    }
+
+    /// The iteration shape of a group-able instruction, or `None` for other kinds.
+    fn group_shape(&self, op: &Op, res: Option<TValue>) -> Option<(usize, usize)> {
+        match op {
+            Op::Store { value, .. } => Some(view2d(self.ty_shape(*value))),
+            Op::Reduce { a, .. } => Some(view2d(self.ty_shape(*a))),
+            Op::Load { .. } | Op::Full(_) | Op::Arange => Some(view2d(self.ty_shape(res?))),
+            Op::Unary(..) | Op::Binary(..) | Op::Cmp(..) | Op::Select(..) | Op::Cast(_) => {
+                let r = res?;
+                (!self.ty_shape(r).is_empty()).then(|| view2d(self.ty_shape(r)))
+            }
+            _ => None,
+        }
+    }
+
+    fn block(&mut self, block: &[Inst]) -> Result<Vec<Step>, Decline> {
+        let k = self.k;
+        let mut steps = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        for &i in block {
+            let d = k.inst(i);
+            match &d.op {
+                Op::Expand { .. } | Op::Broadcast(_) => continue,
+                Op::Dot { .. } => return Err("dot (the interpreter calls the GEMM)".into()),
+                Op::Load { mask: Some(_), .. } | Op::Store { mask: Some(_), .. } => {
+                    return Err("masked load/store".into());
+                }
+                Op::Reduce { policy, a, .. } => {
+                    if *policy != NumericsPolicy::Fast {
+                        return Err(format!("reduction with policy {policy}"));
+                    }
+                    if kind(k.ty(*a).dtype) != Some(Kind::F) {
+                        return Err("reduction of a non-float tile".into());
+                    }
+                }
+                _ => {}
+            }
+            for r in &d.results {
+                if kind(k.ty(*r).dtype).is_none() {
+                    return Err(format!("value of type {}", k.ty(*r)));
+                }
+            }
+            let res = d.results.first().copied();
+            let is_tile_op = self.group_shape(&d.op, res).is_some()
+                && !matches!(&d.op, Op::Load { .. } if self.ty_shape(res.unwrap()).is_empty());
+            if is_tile_op {
+                if let Op::Binary(b, ..) = &d.op
+                    && k.ty(res.unwrap()).dtype == DType::I32
+                    && matches!(b, BinaryOp::Mul | BinaryOp::Div)
+                {
+                    return Err("i32 tile multiply/divide".into());
+                }
+                let shape = self.group_shape(&d.op, res).unwrap();
+                let gi = pending.iter().position(|g| g.shape == shape);
+                // Operands produced by pending groups: fine at chunk positions of the group
+                // this joins, otherwise that group must run first.
+                for o in d.op.operands() {
+                    let a = self.resolve(o);
+                    let owner = pending.iter().position(|g| {
+                        g.chunk_vals.contains(&a.root) || g.late_vals.contains(&a.root)
+                    });
+                    let Some(h) = owner else { continue };
+                    let same = Some(h)
+                        == gi
+                            .filter(|_| pending[h].chunk_vals.contains(&a.root) && a.view == shape);
+                    if !same {
+                        let g = pending.remove(h);
+                        steps.push(Step::Group(self.group(g)?));
+                    }
+                }
+                let gi = pending.iter().position(|g| g.shape == shape);
+                let g = match gi {
+                    Some(g) => &mut pending[g],
+                    None => {
+                        pending.push(Pending {
+                            shape,
+                            insts: vec![],
+                            chunk_vals: HashSet::new(),
+                            late_vals: HashSet::new(),
+                        });
+                        pending.last_mut().unwrap()
+                    }
+                };
+                g.insts.push(i);
+                if let Some(r) = res {
+                    if matches!(d.op, Op::Reduce { .. }) {
+                        g.late_vals.insert(r);
+                    } else {
+                        g.chunk_vals.insert(r);
+                    }
+                }
+                continue;
+            }
+            // Anything else runs after every pending group.
+            for g in std::mem::take(&mut pending) {
+                steps.push(Step::Group(self.group(g)?));
+            }
+            match &d.op {
+                Op::Trans(a) => {
+                    let a = self.resolve(*a);
+                    let src = self.mat_slot(a.root);
+                    let dst = self.mat_slot(d.results[0]);
+                    steps.push(Step::Trans {
+                        src,
+                        rows: a.view.0,
+                        cols: a.view.1,
+                        dst,
+                    });
+                }
+                Op::For {
+                    iv,
+                    lo,
+                    hi,
+                    step,
+                    inits,
+                    args,
+                    body,
+                } => {
+                    let lo = self.scalar_operand(*lo)?;
+                    let hi = self.scalar_operand(*hi)?;
+                    let iv = self.sc_slot(*iv);
+                    let mut init_copies = Vec::new();
+                    for (a, init) in args.iter().zip(inits) {
+                        init_copies.push(self.copy(*init, *a)?);
+                    }
+                    let last = *body.last().ok_or("empty loop body")?;
+                    let Op::Yield(ys) = &k.inst(last).op else {
+                        return Err("loop body without yield".into());
+                    };
+                    let body_steps = self.block(&body[..body.len() - 1])?;
+                    let mut yields = Vec::new();
+                    for (a, y) in args.iter().zip(ys) {
+                        let r = self.resolve(*y).root;
+                        if r == *a {
+                            continue;
+                        }
+                        if args.contains(&r) {
+                            return Err("loop yields another carried value".into());
+                        }
+                        yields.push(self.copy(*y, *a)?);
+                    }
+                    steps.push(Step::For {
+                        iv,
+                        lo,
+                        hi,
+                        step: *step,
+                        inits: init_copies,
+                        body: body_steps,
+                        yields,
+                    });
+                }
+                Op::Yield(_) => return Err("yield outside a loop body's end".into()),
+                op => {
+                    let dst_v = res.ok_or("op without a result")?;
+                    if !self.ty_shape(dst_v).is_empty() {
+                        return Err(format!("tile op `{}` not fusible", op.name()));
+                    }
+                    let dtype = k.ty(dst_v).dtype;
+                    let sop = self.scalar_op(op)?;
+                    let dst = self.sc_slot(dst_v);
+                    steps.push(Step::Scalar {
+                        op: sop,
+                        dtype,
+                        dst,
+                    });
+                }
+            }
+        }
+        for g in pending {
+            steps.push(Step::Group(self.group(g)?));
+        }
+        Ok(steps)
+    }
+
+    fn copy(&mut self, from: TValue, to: TValue) -> Result<Copy, Decline> {
+        if self.ty_shape(to).is_empty() {
+            let f = self.scalar_operand(from)?;
+            Ok(Copy::Sc(f, self.sc_slot(to)))
+        } else {
+            let r = self.resolve(from);
+            if r.view.0 * r.view.1 != self.k.ty(to).numel()
+                || view2d(self.ty_shape(r.root)).0 * view2d(self.ty_shape(r.root)).1
+                    != self.k.ty(to).numel()
+            {
+                return Err("loop-carried tile from a broadcast".into());
+            }
+            let f = self.mat_slot(r.root);
+            Ok(Copy::Mat(f, self.mat_slot(to), self.k.ty(to).numel()))
+        }
+    }
+
+    fn scalar_operand(&mut self, v: TValue) -> Result<u32, Decline> {
+        let r = self.resolve(v).root;
+        if !self.ty_shape(r).is_empty() {
+            return Err(format!("%{} used as a scalar", v.0));
+        }
+        Ok(self.sc_slot(r))
+    }
+
+    fn scalar_op(&mut self, op: &Op) -> Result<SOp, Decline> {
+        let kd = |c: &Self, v: TValue| kind(c.k.ty(v).dtype).unwrap_or(Kind::F);
+        Ok(match op {
+            Op::ProgramId(a) => SOp::ProgramId(*a),
+            Op::Const(x) => SOp::Const(*x),
+            Op::Dim { param, axis } => SOp::Dim(*param, *axis),
+            Op::Unary(u, a) => SOp::Unary(*u, self.scalar_operand(*a)?),
+            Op::Binary(b, x, y) => SOp::Binary(
+                *b,
+                kd(self, *x),
+                self.scalar_operand(*x)?,
+                self.scalar_operand(*y)?,
+            ),
+            Op::Cmp(c, x, y) => SOp::Cmp(*c, self.scalar_operand(*x)?, self.scalar_operand(*y)?),
+            Op::Select(m, x, y) => SOp::Select(
+                self.scalar_operand(*m)?,
+                self.scalar_operand(*x)?,
+                self.scalar_operand(*y)?,
+            ),
+            Op::Cast(a) => SOp::Cast(kd(self, *a), self.scalar_operand(*a)?),
+            op => return Err(format!("scalar `{}`", op.name())),
+        })
+    }
+
+    /// Lowers a closed group: operands, chunk slots (reused after a value's last use in the
+    /// group), materialisation of values read elsewhere.
+    fn group(&mut self, g: Pending) -> Result<Group, Decline> {
+        let k = self.k;
+        let members: HashSet<u32> = g.insts.iter().map(|i| i.0).collect();
+        // Last member position reading each chunk value.
+        let mut last: HashMap<TValue, usize> = HashMap::new();
+        for (p, &i) in g.insts.iter().enumerate() {
+            for o in k.inst(i).op.operands() {
+                let a = self.resolve(o);
+                if g.chunk_vals.contains(&a.root) {
+                    last.insert(a.root, p);
+                }
+            }
+        }
+        let mut slot_of: HashMap<TValue, u16> = HashMap::new();
+        let mut free: Vec<u16> = Vec::new();
+        let mut nslots = 0u16;
+        let mut out = Vec::new();
+        for (p, &i) in g.insts.iter().enumerate() {
+            let d = k.inst(i);
+            let src = |c: &mut Self, v: TValue| -> Result<Src, Decline> {
+                let a = c.resolve(v);
+                if let Some(s) = slot_of.get(&a.root)
+                    && a.view == g.shape
+                {
+                    return Ok(Src::Chunk(*s));
+                }
+                if c.ty_shape(a.root).is_empty() {
+                    return Ok(Src::Scalar(c.sc_slot(a.root)));
+                }
+                let (rows, cols) = a.view;
+                if (rows != 1 && rows != g.shape.0) || (cols != 1 && cols != g.shape.1) {
+                    return Err(format!("operand %{} of view {rows}x{cols}", v.0));
+                }
+                Ok(Src::Mat {
+                    off: c.mat_slot(a.root),
+                    rows,
+                    cols,
+                })
+            };
+            let idx = |c: &mut Self, index: &[TValue]| -> Result<Vec<u32>, Decline> {
+                index.iter().map(|v| c.scalar_operand(*v)).collect()
+            };
+            // Operands first (their slots are freed after this member allocates its own).
+            let op = match &d.op {
+                Op::Load {
+                    param,
+                    index,
+                    other,
+                    ..
+                } => COp::Load {
+                    param: *param,
+                    idx: idx(self, index)?,
+                    other: *other as f32,
+                    rank: self.ty_shape(d.results[0]).len(),
+                    dst: 0,
+                },
+                Op::Store {
+                    param,
+                    index,
+                    value,
+                    ..
+                } => COp::Store {
+                    param: *param,
+                    idx: idx(self, index)?,
+                    rank: self.ty_shape(*value).len(),
+                    src: src(self, *value)?,
+                },
+                Op::Unary(u, a) => COp::Unary {
+                    op: *u,
+                    a: src(self, *a)?,
+                    dst: 0,
+                },
+                Op::Binary(b, x, y) => COp::Binary {
+                    op: *b,
+                    kind: kind(k.ty(*x).dtype).unwrap(),
+                    a: src(self, *x)?,
+                    b: src(self, *y)?,
+                    dst: 0,
+                },
+                Op::Cmp(c, x, y) => COp::Cmp {
+                    op: *c,
+                    a: src(self, *x)?,
+                    b: src(self, *y)?,
+                    dst: 0,
+                },
+                Op::Select(m, x, y) => COp::Select {
+                    m: src(self, *m)?,
+                    a: src(self, *x)?,
+                    b: src(self, *y)?,
+                    dst: 0,
+                },
+                Op::Cast(a) => COp::Cast {
+                    a: src(self, *a)?,
+                    to: k.ty(d.results[0]).dtype,
+                    from: kind(k.ty(*a).dtype).unwrap(),
+                    dst: 0,
+                },
+                Op::Full(x) => COp::Full {
+                    x: *x as f32,
+                    dst: 0,
+                },
+                Op::Arange => COp::Arange { dst: 0 },
+                Op::Reduce { op, a, axis, .. } => {
+                    let r = d.results[0];
+                    let along_cols = self.ty_shape(*a).len() == 1 || *axis == 1;
+                    let acc = self.reduce_len;
+                    self.reduce_len += 1;
+                    let scalar = self.ty_shape(r).is_empty().then(|| self.sc_slot(r));
+                    COp::Reduce {
+                        op: *op,
+                        a: src(self, *a)?,
+                        along_cols,
+                        out: self.mat_slot(r),
+                        scalar,
+                        acc,
+                    }
+                }
+                op => return Err(format!("`{}` in a group", op.name())),
+            };
+            // The result's chunk slot.
+            let mut op = op;
+            let mut mat = None;
+            let mut round_bf16 = false;
+            if let Some(&r) = d.results.first()
+                && !matches!(op, COp::Reduce { .. })
+            {
+                let s = free.pop().unwrap_or_else(|| {
+                    nslots += 1;
+                    nslots - 1
+                });
+                slot_of.insert(r, s);
+                match &mut op {
+                    COp::Load { dst, .. }
+                    | COp::Unary { dst, .. }
+                    | COp::Binary { dst, .. }
+                    | COp::Cmp { dst, .. }
+                    | COp::Select { dst, .. }
+                    | COp::Cast { dst, .. }
+                    | COp::Full { dst, .. }
+                    | COp::Arange { dst } => *dst = s,
+                    _ => {}
+                }
+                let outside = self
+                    .users
+                    .get(&r)
+                    .is_some_and(|u| u.iter().any(|x| !members.contains(x)));
+                if outside {
+                    mat = Some(self.mat_slot(r));
+                }
+                round_bf16 = k.ty(r).dtype == DType::BF16;
+                if !last.contains_key(&r) {
+                    free.push(s);
+                }
+            }
+            if matches!(op, COp::Reduce { .. }) {
+                round_bf16 = k.ty(d.results[0]).dtype == DType::BF16;
+            }
+            // Free operand slots whose last use this was.
+            for o in d.op.operands() {
+                let a = self.resolve(o).root;
+                if last.get(&a) == Some(&p)
+                    && let Some(s) = slot_of.get(&a)
+                    && !free.contains(s)
+                {
+                    free.push(*s);
+                }
+            }
+            out.push(Member {
+                op,
+                round_bf16,
+                mat,
+            });
+        }
+        self.max_slots = self.max_slots.max(nslots as usize);
+        Ok(Group {
+            rows: g.shape.0,
+            cols: g.shape.1,
+            members: out,
+        })
+    }
+}

@@ -1,0 +1,474 @@
+//! Running a fused chunk program: one program (block) at a time on a worker's scratch
+//! ([`Scratch`]), which is reused across launches so a launch allocates nothing once warm.
+
+use super::chunk::{self, V};
+use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SOp, Src, Step};
+use crate::backend::Buffer;
+use tessera_ir::DType;
+use tessera_ir::graph::BinaryOp;
+use tessera_ir::tile::TileReduce;
+
+/// A worker's scratch: scalar slots, materialised tiles, chunk slots, reduction accumulators.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    sc: Vec<f64>,
+    mat: Vec<f32>,
+    ch: Vec<f32>,
+    racc: Vec<f32>,
+}
+
+impl Scratch {
+    /// Grows the buffers to what `plan` needs (no allocation when already large enough).
+    pub fn fit(&mut self, plan: &Plan) {
+        grow(&mut self.sc, plan.scalars);
+        grow(&mut self.mat, plan.mat_len);
+        grow(&mut self.ch, plan.chunk_slots * CHUNK);
+        grow(&mut self.racc, plan.reduce_len);
+    }
+}
+
+fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+/// Runs program `ids` of `plan`.
+pub(crate) fn run_block(plan: &Plan, s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
+    steps(&plan.steps, s, ids, args);
+}
+
+fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
+    for st in list {
+        match st {
+            Step::Scalar { op, dtype, dst } => {
+                let v = scalar(op, *dtype, &s.sc, ids, args);
+                s.sc[*dst as usize] = v;
+            }
+            Step::Group(g) => group(g, s, args),
+            Step::Trans {
+                src,
+                rows,
+                cols,
+                dst,
+            } => {
+                let (r, c) = (*rows, *cols);
+                for j in 0..c {
+                    for i in 0..r {
+                        s.mat[dst + j * r + i] = s.mat[src + i * c + j];
+                    }
+                }
+            }
+            Step::For {
+                iv,
+                lo,
+                hi,
+                step,
+                inits,
+                body,
+                yields,
+            } => {
+                let (lo, hi) = (s.sc[*lo as usize] as i64, s.sc[*hi as usize] as i64);
+                copies(inits, s);
+                let mut x = lo;
+                while x < hi {
+                    s.sc[*iv as usize] = x as i32 as f64;
+                    steps(body, s, ids, args);
+                    copies(yields, s);
+                    x += step;
+                }
+            }
+        }
+    }
+}
+
+fn copies(list: &[Copy], s: &mut Scratch) {
+    for c in list {
+        match c {
+            Copy::Sc(a, b) => s.sc[*b as usize] = s.sc[*a as usize],
+            Copy::Mat(a, b, n) => s.mat.copy_within(*a..*a + *n, *b),
+        }
+    }
+}
+
+/// Rounds a scalar to its dtype.
+fn round(d: DType, v: f64) -> f64 {
+    match d {
+        DType::I32 => v as i64 as i32 as f64,
+        DType::Bool => (v != 0.0) as u8 as f64,
+        DType::BF16 => chunk::round_bf16(v as f32) as f64,
+        _ => v as f32 as f64,
+    }
+}
+
+fn scalar(op: &SOp, dtype: DType, sc: &[f64], ids: [usize; 3], args: &[Buffer]) -> f64 {
+    let g = |i: &u32| sc[*i as usize];
+    let v = match op {
+        SOp::ProgramId(a) => ids[*a as usize] as i32 as f64,
+        SOp::Const(x) => *x,
+        SOp::Dim(p, a) => args[*p].dims()[*a] as i32 as f64,
+        SOp::Unary(u, a) => {
+            if matches!(dtype, DType::I32 | DType::Bool) {
+                g(a)
+            } else {
+                let mut x = [g(a) as f32];
+                chunk::unary(*u, &mut x);
+                x[0] as f64
+            }
+        }
+        SOp::Binary(b, kind, x, y) => {
+            let (x, y) = (g(x), g(y));
+            match kind {
+                Kind::F => chunk::bin_f(*b, x as f32, y as f32) as f64,
+                Kind::I => {
+                    let (p, q) = (x as i32, y as i32);
+                    (match b {
+                        BinaryOp::Add => p.wrapping_add(q),
+                        BinaryOp::Sub => p.wrapping_sub(q),
+                        BinaryOp::Mul => p.wrapping_mul(q),
+                        BinaryOp::Div => {
+                            if q == 0 {
+                                0
+                            } else {
+                                p.wrapping_div(q)
+                            }
+                        }
+                        BinaryOp::Max => p.max(q),
+                        BinaryOp::Min => p.min(q),
+                    }) as f64
+                }
+                Kind::B => chunk::bin_b(*b, x as f32, y as f32) as f64,
+            }
+        }
+        SOp::Cmp(c, x, y) => c.eval(g(x), g(y)) as u8 as f64,
+        SOp::Select(m, x, y) => {
+            if g(m) != 0.0 {
+                g(x)
+            } else {
+                g(y)
+            }
+        }
+        SOp::Cast(from, a) => cast1(*from, dtype, g(a) as f32) as f64,
+    };
+    round(dtype, v)
+}
+
+/// Converts one value of kind `from` (held as f32) to `to` (rounding to bf16 is left to the
+/// caller's dtype rounding).
+#[inline(always)]
+fn cast1(from: Kind, to: DType, x: f32) -> f32 {
+    match (from, to) {
+        (Kind::F, DType::I32) => x as i32 as f32,
+        (_, DType::Bool) => (x != 0.0) as u8 as f32,
+        _ => x,
+    }
+}
+
+/// Reads an operand for row `r`, columns `c0 .. c0 + w`.
+///
+/// # Safety
+/// `ch` points at the chunk slots; the slot read is not the one being written.
+#[inline(always)]
+unsafe fn read<'a>(
+    src: Src,
+    ch: *const f32,
+    mat: *const f32,
+    sc: &[f64],
+    r: usize,
+    c0: usize,
+    w: usize,
+) -> V<'a> {
+    match src {
+        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * CHUNK), w) }),
+        Src::Mat { off, rows, cols } => {
+            let ri = if rows == 1 { 0 } else { r };
+            // SAFETY: the plan sized `mat` for every materialised tile.
+            unsafe {
+                if cols == 1 {
+                    V::K(*mat.add(off + ri))
+                } else {
+                    V::S(std::slice::from_raw_parts(mat.add(off + ri * cols + c0), w))
+                }
+            }
+        }
+        Src::Scalar(k) => V::K(sc[k as usize] as f32),
+    }
+}
+
+/// Where row `r`, columns `c0..` of a tile at `idx` lie in a buffer: the element offset of
+/// column `c0 + lo` and the in-bounds column range `lo..hi` of the chunk (empty when outside).
+#[inline]
+fn window(
+    buf: &Buffer,
+    idx: &[u32],
+    sc: &[f64],
+    rank: usize,
+    r: usize,
+    c0: usize,
+    w: usize,
+) -> (usize, usize, usize) {
+    let dims = buf.dims();
+    let n = dims.len();
+    let mut base = 0usize;
+    let mut stride = 1usize;
+    // Walk axes from the last: the tile's axes first, then the fixed leading ones.
+    let mut col_start = 0i64;
+    for a in (0..n).rev() {
+        let i = sc[idx[a] as usize] as i64;
+        let pos = if a == n - 1 {
+            col_start = i + c0 as i64;
+            0
+        } else if rank == 2 && a == n - 2 {
+            i + r as i64
+        } else {
+            i
+        };
+        if a != n - 1 {
+            if pos < 0 || pos >= dims[a] as i64 {
+                return (0, 0, 0);
+            }
+            base += pos as usize * stride;
+        }
+        stride *= dims[a];
+    }
+    let cols = dims[n - 1] as i64;
+    let lo = (-col_start).clamp(0, w as i64) as usize;
+    let hi = (cols - col_start).clamp(0, w as i64) as usize;
+    if lo >= hi {
+        return (0, 0, 0);
+    }
+    (base + (col_start + lo as i64) as usize, lo, hi)
+}
+
+fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    let Scratch { sc, mat, ch, racc } = s;
+    let (rows, cols) = (g.rows, g.cols);
+    let wmax = cols.min(CHUNK);
+    let chp = ch.as_mut_ptr();
+    let matp = mat.as_mut_ptr();
+    // SAFETY (for `matw`): materialised regions of distinct values never overlap, and a
+    // member writes only its own result's region.
+    let matw = |off: usize, n: usize| unsafe { std::slice::from_raw_parts_mut(matp.add(off), n) };
+    // Column reductions start from their identity.
+    for m in &g.members {
+        if let COp::Reduce {
+            op,
+            along_cols: false,
+            out,
+            ..
+        } = &m.op
+        {
+            matw(*out, cols).fill(identity(*op));
+        }
+    }
+    for r in 0..rows {
+        for m in &g.members {
+            if let COp::Reduce {
+                op,
+                along_cols: true,
+                acc,
+                ..
+            } = &m.op
+            {
+                racc[*acc] = identity(*op);
+            }
+        }
+        let mut c0 = 0;
+        while c0 < cols {
+            let w = (cols - c0).min(wmax);
+            for m in &g.members {
+                // SAFETY: slots are `CHUNK` apart inside `ch` (sized by `Scratch::fit`); a
+                // member's destination slot differs from the slots it reads (plan::group).
+                let dst = |d: u16| unsafe {
+                    std::slice::from_raw_parts_mut(chp.add(d as usize * CHUNK), w)
+                };
+                let rd = |src: Src| unsafe { read(src, chp, matp, sc, r, c0, w) };
+                let d = match &m.op {
+                    COp::Load {
+                        param,
+                        idx,
+                        other,
+                        rank,
+                        dst: d,
+                    } => {
+                        let o = dst(*d);
+                        let buf = &args[*param];
+                        let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
+                        o[..lo].fill(*other);
+                        o[hi..].fill(*other);
+                        chunk::load(buf, at, &mut o[lo..hi]);
+                        Some(*d)
+                    }
+                    COp::Store {
+                        param,
+                        idx,
+                        rank,
+                        src,
+                    } => {
+                        let buf = &args[*param];
+                        let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
+                        if hi > lo {
+                            chunk::store(buf, at, rd(*src), lo, hi);
+                        }
+                        None
+                    }
+                    COp::Unary { op, a, dst: d } => {
+                        let o = dst(*d);
+                        rd(*a).copy_to(o);
+                        chunk::unary(*op, o);
+                        Some(*d)
+                    }
+                    COp::Binary {
+                        op,
+                        kind,
+                        a,
+                        b,
+                        dst: d,
+                    } => {
+                        let o = dst(*d);
+                        let (a, b) = (rd(*a), rd(*b));
+                        match kind {
+                            Kind::F => match op {
+                                BinaryOp::Add => chunk::zip(a, b, o, |x, y| x + y),
+                                BinaryOp::Sub => chunk::zip(a, b, o, |x, y| x - y),
+                                BinaryOp::Mul => chunk::zip(a, b, o, |x, y| x * y),
+                                BinaryOp::Div => chunk::zip(a, b, o, |x, y| x / y),
+                                op => chunk::zip(a, b, o, |x, y| chunk::bin_f(*op, x, y)),
+                            },
+                            Kind::I => match op {
+                                BinaryOp::Add => chunk::zip(a, b, o, |x, y| x + y),
+                                BinaryOp::Sub => chunk::zip(a, b, o, |x, y| x - y),
+                                BinaryOp::Max => chunk::zip(a, b, o, f32::max),
+                                _ => chunk::zip(a, b, o, f32::min),
+                            },
+                            Kind::B => chunk::zip(a, b, o, |x, y| chunk::bin_b(*op, x, y)),
+                        }
+                        Some(*d)
+                    }
+                    COp::Cmp { op, a, b, dst: d } => {
+                        let o = dst(*d);
+                        chunk::zip(rd(*a), rd(*b), o, |x, y| op.eval(x, y) as u8 as f32);
+                        Some(*d)
+                    }
+                    COp::Select {
+                        m: mk,
+                        a,
+                        b,
+                        dst: d,
+                    } => {
+                        let o = dst(*d);
+                        let (mk, a, b) = (rd(*mk), rd(*a), rd(*b));
+                        for (j, o) in o.iter_mut().enumerate() {
+                            *o = if mk.at(j) != 0.0 { a.at(j) } else { b.at(j) };
+                        }
+                        Some(*d)
+                    }
+                    COp::Cast {
+                        a,
+                        to,
+                        from,
+                        dst: d,
+                    } => {
+                        let o = dst(*d);
+                        rd(*a).copy_to(o);
+                        if !matches!(to, DType::F32 | DType::BF16) {
+                            o.iter_mut().for_each(|x| *x = cast1(*from, *to, *x));
+                        }
+                        Some(*d)
+                    }
+                    COp::Full { x, dst: d } => {
+                        dst(*d).fill(*x);
+                        Some(*d)
+                    }
+                    COp::Arange { dst: d } => {
+                        for (j, o) in dst(*d).iter_mut().enumerate() {
+                            *o = (c0 + j) as f32;
+                        }
+                        Some(*d)
+                    }
+                    COp::Reduce {
+                        op,
+                        a,
+                        along_cols,
+                        out,
+                        acc,
+                        ..
+                    } => {
+                        let a = rd(*a);
+                        if *along_cols {
+                            let part = a.reduce(*op, w);
+                            racc[*acc] = combine(*op, racc[*acc], part);
+                        } else {
+                            let accs = matw(*out + c0, w);
+                            for (j, t) in accs.iter_mut().enumerate() {
+                                *t = combine(*op, *t, a.at(j));
+                            }
+                        }
+                        None
+                    }
+                };
+                if let Some(d) = d {
+                    let o = dst(d);
+                    if m.round_bf16 {
+                        chunk::round_bf16_slice(o);
+                    }
+                    if let Some(off) = m.mat {
+                        matw(off + r * cols + c0, w).copy_from_slice(o);
+                    }
+                }
+            }
+            c0 += w;
+        }
+        for m in &g.members {
+            if let COp::Reduce {
+                along_cols: true,
+                out,
+                scalar,
+                acc,
+                ..
+            } = &m.op
+            {
+                let mut v = racc[*acc];
+                if m.round_bf16 {
+                    v = chunk::round_bf16(v);
+                }
+                matw(*out + r, 1)[0] = v;
+                if let Some(k) = scalar {
+                    sc[*k as usize] = v as f64;
+                }
+            }
+        }
+    }
+    for m in &g.members {
+        if let COp::Reduce {
+            along_cols: false,
+            out,
+            ..
+        } = &m.op
+            && m.round_bf16
+        {
+            chunk::round_bf16_slice(matw(*out, cols));
+        }
+    }
+}
+
+fn identity(op: TileReduce) -> f32 {
+    match op {
+        TileReduce::Sum => 0.0,
+        TileReduce::Max => f32::NEG_INFINITY,
+    }
+}
+
+#[inline(always)]
+fn combine(op: TileReduce, a: f32, x: f32) -> f32 {
+    match op {
+        TileReduce::Sum => a + x,
+        TileReduce::Max => {
+            if a.is_nan() || x.is_nan() {
+                f32::NAN
+            } else {
+                a.max(x)
+            }
+        }
+    }
+}

@@ -1,0 +1,839 @@
+//! `#[kernel]` definitions: the CPU runs the compiled plan's Tile IR; a PTX device runs the
+//! PTX the macro embedded, launched from the embedded manifests without the compiler.
+
+use super::gpu::{self, EmbeddedPtx};
+use super::jit::{self, JitKey};
+use super::precompiled::{self, PrecompiledPtx};
+use super::{
+    ArgCopy, Syms, bind_symbols, buffer, eval_shape, host_input, launch_device, refine_key,
+};
+use crate::autotune;
+use crate::backend::cpu;
+use crate::backend::gpu::DeviceArg;
+use crate::tensor::{DeviceBuffer, Element, Tensor, TensorRef};
+use crate::{Device, Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use tessera_ir::DType;
+use tessera_ir::graph::{self, Graph, Op};
+use tessera_ir::lower::{Binding, view_shape};
+use tessera_ir::manifest::KernelManifest;
+use tessera_ir::pipeline::{CompileOptions, Compiled, compile};
+use tessera_ir::schedule::Schedule;
+use tessera_ir::target::ptx::{self, Arch, PtxKernel};
+use tessera_ir::tile;
+
+/// The static definition `#[tessera::kernel]` emits: the Graph IR text, and per fused kernel
+/// (default schedules) its Tile IR text, its launch manifest and its PTX for every arch, all
+/// produced and checked at build time.
+pub struct KernelDef {
+    name: &'static str,
+    graph: &'static str,
+    tiles: &'static [&'static str],
+    /// One [`KernelManifest`] text per fused kernel; empty when built without them.
+    manifests: &'static [&'static str],
+    /// PTX of each kernel's default schedule for every arch (kernel-major, `Arch::ALL` order);
+    /// empty when built without it.
+    ptx: &'static [EmbeddedPtx],
+    /// A library's precompiled modules for other schedules (`precompiled = ...`).
+    library: &'static [PrecompiledPtx],
+    /// What launches on PTX devices need, from the embedded texts (no compiler).
+    launchable: OnceLock<std::result::Result<Launchable, String>>,
+    /// The compiled plans (CPU launches, JIT compiles); compiled on first use.
+    ready: OnceLock<std::result::Result<Ready, String>>,
+    /// The autotuner's fusion-depth decisions for this definition.
+    fusion: autotune::FusionMemo,
+    /// The precision mode the kernel was compiled under (`#[kernel(precision = ..)]`).
+    precision: Option<tessera_ir::Precision>,
+    /// `#[kernel(rewrites(..))]`: rules switched off (`false`) or forced (`true`).
+    rewrites: &'static [(&'static str, bool)],
+}
+
+/// The graph and the manifests of a plan launched on PTX devices, and what those launches
+/// cache: the default plan (from the embedded texts), or a numerics scope's plan.
+struct Launchable {
+    graph: Graph,
+    kernels: Vec<KernelManifest>,
+    /// The scope's compiled plan (`None`: the default plan, with the embedded PTX).
+    scope: Option<Arc<Plan>>,
+    /// Embedded and library modules, parsed on first use.
+    parsed: Mutex<HashMap<(usize, String, Arch), Arc<PtxKernel>>>,
+    /// The autotuner's decisions on PTX devices.
+    tuned_device: autotune::DeviceMemo,
+}
+
+/// A definition prepared for running on the CPU: the default (deepest) plan, the shallower
+/// plans the fusion-depth search asked for, and the plans of numerics scopes
+/// (`tessera::numerics`).
+struct Ready {
+    base: Arc<Plan>,
+    shallow: Mutex<Vec<(usize, Arc<Plan>)>>,
+    scoped: Mutex<Vec<Arc<Scoped>>>,
+}
+
+/// The plan of one numerics scope (policy and/or precision mode), and its device form.
+struct Scoped {
+    plan: Arc<Plan>,
+    device: OnceLock<Launchable>,
+}
+
+/// One fusion plan, compiled.
+struct Plan {
+    compiled: Compiled,
+    /// Per fused kernel: the CPU program (CPU default schedule) and the parameter bindings.
+    programs: Vec<(cpu::Program, Vec<Binding>)>,
+    /// The autotuner's decisions and tuned programs for this plan's kernels on the CPU.
+    tuned: autotune::KernelMemo,
+    /// Cache-key tag of the plan's kernels: empty for the default plan, `.f1` for depth 1 ….
+    tag: String,
+}
+
+/// A launch's result: host memory (CPU) or a device block.
+enum Output {
+    Host(Vec<usize>, Vec<u64>),
+    Device(Vec<usize>, DeviceBuffer),
+}
+
+impl KernelDef {
+    /// A definition from texts embedded by the macro.
+    pub const fn new(
+        name: &'static str,
+        graph: &'static str,
+        tiles: &'static [&'static str],
+    ) -> Self {
+        KernelDef {
+            name,
+            graph,
+            tiles,
+            manifests: &[],
+            ptx: &[],
+            library: &[],
+            launchable: OnceLock::new(),
+            ready: OnceLock::new(),
+            fusion: autotune::FusionMemo::new(),
+            precision: None,
+            rewrites: &[],
+        }
+    }
+
+    /// Switches rewrite rules off (`false`) or forces them (`true`), as the kernel's
+    /// `#[kernel(rewrites(..))]` attribute says (see `tessera_ir::rewrite`).
+    pub const fn with_rewrites(mut self, rewrites: &'static [(&'static str, bool)]) -> Self {
+        self.rewrites = rewrites;
+        self
+    }
+
+    /// The compile options of this definition at fusion depth `depth`.
+    fn options(&self, depth: Option<usize>) -> CompileOptions {
+        let mut opts = CompileOptions {
+            fusion_depth: depth,
+            ..CompileOptions::default()
+        };
+        for (name, on) in self.rewrites {
+            let list = if *on {
+                &mut opts.rewrites.forced
+            } else {
+                &mut opts.rewrites.disabled
+            };
+            list.push(name.to_string());
+        }
+        opts
+    }
+
+    /// Records that the kernel was compiled under precision mode `mode`: a
+    /// `tessera::numerics::precision` scope asking for another mode is then an error.
+    pub const fn with_precision(mut self, mode: tessera_ir::Precision) -> Self {
+        self.precision = Some(mode);
+        self
+    }
+
+    /// Attaches what the macro precompiled for each fused kernel's default schedule: its
+    /// launch manifest ([`KernelManifest`] text) and its PTX per arch (kernel-major, in
+    /// `tessera_ir::target::ptx::Arch::ALL` order). Launches on PTX devices then run without
+    /// the compiler.
+    pub const fn with_embedded(
+        mut self,
+        manifests: &'static [&'static str],
+        ptx: &'static [EmbeddedPtx],
+    ) -> Self {
+        self.manifests = manifests;
+        self.ptx = ptx;
+        self
+    }
+
+    /// Attaches a library's table of build-time PTX for the schedules of its search space:
+    /// a launch whose schedule is in it (an autotuned winner) loads it instead of compiling.
+    pub const fn with_precompiled(mut self, table: &'static [PrecompiledPtx]) -> Self {
+        self.library = table;
+        self
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The kernel's Graph IR text as written (before the algebraic rewrites), with its
+    /// numerics policy and precision mode applied.
+    pub fn graph_text(&self) -> &'static str {
+        self.graph
+    }
+
+    /// The PTX module of fused kernel `i` (default schedule) for `arch`: what a GPU of that
+    /// arch (or the simulator) runs — the embedded text when the macro embedded it.
+    pub fn ptx(&self, i: usize, arch: Arch) -> Result<String> {
+        let l = self.launchable()?;
+        let m = l.kernels.get(i).ok_or_else(|| Error::Compile {
+            kernel: self.name.into(),
+            message: format!("no fused kernel #{i}"),
+        })?;
+        Ok(self.schedule_ptx(l, i, &m.schedule, arch)?.text.clone())
+    }
+
+    /// The compiled form (graph, fusion plan, kernels) of the default, deepest plan; compiles
+    /// on first use.
+    pub fn compiled(&self) -> Result<&Compiled> {
+        Ok(&self.ready()?.base.compiled)
+    }
+
+    fn compile_err(&self, message: String) -> Error {
+        Error::Compile {
+            kernel: self.name.into(),
+            message,
+        }
+    }
+
+    fn launchable(&self) -> Result<&Launchable> {
+        self.launchable
+            .get_or_init(|| {
+                let graph = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+                // The manifests name values of the graph after the algebraic rewrites (pure
+                // Graph IR rewriting: no compilation).
+                let (graph, _) = tessera_ir::rewrite::rewrite(&graph, &self.options(None).rewrites)
+                    .map_err(|e| format!("rewriting the graph: {e}"))?;
+                let kernels = if self.manifests.is_empty() {
+                    // Built without manifests: derive them from the compiled plan.
+                    let c = &self
+                        .ready
+                        .get_or_init(|| self.prepare_ready())
+                        .as_ref()
+                        .map_err(|m| m.clone())?
+                        .base
+                        .compiled;
+                    KernelManifest::all(c)
+                } else {
+                    self.manifests
+                        .iter()
+                        .map(|t| {
+                            KernelManifest::parse(t, &graph)
+                                .map_err(|e| format!("embedded manifest `{t}`: {e}"))
+                        })
+                        .collect::<std::result::Result<_, _>>()?
+                };
+                Ok(Launchable {
+                    graph,
+                    kernels,
+                    scope: None,
+                    parsed: Mutex::new(HashMap::new()),
+                    tuned_device: autotune::DeviceMemo::new(),
+                })
+            })
+            .as_ref()
+            .map_err(|m| self.compile_err(m.clone()))
+    }
+
+    fn ready(&self) -> Result<&Ready> {
+        self.ready
+            .get_or_init(|| self.prepare_ready())
+            .as_ref()
+            .map_err(|m| self.compile_err(m.clone()))
+    }
+
+    fn prepare_ready(&self) -> std::result::Result<Ready, String> {
+        Ok(Ready {
+            base: Arc::new(self.prepare(None)?),
+            shallow: Mutex::new(Vec::new()),
+            scoped: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The plan of fusion depth `depth` (`None`: the deepest, with the embedded texts).
+    fn prepare(&self, depth: Option<usize>) -> std::result::Result<Plan, String> {
+        let g = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+        let tag = depth.map_or(String::new(), |d| format!(".f{d}"));
+        self.prepare_graph(&g, depth, tag, depth.is_none())
+    }
+
+    /// The numerics scope of the launching thread (`tessera::numerics::policy` /
+    /// `precision`) as a tag and the rewrites it asks for, or `None` when it changes nothing
+    /// for this kernel. A scope the kernel cannot honour (its own mode differs) is an error
+    /// naming both. Needs no compiler.
+    #[allow(clippy::type_complexity)]
+    fn scope(
+        &self,
+    ) -> Result<
+        Option<(
+            String,
+            Option<tessera_ir::NumericsPolicy>,
+            Option<tessera_ir::Precision>,
+        )>,
+    > {
+        use tessera_ir::NumericsPolicy;
+        let policy = crate::numerics::current_policy().filter(|p| *p != NumericsPolicy::Fast);
+        let mode = match (crate::numerics::current_precision(), self.precision) {
+            (Some(m), Some(own)) if m != own => {
+                return Err(self.compile_err(format!(
+                    "compiled under precision `{own}`; it cannot run under a `{m}` precision scope"
+                )));
+            }
+            (Some(_), Some(_)) => None,
+            (m, _) => m,
+        };
+        if policy.is_none() && mode.is_none() {
+            return Ok(None);
+        }
+        let tag = format!(
+            "{}{}",
+            policy.map_or(String::new(), |p| format!(".{p}")),
+            mode.map_or(String::new(), |m| format!(".precision-{m}"))
+        );
+        Ok(Some((tag, policy, mode)))
+    }
+
+    /// The plan of the launching thread's numerics scope (see [`Self::scope`]), compiled on
+    /// first use, or `None` when the scope changes nothing for this kernel.
+    fn scoped_plan(&self) -> Result<Option<Arc<Scoped>>> {
+        let Some((tag, policy, mode)) = self.scope()? else {
+            return Ok(None);
+        };
+        let ready = self.ready()?;
+        let mut scoped = ready.scoped.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = scoped.iter().find(|s| s.plan.tag == tag) {
+            return Ok(Some(s.clone()));
+        }
+        let fail = |m: String| self.compile_err(m);
+        // The kernel's graph as written (before the rewrites): a rule whose legality depends
+        // on the policy (flash_attention needs `fast`) decides again under the scope.
+        let mut g = graph::parse(self.graph).map_err(|e| fail(format!("graph text: {e}")))?;
+        if let Some(m) = mode {
+            g = graph::with_precision(&g, m).map_err(fail)?;
+        }
+        if let Some(p) = policy {
+            g = graph::with_policy(&g, p).map_err(fail)?;
+        }
+        let plan = Arc::new(self.prepare_graph(&g, None, tag, false).map_err(fail)?);
+        let s = Arc::new(Scoped {
+            plan,
+            device: OnceLock::new(),
+        });
+        scoped.push(s.clone());
+        Ok(Some(s))
+    }
+
+    /// Compiles `g` into a plan (`embedded`: use the macro's Tile IR texts, which are those of
+    /// the default graph and depth).
+    fn prepare_graph(
+        &self,
+        g: &Graph,
+        depth: Option<usize>,
+        tag: String,
+        embedded: bool,
+    ) -> std::result::Result<Plan, String> {
+        let opts = self.options(depth);
+        let compiled = compile(g, &opts).map_err(|e| e.to_string())?;
+        let mut programs = Vec::new();
+        for (i, k) in compiled.kernels.iter().enumerate() {
+            // The embedded Tile IR is what the build checked; use it when it is present.
+            let kernel = match self.tiles.get(i).filter(|_| embedded) {
+                Some(text) => {
+                    let t = tile::parse(text)
+                        .map_err(|e| format!("embedded tile IR of {}: {e}", k.fused.name))?;
+                    tile::verify(&t).map_err(|e| e.to_string())?;
+                    t
+                }
+                None => k.lowered.kernel.clone(),
+            };
+            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`).
+            let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &k.fused);
+            let cpu_schedule = Schedule::cpu_default(k.fused.class, dtype);
+            let cpu_kernel = if cpu_schedule == k.schedule {
+                kernel
+            } else {
+                compiled
+                    .lower_with(i, &cpu_schedule)
+                    .map_err(|e| e.to_string())?
+                    .kernel
+            };
+            programs.push((cpu::Program::new(cpu_kernel), k.lowered.bindings.clone()));
+        }
+        Ok(Plan {
+            compiled,
+            programs,
+            tuned: autotune::KernelMemo::new(),
+            tag,
+        })
+    }
+
+    /// The plan of fusion depth `depth`: the default plan when that is its depth, else a
+    /// shallower plan compiled on first use.
+    fn plan(&self, ready: &Ready, depth: usize) -> Result<Arc<Plan>> {
+        if depth >= ready.base.compiled.plan.depth() {
+            return Ok(ready.base.clone());
+        }
+        let mut shallow = ready.shallow.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = shallow.iter().find(|(d, _)| *d == depth) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(self.prepare(Some(depth)).map_err(|m| self.compile_err(m))?);
+        shallow.push((depth, p.clone()));
+        Ok(p)
+    }
+
+    /// Runs the kernel on `args` (in signature order) and returns its output, on the
+    /// arguments' device: host memory for the CPU, that device's memory for a GPU or the
+    /// simulator (the output stays there).
+    pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
+        match self.execute(args, T::DTYPE)? {
+            Output::Host(shape, mem) => {
+                let numel: usize = shape.iter().product();
+                let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
+                    [..numel * std::mem::size_of::<T>()]
+                    .chunks_exact(std::mem::size_of::<T>())
+                    .map(bytemuck::pod_read_unaligned)
+                    .collect();
+                Tensor::from_vec(data, &shape)
+            }
+            Output::Device(shape, buf) => Ok(Tensor::from_device(shape, buf)),
+        }
+    }
+
+    /// [`Self::launch`] with the output's element type `out` as a value. A launch that ran a
+    /// schedule borrowed from a nearby shape is queued for refinement ([`autotune::refine`])
+    /// with a copy of `args`.
+    fn execute(&'static self, args: &[TensorRef<'_>], out: DType) -> Result<Output> {
+        let l = self.launchable()?;
+        let g = &l.graph;
+        let name = self.name;
+        if args.len() != g.params.len() {
+            return Err(Error::ArgCount {
+                kernel: name.into(),
+                expected: g.params.len(),
+                got: args.len(),
+            });
+        }
+        let out_dtype = g.ty(g.output).dtype;
+        if out_dtype != out {
+            return Err(Error::DTypeMismatch {
+                kernel: name.into(),
+                param: "return value".into(),
+                expected: out_dtype.to_string(),
+                got: out.to_string(),
+            });
+        }
+        let syms = bind_symbols(name, g, args)?;
+        let device = launch_device(
+            name,
+            args.iter().map(|a| a.device),
+            g.params.iter().map(|p| g.value_name(*p)),
+        )?;
+        autotune::take_borrowed();
+        let scoped = self.scoped_plan()?;
+        let result = if device.is_cpu() {
+            let plan = match &scoped {
+                Some(s) => s.plan.clone(),
+                None => {
+                    let ready = self.ready()?;
+                    self.fusion_choice(ready, args, &syms)?
+                }
+            };
+            let (shape, mem) = self.run_plan(&plan, args, &syms, true)?;
+            Output::Host(shape, mem)
+        } else {
+            let l = match &scoped {
+                Some(s) => s.device.get_or_init(|| Launchable {
+                    graph: s.plan.compiled.graph.clone(),
+                    kernels: KernelManifest::all(&s.plan.compiled),
+                    scope: Some(s.plan.clone()),
+                    parsed: Mutex::new(HashMap::new()),
+                    tuned_device: autotune::DeviceMemo::new(),
+                }),
+                None => l,
+            };
+            let (shape, buf) = self.run_device(l, args, &syms, &device)?;
+            Output::Device(shape, buf)
+        };
+        if autotune::take_borrowed() {
+            let bytes = args.iter().map(|a| a.len()).sum();
+            autotune::defer(refine_key(name, &device, args), bytes, || {
+                let copies: Vec<ArgCopy> = args.iter().map(ArgCopy::of).collect();
+                move || {
+                    let refs: Vec<TensorRef<'_>> = copies.iter().map(ArgCopy::arg).collect();
+                    self.execute(&refs, out).map(drop)
+                }
+            });
+        }
+        Ok(result)
+    }
+
+    /// The plan the autotuner picks for these arguments (the default plan unless a fusion
+    /// depth was tuned for them, or is being tuned now).
+    fn fusion_choice(
+        &self,
+        ready: &Ready,
+        args: &[TensorRef<'_>],
+        syms: &Syms,
+    ) -> Result<Arc<Plan>> {
+        let natural = ready.base.compiled.plan.depth();
+        if natural == 0 || autotune::mode() == autotune::Mode::Off {
+            return Ok(ready.base.clone());
+        }
+        let depths = autotune::candidate_depths(self.name, natural);
+        let shape: Vec<u64> = args
+            .iter()
+            .flat_map(|a| a.shape.iter().map(|&d| d as u64))
+            .collect();
+        let dtypes: Vec<&str> = args.iter().map(|a| a.dtype.name()).collect();
+        let predict = || {
+            depths
+                .iter()
+                .map(|&d| match self.plan(ready, d) {
+                    Ok(p) => plan_cost(&p, syms),
+                    Err(e) => (f64::INFINITY, Some(e.to_string())),
+                })
+                .collect()
+        };
+        let mut runner = PlanRunner {
+            def: self,
+            ready,
+            depths: &depths,
+            args,
+            syms,
+            out: Vec::new(),
+            out_bytes: 0,
+        };
+        let depth = autotune::select_fusion(
+            &self.fusion,
+            self.name,
+            self.graph,
+            &depths,
+            &shape,
+            &dtypes,
+            &predict,
+            &mut runner,
+        )?;
+        self.plan(ready, depth)
+    }
+
+    /// Runs every kernel of `plan` on the CPU in order; returns the output's shape and memory.
+    /// With `tune`, each kernel runs the autotuner's pick for its shapes.
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        args: &[TensorRef<'_>],
+        syms: &Syms,
+        tune: bool,
+    ) -> Result<(Vec<usize>, Vec<u64>)> {
+        let g = &plan.compiled.graph;
+        // Memory for each kernel's output (u64 storage keeps every dtype aligned).
+        let mut owned: HashMap<u32, (Vec<usize>, Vec<u64>)> = HashMap::new();
+        for k in &plan.compiled.kernels {
+            let v = k.fused.output;
+            let shape = eval_shape(&g.ty(v).shape.0, syms);
+            let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
+            owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
+        }
+        for (i, (program, bindings)) in plan.programs.iter().enumerate() {
+            let n = bindings.len();
+            let mut bufs = Vec::with_capacity(n);
+            for (j, b) in bindings.iter().enumerate() {
+                let dtype = g.ty(b.value).dtype;
+                let (shape, ptr, len) = match &g.node(b.value).op {
+                    Op::Param { index, .. } => {
+                        let a = &args[*index];
+                        let bytes = host_input(self.name, &g.value_name(b.value), a.data)?;
+                        (a.shape.to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
+                    }
+                    _ => {
+                        let (shape, mem) = owned
+                            .get_mut(&b.value.0)
+                            .expect("kernel input produced earlier");
+                        (
+                            shape.clone(),
+                            mem.as_mut_ptr() as *mut u8,
+                            shape.iter().product::<usize>() * dtype.size_bytes(),
+                        )
+                    }
+                };
+                bufs.push(buffer(
+                    dtype,
+                    &view_shape(&shape, b.view_rank),
+                    ptr,
+                    len,
+                    j == n - 1,
+                ));
+            }
+            // The autotuner's pick for these shapes (`None`: the default schedule).
+            let tuned = if tune {
+                autotune::select_kernel(
+                    &plan.tuned,
+                    self.name,
+                    self.graph,
+                    &plan.tag,
+                    &plan.compiled,
+                    i,
+                    &bufs,
+                )?
+            } else {
+                None
+            };
+            match tuned {
+                Some(tuned) => cpu::launch(&tuned, &bufs)?,
+                None => cpu::launch(program, &bufs)?,
+            }
+        }
+        Ok(owned.remove(&g.output.0).expect("output buffer"))
+    }
+
+    /// Runs every kernel of the default plan on a PTX device, each output allocated on the
+    /// device (intermediates go back to its caching allocator when the launch ends); returns
+    /// the final output's shape and block.
+    fn run_device(
+        &self,
+        l: &Launchable,
+        args: &[TensorRef<'_>],
+        syms: &Syms,
+        device: &Device,
+    ) -> Result<(Vec<usize>, DeviceBuffer)> {
+        let g = &l.graph;
+        let arch = gpu::device_arch(device)?;
+        // What the autotuner's cache keys name: a scope's plan is another graph.
+        let scoped_text;
+        let graph_text = match &l.scope {
+            Some(p) => {
+                scoped_text = p.compiled.graph.to_string();
+                scoped_text.as_str()
+            }
+            None => self.graph,
+        };
+        let mut owned: HashMap<u32, (Vec<usize>, DeviceBuffer)> = HashMap::new();
+        for (i, m) in l.kernels.iter().enumerate() {
+            let ty = g.ty(m.output);
+            let shape = eval_shape(&ty.shape.0, syms);
+            let out = DeviceBuffer::alloc(
+                device,
+                shape.iter().product::<usize>() * ty.dtype.size_bytes(),
+            )?;
+            let n = m.bindings.len();
+            let mut dargs: Vec<DeviceArg> = Vec::with_capacity(n);
+            for (j, b) in m.bindings.iter().enumerate() {
+                let (dims, buf): (&[usize], &DeviceBuffer) = match &g.node(b.value).op {
+                    Op::Param { index, .. } => {
+                        let a = &args[*index];
+                        let name = g.value_name(b.value);
+                        (a.shape, gpu::device_input(self.name, &name, a.data)?)
+                    }
+                    _ if b.value == m.output => (&shape, &out),
+                    _ => owned
+                        .get(&b.value.0)
+                        .map(|(s, buf)| (s.as_slice(), buf))
+                        .ok_or_else(|| {
+                            self.compile_err(format!(
+                                "{}: {} is read before a kernel writes it",
+                                m.name,
+                                g.value_name(b.value)
+                            ))
+                        })?,
+                };
+                dargs.push(gpu::device_arg(
+                    g.ty(b.value).dtype,
+                    &view_shape(dims, b.view_rank),
+                    buf,
+                    j == n - 1,
+                ));
+            }
+            let source = |s: &Schedule| self.schedule_ptx(l, i, s, arch);
+            let k = match autotune::select_device_kernel(
+                &l.tuned_device,
+                self.name,
+                graph_text,
+                &l.graph,
+                m,
+                i,
+                &dargs,
+                device,
+                &source,
+            )? {
+                Some(k) => k,
+                None => self.schedule_ptx(l, i, &m.schedule, arch)?,
+            };
+            gpu::run(device, &k, &dargs)?;
+            owned.insert(m.output.0, (shape, out));
+        }
+        owned
+            .remove(&g.output.0)
+            .ok_or_else(|| self.compile_err("no kernel writes the output".into()))
+    }
+
+    /// The PTX of fused kernel `i` of `l`'s plan under schedule `s` for `arch`: for the default
+    /// plan, the embedded module for the default schedule and the library's precompiled one
+    /// for a schedule of its table; else (a numerics scope's plan, another schedule, an arch
+    /// nothing was built for) the JIT cache (memory, disk, then the compiler).
+    fn schedule_ptx(
+        &self,
+        l: &Launchable,
+        i: usize,
+        s: &Schedule,
+        arch: Arch,
+    ) -> Result<Arc<PtxKernel>> {
+        let m = &l.kernels[i];
+        let text = s.to_string();
+        let a = Arch::ALL.iter().position(|x| *x == arch).unwrap_or(0);
+        let found = if l.scope.is_some() {
+            None
+        } else if *s == m.schedule {
+            self.ptx.get(i * Arch::ALL.len() + a).copied()
+        } else {
+            precompiled::find(self.library, self.name, &m.name, &text, arch)
+        }
+        // An arch the kernel cannot run on has no module (fp8 before sm_89): the compiler
+        // says why.
+        .filter(|e| !e.text.is_empty());
+        if let Some(e) = found {
+            let key = (i, text, arch);
+            let mut parsed = l.parsed.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = parsed.get(&key) {
+                return Ok(p.clone());
+            }
+            let p = Arc::new(e.parse(self.name)?);
+            if p.arch != arch || p.params.len() != m.bindings.len() {
+                return Err(self.compile_err(format!(
+                    "the build-time PTX of {} for {arch} does not fit its manifest",
+                    m.name
+                )));
+            }
+            parsed.insert(key, p.clone());
+            return Ok(p);
+        }
+        let key = JitKey {
+            ir: format!(
+                "kernel {}#{:016x}{}.k{i}",
+                self.name,
+                autotune::fnv(self.graph.as_bytes()),
+                l.scope.as_ref().map_or("", |p| p.tag.as_str())
+            ),
+            schedule: text,
+            arch,
+        };
+        jit::get(&key, || {
+            let c = match &l.scope {
+                Some(p) => &p.compiled,
+                None => self.compiled()?,
+            };
+            let k = &c.kernels[i];
+            let lowered = if *s == k.schedule {
+                k.lowered.clone()
+            } else {
+                c.lower_with(i, s)
+                    .map_err(|e| jit::compile_error(&k.fused.name, e))?
+            };
+            if lowered.bindings != k.lowered.bindings {
+                return Err(jit::compile_error(
+                    &k.fused.name,
+                    format!("{s} binds other tensors than the default"),
+                ));
+            }
+            ptx::emit(&lowered.kernel, s, arch).map_err(|e| jit::compile_error(&k.fused.name, e))
+        })
+    }
+}
+
+/// The cost model's verdict on a plan for these sizes (its kernels under their default
+/// schedules, on the CPU with the current thread pool).
+fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
+    use tessera_ir::cost::plan::{PlanKernel, plan_estimate};
+    use tessera_ir::cost::{Point, Problem};
+    use tessera_ir::schedule::KernelClass;
+    let c = &plan.compiled;
+    let g = &c.graph;
+    let dims = |v: tessera_ir::graph::Value| eval_shape(&g.ty(v).shape.0, syms);
+    let kernels: Vec<PlanKernel> = c
+        .kernels
+        .iter()
+        .map(|k| {
+            let f = &k.fused;
+            let din = tessera_ir::pipeline::kernel_dtype(g, f);
+            let dout = g.ty(f.output).dtype;
+            let out = dims(f.output);
+            let r = out.len();
+            let sizes: Vec<u64> = if f.class == KernelClass::Matmul && r >= 2 {
+                let kdim = g
+                    .node(f.root)
+                    .args
+                    .first()
+                    .and_then(|a| dims(*a).last().copied())
+                    .unwrap_or(1);
+                let batch: usize = out[..r - 2].iter().product();
+                vec![batch, out[r - 2], out[r - 1], kdim]
+                    .into_iter()
+                    .map(|x| x as u64)
+                    .collect()
+            } else {
+                // The 2-D view the kernel streams: its root's input for reductions.
+                let src = match f.class {
+                    KernelClass::Elementwise => out.clone(),
+                    _ => g
+                        .node(f.root)
+                        .args
+                        .first()
+                        .map_or(out.clone(), |a| dims(*a)),
+                };
+                let n = src.len();
+                let cols = src.last().copied().unwrap_or(1);
+                let rows: usize = src[..n.saturating_sub(1)].iter().product();
+                vec![rows as u64, cols as u64]
+            };
+            PlanKernel {
+                problem: Problem::for_class(f.class, &sizes, din, dout),
+                point: Point::from_schedule(&Schedule::cpu_default(f.class, din)),
+                epilogue_ops: f.epilogue.len() as u32,
+            }
+        })
+        .collect();
+    let (t, pruned) = plan_estimate(&autotune::cost_arch(), &kernels);
+    (t, pruned.map(|p| p.to_string()))
+}
+
+/// Runs whole plans of one launch (each candidate fusion depth) into their own memory.
+struct PlanRunner<'a> {
+    def: &'a KernelDef,
+    ready: &'a Ready,
+    depths: &'a [usize],
+    args: &'a [TensorRef<'a>],
+    syms: &'a Syms,
+    out: Vec<u64>,
+    out_bytes: usize,
+}
+
+impl autotune::Runner for PlanRunner<'_> {
+    fn run(&mut self, i: usize) -> Result<()> {
+        let plan = self.def.plan(self.ready, self.depths[i])?;
+        let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;
+        let g = &plan.compiled.graph;
+        self.out_bytes = shape.iter().product::<usize>() * g.ty(g.output).dtype.size_bytes();
+        self.out = mem;
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.out.clear();
+        self.out_bytes = 0;
+    }
+
+    fn outputs(&self) -> Vec<(DType, &[u8])> {
+        let g = &self.ready.base.compiled.graph;
+        vec![(
+            g.ty(g.output).dtype,
+            &bytemuck::cast_slice::<u64, u8>(&self.out)[..self.out_bytes],
+        )]
+    }
+}

@@ -1,0 +1,256 @@
+//! The CPU fast path (fused chunk programs) against the Tile IR interpreter, its oracle: every
+//! library kernel class, f32 and bf16 storage, on `[37, 300]`, `[1, 1]`, shapes wider than a
+//! chunk and seeded random shapes. Each case checks that the fast path really ran.
+
+use tessera::backend::cpu::fused;
+use tessera::prelude::*;
+use tessera_workspace::reference::rel_error;
+
+#[tessera::kernel]
+fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu(x * y + 1.0)
+}
+
+#[tessera::kernel]
+fn col_mean(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+    x.mean(0)
+}
+
+#[tessera::kernel]
+fn col_max(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+    x.amax(0)
+}
+
+#[tessera::kernel]
+fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+    x.sum(1)
+}
+
+#[tessera::kernel(numerics = "kahan_sum")]
+fn row_sum_kahan(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+    x.sum(1)
+}
+
+#[tessera::kernel]
+fn transpose_scale(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+    transpose(x) * 2.0
+}
+
+#[tessera::kernel]
+fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    gelu(x)
+}
+
+#[tessera::kernel]
+fn add_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    x + y
+}
+
+#[tessera::kernel]
+fn chain_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (C,)>) -> Tensor<bf16, (R, C)> {
+    gelu(x * y - x)
+}
+
+#[tessera::kernel]
+fn softmax_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
+}
+
+#[tessera::kernel]
+fn layernorm_bf16(
+    x: Tensor<bf16, (R, C)>,
+    g: Tensor<bf16, (C,)>,
+    b: Tensor<bf16, (C,)>,
+) -> Tensor<f32, (R, C)> {
+    layernorm(x, g, b, 1e-5)
+}
+
+#[tessera::kernel]
+fn rmsnorm_bf16(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (R, C)> {
+    rmsnorm(x, g, 1e-6)
+}
+
+#[tessera::kernel]
+fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+    x.sum(0)
+}
+
+#[tessera::kernel]
+fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
+    transpose(x)
+}
+
+/// `[37, 300]`, `[1, 1]`, wider than one chunk, and seeded random shapes.
+fn shapes() -> Vec<(usize, usize)> {
+    let mut v = vec![(37, 300), (1, 1), (3, 1030), (5, 2100), (70, 9)];
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..4 {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let r = 1 + (s >> 33) as usize % 150;
+        let c = 1 + (s >> 13) as usize % 700;
+        v.push((r, c));
+    }
+    v
+}
+
+/// Runs `f` on the fast path (checking that it ran) and on the interpreter; the two agree to
+/// `tol` (relative, over the whole output).
+fn agree<T: Element>(name: &str, tol: f64, f: impl Fn() -> Tensor<T>) {
+    let before = fused::launches();
+    let fast = f();
+    assert!(
+        fused::launches() > before,
+        "{name}: the fused fast path did not run"
+    );
+    let slow = fused::with_interpreter(&f);
+    assert_eq!(fast.shape(), slow.shape(), "{name}");
+    let e = rel_error(&fast.to_f64_vec().unwrap(), &slow.to_f64_vec().unwrap());
+    assert!(
+        e <= tol,
+        "{name}: fast path vs interpreter: relative error {e:e} > {tol:e}"
+    );
+}
+
+const F32_TOL: f64 = 1e-6;
+/// One bf16 rounding step apart at most.
+const BF16_TOL: f64 = 1.0 / 128.0;
+
+#[test]
+fn rowwise_kernels_agree_f32_and_bf16() {
+    for (i, &(r, c)) in shapes().iter().enumerate() {
+        let s = 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let g = Tensor::<f32>::randn(&[c], s + 2);
+        let b = Tensor::<f32>::randn(&[c], s + 3);
+        let tag = format!("[{r}, {c}]");
+        agree(&format!("softmax {tag}"), F32_TOL, || {
+            tessera_kernels::softmax(&x).unwrap()
+        });
+        agree(&format!("layernorm {tag}"), F32_TOL, || {
+            tessera_kernels::layernorm(&x, &g, &b).unwrap()
+        });
+        agree(&format!("rmsnorm {tag}"), F32_TOL, || {
+            tessera_kernels::rmsnorm(&x, &g).unwrap()
+        });
+        agree(&format!("row sum {tag}"), F32_TOL, || row_sum(&x).unwrap());
+        agree(&format!("tile! softmax {tag}"), F32_TOL, || {
+            let mut y = Tensor::<f32>::zeros(&[r, c]);
+            tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
+            y
+        });
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
+        let (gb, bb) = (
+            Tensor::<bf16>::randn(&[c], s + 5),
+            Tensor::<bf16>::randn(&[c], s + 6),
+        );
+        agree(&format!("softmax bf16 {tag}"), F32_TOL, || {
+            softmax_bf16(&xb).unwrap()
+        });
+        agree(&format!("layernorm bf16 {tag}"), F32_TOL, || {
+            layernorm_bf16(&xb, &gb, &bb).unwrap()
+        });
+        agree(&format!("rmsnorm bf16 {tag}"), F32_TOL, || {
+            rmsnorm_bf16(&xb, &gb).unwrap()
+        });
+    }
+}
+
+#[test]
+fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
+    for (i, &(r, c)) in shapes().iter().enumerate() {
+        let s = 100 + 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        let v = Tensor::<f32>::randn(&[c], s + 3);
+        let tag = format!("[{r}, {c}]");
+        agree(&format!("gelu {tag}"), F32_TOL, || {
+            tessera_kernels::gelu(&x).unwrap()
+        });
+        agree(&format!("add {tag}"), F32_TOL, || {
+            tessera_kernels::add(&x, &y).unwrap()
+        });
+        agree(&format!("mul {tag}"), F32_TOL, || {
+            tessera_kernels::mul(&x, &v).unwrap()
+        });
+        agree(&format!("chain {tag}"), F32_TOL, || chain(&x, &v).unwrap());
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
+        let yb = Tensor::<bf16>::randn(&[r, c], s + 5);
+        let vb = Tensor::<bf16>::randn(&[c], s + 6);
+        agree(&format!("gelu bf16 {tag}"), BF16_TOL, || {
+            gelu_bf16(&xb).unwrap()
+        });
+        agree(&format!("add bf16 {tag}"), BF16_TOL, || {
+            add_bf16(&xb, &yb).unwrap()
+        });
+        agree(&format!("chain bf16 {tag}"), BF16_TOL, || {
+            chain_bf16(&xb, &vb).unwrap()
+        });
+    }
+}
+
+#[test]
+fn column_reductions_and_transposes_agree_f32_and_bf16() {
+    for (i, &(r, c)) in shapes().iter().enumerate() {
+        let s = 200 + 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 2);
+        let tag = format!("[{r}, {c}]");
+        agree(&format!("col mean {tag}"), F32_TOL, || {
+            col_mean(&x).unwrap()
+        });
+        agree(&format!("col max {tag}"), F32_TOL, || col_max(&x).unwrap());
+        agree(&format!("transpose {tag}"), F32_TOL, || {
+            transpose_scale(&x).unwrap()
+        });
+        agree(&format!("col sum bf16 {tag}"), F32_TOL, || {
+            col_sum_bf16(&xb).unwrap()
+        });
+        agree(&format!("transpose bf16 {tag}"), BF16_TOL, || {
+            transpose_bf16(&xb).unwrap()
+        });
+    }
+}
+
+#[test]
+fn depthwise_conv_agrees() {
+    for (i, &(h, w, ch, k)) in [
+        (10, 12, 8, 3),
+        (1, 1, 1, 1),
+        (17, 9, 70, 3),
+        (6, 40, 130, 5),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let x = Tensor::<f32>::randn(&[h, w, ch], 300 + i as u64);
+        let f = Tensor::<f32>::randn(&[k.min(h), k.min(w), ch], 310 + i as u64);
+        agree(
+            &format!("depthwise [{h}, {w}, {ch}] k={k}"),
+            F32_TOL,
+            || tessera_kernels::depthwise_conv2d(&x, &f).unwrap(),
+        );
+    }
+}
+
+/// A policy the fast path does not implement is left to the interpreter, never approximated.
+#[test]
+fn kahan_reductions_stay_on_the_interpreter() {
+    let x = Tensor::<f32>::randn(&[37, 300], 400);
+    let before = fused::launches();
+    let y = row_sum_kahan(&x).unwrap();
+    assert_eq!(fused::launches(), before, "kahan_sum must not run fused");
+    let want = fused::with_interpreter(|| row_sum_kahan(&x).unwrap());
+    assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
+}
+
+/// Matmul kernels keep the interpreter's GEMM path.
+#[test]
+fn matmul_stays_on_the_gemm_path() {
+    let a = Tensor::<f32>::randn(&[37, 300], 401);
+    let b = Tensor::<f32>::randn(&[300, 20], 402);
+    let before = fused::launches();
+    tessera_kernels::matmul(&a, &b).unwrap();
+    assert_eq!(fused::launches(), before);
+}
