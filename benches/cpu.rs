@@ -288,8 +288,9 @@ fn summary_gemm(rows: &mut Vec<Row>) {
         let b = Tensor::<f32>::randn(&[k, n], 2);
         let ab = Tensor::<bf16>::randn(&[m, k], 3);
         let bb = Tensor::<bf16>::randn(&[k, n], 4);
-        let fa = Mat::from_fn(m, k, |i, j| a.as_slice()[i * k + j]);
-        let fb = Mat::from_fn(k, n, |i, j| b.as_slice()[i * n + j]);
+        let (sa, sb) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+        let fa = Mat::from_fn(m, k, |i, j| sa[i * k + j]);
+        let fb = Mat::from_fn(k, n, |i, j| sb[i * n + j]);
         let mut fc = Mat::<f32>::zeros(m, n);
         let flop = 2.0 * (m * k * n) as f64;
         for t in THREADS {

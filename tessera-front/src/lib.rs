@@ -26,6 +26,93 @@ pub struct KernelAttr {
     /// `precompiled = path::TO::TABLE`: a `&'static [tessera::PrecompiledPtx]` of build-time
     /// PTX for the schedules of the kernel's search space (a library's `build.rs` output).
     pub precompiled: Option<syn::Path>,
+    /// `rewrites(flash_attention = false, spectral_conv = true)`: rules switched off (`false`)
+    /// or applied wherever legal, whatever the cost guard says (`true`).
+    pub rewrites: Vec<(String, bool)>,
+    /// `dims(D = 64, Dv = 32)`: symbols of the signature fixed to constants (Rust's parser
+    /// takes no integer in a type tuple, so constant extents such as an attention head dim
+    /// are written as symbols and bound here).
+    pub dims: Vec<(syn::Ident, u64)>,
+}
+
+impl KernelAttr {
+    /// Replaces every symbol the `dims(..)` option binds by its constant in the kernel's
+    /// signature. A bound name that no tensor type uses is an error naming it.
+    ///
+    /// ```
+    /// let a = tessera_front::kernel_attr(quote::quote!(dims(D = 64))).unwrap();
+    /// let mut k: tessera_front::parse::kernel::KernelItem = syn::parse2(quote::quote!(
+    ///     fn f(x: Tensor<f32, (S, D)>) -> Tensor<f32, (S, D)> { x }
+    /// )).unwrap();
+    /// a.bind_dims(&mut k).unwrap();
+    /// assert_eq!(k.ret.ty.to_string(), "f32[S, 64]");
+    /// ```
+    pub fn bind_dims(&self, k: &mut parse::kernel::KernelItem) -> syn::Result<()> {
+        for (name, n) in &self.dims {
+            let mut used = false;
+            let types = k.params.iter_mut().map(|(_, t)| t).chain([&mut k.ret]);
+            for t in types {
+                for d in t.ty.shape.0.iter_mut() {
+                    if *d == tessera_ir::Dim::Sym(name.to_string()) {
+                        *d = tessera_ir::Dim::Const(*n);
+                        used = true;
+                    }
+                }
+            }
+            if !used {
+                return Err(syn::Error::new(
+                    name.span(),
+                    format!("`dims` binds `{name}`, which no tensor type of the kernel uses"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The compile options the attribute asks for (the rewrites it switches; its numerics
+    /// policy and precision mode are applied to the graph as it is built).
+    pub fn compile_options(&self) -> tessera_ir::pipeline::CompileOptions {
+        let mut rewrites = tessera_ir::rewrite::RewriteOptions::default();
+        for (name, on) in &self.rewrites {
+            if *on {
+                rewrites.forced.push(name.clone());
+            } else {
+                rewrites.disabled.push(name.clone());
+            }
+        }
+        tessera_ir::pipeline::CompileOptions {
+            rewrites,
+            ..Default::default()
+        }
+    }
+}
+
+fn parse_rewrites(meta: syn::meta::ParseNestedMeta) -> syn::Result<Vec<(String, bool)>> {
+    let mut out = Vec::new();
+    meta.parse_nested_meta(|m| {
+        let Some(id) = m.path.get_ident() else {
+            return Err(m.error("expected a rewrite rule name"));
+        };
+        let name = id.to_string();
+        if tessera_ir::rewrite::rule(&name).is_none() {
+            return Err(syn::Error::new(
+                id.span(),
+                format!(
+                    "unknown rewrite rule `{name}`; the rules are {}",
+                    tessera_ir::rewrite::rule_names().join(", ")
+                ),
+            ));
+        }
+        let v: syn::LitBool = m.value()?.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                format!("`{name}` takes `true` (always apply) or `false` (never apply)"),
+            )
+        })?;
+        out.push((name, v.value));
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The search space named by `autotune(...)`; empty lists mean "the built-in choices".
@@ -124,7 +211,7 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
 }
 
 /// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `precision = "standard"`,
-/// `autotune(...)`.
+/// `autotune(...)`, `precompiled = path`, `rewrites(flash_attention = false)`, `dims(D = 64)`.
 pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
     let mut out = KernelAttr::default();
     let parser = syn::meta::parser(|meta| {
@@ -152,9 +239,21 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
         } else if meta.path.is_ident("precompiled") {
             out.precompiled = Some(meta.value()?.parse()?);
             Ok(())
+        } else if meta.path.is_ident("rewrites") {
+            out.rewrites = parse_rewrites(meta)?;
+            Ok(())
+        } else if meta.path.is_ident("dims") {
+            meta.parse_nested_meta(|m| {
+                let Some(id) = m.path.get_ident() else {
+                    return Err(m.error("expected a dim symbol: `dims(D = 64)`"));
+                };
+                let v: syn::LitInt = m.value()?.parse()?;
+                out.dims.push((id.clone(), v.base10_parse()?));
+                Ok(())
+            })
         } else {
             Err(meta.error(
-                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)` or `precompiled = path`",
+                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)`, `precompiled = path`, `rewrites(...)` or `dims(...)`",
             ))
         }
     });
@@ -177,8 +276,9 @@ pub fn compile_kernel(
     parse::kernel::KernelItem,
     Vec<(parse::kernel::Instance, Compiled)>,
 )> {
-    let k: parse::kernel::KernelItem = syn::parse2(item)?;
+    let mut k: parse::kernel::KernelItem = syn::parse2(item)?;
     let a = kernel_attr(attr)?;
+    a.bind_dims(&mut k)?;
     let b = parse::kernel::body(&k.block)?;
     let mut out = Vec::new();
     for inst in k.instances() {

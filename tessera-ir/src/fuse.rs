@@ -68,6 +68,12 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
     Ok(match &n.op {
         Op::Matmul { .. } => KernelClass::Matmul,
         Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
+        Op::Attention { .. } => KernelClass::Attention,
+        Op::Conv2d(_) => KernelClass::Conv,
+        Op::Fft { .. } => KernelClass::Fft,
+        Op::CausalMask | Op::Complex | Op::Real | Op::Pad { .. } | Op::SpectralMul { .. } => {
+            KernelClass::Layout
+        }
         Op::Transpose => KernelClass::Transpose,
         Op::Reduce { axes, .. } => {
             let r = g.ty(n.args[0]).shape.rank();
@@ -145,6 +151,13 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
             for a in &cands {
                 let k = producer[a.index()].unwrap();
                 if kernels[k].output != *a {
+                    continue;
+                }
+                if matches!(kernels[k].class, KernelClass::Fft | KernelClass::Layout) {
+                    reason = Some(format!(
+                        "{} kernels take no epilogue",
+                        kernels[k].class.name()
+                    ));
                     continue;
                 }
                 if uses[a.index()] != 1 {

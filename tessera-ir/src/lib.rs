@@ -17,6 +17,7 @@ pub mod lower;
 pub mod manifest;
 pub mod pipeline;
 pub mod reference;
+pub mod rewrite;
 pub mod schedule;
 pub mod target;
 pub mod text;

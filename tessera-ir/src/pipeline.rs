@@ -1,11 +1,15 @@
-//! The compiler driver: verify → fuse → schedule → lower → verify, with `TESSERA_DUMP`.
+//! The compiler driver: verify → rewrite → fuse → schedule → lower → verify, with
+//! `TESSERA_DUMP`.
 //!
 //! `TESSERA_DUMP=graph,fusion,schedule,tile` (or `all`) prints each level's text to stderr, or
-//! writes files under `TESSERA_DUMP_DIR` when it is set.
+//! writes files under `TESSERA_DUMP_DIR` when it is set. The fusion trace starts with the
+//! rewrite engine's decisions ([`crate::rewrite`]); when a rule applied, the rewritten graph is
+//! dumped too (`<name>.rewritten`).
 
 use crate::fuse::{FusedKernel, Plan, fuse_with};
 use crate::graph::{self, Graph};
 use crate::lower::{Lowered, lower};
+use crate::rewrite::{Applied, RewriteOptions, rewrite};
 use crate::schedule::Schedule;
 use crate::{DType, NumericsPolicy};
 
@@ -18,6 +22,8 @@ pub struct CompileOptions {
     /// Most elementwise ops fused into one kernel's epilogue (`None`: as deep as the fusion
     /// rules allow); see [`crate::fuse::fuse_with`].
     pub fusion_depth: Option<usize>,
+    /// Which algebraic rewrites run (all by default).
+    pub rewrites: RewriteOptions,
 }
 
 /// A compilation failure, naming the value or kernel at fault.
@@ -29,6 +35,8 @@ pub enum CompileError {
     Fuse(#[from] crate::fuse::FuseError),
     #[error("{0}")]
     Lower(#[from] crate::lower::LowerError),
+    #[error("{0}")]
+    Rewrite(#[from] crate::rewrite::RewriteError),
     /// A numerics policy the graph's reductions cannot all honour.
     #[error("{0}")]
     Policy(String),
@@ -48,7 +56,10 @@ pub struct CompiledKernel {
 /// A compiled graph: the plan and every kernel lowered under its default schedule.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compiled {
+    /// The graph after the rewrites: what the plan's kernels compute.
     pub graph: Graph,
+    /// The rewrite engine's decisions (applied or not), in order.
+    pub rewrites: Vec<Applied>,
     pub plan: Plan,
     pub options: CompileOptions,
     pub kernels: Vec<CompiledKernel>,
@@ -61,6 +72,12 @@ impl Compiled {
             .iter()
             .map(|k| k.lowered.kernel.to_string())
             .collect()
+    }
+
+    /// The fusion trace: the rewrite decisions, then the fusion decisions, one `; ` line each
+    /// (what `TESSERA_DUMP=fusion` prints).
+    pub fn trace(&self) -> String {
+        trace(&self.rewrites, &self.plan)
     }
 
     /// Lowers kernel `i` under another schedule (for tuning, or a backend's own defaults).
@@ -105,8 +122,20 @@ pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileErro
         .fusion_depth
         .map_or(String::new(), |d| format!(".depth{d}"));
     dump("graph", &g.name, || g.to_string());
+    let (rewritten, rewrites) = rewrite(g, &opts.rewrites)?;
+    let g = &rewritten;
+    if rewrites.iter().any(|r| r.applied) {
+        graph::verify(g).map_err(|e| {
+            CompileError::Verify(format!(
+                "the rewritten graph does not verify (a rule bug):\n{e}"
+            ))
+        })?;
+        dump("graph", &format!("{}.rewritten", g.name), || g.to_string());
+    }
     let plan = fuse_with(g, opts.fusion_depth)?;
-    dump("fusion", &format!("{}{tag}", g.name), || plan.to_string());
+    dump("fusion", &format!("{}{tag}", g.name), || {
+        trace(&rewrites, &plan)
+    });
     let mut kernels = Vec::new();
     for k in &plan.kernels {
         let schedule = Schedule::default_for(k.class, kernel_dtype(g, k));
@@ -120,12 +149,23 @@ pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileErro
             lowered,
         });
     }
-    Ok(Compiled {
+    let c = Compiled {
         graph: g.clone(),
+        rewrites,
         plan,
         options: opts.clone(),
         kernels,
-    })
+    };
+    Ok(c)
+}
+
+fn trace(rewrites: &[Applied], plan: &Plan) -> String {
+    let mut s = String::new();
+    for r in rewrites {
+        s.push_str(&format!("; {r}\n"));
+    }
+    s.push_str(&plan.to_string());
+    s
 }
 
 /// The IR levels `TESSERA_DUMP` can name.

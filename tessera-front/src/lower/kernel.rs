@@ -5,13 +5,16 @@ use crate::parse::err;
 use crate::parse::kernel::{Instance, KBin, KBody, KExpr, KernelItem, TyArg};
 use proc_macro2::TokenStream;
 use std::collections::HashMap;
-use tessera_ir::graph::{self, BinaryOp, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value};
-use tessera_ir::pipeline::{self, CompileOptions};
+use tessera_ir::graph::{
+    self, BinaryOp, Conv2d, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value,
+};
+use tessera_ir::pipeline;
 use tessera_ir::{DType, NumericsPolicy};
 
 /// The ops a kernel body may call.
 const OPS: &str = "matmul, matmul_acc::<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum, minimum, sum, mean, amax \
-                   (and `_keepdim`), softmax, layernorm, rmsnorm, transpose/t, cast::<T>";
+                   (and `_keepdim`), softmax, layernorm, rmsnorm, transpose/t, cast::<T>, causal_mask, \
+                   attention, causal_attention, conv2d, fft, ifft, fft2, ifft2, complex, real, pad, spectral_mul";
 
 /// The compiled texts a kernel embeds.
 pub struct Compiled {
@@ -23,7 +26,7 @@ pub struct Compiled {
 
 /// Builds, verifies and compiles one instantiation of the kernel (`item` already instantiated,
 /// `inst` resolving type parameters named in the body) under the attribute's numerics policy
-/// and precision mode; errors point at the offending source.
+/// and precision mode, with the rewrites it switches; errors point at the offending source.
 pub fn compile(
     item: &KernelItem,
     body: &KBody,
@@ -48,7 +51,7 @@ pub fn compile(
             )
         })?;
     }
-    let c = pipeline::compile(&g, &CompileOptions::default()).map_err(|e| {
+    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| {
         err(
             &item.name,
             format!("cannot compile kernel `{}`: {e}", item.name),
@@ -155,7 +158,7 @@ impl Cx {
             }
             KExpr::List { tokens, .. } => Err(err(
                 tokens,
-                "a list `[..]` is only allowed as the axes of a reduction",
+                "a list `[..]` is only allowed as reduction axes or op attributes (conv2d, pad)",
             )),
             KExpr::Call {
                 name,
@@ -300,6 +303,112 @@ impl Cx {
                     self.push(at, Op::Cast(to), &x)?
                 }
             }
+            "causal_mask" => {
+                arity(1)?;
+                let x = tensors(self, 1)?;
+                self.push(at, Op::CausalMask, &x)?
+            }
+            "attention" | "causal_attention" => {
+                arity(4)?;
+                let x = tensors(self, 3)?;
+                let scale = self.number(&args[3], "the scale")?;
+                let op = Op::Attention {
+                    scale,
+                    causal: f == "causal_attention",
+                    policy: self.policy,
+                };
+                self.push(at, op, &x)?
+            }
+            "conv2d" => {
+                if ![2, 4, 6].contains(&args.len()) {
+                    return Err(err(
+                        at,
+                        format!(
+                            "`conv2d` takes (x, w), (x, w, stride, padding) or (x, w, stride, padding, dilation, groups), got {} operands",
+                            args.len()
+                        ),
+                    ));
+                }
+                let x = tensors(self, 2)?;
+                let mut c = Conv2d::default();
+                if args.len() >= 4 {
+                    c.stride = pair(&args[2], "stride", 1)?;
+                    c.padding = pair(&args[3], "padding", 0)?;
+                }
+                if args.len() == 6 {
+                    c.dilation = pair(&args[4], "dilation", 1)?;
+                    c.groups = count(&args[5], "groups", 1)?;
+                }
+                self.push(at, Op::Conv2d(c), &x)?
+            }
+            "fft" | "ifft" => {
+                arity(2)?;
+                let x = tensors(self, 1)?;
+                let rank = self.b.ty(x[0]).shape.rank();
+                let axis = axes(&args[1], rank.saturating_sub(1).max(1))?;
+                let [axis] = axis.as_slice() else {
+                    return Err(err(args[1].tokens(), "an FFT runs along one axis"));
+                };
+                let op = Op::Fft {
+                    axis: *axis,
+                    inverse: f == "ifft",
+                };
+                self.push(at, op, &x)?
+            }
+            "fft2" | "ifft2" => {
+                arity(1)?;
+                let x = tensors(self, 1)?;
+                let rank = self.b.ty(x[0]).shape.rank();
+                if rank < 3 {
+                    return Err(err(
+                        at,
+                        format!(
+                            "`{f}` transforms the last two logical axes of a complex tensor [.., H, W, 2], got {}",
+                            self.b.ty(x[0])
+                        ),
+                    ));
+                }
+                let inverse = f == "ifft2";
+                let y = self.push(
+                    at,
+                    Op::Fft {
+                        axis: rank - 3,
+                        inverse,
+                    },
+                    &x,
+                )?;
+                self.push(
+                    at,
+                    Op::Fft {
+                        axis: rank - 2,
+                        inverse,
+                    },
+                    &[y],
+                )?
+            }
+            "complex" | "real" => {
+                arity(1)?;
+                let x = tensors(self, 1)?;
+                let op = if f == "complex" {
+                    Op::Complex
+                } else {
+                    Op::Real
+                };
+                self.push(at, op, &x)?
+            }
+            "pad" => {
+                arity(3)?;
+                let x = tensors(self, 1)?;
+                let lo = ints(&args[1], "pad's `lo`")?;
+                let hi = ints(&args[2], "pad's `hi`")?;
+                self.push(at, Op::Pad { lo, hi }, &x)?
+            }
+            "spectral_mul" => {
+                arity(3)?;
+                let x = tensors(self, 2)?;
+                let groups = count(&args[2], "groups", 1)?;
+                self.push(at, Op::SpectralMul { groups }, &x)?
+            }
             "layernorm" | "rmsnorm" => {
                 let n = if f == "layernorm" { 4 } else { 3 };
                 arity(n)?;
@@ -327,6 +436,60 @@ impl Cx {
         };
         Ok(V::T(v))
     }
+}
+
+impl Cx {
+    /// A number literal argument.
+    fn number(&mut self, e: &KExpr, what: &str) -> syn::Result<f64> {
+        match self.expr(e)? {
+            V::Num(x) => Ok(x),
+            V::T(_) => Err(err(e.tokens(), format!("{what} must be a number literal"))),
+        }
+    }
+}
+
+/// An integer literal ≥ `min`.
+fn count(e: &KExpr, what: &str, min: u64) -> syn::Result<u64> {
+    match value_of(e) {
+        Some(v) if v >= min as i64 => Ok(v as u64),
+        _ => Err(err(
+            e.tokens(),
+            format!("{what} must be an integer literal ≥ {min}"),
+        )),
+    }
+}
+
+/// `n` (both axes) or `[h, w]`, each an integer literal ≥ `min`.
+fn pair(e: &KExpr, what: &str, min: u64) -> syn::Result<[u64; 2]> {
+    match e {
+        KExpr::List { items, tokens } => match items.as_slice() {
+            [a, b] => Ok([count(a, what, min)?, count(b, what, min)?]),
+            _ => Err(err(
+                tokens,
+                format!("{what} takes one value or two `[h, w]`"),
+            )),
+        },
+        _ => {
+            let v = count(e, what, min)?;
+            Ok([v, v])
+        }
+    }
+}
+
+/// A list of integer literals `[a, b, ..]` (negative allowed).
+fn ints(e: &KExpr, what: &str) -> syn::Result<Vec<i64>> {
+    let KExpr::List { items, .. } = e else {
+        return Err(err(
+            e.tokens(),
+            format!("{what} takes a list of integers, one per axis: `[0, 1, 1, 0]`"),
+        ));
+    };
+    items
+        .iter()
+        .map(|x| {
+            value_of(x).ok_or_else(|| err(x.tokens(), format!("{what} takes integer literals")))
+        })
+        .collect()
 }
 
 /// Reduction axes: an integer or `[a, b]`; negative axes count from the end.

@@ -42,6 +42,7 @@
 //! ```
 
 pub mod arch;
+pub mod graph;
 pub mod occupancy;
 pub mod plan;
 pub mod resources;

@@ -20,7 +20,7 @@ mod precision;
 mod print;
 mod verify;
 
-pub use infer::infer;
+pub use infer::{FFT_MAX_LENGTH, infer};
 pub use parse::parse;
 pub use policy::{policies, with_policy};
 pub use precision::with_precision;
@@ -235,6 +235,94 @@ pub enum Op {
         eps: f64,
         policy: NumericsPolicy,
     },
+    /// Causal masking of attention scores `x: [.., Sq, Sk]`: entry `(i, j)` is kept when
+    /// `j ≤ i + (Sk − Sq)` (the diagonal aligned bottom-right, so a query attends to its own
+    /// position and every earlier key) and is `−∞` otherwise.
+    CausalMask,
+    /// Fused attention `softmax(mask(scale · q·kᵀ)) · v` over the last two axes of
+    /// `q: [.., Sq, D]`, `k: [.., Sk, D]`, `v: [.., Sk, Dv]` (equal leading batch/head dims, one
+    /// float dtype); the probabilities are rounded to the inputs' dtype before the second
+    /// product (as `softmax(..).cast::<T>().matmul(v)` does) and both products accumulate in
+    /// f32. Result `f32[.., Sq, Dv]`. Built by the `flash_attention` rewrite or written directly.
+    /// `policy` orders its reductions (the row sums and both products); the online-softmax
+    /// lowering honours `fast` only (another policy is a lowering error, and the rewrite leaves
+    /// a graph whose softmax or matmuls name one unfused).
+    Attention {
+        scale: f64,
+        causal: bool,
+        policy: NumericsPolicy,
+    },
+    /// 2-D convolution (cross-correlation, as in deep learning) of an NHWC input
+    /// `x: [N, H, W, C]` by an HWIO weight `w: [KH, KW, C/groups, F]`; see [`Conv2d`].
+    Conv2d(Conv2d),
+    /// Discrete Fourier transform along logical axis `axis` of a complex tensor (f32, interleaved
+    /// `(re, im)` pairs in a last axis of size 2): `y[k] = Σ_n x[n]·e^{∓2πi·nk/L}`, `−` forward;
+    /// the inverse divides by `L`. `L` must be a constant power of two ≤ 4096.
+    Fft {
+        axis: usize,
+        inverse: bool,
+    },
+    /// A real tensor as complex: `[..] → f32[.., 2]` with imaginary part 0.
+    Complex,
+    /// The real part of a complex tensor: `f32[.., 2] → f32[..]`.
+    Real,
+    /// Zero padding (or cropping, for negative amounts): `y[i] = x[i − lo]` where that index is
+    /// inside `x`, else 0; axis `a` grows by `lo[a] + hi[a]`.
+    Pad {
+        lo: Vec<i64>,
+        hi: Vec<i64>,
+    },
+    /// The spectral product of a convolution: `X: [N, P, Q, C, 2]` by `W: [P, Q, C/groups, F, 2]`
+    /// (complex), `Y[n, p, q, f] = Σ_c X[n, p, q, g·Cg + c] · conj(W[p, q, c, f])` with `g` the
+    /// group of output channel `f`. Result `f32[N, P, Q, F, 2]`.
+    SpectralMul {
+        groups: u64,
+    },
+}
+
+/// Attributes of a 2-D convolution.
+///
+/// `y[n, oh, ow, f] = Σ_{kh, kw, c} x[n, oh·sh + kh·dh − ph, ow·sw + kw·dw − pw, g·Cg + c] ·
+/// w[kh, kw, c, f]` where `g = f / (F / groups)` is the group of output channel `f`,
+/// `Cg = C / groups`, and positions outside `x` read 0 (zero padding).
+/// `OH = (H + 2·ph − dh·(KH − 1) − 1) / sh + 1` (likewise `OW`). Depthwise is `groups = C`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    /// `[sh, sw]`, each ≥ 1.
+    pub stride: [u64; 2],
+    /// `[ph, pw]`: zeros on both sides.
+    pub padding: [u64; 2],
+    /// `[dh, dw]`, each ≥ 1.
+    pub dilation: [u64; 2],
+    /// ≥ 1; divides `C` and `F`.
+    pub groups: u64,
+}
+
+impl Default for Conv2d {
+    fn default() -> Self {
+        Conv2d {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+impl Conv2d {
+    /// Output extent of a spatial axis (`0` = H, `1` = W) of input extent `n` and kernel `k`;
+    /// `None` when the kernel does not fit the padded input.
+    ///
+    /// ```
+    /// let c = tessera_ir::graph::Conv2d { stride: [2, 2], padding: [1, 1], ..Default::default() };
+    /// assert_eq!(c.out_extent(0, 7, 3), Some(4));
+    /// ```
+    pub fn out_extent(&self, axis: usize, n: u64, k: u64) -> Option<u64> {
+        let span = self.dilation[axis] * (k.max(1) - 1) + 1;
+        (n + 2 * self.padding[axis])
+            .checked_sub(span)
+            .map(|x| x / self.stride[axis] + 1)
+    }
 }
 
 impl Op {
@@ -253,6 +341,15 @@ impl Op {
             Op::Softmax { .. } => "softmax".into(),
             Op::LayerNorm { .. } => "layernorm".into(),
             Op::RmsNorm { .. } => "rmsnorm".into(),
+            Op::CausalMask => "causal_mask".into(),
+            Op::Attention { .. } => "attention".into(),
+            Op::Conv2d(_) => "conv2d".into(),
+            Op::Fft { inverse: false, .. } => "fft".into(),
+            Op::Fft { inverse: true, .. } => "ifft".into(),
+            Op::Complex => "complex".into(),
+            Op::Real => "real".into(),
+            Op::Pad { .. } => "pad".into(),
+            Op::SpectralMul { .. } => "spectral_mul".into(),
         }
     }
 
@@ -272,7 +369,8 @@ impl Op {
             | Op::Matmul { policy, .. }
             | Op::Softmax { policy }
             | Op::LayerNorm { policy, .. }
-            | Op::RmsNorm { policy, .. } => Some(*policy),
+            | Op::RmsNorm { policy, .. }
+            | Op::Attention { policy, .. } => Some(*policy),
             _ => None,
         }
     }
@@ -284,7 +382,8 @@ impl Op {
             | Op::Matmul { policy, .. }
             | Op::Softmax { policy }
             | Op::LayerNorm { policy, .. }
-            | Op::RmsNorm { policy, .. } => Some(policy),
+            | Op::RmsNorm { policy, .. }
+            | Op::Attention { policy, .. } => Some(policy),
             _ => None,
         }
     }

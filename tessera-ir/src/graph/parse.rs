@@ -166,6 +166,60 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<(Op, bool), ParseError> {
                 policy: policy(c)?,
             }
         }
+        "causal_mask" => Op::CausalMask,
+        "attention" => {
+            attr(c, "scale")?;
+            let scale = c.number()?;
+            attr(c, "causal")?;
+            let causal = boolean(c)?;
+            Op::Attention {
+                scale,
+                causal,
+                policy: policy(c)?,
+            }
+        }
+        "conv2d" => {
+            let pair = |c: &mut Cursor, key: &str| -> Result<[u64; 2], ParseError> {
+                attr(c, key)?;
+                let v = c.list("[", "]", |c| c.usize())?;
+                match v.as_slice() {
+                    [a, b] => Ok([*a as u64, *b as u64]),
+                    _ => Err(c.error(format!("{key} takes two values `[h, w]`"))),
+                }
+            };
+            let stride = pair(c, "stride")?;
+            let padding = pair(c, "padding")?;
+            let dilation = pair(c, "dilation")?;
+            attr(c, "groups")?;
+            Op::Conv2d(super::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups: c.usize()? as u64,
+            })
+        }
+        "fft" | "ifft" => {
+            attr(c, "axis")?;
+            Op::Fft {
+                axis: c.usize()?,
+                inverse: name == "ifft",
+            }
+        }
+        "complex" => Op::Complex,
+        "real" => Op::Real,
+        "pad" => {
+            attr(c, "lo")?;
+            let lo = c.list("[", "]", |c| c.int())?;
+            attr(c, "hi")?;
+            let hi = c.list("[", "]", |c| c.int())?;
+            Op::Pad { lo, hi }
+        }
+        "spectral_mul" => {
+            attr(c, "groups")?;
+            Op::SpectralMul {
+                groups: c.usize()? as u64,
+            }
+        }
         _ if name.starts_with("reduce.") => {
             let op = ReduceOp::parse(&name[7..])
                 .ok_or_else(|| c.error(format!("unknown reduction `{name}`")))?;
@@ -188,4 +242,12 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<(Op, bool), ParseError> {
         _ => return Err(c.error(format!("unknown op `{name}`"))),
     };
     Ok((op, acc_named))
+}
+
+fn boolean(c: &mut Cursor) -> Result<bool, ParseError> {
+    match c.ident()?.as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        o => Err(c.error(format!("expected true or false, found `{o}`"))),
+    }
 }

@@ -44,6 +44,37 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                 Op::LayerNorm { eps, policy } | Op::RmsNorm { eps, policy } => {
                     write!(f, " eps={} policy={policy}", fmt_float(*eps))?
                 }
+                Op::Attention {
+                    scale,
+                    causal,
+                    policy,
+                } => write!(
+                    f,
+                    " scale={} causal={causal} policy={policy}",
+                    fmt_float(*scale)
+                )?,
+                Op::Conv2d(c) => write!(
+                    f,
+                    " stride=[{}, {}] padding=[{}, {}] dilation=[{}, {}] groups={}",
+                    c.stride[0],
+                    c.stride[1],
+                    c.padding[0],
+                    c.padding[1],
+                    c.dilation[0],
+                    c.dilation[1],
+                    c.groups
+                )?,
+                Op::Fft { axis, .. } => write!(f, " axis={axis}")?,
+                Op::Pad { lo, hi } => {
+                    let l = |v: &[i64]| {
+                        v.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    write!(f, " lo=[{}] hi=[{}]", l(lo), l(hi))?
+                }
+                Op::SpectralMul { groups } => write!(f, " groups={groups}")?,
                 Op::Matmul { acc, policy } => write!(f, " acc={acc} policy={policy}")?,
                 Op::Softmax { policy } => write!(f, " policy={policy}")?,
                 _ => {}

@@ -14,7 +14,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let root = l.g.node(l.k.root).clone();
     let (a, b) = (root.args[0], root.args[1]);
     let (ra, rb) = (l.g.ty(a).shape.rank(), l.g.ty(b).shape.rank());
-    let batched = ra == 3 && rb == 3;
+    let batched = ra >= 3 && rb >= 3;
     // [B, M, K] × [K, N] is a plain matmul of the [B·M, K] view.
     let r = if batched { 3 } else { 2 };
     let pa = l.param(a, r);

@@ -4,6 +4,10 @@
 //! its leading dims (or pads with leading 1s) — see [`view_shape`]. The runtime applies the same
 //! rule when it binds arguments, so the kernel and the launch agree on shapes.
 
+mod attention;
+mod conv;
+mod fft;
+mod layout;
 mod matmul;
 mod other;
 mod rowwise;
@@ -122,6 +126,10 @@ pub fn lower(
         KernelClass::ColReduce => other::col_reduce(&mut l, s)?,
         KernelClass::Elementwise => other::elementwise(&mut l, s)?,
         KernelClass::Transpose => other::transpose(&mut l, s)?,
+        KernelClass::Attention => attention::lower(&mut l, s)?,
+        KernelClass::Conv => conv::lower(&mut l, s)?,
+        KernelClass::Fft => fft::lower(&mut l, s)?,
+        KernelClass::Layout => layout::lower(&mut l, s)?,
     }
     let kernel = l.b.finish();
     tile::verify(&kernel).map_err(|e| LowerError {

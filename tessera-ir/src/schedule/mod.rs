@@ -27,16 +27,32 @@ pub enum KernelClass {
     Elementwise,
     /// Swap of the last two axes: `tile = [rows, cols]` of the output.
     Transpose,
+    /// Fused attention (online softmax): `tile = [BM, BN]`, `BM` query rows per program and
+    /// `BN` keys per step of the loop over keys.
+    Attention,
+    /// Implicit-GEMM convolution: `tile = [BM, BN, BK]`, `BM` output pixels along a row,
+    /// `BN` output channels, `BK` input channels per step.
+    Conv,
+    /// Stockham FFT along one axis: `tile = [rows, cols]`, `rows` transforms of the outer axes
+    /// per program, `cols` floats (`cols / 2` complex columns) of the inner axes per transform.
+    Fft,
+    /// Index-mapped copies and small contractions (pad, complex, real, causal_mask,
+    /// spectral_mul): `tile = [rows, cols]` of the output's last two view axes.
+    Layout,
 }
 
 impl KernelClass {
     /// Every class.
-    pub const ALL: [KernelClass; 5] = [
+    pub const ALL: [KernelClass; 9] = [
         Self::Matmul,
         Self::Rowwise,
         Self::ColReduce,
         Self::Elementwise,
         Self::Transpose,
+        Self::Attention,
+        Self::Conv,
+        Self::Fft,
+        Self::Layout,
     ];
 
     /// Name in text.
@@ -47,6 +63,10 @@ impl KernelClass {
             KernelClass::ColReduce => "colreduce",
             KernelClass::Elementwise => "elementwise",
             KernelClass::Transpose => "transpose",
+            KernelClass::Attention => "attention",
+            KernelClass::Conv => "conv",
+            KernelClass::Fft => "fft",
+            KernelClass::Layout => "layout",
         }
     }
 
@@ -57,7 +77,11 @@ impl KernelClass {
 
     /// How many tile dims a schedule of this class has.
     pub fn tile_rank(self) -> usize {
-        if self == KernelClass::Matmul { 3 } else { 2 }
+        if matches!(self, KernelClass::Matmul | KernelClass::Conv) {
+            3
+        } else {
+            2
+        }
     }
 }
 
@@ -118,6 +142,45 @@ impl Schedule {
                 stages: 1,
                 vector: 1,
             },
+            // Table A.1's attention tile is 128 × 64 (× the head dim). The PTX of attention
+            // kernels comes from the generic emitter (FFMA, rows over warps), not a tensor-core
+            // template; 16-bit inputs take the table's tile, f32 a 32 × 32 tile.
+            KernelClass::Attention if dtype.size_bytes() == 2 => Schedule {
+                class,
+                tile: vec![128, 64],
+                warps: 8,
+                stages: 2,
+                vector,
+            },
+            KernelClass::Attention => Schedule {
+                class,
+                tile: vec![32, 32],
+                warps: 4,
+                stages: 1,
+                vector: 1,
+            },
+            // Table A.1: convolution 128 × 128 × 32 by implicit GEMM.
+            KernelClass::Conv => Schedule {
+                class,
+                tile: vec![128, 128, 32],
+                warps: 8,
+                stages: 3,
+                vector,
+            },
+            KernelClass::Fft => Schedule {
+                class,
+                tile: vec![1, 16],
+                warps: 4,
+                stages: 1,
+                vector: 1,
+            },
+            KernelClass::Layout => Schedule {
+                class,
+                tile: vec![8, 128],
+                warps: 4,
+                stages: 1,
+                vector: 1,
+            },
         }
     }
 
@@ -155,6 +218,10 @@ impl Schedule {
             KernelClass::ColReduce => vec![64, 256],
             KernelClass::Elementwise => vec![16, 1024],
             KernelClass::Transpose => vec![64, 64],
+            KernelClass::Attention => vec![64, 64],
+            KernelClass::Conv => vec![64, 64, 64],
+            KernelClass::Fft => vec![4, 64],
+            KernelClass::Layout => vec![16, 256],
         };
         Schedule { tile, ..d }
     }
@@ -178,6 +245,10 @@ impl Schedule {
                 vec![vec![8, 128], vec![16, 256], vec![8, 512], vec![32, 128]]
             }
             KernelClass::Transpose => vec![vec![32, 32], vec![64, 128]],
+            KernelClass::Attention => vec![vec![64, 64], vec![128, 128], vec![64, 32]],
+            KernelClass::Conv => vec![vec![64, 64, 32], vec![128, 64, 32], vec![64, 128, 64]],
+            KernelClass::Fft => vec![vec![1, 64], vec![4, 32]],
+            KernelClass::Layout => vec![vec![8, 256], vec![32, 64]],
         };
         for tile in tiles {
             // A row-wise tile of 512 columns with 16-bit inputs (vector = 8) keeps 16 widened

@@ -23,11 +23,12 @@ struct Def {
 
 /// Expands `#[kernel(attr)] item`.
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let k: KernelItem = match syn::parse2(item) {
+    let mut k: KernelItem = match syn::parse2(item) {
         Ok(k) => k,
         Err(e) => return e.to_compile_error(),
     };
     let compiled = tessera_front::kernel_attr(attr).and_then(|a| {
+        a.bind_dims(&mut k)?;
         let b = body(&k.block)?;
         let mut defs = Vec::new();
         for inst in k.instances() {
@@ -95,6 +96,8 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 .precompiled
                 .as_ref()
                 .map(|p| quote!(.with_precompiled(#p)));
+            let (rule_names, on): (Vec<&String>, Vec<bool>) =
+                attr.rewrites.iter().map(|(n, b)| (n, *b)).unzip();
             // One instantiation's definition: its texts, manifests and build-time PTX.
             let def = |kname: &str, d: &Def| {
                 let (graph, tiles, manifests) = (&d.graph, &d.tiles, &d.manifests);
@@ -106,6 +109,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         .with_embedded(&[#(#manifests),*], &[#(#ptx),*])
                         #precision
                         #library
+                        .with_rewrites(&[#((#rule_names, #on)),*])
                 }
             };
             let statics = defs.iter().enumerate().map(|(i, d)| {

@@ -45,6 +45,8 @@ pub struct KernelDef {
     fusion: autotune::FusionMemo,
     /// The precision mode the kernel was compiled under (`#[kernel(precision = ..)]`).
     precision: Option<tessera_ir::Precision>,
+    /// `#[kernel(rewrites(..))]`: rules switched off (`false`) or forced (`true`).
+    rewrites: &'static [(&'static str, bool)],
 }
 
 /// The graph and the manifests of a plan launched on PTX devices, and what those launches
@@ -110,7 +112,32 @@ impl KernelDef {
             ready: OnceLock::new(),
             fusion: autotune::FusionMemo::new(),
             precision: None,
+            rewrites: &[],
         }
+    }
+
+    /// Switches rewrite rules off (`false`) or forces them (`true`), as the kernel's
+    /// `#[kernel(rewrites(..))]` attribute says (see `tessera_ir::rewrite`).
+    pub const fn with_rewrites(mut self, rewrites: &'static [(&'static str, bool)]) -> Self {
+        self.rewrites = rewrites;
+        self
+    }
+
+    /// The compile options of this definition at fusion depth `depth`.
+    fn options(&self, depth: Option<usize>) -> CompileOptions {
+        let mut opts = CompileOptions {
+            fusion_depth: depth,
+            ..CompileOptions::default()
+        };
+        for (name, on) in self.rewrites {
+            let list = if *on {
+                &mut opts.rewrites.forced
+            } else {
+                &mut opts.rewrites.disabled
+            };
+            list.push(name.to_string());
+        }
+        opts
     }
 
     /// Records that the kernel was compiled under precision mode `mode`: a
@@ -146,6 +173,12 @@ impl KernelDef {
         self.name
     }
 
+    /// The kernel's Graph IR text as written (before the algebraic rewrites), with its
+    /// numerics policy and precision mode applied.
+    pub fn graph_text(&self) -> &'static str {
+        self.graph
+    }
+
     /// The PTX module of fused kernel `i` (default schedule) for `arch`: what a GPU of that
     /// arch (or the simulator) runs — the embedded text when the macro embedded it.
     pub fn ptx(&self, i: usize, arch: Arch) -> Result<String> {
@@ -174,6 +207,10 @@ impl KernelDef {
         self.launchable
             .get_or_init(|| {
                 let graph = graph::parse(self.graph).map_err(|e| format!("graph text: {e}"))?;
+                // The manifests name values of the graph after the algebraic rewrites (pure
+                // Graph IR rewriting: no compilation).
+                let (graph, _) = tessera_ir::rewrite::rewrite(&graph, &self.options(None).rewrites)
+                    .map_err(|e| format!("rewriting the graph: {e}"))?;
                 let kernels = if self.manifests.is_empty() {
                     // Built without manifests: derive them from the compiled plan.
                     let c = &self
@@ -275,7 +312,9 @@ impl KernelDef {
             return Ok(Some(s.clone()));
         }
         let fail = |m: String| self.compile_err(m);
-        let mut g = ready.base.compiled.graph.clone();
+        // The kernel's graph as written (before the rewrites): a rule whose legality depends
+        // on the policy (flash_attention needs `fast`) decides again under the scope.
+        let mut g = graph::parse(self.graph).map_err(|e| fail(format!("graph text: {e}")))?;
         if let Some(m) = mode {
             g = graph::with_precision(&g, m).map_err(fail)?;
         }
@@ -300,10 +339,7 @@ impl KernelDef {
         tag: String,
         embedded: bool,
     ) -> std::result::Result<Plan, String> {
-        let opts = CompileOptions {
-            fusion_depth: depth,
-            ..CompileOptions::default()
-        };
+        let opts = self.options(depth);
         let compiled = compile(g, &opts).map_err(|e| e.to_string())?;
         let mut programs = Vec::new();
         for (i, k) in compiled.kernels.iter().enumerate() {
