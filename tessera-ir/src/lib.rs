@@ -8,6 +8,7 @@
 //! **Architecture invariant:** this crate depends on nothing of Tessera's; the macros and the
 //! runtime depend on it.
 
+pub mod autodiff;
 pub mod cost;
 pub mod env;
 pub mod fuse;

@@ -30,6 +30,7 @@ pub mod autotune;
 pub mod backend;
 mod device;
 mod error;
+mod grad;
 mod launch;
 pub mod numerics;
 mod tensor;
@@ -43,6 +44,7 @@ pub mod ptx_cache {
 pub use backend::gpu::stats::{DeviceStats, MemoryStats, TransferStats};
 pub use device::{Device, Event};
 pub use error::{Error, Result};
+pub use grad::{Grad, grad, grad_wrt};
 pub use half::{bf16, f16};
 pub use launch::{Arg, EmbeddedPtx, KernelDef, PrecompiledPtx, TileDef, TileParam};
 pub use tensor::{

@@ -35,7 +35,7 @@
 //! ```
 
 mod attention;
-mod edit;
+pub(crate) mod edit;
 mod spectral;
 
 use crate::cost::Arch;

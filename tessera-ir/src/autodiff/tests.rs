@@ -1,0 +1,267 @@
+//! Every VJP rule against central finite differences of the f64 reference interpreter, on
+//! seeded random inputs.
+
+use super::{grad, grad_wrt};
+use crate::graph::{self, Graph, Op, parse};
+use crate::reference::{Tensor64, eval};
+
+/// Uniform values in `[lo, lo + 2)` from a seeded LCG.
+fn random(n: usize, seed: u64, lo: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + 2.0 * ((s >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Checks the gradient of every float parameter of `src` on inputs of `shapes` (values in
+/// `[lo, lo + 2)`) against `(⟨dy, f(x + h·e_j)⟩ − ⟨dy, f(x − h·e_j)⟩) / 2h` for every
+/// element `j`, in f64. Returns the backward graphs.
+fn check(src: &str, shapes: &[&[usize]], lo: f64, seed: u64) -> Vec<Graph> {
+    let g = parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+    graph::verify(&g).unwrap();
+    let inputs: Vec<Tensor64> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n = s.iter().product();
+            Tensor64::new(s.to_vec(), random(n, seed + i as u64, lo))
+        })
+        .collect();
+    let y = eval(&g, &inputs).unwrap();
+    let dy = Tensor64::new(y.shape.clone(), random(y.data.len(), seed + 99, -1.0));
+    let mut graphs = Vec::new();
+    for gr in grad(&g).unwrap() {
+        let bw = &gr.graph;
+        graph::verify(bw).unwrap();
+        // The text form round-trips.
+        assert_eq!(parse(&bw.to_string()).unwrap().to_string(), bw.to_string());
+        let mut args = inputs.clone();
+        args.push(dy.clone());
+        let got = eval(bw, &args).unwrap_or_else(|e| panic!("{e}\n{bw}"));
+        let p = g
+            .params
+            .iter()
+            .position(|v| matches!(&g.node(*v).op, Op::Param { name, .. } if *name == gr.param))
+            .unwrap();
+        assert_eq!(got.shape, inputs[p].shape, "d{}\n{bw}", gr.param);
+        let h = 1e-5;
+        let mut want = Vec::new();
+        for j in 0..inputs[p].data.len() {
+            let mut plus = inputs.clone();
+            plus[p].data[j] += h;
+            let mut minus = inputs.clone();
+            minus[p].data[j] -= h;
+            let fp = dot(&eval(&g, &plus).unwrap().data, &dy.data);
+            let fm = dot(&eval(&g, &minus).unwrap().data, &dy.data);
+            want.push((fp - fm) / (2.0 * h));
+        }
+        let scale = want.iter().fold(1e-3f64, |m, x| m.max(x.abs()));
+        let err = got
+            .data
+            .iter()
+            .zip(&want)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+            / scale;
+        assert!(
+            err < 1e-6,
+            "@{} d{}: relative error {err:e}\ngot  {:?}\nwant {want:?}\n{bw}",
+            g.name,
+            gr.param,
+            got.data
+        );
+        graphs.push(gr.graph);
+    }
+    graphs
+}
+
+#[test]
+fn unary_ops() {
+    for (op, lo) in [
+        ("neg", -1.0),
+        ("exp", -1.0),
+        ("log", 0.5),
+        ("sqrt", 0.5),
+        ("rsqrt", 0.5),
+        ("tanh", -1.0),
+        ("sigmoid", -1.0),
+    ] {
+        let src = format!(
+            "graph @u(%x: f32[M, N]) -> f32[M, N] {{\n  %1 = {op} %x : f32[M, N]\n  return %1\n}}\n"
+        );
+        check(&src, &[&[3, 5]], lo, 1);
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    for op in ["add", "sub", "mul", "div"] {
+        // A row vector, a column and a scalar constant broadcast against a matrix.
+        let src = format!(
+            "graph @b(%x: f32[M, N], %r: f32[N], %c: f32[M, 1]) -> f32[M, N] {{
+  %3 = {op} %x, %r : f32[M, N]
+  %4 = {op} %c, %3 : f32[M, N]
+  %5 = const 0.5 : f32[]
+  %6 = {op} %4, %5 : f32[M, N]
+  return %6
+}}
+"
+        );
+        check(&src, &[&[4, 3], &[3], &[4, 1]], 0.5, 2);
+    }
+}
+
+#[test]
+fn a_value_used_twice_sums_its_cotangents() {
+    let src = "graph @sq(%x: f32[M, N]) -> f32[M, N] {
+  %1 = mul %x, %x : f32[M, N]
+  %2 = exp %x : f32[M, N]
+  %3 = add %1, %2 : f32[M, N]
+  return %3
+}
+";
+    check(src, &[&[2, 3]], -1.0, 3);
+}
+
+#[test]
+fn reductions() {
+    let src = "graph @r(%x: f32[M, N]) -> f32[] {
+  %1 = reduce.sum %x axes=[1] keepdim=false : f32[M]
+  %2 = mul %1, %1 : f32[M]
+  %3 = reduce.sum %2 axes=[0] keepdim=false : f32[]
+  return %3
+}
+";
+    check(src, &[&[3, 4]], -1.0, 4);
+    // mean over a symbolic axis with keepdim, and over a constant leading axis.
+    let src = "graph @m(%x: f32[M, N], %y: f32[4, N]) -> f32[M, N] {
+  %2 = reduce.mean %x axes=[1] keepdim=true : f32[M, 1]
+  %3 = mul %x, %2 : f32[M, N]
+  %4 = reduce.mean %y axes=[0] keepdim=false : f32[N]
+  %5 = add %3, %4 : f32[M, N]
+  return %5
+}
+";
+    check(src, &[&[3, 5], &[4, 5]], -1.0, 5);
+}
+
+#[test]
+fn matmul_plain_batched_and_shared_weights() {
+    let src = "graph @mm(%a: f32[M, K], %b: f32[K, N]) -> f32[M, N] {
+  %2 = matmul %a, %b acc=f32 : f32[M, N]
+  return %2
+}
+";
+    check(src, &[&[3, 4], &[4, 5]], -1.0, 6);
+    let src = "graph @bmm(%a: f32[B, M, K], %b: f32[B, K, N], %w: f32[N, P]) -> f32[B, M, P] {
+  %3 = matmul %a, %b acc=f32 : f32[B, M, N]
+  %4 = matmul %3, %w acc=f32 : f32[B, M, P]
+  return %4
+}
+";
+    check(src, &[&[2, 3, 4], &[2, 4, 2], &[2, 3]], -1.0, 7);
+    let src = "graph @mt(%a: f32[M, K], %b: f32[N, K]) -> f32[M, N] {
+  %2 = transpose %b : f32[K, N]
+  %3 = matmul %a, %2 acc=f32 : f32[M, N]
+  return %3
+}
+";
+    check(src, &[&[3, 4], &[2, 4]], -1.0, 8);
+}
+
+#[test]
+fn softmax() {
+    let src = "graph @sm(%x: f32[M, N]) -> f32[M, N] {
+  %1 = softmax %x : f32[M, N]
+  return %1
+}
+";
+    check(src, &[&[3, 6]], -1.0, 9);
+}
+
+#[test]
+fn layernorm_and_rmsnorm() {
+    let src = "graph @ln(%x: f32[M, N], %g: f32[N], %b: f32[N]) -> f32[M, N] {
+  %3 = layernorm %x, %g, %b eps=1e-5 : f32[M, N]
+  return %3
+}
+";
+    check(src, &[&[4, 6], &[6], &[6]], -1.0, 10);
+    let src = "graph @rms(%x: f32[M, N], %g: f32[N]) -> f32[M, N] {
+  %2 = rmsnorm %x, %g eps=1e-5 : f32[M, N]
+  return %2
+}
+";
+    check(src, &[&[4, 6], &[6]], -1.0, 11);
+}
+
+#[test]
+fn attention_plain_and_causal() {
+    for causal in [false, true] {
+        let src = format!(
+            "graph @at(%q: f32[B, S, 4], %k: f32[B, T, 4], %v: f32[B, T, 3]) -> f32[B, S, 3] {{
+  %3 = attention %q, %k, %v scale=0.5 causal={causal} : f32[B, S, 3]
+  return %3
+}}
+"
+        );
+        check(&src, &[&[2, 3, 4], &[2, 5, 4], &[2, 5, 3]], -1.0, 12);
+    }
+}
+
+#[test]
+fn two_layer_mlp_loss() {
+    let src = "graph @mlp(%x: f32[M, K], %w1: f32[K, H], %b1: f32[H], %w2: f32[H, N], %b2: f32[N], %t: f32[M, N]) -> f32[] {
+  %6 = matmul %x, %w1 acc=f32 : f32[M, H]
+  %7 = add %6, %b1 : f32[M, H]
+  %8 = tanh %7 : f32[M, H]
+  %9 = matmul %8, %w2 acc=f32 : f32[M, N]
+  %10 = add %9, %b2 : f32[M, N]
+  %11 = sub %10, %t : f32[M, N]
+  %12 = mul %11, %11 : f32[M, N]
+  %13 = reduce.sum %12 axes=[1] keepdim=false : f32[M]
+  %14 = reduce.mean %13 axes=[0] keepdim=false : f32[]
+  return %14
+}
+";
+    let graphs = check(
+        src,
+        &[&[4, 3], &[3, 5], &[5], &[5, 2], &[2], &[4, 2]],
+        -1.0,
+        13,
+    );
+    // The bias gradient is a column sum of the pre-activation's cotangent.
+    let db1 = &graphs[2];
+    assert_eq!(db1.name, "mlp_grad_b1");
+    assert!(db1.to_string().contains("reduce.sum"), "{db1}");
+}
+
+#[test]
+fn an_op_without_a_rule_is_an_error_naming_it() {
+    let g = parse(
+        "graph @r(%x: f32[M, N], %y: f32[M, N]) -> f32[M, N] {
+  %2 = relu %x : f32[M, N]
+  %3 = add %2, %y : f32[M, N]
+  return %3
+}
+",
+    )
+    .unwrap();
+    let e = grad_wrt(&g, "x").unwrap_err().to_string();
+    assert!(
+        e.contains("@r: %2 (relu): no gradient rule for `relu`"),
+        "{e}"
+    );
+    // `y` does not pass through the relu: its gradient is `dy`'s path alone.
+    assert!(grad_wrt(&g, "y").is_ok());
+    let e = grad_wrt(&g, "z").unwrap_err().to_string();
+    assert!(e.contains("%z") && e.contains("no such parameter"), "{e}");
+}

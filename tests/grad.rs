@@ -1,0 +1,131 @@
+//! `tessera::grad`: the backward kernels of real `#[kernel]`s run on every backend and agree
+//! with the f64 interpreter run on the same backward graphs (whose VJP rules
+//! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences).
+
+use tessera::ir::reference::{Tensor64, eval};
+use tessera::prelude::*;
+use tessera::{KernelDef, grad};
+use tessera_workspace::reference::rel_error;
+
+#[tessera::kernel]
+fn linear_tanh(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    tanh(x.matmul(w) + b)
+}
+
+#[tessera::kernel]
+fn softmax_scaled(x: Tensor<f32, (M, N)>, s: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)> {
+    softmax(x * s)
+}
+
+#[tessera::kernel]
+fn layer_norm(
+    x: Tensor<f32, (M, N)>,
+    g: Tensor<f32, (N,)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    layernorm(x, g, b, 1e-5)
+}
+
+#[tessera::kernel]
+fn rms_norm(x: Tensor<f32, (M, N)>, g: Tensor<f32, (N,)>) -> Tensor<f32, (M, N)> {
+    rmsnorm(x, g, 1e-5)
+}
+
+#[tessera::kernel]
+fn row_stats(x: Tensor<f32, (M, N)>) -> Tensor<f32, (M,)> {
+    (x * x).sum(1) + exp(x).mean(1)
+}
+
+#[tessera::kernel]
+fn mlp_loss(
+    x: Tensor<f32, (B, I)>,
+    w1: Tensor<f32, (I, H)>,
+    b1: Tensor<f32, (H,)>,
+    w2: Tensor<f32, (H, O)>,
+    b2: Tensor<f32, (O,)>,
+    t: Tensor<f32, (B, O)>,
+) -> Tensor<f32, ()> {
+    let e = tanh(x.matmul(w1) + b1).matmul(w2) + b2 - t;
+    (e * e).sum(1).mean(0)
+}
+
+#[tessera::kernel]
+fn relu_k(x: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)> {
+    relu(x) * x
+}
+
+thread_local! {
+    static DEVICE: std::cell::RefCell<Device> = const { std::cell::RefCell::new(Device::Cpu) };
+}
+
+/// Runs every backward kernel of `k` at random inputs of `shapes` on the backend under test
+/// and compares each gradient with the f64 interpreter on the same backward graph.
+fn case(k: &'static KernelDef, shapes: &[&[usize]], seed: u64) {
+    let dev = DEVICE.with(|d| d.borrow().clone());
+    let xs: Vec<Tensor<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Tensor::randn(s, seed + i as u64))
+        .collect();
+    let on: Vec<Tensor<f32>> = xs.iter().map(|x| x.to(&dev).unwrap()).collect();
+    let args: Vec<_> = on.iter().map(|x| x.arg()).collect();
+    let y = k.launch::<f32>(&args).unwrap();
+    let dy = Tensor::<f32>::randn(y.shape(), seed + 50);
+    let g = grad(k).unwrap();
+    let got = g.backward::<f32>(&args, &dy.to(&dev).unwrap()).unwrap();
+    assert_eq!(got.len(), shapes.len());
+    let mut inputs: Vec<Tensor64> = xs
+        .iter()
+        .map(|x| Tensor64::new(x.shape().to_vec(), x.to_f64_vec().unwrap()))
+        .collect();
+    inputs.push(Tensor64::new(dy.shape().to_vec(), dy.to_f64_vec().unwrap()));
+    for (p, dp) in g.params().iter().zip(&got) {
+        let bw = g.kernel(p).unwrap();
+        let graph = &bw.compiled().unwrap().graph;
+        let want = eval(graph, &inputs).unwrap();
+        assert_eq!(dp.shape(), &want.shape[..], "{}: d{p}", k.name());
+        let e = rel_error(&dp.to_f64_vec().unwrap(), &want.data);
+        assert!(e < 1e-4, "{} d{p}: relative error {e:e}", k.name());
+    }
+}
+
+macro_rules! backend_tests {
+    ($($backend:ident => $device:expr),* $(,)?) => {$(
+        mod $backend {
+            use super::*;
+            fn device() {
+                DEVICE.with(|x| *x.borrow_mut() = $device);
+            }
+            #[test] fn matmul_bias_tanh() { device(); case(&linear_tanh::KERNEL, &[&[37, 19], &[19, 23], &[23]], 1); }
+            #[test] fn softmax() { device(); case(&softmax_scaled::KERNEL, &[&[9, 70], &[9, 70]], 2); }
+            #[test] fn layernorm() { device(); case(&layer_norm::KERNEL, &[&[13, 40], &[40], &[40]], 3); }
+            #[test] fn rmsnorm() { device(); case(&rms_norm::KERNEL, &[&[13, 40], &[40]], 4); }
+            #[test] fn reductions() { device(); case(&row_stats::KERNEL, &[&[11, 33]], 5); }
+            #[test] fn mlp() { device(); case(&mlp_loss::KERNEL, &[&[16, 5], &[5, 12], &[12], &[12, 3], &[3], &[16, 3]], 6); }
+        }
+    )*};
+}
+
+backend_tests!(
+    cpu => Device::cpu(),
+    sim_sm80 => Device::sim(),
+);
+
+#[test]
+fn bias_gradient_is_a_column_sum_in_the_fusion_trace() {
+    let g = grad(&linear_tanh::KERNEL).unwrap();
+    let db = g.kernel("b").unwrap().compiled().unwrap();
+    let trace = db.trace();
+    assert!(trace.contains("reduce.sum"), "{trace}");
+    assert!(db.graph.to_string().contains("%dy: f32[M, N]"));
+}
+
+#[test]
+fn a_kernel_without_a_gradient_rule_is_an_error_naming_the_op() {
+    let e = grad(&relu_k::KERNEL).err().unwrap().to_string();
+    assert!(e.contains("relu") && e.contains("no gradient rule"), "{e}");
+}
