@@ -276,20 +276,26 @@ fn faer_par(t: usize) -> Par {
 }
 
 fn summary_gemm(rows: &mut Vec<Row>) {
-    let dims: Vec<(usize, usize, usize)> = vec![
+    let mut dims: Vec<(usize, usize, usize)> = vec![
         (256, 256, 256),
+        (512, 512, 512),
         (1024, 1024, 1024),
         (2048, 2048, 2048),
         (1, 4096, 4096),
+        (8, 4096, 4096),
         (64, 4096, 4096),
     ];
+    if !quick() {
+        dims.push((4096, 4096, 4096));
+    }
     for (m, k, n) in dims {
         let a = Tensor::<f32>::randn(&[m, k], 1);
         let b = Tensor::<f32>::randn(&[k, n], 2);
         let ab = Tensor::<bf16>::randn(&[m, k], 3);
         let bb = Tensor::<bf16>::randn(&[k, n], 4);
-        let fa = Mat::from_fn(m, k, |i, j| a.as_slice()[i * k + j]);
-        let fb = Mat::from_fn(k, n, |i, j| b.as_slice()[i * n + j]);
+        let (av, bv) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+        let fa = Mat::from_fn(m, k, |i, j| av[i * k + j]);
+        let fb = Mat::from_fn(k, n, |i, j| bv[i * n + j]);
         let mut fc = Mat::<f32>::zeros(m, n);
         let flop = 2.0 * (m * k * n) as f64;
         for t in THREADS {
@@ -437,8 +443,13 @@ fn criterion_benches(c: &mut Criterion) {
     }
 }
 
+/// `TESSERA_BENCH_QUICK=1`: the summary only (no criterion), and no 4096³ GEMM.
+fn quick() -> bool {
+    std::env::var_os("TESSERA_BENCH_QUICK").is_some()
+}
+
 fn main() {
-    if std::env::var_os("TESSERA_BENCH_QUICK").is_none() {
+    if !quick() {
         let mut c = Criterion::default().configure_from_args();
         criterion_benches(&mut c);
     }

@@ -2,7 +2,7 @@
 //! ([`Scratch`]), which is reused across launches so a launch allocates nothing once warm.
 
 use super::chunk::{self, V};
-use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SOp, Src, Step};
+use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SLOT, SOp, Src, Step};
 use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
@@ -22,7 +22,7 @@ impl Scratch {
     pub fn fit(&mut self, plan: &Plan) {
         grow(&mut self.sc, plan.scalars);
         grow(&mut self.mat, plan.mat_len);
-        grow(&mut self.ch, plan.chunk_slots * CHUNK);
+        grow(&mut self.ch, plan.chunk_slots * SLOT);
         grow(&mut self.racc, plan.reduce_len);
     }
 }
@@ -179,7 +179,7 @@ unsafe fn read<'a>(
     w: usize,
 ) -> V<'a> {
     match src {
-        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * CHUNK), w) }),
+        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * SLOT), w) }),
         Src::Mat { off, rows, cols } => {
             let ri = if rows == 1 { 0 } else { r };
             // SAFETY: the plan sized `mat` for every materialised tile.
@@ -197,7 +197,7 @@ unsafe fn read<'a>(
 
 /// Where row `r`, columns `c0..` of a tile at `idx` lie in a buffer: the element offset of
 /// column `c0 + lo` and the in-bounds column range `lo..hi` of the chunk (empty when outside).
-#[inline]
+#[inline(always)]
 fn window(
     buf: &Buffer,
     idx: &[u32],
@@ -240,7 +240,36 @@ fn window(
     (base + (col_start + lo as i64) as usize, lo, hi)
 }
 
+/// Runs a group with the loops built for the active SIMD level
+/// ([`crate::backend::cpu::simd::active`]).
 fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
+        return unsafe { group_avx2(g, s, args) };
+    }
+    group_portable(g, s, args)
+}
+
+/// The group loops built for the baseline ISA.
+#[inline(never)]
+fn group_portable(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_body(g, s, args)
+}
+
+/// The group loops built with AVX2 and FMA (8-lane loads, stores, arithmetic, bf16
+/// widening and rounding).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_avx2(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_body(g, s, args)
+}
+
+#[inline(always)]
+fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     let Scratch { sc, mat, ch, racc } = s;
     let (rows, cols) = (g.rows, g.cols);
     let wmax = cols.min(CHUNK);
@@ -277,10 +306,11 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         while c0 < cols {
             let w = (cols - c0).min(wmax);
             for m in &g.members {
-                // SAFETY: slots are `CHUNK` apart inside `ch` (sized by `Scratch::fit`); a
-                // member's destination slot differs from the slots it reads (plan::group).
+                // SAFETY: slots are `SLOT` apart inside `ch` (sized by `Scratch::fit`); a
+                // member's destination slot differs from the slots it reads (plan::group),
+                // except an in-place unary op, which never reads through `rd`.
                 let dst = |d: u16| unsafe {
-                    std::slice::from_raw_parts_mut(chp.add(d as usize * CHUNK), w)
+                    std::slice::from_raw_parts_mut(chp.add(d as usize * SLOT), w)
                 };
                 let rd = |src: Src| unsafe { read(src, chp, matp, sc, r, c0, w) };
                 let d = match &m.op {
@@ -313,8 +343,11 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         None
                     }
                     COp::Unary { op, a, dst: d } => {
+                        // In place when the plan gave the result its operand's slot.
+                        if !matches!(a, Src::Chunk(k) if k == d) {
+                            rd(*a).copy_to(dst(*d));
+                        }
                         let o = dst(*d);
-                        rd(*a).copy_to(o);
                         chunk::unary(*op, o);
                         Some(*d)
                     }
@@ -452,6 +485,7 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
+#[inline(always)]
 fn identity(op: TileReduce) -> f32 {
     match op {
         TileReduce::Sum => 0.0,
