@@ -119,6 +119,9 @@ pub(crate) struct Group {
     pub rows: usize,
     pub cols: usize,
     pub members: Vec<Member>,
+    /// No reductions and nothing materialised: stores are the group's only effect, so rows
+    /// and columns outside every store's in-bounds window need not be computed.
+    pub store_only: bool,
 }
 
 /// A copy between slots (loop-carried values).
@@ -758,10 +761,14 @@ impl Compiler<'_> {
             });
         }
         self.max_slots = self.max_slots.max(nslots as usize);
+        let store_only = out
+            .iter()
+            .all(|m| m.mat.is_none() && !matches!(m.op, COp::Reduce { .. }));
         Ok(Group {
             rows: g.shape.0,
             cols: g.shape.1,
             members: out,
+            store_only,
         })
     }
 }

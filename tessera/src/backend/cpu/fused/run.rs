@@ -53,11 +53,14 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
                 dst,
             } => {
                 let (r, c) = (*rows, *cols);
-                for j in 0..c {
-                    for i in 0..r {
-                        s.mat[dst + j * r + i] = s.mat[src + i * c + j];
-                    }
-                }
+                let (a, b) = if src < dst {
+                    let (lo, hi) = s.mat.split_at_mut(*dst);
+                    (&lo[*src..*src + r * c], &mut hi[..r * c])
+                } else {
+                    let (lo, hi) = s.mat.split_at_mut(*src);
+                    (&hi[..r * c], &mut lo[*dst..*dst + r * c])
+                };
+                transpose(a, b, r, c);
             }
             Step::For {
                 iv,
@@ -76,6 +79,22 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
                     steps(body, s, ids, args);
                     copies(yields, s);
                     x += step;
+                }
+            }
+        }
+    }
+}
+
+/// `b (c × r) = aᵀ` for `a (r × c)`, in 8 × 8 blocks (both sides stay in a few cache lines).
+fn transpose(a: &[f32], b: &mut [f32], r: usize, c: usize) {
+    const B: usize = 8;
+    assert!(a.len() >= r * c && b.len() >= r * c);
+    for i0 in (0..r).step_by(B) {
+        for j0 in (0..c).step_by(B) {
+            for i in i0..(i0 + B).min(r) {
+                for j in j0..(j0 + B).min(c) {
+                    // SAFETY: i < r and j < c, so both indices are below r * c (asserted).
+                    unsafe { *b.get_unchecked_mut(j * r + i) = *a.get_unchecked(i * c + j) };
                 }
             }
         }
@@ -291,6 +310,26 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         }
     }
     for r in 0..rows {
+        // A store-only group computes just the columns some store writes (a ragged edge
+        // tile, a [1, 1] launch of a [8, 256] tile), and skips rows no store writes.
+        let (mut c_lo, mut c_hi) = (0, cols);
+        if g.store_only {
+            (c_lo, c_hi) = (cols, 0);
+            for m in &g.members {
+                if let COp::Store {
+                    param, idx, rank, ..
+                } = &m.op
+                {
+                    let (_, lo, hi) = window(&args[*param], idx, sc, *rank, r, 0, cols);
+                    if hi > lo {
+                        (c_lo, c_hi) = (c_lo.min(lo), c_hi.max(hi));
+                    }
+                }
+            }
+            if c_lo >= c_hi {
+                continue;
+            }
+        }
         for m in &g.members {
             if let COp::Reduce {
                 op,
@@ -302,9 +341,9 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                 racc[*acc] = identity(*op);
             }
         }
-        let mut c0 = 0;
-        while c0 < cols {
-            let w = (cols - c0).min(wmax);
+        let mut c0 = c_lo;
+        while c0 < c_hi {
+            let w = (c_hi - c0).min(wmax);
             for m in &g.members {
                 // SAFETY: slots are `SLOT` apart inside `ch` (sized by `Scratch::fit`); a
                 // member's destination slot differs from the slots it reads (plan::group),
