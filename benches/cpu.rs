@@ -348,6 +348,24 @@ fn summary_launch(rows: &mut Vec<Row>) {
             ratio: slow / fast,
             yardstick: "interpreter time / fast",
         });
+        // The launch's work: read the input, gelu it, write a fresh output.
+        let xs = x.as_slice().unwrap();
+        let work = p.install(|| {
+            best(|| {
+                let mut v = xs.to_vec();
+                tessera::backend::cpu::vmath::gelu(&mut v);
+                std::hint::black_box(v);
+            })
+        });
+        rows.push(Row {
+            kernel: "gelu launch beyond work".into(),
+            shape: format!("[{r}, {c}]"),
+            threads: 1,
+            value: (fast - work) * 1e6,
+            unit: "µs",
+            ratio: (fast - work) * 1e6 / 2.0,
+            yardstick: "2 µs goal",
+        });
     }
 }
 
@@ -408,11 +426,14 @@ fn write_docs(rows: &[Row]) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
     let md = format!(
-        "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command). \
+        "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command; \
+         `TESSERA_BENCH_QUICK=1 cargo bench --bench cpu` skips criterion and the 4096³ GEMM and \
+         writes the same table in a few minutes). \
          Memory-bound kernels: GB/s of the bytes they must read and write (each counted once) and \
          the ratio to a `copy_from_slice` of the same bytes on the same number of threads in the \
          same run. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
-         per whole launch, and how many times slower the interpreter is. Best of ≥ 5 runs per case.\n\n\
+         per whole launch, and how many times slower the interpreter is; \
+         \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Best of ≥ 5 runs per case.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
