@@ -311,7 +311,7 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
     for r in 0..rows {
         // A store-only group computes just the columns some store writes (a ragged edge
-        // tile, a [1, 1] launch of a [8, 256] tile), and skips rows no store writes.
+        // tile, a [1, 1] launch of a [16, 1024] tile), and skips rows no store writes.
         let (mut c_lo, mut c_hi) = (0, cols);
         if g.store_only {
             (c_lo, c_hi) = (cols, 0);
