@@ -276,21 +276,26 @@ fn faer_par(t: usize) -> Par {
 }
 
 fn summary_gemm(rows: &mut Vec<Row>) {
-    let dims: Vec<(usize, usize, usize)> = vec![
+    let mut dims: Vec<(usize, usize, usize)> = vec![
         (256, 256, 256),
+        (512, 512, 512),
         (1024, 1024, 1024),
         (2048, 2048, 2048),
         (1, 4096, 4096),
+        (8, 4096, 4096),
         (64, 4096, 4096),
     ];
+    if !quick() {
+        dims.push((4096, 4096, 4096));
+    }
     for (m, k, n) in dims {
         let a = Tensor::<f32>::randn(&[m, k], 1);
         let b = Tensor::<f32>::randn(&[k, n], 2);
         let ab = Tensor::<bf16>::randn(&[m, k], 3);
         let bb = Tensor::<bf16>::randn(&[k, n], 4);
-        let (sa, sb) = (a.as_slice().unwrap(), b.as_slice().unwrap());
-        let fa = Mat::from_fn(m, k, |i, j| sa[i * k + j]);
-        let fb = Mat::from_fn(k, n, |i, j| sb[i * n + j]);
+        let (av, bv) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+        let fa = Mat::from_fn(m, k, |i, j| av[i * k + j]);
+        let fb = Mat::from_fn(k, n, |i, j| bv[i * n + j]);
         let mut fc = Mat::<f32>::zeros(m, n);
         let flop = 2.0 * (m * k * n) as f64;
         for t in THREADS {
@@ -342,6 +347,24 @@ fn summary_launch(rows: &mut Vec<Row>) {
             unit: "µs",
             ratio: slow / fast,
             yardstick: "interpreter time / fast",
+        });
+        // The launch's work: read the input, gelu it, write a fresh output.
+        let xs = x.as_slice().unwrap();
+        let work = p.install(|| {
+            best(|| {
+                let mut v = xs.to_vec();
+                tessera::backend::cpu::vmath::gelu(&mut v);
+                std::hint::black_box(v);
+            })
+        });
+        rows.push(Row {
+            kernel: "gelu launch beyond work".into(),
+            shape: format!("[{r}, {c}]"),
+            threads: 1,
+            value: (fast - work) * 1e6,
+            unit: "µs",
+            ratio: (fast - work) * 1e6 / 2.0,
+            yardstick: "2 µs goal",
         });
     }
 }
@@ -403,11 +426,14 @@ fn write_docs(rows: &[Row]) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
     let md = format!(
-        "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command). \
+        "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command; \
+         `TESSERA_BENCH_QUICK=1 cargo bench --bench cpu` skips criterion and the 4096³ GEMM and \
+         writes the same table in a few minutes). \
          Memory-bound kernels: GB/s of the bytes they must read and write (each counted once) and \
          the ratio to a `copy_from_slice` of the same bytes on the same number of threads in the \
          same run. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
-         per whole launch, and how many times slower the interpreter is. Best of ≥ 5 runs per case.\n\n\
+         per whole launch, and how many times slower the interpreter is; \
+         \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Best of ≥ 5 runs per case.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
@@ -438,8 +464,13 @@ fn criterion_benches(c: &mut Criterion) {
     }
 }
 
+/// `TESSERA_BENCH_QUICK=1`: the summary only (no criterion), and no 4096³ GEMM.
+fn quick() -> bool {
+    std::env::var_os("TESSERA_BENCH_QUICK").is_some()
+}
+
 fn main() {
-    if std::env::var_os("TESSERA_BENCH_QUICK").is_none() {
+    if !quick() {
         let mut c = Criterion::default().configure_from_args();
         criterion_benches(&mut c);
     }

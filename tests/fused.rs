@@ -3,8 +3,9 @@
 //! chunk and seeded random shapes. Each case checks that the fast path really ran.
 
 use tessera::backend::cpu::fused;
+use tessera::backend::cpu::simd;
 use tessera::prelude::*;
-use tessera_workspace::reference::rel_error;
+use tessera_workspace::reference::{self, rel_error};
 
 #[tessera::kernel]
 fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
@@ -253,4 +254,68 @@ fn matmul_stays_on_the_gemm_path() {
     let before = fused::launches();
     tessera_kernels::matmul(&a, &b).unwrap();
     assert_eq!(fused::launches(), before);
+}
+
+/// Every SIMD level this CPU supports, forced in turn (`simd::force`): the fast path agrees
+/// with the interpreter on every library kernel class, and softmax, gelu and the f32 GEMM
+/// agree with f64 references.
+#[test]
+fn every_simd_level_agrees() {
+    for level in simd::supported() {
+        simd::force(Some(level)).unwrap();
+        assert_eq!(simd::active(), level);
+        rowwise_kernels_agree_f32_and_bf16();
+        elementwise_kernels_and_chains_agree_f32_and_bf16();
+        column_reductions_and_transposes_agree_f32_and_bf16();
+        depthwise_conv_agrees();
+        let (m, k, n) = (37, 300, 45);
+        let a = Tensor::<f32>::randn(&[m, k], 500);
+        let b = Tensor::<f32>::randn(&[k, n], 501);
+        let f64s = |t: &Tensor<f32>| t.to_f64_vec().unwrap();
+        let c = tessera_kernels::matmul(&a, &b).unwrap();
+        let want = reference::matmul(&f64s(&a), &f64s(&b), m, k, n);
+        let e = rel_error(&f64s(&c), &want);
+        assert!(e < 1e-5, "{level:?}: matmul vs f64: {e:e}");
+        let y = tessera_kernels::gelu(&a).unwrap();
+        let want: Vec<f64> = f64s(&a).into_iter().map(reference::gelu).collect();
+        let e = rel_error(&f64s(&y), &want);
+        assert!(e < 1e-6, "{level:?}: gelu vs f64: {e:e}");
+        let y = tessera_kernels::softmax(&a).unwrap();
+        let e = rel_error(&f64s(&y), &reference::softmax(&f64s(&a), k));
+        assert!(e < 1e-6, "{level:?}: softmax vs f64: {e:e}");
+    }
+    simd::force(None).unwrap();
+}
+
+/// `TESSERA_CPU_SIMD` is validated: a child process of this test binary with `portable` runs
+/// at that level; one with an unknown value has its launches fail, naming the variable.
+#[test]
+fn simd_env_var_is_honoured_and_validated() {
+    let x = Tensor::<f32>::randn(&[3, 5], 600);
+    match std::env::var("TESSERA_TEST_SIMD_CHILD").as_deref() {
+        Ok("portable") => {
+            assert_eq!(simd::active(), simd::SimdLevel::Portable);
+            tessera_kernels::gelu(&x).unwrap();
+            return;
+        }
+        Ok("bad") => {
+            let e = tessera_kernels::gelu(&x).unwrap_err().to_string();
+            assert!(e.contains("TESSERA_CPU_SIMD"), "{e}");
+            return;
+        }
+        _ => {}
+    }
+    for (value, child) in [("portable", "portable"), ("sse9", "bad")] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["simd_env_var_is_honoured_and_validated", "--exact"])
+            .env("TESSERA_CPU_SIMD", value)
+            .env("TESSERA_TEST_SIMD_CHILD", child)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "TESSERA_CPU_SIMD={value}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! PTX the macro embedded, launched from the embedded manifests without the compiler.
 
 use super::gpu::{self, EmbeddedPtx};
+use super::host_block::HostBlock;
 use super::jit::{self, JitKey};
 use super::precompiled::{self, PrecompiledPtx};
 use super::{
@@ -90,7 +91,7 @@ struct Plan {
 
 /// A launch's result: host memory (CPU) or a device block.
 enum Output {
-    Host(Vec<usize>, Vec<u64>),
+    Host(Vec<usize>, HostBlock),
     Device(Vec<usize>, DeviceBuffer),
 }
 
@@ -396,11 +397,14 @@ impl KernelDef {
         match self.execute(args, T::DTYPE)? {
             Output::Host(shape, mem) => {
                 let numel: usize = shape.iter().product();
-                let data: Vec<T> = bytemuck::cast_slice::<u64, u8>(&mem)
-                    [..numel * std::mem::size_of::<T>()]
-                    .chunks_exact(std::mem::size_of::<T>())
-                    .map(bytemuck::pod_read_unaligned)
-                    .collect();
+                // The output block has `T`'s layout: it becomes the tensor's storage as is.
+                let data: Vec<T> = match mem.into_vec::<T>(numel) {
+                    Ok(v) => v,
+                    Err(mem) => mem.as_bytes()[..numel * std::mem::size_of::<T>()]
+                        .chunks_exact(std::mem::size_of::<T>())
+                        .map(bytemuck::pod_read_unaligned)
+                        .collect(),
+                };
                 Tensor::from_vec(data, &shape)
             }
             Output::Device(shape, buf) => Ok(Tensor::from_device(shape, buf)),
@@ -508,7 +512,7 @@ impl KernelDef {
             depths: &depths,
             args,
             syms,
-            out: Vec::new(),
+            out: None,
             out_bytes: 0,
         };
         let depth = autotune::select_fusion(
@@ -532,15 +536,17 @@ impl KernelDef {
         args: &[TensorRef<'_>],
         syms: &Syms,
         tune: bool,
-    ) -> Result<(Vec<usize>, Vec<u64>)> {
+    ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
-        // Memory for each kernel's output (u64 storage keeps every dtype aligned).
-        let mut owned: HashMap<u32, (Vec<usize>, Vec<u64>)> = HashMap::new();
+        // Zeroed memory for each kernel's output, aligned to its element size (the final one
+        // becomes the returned tensor's storage).
+        let mut owned: HashMap<u32, (Vec<usize>, HostBlock)> = HashMap::new();
         for k in &plan.compiled.kernels {
             let v = k.fused.output;
             let shape = eval_shape(&g.ty(v).shape.0, syms);
-            let bytes = shape.iter().product::<usize>() * g.ty(v).dtype.size_bytes();
-            owned.insert(v.0, (shape, vec![0u64; bytes.div_ceil(8)]));
+            let size = g.ty(v).dtype.size_bytes();
+            let bytes = shape.iter().product::<usize>() * size;
+            owned.insert(v.0, (shape, HostBlock::zeroed(bytes, size)));
         }
         for (i, (program, bindings)) in plan.programs.iter().enumerate() {
             let n = bindings.len();
@@ -810,7 +816,7 @@ struct PlanRunner<'a> {
     depths: &'a [usize],
     args: &'a [TensorRef<'a>],
     syms: &'a Syms,
-    out: Vec<u64>,
+    out: Option<HostBlock>,
     out_bytes: usize,
 }
 
@@ -820,12 +826,12 @@ impl autotune::Runner for PlanRunner<'_> {
         let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;
         let g = &plan.compiled.graph;
         self.out_bytes = shape.iter().product::<usize>() * g.ty(g.output).dtype.size_bytes();
-        self.out = mem;
+        self.out = Some(mem);
         Ok(())
     }
 
     fn clear(&mut self) {
-        self.out.clear();
+        self.out = None;
         self.out_bytes = 0;
     }
 
@@ -833,7 +839,9 @@ impl autotune::Runner for PlanRunner<'_> {
         let g = &self.ready.base.compiled.graph;
         vec![(
             g.ty(g.output).dtype,
-            &bytemuck::cast_slice::<u64, u8>(&self.out)[..self.out_bytes],
+            self.out
+                .as_ref()
+                .map_or(&[][..], |m| &m.as_bytes()[..self.out_bytes]),
         )]
     }
 }

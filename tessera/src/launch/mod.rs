@@ -9,6 +9,7 @@
 //!   disk); [`precompiled`]: library tables of build-time PTX.
 
 pub(crate) mod gpu;
+mod host_block;
 pub(crate) mod jit;
 mod kernel;
 pub(crate) mod precompiled;

@@ -15,6 +15,7 @@ mod exec;
 pub mod fused;
 pub mod gemm;
 mod memory;
+pub mod simd;
 mod value;
 pub mod vmath;
 
@@ -37,6 +38,7 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
             got: args.len(),
         });
     }
+    simd::check_env()?;
     if let Some(f) = &program.fused
         && f.launch(k, args)
     {

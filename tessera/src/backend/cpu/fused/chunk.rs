@@ -23,6 +23,7 @@ impl V<'_> {
         }
     }
 
+    #[inline(always)]
     pub fn copy_to(&self, o: &mut [f32]) {
         match self {
             V::S(s) => o.copy_from_slice(s),
@@ -31,6 +32,7 @@ impl V<'_> {
     }
 
     /// Reduces the first `w` values.
+    #[inline(always)]
     pub fn reduce(&self, op: TileReduce, w: usize) -> f32 {
         match (self, op) {
             (V::S(s), TileReduce::Sum) => vmath::sum(s),
@@ -100,6 +102,7 @@ pub(crate) fn bin_b(op: BinaryOp, p: f32, q: f32) -> f32 {
 }
 
 /// In place unary op (the interpreter's definitions).
+#[inline(always)]
 pub(crate) fn unary(op: UnaryOp, v: &mut [f32]) {
     match op {
         UnaryOp::Neg => v.iter_mut().for_each(|x| *x = -*x),
@@ -135,11 +138,13 @@ pub(crate) fn round_bf16(x: f32) -> f32 {
     f32::from_bits(bf16_bits(x) << 16)
 }
 
+#[inline(always)]
 pub(crate) fn round_bf16_slice(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x = round_bf16(*x));
 }
 
 /// Reads `o.len()` elements at element offset `at` of `buf`, widened to f32.
+#[inline(always)]
 pub(crate) fn load(buf: &Buffer, at: usize, o: &mut [f32]) {
     let n = o.len();
     if n == 0 {
@@ -164,6 +169,7 @@ pub(crate) fn load(buf: &Buffer, at: usize, o: &mut [f32]) {
 }
 
 /// Writes columns `lo..hi` of `v` to `buf` starting at element offset `at`.
+#[inline(always)]
 pub(crate) fn store(buf: &Buffer, at: usize, v: V, lo: usize, hi: usize) {
     let n = hi - lo;
     match buf.dtype {

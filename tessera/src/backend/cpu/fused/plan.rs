@@ -11,6 +11,11 @@ use tessera_ir::{DType, NumericsPolicy};
 /// Most columns one chunk holds (4 KiB of f32: a few live chunks stay in L1).
 pub(crate) const CHUNK: usize = 1024;
 
+/// Distance between chunk slots, and padding after each materialised tile, in f32s: not a
+/// multiple of 4 KiB, so a loop reading one slot and writing another does not suffer 4K
+/// aliasing (false store-to-load dependencies between addresses 4 KiB apart).
+pub(crate) const SLOT: usize = CHUNK + 48;
+
 /// Where a group reads an operand from.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Src {
@@ -114,6 +119,9 @@ pub(crate) struct Group {
     pub rows: usize,
     pub cols: usize,
     pub members: Vec<Member>,
+    /// No reductions and nothing materialised: stores are the group's only effect, so rows
+    /// and columns outside every store's in-bounds window need not be computed.
+    pub store_only: bool,
 }
 
 /// A copy between slots (loop-carried values).
@@ -334,7 +342,7 @@ impl Compiler<'_> {
             return *o;
         }
         let o = self.mat_len;
-        self.mat_len += self.k.ty(v).numel();
+        self.mat_len += self.k.ty(v).numel() + (SLOT - CHUNK);
         self.mat.insert(v, o);
         o
     }
@@ -686,13 +694,28 @@ impl Compiler<'_> {
             let mut op = op;
             let mut mat = None;
             let mut round_bf16 = false;
+            let mut result_slot = None;
             if let Some(&r) = d.results.first()
                 && !matches!(op, COp::Reduce { .. })
             {
-                let s = free.pop().unwrap_or_else(|| {
-                    nslots += 1;
-                    nslots - 1
+                // A unary op on a chunk value read here for the last time runs in place (no
+                // copy into a fresh slot); any other op writes a slot none of its operands use.
+                let in_place = match (&op, &d.op) {
+                    (
+                        COp::Unary {
+                            a: Src::Chunk(k), ..
+                        },
+                        Op::Unary(_, x),
+                    ) if last.get(&self.resolve(*x).root) == Some(&p) => Some(*k),
+                    _ => None,
+                };
+                let s = in_place.unwrap_or_else(|| {
+                    free.pop().unwrap_or_else(|| {
+                        nslots += 1;
+                        nslots - 1
+                    })
                 });
+                result_slot = Some(s);
                 slot_of.insert(r, s);
                 match &mut op {
                     COp::Load { dst, .. }
@@ -726,6 +749,7 @@ impl Compiler<'_> {
                 if last.get(&a) == Some(&p)
                     && let Some(s) = slot_of.get(&a)
                     && !free.contains(s)
+                    && result_slot != Some(*s)
                 {
                     free.push(*s);
                 }
@@ -737,10 +761,14 @@ impl Compiler<'_> {
             });
         }
         self.max_slots = self.max_slots.max(nslots as usize);
+        let store_only = out
+            .iter()
+            .all(|m| m.mat.is_none() && !matches!(m.op, COp::Reduce { .. }));
         Ok(Group {
             rows: g.shape.0,
             cols: g.shape.1,
             members: out,
+            store_only,
         })
     }
 }

@@ -2,7 +2,7 @@
 //! ([`Scratch`]), which is reused across launches so a launch allocates nothing once warm.
 
 use super::chunk::{self, V};
-use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SOp, Src, Step};
+use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SLOT, SOp, Src, Step};
 use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
@@ -22,7 +22,7 @@ impl Scratch {
     pub fn fit(&mut self, plan: &Plan) {
         grow(&mut self.sc, plan.scalars);
         grow(&mut self.mat, plan.mat_len);
-        grow(&mut self.ch, plan.chunk_slots * CHUNK);
+        grow(&mut self.ch, plan.chunk_slots * SLOT);
         grow(&mut self.racc, plan.reduce_len);
     }
 }
@@ -53,11 +53,14 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
                 dst,
             } => {
                 let (r, c) = (*rows, *cols);
-                for j in 0..c {
-                    for i in 0..r {
-                        s.mat[dst + j * r + i] = s.mat[src + i * c + j];
-                    }
-                }
+                let (a, b) = if src < dst {
+                    let (lo, hi) = s.mat.split_at_mut(*dst);
+                    (&lo[*src..*src + r * c], &mut hi[..r * c])
+                } else {
+                    let (lo, hi) = s.mat.split_at_mut(*src);
+                    (&hi[..r * c], &mut lo[*dst..*dst + r * c])
+                };
+                transpose(a, b, r, c);
             }
             Step::For {
                 iv,
@@ -76,6 +79,22 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
                     steps(body, s, ids, args);
                     copies(yields, s);
                     x += step;
+                }
+            }
+        }
+    }
+}
+
+/// `b (c × r) = aᵀ` for `a (r × c)`, in 8 × 8 blocks (both sides stay in a few cache lines).
+fn transpose(a: &[f32], b: &mut [f32], r: usize, c: usize) {
+    const B: usize = 8;
+    assert!(a.len() >= r * c && b.len() >= r * c);
+    for i0 in (0..r).step_by(B) {
+        for j0 in (0..c).step_by(B) {
+            for i in i0..(i0 + B).min(r) {
+                for j in j0..(j0 + B).min(c) {
+                    // SAFETY: i < r and j < c, so both indices are below r * c (asserted).
+                    unsafe { *b.get_unchecked_mut(j * r + i) = *a.get_unchecked(i * c + j) };
                 }
             }
         }
@@ -179,7 +198,7 @@ unsafe fn read<'a>(
     w: usize,
 ) -> V<'a> {
     match src {
-        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * CHUNK), w) }),
+        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * SLOT), w) }),
         Src::Mat { off, rows, cols } => {
             let ri = if rows == 1 { 0 } else { r };
             // SAFETY: the plan sized `mat` for every materialised tile.
@@ -197,7 +216,7 @@ unsafe fn read<'a>(
 
 /// Where row `r`, columns `c0..` of a tile at `idx` lie in a buffer: the element offset of
 /// column `c0 + lo` and the in-bounds column range `lo..hi` of the chunk (empty when outside).
-#[inline]
+#[inline(always)]
 fn window(
     buf: &Buffer,
     idx: &[u32],
@@ -240,7 +259,36 @@ fn window(
     (base + (col_start + lo as i64) as usize, lo, hi)
 }
 
+/// Runs a group with the loops built for the active SIMD level
+/// ([`crate::backend::cpu::simd::active`]).
 fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
+        return unsafe { group_avx2(g, s, args) };
+    }
+    group_portable(g, s, args)
+}
+
+/// The group loops built for the baseline ISA.
+#[inline(never)]
+fn group_portable(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_body(g, s, args)
+}
+
+/// The group loops built with AVX2 and FMA (8-lane loads, stores, arithmetic, bf16
+/// widening and rounding).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_avx2(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_body(g, s, args)
+}
+
+#[inline(always)]
+fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     let Scratch { sc, mat, ch, racc } = s;
     let (rows, cols) = (g.rows, g.cols);
     let wmax = cols.min(CHUNK);
@@ -262,6 +310,26 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         }
     }
     for r in 0..rows {
+        // A store-only group computes just the columns some store writes (a ragged edge
+        // tile, a [1, 1] launch of a [16, 1024] tile), and skips rows no store writes.
+        let (mut c_lo, mut c_hi) = (0, cols);
+        if g.store_only {
+            (c_lo, c_hi) = (cols, 0);
+            for m in &g.members {
+                if let COp::Store {
+                    param, idx, rank, ..
+                } = &m.op
+                {
+                    let (_, lo, hi) = window(&args[*param], idx, sc, *rank, r, 0, cols);
+                    if hi > lo {
+                        (c_lo, c_hi) = (c_lo.min(lo), c_hi.max(hi));
+                    }
+                }
+            }
+            if c_lo >= c_hi {
+                continue;
+            }
+        }
         for m in &g.members {
             if let COp::Reduce {
                 op,
@@ -273,14 +341,15 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                 racc[*acc] = identity(*op);
             }
         }
-        let mut c0 = 0;
-        while c0 < cols {
-            let w = (cols - c0).min(wmax);
+        let mut c0 = c_lo;
+        while c0 < c_hi {
+            let w = (c_hi - c0).min(wmax);
             for m in &g.members {
-                // SAFETY: slots are `CHUNK` apart inside `ch` (sized by `Scratch::fit`); a
-                // member's destination slot differs from the slots it reads (plan::group).
+                // SAFETY: slots are `SLOT` apart inside `ch` (sized by `Scratch::fit`); a
+                // member's destination slot differs from the slots it reads (plan::group),
+                // except an in-place unary op, which never reads through `rd`.
                 let dst = |d: u16| unsafe {
-                    std::slice::from_raw_parts_mut(chp.add(d as usize * CHUNK), w)
+                    std::slice::from_raw_parts_mut(chp.add(d as usize * SLOT), w)
                 };
                 let rd = |src: Src| unsafe { read(src, chp, matp, sc, r, c0, w) };
                 let d = match &m.op {
@@ -313,8 +382,11 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         None
                     }
                     COp::Unary { op, a, dst: d } => {
+                        // In place when the plan gave the result its operand's slot.
+                        if !matches!(a, Src::Chunk(k) if k == d) {
+                            rd(*a).copy_to(dst(*d));
+                        }
                         let o = dst(*d);
-                        rd(*a).copy_to(o);
                         chunk::unary(*op, o);
                         Some(*d)
                     }
@@ -452,6 +524,7 @@ fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
+#[inline(always)]
 fn identity(op: TileReduce) -> f32 {
     match op {
         TileReduce::Sum => 0.0,

@@ -65,7 +65,10 @@ pub(crate) fn gemm_bf16_impl(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if allow_native && super::x86::has_bf16() {
+    if allow_native
+        && super::super::simd::active() >= super::super::simd::SimdLevel::Avx512
+        && super::x86::has_bf16()
+    {
         // SAFETY: bounds checked by `check_args`; AVX-512 BF16 detected.
         unsafe {
             super::x86::bf16::gemm(

@@ -51,6 +51,17 @@ pub fn detected_isa() -> Isa {
     }
 }
 
+/// The micro-kernel ISA of the active SIMD level ([`super::simd::active`]): what
+/// [`gemm_f32`] runs.
+pub fn active_isa() -> Isa {
+    use super::simd::{SimdLevel, active};
+    clamp_isa(match active() {
+        SimdLevel::Portable => Isa::Portable,
+        SimdLevel::Avx2 => Isa::Avx2,
+        SimdLevel::Avx512 => Isa::Avx512,
+    })
+}
+
 /// `C (m×n, row stride ldc) += A (m×k, row stride lda) · B (k×n, row stride ldb)`,
 /// all `f32`, row-major.
 ///
@@ -73,7 +84,7 @@ pub fn gemm_f32(
     c: &mut [f32],
     ldc: usize,
 ) {
-    gemm_f32_with(detected_isa(), m, n, k, a, lda, b, ldb, c, ldc)
+    gemm_f32_with(active_isa(), m, n, k, a, lda, b, ldb, c, ldc)
 }
 
 /// Same as [`gemm_f32`] but with an explicitly chosen kernel ISA (tests and

@@ -1,49 +1,21 @@
-//! Run-time CPU feature detection (cached) and the dispatch macros that
+//! Dispatch on the active SIMD level ([`crate::backend::cpu::simd`]) and the macros that
 //! instantiate each generic kernel body several times: inside
 //! `#[target_feature]` wrappers for `avx2,fma` and (element-wise kernels
 //! only) `avx512f,avx2,fma`, and once as the portable fallback.
 
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-use std::sync::atomic::{AtomicU8, Ordering};
-
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-static LEVEL: AtomicU8 = AtomicU8::new(0); // 0 = unknown, 1 = baseline, 2 = avx2+fma, 3 = +avx512f
-
-/// True when the running CPU supports AVX2 and FMA (detected once, cached).
+/// True when the active SIMD level ([`crate::backend::cpu::simd::active`]) is AVX2+FMA or
+/// higher.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[inline]
 pub(crate) fn has_avx2_fma() -> bool {
-    level() >= 2
+    crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2
 }
 
-/// True when the running CPU also supports AVX-512F (detected once, cached).
+/// True when the active SIMD level is AVX-512F.
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 #[inline]
 pub(crate) fn has_avx512() -> bool {
-    level() >= 3
-}
-
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-#[inline]
-fn level() -> u8 {
-    match LEVEL.load(Ordering::Relaxed) {
-        0 => {
-            let l = if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    3
-                } else {
-                    2
-                }
-            } else {
-                1
-            };
-            LEVEL.store(l, Ordering::Relaxed);
-            l
-        }
-        l => l,
-    }
+    crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
 }
 
 /// Never true off x86.

@@ -1,0 +1,74 @@
+//! Times one library kernel's launches on the CPU (for profiling the launch path):
+//! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
+//! (kernels: gelu, softmax, layernorm, add; `vmath` times the bare `vmath::gelu` loop).
+//! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
+//! the calling thread).
+use std::time::Instant;
+use tessera::Tensor;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let name = a.get(1).map_or("gelu", |s| s.as_str()).to_string();
+    let r: usize = a.get(2).map_or(37, |s| s.parse().unwrap());
+    let c: usize = a.get(3).map_or(300, |s| s.parse().unwrap());
+    let n: usize = a.get(4).map_or(1000, |s| s.parse().unwrap());
+    if name == "vmath" {
+        let s = vmath_only(r * c, n);
+        println!(
+            "vmath gelu {}: {:.2} µs, {:.3} ns/elem",
+            r * c,
+            s * 1e6,
+            s * 1e9 / (r * c) as f64
+        );
+        return;
+    }
+    let x = Tensor::<f32>::randn(&[r, c], 1);
+    let g = Tensor::<f32>::randn(&[c], 2);
+    let run = || match name.as_str() {
+        "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
+        "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
+        "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
+        "add" => drop(tessera_kernels::add(&x, &x).unwrap()),
+        // The yardstick: a fresh output tensor filled by a copy of the input.
+        "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
+        _ => panic!("unknown kernel {name}"),
+    };
+    run();
+    let (t, cpu) = (Instant::now(), thread_cpu_ns());
+    for _ in 0..n {
+        run();
+    }
+    let s = t.elapsed().as_secs_f64() / n as f64;
+    let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
+    let bytes = 2.0 * 4.0 * (r * c) as f64;
+    println!(
+        "{name} [{r}, {c}]: wall {:.2} µs ({:.2} GB/s), this thread's CPU time {:.2} µs ({:.2} GB/s)",
+        s * 1e6,
+        bytes / s / 1e9,
+        c_s * 1e6,
+        bytes / c_s / 1e9
+    );
+}
+
+/// CPU time of this thread in ns (Linux `schedstat`; 0 elsewhere): on a shared machine it
+/// excludes the time other processes held the core.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Times `vmath::gelu` alone on `n` elements (the work of a gelu launch).
+#[allow(dead_code)]
+pub fn vmath_only(n: usize, reps: usize) -> f64 {
+    let x = Tensor::<f32>::randn(&[n], 1);
+    let x = x.as_slice().unwrap();
+    let mut v = x.to_vec();
+    let t = Instant::now();
+    for _ in 0..reps {
+        v.copy_from_slice(x);
+        tessera::backend::cpu::vmath::gelu(std::hint::black_box(&mut v));
+    }
+    t.elapsed().as_secs_f64() / reps as f64
+}
