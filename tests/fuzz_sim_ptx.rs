@@ -24,17 +24,23 @@ fn config() -> Config {
     }
 }
 
-/// One module per library kernel and arch (the first schedule of each), and the simulator's
-/// hand-written kernel.
+/// The twelve shortest library modules (one per fused kernel and arch, default schedule), the
+/// largest one, and the simulator's hand-written kernel.
 fn corpus() -> &'static [String] {
     static C: OnceLock<Vec<String>> = OnceLock::new();
     C.get_or_init(|| {
         let mut seen = std::collections::HashSet::new();
-        let mut out: Vec<String> = tessera_kernels::ptx::PRECOMPILED
+        let mut all: Vec<&str> = tessera_kernels::ptx::PRECOMPILED
             .iter()
             .filter(|p| seen.insert((p.fused, p.arch)))
-            .map(|p| p.text.to_string())
+            .map(|p| p.text)
             .collect();
+        // The shortest modules (every instruction family of the library still appears among
+        // them, and each parse stays cheap enough for 10,000 cases in CI).
+        all.sort_by_key(|t| t.len());
+        let mut out: Vec<String> = all.iter().take(12).map(|t| t.to_string()).collect();
+        // And the largest one: the tensor-core GEMM's `mma`/`ldmatrix`/`cp.async` forms.
+        out.extend(all.last().map(|t| t.to_string()));
         out.push(include_str!("../tessera-sim/tests/data/shift_race.ptx").to_string());
         out
     })

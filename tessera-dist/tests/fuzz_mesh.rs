@@ -93,3 +93,14 @@ proptest! {
         }
     }
 }
+
+/// Regression: axis sizes whose product overflows (a debug-build panic before) or that would
+/// need a huge device list (an aborting allocation before) are errors.
+#[test]
+fn huge_meshes_are_errors() {
+    assert!(Mesh::local([("a", usize::MAX), ("b", 2)]).is_err());
+    assert!(Mesh::local([("a", 1usize << 40)]).is_err());
+    assert!(Mesh::new([("a", usize::MAX), ("b", 2)], vec![]).is_err());
+    assert_eq!(chunk_range(usize::MAX, 2, 1).end, usize::MAX);
+    assert_eq!(chunk_range(5, 4, usize::MAX), 5..5);
+}

@@ -90,11 +90,11 @@ enum Mutation {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+        1 => (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(at, b)| Mutation::Bytes(at, b)),
         4 => (any::<usize>(), value()).prop_map(|(n, v)| Mutation::Swap(n, v)),
-        value().prop_map(Mutation::Schema),
+        1 => value().prop_map(Mutation::Schema),
     ]
 }
 

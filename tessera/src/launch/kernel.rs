@@ -354,8 +354,10 @@ impl KernelDef {
     }
 
     /// Runs the kernel on `args` (in signature order) and returns its output, on the
-    /// arguments' device: host memory for the CPU, that device's memory for a GPU or the
-    /// simulator (the output stays there).
+    /// arguments' device: that device's memory for a GPU or the simulator (the output stays
+    /// there). When every argument is in host memory the launch runs on
+    /// [`Device::default`] (`TESSERA_DEVICE`, else a usable GPU, else the CPU): the arguments
+    /// are uploaded there and the output stays there; on the CPU it is in host memory.
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
         match self.execute(args, T::DTYPE)? {
             Output::Host(shape, mem) => {

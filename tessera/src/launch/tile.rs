@@ -152,7 +152,9 @@ impl TileDef {
     }
 
     /// Runs the block program over its grid with the given knob overrides, on the arguments'
-    /// device. Outputs are written in place (their tensors' memory on that device).
+    /// device. Outputs are written in place (their tensors' memory on that device). When every
+    /// argument is in host memory the launch runs on [`Device::default`]: on a GPU or the
+    /// simulator the arguments are uploaded, and the outputs downloaded back in place.
     pub fn launch(&'static self, knobs: &[(&str, i64)], args: &mut [Arg<'_>]) -> Result<()> {
         let values = self.knob_values(knobs)?;
         let params = self.param_list()?;
