@@ -207,7 +207,7 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         let f = T::<f32>::randn(&[kk, kk, ch], 2);
         let oshape = [h - kk + 1, w - kk + 1, ch];
         let run = |space: &tessera::autotune::TileSpace| {
-            let mut y = T::<f32>::zeros(&oshape);
+            let mut y = T::<f32>::zeros(&oshape).unwrap();
             dw::DEF
                 .launch_tuned(
                     space,
@@ -244,7 +244,7 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
                     .collect()
             };
             let sides = [knobs_of(&best), knobs_of(&pick)];
-            let mut y = T::<f32>::zeros(&oshape);
+            let mut y = T::<f32>::zeros(&oshape).unwrap();
             let side = std::cell::Cell::new(0);
             let mut go = |s: usize| {
                 let refs: Vec<(&str, i64)> =
@@ -268,7 +268,7 @@ fn dw_rows(c: &mut Criterion, rows: &mut Vec<Row>) {
         let refs: Vec<(&str, i64)> = knobs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         let mut g = c.benchmark_group(format!("autotune_depthwise_{h}x{w}x{ch}_k{kk}"));
         g.sample_size(10);
-        let mut y = T::<f32>::zeros(&oshape);
+        let mut y = T::<f32>::zeros(&oshape).unwrap();
         g.bench_function(BenchmarkId::new("default", &grid.default), |bch| {
             bch.iter(|| dw::launch(&x, &f, &mut y).unwrap())
         });

@@ -137,7 +137,7 @@ fn rowwise_kernels_agree_f32_and_bf16() {
         });
         agree(&format!("row sum {tag}"), F32_TOL, || row_sum(&x).unwrap());
         agree(&format!("tile! softmax {tag}"), F32_TOL, || {
-            let mut y = Tensor::<f32>::zeros(&[r, c]);
+            let mut y = Tensor::<f32>::zeros(&[r, c]).unwrap();
             tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
             y
         });

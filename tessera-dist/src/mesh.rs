@@ -171,6 +171,15 @@ pub struct Mesh {
     topology: Topology,
 }
 
+/// The product of the axis sizes, or an error naming the axes when it overflows.
+fn checked_product(axes: &[(String, usize)]) -> Result<usize> {
+    axes.iter()
+        .try_fold(1usize, |n, a| n.checked_mul(a.1))
+        .ok_or_else(|| {
+            DistError::Shape(format!("the mesh axes {axes:?} overflow the device count"))
+        })
+}
+
 impl Mesh {
     /// A mesh over `devices`; the product of the axis sizes must equal the device count and the
     /// names must be unique. The topology defaults to one shared-memory domain.
@@ -187,7 +196,7 @@ impl Mesh {
                 return Err(DistError::ZeroMeshAxis(name.clone()));
             }
         }
-        let product: usize = axes.iter().map(|a| a.1).product();
+        let product = checked_product(&axes)?;
         if product != devices.len() {
             return Err(DistError::MeshSize {
                 axes,
@@ -206,8 +215,15 @@ impl Mesh {
     /// A mesh of CPU devices, one per mesh position (the local backend runs a thread for each).
     pub fn local<S: Into<String>>(axes: impl IntoIterator<Item = (S, usize)>) -> Result<Mesh> {
         let axes: Vec<(String, usize)> = axes.into_iter().map(|(n, s)| (n.into(), s)).collect();
-        let n = axes.iter().map(|a| a.1).product();
-        Mesh::new(axes, vec![Device::cpu(); n])
+        let n = checked_product(&axes)?;
+        let mut devices = Vec::new();
+        devices.try_reserve_exact(n).map_err(|_| {
+            DistError::Shape(format!(
+                "a local mesh of {n} devices ({axes:?}) does not fit in memory"
+            ))
+        })?;
+        devices.resize(n, Device::cpu());
+        Mesh::new(axes, devices)
     }
 
     /// Replaces the topology (it must describe as many devices as the mesh has).

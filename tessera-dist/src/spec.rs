@@ -48,7 +48,9 @@ pub const Replicate: DimSpec = DimSpec::Replicated;
 /// ```
 pub fn chunk_range(size: usize, parts: usize, index: usize) -> Range<usize> {
     let c = chunk_len(size, parts);
-    (index * c).min(size)..((index + 1) * c).min(size)
+    // Saturating: a shard index past the end is an empty range at `size`, never an overflow.
+    let at = |i: usize| i.saturating_mul(c).min(size);
+    at(index)..at(index.saturating_add(1))
 }
 
 /// `ceil(size / parts)`: the padded length of every shard of a dim.

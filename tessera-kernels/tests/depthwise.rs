@@ -60,7 +60,7 @@ fn every_knob_setting_agrees() {
     for bh in [1, 2, 8] {
         for bw in [8, 64] {
             for bc in [16, 128] {
-                let mut y = Tensor::<f32>::zeros(&[11, 17, 37]);
+                let mut y = Tensor::<f32>::zeros(&[11, 17, 37]).unwrap();
                 dw::launch_with(&[("BH", bh), ("BW", bw), ("BC", bc)], &x, &f, &mut y).unwrap();
                 check(&y, &want);
             }

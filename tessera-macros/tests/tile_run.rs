@@ -62,7 +62,7 @@ fn tiled_matmul_with_ragged_edges_and_knobs() {
     let b = Tensor::<f32>::randn(&[k, n], 2);
     let want = matmul_ref(&a.to_vec().unwrap(), &b.to_vec().unwrap(), m, k, n);
     for knobs in [&[][..], &[("BM", 16), ("BN", 64), ("BK", 8)][..]] {
-        let mut c = Tensor::<f32>::zeros(&[m, n]);
+        let mut c = Tensor::<f32>::zeros(&[m, n]).unwrap();
         matmul_tiled::launch_with(knobs, &a, &b, &mut c).unwrap();
         for (i, (g, w)) in c.to_vec().unwrap().iter().zip(&want).enumerate() {
             assert!(
@@ -71,7 +71,7 @@ fn tiled_matmul_with_ragged_edges_and_knobs() {
             );
         }
     }
-    let mut c = Tensor::<f32>::zeros(&[m, n]);
+    let mut c = Tensor::<f32>::zeros(&[m, n]).unwrap();
     matmul_tiled::launch(&a, &b, &mut c).unwrap();
     assert!(
         c.to_vec()
@@ -91,7 +91,7 @@ fn tiled_matmul_with_ragged_edges_and_knobs() {
 fn masked_softmax_rows() {
     let (m, n) = (3, 50);
     let x = Tensor::<f32>::randn(&[m, n], 4);
-    let mut y = Tensor::<f32>::zeros(&[m, n]);
+    let mut y = Tensor::<f32>::zeros(&[m, n]).unwrap();
     softmax_rows::launch(&x, &mut y).unwrap();
     let (xv, yv) = (x.to_vec().unwrap(), y.to_vec().unwrap());
     for i in 0..m {
@@ -112,7 +112,7 @@ fn casts_and_compound_assignment_in_loops() {
         &[20],
     )
     .unwrap();
-    let mut y = Tensor::<bf16>::zeros(&[20]);
+    let mut y = Tensor::<bf16>::zeros(&[20]).unwrap();
     relu_affine::launch(&x, &mut y).unwrap();
     let want: Vec<f32> = (0..20)
         .map(|v| 2.0 * (v as f32 - 10.0).max(0.0) + 1.0)

@@ -102,6 +102,9 @@ impl std::hash::Hash for CudaHandle {
     }
 }
 
+/// What `TESSERA_DEVICE` accepts, in words.
+const DEVICE_VALUES: &str = "auto, cpu, sim, sim:sm_80, sim:sm_89, sim:sm_90a, cuda or cuda:N";
+
 /// The process's shared simulated GPU of each arch ([`Device::sim_arch`]).
 fn shared_sim(arch: Arch) -> Device {
     static SIMS: [OnceLock<SimHandle>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
@@ -179,10 +182,69 @@ impl Device {
         }
     }
 
-    /// The best available device: GPU 0 when a driver is present and the GPU is one we emit
-    /// PTX for (sm_80, sm_89, sm_90), else the CPU.
+    /// The device kernels run on when every argument is in host memory, and the one to place
+    /// new data on: the `TESSERA_DEVICE` setting when it is set, else the best available
+    /// device (GPU 0 when a driver is present and the GPU is one we emit PTX for — sm_80,
+    /// sm_89, sm_90 —, else the CPU).
+    ///
+    /// `TESSERA_DEVICE` accepts `auto` (the same as unset), `cpu`, `sim`, `sim:sm_80`,
+    /// `sim:sm_89`, `sim:sm_90a`, `cuda` and `cuda:N`. An invalid value (or a GPU that cannot
+    /// be opened) makes this fall back to the automatic choice; [`Device::try_default`] and
+    /// every launch report it as an error instead.
     #[allow(clippy::should_implement_trait)]
     pub fn default() -> Device {
+        Device::try_default().unwrap_or_else(|_| Device::auto())
+    }
+
+    /// [`Device::default`], with an invalid `TESSERA_DEVICE` value, or a device it names that
+    /// cannot be opened, as an error.
+    ///
+    /// ```
+    /// use tessera::Device;
+    /// // Unset here: the automatic choice (the CPU on a machine without a GPU driver).
+    /// if std::env::var_os("TESSERA_DEVICE").is_none() {
+    ///     assert_eq!(Device::try_default()?, Device::default());
+    /// }
+    /// assert_eq!(Device::parse("sim:sm_90a")?.name(), "sim:sm_90a");
+    /// assert!(Device::parse("tpu").unwrap_err().to_string().contains("TESSERA_DEVICE"));
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn try_default() -> Result<Device> {
+        match tessera_ir::env::var("TESSERA_DEVICE", DEVICE_VALUES)? {
+            None => Ok(Device::auto()),
+            Some(v) => Device::parse(&v),
+        }
+    }
+
+    /// The device a `TESSERA_DEVICE` value names (see [`Device::default`]).
+    pub fn parse(value: &str) -> Result<Device> {
+        let bad = || {
+            Error::Env(tessera_ir::env::EnvError::new(
+                "TESSERA_DEVICE",
+                value,
+                DEVICE_VALUES,
+            ))
+        };
+        let v = value.trim().to_ascii_lowercase();
+        match v.as_str() {
+            "" | "auto" => Ok(Device::auto()),
+            "cpu" => Ok(Device::Cpu),
+            "sim" => Ok(Device::sim()),
+            "cuda" => Device::cuda(0),
+            _ => {
+                if let Some(a) = v.strip_prefix("sim:") {
+                    return Arch::parse(a).map(Device::sim_arch).ok_or_else(bad);
+                }
+                if let Some(n) = v.strip_prefix("cuda:") {
+                    return Device::cuda(n.parse().map_err(|_| bad())?);
+                }
+                Err(bad())
+            }
+        }
+    }
+
+    /// The automatic choice: GPU 0 when usable, else the CPU.
+    fn auto() -> Device {
         #[cfg(feature = "cuda")]
         if let Ok(d @ Device::Cuda(_)) = Device::cuda(0)
             && d.arch().is_some()

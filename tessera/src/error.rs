@@ -44,6 +44,36 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A shape whose element count or byte size does not fit in memory (the product overflows,
+    /// or exceeds the largest possible allocation).
+    #[error("{what}: shape {shape:?} is too large: {reason}")]
+    TooLarge {
+        /// The tensor: the constructor, or the kernel and the value it computes.
+        what: String,
+        shape: Vec<usize>,
+        reason: String,
+    },
+    /// An allocation the system refused (host memory, or a device's).
+    #[error("out of memory: allocating {bytes} bytes failed")]
+    OutOfMemory {
+        /// The size asked for.
+        bytes: usize,
+    },
+    /// A tensor view ([`crate::TensorRef`], [`crate::TensorMut`]) whose shape does not match its
+    /// bytes.
+    #[error("a {dtype} view of shape {shape:?} needs {expected} bytes, the buffer has {got}")]
+    ViewLength {
+        shape: Vec<usize>,
+        dtype: String,
+        expected: usize,
+        got: usize,
+    },
+    /// An element index outside a tensor's shape, or of the wrong rank.
+    #[error("index {index:?} is out of bounds for shape {shape:?}")]
+    IndexOutOfBounds {
+        index: Vec<usize>,
+        shape: Vec<usize>,
+    },
     /// A kernel definition failed to compile at run time (a bug: the macro checked it).
     #[error("kernel `{kernel}` failed to compile: {message}")]
     Compile { kernel: String, message: String },

@@ -33,7 +33,7 @@ mod error;
 mod grad;
 mod launch;
 pub mod numerics;
-mod tensor;
+pub mod tensor;
 
 /// The JIT PTX cache: modules of schedules nothing precompiled, compiled once and kept in
 /// memory and in `<cache dir>/ptx/`.

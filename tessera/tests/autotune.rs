@@ -528,7 +528,7 @@ fn planted_wrong_candidate_is_rejected() {
     autotune::enable(true);
     let a = Tensor::<f32>::randn(&[96, 256], 1);
     let b = Tensor::<f32>::randn(&[256, 64], 2);
-    let mut c = Tensor::<f32>::zeros(&[96, 64]);
+    let mut c = Tensor::<f32>::zeros(&[96, 64]).unwrap();
     let space = TileSpace::grid(&[("BM", &[32]), ("BN", &[32]), ("BK", &[32, 64, 256])])
         .strategy(Strategy::Grid)
         .trial(quick());
@@ -553,7 +553,7 @@ fn planted_wrong_candidate_is_rejected() {
             .all(|t| t.measured_s.is_none() && t.note.contains("wrong output"))
     );
     // The result is the correct product.
-    let mut want = Tensor::<f32>::zeros(&[96, 64]);
+    let mut want = Tensor::<f32>::zeros(&[96, 64]).unwrap();
     buggy_mm::DEF
         .launch(
             &[],

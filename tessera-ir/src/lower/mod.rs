@@ -41,23 +41,36 @@ pub struct LowerError {
     pub message: String,
 }
 
-/// Reshapes `shape` to `rank` dims: merges leading dims, or pads with leading 1s.
+/// Reshapes `shape` to `rank` dims: merges leading dims, or pads with leading 1s. The merged
+/// product is checked: an error names the shape when it overflows (a dim of 0 makes it 0
+/// whatever the others are).
 ///
 /// ```
-/// assert_eq!(tessera_ir::lower::view_shape(&[2, 3, 4], 2), vec![6, 4]);
-/// assert_eq!(tessera_ir::lower::view_shape(&[4], 3), vec![1, 1, 4]);
-/// assert_eq!(tessera_ir::lower::view_shape(&[], 1), vec![1]);
+/// use tessera_ir::lower::view_shape;
+/// assert_eq!(view_shape(&[2, 3, 4], 2), Ok(vec![6, 4]));
+/// assert_eq!(view_shape(&[4], 3), Ok(vec![1, 1, 4]));
+/// assert_eq!(view_shape(&[], 1), Ok(vec![1]));
+/// assert_eq!(view_shape(&[1 << 40, 1 << 40, 0, 7], 2), Ok(vec![0, 7]));
+/// assert!(view_shape(&[1 << 40, 1 << 40, 7], 2).unwrap_err().contains("overflows"));
 /// ```
-pub fn view_shape(shape: &[usize], rank: usize) -> Vec<usize> {
+pub fn view_shape(shape: &[usize], rank: usize) -> Result<Vec<usize>, String> {
     if shape.len() >= rank {
         let cut = shape.len() + 1 - rank.max(1);
-        let mut out = vec![shape[..cut].iter().product()];
+        let lead = &shape[..cut];
+        let merged = if lead.contains(&0) {
+            0
+        } else {
+            lead.iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .ok_or_else(|| format!("merging the leading dims of {shape:?} overflows"))?
+        };
+        let mut out = vec![merged];
         out.extend_from_slice(&shape[cut..]);
-        if rank == 0 { vec![] } else { out }
+        Ok(if rank == 0 { vec![] } else { out })
     } else {
         let mut out = vec![1; rank - shape.len()];
         out.extend_from_slice(shape);
-        out
+        Ok(out)
     }
 }
 

@@ -6,6 +6,6 @@ fn k(x: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)> {
 }
 
 fn main() {
-    let x = Tensor::<f32>::zeros(&[2, 2]);
+    let x = Tensor::<f32>::zeros(&[2, 2]).unwrap();
     let _ = k(&x);
 }

@@ -7,6 +7,6 @@ fn k(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {
 }
 
 fn main() {
-    let x = Tensor::<f32>::zeros(&[2]);
+    let x = Tensor::<f32>::zeros(&[2]).unwrap();
     let _ = k(&x);
 }

@@ -9,7 +9,7 @@ tessera::tile! {
 }
 
 fn main() {
-    let x = Tensor::<f32>::zeros(&[8]);
-    let mut y = Tensor::<f32>::zeros(&[8]);
+    let x = Tensor::<f32>::zeros(&[8]).unwrap();
+    let mut y = Tensor::<f32>::zeros(&[8]).unwrap();
     let _ = k::launch(&x, &mut y);
 }

@@ -1,7 +1,7 @@
 //! Zeroed host memory for a CPU launch's outputs, aligned to the element size, so the final
 //! output becomes the returned tensor's `Vec<T>` without a copy.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
 /// `bytes` zeroed bytes aligned to `align` (a power of two); freed on drop unless turned into
@@ -18,17 +18,18 @@ unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
     /// Zeroed memory (`calloc`: large blocks come zeroed from the OS, no pass over them).
-    pub fn zeroed(bytes: usize, align: usize) -> HostBlock {
-        let layout = Layout::from_size_align(bytes, align.max(1)).expect("host block layout");
+    /// A size the allocator refuses is [`crate::Error::OutOfMemory`], never an abort.
+    pub fn zeroed(bytes: usize, align: usize) -> crate::Result<HostBlock> {
+        let oom = crate::Error::OutOfMemory { bytes };
+        let layout = Layout::from_size_align(bytes, align.max(1)).map_err(|_| oom.clone())?;
         let ptr = if bytes == 0 {
             // A dangling, aligned pointer: nothing is allocated for an empty block.
-            NonNull::new(layout.align() as *mut u8).expect("non-zero alignment")
+            NonNull::new(layout.align() as *mut u8).ok_or_else(|| oom.clone())?
         } else {
             // SAFETY: the layout has a non-zero size.
-            NonNull::new(unsafe { alloc_zeroed(layout) })
-                .unwrap_or_else(|| handle_alloc_error(layout))
+            NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(oom)?
         };
-        HostBlock { ptr, layout }
+        Ok(HostBlock { ptr, layout })
     }
 
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
@@ -74,16 +75,25 @@ mod tests {
 
     #[test]
     fn becomes_a_vec_only_with_the_matching_layout() {
-        let mut b = HostBlock::zeroed(12, 4);
+        let mut b = HostBlock::zeroed(12, 4).unwrap();
         // SAFETY: 12 bytes were allocated.
         unsafe { b.as_mut_ptr().add(4).cast::<f32>().write(2.5) };
         assert_eq!(b.into_vec::<f32>(3).ok(), Some(vec![0.0, 2.5, 0.0]));
-        let b = HostBlock::zeroed(12, 4);
+        let b = HostBlock::zeroed(12, 4).unwrap();
         let b = b
             .into_vec::<u16>(6)
             .err()
             .expect("alignment 4 is not u16's");
         assert_eq!(b.as_bytes(), &[0u8; 12]);
-        assert!(HostBlock::zeroed(0, 4).into_vec::<f32>(0).is_err());
+        assert!(HostBlock::zeroed(0, 4).unwrap().into_vec::<f32>(0).is_err());
+    }
+
+    #[test]
+    fn a_block_the_allocator_refuses_is_an_error() {
+        let bytes = 1usize << 62;
+        assert_eq!(
+            HostBlock::zeroed(bytes, 8).err(),
+            Some(crate::Error::OutOfMemory { bytes })
+        );
     }
 }

@@ -11,7 +11,7 @@ use super::{
 use crate::autotune;
 use crate::backend::cpu;
 use crate::backend::gpu::DeviceArg;
-use crate::tensor::{DeviceBuffer, Element, Tensor, TensorRef};
+use crate::tensor::{DeviceBuffer, Element, Tensor, TensorRef, size};
 use crate::{Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -391,19 +391,27 @@ impl KernelDef {
     }
 
     /// Runs the kernel on `args` (in signature order) and returns its output, on the
-    /// arguments' device: host memory for the CPU, that device's memory for a GPU or the
-    /// simulator (the output stays there).
+    /// arguments' device: that device's memory for a GPU or the simulator (the output stays
+    /// there). When every argument is in host memory the launch runs on
+    /// [`Device::default`] (`TESSERA_DEVICE`, else a usable GPU, else the CPU): the arguments
+    /// are uploaded there and the output stays there; on the CPU it is in host memory.
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
         match self.execute(args, T::DTYPE)? {
             Output::Host(shape, mem) => {
+                // The byte size was checked when the output was allocated.
                 let numel: usize = shape.iter().product();
                 // The output block has `T`'s layout: it becomes the tensor's storage as is.
                 let data: Vec<T> = match mem.into_vec::<T>(numel) {
                     Ok(v) => v,
-                    Err(mem) => mem.as_bytes()[..numel * std::mem::size_of::<T>()]
-                        .chunks_exact(std::mem::size_of::<T>())
-                        .map(bytemuck::pod_read_unaligned)
-                        .collect(),
+                    Err(mem) => {
+                        let mut data: Vec<T> = size::try_with_capacity(numel)?;
+                        data.extend(
+                            mem.as_bytes()[..numel * std::mem::size_of::<T>()]
+                                .chunks_exact(std::mem::size_of::<T>())
+                                .map(bytemuck::pod_read_unaligned::<T>),
+                        );
+                        data
+                    }
                 };
                 Tensor::from_vec(data, &shape)
             }
@@ -440,6 +448,14 @@ impl KernelDef {
             args.iter().map(|a| a.device),
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
+        if device.is_cpu() && !args.is_empty() {
+            // Every argument is in host memory: the launch runs on the default device, with
+            // the arguments uploaded there (its result stays there).
+            let target = Device::try_default()?;
+            if !target.is_cpu() {
+                return self.execute_on(&target, args, out);
+            }
+        }
         autotune::take_borrowed();
         let scoped = self.scoped_plan()?;
         let result = if device.is_cpu() {
@@ -477,6 +493,31 @@ impl KernelDef {
             });
         }
         Ok(result)
+    }
+
+    /// Uploads the host arguments `args` to `device` and runs the launch there.
+    fn execute_on(
+        &'static self,
+        device: &Device,
+        args: &[TensorRef<'_>],
+        out: DType,
+    ) -> Result<Output> {
+        let mut blocks = Vec::with_capacity(args.len());
+        for a in args {
+            let bytes = super::host_input(self.name, "argument", a.data)?;
+            blocks.push(Arc::new(DeviceBuffer::upload(device, bytes)?));
+        }
+        let moved: Vec<TensorRef<'_>> = args
+            .iter()
+            .zip(&blocks)
+            .map(|(a, b)| TensorRef {
+                device,
+                dtype: a.dtype,
+                shape: a.shape,
+                data: crate::tensor::Data::Device(b),
+            })
+            .collect();
+        self.execute(&moved, out)
     }
 
     /// The plan the autotuner picks for these arguments (the default plan unless a fusion
@@ -539,16 +580,23 @@ impl KernelDef {
     ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
         // Zeroed memory for each kernel's output, aligned to its element size (the final one
-        // becomes the returned tensor's storage).
+        // becomes the returned tensor's storage); sizes checked, allocation fallible.
         let mut owned: HashMap<u32, (Vec<usize>, HostBlock)> = HashMap::new();
+        let mut empty = Vec::with_capacity(plan.programs.len());
         for k in &plan.compiled.kernels {
             let v = k.fused.output;
             let shape = eval_shape(&g.ty(v).shape.0, syms);
             let size = g.ty(v).dtype.size_bytes();
-            let bytes = shape.iter().product::<usize>() * size;
-            owned.insert(v.0, (shape, HostBlock::zeroed(bytes, size)));
+            let bytes = self.value_bytes(g, v, &shape)?;
+            empty.push(bytes == 0);
+            owned.insert(v.0, (shape, HostBlock::zeroed(bytes, size)?));
         }
         for (i, (program, bindings)) in plan.programs.iter().enumerate() {
+            // A kernel with an empty output has nothing to write (its grid may still be
+            // huge: a `[2^40, 0]` input).
+            if empty.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             let n = bindings.len();
             let mut bufs = Vec::with_capacity(n);
             for (j, b) in bindings.iter().enumerate() {
@@ -570,13 +618,9 @@ impl KernelDef {
                         )
                     }
                 };
-                bufs.push(buffer(
-                    dtype,
-                    &view_shape(&shape, b.view_rank),
-                    ptr,
-                    len,
-                    j == n - 1,
-                ));
+                let view = view_shape(&shape, b.view_rank)
+                    .map_err(|m| self.too_large(g, b.value, &shape, m))?;
+                bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
             }
             // The autotuner's pick for these shapes (`None`: the default schedule).
             let tuned = if tune {
@@ -625,10 +669,13 @@ impl KernelDef {
         for (i, m) in l.kernels.iter().enumerate() {
             let ty = g.ty(m.output);
             let shape = eval_shape(&ty.shape.0, syms);
-            let out = DeviceBuffer::alloc(
-                device,
-                shape.iter().product::<usize>() * ty.dtype.size_bytes(),
-            )?;
+            let bytes = self.value_bytes(g, m.output, &shape)?;
+            let out = DeviceBuffer::alloc(device, bytes)?;
+            if bytes == 0 {
+                // Nothing to write (see `run_plan`).
+                owned.insert(m.output.0, (shape, out));
+                continue;
+            }
             let n = m.bindings.len();
             let mut dargs: Vec<DeviceArg> = Vec::with_capacity(n);
             for (j, b) in m.bindings.iter().enumerate() {
@@ -650,12 +697,9 @@ impl KernelDef {
                             ))
                         })?,
                 };
-                dargs.push(gpu::device_arg(
-                    g.ty(b.value).dtype,
-                    &view_shape(dims, b.view_rank),
-                    buf,
-                    j == n - 1,
-                ));
+                let view = view_shape(dims, b.view_rank)
+                    .map_err(|e| self.too_large(g, b.value, dims, e))?;
+                dargs.push(gpu::device_arg(g.ty(b.value).dtype, &view, buf, j == n - 1));
             }
             let source = |s: &Schedule| self.schedule_ptx(l, i, s, arch);
             let k = match autotune::select_device_kernel(
@@ -678,6 +722,24 @@ impl KernelDef {
         owned
             .remove(&g.output.0)
             .ok_or_else(|| self.compile_err("no kernel writes the output".into()))
+    }
+
+    /// The checked byte size of value `v` of shape `shape`: [`Error::TooLarge`] naming the
+    /// kernel and the value when it overflows.
+    fn value_bytes(&self, g: &Graph, v: graph::Value, shape: &[usize]) -> Result<usize> {
+        size::byte_len(
+            &format!("kernel `{}`: {}", self.name, g.value_name(v)),
+            shape,
+            g.ty(v).dtype.size_bytes(),
+        )
+    }
+
+    fn too_large(&self, g: &Graph, v: graph::Value, shape: &[usize], reason: String) -> Error {
+        Error::TooLarge {
+            what: format!("kernel `{}`: {}", self.name, g.value_name(v)),
+            shape: shape.to_vec(),
+            reason,
+        }
     }
 
     /// The PTX of fused kernel `i` of `l`'s plan under schedule `s` for `arch`: for the default

@@ -152,7 +152,9 @@ impl TileDef {
     }
 
     /// Runs the block program over its grid with the given knob overrides, on the arguments'
-    /// device. Outputs are written in place (their tensors' memory on that device).
+    /// device. Outputs are written in place (their tensors' memory on that device). When every
+    /// argument is in host memory the launch runs on [`Device::default`]: on a GPU or the
+    /// simulator the arguments are uploaded, and the outputs downloaded back in place.
     pub fn launch(&'static self, knobs: &[(&str, i64)], args: &mut [Arg<'_>]) -> Result<()> {
         let values = self.knob_values(knobs)?;
         let params = self.param_list()?;
@@ -165,6 +167,14 @@ impl TileDef {
             params.iter().map(|p| p.0.clone()),
         )?;
         check_args(self.name, &params, args)?;
+        if device.is_cpu() && !args.is_empty() {
+            // Every argument is in host memory: run on the default device when it is not the
+            // CPU (inputs and outputs uploaded, outputs downloaded back in place).
+            let target = Device::try_default()?;
+            if !target.is_cpu() {
+                return self.launch_moved(knobs, args, &target);
+            }
+        }
         if device.is_cpu() {
             let program = self.program_for(knobs)?;
             let bufs = self.bind(&program, args)?;
@@ -190,6 +200,60 @@ impl TileDef {
             });
         }
         gpu::run(&device, &k, &dargs)
+    }
+
+    /// Runs a launch of host arguments on `device`: uploads every argument (an output's current
+    /// contents too: a kernel may leave parts of it unwritten), launches, and downloads each
+    /// output back into its host memory.
+    fn launch_moved(
+        &'static self,
+        knobs: &[(&str, i64)],
+        args: &mut [Arg<'_>],
+        device: &Device,
+    ) -> Result<()> {
+        let mut blocks = Vec::with_capacity(args.len());
+        for a in args.iter() {
+            let bytes: &[u8] = match a {
+                Arg::In(t) => host_input(self.name, "argument", t.data)?,
+                Arg::Out(t) => match &t.data {
+                    crate::tensor::DataMut::Host(b) => b,
+                    crate::tensor::DataMut::Device(b) => {
+                        return Err(super::device_arg_on_cpu(self.name, "argument", b.device()));
+                    }
+                },
+            };
+            blocks.push(Arc::new(crate::tensor::DeviceBuffer::upload(
+                device, bytes,
+            )?));
+        }
+        let mut moved: Vec<Arg<'_>> = args
+            .iter()
+            .zip(&blocks)
+            .map(|(a, b)| match a {
+                Arg::In(t) => Arg::In(TensorRef {
+                    device,
+                    dtype: t.dtype,
+                    shape: t.shape,
+                    data: crate::tensor::Data::Device(b),
+                }),
+                Arg::Out(t) => Arg::Out(crate::tensor::TensorMut {
+                    device,
+                    dtype: t.dtype,
+                    shape: t.shape,
+                    data: crate::tensor::DataMut::Device(b),
+                }),
+            })
+            .collect();
+        self.launch(knobs, &mut moved)?;
+        drop(moved);
+        for (a, b) in args.iter_mut().zip(&blocks) {
+            if let Arg::Out(t) = a
+                && let crate::tensor::DataMut::Host(h) = &mut t.data
+            {
+                b.download(h)?;
+            }
+        }
+        Ok(())
     }
 
     /// The PTX for these knob values: embedded for the defaults, else the JIT cache's.
@@ -243,7 +307,7 @@ impl TileDef {
     ///     }
     /// }
     /// let x = Tensor::<f32>::randn(&[33, 100], 1);
-    /// let mut y = Tensor::<f32>::zeros(&[33, 100]);
+    /// let mut y = Tensor::<f32>::zeros(&[33, 100])?;
     /// let space = TileSpace::grid(&[("BR", &[1, 4, 16]), ("BC", &[32, 128])]);
     /// let knobs = scale::DEF.launch_tuned(&space, &mut [Arg::In(x.arg()), Arg::Out(y.arg_mut()?)])?;
     /// assert_eq!(knobs.len(), 2);

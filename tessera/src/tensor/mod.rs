@@ -1,14 +1,18 @@
 //! Tensors: a shape plus contiguous row-major storage, in host memory or in a device's memory.
 
+mod display;
 mod element;
+mod index;
 mod random;
+pub mod size;
 mod storage;
+mod view;
 
 pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
 pub use storage::DeviceBuffer;
+pub use view::{Data, DataMut, TensorMut, TensorRef};
 
 use crate::{Device, Error, Result};
-use std::fmt;
 use std::sync::Arc;
 use tessera_ir::DType;
 
@@ -48,9 +52,18 @@ enum Storage<T> {
 static CPU: Device = Device::Cpu;
 
 impl<T: Element> Tensor<T> {
-    /// Wraps a buffer (host memory); errors if its length is not the product of `shape`.
+    /// Wraps a buffer (host memory); an error if its length is not the product of `shape`, or
+    /// if that product overflows (the error names the shape).
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let t = Tensor::from_vec(vec![1i32, 2, 3, 4], &[2, 2])?;
+    /// assert_eq!(t.get(&[1, 0])?, 3);
+    /// assert!(Tensor::<f32>::from_vec(vec![], &[1 << 32, 1 << 32]).is_err());
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
     pub fn from_vec(data: Vec<T>, shape: &[usize]) -> Result<Self> {
-        let expected: usize = shape.iter().product();
+        let expected = size::numel("Tensor::from_vec", shape)?;
         if data.len() != expected {
             return Err(Error::BufferLength {
                 shape: shape.to_vec(),
@@ -64,12 +77,78 @@ impl<T: Element> Tensor<T> {
         })
     }
 
-    /// A tensor of zeros in host memory.
-    pub fn zeros(shape: &[usize]) -> Self {
-        Tensor {
-            shape: shape.to_vec(),
-            storage: Storage::Host(vec![T::default(); shape.iter().product()]),
+    /// A copy of `data` in host memory, shaped `shape` (its length must be the shape's
+    /// element count).
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+    /// assert_eq!(t.get(&[2, 1])?, 6.0);
+    /// assert!(Tensor::from_slice(&[1.0f32], &[2]).is_err());
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn from_slice(data: &[T], shape: &[usize]) -> Result<Self> {
+        let expected = size::numel("Tensor::from_slice", shape)?;
+        if data.len() != expected {
+            return Err(Error::BufferLength {
+                shape: shape.to_vec(),
+                expected,
+                got: data.len(),
+            });
         }
+        let mut v = size::try_with_capacity(data.len())?;
+        v.extend_from_slice(data);
+        Self::from_vec(v, shape)
+    }
+
+    /// A tensor of zeros in host memory. A shape whose size overflows is
+    /// [`Error::TooLarge`]; memory the system refuses is [`Error::OutOfMemory`] (never an
+    /// abort).
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let z = Tensor::<f32>::zeros(&[2, 3])?;
+    /// assert_eq!(z.to_vec()?, vec![0.0; 6]);
+    /// assert!(matches!(
+    ///     Tensor::<f32>::zeros(&[1 << 20, 1 << 20]),      // 4 TiB
+    ///     Err(tessera::Error::OutOfMemory { .. })
+    /// ));
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn zeros(shape: &[usize]) -> Result<Self> {
+        Self::full(shape, T::default())
+    }
+
+    /// A tensor of `value` everywhere, in host memory (errors as [`Tensor::zeros`]).
+    ///
+    /// ```
+    /// use tessera::{Tensor, bf16};
+    /// let t = Tensor::full(&[2, 2], bf16::from_f32(1.5))?;
+    /// assert_eq!(t.to_f64_vec()?, vec![1.5; 4]);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn full(shape: &[usize], value: T) -> Result<Self> {
+        let n = size::numel("Tensor::full", shape)?;
+        size::byte_len("Tensor::full", shape, std::mem::size_of::<T>())?;
+        Self::from_vec(size::try_filled(n, value)?, shape)
+    }
+
+    /// `0, 1, …, n - 1` as a 1-D tensor in host memory (each rounded to `T`).
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let t = Tensor::<f32>::arange(5)?;
+    /// assert_eq!(t.shape(), &[5]);
+    /// assert_eq!(t.to_vec()?, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    /// let m = Tensor::<i32>::arange(6)?.reshape(&[2, 3])?;
+    /// assert_eq!(m.get(&[1, 2])?, 5);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn arange(n: usize) -> Result<Self> {
+        size::byte_len("Tensor::arange", &[n], std::mem::size_of::<T>())?;
+        let mut v = size::try_with_capacity(n)?;
+        v.extend((0..n).map(|i| T::from_f64_round(i as f64)));
+        Self::from_vec(v, &[n])
     }
 
     /// A tensor of zeros on `device`, set there (no transfer): an output buffer for a `tile!`
@@ -85,17 +164,78 @@ impl<T: Element> Tensor<T> {
     /// ```
     pub fn zeros_on(shape: &[usize], device: &Device) -> Result<Self> {
         if device.is_cpu() {
-            return Ok(Self::zeros(shape));
+            return Self::zeros(shape);
         }
-        let bytes = shape.iter().product::<usize>() * std::mem::size_of::<T>();
+        let bytes = size::byte_len("Tensor::zeros_on", shape, std::mem::size_of::<T>())?;
         Ok(Tensor {
             shape: shape.to_vec(),
             storage: Storage::Device(Arc::new(DeviceBuffer::zeros(device, bytes)?)),
         })
     }
 
+    /// A tensor of `value` everywhere on `device` (one upload for a GPU or the simulator;
+    /// zeros are set on the device without one).
+    ///
+    /// ```
+    /// use tessera::{Device, Tensor};
+    /// let dev = Device::new_sim(tessera::ir::target::ptx::Arch::Sm80);
+    /// let t = Tensor::full_on(&[4], 2.5f32, &dev)?;
+    /// assert_eq!(t.device(), &dev);
+    /// assert_eq!(t.to_vec()?, vec![2.5; 4]);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn full_on(shape: &[usize], value: T, device: &Device) -> Result<Self> {
+        if bytemuck::bytes_of(&value).iter().all(|&b| b == 0) {
+            return Self::zeros_on(shape, device);
+        }
+        Self::full(shape, value)?.into_device(device)
+    }
+
+    /// A copy of `data` on `device`, shaped `shape` (one upload for a GPU or the simulator).
+    ///
+    /// ```
+    /// use tessera::{Device, Tensor};
+    /// let dev = Device::new_sim(tessera::ir::target::ptx::Arch::Sm80);
+    /// let t = Tensor::from_slice_on(&[1.0f32, 2.0], &[2], &dev)?;
+    /// assert_eq!((t.device(), dev.transfer_stats().uploads), (&dev, 1));
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn from_slice_on(data: &[T], shape: &[usize], device: &Device) -> Result<Self> {
+        if device.is_cpu() {
+            return Self::from_slice(data, shape);
+        }
+        let expected = size::numel("Tensor::from_slice_on", shape)?;
+        if data.len() != expected {
+            return Err(Error::BufferLength {
+                shape: shape.to_vec(),
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            storage: Storage::Device(Arc::new(DeviceBuffer::upload(
+                device,
+                bytemuck::cast_slice(data),
+            )?)),
+        })
+    }
+
+    /// Moves a host tensor to `device` (the same as [`Tensor::to`], consuming `self`).
+    fn into_device(self, device: &Device) -> Result<Self> {
+        match &self.storage {
+            Storage::Host(v) if !device.is_cpu() => Self::from_slice_on(v, &self.shape, device),
+            _ => self.to(device),
+        }
+    }
+
     /// Standard-normal samples from a seeded generator (same seed, same tensor, on every
     /// machine), in host memory.
+    ///
+    /// # Panics
+    ///
+    /// When the shape's size overflows or its memory cannot be allocated (a convenience for
+    /// tests and examples; [`Tensor::try_randn`] returns those as errors).
     ///
     /// ```
     /// use tessera::{Tensor, bf16};
@@ -104,13 +244,24 @@ impl<T: Element> Tensor<T> {
     /// assert_ne!(a, Tensor::<bf16>::randn(&[3, 5], 8));
     /// ```
     pub fn randn(shape: &[usize], seed: u64) -> Self {
-        let n = shape.iter().product();
+        Self::try_randn(shape, seed).unwrap_or_else(|e| panic!("Tensor::randn: {e}"))
+    }
+
+    /// [`Tensor::randn`], with a too-large shape or refused memory as an error.
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// assert_eq!(Tensor::<f32>::try_randn(&[4], 1)?, Tensor::randn(&[4], 1));
+    /// assert!(Tensor::<f32>::try_randn(&[1 << 40, 1 << 40], 1).is_err());
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn try_randn(shape: &[usize], seed: u64) -> Result<Self> {
+        let n = size::numel("Tensor::randn", shape)?;
+        size::byte_len("Tensor::randn", shape, std::mem::size_of::<T>())?;
         let mut rng = random::SplitMix64::new(seed);
-        let data = (0..n).map(|_| T::from_f64_round(rng.normal())).collect();
-        Tensor {
-            shape: shape.to_vec(),
-            storage: Storage::Host(data),
-        }
+        let mut data = size::try_with_capacity(n)?;
+        data.extend((0..n).map(|_| T::from_f64_round(rng.normal())));
+        Self::from_vec(data, shape)
     }
 
     /// A tensor over a device buffer the launcher filled.
@@ -130,7 +281,8 @@ impl<T: Element> Tensor<T> {
         &self.shape
     }
 
-    /// Number of elements.
+    /// Number of elements (a tensor's shape is checked when it is made, so this cannot
+    /// overflow).
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -198,9 +350,13 @@ impl<T: Element> Tensor<T> {
     /// for the work queued before it).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         match &self.storage {
-            Storage::Host(v) => Ok(v.clone()),
+            Storage::Host(v) => {
+                let mut out = size::try_with_capacity(v.len())?;
+                out.extend_from_slice(v);
+                Ok(out)
+            }
             Storage::Device(b) => {
-                let mut out = vec![T::default(); self.numel()];
+                let mut out = size::try_filled(self.numel(), T::default())?;
                 b.download(bytemuck::cast_slice_mut(&mut out))?;
                 Ok(out)
             }
@@ -234,7 +390,7 @@ impl<T: Element> Tensor<T> {
 
     /// Same data, new shape with the same element count.
     pub fn reshape(mut self, shape: &[usize]) -> Result<Self> {
-        let expected: usize = shape.iter().product();
+        let expected = size::numel("Tensor::reshape", shape)?;
         if expected != self.numel() {
             return Err(Error::BufferLength {
                 shape: shape.to_vec(),
@@ -249,10 +405,14 @@ impl<T: Element> Tensor<T> {
     /// Elementwise conversion to f64 on the host (for references and checks; a download for a
     /// device tensor).
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        let conv = |v: &[T]| v.iter().map(|x| x.to_f64()).collect();
+        let conv = |v: &[T]| -> Result<Vec<f64>> {
+            let mut out = size::try_with_capacity(v.len())?;
+            out.extend(v.iter().map(|x| x.to_f64()));
+            Ok(out)
+        };
         match &self.storage {
-            Storage::Host(v) => Ok(conv(v)),
-            Storage::Device(_) => Ok(conv(&self.to_vec()?)),
+            Storage::Host(v) => conv(v),
+            Storage::Device(_) => conv(&self.to_vec()?),
         }
     }
 
@@ -318,69 +478,4 @@ impl<T: Element + PartialEq> PartialEq for Tensor<T> {
             _ => matches!((self.to_vec(), o.to_vec()), (Ok(a), Ok(b)) if a == b),
         }
     }
-}
-
-impl<T: Element> fmt::Debug for Tensor<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Tensor");
-        d.field("dtype", &T::DTYPE).field("shape", &self.shape);
-        match &self.storage {
-            Storage::Host(v) => d.field("data", v),
-            Storage::Device(b) => d.field("device", b),
-        };
-        d.finish()
-    }
-}
-
-/// Where a borrowed tensor's bytes are.
-#[derive(Clone, Copy, Debug)]
-pub enum Data<'a> {
-    /// Host memory.
-    Host(&'a [u8]),
-    /// A block of device memory (shared with the tensor's clones).
-    Device(&'a Arc<DeviceBuffer>),
-}
-
-/// Where a mutably borrowed tensor's bytes are.
-#[derive(Debug)]
-pub enum DataMut<'a> {
-    /// Host memory.
-    Host(&'a mut [u8]),
-    /// A block of device memory the tensor holds alone.
-    Device(&'a DeviceBuffer),
-}
-
-/// A borrowed, type-erased tensor passed to a launch.
-#[derive(Clone, Copy, Debug)]
-pub struct TensorRef<'a> {
-    /// Where kernels reading this tensor run.
-    pub device: &'a Device,
-    pub dtype: DType,
-    pub shape: &'a [usize],
-    pub data: Data<'a>,
-}
-
-impl TensorRef<'_> {
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        match self.data {
-            Data::Host(b) => b.len(),
-            Data::Device(b) => b.len(),
-        }
-    }
-
-    /// True when it holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A mutably borrowed, type-erased tensor passed to a launch.
-#[derive(Debug)]
-pub struct TensorMut<'a> {
-    /// Where kernels writing this tensor run.
-    pub device: &'a Device,
-    pub dtype: DType,
-    pub shape: &'a [usize],
-    pub data: DataMut<'a>,
 }

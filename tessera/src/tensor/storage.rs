@@ -47,6 +47,28 @@ impl DeviceBuffer {
         self.gpu().download(self.addr, out)
     }
 
+    /// Copies the `out.len()` bytes at byte `offset` to `out` (one download); an error when
+    /// they are not inside the block.
+    pub(crate) fn download_range(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        if offset
+            .checked_add(out.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return Err(Error::Unsupported {
+                device: self.device.to_string(),
+                message: format!(
+                    "{} bytes at offset {offset} are outside a block of {} bytes",
+                    out.len(),
+                    self.len
+                ),
+            });
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.gpu().download(self.addr + offset as u64, out)
+    }
+
     /// A copy in a new block of the same device (a copy inside device memory).
     pub(crate) fn duplicate(&self) -> Result<DeviceBuffer> {
         let b = Self::alloc(&self.device, self.len)?;

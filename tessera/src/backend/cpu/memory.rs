@@ -24,16 +24,19 @@ fn window(buf: &Buffer, idx: &[i64], tile: &[usize]) -> Window {
     let dims = buf.dims();
     let (r, t) = (dims.len(), tile.len());
     let mut strides = vec![1usize; r];
+    // Saturating: a view's element count fits its bytes, so strides and offsets of indices
+    // in range are exact; they can only saturate when some dim is 0, and then every index
+    // of that axis is outside and nothing is accessed.
     for a in (0..r.saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * dims[a + 1];
+        strides[a] = strides[a + 1].saturating_mul(dims[a + 1]);
     }
     let mut base = 0usize;
     let mut outside = false;
-    for a in 0..r - t {
+    for a in 0..r.saturating_sub(t) {
         if idx[a] < 0 || idx[a] >= dims[a] as i64 {
             outside = true;
         } else {
-            base += idx[a] as usize * strides[a];
+            base = base.saturating_add((idx[a] as usize).saturating_mul(strides[a]));
         }
     }
     // Tile axes: the last `t` view axes. A rank-1 tile is one row; a scalar one element.

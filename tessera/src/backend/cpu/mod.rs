@@ -26,6 +26,23 @@ use tessera_ir::tile::Kernel;
 
 pub(crate) use exec::Program;
 
+/// The kernel's grid over the argument shapes, every product checked.
+pub(crate) fn grid_of(k: &Kernel, shapes: &[Vec<usize>]) -> Result<Vec<usize>> {
+    let mut grid = vec![1usize; 3];
+    for (g, e) in grid.iter_mut().zip(&k.grid) {
+        *g = e.try_eval(shapes).map_err(|m| grid_error(k, m))?;
+    }
+    Ok(grid)
+}
+
+fn grid_error(k: &Kernel, message: String) -> Error {
+    Error::ShapeMismatch {
+        kernel: k.name.clone(),
+        param: "grid".into(),
+        message,
+    }
+}
+
 /// Runs `kernel` over its grid with `args` bound to its parameters (same order).
 ///
 /// `program` is the kernel prepared by [`Program::new`] (liveness computed once).
@@ -45,8 +62,11 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
         return Ok(());
     }
     let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
-    let grid: Vec<usize> = k.grid.iter().map(|g| g.eval(&shapes)).collect();
-    let total = grid[0] * grid[1] * grid[2];
+    let grid = grid_of(k, &shapes)?;
+    let total = grid
+        .iter()
+        .try_fold(1usize, |n, &g| n.checked_mul(g))
+        .ok_or_else(|| grid_error(k, format!("a grid of {grid:?} blocks overflows")))?;
     if total == 0 {
         return Ok(());
     }

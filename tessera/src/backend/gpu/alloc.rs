@@ -20,17 +20,18 @@ pub(crate) const SMALL_MAX: usize = 1 << 20;
 /// The bucket of a request of `bytes` (at least one byte is allocated).
 ///
 /// ```ignore
-/// assert_eq!(bucket(1), 512);
-/// assert_eq!(bucket((1 << 20) + 1), (1 << 20) + (1 << 18));
+/// assert_eq!(bucket(1), Some(512));
+/// assert_eq!(bucket((1 << 20) + 1), Some((1 << 20) + (1 << 18)));
 /// ```
-pub(crate) fn bucket(bytes: usize) -> usize {
+pub(crate) fn bucket(bytes: usize) -> Option<usize> {
     let b = bytes.max(1);
     if b <= SMALL_MAX {
-        return b.div_ceil(SMALL_STEP) * SMALL_STEP;
+        return Some(b.div_ceil(SMALL_STEP) * SMALL_STEP);
     }
-    // Four steps per octave: the step is a quarter of the largest power of two ≤ b.
+    // Four steps per octave: the step is a quarter of the largest power of two ≤ b. `None`
+    // when the bucket itself overflows (no device holds that much).
     let step = (1usize << (usize::BITS - 1 - b.leading_zeros())) / 4;
-    b.div_ceil(step) * step
+    b.div_ceil(step).checked_mul(step)
 }
 
 /// Blocks in use (by address) and free blocks (by bucket) of one device.
@@ -129,27 +130,29 @@ mod tests {
 
     #[test]
     fn buckets_round_up_by_at_most_a_step() {
-        assert_eq!(bucket(0), 512);
-        assert_eq!(bucket(1), 512);
-        assert_eq!(bucket(512), 512);
-        assert_eq!(bucket(513), 1024);
-        assert_eq!(bucket(SMALL_MAX), SMALL_MAX);
-        assert_eq!(bucket(SMALL_MAX + 1), SMALL_MAX + SMALL_MAX / 4);
-        assert_eq!(bucket(3 << 20), 3 << 20);
-        assert_eq!(bucket((3 << 20) + 1), (3 << 20) + (1 << 19));
+        assert_eq!(bucket(0), Some(512));
+        assert_eq!(bucket(1), Some(512));
+        assert_eq!(bucket(512), Some(512));
+        assert_eq!(bucket(513), Some(1024));
+        assert_eq!(bucket(SMALL_MAX), Some(SMALL_MAX));
+        assert_eq!(bucket(SMALL_MAX + 1), Some(SMALL_MAX + SMALL_MAX / 4));
+        assert_eq!(bucket(3 << 20), Some(3 << 20));
+        assert_eq!(bucket((3 << 20) + 1), Some((3 << 20) + (1 << 19)));
         let mut x = 1usize;
         for _ in 0..2000 {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let n = (x >> 33) % (64 << 20) + 1;
-            let b = bucket(n as usize);
+            let b = bucket(n as usize).unwrap();
             assert!(
                 b >= n as usize && (b - n as usize) * 4 <= b.max(4 * SMALL_STEP),
                 "{n} -> {b}"
             );
-            assert_eq!(bucket(b), b, "a bucket is its own bucket");
+            assert_eq!(bucket(b), Some(b), "a bucket is its own bucket");
         }
+        assert_eq!(bucket(usize::MAX), None);
+        assert_eq!(bucket(usize::MAX - 1), None);
     }
 
     #[test]

@@ -51,7 +51,11 @@ pub(crate) fn marshal(
     let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
     let mut grid = [1u32; 3];
     for (g, e) in grid.iter_mut().zip(&k.grid) {
-        let n = e.eval(&shapes);
+        let n = e.try_eval(&shapes).map_err(|m| Error::ShapeMismatch {
+            kernel: k.entry.clone(),
+            param: "grid".into(),
+            message: m,
+        })?;
         *g = u32::try_from(n).map_err(|_| Error::Unsupported {
             device: device.into(),
             message: format!("{}: a grid of {n} blocks in one dimension", k.entry),

@@ -188,7 +188,7 @@ impl<A: Api> GpuOps for GpuDevice<A> {
     }
 
     fn alloc(&self, bytes: usize) -> Result<u64> {
-        let size = alloc::bucket(bytes);
+        let size = alloc::bucket(bytes).ok_or(Error::OutOfMemory { bytes })?;
         let mut pool = self.pool();
         if let Some(b) = pool.take_free(size) {
             let addr = self.api.address(&b);

@@ -96,10 +96,16 @@ impl Api for SimApi {
     type Event = u64;
 
     fn alloc(&self, bytes: usize) -> Result<SimBlock> {
+        let block = crate::tensor::size::try_filled(bytes.div_ceil(8), 0u64)?;
         let mut m = self.mem();
         let addr = m.next;
-        m.next += (bytes as u64).div_ceil(ALIGN) * ALIGN + ALIGN;
-        m.blocks.insert(addr, vec![0u64; bytes.div_ceil(8)]);
+        m.next = (bytes as u64)
+            .div_ceil(ALIGN)
+            .checked_mul(ALIGN)
+            .and_then(|b| b.checked_add(ALIGN))
+            .and_then(|b| addr.checked_add(b))
+            .ok_or(Error::OutOfMemory { bytes })?;
+        m.blocks.insert(addr, block);
         Ok(SimBlock { addr })
     }
 

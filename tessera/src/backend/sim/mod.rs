@@ -99,11 +99,26 @@ pub(crate) fn run_with(k: &PtxKernel, args: &[Buffer], checks: Checks) -> Result
         }
     }
     let shapes: Vec<Vec<usize>> = args.iter().map(|a| a.dims().to_vec()).collect();
-    let grid: Vec<u32> = k.grid.iter().map(|g| g.eval(&shapes) as u32).collect();
+    let mut grid = vec![1u32; 3];
+    for (g, e) in grid.iter_mut().zip(&k.grid) {
+        let n = e.try_eval(&shapes).map_err(|m| Error::ShapeMismatch {
+            kernel: k.entry.clone(),
+            param: "grid".into(),
+            message: m,
+        })?;
+        *g = u32::try_from(n).map_err(|_| Error::Unsupported {
+            device: "sim".into(),
+            message: format!("{}: a grid of {n} blocks in one dimension", k.entry),
+        })?;
+    }
     if grid.contains(&0) {
         return Ok(Report::default());
     }
-    let sim_err = |e: SimError| device_err(k, e);
+    let sim_err = |e: SimError| match e {
+        // The host refused the simulated device memory: out of memory, as on a GPU.
+        SimError::Alloc { bytes, .. } => Error::OutOfMemory { bytes },
+        e => device_err(k, e),
+    };
     // Device memory: one allocation per argument, named after its parameter.
     let mut mem = Memory::new();
     let mut params = Vec::new();
@@ -119,8 +134,13 @@ pub(crate) fn run_with(k: &PtxKernel, args: &[Buffer], checks: Checks) -> Result
             mem.set_read_only(p, true).map_err(sim_err)?;
         }
         params.push(Param::Ptr(p));
-        for d in a.dims() {
-            params.push(Param::U32(*d as u32));
+        for &d in a.dims() {
+            let d = u32::try_from(d).map_err(|_| Error::ShapeMismatch {
+                kernel: k.entry.clone(),
+                param: name.clone(),
+                message: format!("dim {d} does not fit the ABI's 32-bit dims"),
+            })?;
+            params.push(Param::U32(d));
         }
         ptrs.push(p);
     }

@@ -94,7 +94,7 @@ fn agree(src: &str, syms: &[(&str, usize)], sdt: DType, nsched: usize) -> usize 
                     .iter()
                     .enumerate()
                     .map(|(j, b)| {
-                        let view = view_shape(&shape_of(b.value), b.view_rank);
+                        let view = view_shape(&shape_of(b.value), b.view_rank).unwrap();
                         if j == n - 1 {
                             out.view(&view)
                         } else {

@@ -63,7 +63,7 @@ fn reports(
             .bindings
             .iter()
             .zip(&bufs)
-            .map(|(b, buf)| buf.view(&view_shape(&shape_of(b.value), b.view_rank)))
+            .map(|(b, buf)| buf.view(&view_shape(&shape_of(b.value), b.view_rank).unwrap()))
             .collect();
         let p = ptx::emit(&l.kernel, &s, arch).unwrap();
         let r = sim::run_with(&p, &views, sim::Checks::default())

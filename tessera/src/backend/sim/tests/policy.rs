@@ -159,7 +159,7 @@ impl Setup {
             .iter()
             .enumerate()
             .map(|(j, b)| {
-                let view = view_shape(&self.shapes[&b.value.0], b.view_rank);
+                let view = view_shape(&self.shapes[&b.value.0], b.view_rank).unwrap();
                 if j == n - 1 {
                     out.view(&view)
                 } else {

@@ -1,0 +1,65 @@
+//! Kernels whose arguments are all in host memory run on `Device::default()`, which
+//! `TESSERA_DEVICE` selects: here the simulator. One test in its own binary: the environment
+//! is process-wide.
+
+use tessera::{Device, Tensor};
+use tessera_workspace::reference::{matmul, rel_error};
+
+fn set(value: Option<&str>) {
+    // SAFETY (edition 2024): the only test of this binary; no other thread reads the
+    // environment while it changes.
+    unsafe {
+        match value {
+            Some(v) => std::env::set_var("TESSERA_DEVICE", v),
+            None => std::env::remove_var("TESSERA_DEVICE"),
+        }
+    }
+}
+
+#[test]
+fn host_arguments_run_on_the_default_device() {
+    let (m, k, n) = (37, 29, 23);
+    let x = Tensor::<f32>::randn(&[m, k], 11);
+    let w = Tensor::<f32>::randn(&[k, n], 12);
+    let want = matmul(&x.to_f64_vec().unwrap(), &w.to_f64_vec().unwrap(), m, k, n);
+
+    set(Some("sim"));
+    let sim = Device::sim();
+    assert_eq!(Device::default(), sim);
+    let launches = sim.stats().launches;
+    let y = tessera_kernels::matmul(&x, &w).unwrap();
+    assert_eq!(y.device(), &sim, "the result stays on the default device");
+    assert!(
+        sim.stats().launches > launches,
+        "the launch ran on the simulator"
+    );
+    assert!(rel_error(&y.to_f64_vec().unwrap(), &want) < 1e-5);
+    assert!(x.is_host(), "the arguments are unchanged");
+
+    // A `tile!` kernel writes its host output in place, through the default device.
+    let mut c = Tensor::<f32>::zeros(&[m, n]).unwrap();
+    let launches = sim.stats().launches;
+    tessera_kernels::tiled::matmul_tiled::launch(&x, &w, &mut c).unwrap();
+    assert!(sim.stats().launches > launches);
+    assert!(c.is_host());
+    assert!(rel_error(&c.to_f64_vec().unwrap(), &want) < 1e-5);
+
+    // Arguments already on a device run there whatever the default is.
+    set(Some("cpu"));
+    let other = Device::new_sim(tessera::ir::target::ptx::Arch::Sm90a);
+    let y = tessera_kernels::matmul(&x.to(&other).unwrap(), &w.to(&other).unwrap()).unwrap();
+    assert_eq!(y.device(), &other);
+    // With the CPU as default, host arguments stay on the host.
+    let y = tessera_kernels::matmul(&x, &w).unwrap();
+    assert!(y.is_host());
+
+    // An invalid value is an error naming the variable, at the launch.
+    set(Some("tpu"));
+    let e = tessera_kernels::matmul(&x, &w).unwrap_err().to_string();
+    assert!(
+        e.contains("TESSERA_DEVICE") && e.contains("sim:sm_90a"),
+        "{e}"
+    );
+    assert!(Device::default().is_cpu() || tessera::backend::cuda_driver_present());
+    set(None);
+}
