@@ -1,6 +1,8 @@
 //! The error table of `docs/numerics.md`: every library kernel × dtype × numerics policy, max
-//! relative error against an f64 reference, measured here. The test fails if any error exceeds
-//! its bound, or if the page's table names other bounds than this file. Regenerate the page's
+//! relative error against an f64 reference, measured here on the CPU backend and on the PTX
+//! simulator (`Device::sim()`, small shapes to keep the test fast). The test fails if any error
+//! on either backend exceeds its bound, or if the page's table names other bounds than this
+//! file. Regenerate the page's
 //! table (measured column included) with
 //!
 //!     TESSERA_BLESS=1 cargo test --test numerics_table
@@ -10,7 +12,7 @@
 //! kernel's arithmetic and the final rounding to the output dtype are).
 
 use tessera::numerics::{self, NumericsPolicy};
-use tessera::{DType, Float, Tensor, bf16, f16};
+use tessera::{DType, Device, Float, Tensor, bf16, f16};
 use tessera_workspace::reference::{self, rel_error};
 
 #[tessera::kernel]
@@ -62,16 +64,27 @@ fn ill_conditioned(rows: usize, cols: usize) -> Vec<f32> {
     v
 }
 
-/// `(kernel, dtype, policy, error)` for every library kernel at `T`.
-fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
-    let (r, c, k) = (64, 1000, 512);
-    let x = Tensor::<T>::randn(&[r, c], 1);
-    let y = Tensor::<T>::randn(&[r, c], 2);
-    let g = Tensor::<T>::randn(&[c], 3);
-    let b = Tensor::<T>::randn(&[c], 4);
-    let a = Tensor::<T>::randn(&[r, k], 5);
-    let w = Tensor::<T>::randn(&[k, c], 6);
-    let bias = Tensor::<f32>::randn(&[c], 7);
+/// The shapes measured on `dev`: `(rows, cols, matmul k, ill-conditioned rows, its terms)`.
+/// The simulator runs every thread of the PTX on the CPU, so it gets small shapes that still
+/// straddle tile edges (100 columns, k = 48).
+fn shapes(dev: &Device) -> (usize, usize, usize, usize, usize) {
+    match dev {
+        Device::Cpu => (64, 1000, 512, 8, 100_000),
+        _ => (8, 100, 48, 2, 4000),
+    }
+}
+
+/// `(kernel, dtype, policy, error)` for every library kernel at `T` on `dev`.
+fn measure<T: Float>(dev: &Device) -> Vec<(String, DType, NumericsPolicy, f64)> {
+    let (r, c, k, ir, ic) = shapes(dev);
+    let on = |t: Tensor<T>| t.to(dev).unwrap();
+    let x = on(Tensor::<T>::randn(&[r, c], 1));
+    let y = on(Tensor::<T>::randn(&[r, c], 2));
+    let g = on(Tensor::<T>::randn(&[c], 3));
+    let b = on(Tensor::<T>::randn(&[c], 4));
+    let a = on(Tensor::<T>::randn(&[r, k], 5));
+    let w = on(Tensor::<T>::randn(&[k, c], 6));
+    let bias = Tensor::<f32>::randn(&[c], 7).to(dev).unwrap();
     let (xv, yv, gv, bv) = (
         x.to_f64_vec().unwrap(),
         y.to_f64_vec().unwrap(),
@@ -124,7 +137,11 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
     let mut out = Vec::new();
     for p in POLICIES {
         let got = numerics::policy(p, || -> tessera::Result<Vec<(DType, Vec<f64>)>> {
-            let t = |t: Tensor<T>| (T::DTYPE, t.to_f64_vec().unwrap());
+            // every result must have been computed on `dev`, not fallen back to the host
+            let t = |t: Tensor<T>| {
+                assert_eq!(t.device(), dev, "result not on {dev:?}");
+                (T::DTYPE, t.to_f64_vec().unwrap())
+            };
             Ok(vec![
                 t(tessera_kernels::add(&x, &y)?),
                 t(tessera_kernels::mul(&x, &g)?),
@@ -134,18 +151,25 @@ fn measure<T: Float>() -> Vec<(String, DType, NumericsPolicy, f64)> {
                 t(tessera_kernels::rmsnorm(&x, &g)?),
                 t(tessera_kernels::matmul(&a, &w)?),
                 t(tessera_kernels::linear_bias_gelu(&a, &w, &bias)?),
-                (DType::F32, row_sum(&x)?.to_f64_vec().unwrap()),
+                {
+                    let s = row_sum(&x)?;
+                    assert_eq!(s.device(), dev, "row_sum not on {dev:?}");
+                    (DType::F32, s.to_f64_vec().unwrap())
+                },
             ])
         })
-        .unwrap_or_else(|e| panic!("{} under {p}: {e}", T::DTYPE));
+        .unwrap_or_else(|e| panic!("{} under {p} on {dev:?}: {e}", T::DTYPE));
         for ((name, w), (_, g)) in want.iter().zip(got) {
             out.push((name.to_string(), T::DTYPE, p, rel_error(&g, w)));
         }
     }
     if T::DTYPE == DType::F32 {
-        let (r, c) = (8, 100_000);
+        let (r, c) = (ir, ic);
         let data = ill_conditioned(r, c);
-        let x = Tensor::from_vec(data.clone(), &[r, c]).unwrap();
+        let x = Tensor::from_vec(data.clone(), &[r, c])
+            .unwrap()
+            .to(dev)
+            .unwrap();
         for p in POLICIES {
             let got = numerics::policy(p, || row_sum(&x))
                 .unwrap()
@@ -172,21 +196,33 @@ fn row(kernel: &str, dtype: DType, p: NumericsPolicy) -> String {
 
 #[test]
 fn error_table_within_bounds_and_documented() {
-    let mut all = measure::<f32>();
-    all.extend(measure::<bf16>());
-    all.extend(measure::<f16>());
+    let all_on = |dev: &Device| {
+        let mut all = measure::<f32>(dev);
+        all.extend(measure::<bf16>(dev));
+        all.extend(measure::<f16>(dev));
+        all
+    };
+    let all = all_on(&Device::cpu());
+    let sim = all_on(&Device::sim());
+    assert_eq!(all.len(), sim.len());
     let mut table = String::from(
-        "| kernel | dtype | policy | max rel error (measured) | bound |\n|---|---|---|---|---|\n",
+        "| kernel | dtype | policy | cpu: max rel error | sim: max rel error | bound |\n|---|---|---|---|---|---|\n",
     );
     let mut over = Vec::new();
-    for (k, d, p, e) in &all {
+    for ((k, d, p, e), (ks, ds, ps, es)) in all.iter().zip(&sim) {
+        assert_eq!((k, d, p), (ks, ds, ps));
         // `sum` returns f32 for every input dtype.
         let out = if k.starts_with("sum") { DType::F32 } else { *d };
         let b = bound(k, out, *p);
-        if !(*e <= b) {
-            over.push(format!("{k} {d} {p}: {e:.2e} > {b:.0e}"));
+        for (dev, e) in [("cpu", e), ("sim", es)] {
+            if !(*e <= b) {
+                over.push(format!("{k} {d} {p} on {dev}: {e:.2e} > {b:.0e}"));
+            }
         }
-        table.push_str(&format!("{} {e:.2e} | {b:.0e} |\n", row(k, *d, *p)));
+        table.push_str(&format!(
+            "{} {e:.2e} | {es:.2e} | {b:.0e} |\n",
+            row(k, *d, *p)
+        ));
     }
     eprintln!("{table}");
     assert!(
@@ -217,14 +253,17 @@ fn error_table_within_bounds_and_documented() {
             .find(|l| l.starts_with(&prefix))
             .unwrap_or_else(|| panic!("docs/numerics.md has no row `{prefix}`"));
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let (measured, doc_bound): (f64, f64) =
-            (cells[4].parse().unwrap(), cells[5].parse().unwrap());
+        let (cpu, sim, doc_bound): (f64, f64, f64) = (
+            cells[4].parse().unwrap(),
+            cells[5].parse().unwrap(),
+            cells[6].parse().unwrap(),
+        );
         assert_eq!(
             doc_bound, b,
             "`{prefix}`: the page's bound is not the test's"
         );
         assert!(
-            measured <= b,
+            cpu <= b && sim <= b,
             "`{prefix}`: the page's measurement exceeds its bound"
         );
     }

@@ -70,11 +70,17 @@
 //! | warp collectives | `shfl.sync` (`up down bfly idx`), `vote.sync` (`all any uni ballot`), `ldmatrix.sync.aligned` (`.x1 .x2 .x4`, `.trans`) |
 //! | tensor cores | `mma.sync.aligned.row.col`: m16n8k16 and m16n8k8 `.f32.{bf16,f16}.{bf16,f16}.f32`; m16n8k8 and m16n8k4 `.f32.tf32.tf32.f32`; m16n8k32 `.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32` (sm_89 / sm_90a fp8) |
 //!
-//! Bit-exact unit tests (references from the ISA's definitions) cover the bit instructions
-//! (`prmt bfe bfi brev lop3 shf`), the conversions, `shfl.sync`, `cp.async` and divergence; the
-//! `tessera` crate's agreement tests run every emitted kernel (bf16 m16n8k16 `mma`, `ldmatrix`,
-//! `cp.async`, reductions) against its CPU backend. The packed half arithmetic, the tf32 and
-//! fp8 `mma` shapes and `.local` have no unit test of their own yet.
+//! Unit tests (`src/tests/`) pin each family against references computed from the ISA's
+//! definitions, on seeded random inputs: bit-exact for the bit instructions (`prmt bfe bfi
+//! brev lop3 shf`), the conversions, `shfl.sync`, `cp.async`, divergence, the packed half
+//! arithmetic (`add mul fma` on `.f16x2`/`.bf16x2`, correctly rounded), `.local` and
+//! `ld.global.nc`; within f32 rounding of an f64 reference for every `mma` shape above but the
+//! bf16/f16 m16n8k16 (fragment layouts written out from the ISA's tables in the test), whose
+//! coverage is the `tessera` crate's agreement tests running every emitted GEMM (`mma`,
+//! `ldmatrix`, `cp.async`, reductions) against its CPU backend. Each test kernel is also
+//! accepted by ptxas for its targets when `TESSERA_PTXAS` is set (`scripts/ptxas-check`).
+//! `ld.global.nc` reads like `ld.global`: the simulator does not check that nothing writes the
+//! memory during the kernel.
 
 mod approx;
 mod check;

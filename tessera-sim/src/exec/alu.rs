@@ -581,6 +581,29 @@ fn h_minmax(x: f64, y: f64, max: bool, nan: bool, xorsign: bool) -> f64 {
     }
 }
 
+/// `a·b + c` of 16-bit values in f64 rounded *to odd*, so that the one rounding to 16 bits that
+/// follows is the correctly rounded fma. The product is exact (≤ 22 significant bits); the
+/// sum may not be (bf16's exponent range lets `c` sit far below `a·b`), and a plain f64 sum
+/// could land exactly on a 16-bit tie the exact value misses (1.75 · 0.578125 − 2^-70 must
+/// round down to 258/256, not to the even 260/256): rounding to odd keeps that information.
+fn fma_round_to_odd(a: f64, b: f64, c: f64) -> f64 {
+    let p = a * b;
+    let s = p + c;
+    if !s.is_finite() {
+        return s;
+    }
+    // TwoSum: s + e = p + c exactly
+    let bb = s - p;
+    let e = (p - (s - bb)) + (c - bb);
+    if e == 0.0 || s.to_bits() & 1 == 1 {
+        s
+    } else if e > 0.0 {
+        s.next_up()
+    } else {
+        s.next_down()
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn half_alu(
     op: Alu,
@@ -626,10 +649,8 @@ fn half_alu(
         Alu::Add => l.map2(a, mask, |x, y| each(&[x, y], &|v| v[0] + v[1])),
         Alu::Sub => l.map2(a, mask, |x, y| each(&[x, y], &|v| v[0] - v[1])),
         Alu::MulLo => l.map2(a, mask, |x, y| each(&[x, y], &|v| v[0] * v[1])),
-        // exact product in f64, one f64 rounding of the sum, then one to 16 bits: the f64
-        // result is never a 16-bit tie unless the exact sum is one
         Alu::Fma => l.map3(a, mask, |x, y, z| {
-            each(&[x, y, z], &|v| v[0].mul_add(v[1], v[2]))
+            each(&[x, y, z], &|v| fma_round_to_odd(v[0], v[1], v[2]))
         }),
         Alu::Min { nan, xorsign } => l.map2(a, mask, |x, y| {
             each(&[x, y], &|v| h_minmax(v[0], v[1], false, nan, xorsign))

@@ -1,11 +1,13 @@
 //! Tests of the simulator on hand-written PTX (the public API is exercised by the crate and item
 //! doctests and `tests/cli.rs`): instruction
 //! semantics ([`units`], [`bits`]), planted bugs caught by checkers or comparisons ([`planted`]),
-//! performance counters ([`counters`]) and `.approx` perturbation ([`approx`]).
+//! performance counters ([`counters`]), `.approx` perturbation ([`approx`]) and one test per
+//! instruction family with an ISA-derived reference ([`families`]).
 
 mod approx;
 mod bits;
 mod counters;
+mod families;
 mod planted;
 mod units;
 

@@ -74,7 +74,7 @@ pub(super) fn stage_copy(
 
 /// Global address and in-bounds predicate of element `(row0 + lr, col0 + lc)`; the address is
 /// the tensor base when out of bounds.
-fn guarded_addr(cx: &mut Ctx, src: &Src, lr: Reg, lc: Reg, bytes: usize) -> (Reg, Reg) {
+pub(super) fn guarded_addr(cx: &mut Ctx, src: &Src, lr: Reg, lc: Reg, bytes: usize) -> (Reg, Reg) {
     let nrows = cx.dims[src.param][cx.dims[src.param].len() - 2];
     let ncols = *cx.dims[src.param].last().unwrap();
     let a = &mut cx.asm;

@@ -76,6 +76,7 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
     let (es, st1, st2) = match out_ty {
         DType::F32 => (4, "st.global.f32", "st.global.v2.f32"),
         DType::BF16 | DType::F16 => (2, "st.global.b16", "st.global.b32"),
+        DType::F8E4M3 | DType::F8E5M2 => (1, "st.global.u8", "st.global.b16"),
         t => return Err(cx.err(format!("gemm epilogue: store of {t} is not supported"))),
     };
     let rank = k.params[*param].rank;
@@ -142,6 +143,18 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
                     a.i(format!("@{ok0} {st1} [{addr}], {v0}"));
                     a.i(format!("@{ok1} {st1} [{addr}+4], {v1}"));
                 }
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    // d[15:8] = fp8(v1), d[7:0] = fp8(v0): columns c, c+1 in memory order
+                    let t = math::fp8_name(out_ty).unwrap();
+                    let pk = a.h();
+                    a.i(format!("cvt.rn.satfinite.{t}x2.f32 {pk}, {v1}, {v0}"));
+                    let (b0, b1) = (a.r(), a.r());
+                    a.i(format!("cvt.u32.u16 {b0}, {pk}"));
+                    a.i(format!("shr.u32 {b1}, {b0}, 8"));
+                    a.i(format!("@{pv} {st2} [{addr}], {pk}"));
+                    a.i(format!("@{ok0} {st1} [{addr}], {b0}"));
+                    a.i(format!("@{ok1} {st1} [{addr}+1], {b1}"));
+                }
                 _ => {
                     let t = if out_ty == DType::BF16 { "bf16" } else { "f16" };
                     let pk = a.r();
@@ -181,7 +194,12 @@ impl Eval<'_> {
         if let Some(r) = self.memo.get(&key) {
             return Ok(*r);
         }
-        if !matches!(ty.dtype, DType::F32 | DType::BF16 | DType::F16) {
+        // A 16-bit or fp8 value lives in an f32 register already rounded to its type
+        // (`math::round`); the store converts it again, exactly.
+        if !matches!(
+            ty.dtype,
+            DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3 | DType::F8E5M2
+        ) {
             return Err(cx.err(format!(
                 "gemm epilogue: %{} of type {ty} is not a float tile",
                 v.0

@@ -18,7 +18,7 @@ pub(super) struct MainLoop {
     pub bn: usize,
     pub bk: usize,
     pub stages: u32,
-    /// `bf16` or `f16`.
+    /// `bf16` or `f16` (or `e4m3`/`e5m2` for [`super::fp8`]).
     pub ty: &'static str,
     /// `(param, leading-row offset)` of A and B.
     pub a: (usize, Reg),
@@ -166,7 +166,18 @@ pub(super) fn emit(cx: &mut Ctx, m: &MainLoop, wt: WarpTiling, fast: Reg) -> Fra
     };
     super::pipeline::emit(cx, m.stages, m.kt_count, &mut load, &mut compute);
 
-    // C fragment: c_i at row g + 8·(i>>1), col 2t + (i&1) of each 16×8 tile.
+    frame(cx, lane, (warp_m, warp_n), wt, &acc)
+}
+
+/// The accumulator frame of a warp-tiled `m16n8` C layout (the same for every `mma` shape
+/// here): `c_i` at row g + 8·(i>>1), col 2t + (i&1) of each 16×8 tile of the warp's sub-tile.
+pub(super) fn frame(
+    cx: &mut Ctx,
+    lane: Reg,
+    (warp_m, warp_n): (Reg, Reg),
+    wt: WarpTiling,
+    acc: &[Vec<[Reg; 4]>],
+) -> Frame {
     let a = &mut cx.asm;
     a.phase("accumulator coordinates (C fragment: row g + 8*(i>>1), col 2t + (i&1))");
     let g = a.r_op("shr.u32", lane, 2);

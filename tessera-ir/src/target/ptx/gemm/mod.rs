@@ -19,6 +19,14 @@
 //!   with zero fill (src-size 0) when row lengths are multiples of 8 and pointers 16-byte
 //!   aligned, else a predicated scalar `ld.global.u16` + `st.shared.u16` path ([`copy`]).
 //!   The epilogue predicates every element on `row < M`, `col < N`.
+//! - **fp8 (`e4m3`/`e5m2`, sm_89 and sm_90a) → tensor cores** ([`fp8`]):
+//!   `mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32`, f32 accumulation,
+//!   the same warp tiling and accumulator frame as bf16, A and a transposed B as byte tiles
+//!   read by `ldmatrix`; `.version 8.4` (what fp8 `mma` needs on every target). Per-tensor
+//!   scales are epilogue ops like any other; an fp8 output is packed two columns at a time by
+//!   `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`. sm_80 has no fp8 (`super::supports` rejects
+//!   the kernel), and a `deterministic` fp8 GEMM takes the generic emitter's in-order FFMA
+//!   `dot` over the decoded values, like bf16.
 //! - **f32 → FFMA**, not tf32: tf32 keeps a 10-bit mantissa (~1e-3 relative), which cannot
 //!   meet an f32 1e-5 tolerance. Each thread computes a `tm×tn` micro-tile (8×8 at the default)
 //!   from a k-major A and row-major B in shared memory ([`ffma`]).
@@ -31,6 +39,7 @@ mod copy;
 mod ctx;
 mod epilogue;
 mod ffma;
+mod fp8;
 mod layout;
 mod mma;
 mod pattern;
@@ -94,17 +103,22 @@ pub(crate) fn emit(
     }
     let threads = s.warps as usize * 32;
     let tensor = g.dtype != DType::F32;
+    let fp8 = super::math::fp8_name(g.dtype);
     let es = if tensor { 2 } else { 4 };
-    let stage_bytes = (g.bm * g.bk + g.bk * g.bn) * es;
+    let stage_bytes = match fp8 {
+        Some(_) => fp8::stage_bytes(g.bm, g.bn, g.bk),
+        None => (g.bm * g.bk + g.bk * g.bn) * es,
+    };
     let stages = layout::stages_that_fit(stage_bytes, s.stages, arch).ok_or_else(|| {
         err(format!(
             "gemm: one {stage_bytes}-byte stage exceeds {arch}'s shared memory"
         ))
     })?;
     let (wt, mt) = if tensor {
-        if g.bk % 16 != 0 {
+        let kstep = if fp8.is_some() { 32 } else { 16 };
+        if g.bk % kstep != 0 {
             return Err(err(format!(
-                "gemm: BK = {} is not a multiple of 16 (mma k16)",
+                "gemm: BK = {} is not a multiple of {kstep} (mma k{kstep})",
                 g.bk
             )));
         }
@@ -161,10 +175,10 @@ pub(crate) fn emit(
         bn: g.bn,
         bk: g.bk,
         stages,
-        ty: if g.dtype == DType::BF16 {
-            "bf16"
-        } else {
-            "f16"
+        ty: match (fp8, g.dtype) {
+            (Some(t), _) => t,
+            (None, DType::BF16) => "bf16",
+            _ => "f16",
         },
         a: (g.pa, a_rows),
         b: (g.pb, b_rows),
@@ -174,7 +188,9 @@ pub(crate) fn emit(
         kt_count: kt,
         acc_init: g.acc_init,
     };
-    let frame = if let Some(wt) = wt {
+    let frame = if let (Some(wt), Some(_)) = (wt, fp8) {
+        fp8::emit(&mut cx, &m, wt)
+    } else if let Some(wt) = wt {
         let fast = {
             let (ka, nb_) = (
                 *cx.dims[g.pa].last().unwrap(),
@@ -204,14 +220,34 @@ pub(crate) fn emit(
     epilogue::emit(&mut cx, &frame)?;
 
     let dyn_smem = stage_bytes * stages as usize;
-    let mut text = abi::header(arch);
+    let mut text = match fp8 {
+        // fp8 `mma.sync` needs PTX ISA 8.4 on every target (FACTS.md §6).
+        Some(_) => abi::header(arch).replacen(
+            &format!(".version {}", arch.ptx_version()),
+            ".version 8.4",
+            1,
+        ),
+        None => abi::header(arch),
+    };
     let _ = writeln!(text, "// {} on {arch}: {s}", k.name);
     match (wt, mt) {
         (Some(w), _) => {
             let _ = writeln!(
                 text,
-                "// tensor cores: {}x{} warps of {}x{} (mma.sync.m16n8k16.{}), {} stage(s) of {} bytes, XOR-swizzled smem",
-                w.wm, w.wn, w.wtm, w.wtn, m.ty, stages, stage_bytes
+                "// tensor cores: {}x{} warps of {}x{} (mma.sync.m16n8k{}.{}), {} stage(s) of {} bytes, {}",
+                w.wm,
+                w.wn,
+                w.wtm,
+                w.wtn,
+                if fp8.is_some() { 32 } else { 16 },
+                m.ty,
+                stages,
+                stage_bytes,
+                if fp8.is_some() {
+                    "padded byte rows, B transposed"
+                } else {
+                    "XOR-swizzled smem"
+                }
             );
         }
         (_, Some(t)) => {

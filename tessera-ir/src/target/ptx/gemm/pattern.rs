@@ -16,7 +16,7 @@ pub(super) struct Gemm<'k> {
     /// Parameter indices of A and B.
     pub pa: usize,
     pub pb: usize,
-    /// Input element type (A and B agree): bf16, f16 or f32.
+    /// Input element type (A and B agree): bf16, f16, f32, e4m3 or e5m2.
     pub dtype: DType,
     pub bm: usize,
     pub bn: usize,
@@ -104,7 +104,12 @@ pub(super) fn recognise(k: &Kernel) -> Option<Gemm<'_>> {
         return None;
     }
     let dtype = ta.dtype;
-    if tb.dtype != dtype || !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
+    if tb.dtype != dtype
+        || !matches!(
+            dtype,
+            DType::BF16 | DType::F16 | DType::F32 | DType::F8E4M3 | DType::F8E5M2
+        )
+    {
         return None;
     }
     // A: [lead.., x, iv]; B: [lead.., iv, y]; iv nowhere else.

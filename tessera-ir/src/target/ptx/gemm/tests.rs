@@ -27,9 +27,10 @@ fn kernel(src: &str, s: &Schedule) -> crate::tile::Kernel {
 }
 
 fn gemm(src: &str, s: &Schedule, arch: Arch) -> PtxKernel {
-    emit(&kernel(src, s), s, arch)
+    let k = kernel(src, s);
+    emit(&k, s, arch)
         .unwrap()
-        .expect("recognised as a GEMM")
+        .unwrap_or_else(|| panic!("not recognised as a GEMM:\n{k}"))
 }
 
 fn sched(tile: [u32; 3], warps: u32, stages: u32) -> Schedule {
@@ -163,9 +164,58 @@ fn non_gemm_is_not_ours_and_unknown_epilogue_ops_are_errors() {
     assert!(e.message.contains("`trans`"), "{e}");
 }
 
+#[test]
+fn fp8_gemm_uses_fp8_tensor_cores_and_satfinite_epilogue() {
+    for dt in [DType::F8E4M3, DType::F8E5M2] {
+        let t = crate::target::ptx::math::fp8_name(dt).unwrap();
+        for s in Schedule::space(KernelClass::Matmul, dt) {
+            for arch in [Arch::Sm89, Arch::Sm90a] {
+                let p = gemm(&linear_gelu(dt), &s, arch);
+                let has = |x: &str| p.text.contains(x);
+                assert!(
+                    has(&format!(
+                        "mma.sync.aligned.m16n8k32.row.col.f32.{t}.{t}.f32"
+                    )),
+                    "{dt} {s} {arch}"
+                );
+                assert!(has("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+                assert!(has(&format!("cvt.rn.satfinite.{t}x2.f32")));
+                assert!(has(&format!(".version 8.4\n.target {arch}")));
+                assert!(p.dyn_smem <= arch.limits().smem_per_block_optin);
+            }
+        }
+    }
+    // BK must hold whole k32 steps
+    let e = emit(
+        &kernel(&linear_gelu(DType::F8E4M3), &sched([64, 64, 16], 4, 2)),
+        &sched([64, 64, 16], 4, 2),
+        Arch::Sm89,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("multiple of 32"), "{e}");
+    // sm_80 has no fp8 at all: an error from the emitter's entry, not a fallback
+    let s = Schedule::default_for(KernelClass::Matmul, DType::F8E4M3);
+    let e = crate::target::ptx::emit(&kernel(&linear_gelu(DType::F8E4M3), &s), &s, Arch::Sm80)
+        .unwrap_err();
+    assert!(e.message.contains("sm_89"), "{e}");
+}
+
 /// ptxas -v on every schedule × arch × dtype: accepted, 0 spill bytes, no injected waits.
 #[test]
 fn ptxas_accepts_every_schedule_without_spills() {
+    let all = Arch::ALL.to_vec();
+    ptxas_check(&[(DType::BF16, &all), (DType::F16, &all), (DType::F32, &all)]);
+}
+
+/// The same for the fp8 tensor-core path on the archs that have it (`scripts/ptxas-check`
+/// runs this one: the 16-bit and f32 GEMMs are among the precompiled library modules).
+#[test]
+fn fp8_ptxas_accepts_every_schedule_without_spills() {
+    let fp8 = [Arch::Sm89, Arch::Sm90a];
+    ptxas_check(&[(DType::F8E4M3, &fp8), (DType::F8E5M2, &fp8)]);
+}
+
+fn ptxas_check(cases: &[(DType, &[Arch])]) {
     let Ok(ptxas) = std::env::var("TESSERA_PTXAS") else {
         eprintln!("TESSERA_PTXAS is not set: skipping the ptxas check of the GEMM template");
         return;
@@ -173,9 +223,9 @@ fn ptxas_accepts_every_schedule_without_spills() {
     let dir = std::env::temp_dir().join(format!("tessera-gemm-ptxas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut jobs = Vec::new();
-    for dt in [DType::BF16, DType::F16, DType::F32] {
+    for &(dt, arches) in cases {
         for s in Schedule::space(KernelClass::Matmul, dt) {
-            for arch in Arch::ALL {
+            for &arch in arches {
                 let p = gemm(&linear_gelu(dt), &s, arch);
                 let t: Vec<String> = s.tile.iter().map(|x| x.to_string()).collect();
                 let name = format!("{dt}_{}_w{}_s{}_{arch}", t.join("x"), s.warps, s.stages);
