@@ -47,7 +47,7 @@ fn inputs(case: &str) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>) {
     (
         Tensor::<f32>::randn(shape, 1).to(&dev).unwrap(),
         Tensor::<f32>::randn(shape, 2).to(&dev).unwrap(),
-        Tensor::<f32>::zeros(shape).to(&dev).unwrap(),
+        Tensor::<f32>::zeros(shape).unwrap().to(&dev).unwrap(),
     )
 }
 
