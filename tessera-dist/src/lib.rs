@@ -29,6 +29,7 @@ mod cost;
 mod elem;
 mod error;
 mod exec;
+mod groups;
 mod host;
 mod layout;
 mod local;
