@@ -82,7 +82,7 @@ mod tests {
         let mesh = Mesh::local([("a", 2), ("b", 3)]).unwrap();
         let cache = CommCache::<(usize, Vec<usize>)>::default();
         let mut calls = 0;
-        let mut get = |axes: &[&str], rank: usize, calls: &mut usize| {
+        let get = |axes: &[&str], rank: usize, calls: &mut usize| {
             let axes: Vec<String> = axes.iter().map(|s| s.to_string()).collect();
             cache
                 .get_per_group(&mesh, &axes, rank, |g| {
