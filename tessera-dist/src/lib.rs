@@ -33,6 +33,7 @@ mod groups;
 mod host;
 mod layout;
 mod local;
+pub mod megatron;
 mod mesh;
 #[cfg(feature = "mpi")]
 pub mod mpi_backend;
