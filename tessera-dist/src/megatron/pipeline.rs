@@ -142,7 +142,10 @@ impl Transformer {
         let plans = BlockPlans::new(mesh, tokens, d)?;
         let local = self.blocks[pl.p].shard(&self.cfg, pl.t, pl.tp)?;
         let dev = mesh.devices()[ctx.rank()].clone();
+        // Both communicators up front, in the same order on every rank: creating one is
+        // collective over the whole mesh under MPI, and a later stage is blocked in recv.
         let pp_comm = ctx.comm(&["pp".to_string()])?;
+        ctx.comm(&["tp".to_string()])?;
         let xs = crate::host::slice(x)?;
         // This rank's rows of a microbatch: all of them, or its token shard.
         let rows = |first: usize| match self.mode {
