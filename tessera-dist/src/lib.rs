@@ -29,9 +29,11 @@ mod cost;
 mod elem;
 mod error;
 mod exec;
+mod groups;
 mod host;
 mod layout;
 mod local;
+pub mod megatron;
 mod mesh;
 #[cfg(feature = "mpi")]
 pub mod mpi_backend;
@@ -53,5 +55,5 @@ pub use local::{Counters, LocalComm};
 pub use mesh::{AxisGroups, Link, Mesh, Topology};
 pub use plan::{Plan, PlannedStep, Step, plan_redistribute, redistribute_edges};
 pub use spec::{AxisRole, DimSpec, Replicate, Shard, ShardSpec, chunk_len, chunk_range};
-pub use spmd::{AnyTensor, Erase, LaunchPlan, Spmd, SpmdArg, spmd};
+pub use spmd::{AnyTensor, Erase, LaunchPlan, Spmd, SpmdArg, SpmdKernel, spmd};
 pub use tensor::{DistTensor, LocalRank, LocalWorld, RankContext, RankShard};

@@ -8,15 +8,15 @@
 //! move (gather, broadcast, all-to-all, send/recv) but are not reduced by MPI.
 
 use crate::comm::check_len;
+use crate::groups::CommCache;
 use crate::{
     Algorithm, AsyncLane, CommElem, Communicator, DistError, Mesh, RankContext, ReduceOp, Result,
 };
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, Communicator as _, SimpleCommunicator};
 use mpi::traits::*;
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tessera::DType;
 
 /// The MPI environment of this process.
@@ -68,7 +68,7 @@ impl MpiWorld {
         Ok(MpiRank {
             mesh: mesh.clone(),
             world: ManuallyDrop::new(self.universe.world().duplicate()),
-            cache: Mutex::new(HashMap::new()),
+            cache: CommCache::default(),
         })
     }
 }
@@ -287,7 +287,7 @@ impl Communicator for MpiComm {
 pub struct MpiRank {
     mesh: Mesh,
     world: ManuallyDrop<SimpleCommunicator>,
-    cache: Mutex<HashMap<Vec<String>, Arc<MpiComm>>>,
+    cache: CommCache<MpiComm>,
 }
 
 // SAFETY: see `MpiComm`.
@@ -305,23 +305,22 @@ impl RankContext for MpiRank {
         self.world.rank() as usize
     }
 
+    /// `MPI_Comm_split` of the world by this rank's group (collective: every process asks for
+    /// the same axes in the same order); this process holds only its own group's communicator.
     fn comm(&self, axes: &[String]) -> Result<Arc<MpiComm>> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = cache.get(axes) {
-            return Ok(c.clone());
-        }
-        let groups = self.mesh.group(axes)?;
         let r = self.rank();
-        let color = Color::with_value(groups.group_index(r) as i32);
-        let sub = self
-            .world
-            .split_by_color_with_key(color, groups.position(r) as i32)
-            .ok_or_else(|| DistError::Backend {
-                backend: "mpi",
-                message: "MPI_Comm_split gave no communicator".into(),
-            })?;
-        let c = Arc::new(MpiComm::new(sub));
-        cache.insert(axes.to_vec(), c.clone());
-        Ok(c)
+        self.cache.get(&self.mesh, axes, r, |groups| {
+            let color = Color::with_value(groups.group_index(r) as i32);
+            let sub = self
+                .world
+                .split_by_color_with_key(color, groups.position(r) as i32)
+                .ok_or_else(|| DistError::Backend {
+                    backend: "mpi",
+                    message: "MPI_Comm_split gave no communicator".into(),
+                })?;
+            let mut by_rank: Vec<Option<MpiComm>> = (0..self.mesh.size()).map(|_| None).collect();
+            by_rank[r] = Some(MpiComm::new(sub));
+            Ok(by_rank)
+        })
     }
 }

@@ -8,13 +8,13 @@
 //! through the same code as the local and MPI backends.
 
 use crate::comm::check_len;
+use crate::groups::CommCache;
 use crate::{
     Algorithm, AsyncLane, CommElem, Communicator, DistError, Mesh, RankContext, ReduceOp, Result,
 };
 use cudarc::driver::{CudaContext, CudaSlice, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::safe::{Comm, NcclType, group_end, group_start};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tessera::DType;
 
 /// One rank (one GPU) of an NCCL communicator.
@@ -349,7 +349,7 @@ impl Communicator for NcclComm {
 /// NCCL over a mesh in one process: mesh rank `r` is GPU `r`, one thread per GPU.
 pub struct NcclWorld {
     mesh: Mesh,
-    groups: Mutex<HashMap<Vec<String>, Vec<Arc<NcclComm>>>>,
+    groups: CommCache<NcclComm>,
 }
 
 /// One GPU thread's view of an [`NcclWorld`].
@@ -386,7 +386,7 @@ impl NcclWorld {
         }
         let world = NcclWorld {
             mesh: mesh.clone(),
-            groups: Mutex::new(HashMap::new()),
+            groups: CommCache::default(),
         };
         std::thread::scope(|s| {
             let hs: Vec<_> = (0..mesh.size())
@@ -423,23 +423,8 @@ impl RankContext for NcclRank<'_> {
     /// The first rank to ask creates every group's communicators along `axes` (NCCL creates a
     /// single-process group in one call over its GPUs).
     fn comm(&self, axes: &[String]) -> Result<Arc<NcclComm>> {
-        let mut map = self.world.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if !map.contains_key(axes) {
-            let groups = self.world.mesh.group(axes)?;
-            let mut by_rank: Vec<Option<Arc<NcclComm>>> = vec![None; self.world.mesh.size()];
-            for g in groups.groups() {
-                for (c, &r) in NcclComm::on_devices(g)?.into_iter().zip(g) {
-                    by_rank[r] = Some(Arc::new(c));
-                }
-            }
-            map.insert(
-                axes.to_vec(),
-                by_rank
-                    .into_iter()
-                    .map(|c| c.expect("every rank in a group"))
-                    .collect(),
-            );
-        }
-        Ok(map[axes][self.rank].clone())
+        let w = self.world;
+        w.groups
+            .get_per_group(&w.mesh, axes, self.rank, NcclComm::on_devices)
     }
 }

@@ -1,13 +1,14 @@
 //! Distributed tensors: distribute, gather, and redistribute by a plan run as SPMD code on every
 //! rank (threads of the local backend, or MPI processes).
 
+use crate::groups::CommCache;
 use crate::layout::{copy_region, slice};
 use crate::local::{Counters, GroupShared, run_threads};
 use crate::{
     CollectiveCounts, CommElem, Communicator, DistError, LocalComm, Mesh, Plan, Result, ShardSpec,
     execute_plan, plan_redistribute,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tessera::Tensor;
 
@@ -42,7 +43,7 @@ pub trait RankContext {
 pub struct LocalWorld {
     mesh: Mesh,
     counters: Arc<Counters>,
-    groups: Mutex<HashMap<Vec<String>, Vec<Arc<LocalComm>>>>,
+    groups: CommCache<LocalComm>,
     shared: Mutex<Vec<Arc<GroupShared>>>,
 }
 
@@ -62,7 +63,7 @@ impl LocalWorld {
         let world = LocalWorld {
             mesh: mesh.clone(),
             counters: Arc::new(Counters::default()),
-            groups: Mutex::new(HashMap::new()),
+            groups: CommCache::default(),
             shared: Mutex::new(Vec::new()),
         };
         let ranks: Vec<LocalRank<'_>> = (0..mesh.size())
@@ -98,32 +99,16 @@ impl RankContext for LocalRank<'_> {
     }
 
     fn comm(&self, axes: &[String]) -> Result<Arc<LocalComm>> {
-        let mut map = self.world.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if !map.contains_key(axes) {
-            let groups = self.world.mesh.group(axes)?;
-            let mut by_rank: Vec<Option<Arc<LocalComm>>> = vec![None; self.world.mesh.size()];
-            for g in groups.groups() {
-                let domain = self.world.mesh.topology().domain_shape(g).map(|(_, m)| m);
-                let (comms, shared) =
-                    LocalComm::group_with(g.len(), self.world.counters.clone(), domain);
-                self.world
-                    .shared
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(shared);
-                for (c, &r) in comms.into_iter().zip(g) {
-                    by_rank[r] = Some(Arc::new(c));
-                }
-            }
-            map.insert(
-                axes.to_vec(),
-                by_rank
-                    .into_iter()
-                    .map(|c| c.expect("every rank in a group"))
-                    .collect(),
-            );
-        }
-        Ok(map[axes][self.rank].clone())
+        let w = self.world;
+        w.groups.get_per_group(&w.mesh, axes, self.rank, |g| {
+            let domain = w.mesh.topology().domain_shape(g).map(|(_, m)| m);
+            let (comms, shared) = LocalComm::group_with(g.len(), w.counters.clone(), domain);
+            w.shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(shared);
+            Ok(comms)
+        })
     }
 }
 

@@ -24,6 +24,12 @@ fn mm_softmax(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M,
     softmax(x.matmul(w))
 }
 
+/// A generic kernel: `spmd(&mm_generic::KERNEL)` picks the instantiation by argument types.
+#[tessera::kernel]
+fn mm_generic<T: Float>(x: Tensor<T, (M, K)>, w: Tensor<T, (K, N)>) -> Tensor<T, (M, N)> {
+    x.matmul(w).cast::<T>()
+}
+
 /// Integer-valued uniform values in [-4, 4], seeded.
 fn ints(shape: &[usize], seed: u64) -> Tensor<f32> {
     let n: usize = shape.iter().product();
@@ -177,6 +183,52 @@ fn random_specs(dev: &Device) {
     }
 }
 
+/// A generic kernel over the mesh, in f32 and bf16: each launches its own instantiation and
+/// equals the single-device call of that instantiation bit for bit.
+fn generic_kernel(dev: &Device) {
+    let mesh = mesh(dev);
+    let (m, k, n) = (7, 12, 6);
+    let (x, w) = (ints(&[m, k], 8), ints(&[k, n], 9));
+    let (sx, sw) = (spec(&[&["dp"], &["tp"]]), spec(&[&["tp"]]));
+    let to = spec(&[&["dp"]]);
+    let xd = DistTensor::distribute(&x, sx.clone(), &mesh).unwrap();
+    let wd = DistTensor::distribute(&w, sw.clone(), &mesh).unwrap();
+    let (y, plan, _) = spmd(&mm_generic::KERNEL)
+        .to(to.clone())
+        .run_traced::<f32>(&[&xd, &wd])
+        .unwrap();
+    assert_eq!(plan.kernel, "mm_generic_f32", "{plan}");
+    let want = mm_generic(&x.clone().to(dev).unwrap(), &w.clone().to(dev).unwrap()).unwrap();
+    assert!(bits_eq(&y.gather().unwrap(), &want), "{plan}");
+    let (xb, wb) = (bf(&x), bf(&w));
+    let xd = DistTensor::distribute(&xb, sx, &mesh).unwrap();
+    let wd = DistTensor::distribute(&wb, sw, &mesh).unwrap();
+    let y = spmd(&mm_generic::KERNEL)
+        .to(to)
+        .run::<bf16>(&[&xd, &wd])
+        .unwrap();
+    let want = mm_generic(&xb.to(dev).unwrap(), &wb.to(dev).unwrap()).unwrap();
+    let bits = |t: &Tensor<bf16>| {
+        t.to_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&y.gather().unwrap()), bits(&want));
+}
+
+/// A generic kernel given element types it has no instantiation for: an error naming it.
+#[test]
+fn generic_kernel_without_instantiation_is_an_error() {
+    let mesh = mesh(&Device::Cpu);
+    let i = Tensor::from_vec(vec![1i32; 4], &[2, 2]).unwrap();
+    let x = DistTensor::distribute(&i, spec(&[]), &mesh).unwrap();
+    let e = spmd(&mm_generic::KERNEL).run::<i32>(&[&x, &x]).unwrap_err();
+    assert!(e.to_string().contains("mm_generic"), "{e}");
+    assert!(e.to_string().contains("I32"), "{e}");
+}
+
 /// A wrong element type or argument count is an error naming the kernel.
 #[test]
 fn bad_arguments_are_errors() {
@@ -205,5 +257,6 @@ backend_tests!(
     matmul_rules,
     linear_gelu_gathers_contraction,
     softmax_over_split_axis,
-    random_specs
+    random_specs,
+    generic_kernel
 );

@@ -24,7 +24,7 @@ use crate::{
     ShardSpec, plan_redistribute,
 };
 use std::fmt;
-use tessera::{DType, KernelDef, TensorRef};
+use tessera::{DType, KernelDef, KernelFamily, TensorRef};
 
 /// A kernel argument spread over a mesh: a [`DistTensor`] (every shard in this process) or a
 /// [`RankShard`] (this rank's shard, under MPI or NCCL).
@@ -102,13 +102,79 @@ impl<T: Erase> SpmdArg for RankShard<T> {
 /// ```
 #[derive(Clone)]
 pub struct Spmd {
-    def: &'static KernelDef,
+    kernel: SpmdKernel,
     to: Option<ShardSpec>,
 }
 
-/// Starts an SPMD launch of `def` (a kernel's `name::KERNEL`).
-pub fn spmd(def: &'static KernelDef) -> Spmd {
-    Spmd { def, to: None }
+/// What [`spmd`] launches: a kernel's `name::KERNEL` — a [`KernelDef`], or for a generic
+/// kernel a [`KernelFamily`], whose instantiation is picked by the arguments' element types.
+///
+/// ```
+/// use tessera::Tensor;
+/// use tessera_dist::{DistTensor, Mesh, Replicate, Shard, ShardSpec, spmd};
+///
+/// #[tessera::kernel]
+/// fn mm<T: Float>(x: Tensor<T, (M, K)>, w: Tensor<T, (K, N)>) -> Tensor<T, (M, N)> {
+///     x.matmul(w).cast::<T>()
+/// }
+///
+/// let mesh = Mesh::local([("tp", 2)])?;
+/// let x = Tensor::from_vec((0..12).map(|i| (i % 5) as f32).collect(), &[3, 4])?;
+/// let w = Tensor::from_vec((0..8).map(|i| (i % 3) as f32 - 1.0).collect(), &[4, 2])?;
+/// let xd = DistTensor::distribute(&x, ShardSpec::new([Replicate, Shard(["tp"])]), &mesh)?;
+/// let wd = DistTensor::distribute(&w, ShardSpec::new([Shard(["tp"])]), &mesh)?;
+/// // the f32 instantiation of the generic kernel, picked from the arguments
+/// let y = spmd(&mm::KERNEL).to(ShardSpec::replicated()).run::<f32>(&[&xd, &wd])?;
+/// assert_eq!(y.gather()?, mm(&x, &w)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy)]
+pub enum SpmdKernel {
+    /// A non-generic kernel.
+    Def(&'static KernelDef),
+    /// A generic kernel's instantiations.
+    Family(&'static KernelFamily),
+}
+
+impl From<&'static KernelDef> for SpmdKernel {
+    fn from(d: &'static KernelDef) -> Self {
+        SpmdKernel::Def(d)
+    }
+}
+
+impl From<&'static KernelFamily> for SpmdKernel {
+    fn from(f: &'static KernelFamily) -> Self {
+        SpmdKernel::Family(f)
+    }
+}
+
+impl SpmdKernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SpmdKernel::Def(d) => d.name(),
+            SpmdKernel::Family(f) => f.name(),
+        }
+    }
+
+    /// The definition that runs on arguments of these element types.
+    pub fn resolve(&self, dtypes: &[DType]) -> Result<&'static KernelDef> {
+        match self {
+            SpmdKernel::Def(d) => Ok(d),
+            SpmdKernel::Family(f) => f.for_params(dtypes).map_err(|e| DistError::Launch {
+                kernel: f.name().into(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Starts an SPMD launch of `kernel` (a kernel's `name::KERNEL`, generic or not).
+pub fn spmd(kernel: impl Into<SpmdKernel>) -> Spmd {
+    Spmd {
+        kernel: kernel.into(),
+        to: None,
+    }
 }
 
 /// What an SPMD launch will do: each argument's redistribution, the spec the kernel's output has
@@ -185,8 +251,9 @@ impl Spmd {
 
     /// The launch plan on `mesh` for these arguments, without running it.
     pub fn plan_on(&self, mesh: &Mesh, args: &[&dyn SpmdArg]) -> Result<LaunchPlan> {
-        let name = self.def.name();
-        let g = &self.def.compiled()?.graph;
+        let def = self.def_for(args)?;
+        let name = def.name();
+        let g = &def.compiled()?.graph;
         if args.len() != g.params.len() {
             return Err(DistError::Launch {
                 kernel: name.into(),
@@ -256,6 +323,12 @@ impl Spmd {
         Ok(best.expect("at least one candidate"))
     }
 
+    /// The definition these arguments launch (a generic kernel's instantiation by their types).
+    fn def_for(&self, args: &[&dyn SpmdArg]) -> Result<&'static KernelDef> {
+        let dtypes: Vec<DType> = args.iter().map(|a| a.dtype()).collect();
+        self.kernel.resolve(&dtypes)
+    }
+
     /// The launch plan for these [`DistTensor`]-like arguments (their mesh).
     pub fn plan(&self, args: &[&dyn SpmdArg]) -> Result<LaunchPlan> {
         self.plan_on(self.mesh_of(args)?, args)
@@ -268,7 +341,7 @@ impl Spmd {
                 match mesh {
                     Some(prev) if prev != m => {
                         return Err(DistError::Launch {
-                            kernel: self.def.name().into(),
+                            kernel: self.kernel.name().into(),
                             message: "arguments live on different meshes".into(),
                         });
                     }
@@ -277,7 +350,7 @@ impl Spmd {
             }
         }
         mesh.ok_or_else(|| DistError::Launch {
-            kernel: self.def.name().into(),
+            kernel: self.kernel.name().into(),
             message: "no argument knows its mesh (use run_rank under MPI/NCCL)".into(),
         })
     }
@@ -295,9 +368,10 @@ impl Spmd {
         let mesh = self.mesh_of(args)?;
         let lp = self.plan_on(mesh, args)?;
         self.check_out::<T>(&lp)?;
+        let def = self.def_for(args)?;
         let (shards, seen) = LocalWorld::run(mesh, |ctx| {
             let locals = args.iter().map(|a| a.local_any(ctx.rank())).collect();
-            self.execute(ctx, &lp, locals)?.typed::<T>("spmd output")
+            Self::execute(def, ctx, &lp, locals)?.typed::<T>("spmd output")
         })?;
         let out = DistTensor::from_shards(shards, lp.result_spec().clone(), mesh, &lp.out_shape)?;
         Ok((out, lp, seen))
@@ -313,7 +387,8 @@ impl Spmd {
         let lp = self.plan_on(ctx.mesh(), args)?;
         self.check_out::<T>(&lp)?;
         let locals = args.iter().map(|a| a.local_any(ctx.rank())).collect();
-        let local = self.execute(ctx, &lp, locals)?.typed::<T>("spmd output")?;
+        let local =
+            Self::execute(self.def_for(args)?, ctx, &lp, locals)?.typed::<T>("spmd output")?;
         Ok(RankShard::from_parts(
             lp.result_spec().clone(),
             lp.out_shape.clone(),
@@ -324,7 +399,7 @@ impl Spmd {
     fn check_out<T: Erase>(&self, lp: &LaunchPlan) -> Result<()> {
         if lp.out_dtype != T::DTYPE {
             return Err(DistError::Launch {
-                kernel: self.def.name().into(),
+                kernel: self.kernel.name().into(),
                 message: format!("returns {}, asked for {}", lp.out_dtype, T::DTYPE),
             });
         }
@@ -334,7 +409,7 @@ impl Spmd {
     /// One rank's part: redistribute the arguments, run the kernel on this rank's device,
     /// redistribute the result.
     fn execute<X: RankContext>(
-        &self,
+        def: &'static KernelDef,
         ctx: &X,
         lp: &LaunchPlan,
         locals: Vec<AnyTensor>,
@@ -346,7 +421,7 @@ impl Spmd {
             .map(|(a, (_, plan))| a.redistribute(ctx, plan)?.on(&device))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<TensorRef<'_>> = moved.iter().map(AnyTensor::arg).collect();
-        let out = AnyTensor::launch(self.def, &refs, lp.out_dtype)?;
+        let out = AnyTensor::launch(def, &refs, lp.out_dtype)?;
         match &lp.out_plan {
             Some(p) => out.redistribute(ctx, p),
             None => Ok(out),

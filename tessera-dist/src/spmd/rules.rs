@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | parallel | the result dim is split the same way | every non-contracted dim |
 //! | reduce(op) | each device reduces its part: the result is `Partial(op)` over those axes | matmul's `k`, `reduce.sum`/`reduce.max` axes |
-//! | normalize | not directly: gather first, or rewrite into partial statistics (`decompose.rs`) | softmax / layernorm / rmsnorm's last axis, `reduce.mean` axes |
+//! | normalize | not directly: the axis is gathered before the launch (partial statistics are not implemented) | softmax / layernorm / rmsnorm's last axis, `reduce.mean` axes |
 //!
 //! So `matmul`: `S(m)×R → S(m)`, `R×S(n) → S(n)`, `S(k)×S(k) → Partial(sum)`; elementwise ops and
 //! broadcasts follow their operands. **Linearity** says which operands may stay partial (a

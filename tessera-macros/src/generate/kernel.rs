@@ -85,6 +85,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
         quote!(<#(#bounds),*>)
     };
     let mut module = None;
+    let doc = format!(
+        "The static definition of kernel `{name_str}` (of each instantiation, for a generic one): its Graph IR, fused kernels and PTX, for \
+         launches that need more than the call (e.g. `tessera_dist`'s SPMD launch over a mesh)."
+    );
     let body = match compiled {
         Some((defs, attr)) => {
             let tune = &attr.autotune;
@@ -112,24 +116,52 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         .with_rewrites(&[#((#rule_names, #on)),*])
                 }
             };
-            let statics = defs.iter().enumerate().map(|(i, d)| {
-                let s = format_ident!("KERNEL_{}", i);
-                let kname = format!("{name_str}{}", d.inst.suffix);
-                let register = tune.as_ref().map(|t| search_space(&kname, t));
-                let def = def(&kname, d);
-                quote! {
-                    #register
-                    static #s: ::tessera::KernelDef = #def;
-                }
-            });
             if generics.is_empty() {
                 let register = tune.as_ref().map(|t| search_space(&name_str, t));
-                module = Some(def(&name_str, &defs[0]));
+                let d0 = def(&name_str, &defs[0]);
+                module = Some(quote! {
+                    #[doc = #doc]
+                    pub static KERNEL: ::tessera::KernelDef = #d0;
+                });
                 quote! {
                     #register
                     #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
                 }
             } else {
+                // The instantiations live in the module, with `KERNEL` the family over them.
+                let statics = defs.iter().enumerate().map(|(i, d)| {
+                    let s = format_ident!("KERNEL_{}", i);
+                    let kname = format!("{name_str}{}", d.inst.suffix);
+                    let def = def(&kname, d);
+                    let idoc = format!("Instantiation `{kname}` of kernel `{name_str}`.");
+                    quote! {
+                        #[doc = #idoc]
+                        pub static #s: ::tessera::KernelDef = #def;
+                    }
+                });
+                let instances = defs.iter().enumerate().map(|(i, d)| {
+                    let s = format_ident!("KERNEL_{}", i);
+                    let dts = params.iter().map(|(_, t)| {
+                        let dt = t
+                            .param
+                            .as_ref()
+                            .and_then(|p| d.inst.get(&p.to_string()))
+                            .unwrap_or(t.ty.dtype);
+                        let v = format_ident!("{}", format!("{dt:?}"));
+                        quote!(::tessera::DType::#v)
+                    });
+                    quote!(::tessera::KernelInstance { params: &[#(#dts),*], def: &#s })
+                });
+                module = Some(quote! {
+                    #(#statics)*
+                    #[doc = #doc]
+                    pub static KERNEL: ::tessera::KernelFamily =
+                        ::tessera::KernelFamily::new(#name_str, &[#(#instances),*]);
+                });
+                let registers = defs.iter().map(|d| {
+                    let kname = format!("{name_str}{}", d.inst.suffix);
+                    tune.as_ref().map(|t| search_space(&kname, t))
+                });
                 let ps: Vec<_> = generics.iter().map(|(p, _)| p).collect();
                 let arms = defs.iter().enumerate().map(|(i, d)| {
                     let s = format_ident!("KERNEL_{}", i);
@@ -137,10 +169,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         let v = format_ident!("{}", format!("{dt:?}"));
                         quote!(::tessera::DType::#v)
                     });
-                    quote!([#(#pats),*] => &#s,)
+                    quote!([#(#pats),*] => &#name::#s,)
                 });
                 quote! {
-                    #(#statics)*
+                    #(#registers)*
                     let def: &'static ::tessera::KernelDef = match [#(<#ps as ::tessera::Element>::DTYPE),*] {
                         #(#arms)*
                         other => {
@@ -156,7 +188,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
         }
         None => {
             if generics.is_empty() {
-                module = Some(quote! { ::tessera::KernelDef::new(#name_str, "", &[]) });
+                module = Some(quote! {
+                    #[doc = #doc]
+                    pub static KERNEL: ::tessera::KernelDef = ::tessera::KernelDef::new(#name_str, "", &[]);
+                });
             }
             quote! {
             let _ = (#(#names,)*);
@@ -164,18 +199,13 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
             }
         }
     };
-    let doc = format!(
-        "The static definition of kernel `{name_str}`: its Graph IR, fused kernels and PTX, for \
-         launches that need more than the call (e.g. `tessera_dist`'s SPMD launch over a mesh)."
-    );
-    let module = module.map(|def| {
+    let module = module.map(|items| {
         quote! {
             #[doc = #doc]
             #vis mod #name {
                 #[allow(unused_imports)]
                 use super::*;
-                #[doc = #doc]
-                pub static KERNEL: ::tessera::KernelDef = #def;
+                #items
             }
         }
     });

@@ -4,10 +4,12 @@
 //! - [`kernel`]: `#[kernel]` definitions ([`KernelDef`]): on the CPU, the compiled plan's Tile
 //!   IR; on a PTX device, the PTX the macro embedded, launched from its manifest without the
 //!   compiler.
+//! - [`family`]: a generic `#[kernel]`'s instantiations ([`KernelFamily`]).
 //! - [`tile`]: `tile!` definitions ([`TileDef`]).
 //! - [`gpu`]: device arguments and embedded PTX; [`jit`]: the JIT PTX cache (memory and
 //!   disk); [`precompiled`]: library tables of build-time PTX.
 
+mod family;
 pub(crate) mod gpu;
 mod host_block;
 pub(crate) mod jit;
@@ -15,6 +17,7 @@ mod kernel;
 pub(crate) mod precompiled;
 mod tile;
 
+pub use family::{KernelFamily, KernelInstance};
 pub use gpu::EmbeddedPtx;
 pub use kernel::KernelDef;
 pub use precompiled::PrecompiledPtx;
