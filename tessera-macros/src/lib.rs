@@ -27,7 +27,10 @@ use proc_macro::TokenStream;
 /// //      (the definition: Graph IR, fused kernels, PTX; used by SPMD launches)
 /// ```
 ///
-/// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`).
+/// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);
+/// `precision = ".."`; `autotune(..)`; `precompiled = path`; `rewrites(..)`; `dims(D = 64)`;
+/// `tile = (128, 128, 64)` pins the `(BM, BN, BK)` tile of the kernel's matmul and convolution
+/// kernels (no autotuning for them). See `tessera_front::kernel_attr`.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     generate::kernel::expand(attr.into(), item.into()).into()

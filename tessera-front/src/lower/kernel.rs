@@ -51,11 +51,13 @@ pub fn compile(
             )
         })?;
     }
-    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| {
-        err(
+    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| match (&e, &attr.tile) {
+        // A pinned tile that fits no kernel (or does not lower) points at the tile.
+        (pipeline::CompileError::Tile(m), Some(t)) => err(&t.written, m),
+        _ => err(
             &item.name,
             format!("cannot compile kernel `{}`: {e}", item.name),
-        )
+        ),
     })?;
     Ok(Compiled {
         graph: g.to_string(),

@@ -96,6 +96,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 .precompiled
                 .as_ref()
                 .map(|p| quote!(.with_precompiled(#p)));
+            let tile = attr.tile.as_ref().map(|t| {
+                let d = &t.dims;
+                quote!(.with_tile(&[#(#d),*]))
+            });
             let (rule_names, on): (Vec<&String>, Vec<bool>) =
                 attr.rewrites.iter().map(|(n, b)| (n, *b)).unzip();
             // One instantiation's definition: its texts, manifests and build-time PTX.
@@ -110,6 +114,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         #precision
                         #library
                         .with_rewrites(&[#((#rule_names, #on)),*])
+                        #tile
                 }
             };
             let statics = defs.iter().enumerate().map(|(i, d)| {

@@ -6,17 +6,20 @@
 //!   compiler.
 //! - [`tile`]: `tile!` definitions ([`TileDef`]).
 //! - [`gpu`]: device arguments and embedded PTX; [`jit`]: the JIT PTX cache (memory and
-//!   disk); [`precompiled`]: library tables of build-time PTX.
+//!   disk); [`precompiled`]: library tables of build-time PTX; [`report`]: what the last
+//!   launch ran ([`last_launch`]).
 
 pub(crate) mod gpu;
 pub(crate) mod jit;
 mod kernel;
 pub(crate) mod precompiled;
+pub(crate) mod report;
 mod tile;
 
 pub use gpu::EmbeddedPtx;
 pub use kernel::KernelDef;
 pub use precompiled::PrecompiledPtx;
+pub use report::{LaunchedKernel, last_launch};
 pub use tile::{TileDef, TileParam};
 
 use crate::autotune;
