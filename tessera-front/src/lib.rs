@@ -33,6 +33,17 @@ pub struct KernelAttr {
     /// takes no integer in a type tuple, so constant extents such as an attention head dim
     /// are written as symbols and bound here).
     pub dims: Vec<(syn::Ident, u64)>,
+    /// `tile = (128, 128, 64)`: the `(BM, BN, BK)` tile every matmul and convolution kernel
+    /// runs under instead of its default or the autotuner's pick (seeds §7.2); see
+    /// `tessera_ir::pipeline::CompileOptions::tile`.
+    pub tile: Option<PinnedTile>,
+}
+
+/// A `tile = (BM, BN, BK)` option as written (for error spans) and its dims.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PinnedTile {
+    pub dims: Vec<u32>,
+    pub written: syn::Expr,
 }
 
 impl KernelAttr {
@@ -82,6 +93,7 @@ impl KernelAttr {
         }
         tessera_ir::pipeline::CompileOptions {
             rewrites,
+            tile: self.tile.as_ref().map(|t| t.dims.clone()),
             ..Default::default()
         }
     }
@@ -210,8 +222,32 @@ fn parse_autotune(meta: syn::meta::ParseNestedMeta) -> syn::Result<AutotuneAttr>
     Ok(a)
 }
 
+/// Parses `tile = (BM, BN, BK)`: integer literals, checked as a pinned tile
+/// ([`tessera_ir::pipeline::CompileOptions::check_tile`]); errors point at the tuple.
+fn parse_tile(e: syn::Expr) -> syn::Result<PinnedTile> {
+    let syn::Expr::Tuple(t) = &e else {
+        return Err(syn::Error::new_spanned(
+            &e,
+            "tile takes a tuple `(BM, BN, BK)`, e.g. `tile = (128, 128, 64)`",
+        ));
+    };
+    let dims = t
+        .elems
+        .iter()
+        .map(|x| lit_u32(x, "a tile dim", &|_| true))
+        .collect::<syn::Result<Vec<_>>>()?;
+    let opts = tessera_ir::pipeline::CompileOptions {
+        tile: Some(dims.clone()),
+        ..Default::default()
+    };
+    opts.check_tile()
+        .map_err(|m| syn::Error::new_spanned(&e, m))?;
+    Ok(PinnedTile { dims, written: e })
+}
+
 /// Parses a `#[kernel(...)]` attribute: `numerics = "kahan_sum"`, `precision = "standard"`,
-/// `autotune(...)`, `precompiled = path`, `rewrites(flash_attention = false)`, `dims(D = 64)`.
+/// `autotune(...)`, `precompiled = path`, `rewrites(flash_attention = false)`, `dims(D = 64)`,
+/// `tile = (128, 128, 64)`.
 pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
     let mut out = KernelAttr::default();
     let parser = syn::meta::parser(|meta| {
@@ -242,6 +278,9 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
         } else if meta.path.is_ident("rewrites") {
             out.rewrites = parse_rewrites(meta)?;
             Ok(())
+        } else if meta.path.is_ident("tile") {
+            out.tile = Some(parse_tile(meta.value()?.parse()?)?);
+            Ok(())
         } else if meta.path.is_ident("dims") {
             meta.parse_nested_meta(|m| {
                 let Some(id) = m.path.get_ident() else {
@@ -253,7 +292,7 @@ pub fn kernel_attr(attr: TokenStream) -> syn::Result<KernelAttr> {
             })
         } else {
             Err(meta.error(
-                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)`, `precompiled = path`, `rewrites(...)` or `dims(...)`",
+                "unknown kernel option; expected `numerics = \"...\"`, `precision = \"...\"`, `autotune(...)`, `precompiled = path`, `rewrites(...)`, `dims(...)` or `tile = (BM, BN, BK)`",
             ))
         }
     });

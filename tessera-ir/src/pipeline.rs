@@ -10,7 +10,7 @@ use crate::fuse::{FusedKernel, Plan, fuse_with};
 use crate::graph::{self, Graph};
 use crate::lower::{Lowered, lower};
 use crate::rewrite::{Applied, RewriteOptions, rewrite};
-use crate::schedule::Schedule;
+use crate::schedule::{KernelClass, Schedule};
 use crate::{DType, NumericsPolicy};
 
 /// Options of one compilation.
@@ -24,6 +24,80 @@ pub struct CompileOptions {
     pub fusion_depth: Option<usize>,
     /// Which algebraic rewrites run (all by default).
     pub rewrites: RewriteOptions,
+    /// A pinned `[BM, BN, BK]` tile (`#[kernel(tile = (128, 128, 64))]`, seeds §7.2): every
+    /// matmul and convolution kernel runs under it on every backend instead of its default,
+    /// and the autotuner leaves those kernels alone. `None`: defaults and autotuning.
+    pub tile: Option<Vec<u32>>,
+}
+
+impl CompileOptions {
+    /// Whether a kernel of `class` runs under the pinned tile.
+    pub fn pins(&self, class: KernelClass) -> bool {
+        self.tile.is_some() && class.tile_rank() == PINNED_TILE_RANK
+    }
+
+    /// The schedule a kernel of `class` with inputs of `dtype` compiles under: the class's
+    /// default with the pinned tile when [`Self::pins`] it.
+    ///
+    /// ```
+    /// use tessera_ir::{DType, pipeline::CompileOptions, schedule::KernelClass};
+    /// let o = CompileOptions { tile: Some(vec![64, 64, 32]), ..Default::default() };
+    /// assert_eq!(o.schedule_for(KernelClass::Matmul, DType::F32).tile, vec![64, 64, 32]);
+    /// assert_eq!(o.schedule_for(KernelClass::Rowwise, DType::F32).tile, vec![8, 128]);
+    /// ```
+    pub fn schedule_for(&self, class: KernelClass, dtype: DType) -> Schedule {
+        self.pinned(Schedule::default_for(class, dtype))
+    }
+
+    /// [`Self::schedule_for`] on the CPU backend: [`Schedule::cpu_default`] unless pinned.
+    pub fn cpu_schedule_for(&self, class: KernelClass, dtype: DType) -> Schedule {
+        self.pinned(Schedule::cpu_default(class, dtype))
+    }
+
+    fn pinned(&self, s: Schedule) -> Schedule {
+        match &self.tile {
+            Some(t) if self.pins(s.class) => Schedule {
+                tile: t.clone(),
+                ..s
+            },
+            _ => s,
+        }
+    }
+
+    /// Checks the pinned tile on its own (rank, sizes), naming it: what a `#[kernel(tile =
+    /// ..)]` attribute is checked against before any graph is compiled.
+    ///
+    /// ```
+    /// use tessera_ir::pipeline::CompileOptions;
+    /// let o = CompileOptions { tile: Some(vec![128, 96, 64]), ..Default::default() };
+    /// let e = o.check_tile().unwrap_err();
+    /// assert!(e.contains("tile (128, 96, 64)") && e.contains("tile[1] = 96"), "{e}");
+    /// ```
+    pub fn check_tile(&self) -> Result<(), String> {
+        let Some(t) = &self.tile else { return Ok(()) };
+        let name = tile_name(t);
+        if t.len() != PINNED_TILE_RANK {
+            return Err(format!(
+                "the pinned tile {name} has {} dims; a pinned tile is `(BM, BN, BK)`",
+                t.len()
+            ));
+        }
+        let s = Schedule {
+            tile: t.clone(),
+            ..Schedule::default_for(KernelClass::Matmul, DType::F32)
+        };
+        crate::schedule::verify(&s)
+            .map_err(|e| format!("the pinned tile {name} is not legal: {}", e.join("; ")))
+    }
+}
+
+/// How many dims a pinned tile has: `(BM, BN, BK)` of matmul and convolution kernels.
+pub const PINNED_TILE_RANK: usize = 3;
+
+/// `(128, 128, 64)`: a tile as the `#[kernel(tile = ..)]` attribute writes it.
+pub fn tile_name(t: &[u32]) -> String {
+    let d: Vec<String> = t.iter().map(|x| x.to_string()).collect();
+    format!("({})", d.join(", "))
 }
 
 /// A compilation failure, naming the value or kernel at fault.
@@ -40,6 +114,9 @@ pub enum CompileError {
     /// A numerics policy the graph's reductions cannot all honour.
     #[error("{0}")]
     Policy(String),
+    /// A pinned tile (`CompileOptions::tile`) that is illegal or fits no kernel.
+    #[error("{0}")]
+    Tile(String),
     /// A `TESSERA_*` variable the compiler reads (`TESSERA_DUMP`) has an invalid value.
     #[error("{0}")]
     Env(#[from] crate::env::EnvError),
@@ -114,6 +191,7 @@ pub fn kernel_dtype(g: &Graph, k: &FusedKernel) -> DType {
 pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     crate::invocations::compiled();
     dump_levels()?;
+    opts.check_tile().map_err(CompileError::Tile)?;
     graph::verify(g).map_err(|e| CompileError::Verify(e.to_string()))?;
     let g = &graph::with_policy(g, opts.policy)
         .map_err(|e| CompileError::Policy(format!("@{}: {e}", g.name)))?;
@@ -138,16 +216,38 @@ pub fn compile(g: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileErro
     });
     let mut kernels = Vec::new();
     for k in &plan.kernels {
-        let schedule = Schedule::default_for(k.class, kernel_dtype(g, k));
+        let schedule = opts.schedule_for(k.class, kernel_dtype(g, k));
         let name = format!("{}{tag}", k.name);
         dump("schedule", &name, || format!("{schedule}\n"));
-        let lowered = lower(g, k, &schedule, opts.policy)?;
+        let lowered = lower(g, k, &schedule, opts.policy).map_err(|e| match &opts.tile {
+            Some(t) if opts.pins(k.class) => CompileError::Tile(format!(
+                "the pinned tile {} does not fit kernel {}: {e}",
+                tile_name(t),
+                k.name
+            )),
+            _ => CompileError::Lower(e),
+        })?;
         dump("tile", &name, || lowered.kernel.to_string());
         kernels.push(CompiledKernel {
             fused: k.clone(),
             schedule,
             lowered,
         });
+    }
+    if let Some(t) = &opts.tile
+        && !plan.kernels.iter().any(|k| opts.pins(k.class))
+    {
+        return Err(CompileError::Tile(format!(
+            "the pinned tile {} fits no kernel of @{}: it pins matmul and convolution kernels, \
+             and its kernels are {}",
+            tile_name(t),
+            g.name,
+            plan.kernels
+                .iter()
+                .map(|k| format!("{} ({})", k.name, k.class.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
     }
     let c = Compiled {
         graph: g.clone(),

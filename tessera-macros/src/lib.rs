@@ -27,7 +27,27 @@ use proc_macro::TokenStream;
 /// //      (the definition: Graph IR, fused kernels, PTX; used by SPMD launches)
 /// ```
 ///
-/// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`).
+/// The generated function's docs state its shape contract (`x: f32[M, K]`, `w: f32[K, N]` →
+/// `f32[M, N]`).
+///
+/// # Ops
+///
+/// Bodies are `let` bindings and a final expression of `+ - * /`, unary `-`, number literals
+/// and calls (free or method form, receiver first) of these ops:
+///
+/// matmul, matmul_acc::<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum,
+/// minimum, sum, mean, amax, sum_keepdim, mean_keepdim, amax_keepdim, softmax, layernorm,
+/// rmsnorm, transpose, t, cast::<T>, causal_mask, attention, causal_attention, conv2d, fft,
+/// ifft, fft2, ifft2, complex, real, pad, spectral_mul
+///
+/// (`tessera_front::lower::kernel::KERNEL_OPS`; `tests/ops_doc.rs` checks this list against it).
+///
+/// # Options
+///
+/// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);
+/// `precision = ".."`; `autotune(..)`; `precompiled = path`; `rewrites(..)`; `dims(D = 64)`;
+/// `tile = (128, 128, 64)` pins the `(BM, BN, BK)` tile of the kernel's matmul and convolution
+/// kernels (no autotuning for them). See `tessera_front::kernel_attr`.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     generate::kernel::expand(attr.into(), item.into()).into()

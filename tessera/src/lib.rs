@@ -47,7 +47,8 @@ pub use error::{Error, Result};
 pub use grad::{Grad, grad, grad_wrt};
 pub use half::{bf16, f16};
 pub use launch::{
-    Arg, EmbeddedPtx, KernelDef, KernelFamily, KernelInstance, PrecompiledPtx, TileDef, TileParam,
+    Arg, EmbeddedPtx, KernelDef, KernelFamily, KernelInstance, LaunchedKernel, PrecompiledPtx,
+    TileDef, TileParam, last_launch,
 };
 pub use tensor::{
     Data, DataMut, DeviceBuffer, Element, Float, Fp8, Tensor, TensorMut, TensorRef, f8e4m3, f8e5m2,

@@ -11,10 +11,58 @@ use tessera_ir::graph::{
 use tessera_ir::pipeline;
 use tessera_ir::{DType, NumericsPolicy};
 
-/// The ops a kernel body may call.
-const OPS: &str = "matmul, matmul_acc::<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum, minimum, sum, mean, amax \
-                   (and `_keepdim`), softmax, layernorm, rmsnorm, transpose/t, cast::<T>, causal_mask, \
-                   attention, causal_attention, conv2d, fft, ifft, fft2, ifft2, complex, real, pad, spectral_mul";
+/// The ops a kernel body may call, by name, as the `#[kernel]` docs list them (a test in
+/// `tessera-macros` compares those docs with this table; a test here checks that the
+/// lowering accepts exactly these names). Besides calls, bodies use `+ - * /`, unary `-` and
+/// number literals.
+///
+/// ```
+/// assert!(tessera_front::lower::kernel::KERNEL_OPS.contains(&"softmax"));
+/// ```
+pub const KERNEL_OPS: &[&str] = &[
+    "matmul",
+    "matmul_acc::<T>",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "abs",
+    "maximum",
+    "minimum",
+    "sum",
+    "mean",
+    "amax",
+    "sum_keepdim",
+    "mean_keepdim",
+    "amax_keepdim",
+    "softmax",
+    "layernorm",
+    "rmsnorm",
+    "transpose",
+    "t",
+    "cast::<T>",
+    "causal_mask",
+    "attention",
+    "causal_attention",
+    "conv2d",
+    "fft",
+    "ifft",
+    "fft2",
+    "ifft2",
+    "complex",
+    "real",
+    "pad",
+    "spectral_mul",
+];
+
+/// [`KERNEL_OPS`] as a list in prose, for error messages.
+fn ops_list() -> String {
+    KERNEL_OPS.join(", ")
+}
 
 /// The compiled texts a kernel embeds.
 pub struct Compiled {
@@ -51,11 +99,13 @@ pub fn compile(
             )
         })?;
     }
-    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| {
-        err(
+    let c = pipeline::compile(&g, &attr.compile_options()).map_err(|e| match (&e, &attr.tile) {
+        // A pinned tile that fits no kernel (or does not lower) points at the tile.
+        (pipeline::CompileError::Tile(m), Some(t)) => err(&t.written, m),
+        _ => err(
             &item.name,
             format!("cannot compile kernel `{}`: {e}", item.name),
-        )
+        ),
     })?;
     Ok(Compiled {
         graph: g.to_string(),
@@ -430,7 +480,7 @@ impl Cx {
             _ => {
                 return Err(err(
                     name,
-                    format!("unknown op `{f}`; kernels can call {OPS}"),
+                    format!("unknown op `{f}`; kernels can call {}", ops_list()),
                 ));
             }
         };

@@ -64,6 +64,31 @@ impl KernelItem {
         out
     }
 
+    /// The shape contract the generated function's docs state: each parameter's and the
+    /// result's element type and dims as written (a type parameter by its name; `dims(..)`
+    /// constants once bound). Dims with the same name must agree at launch.
+    ///
+    /// ```
+    /// let k: tessera_front::parse::kernel::KernelItem = syn::parse2(quote::quote!(
+    ///     fn lin<T: Float>(x: Tensor<T, (M, K)>, w: Tensor<T, (K, N)>) -> Tensor<f32, (M, N)> {
+    ///         x.matmul(w)
+    ///     }
+    /// )).unwrap();
+    /// assert_eq!(k.shape_contract(), "`x: T[M, K]`, `w: T[K, N]` → `f32[M, N]`");
+    /// ```
+    pub fn shape_contract(&self) -> String {
+        let ty = |t: &KType| match &t.param {
+            Some(p) => format!("{p}{}", t.ty.shape),
+            None => t.ty.to_string(),
+        };
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(n, t)| format!("`{n}: {}`", ty(t)))
+            .collect();
+        format!("{} → `{}`", params.join(", "), ty(&self.ret))
+    }
+
     /// The kernel with every type parameter replaced as `inst` says.
     pub fn instantiate(&self, inst: &Instance) -> KernelItem {
         let fix = |t: &KType| {

@@ -100,6 +100,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 .precompiled
                 .as_ref()
                 .map(|p| quote!(.with_precompiled(#p)));
+            let tile = attr.tile.as_ref().map(|t| {
+                let d = &t.dims;
+                quote!(.with_tile(&[#(#d),*]))
+            });
             let (rule_names, on): (Vec<&String>, Vec<bool>) =
                 attr.rewrites.iter().map(|(n, b)| (n, *b)).unzip();
             // One instantiation's definition: its texts, manifests and build-time PTX.
@@ -114,6 +118,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         #precision
                         #library
                         .with_rewrites(&[#((#rule_names, #on)),*])
+                        #tile
                 }
             };
             if generics.is_empty() {
@@ -209,8 +214,20 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
             }
         }
     });
+    // The shape contract, after the user's own docs.
+    let contract = format!(
+        " Shape contract: {}. A dim named in several places must have one size at launch; a \
+         mismatch, a wrong element type or argument count is an `Err` naming it.",
+        k.shape_contract()
+    );
+    let contract_doc = if attrs.iter().any(|a| a.path().is_ident("doc")) {
+        quote!(#[doc = ""] #[doc = #contract])
+    } else {
+        quote!(#[doc = #contract])
+    };
     quote! {
         #(#attrs)*
+        #contract_doc
         #vis fn #name #gen_params (#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
         }
@@ -287,5 +304,27 @@ fn search_space(name: &str, t: &tessera_front::AutotuneAttr) -> TokenStream {
                 );
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_generated_fn_docs_state_the_shape_contract() {
+        let out = super::expand(
+            quote::quote!(dims(D = 64)),
+            quote::quote!(
+                /// Projects.
+                fn proj(x: Tensor<bf16, (M, D)>, w: Tensor<bf16, (D, N)>) -> Tensor<f32, (M, N)> {
+                    x.matmul(w)
+                }
+            ),
+        )
+        .to_string();
+        assert!(out.contains("Projects."), "{out}");
+        assert!(
+            out.contains("Shape contract: `x: bf16[M, 64]`, `w: bf16[64, N]` → `f32[M, N]`."),
+            "{out}"
+        );
     }
 }

@@ -48,6 +48,8 @@ pub struct KernelDef {
     precision: Option<tessera_ir::Precision>,
     /// `#[kernel(rewrites(..))]`: rules switched off (`false`) or forced (`true`).
     rewrites: &'static [(&'static str, bool)],
+    /// `#[kernel(tile = (BM, BN, BK))]`: the pinned tile of matmul and convolution kernels.
+    tile: Option<&'static [u32]>,
 }
 
 /// The graph and the manifests of a plan launched on PTX devices, and what those launches
@@ -81,8 +83,9 @@ struct Scoped {
 /// One fusion plan, compiled.
 struct Plan {
     compiled: Compiled,
-    /// Per fused kernel: the CPU program (CPU default schedule) and the parameter bindings.
-    programs: Vec<(cpu::Program, Vec<Binding>)>,
+    /// Per fused kernel: the CPU program, the parameter bindings and the schedule the
+    /// program was lowered under (the CPU default, or the pinned tile).
+    programs: Vec<(cpu::Program, Vec<Binding>, Schedule)>,
     /// The autotuner's decisions and tuned programs for this plan's kernels on the CPU.
     tuned: autotune::KernelMemo,
     /// Cache-key tag of the plan's kernels: empty for the default plan, `.f1` for depth 1 ….
@@ -114,7 +117,19 @@ impl KernelDef {
             fusion: autotune::FusionMemo::new(),
             precision: None,
             rewrites: &[],
+            tile: None,
         }
+    }
+
+    /// Pins the `(BM, BN, BK)` tile of the kernel's matmul and convolution kernels, as
+    /// `#[kernel(tile = (128, 128, 64))]` says (seeds §7.2): they run under it on every
+    /// backend, the autotuner leaves them alone, and [`last_launch`] reports it. An illegal
+    /// tile, or one that fits none of the kernels, makes every launch an error naming it.
+    ///
+    /// [`last_launch`]: crate::last_launch
+    pub const fn with_tile(mut self, tile: &'static [u32]) -> Self {
+        self.tile = Some(tile);
+        self
     }
 
     /// Switches rewrite rules off (`false`) or forces them (`true`), as the kernel's
@@ -128,6 +143,7 @@ impl KernelDef {
     fn options(&self, depth: Option<usize>) -> CompileOptions {
         let mut opts = CompileOptions {
             fusion_depth: depth,
+            tile: self.tile.map(<[u32]>::to_vec),
             ..CompileOptions::default()
         };
         for (name, on) in self.rewrites {
@@ -354,9 +370,10 @@ impl KernelDef {
                 }
                 None => k.lowered.kernel.clone(),
             };
-            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`).
+            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`), or the
+            // pinned tile.
             let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &k.fused);
-            let cpu_schedule = Schedule::cpu_default(k.fused.class, dtype);
+            let cpu_schedule = opts.cpu_schedule_for(k.fused.class, dtype);
             let cpu_kernel = if cpu_schedule == k.schedule {
                 kernel
             } else {
@@ -365,7 +382,11 @@ impl KernelDef {
                     .map_err(|e| e.to_string())?
                     .kernel
             };
-            programs.push((cpu::Program::new(cpu_kernel), k.lowered.bindings.clone()));
+            programs.push((
+                cpu::Program::new(cpu_kernel),
+                k.lowered.bindings.clone(),
+                cpu_schedule,
+            ));
         }
         Ok(Plan {
             compiled,
@@ -457,6 +478,7 @@ impl KernelDef {
             }
         }
         autotune::take_borrowed();
+        super::report::begin();
         let scoped = self.scoped_plan()?;
         let result = if device.is_cpu() {
             let plan = match &scoped {
@@ -483,6 +505,7 @@ impl KernelDef {
             Output::Device(shape, buf)
         };
         if autotune::take_borrowed() {
+            let ran = super::report::take();
             let bytes = args.iter().map(|a| a.len()).sum();
             autotune::defer(refine_key(name, &device, args), bytes, || {
                 let copies: Vec<ArgCopy> = args.iter().map(ArgCopy::of).collect();
@@ -491,6 +514,7 @@ impl KernelDef {
                     self.execute(&refs, out).map(drop)
                 }
             });
+            super::report::restore(ran);
         }
         Ok(result)
     }
@@ -591,7 +615,7 @@ impl KernelDef {
             empty.push(bytes == 0);
             owned.insert(v.0, (shape, HostBlock::zeroed(bytes, size)?));
         }
-        for (i, (program, bindings)) in plan.programs.iter().enumerate() {
+        for (i, (program, bindings, schedule)) in plan.programs.iter().enumerate() {
             // A kernel with an empty output has nothing to write (its grid may still be
             // huge: a `[2^40, 0]` input).
             if empty.get(i).copied().unwrap_or(false) {
@@ -622,8 +646,13 @@ impl KernelDef {
                     .map_err(|m| self.too_large(g, b.value, &shape, m))?;
                 bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
             }
-            // The autotuner's pick for these shapes (`None`: the default schedule).
-            let tuned = if tune {
+            // The autotuner's pick for these shapes (`None`: the default schedule); a pinned
+            // kernel runs its pinned schedule.
+            let pinned = plan
+                .compiled
+                .options
+                .pins(plan.compiled.kernels[i].fused.class);
+            let tuned = if tune && !pinned {
                 autotune::select_kernel(
                     &plan.tuned,
                     self.name,
@@ -636,9 +665,19 @@ impl KernelDef {
             } else {
                 None
             };
-            match tuned {
-                Some(tuned) => cpu::launch(&tuned, &bufs)?,
-                None => cpu::launch(program, &bufs)?,
+            let ran = match tuned {
+                Some(tuned) => {
+                    cpu::launch(&tuned, &bufs)?;
+                    None
+                }
+                None => {
+                    cpu::launch(program, &bufs)?;
+                    Some(schedule.clone())
+                }
+            };
+            // Only the run whose output the launch returns (not fusion-depth trials).
+            if tune {
+                super::report::ran(&plan.compiled.kernels[i].fused.name, ran);
             }
         }
         Ok(owned.remove(&g.output.0).expect("output buffer"))
@@ -702,19 +741,32 @@ impl KernelDef {
                 dargs.push(gpu::device_arg(g.ty(b.value).dtype, &view, buf, j == n - 1));
             }
             let source = |s: &Schedule| self.schedule_ptx(l, i, s, arch);
-            let k = match autotune::select_device_kernel(
-                &l.tuned_device,
-                self.name,
-                graph_text,
-                &l.graph,
-                m,
-                i,
-                &dargs,
-                device,
-                &source,
-            )? {
-                Some(k) => k,
-                None => self.schedule_ptx(l, i, &m.schedule, arch)?,
+            // A pinned kernel runs its pinned schedule (the manifest's): no tuning.
+            let pinned = self.tile.is_some() && self.options(None).pins(m.class());
+            let tuned = if pinned {
+                None
+            } else {
+                autotune::select_device_kernel(
+                    &l.tuned_device,
+                    self.name,
+                    graph_text,
+                    &l.graph,
+                    m,
+                    i,
+                    &dargs,
+                    device,
+                    &source,
+                )?
+            };
+            let k = match tuned {
+                Some(k) => {
+                    super::report::ran(&m.name, None);
+                    k
+                }
+                None => {
+                    super::report::ran(&m.name, Some(m.schedule.clone()));
+                    self.schedule_ptx(l, i, &m.schedule, arch)?
+                }
             };
             gpu::run(device, &k, &dargs)?;
             owned.insert(m.output.0, (shape, out));

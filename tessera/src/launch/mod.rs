@@ -7,7 +7,8 @@
 //! - [`family`]: a generic `#[kernel]`'s instantiations ([`KernelFamily`]).
 //! - [`tile`]: `tile!` definitions ([`TileDef`]).
 //! - [`gpu`]: device arguments and embedded PTX; [`jit`]: the JIT PTX cache (memory and
-//!   disk); [`precompiled`]: library tables of build-time PTX.
+//!   disk); [`precompiled`]: library tables of build-time PTX; [`report`]: what the last
+//!   launch ran ([`last_launch`]).
 
 mod family;
 pub(crate) mod gpu;
@@ -15,12 +16,14 @@ mod host_block;
 pub(crate) mod jit;
 mod kernel;
 pub(crate) mod precompiled;
+pub(crate) mod report;
 mod tile;
 
 pub use family::{KernelFamily, KernelInstance};
 pub use gpu::EmbeddedPtx;
 pub use kernel::KernelDef;
 pub use precompiled::PrecompiledPtx;
+pub use report::{LaunchedKernel, last_launch};
 pub use tile::{TileDef, TileParam};
 
 use crate::autotune;

@@ -1,0 +1,6 @@
+#[tessera::kernel(tile = (64, 64))]
+fn k(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    x.matmul(w)
+}
+
+fn main() {}
