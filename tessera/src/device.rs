@@ -243,15 +243,21 @@ impl Device {
         }
     }
 
-    /// The automatic choice: GPU 0 when usable, else the CPU.
+    /// The automatic choice: GPU 0 when usable, else the CPU. Probed once per process: every
+    /// launch on host tensors asks for it, and probing loads the CUDA driver (about 1.5 ms
+    /// when no driver is installed).
     fn auto() -> Device {
-        #[cfg(feature = "cuda")]
-        if let Ok(d @ Device::Cuda(_)) = Device::cuda(0)
-            && d.arch().is_some()
-        {
-            return d;
-        }
-        Device::Cpu
+        static AUTO: OnceLock<Device> = OnceLock::new();
+        AUTO.get_or_init(|| {
+            #[cfg(feature = "cuda")]
+            if let Ok(d @ Device::Cuda(_)) = Device::cuda(0)
+                && d.arch().is_some()
+            {
+                return d;
+            }
+            Device::Cpu
+        })
+        .clone()
     }
 
     /// True for the CPU.
