@@ -23,8 +23,8 @@ use super::copy::{self, Src};
 use super::ctx::Ctx;
 use super::epilogue::Frame;
 use super::layout::WarpTiling;
-use super::mma::{MainLoop, frame};
-use crate::target::ptx::asm::{Reg, flit, list};
+use super::mma::{MainLoop, accumulators, frame};
+use crate::target::ptx::asm::{Reg, list};
 
 /// Bytes per shared row of a tile with `bk` k bytes.
 pub(super) fn row_bytes(bk: usize) -> usize {
@@ -79,26 +79,7 @@ pub(super) fn emit(cx: &mut Ctx, m: &MainLoop, wt: WarpTiling) -> Frame {
     a.i(format!("mad.lo.s32 {b_lane}, {q1}, 16, {b_lane}"));
     a.i(format!("add.s32 {b_lane}, {b_lane}, {b_region}"));
 
-    a.phase(format!(
-        "accumulators: {}x{}x4 f32 per thread = {}",
-        wt.mt,
-        wt.nt,
-        wt.mt * wt.nt * 4
-    ));
-    let init = flit(m.acc_init as f32);
-    let acc: Vec<Vec<[Reg; 4]>> = (0..wt.mt)
-        .map(|_| {
-            (0..wt.nt)
-                .map(|_| {
-                    std::array::from_fn(|_| {
-                        let f = a.f();
-                        a.i(format!("mov.f32 {f}, {init}"));
-                        f
-                    })
-                })
-                .collect()
-        })
-        .collect();
+    let acc = accumulators(a, &wt, m.acc_init);
 
     let mut load = |cx: &mut Ctx, tile: Reg, stage: Reg| {
         cx.asm.comment(format!(

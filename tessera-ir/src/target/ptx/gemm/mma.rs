@@ -10,7 +10,7 @@ use super::copy;
 use super::ctx::Ctx;
 use super::epilogue::Frame;
 use super::layout::{SmemTile, WarpTiling};
-use crate::target::ptx::asm::{Reg, flit, list};
+use crate::target::ptx::asm::{Asm, Reg, flit, list};
 
 /// Shapes and sources of the K loop.
 pub(super) struct MainLoop {
@@ -82,26 +82,7 @@ pub(super) fn emit(cx: &mut Ctx, m: &MainLoop, wt: WarpTiling, fast: Reg) -> Fra
     a.i(format!("add.s32 {b_lane}, {b_lane}, {b_region}"));
     let wn_chunk = a.r_op("mul.lo.s32", warp_n, wt.wtn / 8);
 
-    a.phase(format!(
-        "accumulators: {}x{}x4 f32 per thread = {}",
-        wt.mt,
-        wt.nt,
-        wt.mt * wt.nt * 4
-    ));
-    let init = flit(m.acc_init as f32);
-    let acc: Vec<Vec<[Reg; 4]>> = (0..wt.mt)
-        .map(|_| {
-            (0..wt.nt)
-                .map(|_| {
-                    std::array::from_fn(|_| {
-                        let f = a.f();
-                        a.i(format!("mov.f32 {f}, {init}"));
-                        f
-                    })
-                })
-                .collect()
-        })
-        .collect();
+    let acc = accumulators(a, &wt, m.acc_init);
 
     let mut load = |cx: &mut Ctx, tile: Reg, stage: Reg| {
         let a = &mut cx.asm;
@@ -167,6 +148,31 @@ pub(super) fn emit(cx: &mut Ctx, m: &MainLoop, wt: WarpTiling, fast: Reg) -> Fra
     super::pipeline::emit(cx, m.stages, m.kt_count, &mut load, &mut compute);
 
     frame(cx, lane, (warp_m, warp_n), wt, &acc)
+}
+
+/// The warp tile's f32 accumulators (`mt` × `nt` fragments of 4 per thread), each set to
+/// `init`; shared by the f16/bf16/tf32 and the fp8 main loops.
+pub(super) fn accumulators(a: &mut Asm, wt: &WarpTiling, init: f64) -> Vec<Vec<[Reg; 4]>> {
+    a.phase(format!(
+        "accumulators: {}x{}x4 f32 per thread = {}",
+        wt.mt,
+        wt.nt,
+        wt.mt * wt.nt * 4
+    ));
+    let init = flit(init as f32);
+    (0..wt.mt)
+        .map(|_| {
+            (0..wt.nt)
+                .map(|_| {
+                    std::array::from_fn(|_| {
+                        let f = a.f();
+                        a.i(format!("mov.f32 {f}, {init}"));
+                        f
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The accumulator frame of a warp-tiled `m16n8` C layout (the same for every `mma` shape
