@@ -81,6 +81,15 @@ fn kernels_on_empty_tensors_with_huge_dims_return_empty_results() {
         assert_eq!((y.shape(), y.device()), (&[1usize << 40, 0][..], &dev));
         let g = tessera_kernels::gelu(&empty(&[0, 1 << 40], &dev)).unwrap();
         assert_eq!(g.numel(), 0);
+        // Empty, but the dims before the zero multiply past usize (a fuzz find on the
+        // simulator: the output's byte count was taken as a plain product).
+        let (a, b) = (
+            empty(&[1 << 40, 1 << 40, 0], &dev),
+            empty(&[1 << 40, 0, 0], &dev),
+        );
+        assert_eq!(a.numel(), 0);
+        let y = tessera_kernels::matmul_batched(&a, &b).unwrap();
+        assert_eq!(y.shape(), &[1usize << 40, 1 << 40, 0][..], "{dev}");
     }
 }
 

@@ -58,7 +58,7 @@ pub(super) fn sizes(
             .and_then(|j| dims.get(j))
             .and_then(|d| d.last().copied())
             .unwrap_or(1);
-        let batch: usize = out[..r - 2].iter().product();
+        let batch = crate::tensor::size::elements(&out[..r - 2]);
         let s = [batch, out[r - 2], out[r - 1], kdim].map(|x| x as u64);
         return (
             s.to_vec(),
@@ -73,7 +73,7 @@ pub(super) fn sizes(
         0 => (1, 1),
         1 => (1, out[0] as u64),
         _ => (
-            out[..r - 1].iter().product::<usize>() as u64,
+            crate::tensor::size::elements(&out[..r - 1]) as u64,
             out[r - 1] as u64,
         ),
     };

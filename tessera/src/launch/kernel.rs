@@ -420,7 +420,7 @@ impl KernelDef {
         match self.execute(args, T::DTYPE)? {
             Output::Host(shape, mem) => {
                 // The byte size was checked when the output was allocated.
-                let numel: usize = shape.iter().product();
+                let numel = size::elements(&shape);
                 // The output block has `T`'s layout: it becomes the tensor's storage as is.
                 let data: Vec<T> = match mem.into_vec::<T>(numel) {
                     Ok(v) => v,
@@ -638,7 +638,7 @@ impl KernelDef {
                         (
                             shape.clone(),
                             mem.as_mut_ptr() as *mut u8,
-                            shape.iter().product::<usize>() * dtype.size_bytes(),
+                            size::elements(shape) * dtype.size_bytes(),
                         )
                     }
                 };
@@ -892,7 +892,7 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
                     .first()
                     .and_then(|a| dims(*a).last().copied())
                     .unwrap_or(1);
-                let batch: usize = out[..r - 2].iter().product();
+                let batch = size::elements(&out[..r - 2]);
                 vec![batch, out[r - 2], out[r - 1], kdim]
                     .into_iter()
                     .map(|x| x as u64)
@@ -909,7 +909,7 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
                 };
                 let n = src.len();
                 let cols = src.last().copied().unwrap_or(1);
-                let rows: usize = src[..n.saturating_sub(1)].iter().product();
+                let rows = size::elements(&src[..n.saturating_sub(1)]);
                 vec![rows as u64, cols as u64]
             };
             PlanKernel {
@@ -939,7 +939,7 @@ impl autotune::Runner for PlanRunner<'_> {
         let plan = self.def.plan(self.ready, self.depths[i])?;
         let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;
         let g = &plan.compiled.graph;
-        self.out_bytes = shape.iter().product::<usize>() * g.ty(g.output).dtype.size_bytes();
+        self.out_bytes = size::elements(&shape) * g.ty(g.output).dtype.size_bytes();
         self.out = Some(mem);
         Ok(())
     }

@@ -268,7 +268,7 @@ impl<T: Element> Tensor<T> {
     pub(crate) fn from_device(shape: Vec<usize>, buffer: DeviceBuffer) -> Self {
         debug_assert_eq!(
             buffer.len(),
-            shape.iter().product::<usize>() * std::mem::size_of::<T>()
+            size::elements(&shape) * std::mem::size_of::<T>()
         );
         Tensor {
             shape,
@@ -284,7 +284,7 @@ impl<T: Element> Tensor<T> {
     /// Number of elements (a tensor's shape is checked when it is made, so this cannot
     /// overflow).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        size::elements(&self.shape)
     }
 
     /// The element type.

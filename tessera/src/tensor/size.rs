@@ -27,6 +27,25 @@ pub fn numel(what: &str, shape: &[usize]) -> Result<usize> {
         .ok_or_else(|| too_large(what, shape, "its element count overflows usize".into()))
 }
 
+/// The product of `dims` for a shape already checked with [`numel`] (a tensor's shape, a
+/// kernel's output): exact whenever the whole shape is non-empty, and 0 when a dim is 0 — the
+/// dims of an empty tensor may multiply past `usize` (`[2^40, 2^40, 0]`), so the product is
+/// taken zero-first and saturates instead of overflowing. Sub-shapes of an empty shape (its
+/// batch dims, its rows) may saturate; nothing is allocated or read for them.
+///
+/// ```
+/// use tessera::tensor::size::elements;
+/// assert_eq!(elements(&[2, 3, 4]), 24);
+/// assert_eq!(elements(&[1 << 40, 1 << 40, 0]), 0);
+/// assert_eq!(elements(&[1 << 40, 1 << 40]), usize::MAX);
+/// ```
+pub fn elements(dims: &[usize]) -> usize {
+    if dims.contains(&0) {
+        return 0;
+    }
+    dims.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
 /// The byte size of `shape` with `elem`-byte elements, or [`Error::TooLarge`] when it exceeds
 /// `isize::MAX` (the most any allocation can hold).
 ///
