@@ -8,40 +8,59 @@ pub enum Error {
         "kernel `{kernel}`: dim `{dim}` is {expected} (from {bound_by}) but `{param}` has {got}"
     )]
     DimMismatch {
+        /// The kernel's name.
         kernel: String,
+        /// The symbolic dim, as the signature spells it (`M`, `K`, ...).
         dim: String,
+        /// The argument whose size disagrees.
         param: String,
+        /// The argument that bound the dim first.
         bound_by: String,
+        /// The size `bound_by` gave the dim.
         expected: usize,
+        /// The size `param` has along it.
         got: usize,
     },
     /// A tensor has the wrong rank or a constant dim differs.
     #[error("kernel `{kernel}`: `{param}` {message}")]
     ShapeMismatch {
+        /// The kernel's name.
         kernel: String,
+        /// The argument at fault.
         param: String,
+        /// What is wrong with its shape, in words.
         message: String,
     },
     /// A tensor argument has the wrong element type.
     #[error("kernel `{kernel}`: `{param}` must be {expected}, got {got}")]
     DTypeMismatch {
+        /// The kernel's name.
         kernel: String,
+        /// The argument at fault.
         param: String,
+        /// The element type the signature declares (`f32`, `bf16`, ...).
         expected: String,
+        /// The element type passed.
         got: String,
     },
     /// The number of arguments differs from the kernel's signature.
     #[error("kernel `{kernel}`: expected {expected} argument(s), got {got}")]
     ArgCount {
+        /// The kernel's name.
         kernel: String,
+        /// Parameters of the signature.
         expected: usize,
+        /// Arguments passed.
         got: usize,
     },
     /// `Tensor::from_vec` with a buffer whose length differs from the shape's element count.
     #[error("shape {shape:?} needs {expected} elements, the buffer has {got}")]
     BufferLength {
+        /// The shape asked for.
         shape: Vec<usize>,
+        /// Its element count.
         expected: usize,
+        /// The buffer's length, in elements.
         got: usize,
     },
     /// A shape whose element count or byte size does not fit in memory (the product overflows,
@@ -50,7 +69,9 @@ pub enum Error {
     TooLarge {
         /// The tensor: the constructor, or the kernel and the value it computes.
         what: String,
+        /// The shape asked for.
         shape: Vec<usize>,
+        /// Why it does not fit: the overflowing product or the byte size.
         reason: String,
     },
     /// An allocation the system refused (host memory, or a device's).
@@ -63,23 +84,39 @@ pub enum Error {
     /// bytes.
     #[error("a {dtype} view of shape {shape:?} needs {expected} bytes, the buffer has {got}")]
     ViewLength {
+        /// The view's shape.
         shape: Vec<usize>,
+        /// The view's element type.
         dtype: String,
+        /// Bytes the shape needs.
         expected: usize,
+        /// Bytes the buffer has.
         got: usize,
     },
     /// An element index outside a tensor's shape, or of the wrong rank.
     #[error("index {index:?} is out of bounds for shape {shape:?}")]
     IndexOutOfBounds {
+        /// The index asked for, outermost first.
         index: Vec<usize>,
+        /// The tensor's shape.
         shape: Vec<usize>,
     },
     /// A kernel definition failed to compile at run time (a bug: the macro checked it).
     #[error("kernel `{kernel}` failed to compile: {message}")]
-    Compile { kernel: String, message: String },
+    Compile {
+        /// The kernel's name.
+        kernel: String,
+        /// The compiler's message.
+        message: String,
+    },
     /// The device cannot run this kernel or feature.
     #[error("{device}: {message}")]
-    Unsupported { device: String, message: String },
+    Unsupported {
+        /// The device's name (`cpu`, `sim:sm_80`, `cuda:0`).
+        device: String,
+        /// What it cannot do, in words.
+        message: String,
+    },
     /// The PTX simulator caught a bug in a kernel: an out-of-bounds or misaligned access, a
     /// shared-memory race, a read of uninitialized shared memory, a barrier not reached by all
     /// threads, a `cp.async` destination used before its wait, ...
@@ -89,15 +126,18 @@ pub enum Error {
         if *.findings > 1 { format!(" ({} findings in all)", .findings) } else { String::new() }
     )]
     SimCheck {
+        /// The PTX entry's name.
         kernel: String,
         /// 1-based line in the PTX text.
         line: u32,
+        /// The `(x, y, z)` index of the CTA where the finding was made.
         cta: [u32; 3],
         /// Linear thread index in the CTA.
         thread: u32,
         /// The buffer (named after its kernel parameter) or shared symbol and the byte offset
         /// inside it, for memory findings.
         location: Option<String>,
+        /// What the checker found, in words.
         message: String,
         /// Findings of the launch in all (this is the first).
         findings: u64,
@@ -105,9 +145,13 @@ pub enum Error {
     /// Arguments of one launch live on different devices.
     #[error("kernel `{kernel}`: `{param}` is on {got} but the launch runs on {expected}")]
     DeviceMismatch {
+        /// The kernel's name.
         kernel: String,
+        /// The argument on another device.
         param: String,
+        /// The launch's device (its first argument's).
         expected: String,
+        /// The argument's device.
         got: String,
     },
     /// An accessor that needs host memory was called on a tensor in device memory.
@@ -122,7 +166,12 @@ pub enum Error {
     },
     /// A setting was given a value it cannot take (say a loss scale of zero).
     #[error("`{setting}` {message}")]
-    InvalidSetting { setting: String, message: String },
+    InvalidSetting {
+        /// The setting: an environment variable, a knob or an option's name.
+        setting: String,
+        /// Why the value is refused, in words (it names the value).
+        message: String,
+    },
     /// A device could not be opened.
     #[error("device unavailable: {0}")]
     DeviceUnavailable(String),
@@ -131,6 +180,7 @@ pub enum Error {
     Refine {
         /// The launch: kernel, argument shapes and dtypes.
         key: String,
+        /// The error of the refining launch.
         source: Box<Error>,
     },
     /// A `TESSERA_*` environment variable has a value it does not accept.

@@ -26,6 +26,8 @@
 //! **Architecture invariant:** semantics live in `tessera-ir`; this crate binds shapes, owns
 //! memory and runs kernels.
 
+#![deny(missing_docs)]
+
 pub mod autotune;
 pub mod backend;
 mod device;

@@ -23,17 +23,30 @@ pub const FORMAT: u32 = 1;
 /// Why a cache file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    /// The file could not be read or written.
     #[error("cache {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The file is not a cache of this layout: bad UTF-8 or JSON, a missing field, a cut-off end.
     #[error("cache {path} is corrupt or truncated: {message}")]
-    Corrupt { path: PathBuf, message: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What the parser found wrong.
+        message: String,
+    },
+    /// The file was written by another layout [`FORMAT`] or another tessera version.
     #[error("cache {path} was written by format {format} / tessera {version}; this is format {FORMAT} / tessera {}", env!("CARGO_PKG_VERSION"))]
     OldVersion {
+        /// The file.
         path: PathBuf,
+        /// Its layout version.
         format: u32,
+        /// The tessera version that wrote it.
         version: String,
     },
 }
@@ -74,6 +87,7 @@ fn f64_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 /// Everything known about one (kernel, shape, dtypes, threads).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The kernel's name.
     pub kernel: String,
     /// The key without the shape: entries of one family are candidates for nearest-shape reuse.
     pub family: String,
@@ -85,6 +99,7 @@ pub struct Entry {
     pub best: Option<String>,
     /// The search strategy that produced it.
     pub strategy: String,
+    /// Every candidate tried, in the order tried.
     pub trials: Vec<TrialRecord>,
 }
 
@@ -106,9 +121,13 @@ impl Entry {
 /// The file's contents.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CacheFile {
+    /// The layout version ([`FORMAT`]).
     pub format: u32,
+    /// The tessera version that wrote it.
     pub tessera: String,
+    /// The arch the times were measured on (`cpu`, `sm_80`, ...): one file per arch.
     pub arch: String,
+    /// The entries by launch key (kernel, shape, dtypes, threads).
     pub entries: BTreeMap<String, Entry>,
 }
 

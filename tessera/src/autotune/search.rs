@@ -26,7 +26,10 @@ pub enum Strategy {
     /// Exhaustive.
     Grid,
     /// Seeded random sample.
-    Random { seed: u64 },
+    Random {
+        /// The seed of the sample: the same seed draws the same candidates.
+        seed: u64,
+    },
     /// Cost-model priors + surrogate (the default).
     #[default]
     Hybrid,

@@ -81,19 +81,25 @@ impl CostModel {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchSpace {
+    /// Tiles to try (`[BM, BN, BK]` for matmuls); empty: the default's.
     pub tiles: Vec<Vec<u32>>,
+    /// Vector widths to try, in elements; empty: the default's.
     pub vectorize: Vec<u32>,
+    /// Pipeline stages to try (shared-memory buffers in flight); empty: the default's.
     pub stages: Vec<u32>,
+    /// Warps per block to try; empty: the default's.
     pub warps: Vec<u32>,
     /// Fusion depths to try (most elementwise ops per kernel epilogue); empty: every depth
     /// from 0 to the graph's deepest fusion. See the module docs of [`crate::autotune`].
     pub fusion_depths: Vec<u32>,
+    /// How the space is explored.
     pub strategy: Strategy,
     /// Whether the cost model ranks the candidates.
     pub cost_model: CostModel,
     /// Trial budget; `None`: a quarter of the valid candidates (at least 4) for the hybrid and
     /// random strategies, all of them for the grid.
     pub max_trials: Option<usize>,
+    /// How each candidate is timed.
     pub trial: TrialConfig,
 }
 
@@ -265,8 +271,11 @@ pub struct TileSpace {
     /// The cost model's problem from the arguments' shapes (in order); `None`: no model,
     /// candidates are ranked equal and the search is driven by measurements alone.
     pub problem: Option<ProblemOf>,
+    /// How the points are explored.
     pub strategy: Strategy,
+    /// Trial budget; `None`: as for [`SearchSpace::max_trials`].
     pub max_trials: Option<usize>,
+    /// How each candidate is timed.
     pub trial: TrialConfig,
 }
 

@@ -31,9 +31,13 @@ use tessera_ir::DType;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrialConfig {
+    /// Warm-up launches at most (at least one runs).
     pub warmup: usize,
+    /// The warm-up stops once it has run this long (after its first launch).
     pub warmup_budget: Duration,
+    /// Timed launches wanted (at least 5 run); the median is the candidate's time.
     pub samples: usize,
+    /// Timing stops after this long once 5 launches are timed.
     pub sample_budget: Duration,
     /// Most candidates in the final race (0 or 1: no race).
     pub race: usize,

@@ -26,13 +26,17 @@ use tessera_ir::DType;
 /// Inputs are read-only; the launcher guarantees outputs do not alias inputs.
 #[derive(Clone, Copy, Debug)]
 pub struct Buffer {
+    /// The element type.
     pub dtype: DType,
     /// The shape at the kernel parameter's view rank.
     pub shape: [usize; 3],
+    /// How many of `shape`'s dims are used (1 to 3); the rest are 1.
     pub rank: usize,
+    /// Host address of the first element (valid for `len` bytes for the launch).
     pub ptr: *mut u8,
     /// Length in bytes.
     pub len: usize,
+    /// True for an output (the kernel may write it).
     pub writable: bool,
 }
 

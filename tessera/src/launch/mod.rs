@@ -38,7 +38,9 @@ use tessera_ir::{DType, Dim};
 /// A `tile!` kernel argument: an input or an output tensor.
 #[derive(Debug)]
 pub enum Arg<'a> {
+    /// A tensor the kernel reads.
     In(TensorRef<'a>),
+    /// A tensor the kernel writes.
     Out(TensorMut<'a>),
 }
 

@@ -19,8 +19,11 @@ use tessera_ir::tile::{self, dsl};
 /// A `tile!` parameter as the macro declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileParam {
+    /// The parameter's name.
     pub name: &'static str,
+    /// Its element type.
     pub dtype: DType,
+    /// Its rank.
     pub rank: usize,
 }
 

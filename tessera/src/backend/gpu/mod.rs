@@ -30,14 +30,17 @@ pub(crate) use launch::ParamValue;
 /// A kernel argument in device memory, as the launcher hands it to a device.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceArg {
+    /// The element type.
     pub dtype: DType,
     /// The shape at the kernel parameter's view rank.
     pub shape: [usize; 3],
+    /// How many of `shape`'s dims are used (1 to 3); the rest are 1.
     pub rank: usize,
     /// Device address of the first element.
     pub addr: u64,
     /// Length in bytes.
     pub len: usize,
+    /// True for an output (the kernel may write it).
     pub writable: bool,
 }
 

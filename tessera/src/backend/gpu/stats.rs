@@ -53,7 +53,9 @@ pub struct MemoryStats {
 /// Everything a device counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DeviceStats {
+    /// Uploads, downloads and copies inside the device.
     pub transfers: TransferStats,
+    /// The caching allocator's state.
     pub memory: MemoryStats,
     /// Kernels launched.
     pub launches: u64,
