@@ -31,11 +31,17 @@ impl fmt::Display for Algorithm {
 /// The collectives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CollectiveKind {
+    /// Every rank ends with the reduction of all ranks' buffers.
     AllReduce,
+    /// Every rank ends with its chunk of the reduction.
     ReduceScatter,
+    /// Every rank ends with the concatenation of all ranks' buffers.
     AllGather,
+    /// Every rank ends with the root's buffer.
     Broadcast,
+    /// One rank's buffer to another rank.
     SendRecv,
+    /// Every rank sends its `i`-th chunk to rank `i`.
     AllToAll,
 }
 

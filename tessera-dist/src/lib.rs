@@ -24,6 +24,8 @@
 //! **Architecture invariant:** `tessera-dist` moves buffers and knows nothing of PTX or the
 //! compiler; it uses only `tessera`'s public `Tensor`/`Element`/`Device`.
 
+#![deny(missing_docs)]
+
 mod comm;
 mod cost;
 mod elem;

@@ -64,7 +64,12 @@ pub enum AxisRole {
     /// The tensor is the same on every device along the axis.
     Replicated,
     /// The axis splits tensor dim `dim`, at position `pos` in that dim's axis list.
-    Shard { dim: usize, pos: usize },
+    Shard {
+        /// The tensor dim.
+        dim: usize,
+        /// The axis's position in that dim's axis list (0: the major one).
+        pos: usize,
+    },
     /// Devices along the axis hold unreduced contributions.
     Partial(ReduceOp),
 }

@@ -8,15 +8,25 @@ use crate::{DistError, Result};
 /// the two layernorms' scale and shift `[d_model]`. No biases.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BlockWeights {
+    /// First layernorm's scale `[d_model]`.
     pub ln1_gamma: Vec<f32>,
+    /// First layernorm's shift `[d_model]`.
     pub ln1_beta: Vec<f32>,
+    /// Query projection `[d_model, heads·d_head]`.
     pub wq: Vec<f32>,
+    /// Key projection `[d_model, heads·d_head]`.
     pub wk: Vec<f32>,
+    /// Value projection `[d_model, heads·d_head]`.
     pub wv: Vec<f32>,
+    /// Output projection `[heads·d_head, d_model]`.
     pub wo: Vec<f32>,
+    /// Second layernorm's scale `[d_model]`.
     pub ln2_gamma: Vec<f32>,
+    /// Second layernorm's shift `[d_model]`.
     pub ln2_beta: Vec<f32>,
+    /// MLP up projection `[d_model, d_ff]`.
     pub w1: Vec<f32>,
+    /// MLP down projection `[d_ff, d_model]`.
     pub w2: Vec<f32>,
 }
 

@@ -18,26 +18,45 @@ pub use edges::redistribute_edges;
 pub enum Step {
     /// Each device keeps its part of `dim` when the dim is further split over `axes` (appended
     /// as the minor axes of the dim's list; no communication).
-    Slice { dim: usize, axes: Vec<String> },
+    Slice {
+        /// The tensor dim.
+        dim: usize,
+        /// The mesh axes it is further split over.
+        axes: Vec<String>,
+    },
     /// Reduces the partial contributions along `axes` (the partial state loses them).
     AllReduce {
+        /// The mesh axes reduced over.
         axes: Vec<String>,
+        /// The reduction.
         op: ReduceOp,
+        /// The all-reduce algorithm the cost model chose.
         algo: Algorithm,
     },
     /// Reduces the partial contributions along `axes` and splits `dim` over them (appended as
     /// the dim's minor axes).
     ReduceScatter {
+        /// The mesh axes reduced over.
         axes: Vec<String>,
+        /// The reduction.
         op: ReduceOp,
+        /// The tensor dim split over `axes`.
         dim: usize,
     },
     /// Concatenates `dim` over `axes` (the minor axes of the dim's list; they are removed).
-    AllGather { axes: Vec<String>, dim: usize },
+    AllGather {
+        /// The mesh axes gathered over.
+        axes: Vec<String>,
+        /// The tensor dim concatenated.
+        dim: usize,
+    },
     /// Moves `axes` (the minor axes of `from_dim`'s list) to the end of `to_dim`'s list.
     AllToAll {
+        /// The mesh axes moved.
         axes: Vec<String>,
+        /// The tensor dim they leave.
         from_dim: usize,
+        /// The tensor dim they join.
         to_dim: usize,
     },
 }

@@ -7,9 +7,13 @@ use tessera::{DType, Device, KernelDef, Tensor, TensorRef, bf16, f16};
 /// One rank's local tensor of any element type collectives can move.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AnyTensor {
+    /// An `f32` tensor.
     F32(Tensor<f32>),
+    /// An `f16` tensor.
     F16(Tensor<f16>),
+    /// A `bf16` tensor.
     BF16(Tensor<bf16>),
+    /// An `i32` tensor.
     I32(Tensor<i32>),
 }
 
