@@ -5,6 +5,8 @@
 //! scripts that precompile kernels (`tessera-kernels/build.rs`) share this crate, so a kernel
 //! compiles the same way in both.
 
+#![deny(missing_docs)]
+
 pub mod lower;
 pub mod parse;
 
@@ -42,7 +44,9 @@ pub struct KernelAttr {
 /// A `tile = (BM, BN, BK)` option as written (for error spans) and its dims.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PinnedTile {
+    /// The tile dims, `[BM, BN, BK]`.
     pub dims: Vec<u32>,
+    /// The tuple as written.
     pub written: syn::Expr,
 }
 
@@ -130,12 +134,19 @@ fn parse_rewrites(meta: syn::meta::ParseNestedMeta) -> syn::Result<Vec<(String, 
 /// The search space named by `autotune(...)`; empty lists mean "the built-in choices".
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AutotuneAttr {
+    /// `tiles = [(BM, BN, BK), ..]`: the tiles to try.
     pub tiles: Vec<Vec<u32>>,
+    /// `vectorize = [..]`: vector widths to try, in elements.
     pub vectorize: Vec<u32>,
+    /// `stages = [..]`: pipeline stage counts to try.
     pub stages: Vec<u32>,
+    /// `warps = [..]`: warps per block to try.
     pub warps: Vec<u32>,
+    /// `fusion_depth = [..]`: fusion depths to try (elementwise ops per kernel epilogue).
     pub fusion_depths: Vec<u32>,
+    /// `max_trials = N`: the trial budget.
     pub max_trials: Option<usize>,
+    /// `strategy = "hybrid" | "grid" | "random"`.
     pub strategy: Option<String>,
     /// `"roofline"` or `"none"`.
     pub cost_model: Option<String>,

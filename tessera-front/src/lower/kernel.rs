@@ -66,7 +66,9 @@ fn ops_list() -> String {
 
 /// The compiled texts a kernel embeds.
 pub struct Compiled {
+    /// The Graph IR text.
     pub graph: String,
+    /// The Tile IR text of each fused kernel, in launch order.
     pub tiles: Vec<String>,
     /// The whole compilation (plan, kernels, bindings), for emitters.
     pub compiled: pipeline::Compiled,

@@ -11,13 +11,19 @@ use tessera_ir::DType;
 /// A parsed kernel function.
 #[derive(Clone)]
 pub struct KernelItem {
+    /// The function's outer attributes (doc comments among them), kept for the generated function.
     pub attrs: Vec<Attribute>,
+    /// The function's visibility.
     pub vis: Visibility,
+    /// The function's name.
     pub name: Ident,
     /// Type parameters and their bounds: `<T: Float>` is `[(T, Float)]`.
     pub generics: Vec<(Ident, Ident)>,
+    /// The parameters and their tensor types, in order.
     pub params: Vec<(Ident, KType)>,
+    /// The return tensor type.
     pub ret: KType,
+    /// The body.
     pub block: syn::Block,
 }
 
@@ -25,7 +31,9 @@ pub struct KernelItem {
 /// type parameters) and the dtype of each type parameter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Instance {
+    /// Appended to the kernel's name (`_bf16`; empty without type parameters).
     pub suffix: String,
+    /// Each type parameter and the dtype it stands for.
     pub subst: Vec<(String, DType)>,
 }
 
@@ -193,39 +201,61 @@ impl Parse for KernelItem {
 /// Infix operators of kernel bodies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KBin {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
+    /// `a / b`.
     Div,
 }
 
 /// A body expression; `tokens` keep the source for error spans.
 pub enum KExpr {
+    /// A parameter or a `let` binding.
     Var(Ident),
+    /// A numeric literal (integer or float).
     Num {
+        /// Its value.
         value: f64,
+        /// The literal as written.
         tokens: TokenStream,
     },
+    /// `-a`.
     Neg {
+        /// The operand.
         a: Box<KExpr>,
+        /// The expression as written.
         tokens: TokenStream,
     },
+    /// `a op b`.
     Bin {
+        /// The operator.
         op: KBin,
+        /// The left operand.
         a: Box<KExpr>,
+        /// The right operand.
         b: Box<KExpr>,
+        /// The expression as written.
         tokens: TokenStream,
     },
     /// `f::<T>(args)` or `recv.f::<T>(args)` (receiver first).
     Call {
+        /// The op's name (`matmul`, `gelu`, ...).
         name: Ident,
+        /// The turbofish type argument, if any.
         ty: Option<TyArg>,
+        /// The arguments, receiver first.
         args: Vec<KExpr>,
+        /// The call as written.
         tokens: TokenStream,
     },
     /// `[0, 1]` (reduction axes).
     List {
+        /// The elements.
         items: Vec<KExpr>,
+        /// The list as written.
         tokens: TokenStream,
     },
 }
@@ -247,13 +277,17 @@ impl KExpr {
 /// parameter of a generic kernel.
 #[derive(Clone)]
 pub enum TyArg {
+    /// A dtype (`cast::<bf16>`).
     D(DType),
+    /// A type parameter of the kernel (`cast::<T>`).
     Param(Ident),
 }
 
 /// A kernel body: `let` bindings then the result expression.
 pub struct KBody {
+    /// The `let` bindings in order: name and value.
     pub lets: Vec<(Ident, KExpr)>,
+    /// The block's final expression.
     pub result: KExpr,
 }
 

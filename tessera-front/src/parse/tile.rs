@@ -14,16 +14,27 @@ use tessera_ir::tile::dsl::{
     Access, BinOp, Expr as E, ExprKind, Knob, NodeId, ParamDecl, Program, Stmt as S, StmtKind, UnOp,
 };
 
-syn::custom_keyword!(grid);
+/// The `grid` keyword of `tile!` (a private module: the keyword type is no public item).
+mod kw {
+    syn::custom_keyword!(grid);
+}
+use kw::grid;
 
 /// The raw `tile!` input.
 pub struct TileInput {
+    /// The `tile!` item's outer attributes.
     pub attrs: Vec<Attribute>,
+    /// Its visibility.
     pub vis: Visibility,
+    /// The kernel's name.
     pub name: Ident,
+    /// The knobs, as const generics with defaults (`const BM: i64 = 64`).
     pub generics: Generics,
+    /// The parameters and their types (`In<f32, 2>` or `Out<f32, 2>`), in order.
     pub params: Vec<(Ident, Type)>,
+    /// The `grid = (x, y, z)` expressions.
     pub grid: Vec<Expr>,
+    /// The block program.
     pub body: syn::Block,
 }
 
@@ -77,7 +88,9 @@ impl Parse for TileInput {
 
 /// A program and, per [`NodeId`], the tokens to point errors at.
 pub struct Parsed {
+    /// The block program.
     pub program: Program,
+    /// The source tokens of each node, indexed by [`NodeId`].
     pub spans: Vec<TokenStream>,
 }
 

@@ -56,7 +56,9 @@ pub fn dtype(ty: &Type) -> syn::Result<DType> {
 /// is instantiated).
 #[derive(Clone)]
 pub struct KType {
+    /// The tensor type (dtype and dims).
     pub ty: TensorType,
+    /// The type parameter standing for the dtype, if any.
     pub param: Option<Ident>,
 }
 
