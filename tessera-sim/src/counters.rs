@@ -1,5 +1,5 @@
 //! Performance counters of a launch: the GPU-speed evidence a simulator can give without a
-//! GPU. Every counter is summed over all CTAs; the definitions (also in the crate docs):
+//! GPU. Every counter is summed over all CTAs; the definitions:
 //!
 //! - **Shared-memory wavefronts** ([`SharedAccess`]), per warp-level request (one executed
 //!   `ld.shared`/`st.shared`/`atom.shared`, generic access to shared memory, `cp.async`
@@ -30,8 +30,11 @@
 /// Shared-memory requests of one kind and their wavefronts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SharedAccess {
+    /// Warp-level requests.
     pub requests: u64,
+    /// Wavefronts they took (one per conflict-free pass over the 32 banks).
     pub wavefronts: u64,
+    /// Wavefronts they would take without bank conflicts.
     pub ideal_wavefronts: u64,
 }
 
@@ -51,8 +54,11 @@ impl SharedAccess {
 /// Global-memory requests of one kind and their 32-byte sectors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalAccess {
+    /// Warp-level requests.
     pub requests: u64,
+    /// 32-byte sectors they touched.
     pub sectors: u64,
+    /// Sectors the requested bytes need at the least (perfectly coalesced).
     pub ideal_sectors: u64,
 }
 
@@ -87,15 +93,22 @@ impl GlobalAccess {
 pub struct InstMix {
     /// `mma.sync`.
     pub mma: u64,
+    /// `ldmatrix`.
     pub ldmatrix: u64,
     /// Loads and stores by the state space they accessed (generic ones by where the first
     /// active lane's address falls).
     pub global_loads: u64,
+    /// Stores to global memory.
     pub global_stores: u64,
+    /// Loads from shared memory.
     pub shared_loads: u64,
+    /// Stores to shared memory.
     pub shared_stores: u64,
+    /// Loads from `.local` memory.
     pub local_loads: u64,
+    /// Stores to `.local` memory.
     pub local_stores: u64,
+    /// Loads from the parameter space (`ld.param`).
     pub param_loads: u64,
     /// `atom`, `red`.
     pub atomics: u64,
@@ -151,7 +164,9 @@ impl InstMix {
     }
 }
 
-/// The performance counters of a launch (definitions in the [module docs](self)).
+/// The performance counters of a launch, summed over all CTAs: shared-memory wavefronts
+/// ([`SharedAccess`]), global-memory sectors ([`GlobalAccess`]), branches, barrier stalls and
+/// the instruction mix ([`InstMix`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// `ld.shared` and generic loads from shared memory.
@@ -159,14 +174,19 @@ pub struct Counters {
     /// `st.shared`, `atom`/`red` on shared memory, generic stores to it, `cp.async`
     /// destinations.
     pub shared_stores: SharedAccess,
+    /// `ldmatrix` reads of shared memory.
     pub ldmatrix: SharedAccess,
     /// `ld.global` (incl. `.nc`), generic loads from global memory, `cp.async` sources.
     pub global_loads: GlobalAccess,
     /// `st.global`, `atom`/`red` on global memory, generic stores to it.
     pub global_stores: GlobalAccess,
+    /// Warp-level conditional branches executed.
     pub branches: u64,
+    /// Those whose active lanes did not all go the same way.
     pub divergent_branches: u64,
+    /// Warp steps spent waiting at barriers (see the module docs).
     pub barrier_stall_steps: u64,
+    /// Warp instructions by class.
     pub mix: InstMix,
 }
 

@@ -8,8 +8,11 @@ use crate::module::{ParamType, Unsupported};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
 pub struct ParseError {
+    /// 1-based line.
     pub line: u32,
+    /// 1-based column.
     pub column: u32,
+    /// What the parser expected or found.
     pub message: String,
 }
 
@@ -22,40 +25,67 @@ pub enum SimError {
     /// The entry uses an instruction (or a form of one) the simulator does not implement.
     #[error("entry `{entry}`: unsupported instruction at {unsupported}")]
     Unsupported {
+        /// The entry's name.
         entry: String,
+        /// The instruction and its line.
         unsupported: Unsupported,
     },
     /// No entry of that name in the module.
     #[error("no entry `{name}` in the module (entries: {})", .available.join(", "))]
     NoEntry {
+        /// The name asked for.
         name: String,
+        /// The module's entries.
         available: Vec<String>,
     },
     /// A launch configuration a GPU would refuse: too many threads per block, a zero or too
     /// large grid dimension, more shared memory than the architecture allows, a block size
     /// that breaks `.maxntid` / `.reqntid`.
     #[error("entry `{entry}`: invalid launch configuration: {message}")]
-    LaunchConfig { entry: String, message: String },
+    LaunchConfig {
+        /// The entry's name.
+        entry: String,
+        /// What a GPU would refuse, in words.
+        message: String,
+    },
     /// The number of parameters differs from the entry's `.param` list.
     #[error("entry `{entry}` takes {expected} parameter(s), got {got}")]
     ParamCount {
+        /// The entry's name.
         entry: String,
+        /// Parameters the entry declares.
         expected: usize,
+        /// Parameters given.
         got: usize,
     },
     /// A parameter's value does not match its declared type.
     #[error("entry `{entry}`: parameter {index} `{param}` is declared {expected} but got {got}")]
     ParamMismatch {
+        /// The entry's name.
         entry: String,
+        /// The parameter's 0-based index.
         index: usize,
+        /// The parameter's name.
         param: String,
+        /// Its declared type.
         expected: ParamType,
+        /// The value given, in words.
         got: String,
     },
     /// An allocation the simulated device cannot make (too large for the host's memory).
     #[error("cannot allocate {bytes} bytes: {message}")]
-    Alloc { bytes: usize, message: String },
+    Alloc {
+        /// The size asked for.
+        bytes: usize,
+        /// Why it failed.
+        message: String,
+    },
     /// A pointer that is not (or no longer) a live allocation, or a range that leaves it.
     #[error("{message} (pointer {ptr})")]
-    BadPointer { ptr: DevicePtr, message: String },
+    BadPointer {
+        /// The pointer.
+        ptr: DevicePtr,
+        /// What is wrong with it.
+        message: String,
+    },
 }

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Grid and block dimensions (x, y, z) and the dynamic shared memory of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
+    /// CTAs per grid dimension (x, y, z); each at least 1.
     pub grid: [u32; 3],
+    /// Threads per CTA dimension (x, y, z); each at least 1.
     pub block: [u32; 3],
     /// Bytes of dynamic shared memory (the `.extern .shared` array).
     pub dyn_smem: u32,
@@ -78,17 +80,27 @@ impl Default for Options {
 /// `.b64`, an `F32` fits `.f32` and `.b32`, `Bytes` fits a `.b8` array of its length).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Param {
+    /// For `.u8` (and `.b8`).
     U8(u8),
+    /// For `.u16` (and `.b16`).
     U16(u16),
+    /// For `.u32` (and `.b32`).
     U32(u32),
+    /// For `.u64` (and `.b64`).
     U64(u64),
+    /// For `.s8` (and `.b8`).
     S8(i8),
+    /// For `.s16` (and `.b16`).
     S16(i16),
+    /// For `.s32` (and `.b32`).
     S32(i32),
+    /// For `.s64` (and `.b64`).
     S64(i64),
     /// An f16 given by its bits.
     F16Bits(u16),
+    /// For `.f32` (and `.b32`).
     F32(f32),
+    /// For `.f64` (and `.b64`).
     F64(f64),
     /// A device pointer (a `.u64` / `.b64` parameter).
     Ptr(DevicePtr),

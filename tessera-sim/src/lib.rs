@@ -82,6 +82,8 @@
 //! `ld.global.nc` reads like `ld.global`: the simulator does not check that nothing writes the
 //! memory during the kernel.
 
+#![deny(missing_docs)]
+
 mod approx;
 mod check;
 #[cfg(feature = "cli")]

@@ -12,7 +12,9 @@ pub struct Report {
     /// Occurrences not kept because [`crate::Options::max_findings`] distinct findings were
     /// already recorded.
     pub findings_dropped: u64,
+    /// What ran: instructions, warps, CTAs.
     pub stats: Stats,
+    /// The performance counters.
     pub counters: Counters,
 }
 
@@ -99,17 +101,31 @@ pub enum Location {
     /// Byte `offset` of the global allocation `buffer` (its [`crate::Memory::alloc_named`]
     /// name or `alloc#k`) of `size` bytes; `offset >= size` for an overrun.
     Global {
+        /// The allocation's name.
         buffer: String,
+        /// The byte offset from its start.
         offset: u64,
+        /// The allocation's size in bytes.
         size: u64,
     },
     /// Byte `offset` of the shared variable `symbol` (`offset` past its size when the access
     /// is beyond every shared variable).
-    Shared { symbol: String, offset: u64 },
+    Shared {
+        /// The shared variable.
+        symbol: String,
+        /// The byte offset from its start.
+        offset: u64,
+    },
     /// Byte `offset` of the thread's `.local` memory.
-    Local { offset: u64 },
+    Local {
+        /// The byte offset in the thread's local memory.
+        offset: u64,
+    },
     /// Byte `offset` of the kernel parameter block.
-    Param { offset: u64 },
+    Param {
+        /// The byte offset in the parameter block.
+        offset: u64,
+    },
 }
 
 impl fmt::Display for Location {
@@ -140,6 +156,7 @@ impl fmt::Display for Location {
 /// One bug found in a launch, with where it happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
+    /// What kind of bug.
     pub kind: FindingKind,
     /// 1-based line of the instruction in the PTX text.
     pub line: u32,
@@ -147,9 +164,11 @@ pub struct Finding {
     pub instruction: String,
     /// The CTA (`%ctaid`) and thread (`%tid`) of the first occurrence.
     pub cta: [u32; 3],
+    /// The thread's `%tid` (x, y, z).
     pub thread: [u32; 3],
     /// The memory location of the first occurrence, for memory findings.
     pub location: Option<Location>,
+    /// The finding in words.
     pub message: String,
     /// Occurrences folded into this finding: the same kind at the same line and location
     /// from other threads or CTAs, and the other lanes of the same warp instruction that hit

@@ -26,8 +26,10 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchFile {
+    /// The buffers to allocate, in order.
     #[serde(default)]
     pub buffers: Vec<BufferSpec>,
+    /// The kernel's parameters, in its `.param` order.
     #[serde(default)]
     pub params: Vec<ParamSpec>,
 }
@@ -36,21 +38,30 @@ pub struct LaunchFile {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BufferSpec {
+    /// The name findings and `"ptr"` parameters refer to it by.
     pub name: String,
+    /// Its size; contents shorter than this are padded with zeros. Needed without contents.
     #[serde(default)]
     pub bytes: Option<u64>,
+    /// True for a buffer the kernel must not write (a write is a finding).
     #[serde(default)]
     pub read_only: bool,
+    /// Contents as `f32` values (at most one contents field per buffer).
     #[serde(default)]
     pub f32: Option<Vec<f32>>,
+    /// Contents as `f64` values.
     #[serde(default)]
     pub f64: Option<Vec<f64>>,
+    /// Contents as `u32` values.
     #[serde(default)]
     pub u32: Option<Vec<u32>>,
+    /// Contents as `s32` values.
     #[serde(default)]
     pub s32: Option<Vec<i32>>,
+    /// Contents as `u64` values.
     #[serde(default)]
     pub u64: Option<Vec<u64>>,
+    /// Contents as raw bytes.
     #[serde(default)]
     pub u8: Option<Vec<u8>>,
 }
@@ -59,16 +70,27 @@ pub struct BufferSpec {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 pub enum ParamSpec {
+    /// A `.u8` value.
     U8(u8),
+    /// A `.u16` value.
     U16(u16),
+    /// A `.u32` value.
     U32(u32),
+    /// A `.u64` value.
     U64(u64),
+    /// A `.s8` value.
     S8(i8),
+    /// A `.s16` value.
     S16(i16),
+    /// A `.s32` value.
     S32(i32),
+    /// A `.s64` value.
     S64(i64),
+    /// A `.f16` value, written as a number and rounded to f16.
     F16(f32),
+    /// A `.f32` value.
     F32(f32),
+    /// A `.f64` value.
     F64(f64),
     /// `"name"` or `"name+offset"`.
     Ptr(String),
@@ -77,12 +99,26 @@ pub enum ParamSpec {
 /// What is wrong with a launch file.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchFileError {
+    /// The file is not JSON of the launch-file layout.
     #[error("launch file: {0}")]
     Json(#[from] serde_json::Error),
+    /// A buffer spec is inconsistent (two contents, contents larger than `bytes`, no size).
     #[error("buffer `{name}`: {message}")]
-    Buffer { name: String, message: String },
+    Buffer {
+        /// The buffer's name.
+        name: String,
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// A parameter is wrong (a `"ptr"` naming no buffer, a bad offset).
     #[error("parameter {index}: {message}")]
-    Param { index: usize, message: String },
+    Param {
+        /// The parameter's 0-based index.
+        index: usize,
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// The simulator refused an allocation.
     #[error(transparent)]
     Sim(#[from] SimError),
 }
@@ -137,7 +173,9 @@ impl BufferSpec {
 /// The allocations a launch file made: name → pointer, in file order.
 #[derive(Clone, Debug, Default)]
 pub struct Allocated {
+    /// Each buffer's name, pointer and size in bytes.
     pub buffers: Vec<(String, DevicePtr, usize)>,
+    /// The parameters, `"ptr"`s resolved to device pointers.
     pub params: Vec<Param>,
 }
 

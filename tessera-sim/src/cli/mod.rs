@@ -1,6 +1,6 @@
 //! The `tessera-sim` command line (feature `cli`): `run` launches an entry of a PTX file with
 //! the buffers and parameters of a JSON launch file ([`launch_file`]) and prints every finding
-//! like compute-sanitizer ([`print`]); `info` lists a module's entries.
+//! like compute-sanitizer ([`print`](mod@print)); `info` lists a module's entries.
 //!
 //! ```text
 //! tessera-sim run kernel.ptx --entry k --grid 5 --block 256 --smem 1024 --args launch.json
@@ -25,6 +25,7 @@ use std::path::PathBuf;
     about = "Run any PTX kernel on the CPU and check it for GPU bugs"
 )]
 pub struct Cli {
+    /// The subcommand.
     #[command(subcommand)]
     pub command: Command,
 }
@@ -36,7 +37,10 @@ pub enum Command {
     /// performance counters.
     Run(RunArgs),
     /// List the entries of a module with their parameters and whether they can run.
-    Info { ptx: PathBuf },
+    Info {
+        /// The PTX file.
+        ptx: PathBuf,
+    },
 }
 
 /// `tessera-sim run`.

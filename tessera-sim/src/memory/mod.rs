@@ -61,12 +61,15 @@ impl fmt::Display for DevicePtr {
 pub struct Transfers {
     /// [`Memory::upload`] calls and their bytes.
     pub uploads: u64,
+    /// Bytes uploaded.
     pub bytes_up: u64,
     /// [`Memory::download`] calls and their bytes.
     pub downloads: u64,
+    /// Bytes downloaded.
     pub bytes_down: u64,
     /// [`Memory::copy`] calls (device → device) and their bytes.
     pub device_copies: u64,
+    /// Bytes copied inside the device.
     pub bytes_copied: u64,
 }
 
@@ -75,6 +78,7 @@ pub struct Transfers {
 pub struct Usage {
     /// Allocations not yet freed, and their bytes.
     pub live_allocations: u64,
+    /// Bytes of the live allocations.
     pub bytes_live: u64,
     /// The most bytes live at once.
     pub peak_bytes: u64,
@@ -87,9 +91,11 @@ pub struct Usage {
 pub struct Allocation {
     /// Its first byte.
     pub base: DevicePtr,
+    /// Its size.
     pub bytes: u64,
     /// The name given to [`Memory::alloc_named`], or `alloc#k` (`k` counts allocations from 1).
     pub name: String,
+    /// True when kernels may not write it (a write is a finding).
     pub read_only: bool,
     /// False once freed.
     pub live: bool,

@@ -39,11 +39,13 @@ pub struct Module {
 /// One `.entry` of a module: what a launch needs to know about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
+    /// The entry's name.
     pub name: String,
     /// The `.param` list, in order.
     pub params: Vec<ParamDecl>,
     /// `.maxntid` / `.reqntid` (x, y, z), when declared.
     pub maxntid: Option<[u32; 3]>,
+    /// `.reqntid` (x, y, z): the block a launch must use exactly, when declared.
     pub reqntid: Option<[u32; 3]>,
     /// Bytes of static shared memory (module-level and entry-level `.shared` declarations).
     pub static_shared_bytes: u32,
@@ -78,31 +80,50 @@ impl fmt::Display for Unsupported {
 /// A kernel parameter as declared: `.param .u32 n` is `ParamDecl { name: "n", ty: U32 }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamDecl {
+    /// The parameter's name.
     pub name: String,
+    /// Its type.
     pub ty: ParamType,
 }
 
 /// The type of a kernel parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParamType {
+    /// `.u8`.
     U8,
+    /// `.u16`.
     U16,
+    /// `.u32`.
     U32,
+    /// `.u64`.
     U64,
+    /// `.s8`.
     S8,
+    /// `.s16`.
     S16,
+    /// `.s32`.
     S32,
+    /// `.s64`.
     S64,
+    /// `.f16`.
     F16,
+    /// `.f32`.
     F32,
+    /// `.f64`.
     F64,
+    /// `.b8`.
     B8,
+    /// `.b16`.
     B16,
+    /// `.b32`.
     B32,
+    /// `.b64`.
     B64,
     /// A by-value byte array: `.param .align A .b8 name[N]` (a struct or a `CUtensorMap`).
     Bytes {
+        /// The array's length in bytes (`N`).
         size: u32,
+        /// Its alignment in bytes (`A`).
         align: u32,
     },
 }
@@ -176,7 +197,9 @@ impl fmt::Display for ParamType {
 }
 
 impl Module {
-    /// Parses a PTX module (every entry). See the [module docs](self) for what is an error.
+    /// Parses a PTX module (every entry). A syntax error is a [`ParseError`] with its line and
+    /// column; an instruction the simulator does not implement is recorded in its entry
+    /// ([`Entry::unsupported`]) and fails only a launch of that entry.
     pub fn parse(text: &str) -> Result<Module, ParseError> {
         let parsed = parse::parse_module(text)?;
         let mut entries = Vec::new();
