@@ -17,7 +17,9 @@ use std::fmt;
 /// One kernel of the fused program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FusedKernel {
+    /// The kernel's name, `<graph>_k<index>`.
     pub name: String,
+    /// What kind of work it does (matmul, row-wise, elementwise, ...).
     pub class: KernelClass,
     /// The node that defines the kernel's main work.
     pub root: Value,
@@ -30,7 +32,9 @@ pub struct FusedKernel {
 /// The fused program: kernels in execution order and the decisions that shaped them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The kernels, in execution order.
     pub kernels: Vec<FusedKernel>,
+    /// Each fusion decision in words (printed as `;` comments).
     pub decisions: Vec<String>,
 }
 
@@ -58,7 +62,9 @@ impl fmt::Display for Plan {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{value}: {message}")]
 pub struct FuseError {
+    /// The value at fault.
     pub value: String,
+    /// Why it cannot be fused, in words.
     pub message: String,
 }
 

@@ -8,6 +8,8 @@
 //! **Architecture invariant:** this crate depends on nothing of Tessera's; the macros and the
 //! runtime depend on it.
 
+#![deny(missing_docs)]
+
 pub mod autodiff;
 pub mod cost;
 pub mod env;

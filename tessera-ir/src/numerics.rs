@@ -107,9 +107,13 @@ pub enum LossScaling {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Precision {
+    /// f32 inputs and accumulation (see the table).
     Safe,
+    /// bf16 inputs, f32 accumulation, dynamic loss scaling.
     Standard,
+    /// fp8 e4m3 inputs with per-tensor scales, bf16 accumulation, dynamic loss scaling.
     Aggressive,
+    /// Inputs as written, f32 accumulation, the deterministic policy.
     Deterministic,
 }
 

@@ -103,12 +103,16 @@ pub fn tile_name(t: &[u32]) -> String {
 /// A compilation failure, naming the value or kernel at fault.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum CompileError {
+    /// The graph breaks a typing rule (the verifier's message names the value).
     #[error("{0}")]
     Verify(String),
+    /// The graph cannot be fused into kernels the lowering supports.
     #[error("{0}")]
     Fuse(#[from] crate::fuse::FuseError),
+    /// A fused kernel cannot be lowered to Tile IR.
     #[error("{0}")]
     Lower(#[from] crate::lower::LowerError),
+    /// A rewrite rule built an ill-typed replacement (a compiler bug).
     #[error("{0}")]
     Rewrite(#[from] crate::rewrite::RewriteError),
     /// A numerics policy the graph's reductions cannot all honour.
@@ -125,8 +129,11 @@ pub enum CompileError {
 /// One fused kernel with its default schedule, lowered.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompiledKernel {
+    /// The fused kernel.
     pub fused: FusedKernel,
+    /// Its default schedule (or the pinned tile's).
     pub schedule: Schedule,
+    /// Its Tile IR under that schedule.
     pub lowered: Lowered,
 }
 
@@ -137,8 +144,11 @@ pub struct Compiled {
     pub graph: Graph,
     /// The rewrite engine's decisions (applied or not), in order.
     pub rewrites: Vec<Applied>,
+    /// The fusion plan.
     pub plan: Plan,
+    /// The options it was compiled with.
     pub options: CompileOptions,
+    /// Every kernel of the plan, in execution order.
     pub kernels: Vec<CompiledKernel>,
 }
 

@@ -11,10 +11,15 @@ use std::fmt;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// IEEE binary32.
     F32,
+    /// IEEE binary16.
     F16,
+    /// bfloat16: 8 exponent bits, 7 mantissa bits.
     BF16,
+    /// 32-bit signed integer.
     I32,
+    /// Boolean (masks and comparisons).
     Bool,
     /// OCP fp8 E4M3: 4 exponent bits, 3 mantissa bits, no infinity, max 448 (see [`crate::fp8`]).
     F8E4M3,
@@ -81,7 +86,9 @@ impl fmt::Display for DType {
 /// One dimension of a shape: a symbol bound at launch (`M`) or a constant.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
+    /// A symbol bound at launch.
     Sym(String),
+    /// A constant size.
     Const(u64),
 }
 
@@ -170,7 +177,9 @@ impl fmt::Display for Shape {
 /// Element type plus symbolic shape: `bf16[M, K]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
+    /// The element type.
     pub dtype: DType,
+    /// The dims, outermost first.
     pub shape: Shape,
 }
 

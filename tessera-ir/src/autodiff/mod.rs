@@ -54,9 +54,13 @@ pub struct Gradient {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("@{graph}: {value} ({op}): {message}")]
 pub struct GradError {
+    /// The graph's name.
     pub graph: String,
+    /// The value whose gradient cannot be built.
     pub value: String,
+    /// The op that defines it.
     pub op: String,
+    /// Why, in words.
     pub message: String,
 }
 

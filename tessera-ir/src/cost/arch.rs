@@ -153,6 +153,7 @@ pub struct Guidelines {
 pub struct Arch {
     /// Short name; also the cache file's stem (`h100`, `a100`, `l40s`, `gb200`, `cpu`).
     pub name: &'static str,
+    /// A GPU or a CPU: what the occupancy and overhead rules follow.
     pub kind: ArchKind,
     /// SMs, or CPU cores in use.
     pub units: u32,

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Work {
+    /// Bytes moved from memory.
     pub bytes: f64,
+    /// Floating-point operations.
     pub flops: f64,
     /// The FLOPs run on 16-bit inputs (tensor cores), at the arch's 16-bit peak.
     pub half: bool,
@@ -62,7 +64,9 @@ impl std::iter::Sum for Work {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sizes {
+    /// Extents of the symbols bound so far, by name.
     pub bound: HashMap<String, u64>,
+    /// The extent of every symbol not in `bound`.
     pub nominal: u64,
 }
 

@@ -62,30 +62,46 @@ use std::fmt;
 pub enum Problem {
     /// `batch` products of `m × k` by `k × n`.
     Matmul {
+        /// Independent products (1 for a plain matmul).
         batch: u64,
+        /// Rows of the result.
         m: u64,
+        /// Columns of the result.
         n: u64,
+        /// The summed dim.
         k: u64,
+        /// Bytes per input element.
         in_bytes: u32,
+        /// Bytes per output element.
         out_bytes: u32,
     },
     /// Depthwise 2-D convolution, stride 1, no padding: output `oh × ow × c` (channels last),
     /// a `kh × kw` filter per channel. Tile `[BH, BW, BC]`.
     Depthwise {
+        /// Output rows.
         oh: u64,
+        /// Output columns.
         ow: u64,
+        /// Channels.
         c: u64,
+        /// Filter rows.
         kh: u64,
+        /// Filter columns.
         kw: u64,
+        /// Bytes per input element.
         in_bytes: u32,
     },
     /// A kernel that streams a `rows × cols` view once (elementwise, row-wise, reductions,
     /// transposes): `bytes` per element read and written, `flops` per element. Tile
     /// `[rows, cols]`.
     Stream {
+        /// Rows of the view.
         rows: u64,
+        /// Columns of the view.
         cols: u64,
+        /// Bytes read and written per element.
         bytes: u32,
+        /// FLOPs per element.
         flops: u32,
     },
 }
@@ -161,9 +177,13 @@ impl Problem {
 /// pipeline stages, vector width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Point {
+    /// The tile dims (unused trailing dims are 1).
     pub tile: [u32; 3],
+    /// Warps per block.
     pub warps: u32,
+    /// Pipeline stages.
     pub stages: u32,
+    /// Vector width, in elements.
     pub vector: u32,
 }
 
@@ -198,18 +218,32 @@ impl Point {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prune {
     /// Shared memory (CPU: tile working set) of one pipeline stage over the per-block limit.
-    SharedMemory { need: u64, limit: u64 },
+    SharedMemory {
+        /// Bytes one stage needs.
+        need: u64,
+        /// Bytes per block the target has.
+        limit: u64,
+    },
     /// The schedule's pipeline stages do not fit the hardware's shared memory per block; `fit`
     /// would (at least one does). The schedule is rejected rather than run with fewer stages
     /// than it names; the space should hold the variant that fits.
     Stages {
+        /// Stages the schedule names.
         requested: u32,
+        /// Stages that would fit.
         fit: u32,
+        /// Bytes of one stage.
         stage_bytes: u64,
+        /// Bytes of shared memory per block the target has.
         limit: u64,
     },
     /// Registers per thread over the hardware cap: the kernel would spill.
-    Registers { need: u32, cap: u32 },
+    Registers {
+        /// Registers per thread the schedule needs.
+        need: u32,
+        /// The hardware's cap per thread.
+        cap: u32,
+    },
     /// No block fits on an SM (too many warps).
     NoBlockFits,
     /// A tile dim of zero.
@@ -245,8 +279,12 @@ impl fmt::Display for Prune {
 pub struct Estimate {
     /// Predicted time, seconds (infinite when pruned).
     pub time_s: f64,
+    /// Time of the FLOPs at the arch's peak derated by the tile's efficiency, seconds.
     pub compute_s: f64,
+    /// Time of the memory traffic (DRAM and on-chip), seconds; unless pruned, `time_s` is
+    /// `max(compute_s, memory_s) + overhead_s`.
     pub memory_s: f64,
+    /// Per-block and per-loop-step overheads over the waves of blocks, seconds.
     pub overhead_s: f64,
     /// FLOPs executed (padded to whole tiles).
     pub flops: f64,
@@ -254,9 +292,13 @@ pub struct Estimate {
     pub bytes: f64,
     /// The problem's roofline bound (unpadded FLOPs, compulsory bytes at peak).
     pub bound_s: f64,
+    /// Blocks (CTAs) in the grid.
     pub blocks: u64,
+    /// Blocks and warps resident per SM.
     pub occupancy: Occupancy,
+    /// Registers per thread the model expects.
     pub regs_per_thread: u32,
+    /// Shared memory per block, bytes (all stages).
     pub smem_bytes: u64,
     /// Set when the schedule is invalid on this arch.
     pub pruned: Option<Prune>,
@@ -269,11 +311,26 @@ pub struct Estimate {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Guideline {
     /// More registers per thread than the ideal.
-    Registers { need: u32, ideal: u32 },
+    Registers {
+        /// Registers per thread the schedule needs.
+        need: u32,
+        /// The guideline's ideal.
+        ideal: u32,
+    },
     /// More shared memory per block than preferred.
-    SharedMemory { need: u64, preferred: u64 },
+    SharedMemory {
+        /// Bytes per block the schedule needs.
+        need: u64,
+        /// The guideline's preferred bound.
+        preferred: u64,
+    },
     /// Occupancy below the fraction that is enough.
-    Occupancy { fraction: f64, enough: f64 },
+    Occupancy {
+        /// The occupancy reached (fraction of the SM's warp slots).
+        fraction: f64,
+        /// The fraction the guideline deems enough.
+        enough: f64,
+    },
 }
 
 impl fmt::Display for Guideline {

@@ -23,18 +23,26 @@ use super::{Arch, ArchKind};
 /// A resource that caps resident blocks per SM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Limiter {
+    /// Warps per SM.
     Warps,
+    /// Registers per SM.
     Registers,
+    /// Shared memory per SM.
     SharedMemory,
+    /// Resident blocks per SM.
     Blocks,
 }
 
 /// Resident blocks per SM allowed by each resource on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockLimits {
+    /// As the SM's warp slots allow.
     pub warps: u32,
+    /// As its register file allows.
     pub registers: u32,
+    /// As its shared memory allows.
     pub shared_memory: u32,
+    /// As its cap on resident blocks allows.
     pub blocks: u32,
 }
 

@@ -14,7 +14,9 @@ use super::{Arch, ArchKind, Point, Problem, Prune, estimate};
 /// One kernel of a plan as the cost model sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlanKernel {
+    /// The kernel's work and sizes.
     pub problem: Problem,
+    /// The schedule it runs under.
     pub point: Point,
     /// Elementwise ops fused into the kernel's epilogue.
     pub epilogue_ops: u32,

@@ -43,16 +43,25 @@ impl Value {
 /// Elementwise unary operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
+    /// `−x`.
     Neg,
+    /// `eˣ`.
     Exp,
+    /// Natural logarithm.
     Log,
+    /// `√x`.
     Sqrt,
+    /// `1/√x`.
     Rsqrt,
+    /// Hyperbolic tangent.
     Tanh,
+    /// `1/(1 + e⁻ˣ)`.
     Sigmoid,
+    /// `max(x, 0)`.
     Relu,
     /// Exact GELU, `0.5·x·(1 + erf(x/√2))`.
     Gelu,
+    /// `|x|`.
     Abs,
 }
 
@@ -112,11 +121,17 @@ impl UnaryOp {
 /// Elementwise binary operations (numpy broadcasting).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
+    /// `a + b`.
     Add,
+    /// `a − b`.
     Sub,
+    /// `a · b`.
     Mul,
+    /// `a / b`.
     Div,
+    /// The larger of `a` and `b`, elementwise (`maximum`).
     Max,
+    /// The smaller of `a` and `b`, elementwise (`minimum`).
     Min,
 }
 
@@ -164,8 +179,11 @@ impl BinaryOp {
 /// Reductions over axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
+    /// The sum over the axes.
     Sum,
+    /// The largest element over the axes (`amax` in kernel bodies).
     Max,
+    /// The sum divided by the number of elements reduced.
     Mean,
 }
 
@@ -192,23 +210,35 @@ impl ReduceOp {
 pub enum Op {
     /// The `i`-th kernel parameter.
     Param {
+        /// Its position in the signature, from 0.
         index: usize,
+        /// Its name in the signature.
         name: String,
     },
     /// A scalar constant (rank-0 tensor) of the given dtype.
     Const {
+        /// The value.
         value: f64,
+        /// Its dtype.
         dtype: DType,
     },
+    /// An elementwise unary op.
     Unary(UnaryOp),
+    /// An elementwise binary op, with numpy broadcasting of the two operands.
     Binary(BinaryOp),
+    /// Elementwise conversion to the dtype.
     Cast(DType),
     /// Explicit broadcast to the node's type.
     Broadcast,
+    /// A reduction of the operand over `axes`.
     Reduce {
+        /// Which reduction.
         op: ReduceOp,
+        /// The axes reduced, each below the operand's rank.
         axes: Vec<usize>,
+        /// Whether the reduced axes stay as size-1 dims.
         keepdim: bool,
+        /// The summation order (see [`NumericsPolicy`]).
         policy: NumericsPolicy,
     },
     /// `[.., M, K] × [.., K, N]`: plain or batched. The sum over K runs in the accumulator
@@ -216,23 +246,30 @@ pub enum Op {
     /// for integers), which is the result dtype; `policy` orders the K loop (see
     /// [`NumericsPolicy`]). Text: `%3 = matmul %x, %w acc=f32 policy=fast : f32[M, N]`.
     Matmul {
+        /// The accumulator dtype, which is the result dtype.
         acc: DType,
+        /// The order of the K loop.
         policy: NumericsPolicy,
     },
     /// Swaps the last two axes.
     Transpose,
     /// Softmax over the last axis, computed and returned in f32.
     Softmax {
+        /// The order of the row reductions.
         policy: NumericsPolicy,
     },
     /// `(x − mean)/sqrt(var + eps) · gamma + beta` over the last axis; args `x, gamma, beta`.
     LayerNorm {
+        /// Added to the variance; finite and > 0.
         eps: f64,
+        /// The order of the row reductions.
         policy: NumericsPolicy,
     },
     /// `x / sqrt(mean(x²) + eps) · gamma` over the last axis; args `x, gamma`.
     RmsNorm {
+        /// Added to the mean square; finite and > 0.
         eps: f64,
+        /// The order of the row reductions.
         policy: NumericsPolicy,
     },
     /// Causal masking of attention scores `x: [.., Sq, Sk]`: entry `(i, j)` is kept when
@@ -248,8 +285,11 @@ pub enum Op {
     /// lowering honours `fast` only (another policy is a lowering error, and the rewrite leaves
     /// a graph whose softmax or matmuls name one unfused).
     Attention {
+        /// The factor applied to `q·kᵀ` (usually `1/√D`).
         scale: f64,
+        /// Whether the scores are causally masked (as [`Op::CausalMask`]).
         causal: bool,
+        /// The order of the reductions.
         policy: NumericsPolicy,
     },
     /// 2-D convolution (cross-correlation, as in deep learning) of an NHWC input
@@ -259,7 +299,9 @@ pub enum Op {
     /// `(re, im)` pairs in a last axis of size 2): `y[k] = Σ_n x[n]·e^{∓2πi·nk/L}`, `−` forward;
     /// the inverse divides by `L`. `L` must be a constant power of two ≤ 4096.
     Fft {
+        /// The logical axis transformed (the complex pair axis not counted).
         axis: usize,
+        /// True for the inverse transform.
         inverse: bool,
     },
     /// A real tensor as complex: `[..] → f32[.., 2]` with imaginary part 0.
@@ -269,13 +311,16 @@ pub enum Op {
     /// Zero padding (or cropping, for negative amounts): `y[i] = x[i − lo]` where that index is
     /// inside `x`, else 0; axis `a` grows by `lo[a] + hi[a]`.
     Pad {
+        /// Elements added before the start of each axis (negative: removed).
         lo: Vec<i64>,
+        /// Elements added after the end of each axis (negative: removed).
         hi: Vec<i64>,
     },
     /// The spectral product of a convolution: `X: [N, P, Q, C, 2]` by `W: [P, Q, C/groups, F, 2]`
     /// (complex), `Y[n, p, q, f] = Σ_c X[n, p, q, g·Cg + c] · conj(W[p, q, c, f])` with `g` the
     /// group of output channel `f`. Result `f32[N, P, Q, F, 2]`.
     SpectralMul {
+        /// Channel groups: input and output channels are split into this many groups.
         groups: u64,
     },
 }
@@ -400,18 +445,24 @@ impl Op {
 /// One node: op, operands and result type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
+    /// The operation.
     pub op: Op,
+    /// The operands, values of earlier nodes.
     pub args: Vec<Value>,
+    /// The result type.
     pub ty: TensorType,
 }
 
 /// A kernel body as a dataflow graph.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Graph {
+    /// The kernel's name.
     pub name: String,
+    /// The nodes in topological order; a [`Value`] indexes them.
     pub nodes: Vec<Node>,
     /// Parameter nodes, in signature order.
     pub params: Vec<Value>,
+    /// The value returned.
     pub output: Value,
 }
 
@@ -471,7 +522,9 @@ impl fmt::Display for Graph {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{op}: {message}")]
 pub struct TypeError {
+    /// The op's name.
     pub op: String,
+    /// The rule broken, in words.
     pub message: String,
 }
 

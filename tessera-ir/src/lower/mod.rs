@@ -22,14 +22,18 @@ use std::collections::HashMap;
 /// A lowered kernel with the graph value bound to each of its parameters (output last).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lowered {
+    /// The Tile IR kernel.
     pub kernel: tile::Kernel,
+    /// The graph value of each kernel parameter, in parameter order.
     pub bindings: Vec<Binding>,
 }
 
 /// Which graph value a kernel parameter reads or writes, and at what view rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
+    /// The graph value.
     pub value: Value,
+    /// The rank the kernel views it at (leading dims folded together).
     pub view_rank: usize,
 }
 
@@ -37,7 +41,9 @@ pub struct Binding {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{value}: {message}")]
 pub struct LowerError {
+    /// The value at fault.
     pub value: String,
+    /// Why it cannot be lowered, in words.
     pub message: String,
 }
 

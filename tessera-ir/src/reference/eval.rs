@@ -8,7 +8,9 @@ use std::collections::HashMap;
 /// A concrete tensor in f64: row-major data and its shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor64 {
+    /// The dims, outermost first.
     pub shape: Vec<usize>,
+    /// The elements, row-major (`shape`'s product of them).
     pub data: Vec<f64>,
 }
 

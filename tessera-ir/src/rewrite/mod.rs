@@ -64,11 +64,13 @@ pub struct Rule {
 /// and the op that carries the match's attributes (the replacement's op, or the matched root's).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Match {
+    /// The node the replacement takes the place of.
     pub root: Value,
     /// The matched nodes, root last.
     pub nodes: Vec<Value>,
     /// The values the replacement reads.
     pub inputs: Vec<Value>,
+    /// The op carrying the match's attributes.
     pub op: Op,
 }
 
@@ -161,16 +163,22 @@ fn known(n: &str) -> Result<(), String> {
 /// reason. Value names refer to the graph the rule saw.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Applied {
+    /// The rule's name (`flash_attention`, ...).
     pub rule: &'static str,
+    /// The matched root.
     pub root: String,
+    /// The matched nodes.
     pub matched: Vec<String>,
+    /// The values the replacement would read.
     pub inputs: Vec<String>,
     /// Estimates of the matched nodes (as fused kernels) and of the replacement; `None` when
     /// the legality check failed first.
     pub before: Option<Work>,
+    /// See `before`.
     pub after: Option<Work>,
     /// Roofline times of `before` and `after`, seconds.
     pub times: Option<(f64, f64)>,
+    /// True when the graph was rewritten.
     pub applied: bool,
     /// Applied because the options force the rule, although the cost model disagreed.
     pub forced: bool,
@@ -250,8 +258,11 @@ fn time(s: f64) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("rewrite {rule} at {value}: {message}")]
 pub struct RewriteError {
+    /// The rule's name.
     pub rule: String,
+    /// The root it was applied at.
     pub value: String,
+    /// The type mismatch, in words.
     pub message: String,
 }
 

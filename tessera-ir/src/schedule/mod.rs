@@ -88,10 +88,15 @@ impl KernelClass {
 /// One point of the schedule space.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Schedule {
+    /// The kind of kernel the schedule is for.
     pub class: KernelClass,
+    /// The tile dims; their meaning depends on `class` (see [`KernelClass`]).
     pub tile: Vec<u32>,
+    /// Warps per block (threads ÷ 32).
     pub warps: u32,
+    /// Pipeline stages: tiles of the K loop in flight in shared memory.
     pub stages: u32,
+    /// Vector width of loads and stores, in elements.
     pub vector: u32,
 }
 

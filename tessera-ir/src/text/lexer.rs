@@ -4,8 +4,11 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{line}:{col}: {message}")]
 pub struct ParseError {
+    /// 1-based line.
     pub line: usize,
+    /// 1-based column.
     pub col: usize,
+    /// What was expected or found.
     pub message: String,
 }
 
@@ -18,10 +21,13 @@ pub enum Tok {
     Symbol(String),
     /// identifier, may contain dots: `reduce.sum`
     Ident(String),
+    /// An integer literal.
     Int(i64),
+    /// A float literal.
     Float(f64),
     /// one of `( ) [ ] { } , : = < > * + /` or the arrow `->`
     Punct(&'static str),
+    /// The end of the text.
     Eof,
 }
 
@@ -42,8 +48,11 @@ impl fmt::Display for Tok {
 /// A token with its position.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Token {
+    /// The token.
     pub tok: Tok,
+    /// 1-based line of its first character.
     pub line: usize,
+    /// 1-based column of its first character.
     pub col: usize,
 }
 

@@ -51,7 +51,9 @@ pub struct Inst(pub u32);
 /// Type of a value: a scalar when `shape` is empty, otherwise a tile (rank 1 or 2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TileType {
+    /// The element type.
     pub dtype: DType,
+    /// The dims (empty for a scalar).
     pub shape: Vec<usize>,
 }
 
@@ -109,8 +111,11 @@ impl fmt::Display for TileType {
 /// A tensor parameter: name, element type, rank (dims are bound at launch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Param {
+    /// The parameter's name.
     pub name: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its rank.
     pub rank: usize,
 }
 
@@ -119,6 +124,7 @@ pub struct Param {
 pub struct GridDim {
     /// `(parameter index, axis)` pairs multiplied together.
     pub dims: Vec<(usize, usize)>,
+    /// The tile size the product is divided by, rounding up (at least 1 when `dims` is not empty).
     pub tile: u32,
 }
 
@@ -166,11 +172,17 @@ impl GridDim {
 /// Comparison ops producing `bool` tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmpOp {
+    /// `a < b`.
     Lt,
+    /// `a ≤ b`.
     Le,
+    /// `a > b`.
     Gt,
+    /// `a ≥ b`.
     Ge,
+    /// `a = b`.
     Eq,
+    /// `a ≠ b`.
     Ne,
 }
 
@@ -218,7 +230,9 @@ impl CmpOp {
 /// Tile reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TileReduce {
+    /// The sum of the axis.
     Sum,
+    /// The largest element of the axis.
     Max,
 }
 
@@ -231,15 +245,20 @@ pub enum Op {
     Const(f64),
     /// Run-time size of a parameter's axis (`i32`).
     Dim {
+        /// The parameter's index.
         param: usize,
+        /// The axis.
         axis: usize,
     },
     /// `[0, 1, .., n-1]` as an `i32[n]` tile.
     Arange,
     /// A tile filled with one value.
     Full(f64),
+    /// An elementwise unary op.
     Unary(UnaryOp, TValue),
+    /// An elementwise binary op, with broadcasting.
     Binary(BinaryOp, TValue, TValue),
+    /// An elementwise comparison, with broadcasting: a `bool` tile.
     Cmp(CmpOp, TValue, TValue),
     /// `mask ? a : b`, elementwise with broadcasting.
     Select(TValue, TValue, TValue),
@@ -247,7 +266,9 @@ pub enum Op {
     Cast(TValue),
     /// Inserts a unit axis at `axis`: `[n]` → `[1, n]` (axis 0) or `[n, 1]` (axis 1).
     Expand {
+        /// The tile.
         a: TValue,
+        /// Where the unit axis goes (0 or 1).
         axis: usize,
     },
     /// Broadcasts a scalar or unit-axis tile to the result shape.
@@ -256,9 +277,13 @@ pub enum Op {
     Trans(TValue),
     /// Reduces one axis of a tile.
     Reduce {
+        /// Which reduction.
         op: TileReduce,
+        /// The tile.
         a: TValue,
+        /// The axis reduced (it is removed).
         axis: usize,
+        /// The summation order (see [`NumericsPolicy`]).
         policy: NumericsPolicy,
     },
     /// `acc + a·b` with `a: [m, k]`, `b: [k, n]` of one float dtype (fp8 included) and
@@ -267,33 +292,51 @@ pub enum Op {
     /// the CPU does exactly this; PTX does it too except where the kernel runs under the fast
     /// policy with f32 accumulation, where tensor-core `mma` may sum in its own order.
     Dot {
+        /// The left factor, `[m, k]`.
         a: TValue,
+        /// The right factor, `[k, n]`.
         b: TValue,
+        /// The accumulator, `[m, n]`.
         acc: TValue,
     },
     /// Block load (see the module docs).
     Load {
+        /// The parameter loaded from.
         param: usize,
+        /// One `i32` index tile per axis of the parameter.
         index: Vec<TValue>,
+        /// A `bool` tile: lanes where it is false are not read.
         mask: Option<TValue>,
+        /// The value of the lanes not read.
         other: f64,
     },
     /// Block store of `value`.
     Store {
+        /// The parameter stored to.
         param: usize,
+        /// One `i32` index tile per axis of the parameter.
         index: Vec<TValue>,
+        /// The tile stored.
         value: TValue,
+        /// A `bool` tile: lanes where it is false are not written.
         mask: Option<TValue>,
     },
     /// `for iv = lo; iv < hi; iv += step`, carrying `args` (initialised from `inits`) through the
     /// body, whose last instruction is a `Yield`. The results are the final carried values.
     For {
+        /// The induction variable (`i32`).
         iv: TValue,
+        /// Its first value.
         lo: TValue,
+        /// The bound it stays below.
         hi: TValue,
+        /// The increment, in 1..=i32::MAX.
         step: i64,
+        /// The carried values' initial values.
         inits: Vec<TValue>,
+        /// The carried values as the body sees them.
         args: Vec<TValue>,
+        /// The body's instructions, in order.
         body: Vec<Inst>,
     },
     /// Ends a loop body, giving the next values of the carried args.
@@ -358,15 +401,20 @@ impl Op {
 /// An instruction: results and op.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstData {
+    /// The values it defines.
     pub results: Vec<TValue>,
+    /// The operation.
     pub op: Op,
 }
 
 /// A block program with its parameters and grid.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
+    /// The kernel's name.
     pub name: String,
+    /// The tensor parameters, in launch order.
     pub params: Vec<Param>,
+    /// The grid: programs along each of the three axes.
     pub grid: [GridDim; 3],
     /// The kernel's numerics policy (text: `numerics=..` after the grid, left out when fast).
     /// Under `deterministic` every backend computes every op by the same sequence of IEEE

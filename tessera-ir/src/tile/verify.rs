@@ -8,7 +8,9 @@ use std::fmt;
 /// Every problem found, with the kernel printed and `; error:` under each bad line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VerifyError {
+    /// Each bad instruction and what is wrong with it.
     pub errors: Vec<(Inst, String)>,
+    /// The kernel printed, with `; error:` under each bad line.
     pub annotated: String,
 }
 

@@ -15,6 +15,7 @@ use std::fmt::Write;
 pub struct PtxKernel {
     /// Entry name (the Tile IR kernel name with non-identifier characters replaced by `_`).
     pub entry: String,
+    /// The architecture it was emitted for.
     pub arch: Arch,
     /// The complete module text (`.version`, `.target`, the entry).
     pub text: String,

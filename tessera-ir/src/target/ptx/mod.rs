@@ -1,6 +1,6 @@
 //! PTX emission: Tile IR → PTX text for `sm_80`, `sm_89` and `sm_90a`.
 //!
-//! Two emitters share one ABI ([`abi`]):
+//! Two emitters share one ABI (`abi`):
 //! - `gemm`: the tensor-core matmul template (ldmatrix + `mma.sync`, `cp.async` pipeline) for
 //!   kernels of the matmul class, with the epilogue applied per accumulator element;
 //! - `generic`: any verified Tile IR, with a fixed row-per-warp layout for tiles, warp shuffles
@@ -24,7 +24,9 @@ pub use launch::{parse_launch, print_launch};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{kernel}: {message}")]
 pub struct EmitError {
+    /// The kernel's name.
     pub kernel: String,
+    /// Why it cannot be emitted, in words.
     pub message: String,
 }
 

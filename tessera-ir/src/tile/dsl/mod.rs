@@ -72,43 +72,59 @@ pub type NodeId = u32;
 pub struct Program {
     /// The node of the whole program (errors about the kernel as a whole point here).
     pub id: NodeId,
+    /// The kernel's name.
     pub name: String,
+    /// The schedule knobs, in declaration order.
     pub knobs: Vec<Knob>,
+    /// The tensor parameters, in launch order.
     pub params: Vec<ParamDecl>,
     /// One to three grid entries.
     pub grid: Vec<Expr>,
+    /// The program body.
     pub body: Vec<Stmt>,
 }
 
 /// A schedule knob: `const BM: i64 = 64`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Knob {
+    /// The declaration's node.
     pub id: NodeId,
+    /// The knob's name (`BM`).
     pub name: String,
+    /// Its default value, when declared with one.
     pub default: Option<i64>,
 }
 
 /// Whether a tensor parameter is read or written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
+    /// Read only: `In<dtype, rank>`.
     In,
+    /// Written: `Out<dtype, rank>`.
     Out,
 }
 
 /// A tensor parameter: `a: In<f32, 2>`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamDecl {
+    /// The declaration's node.
     pub id: NodeId,
+    /// The parameter's name.
     pub name: String,
+    /// Read or written.
     pub access: Access,
+    /// The element type.
     pub dtype: DType,
+    /// The rank.
     pub rank: usize,
 }
 
 /// A statement with its node id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stmt {
+    /// The statement's node.
     pub id: NodeId,
+    /// Its form.
     pub kind: StmtKind,
 }
 
@@ -117,18 +133,29 @@ pub struct Stmt {
 pub enum StmtKind {
     /// `let [mut] name = value;`
     Let {
+        /// The variable.
         name: String,
+        /// True for `let mut`.
         mutable: bool,
+        /// The initial value.
         value: Expr,
     },
     /// `name = value;`
-    Assign { name: String, value: Expr },
+    Assign {
+        /// The variable (a `let mut` one).
+        name: String,
+        /// The new value.
+        value: Expr,
+    },
     /// An expression evaluated for its effect (`store(..)`).
     Expr(Expr),
     /// `for var in iter { body }`; `iter` is a call to `range`.
     For {
+        /// The loop variable.
         var: String,
+        /// The `range(..)` call.
         iter: Expr,
+        /// The loop body.
         body: Vec<Stmt>,
     },
 }
@@ -136,25 +163,36 @@ pub enum StmtKind {
 /// An expression with its node id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Expr {
+    /// The expression's node.
     pub id: NodeId,
+    /// Its form.
     pub kind: ExprKind,
 }
 
 /// Expression forms.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExprKind {
+    /// An integer literal.
     Int(i64),
+    /// A float literal.
     Float(f64),
+    /// `true` or `false`.
     Bool(bool),
     /// A variable, knob or parameter name.
     Var(String),
+    /// A prefix operator and its operand.
     Unary(UnOp, Box<Expr>),
+    /// An infix operator and its operands.
     Binary(BinOp, Box<Expr>, Box<Expr>),
     /// A call `func::<ty>(args, name = value)`; method calls put the receiver first.
     Call {
+        /// The function's name.
         func: String,
+        /// The turbofish dtype, if any.
         ty: Option<DType>,
+        /// Positional arguments, the receiver first.
         args: Vec<Expr>,
+        /// Named arguments (`mask = m`), in order.
         named: Vec<(String, Expr)>,
     },
     /// `[a, b]`: an index or shape list.
@@ -164,25 +202,41 @@ pub enum ExprKind {
 /// Prefix operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
+    /// `-a`.
     Neg,
+    /// `!a`.
     Not,
 }
 
 /// Infix operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
+    /// `a / b`.
     Div,
+    /// `a % b`.
     Rem,
+    /// `a < b`.
     Lt,
+    /// `a <= b`.
     Le,
+    /// `a > b`.
     Gt,
+    /// `a >= b`.
     Ge,
+    /// `a == b`.
     Eq,
+    /// `a != b`.
     Ne,
+    /// `a && b`.
     And,
+    /// `a
+    /// b`.
     Or,
 }
 
@@ -226,6 +280,7 @@ impl Stmt {
 pub struct DslError {
     /// The [`NodeId`] of the offending node.
     pub span: NodeId,
+    /// What is wrong, in words.
     pub message: String,
 }
 
