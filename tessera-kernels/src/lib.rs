@@ -12,6 +12,8 @@
 //! # Ok::<(), tessera::Error>(())
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod conv;
 pub mod elementwise;
 pub mod linalg;

@@ -1,12 +1,14 @@
 //! # tessera-macros — `#[tessera::kernel]` and `tile!`
 //!
 //! Thin by design: `tessera-front` turns syn trees into front-end ASTs and hands them to
-//! `tessera-ir` (which owns every typing rule); [`generate`] quotes the static kernel
+//! `tessera-ir` (which owns every typing rule); `generate` quotes the static kernel
 //! definitions. Errors are spanned `syn::Error`s; on error the macros still emit a stand-in item
 //! with the same name so that one mistake does not cascade into "cannot find function" errors.
 //!
 //! Use these through the `tessera` crate (`tessera::kernel`, `tessera::tile!`): generated code
 //! refers to `::tessera::...` paths only.
+
+#![deny(missing_docs)]
 
 mod generate;
 
@@ -35,9 +37,9 @@ use proc_macro::TokenStream;
 /// Bodies are `let` bindings and a final expression of `+ - * /`, unary `-`, number literals
 /// and calls (free or method form, receiver first) of these ops:
 ///
-/// matmul, matmul_acc::<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum,
+/// matmul, matmul_acc::\<T>, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, maximum,
 /// minimum, sum, mean, amax, sum_keepdim, mean_keepdim, amax_keepdim, softmax, layernorm,
-/// rmsnorm, transpose, t, cast::<T>, causal_mask, attention, causal_attention, conv2d, fft,
+/// rmsnorm, transpose, t, cast::\<T>, causal_mask, attention, causal_attention, conv2d, fft,
 /// ifft, fft2, ifft2, complex, real, pad, spectral_mul
 ///
 /// (`tessera_front::lower::kernel::KERNEL_OPS`; `tests/ops_doc.rs` checks this list against it).

@@ -9,7 +9,8 @@ fn kernel_docs_list_the_op_table() {
         .skip_while(|l| !l.starts_with("/// # Ops"))
         .skip_while(|l| !l.starts_with("/// matmul,"))
         .take_while(|l| *l != "///")
-        .map(|l| l.trim_start_matches("///").trim())
+        // `\<` keeps rustdoc from reading `<T>` as an HTML tag.
+        .map(|l| l.trim_start_matches("///").trim().replace("\\<", "<"))
         .collect::<Vec<_>>()
         .join(" ");
     let listed: Vec<&str> = doc.split(", ").collect();
