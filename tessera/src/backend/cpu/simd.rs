@@ -138,7 +138,7 @@ static ACTIVE: AtomicU8 = AtomicU8::new(0);
 
 /// The level hot loops run at now: the one [`force`]d, else `TESSERA_CPU_SIMD`'s, else
 /// [`detected`]. (An invalid `TESSERA_CPU_SIMD` reads as the detected level here; launches
-/// report it through [`check_env`].)
+/// report it through `check_env`.)
 ///
 /// ```
 /// use tessera::backend::cpu::simd;

@@ -1,10 +1,10 @@
-//! The CUDA backend: the generic device layer's [`Api`] over the driver API, through cudarc
+//! The CUDA backend: the generic device layer's `Api` over the driver API, through cudarc
 //! (loaded at run time: building needs no CUDA toolkit).
 //!
 //! Layers, as in cudarc: `cudarc::driver::sys` (raw bindings, dynamically loaded) →
 //! `cudarc::driver::result` (thin `Result` wrappers: the raw-address copies, memset) →
 //! `cudarc::driver` safe types (context, the device's own stream, `CudaSlice` blocks, modules,
-//! events) → [`CudaApi`] (this file) → `backend::gpu::GpuDevice` (allocator, counters, launch
+//! events) → `CudaApi` (this file) → `backend::gpu::GpuDevice` (allocator, counters, launch
 //! marshalling, shared with the simulator). The driver library is probed with
 //! `is_culib_present()` before anything that could panic, so a machine without a driver gets
 //! an [`Error::DeviceUnavailable`], never a panic.

@@ -2,14 +2,14 @@
 //! behind a caching allocator, host↔device transfers with counters, one in-order stream per
 //! device with events, module loading and launch marshalling per the kernel ABI.
 //!
-//! As in wgpu-hal, a backend implements one small trait, [`Api`] (allocate, free, copy, load a
+//! As in wgpu-hal, a backend implements one small trait, `Api` (allocate, free, copy, load a
 //! module, launch, record an event, synchronize), and everything else — the allocator
-//! ([`alloc`]), the counters ([`stats`]), the parameter block and grid of a launch
-//! ([`launch`]), the module cache — is written once here, in [`GpuDevice`]. The simulator's
-//! [`Api`] (`backend::sim::device`) runs in every test on a CPU machine, so this layer is
+//! (`alloc`), the counters ([`stats`]), the parameter block and grid of a launch
+//! (`launch`), the module cache — is written once here, in `GpuDevice`. The simulator's
+//! `Api` (`backend::sim::device`) runs in every test on a CPU machine, so this layer is
 //! exercised there exactly as the CUDA backend (`backend::cuda`) uses it on a GPU.
 //!
-//! Type erasure: [`GpuOps`] is the object-safe face of a `GpuDevice<A>`, so a
+//! Type erasure: `GpuOps` is the object-safe face of a `GpuDevice<A>`, so a
 //! [`crate::Device`] and the tensors on it hold `Arc<dyn GpuOps>`-like handles without
 //! naming the backend.
 

@@ -2,7 +2,7 @@
 //! for GPU bugs. This module is one client of the [`tessera_sim`] crate (parser, executor,
 //! checkers, counters live there); it only maps the kernel ABI onto the simulator's API.
 //!
-//! [`run`] has the CUDA backend's contract: it parses `k.text` (the exact bytes the driver
+//! `run` has the CUDA backend's contract: it parses `k.text` (the exact bytes the driver
 //! would get; parsed once per text, cached by hash), evaluates the grid on the buffers' dims,
 //! allocates one simulated device buffer per argument (named after its parameter, read-only
 //! unless writable), passes parameters per the kernel ABI (`tessera_ir::target::ptx` `abi`: per

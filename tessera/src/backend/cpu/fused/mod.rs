@@ -1,11 +1,11 @@
 //! The CPU fast path: Tile IR compiled once per kernel into a fused chunk program.
 //!
-//! The interpreter ([`super::exec`]) runs one tile op at a time over whole tiles and allocates
-//! a tile per op. Here [`plan::compile`] groups the elementwise ops, loads, stores and
+//! The interpreter (`super::exec`) runs one tile op at a time over whole tiles and allocates
+//! a tile per op. Here `plan::compile` groups the elementwise ops, loads, stores and
 //! reductions that share an iteration shape into one loop nest over the tile's rows, in chunks
-//! of at most [`plan::CHUNK`] columns; values used only inside a group live in a few chunk
+//! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
-//! materialised. Each worker reuses one scratch ([`run::Scratch`]), so a warm launch allocates
+//! materialised. Each worker reuses one scratch (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
 //! declines: `dot`, masked accesses, f16 or integer tensors, reductions under the
