@@ -53,13 +53,34 @@ fn host_arguments_run_on_the_default_device() {
     let y = tessera_kernels::matmul(&x, &w).unwrap();
     assert!(y.is_host());
 
-    // An invalid value is an error naming the variable, at the launch.
+    // An invalid value is an error naming the variable and the value wherever it is read: at
+    // a `#[kernel]` launch, a `tile!` launch and `Device::try_default`; `Device::default`
+    // panics with the same message instead of falling back to another device.
     set(Some("tpu"));
-    let e = tessera_kernels::matmul(&x, &w).unwrap_err().to_string();
+    let named = |e: &str| e.contains("TESSERA_DEVICE") && e.contains("\"tpu\"");
+    let e = tessera_kernels::matmul(&x, &w).unwrap_err();
+    assert!(matches!(e, tessera::Error::Env(_)), "{e:?}");
     assert!(
-        e.contains("TESSERA_DEVICE") && e.contains("sim:sm_90a"),
+        named(&e.to_string()) && e.to_string().contains("sim:sm_90a"),
         "{e}"
     );
-    assert!(Device::default().is_cpu() || tessera::backend::cuda_driver_present());
+    let e = tessera_kernels::tiled::matmul_tiled::launch(&x, &w, &mut c).unwrap_err();
+    assert!(named(&e.to_string()), "{e}");
+    let e = Device::try_default().unwrap_err();
+    assert!(named(&e.to_string()), "{e}");
+    let panic = std::panic::catch_unwind(Device::default).unwrap_err();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(named(&message), "{message}");
+    assert!(std::panic::catch_unwind(<Device as Default>::default).is_err());
+
+    // A GPU it names that cannot be opened is an error naming the variable too (no driver here;
+    // with one, an ordinal no machine has).
+    set(Some("cuda:4096"));
+    let e = Device::try_default().unwrap_err().to_string();
+    assert!(
+        e.contains("TESSERA_DEVICE") && e.contains("cuda:4096"),
+        "{e}"
+    );
+    assert!(tessera_kernels::matmul(&x, &w).is_err());
     set(None);
 }

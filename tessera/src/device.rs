@@ -188,16 +188,31 @@ impl Device {
     /// sm_89, sm_90 —, else the CPU).
     ///
     /// `TESSERA_DEVICE` accepts `auto` (the same as unset), `cpu`, `sim`, `sim:sm_80`,
-    /// `sim:sm_89`, `sim:sm_90a`, `cuda` and `cuda:N`. An invalid value (or a GPU that cannot
-    /// be opened) makes this fall back to the automatic choice; [`Device::try_default`] and
-    /// every launch report it as an error instead.
+    /// `sim:sm_89`, `sim:sm_90a`, `cuda` and `cuda:N`. [`Device::try_default`] is the
+    /// fallible form; every launch on host tensors reads the variable through it, so an
+    /// invalid value there is an [`Error::Env`] naming the variable and the value.
+    ///
+    /// # Panics
+    ///
+    /// When `TESSERA_DEVICE` is set to a value it does not accept, or names a GPU that cannot
+    /// be opened (`cuda:0` without a driver): the message names the variable and the value.
+    /// It never falls back to another device in silence.
+    ///
+    /// ```
+    /// use tessera::Device;
+    /// if std::env::var_os("TESSERA_DEVICE").is_none() {
+    ///     assert_eq!(Device::default(), Device::try_default()?);
+    /// }
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
     #[allow(clippy::should_implement_trait)]
     pub fn default() -> Device {
-        Device::try_default().unwrap_or_else(|_| Device::auto())
+        Device::try_default().unwrap_or_else(|e| panic!("Device::default(): {e}"))
     }
 
-    /// [`Device::default`], with an invalid `TESSERA_DEVICE` value, or a device it names that
-    /// cannot be opened, as an error.
+    /// [`Device::default`], with an invalid `TESSERA_DEVICE` value ([`Error::Env`], naming
+    /// the variable, the value and what it accepts), or a device it names that cannot be opened
+    /// ([`Error::DeviceUnavailable`]), as an error.
     ///
     /// ```
     /// use tessera::Device;
@@ -212,7 +227,12 @@ impl Device {
     pub fn try_default() -> Result<Device> {
         match tessera_ir::env::var("TESSERA_DEVICE", DEVICE_VALUES)? {
             None => Ok(Device::auto()),
-            Some(v) => Device::parse(&v),
+            Some(v) => Device::parse(&v).map_err(|e| match e {
+                Error::DeviceUnavailable(m) => {
+                    Error::DeviceUnavailable(format!("TESSERA_DEVICE={v:?}: {m}"))
+                }
+                e => e,
+            }),
         }
     }
 
@@ -353,6 +373,7 @@ impl Device {
     }
 }
 
+/// [`Device::default`]: panics on an invalid `TESSERA_DEVICE` (see there).
 impl Default for Device {
     fn default() -> Self {
         Device::default()

@@ -44,13 +44,17 @@ pub enum Arg<'a> {
     Out(TensorMut<'a>),
 }
 
-/// The device of a launch: the first argument's; every other argument must agree.
+/// The device of a launch: the first argument's (the default device when there is none);
+/// every other argument must agree.
 fn launch_device<'a>(
     kernel: &str,
     mut devices: impl Iterator<Item = &'a Device>,
     mut names: impl Iterator<Item = String>,
 ) -> Result<Device> {
-    let first = devices.next().cloned().unwrap_or_default();
+    let first = match devices.next() {
+        Some(d) => d.clone(),
+        None => Device::try_default()?,
+    };
     let _ = names.next();
     for (d, n) in devices.zip(names) {
         if *d != first {
