@@ -466,7 +466,7 @@ impl KernelDef {
         let syms = bind_symbols(name, g, args)?;
         let device = launch_device(
             name,
-            args.iter().map(|a| a.device),
+            args.iter().map(|a| a.device()),
             g.params.iter().map(|p| g.value_name(*p)),
         )?;
         if device.is_cpu() && !args.is_empty() {
@@ -528,17 +528,19 @@ impl KernelDef {
     ) -> Result<Output> {
         let mut blocks = Vec::with_capacity(args.len());
         for a in args {
-            let bytes = super::host_input(self.name, "argument", a.data)?;
+            let bytes = super::host_input(self.name, "argument", a.data())?;
             blocks.push(Arc::new(DeviceBuffer::upload(device, bytes)?));
         }
         let moved: Vec<TensorRef<'_>> = args
             .iter()
             .zip(&blocks)
-            .map(|(a, b)| TensorRef {
-                device,
-                dtype: a.dtype,
-                shape: a.shape,
-                data: crate::tensor::Data::Device(b),
+            .map(|(a, b)| {
+                TensorRef::new_unchecked(
+                    device,
+                    a.dtype(),
+                    a.shape(),
+                    crate::tensor::Data::Device(b),
+                )
             })
             .collect();
         self.execute(&moved, out)
@@ -559,9 +561,9 @@ impl KernelDef {
         let depths = autotune::candidate_depths(self.name, natural);
         let shape: Vec<u64> = args
             .iter()
-            .flat_map(|a| a.shape.iter().map(|&d| d as u64))
+            .flat_map(|a| a.shape().iter().map(|&d| d as u64))
             .collect();
-        let dtypes: Vec<&str> = args.iter().map(|a| a.dtype.name()).collect();
+        let dtypes: Vec<&str> = args.iter().map(|a| a.dtype().name()).collect();
         let predict = || {
             depths
                 .iter()
@@ -628,8 +630,8 @@ impl KernelDef {
                 let (shape, ptr, len) = match &g.node(b.value).op {
                     Op::Param { index, .. } => {
                         let a = &args[*index];
-                        let bytes = host_input(self.name, &g.value_name(b.value), a.data)?;
-                        (a.shape.to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
+                        let bytes = host_input(self.name, &g.value_name(b.value), a.data())?;
+                        (a.shape().to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
                     }
                     _ => {
                         let (shape, mem) = owned
@@ -722,7 +724,7 @@ impl KernelDef {
                     Op::Param { index, .. } => {
                         let a = &args[*index];
                         let name = g.value_name(b.value);
-                        (a.shape, gpu::device_input(self.name, &name, a.data)?)
+                        (a.shape(), gpu::device_input(self.name, &name, a.data())?)
                     }
                     _ if b.value == m.output => (&shape, &out),
                     _ => owned

@@ -91,7 +91,7 @@ fn host_input<'a>(kernel: &str, param: &str, d: Data<'a>) -> Result<&'a [u8]> {
     }
 }
 
-fn host_output<'a>(kernel: &str, param: &str, d: &'a mut DataMut<'_>) -> Result<&'a mut [u8]> {
+fn host_output<'a>(kernel: &str, param: &str, d: DataMut<'a>) -> Result<&'a mut [u8]> {
     match d {
         DataMut::Host(b) => Ok(b),
         DataMut::Device(b) => Err(device_arg_on_cpu(kernel, param, b.device())),
@@ -116,15 +116,15 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
             g.ty(*p),
             g.value_name(*p).trim_start_matches('%').to_string(),
         );
-        if a.dtype != ty.dtype {
+        if a.dtype() != ty.dtype {
             return Err(Error::DTypeMismatch {
                 kernel: kernel.into(),
                 param: pname,
                 expected: ty.dtype.to_string(),
-                got: a.dtype.to_string(),
+                got: a.dtype().to_string(),
             });
         }
-        if a.shape.len() != ty.shape.rank() {
+        if a.shape().len() != ty.shape.rank() {
             return Err(Error::ShapeMismatch {
                 kernel: kernel.into(),
                 param: pname,
@@ -132,17 +132,17 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                     "must have rank {} ({}), got shape {:?}",
                     ty.shape.rank(),
                     ty.shape,
-                    a.shape
+                    a.shape()
                 ),
             });
         }
-        for (d, &got) in ty.shape.0.iter().zip(a.shape) {
+        for (d, &got) in ty.shape.0.iter().zip(a.shape()) {
             match d {
                 Dim::Const(c) if *c as usize != got => {
                     return Err(Error::ShapeMismatch {
                         kernel: kernel.into(),
                         param: pname,
-                        message: format!("must have shape {}, got {:?}", ty.shape, a.shape),
+                        message: format!("must have shape {}, got {:?}", ty.shape, a.shape()),
                     });
                 }
                 Dim::Const(_) => {}
@@ -201,10 +201,10 @@ enum CopyData {
 impl ArgCopy {
     fn of(a: &TensorRef<'_>) -> Self {
         ArgCopy {
-            device: a.device.clone(),
-            dtype: a.dtype,
-            shape: a.shape.to_vec(),
-            data: match a.data {
+            device: a.device().clone(),
+            dtype: a.dtype(),
+            shape: a.shape().to_vec(),
+            data: match a.data() {
                 Data::Host(b) => CopyData::Host(b.to_vec()),
                 Data::Device(b) => CopyData::Device(b.clone()),
             },
@@ -212,15 +212,15 @@ impl ArgCopy {
     }
 
     fn arg(&self) -> TensorRef<'_> {
-        TensorRef {
-            device: &self.device,
-            dtype: self.dtype,
-            shape: &self.shape,
-            data: match &self.data {
+        TensorRef::new_unchecked(
+            &self.device,
+            self.dtype,
+            &self.shape,
+            match &self.data {
                 CopyData::Host(b) => Data::Host(b),
                 CopyData::Device(b) => Data::Device(b),
             },
-        }
+        )
     }
 
     fn arg_mut(&mut self) -> Result<TensorMut<'_>> {
@@ -229,15 +229,15 @@ impl ArgCopy {
         {
             *b = Arc::new(b.duplicate()?);
         }
-        Ok(TensorMut {
-            device: &self.device,
-            dtype: self.dtype,
-            shape: &self.shape,
-            data: match &mut self.data {
+        Ok(TensorMut::new_unchecked(
+            &self.device,
+            self.dtype,
+            &self.shape,
+            match &mut self.data {
                 CopyData::Host(b) => DataMut::Host(b),
                 CopyData::Device(b) => DataMut::Device(b),
             },
-        })
+        ))
     }
 }
 
@@ -246,8 +246,8 @@ fn refine_key(name: &str, device: &Device, args: &[TensorRef<'_>]) -> String {
     let args: Vec<String> = args
         .iter()
         .map(|a| {
-            let dims: Vec<String> = a.shape.iter().map(|d| d.to_string()).collect();
-            format!("{}[{}]", a.dtype, dims.join("x"))
+            let dims: Vec<String> = a.shape().iter().map(|d| d.to_string()).collect();
+            format!("{}[{}]", a.dtype(), dims.join("x"))
         })
         .collect();
     format!(

@@ -164,8 +164,8 @@ impl TileDef {
         let device = launch_device(
             self.name,
             args.iter().map(|a| match a {
-                Arg::In(t) => t.device,
-                Arg::Out(t) => t.device,
+                Arg::In(t) => t.device(),
+                Arg::Out(t) => t.device(),
             }),
             params.iter().map(|p| p.0.clone()),
         )?;
@@ -189,15 +189,15 @@ impl TileDef {
         for (a, p) in args.iter().zip(&params) {
             dargs.push(match a {
                 Arg::In(t) => gpu::device_arg(
-                    t.dtype,
-                    t.shape,
-                    gpu::device_input(self.name, &p.0, t.data)?,
+                    t.dtype(),
+                    t.shape(),
+                    gpu::device_input(self.name, &p.0, t.data())?,
                     false,
                 ),
                 Arg::Out(t) => gpu::device_arg(
-                    t.dtype,
-                    t.shape,
-                    gpu::device_output(self.name, &p.0, &t.data)?,
+                    t.dtype(),
+                    t.shape(),
+                    gpu::device_output(self.name, &p.0, t.data())?,
                     true,
                 ),
             });
@@ -217,8 +217,8 @@ impl TileDef {
         let mut blocks = Vec::with_capacity(args.len());
         for a in args.iter() {
             let bytes: &[u8] = match a {
-                Arg::In(t) => host_input(self.name, "argument", t.data)?,
-                Arg::Out(t) => match &t.data {
+                Arg::In(t) => host_input(self.name, "argument", t.data())?,
+                Arg::Out(t) => match t.data() {
                     crate::tensor::DataMut::Host(b) => b,
                     crate::tensor::DataMut::Device(b) => {
                         return Err(super::device_arg_on_cpu(self.name, "argument", b.device()));
@@ -233,25 +233,25 @@ impl TileDef {
             .iter()
             .zip(&blocks)
             .map(|(a, b)| match a {
-                Arg::In(t) => Arg::In(TensorRef {
+                Arg::In(t) => Arg::In(TensorRef::new_unchecked(
                     device,
-                    dtype: t.dtype,
-                    shape: t.shape,
-                    data: crate::tensor::Data::Device(b),
-                }),
-                Arg::Out(t) => Arg::Out(crate::tensor::TensorMut {
+                    t.dtype(),
+                    t.shape(),
+                    crate::tensor::Data::Device(b),
+                )),
+                Arg::Out(t) => Arg::Out(crate::tensor::TensorMut::new_unchecked(
                     device,
-                    dtype: t.dtype,
-                    shape: t.shape,
-                    data: crate::tensor::DataMut::Device(b),
-                }),
+                    t.dtype(),
+                    t.shape(),
+                    crate::tensor::DataMut::Device(b),
+                )),
             })
             .collect();
         self.launch(knobs, &mut moved)?;
         drop(moved);
         for (a, b) in args.iter_mut().zip(&blocks) {
             if let Arg::Out(t) = a
-                && let crate::tensor::DataMut::Host(h) = &mut t.data
+                && let crate::tensor::DataMut::Host(h) = t.data_mut()
             {
                 b.download(h)?;
             }
@@ -326,8 +326,8 @@ impl TileDef {
         if let Some(d) = args
             .iter()
             .map(|a| match a {
-                Arg::In(t) => t.device,
-                Arg::Out(t) => t.device,
+                Arg::In(t) => t.device(),
+                Arg::Out(t) => t.device(),
             })
             .find(|d| !d.is_cpu())
         {
@@ -359,17 +359,17 @@ impl TileDef {
                 .iter()
                 .map(|a| match a {
                     Arg::In(t) => *t,
-                    Arg::Out(t) => TensorRef {
-                        device: t.device,
-                        dtype: t.dtype,
-                        shape: t.shape,
-                        data: match &t.data {
+                    Arg::Out(t) => TensorRef::new_unchecked(
+                        t.device(),
+                        t.dtype(),
+                        t.shape(),
+                        match t.data() {
                             crate::tensor::DataMut::Host(b) => crate::tensor::Data::Host(b),
                             crate::tensor::DataMut::Device(_) => {
                                 unreachable!("tuning runs on host tensors (checked above)")
                             }
                         },
-                    },
+                    ),
                 })
                 .collect();
             let key = refine_key(self.name, &Device::Cpu, &views);
@@ -407,12 +407,12 @@ impl TileDef {
         for (p, a) in params.iter().zip(args.iter_mut()) {
             bufs.push(match a {
                 Arg::In(t) => {
-                    let b = host_input(self.name, &p.0, t.data)?;
-                    buffer(t.dtype, t.shape, b.as_ptr() as *mut u8, b.len(), false)
+                    let b = host_input(self.name, &p.0, t.data())?;
+                    buffer(t.dtype(), t.shape(), b.as_ptr() as *mut u8, b.len(), false)
                 }
                 Arg::Out(t) => {
-                    let (dtype, shape) = (t.dtype, t.shape);
-                    let b = host_output(self.name, &p.0, &mut t.data)?;
+                    let (dtype, shape) = (t.dtype(), t.shape());
+                    let b = host_output(self.name, &p.0, t.data_mut())?;
                     buffer(dtype, shape, b.as_mut_ptr(), b.len(), true)
                 }
             });
@@ -432,8 +432,8 @@ fn check_args(kernel: &str, params: &[(String, DType, usize)], args: &[Arg<'_>])
     }
     for ((name, dtype, rank), a) in params.iter().zip(args) {
         let (d, shape) = match a {
-            Arg::In(t) => (t.dtype, t.shape),
-            Arg::Out(t) => (t.dtype, t.shape),
+            Arg::In(t) => (t.dtype(), t.shape()),
+            Arg::Out(t) => (t.dtype(), t.shape()),
         };
         if d != *dtype {
             return Err(Error::DTypeMismatch {

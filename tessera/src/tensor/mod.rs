@@ -418,15 +418,15 @@ impl<T: Element> Tensor<T> {
 
     /// A type-erased read-only view, as kernels take their inputs.
     pub fn arg(&self) -> TensorRef<'_> {
-        TensorRef {
-            device: self.device(),
-            dtype: T::DTYPE,
-            shape: &self.shape,
-            data: match &self.storage {
+        TensorRef::new_unchecked(
+            self.device(),
+            T::DTYPE,
+            &self.shape,
+            match &self.storage {
                 Storage::Host(v) => Data::Host(bytemuck::cast_slice(v)),
                 Storage::Device(b) => Data::Device(b),
             },
-        }
+        )
     }
 
     /// A type-erased writable view, as `tile!` kernels take their outputs. A device tensor
@@ -440,20 +440,15 @@ impl<T: Element> Tensor<T> {
         }
         let shape = &self.shape;
         Ok(match &mut self.storage {
-            Storage::Host(v) => TensorMut {
-                device: &CPU,
-                dtype: T::DTYPE,
+            Storage::Host(v) => TensorMut::new_unchecked(
+                &CPU,
+                T::DTYPE,
                 shape,
-                data: DataMut::Host(bytemuck::cast_slice_mut(v)),
-            },
+                DataMut::Host(bytemuck::cast_slice_mut(v)),
+            ),
             Storage::Device(b) => {
                 let b: &DeviceBuffer = b;
-                TensorMut {
-                    device: b.device(),
-                    dtype: T::DTYPE,
-                    shape,
-                    data: DataMut::Device(b),
-                }
+                TensorMut::new_unchecked(b.device(), T::DTYPE, shape, DataMut::Device(b))
             }
         })
     }

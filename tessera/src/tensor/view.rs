@@ -39,10 +39,10 @@ pub enum DataMut<'a> {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct TensorRef<'a> {
-    pub(crate) device: &'a Device,
-    pub(crate) dtype: DType,
-    pub(crate) shape: &'a [usize],
-    pub(crate) data: Data<'a>,
+    device: &'a Device,
+    dtype: DType,
+    shape: &'a [usize],
+    data: Data<'a>,
 }
 
 impl<'a> TensorRef<'a> {
@@ -66,6 +66,24 @@ impl<'a> TensorRef<'a> {
             shape,
             data,
         })
+    }
+
+    /// [`TensorRef::new`] without the check, for views the crate builds from a tensor or from
+    /// a view already checked (its bytes moved to another device): the caller guarantees the
+    /// invariant, which debug builds assert.
+    pub(crate) fn new_unchecked(
+        device: &'a Device,
+        dtype: DType,
+        shape: &'a [usize],
+        data: Data<'a>,
+    ) -> Self {
+        debug_assert!(TensorRef::new(device, dtype, shape, data).is_ok());
+        TensorRef {
+            device,
+            dtype,
+            shape,
+            data,
+        }
     }
 
     /// Where kernels reading this tensor run.
@@ -115,10 +133,10 @@ impl<'a> TensorRef<'a> {
 /// ```
 #[derive(Debug)]
 pub struct TensorMut<'a> {
-    pub(crate) device: &'a Device,
-    pub(crate) dtype: DType,
-    pub(crate) shape: &'a [usize],
-    pub(crate) data: DataMut<'a>,
+    device: &'a Device,
+    dtype: DType,
+    shape: &'a [usize],
+    data: DataMut<'a>,
 }
 
 impl<'a> TensorMut<'a> {
@@ -140,6 +158,41 @@ impl<'a> TensorMut<'a> {
             shape,
             data,
         })
+    }
+
+    /// [`TensorMut::new`] without the check (see [`TensorRef::new_unchecked`]).
+    pub(crate) fn new_unchecked(
+        device: &'a Device,
+        dtype: DType,
+        shape: &'a [usize],
+        data: DataMut<'a>,
+    ) -> Self {
+        if cfg!(debug_assertions) {
+            let (len, on) = match &data {
+                DataMut::Host(b) => (b.len(), None),
+                DataMut::Device(b) => (b.len(), Some(b.device())),
+            };
+            debug_assert!(check(device, dtype, shape, len, on).is_ok());
+        }
+        TensorMut {
+            device,
+            dtype,
+            shape,
+            data,
+        }
+    }
+
+    /// The bytes, read-only.
+    pub(crate) fn data(&self) -> &DataMut<'a> {
+        &self.data
+    }
+
+    /// The bytes, reborrowed for writing: the view's length and placement cannot change.
+    pub(crate) fn data_mut(&mut self) -> DataMut<'_> {
+        match &mut self.data {
+            DataMut::Host(b) => DataMut::Host(b),
+            DataMut::Device(b) => DataMut::Device(b),
+        }
     }
 
     /// Where kernels writing this tensor run.
