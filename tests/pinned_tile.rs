@@ -96,3 +96,55 @@ fn unpinned_kernels_report_their_defaults() {
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0].schedule.as_ref().unwrap().tile, vec![128, 256, 64]);
 }
+
+/// The PTX of the pinned schedules (embedded by the macro, never among the library's
+/// precompiled modules): every fused kernel, every arch. When `TESSERA_PTXAS` names a ptxas
+/// binary (`scripts/ptxas-check` sets it), ptxas must accept each with 0 spills and no
+/// inserted-wait (C75xx) warning; without it the PTX is only emitted.
+#[test]
+fn pinned_tile_ptx_passes_ptxas() {
+    use tessera::ir::target::ptx::Arch;
+    let ptxas = std::env::var("TESSERA_PTXAS").ok();
+    let dir = std::env::temp_dir().join(format!("tessera-pinned-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut checked = 0;
+    for (def, tile) in [
+        (&pinned_mm::KERNEL, [64, 64, 32]),
+        (&pinned_mm_table::KERNEL, [128, 128, 64]),
+    ] {
+        let kernels = &def.compiled().unwrap().kernels;
+        assert!(!kernels.is_empty());
+        for i in 0..kernels.len() {
+            for arch in Arch::ALL {
+                let text = def.ptx(i, arch).unwrap();
+                assert!(text.contains(&format!(".target {}", arch.target())));
+                let Some(ptxas) = &ptxas else { continue };
+                let f = dir.join(format!("{}_{i}_{arch}.ptx", def.name()));
+                std::fs::write(&f, &text).unwrap();
+                let out = std::process::Command::new(ptxas)
+                    .args(["-v", &format!("-arch={}", arch.target())])
+                    .arg(&f)
+                    .args(["-o", "/dev/null"])
+                    .output()
+                    .unwrap();
+                let log = String::from_utf8_lossy(&out.stderr).to_string();
+                let what = format!("{} kernel {i} (tile {tile:?}, {arch})", def.name());
+                assert!(out.status.success(), "ptxas rejected {what}:\n{log}");
+                assert!(
+                    log.contains("0 bytes spill stores"),
+                    "{what} spills:\n{log}"
+                );
+                assert!(log.contains("0 bytes spill loads"), "{what} spills:\n{log}");
+                assert!(
+                    !log.contains("(C75"),
+                    "{what}: ptxas inserted waits:\n{log}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    match ptxas {
+        Some(_) => eprintln!("ptxas accepted {checked} pinned-tile modules, 0 spills"),
+        None => eprintln!("TESSERA_PTXAS not set: pinned-tile PTX emitted, ptxas not run"),
+    }
+}
