@@ -169,7 +169,7 @@ pub enum Error {
     InvalidSetting {
         /// The setting: an environment variable, a knob or an option's name.
         setting: String,
-        /// Why the value is refused, in words (it names the value).
+        /// Why the value is refused, in words.
         message: String,
     },
     /// A device could not be opened.

@@ -298,7 +298,7 @@ pub struct Estimate {
     pub occupancy: Occupancy,
     /// Registers per thread the model expects.
     pub regs_per_thread: u32,
-    /// Shared memory per block, bytes (all stages).
+    /// Shared memory per block the schedule needs, bytes.
     pub smem_bytes: u64,
     /// Set when the schedule is invalid on this arch.
     pub pruned: Option<Prune>,

@@ -33,7 +33,7 @@ pub struct Lowered {
 pub struct Binding {
     /// The graph value.
     pub value: Value,
-    /// The rank the kernel views it at (leading dims folded together).
+    /// The rank the kernel views it at (leading dims merged, or padded with 1s).
     pub view_rank: usize,
 }
 

@@ -94,7 +94,7 @@ pub struct Schedule {
     pub tile: Vec<u32>,
     /// Warps per block (threads ÷ 32).
     pub warps: u32,
-    /// Pipeline stages: tiles of the K loop in flight in shared memory.
+    /// Pipeline stages (shared-memory buffers in flight).
     pub stages: u32,
     /// Vector width of loads and stores, in elements.
     pub vector: u32,

@@ -118,7 +118,7 @@ pub enum LaunchFileError {
         /// What is wrong, in words.
         message: String,
     },
-    /// The simulator refused an allocation.
+    /// The simulator refused an allocation, an upload or a buffer setting.
     #[error(transparent)]
     Sim(#[from] SimError),
 }

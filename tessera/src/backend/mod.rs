@@ -30,7 +30,7 @@ pub struct Buffer {
     pub dtype: DType,
     /// The shape at the kernel parameter's view rank.
     pub shape: [usize; 3],
-    /// How many of `shape`'s dims are used (1 to 3); the rest are 1.
+    /// How many of `shape`'s dims are the view's (at most 3); the rest are 1.
     pub rank: usize,
     /// Host address of the first element (valid for `len` bytes for the launch).
     pub ptr: *mut u8,

@@ -34,7 +34,7 @@ pub struct DeviceArg {
     pub dtype: DType,
     /// The shape at the kernel parameter's view rank.
     pub shape: [usize; 3],
-    /// How many of `shape`'s dims are used (1 to 3); the rest are 1.
+    /// How many of `shape`'s dims are the view's (at most 3); the rest are 1.
     pub rank: usize,
     /// Device address of the first element.
     pub addr: u64,
