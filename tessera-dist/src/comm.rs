@@ -253,7 +253,7 @@ impl<R> Pending<R> {
     }
 }
 
-/// Collectives counted by kind (one count per group per call).
+/// Collectives counted by kind (one count per group per call; send/recv: one per message).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CollectiveCounts(pub [u64; 6]);
 
