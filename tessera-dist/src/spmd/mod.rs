@@ -8,15 +8,24 @@
 //! on them on its own device, and redistributes the result to the spec asked for with
 //! [`Spmd::to`] (else it keeps the propagated spec, partial sums included).
 //!
-//! Collectives run only between launches (before: the arguments; after: the result); a kernel
-//! whose reduction or normalization runs over a split axis has that axis gathered first.
-//! Which argument's split wins where two disagree is chosen by the plans' modelled cost.
+//! A reduction, softmax, layernorm or rmsnorm over a split axis runs one of two ways
+//! ([`Statistics`]): the axis is gathered before the launch, or the launch is cut at that op
+//! into stages ([`StatsPath`]: each device computes partial statistics of its shard, the
+//! planner's plans combine them, each device normalises its shard, and the result keeps the
+//! input's split). [`Statistics::Auto`] takes the cheaper under the α-β-γ model (collectives
+//! plus the bytes the statistics ops read, [`LaunchPlan::modelled_seconds`]); the printed plan
+//! shows both costs. Which argument's split wins where two disagree is chosen the same way.
+//! Otherwise collectives run only before (the arguments) and after (the result) the launch.
 
 mod erased;
 mod propagate;
 mod rules;
+mod stats;
 
 pub use erased::{AnyTensor, Erase};
+pub use stats::{LocalKernel, Stage, StatsPath};
+
+use propagate::Statistic;
 
 use crate::DistError;
 use crate::{
@@ -104,6 +113,66 @@ impl<T: Erase> SpmdArg for RankShard<T> {
 pub struct Spmd {
     kernel: SpmdKernel,
     to: Option<ShardSpec>,
+    statistics: Statistics,
+}
+
+/// How a reduction, softmax, layernorm or rmsnorm over a split axis runs (see [`StatsPath`]).
+///
+/// ```
+/// use tessera::Tensor;
+/// use tessera_dist::{CollectiveKind, DistTensor, Mesh, Shard, ShardSpec, Statistics, spmd};
+///
+/// #[tessera::kernel]
+/// fn sm(x: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)> {
+///     softmax(x)
+/// }
+///
+/// let mesh = Mesh::local([("tp", 2)])?;
+/// let x = Tensor::<f32>::randn(&[4, 6], 1);
+/// let split = ShardSpec::new([tessera_dist::Replicate, Shard(["tp"])]);
+/// let xd = DistTensor::distribute(&x, split.clone(), &mesh)?;
+/// let launch = spmd(&sm::KERNEL).statistics(Statistics::Partial);
+/// let plan = launch.plan(&[&xd])?;
+/// println!("{plan}"); // both costs, the stages and their all-reduces
+/// assert_eq!(plan.counts().get(CollectiveKind::AllReduce), 2); // row max, then row Σ exp
+/// let y = launch.run::<f32>(&[&xd])?;
+/// assert_eq!(y.spec(), &split); // the columns stay split
+/// let (got, want) = (y.gather()?.to_vec()?, sm(&x)?.to_vec()?);
+/// assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Statistics {
+    /// The cheaper of the two under the α-β-γ model ([`LaunchPlan::modelled_seconds`]).
+    #[default]
+    Auto,
+    /// Partial statistics combined by collectives; the result keeps the input's split. An
+    /// error where no statistics op has a split axis it applies to.
+    Partial,
+    /// The split axis is gathered before the launch.
+    GatherFirst,
+}
+
+impl fmt::Display for Statistics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Statistics::Auto => "auto",
+            Statistics::Partial => "partial statistics",
+            Statistics::GatherFirst => "gather first",
+        })
+    }
+}
+
+/// The two ways a launch's statistics could run, with their modelled seconds (collectives + γ).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatsChoice {
+    /// The cheapest partial-statistics launch.
+    pub partial_seconds: f64,
+    /// The cheapest launch that gathers (or, for `reduce.sum`/`reduce.max` at the end of a
+    /// kernel, returns a partial result as the table says), if one was considered.
+    pub gather_first_seconds: Option<f64>,
+    /// What was asked.
+    pub asked: Statistics,
 }
 
 /// What [`spmd`] launches: a kernel's `name::KERNEL` — a [`KernelDef`], or for a generic
@@ -174,6 +243,7 @@ pub fn spmd(kernel: impl Into<SpmdKernel>) -> Spmd {
     Spmd {
         kernel: kernel.into(),
         to: None,
+        statistics: Statistics::Auto,
     }
 }
 
@@ -193,19 +263,40 @@ pub struct LaunchPlan {
     pub out_dtype: DType,
     /// The output's redistribution to the spec asked for, if one was.
     pub out_plan: Option<Plan>,
+    /// The partial-statistics stages that replace the single kernel launch, if chosen.
+    pub stats: Option<StatsPath>,
+    /// Modelled seconds the statistics ops spend reading their operands (the γ term).
+    pub compute_seconds: f64,
+    /// The two ways of running a statistics op over a split axis, where both were possible.
+    pub choice: Option<StatsChoice>,
 }
 
 impl LaunchPlan {
     /// Predicted seconds of every collective of the launch (α-β-γ model).
     pub fn seconds(&self) -> f64 {
-        self.args.iter().map(|(_, p)| p.seconds()).sum::<f64>()
-            + self.out_plan.as_ref().map_or(0.0, Plan::seconds)
+        self.plans().map(Plan::seconds).sum()
+    }
+
+    /// [`LaunchPlan::seconds`] plus the γ term of the statistics ops: what the planner
+    /// minimises.
+    pub fn modelled_seconds(&self) -> f64 {
+        self.seconds() + self.compute_seconds
+    }
+
+    /// Every redistribution plan the launch runs: the arguments', the statistics' and the
+    /// output's.
+    pub fn plans(&self) -> impl Iterator<Item = &Plan> {
+        self.args
+            .iter()
+            .map(|(_, p)| p)
+            .chain(self.stats.iter().flat_map(StatsPath::plans))
+            .chain(&self.out_plan)
     }
 
     /// The collectives the launch runs.
     pub fn counts(&self) -> CollectiveCounts {
         let mut c = CollectiveCounts::default();
-        for p in self.args.iter().map(|(_, p)| p).chain(&self.out_plan) {
+        for p in self.plans() {
             let pc = p.counts();
             for k in crate::CollectiveKind::ALL {
                 c.add(k, pc.get(k));
@@ -230,15 +321,46 @@ impl fmt::Display for LaunchPlan {
                 writeln!(f, "  {name}: {}", p.to_string().replace('\n', "\n    "))?;
             }
         }
-        writeln!(
-            f,
-            "  local kernel on every device → {:?} {} {}",
-            self.out_shape, self.out_dtype, self.output
-        )?;
+        match &self.stats {
+            Some(st) => writeln!(
+                f,
+                "  {}\n  → {:?} {} {}",
+                st.to_string().replace('\n', "\n  "),
+                self.out_shape,
+                self.out_dtype,
+                self.output
+            )?,
+            None => writeln!(
+                f,
+                "  local kernel on every device → {:?} {} {}",
+                self.out_shape, self.out_dtype, self.output
+            )?,
+        }
+        if let Some(c) = &self.choice {
+            let gf = c
+                .gather_first_seconds
+                .map_or("—".to_string(), |s| format!("{:.2} µs", s * 1e6));
+            writeln!(
+                f,
+                "  statistics ({}): partial {:.2} µs, gather first {gf} → {}",
+                c.asked,
+                c.partial_seconds * 1e6,
+                if self.stats.is_some() {
+                    "partial"
+                } else {
+                    "gather first"
+                }
+            )?;
+        }
         if let Some(p) = &self.out_plan {
             writeln!(f, "  output: {}", p.to_string().replace('\n', "\n    "))?;
         }
-        write!(f, "  total {:.2} µs of collectives", self.seconds() * 1e6)
+        write!(
+            f,
+            "  total {:.2} µs of collectives, {:.2} µs modelled with compute",
+            self.seconds() * 1e6,
+            self.modelled_seconds() * 1e6
+        )
     }
 }
 
@@ -246,6 +368,12 @@ impl Spmd {
     /// Asks for the result in `spec` (else the propagated spec).
     pub fn to(mut self, spec: ShardSpec) -> Spmd {
         self.to = Some(spec);
+        self
+    }
+
+    /// How statistics over a split axis run ([`Statistics::Auto`] unless asked).
+    pub fn statistics(mut self, how: Statistics) -> Spmd {
+        self.statistics = how;
         self
     }
 
@@ -282,45 +410,96 @@ impl Spmd {
         let specs: Vec<&ShardSpec> = args.iter().map(|a| a.spec()).collect();
         let out_dtype = g.ty(g.output).dtype;
         let n = args.len();
+        let stat_nodes = propagate::statistics_nodes(g, name)?;
+        let modes: Vec<Statistic> = match self.statistics {
+            Statistics::GatherFirst => vec![Statistic::GatherFirst],
+            Statistics::Partial => stat_nodes.iter().map(|&v| Statistic::Partial(v)).collect(),
+            Statistics::Auto => [Statistic::Tabled, Statistic::GatherFirst]
+                .into_iter()
+                .chain(stat_nodes.iter().map(|&v| Statistic::Partial(v)))
+                .collect(),
+        };
         let mut best: Option<LaunchPlan> = None;
-        // Each argument in turn has the first claim on the classes it splits.
-        for first in 0..n.max(1) {
-            let priority: Vec<usize> = (0..n).map(|i| (first + i) % n).collect();
-            let p = propagate::propagate(g, name, mesh, &shapes, &specs, &priority)?;
-            let mut arg_plans = Vec::with_capacity(n);
-            for (i, a) in args.iter().enumerate() {
-                let plan = plan_redistribute(
-                    mesh,
-                    a.shape(),
-                    a.dtype().size_bytes(),
-                    a.spec(),
-                    &p.args[i],
-                )?;
-                arg_plans.push((g.value_name(g.params[i]), plan));
-            }
-            let out_plan = match &self.to {
-                Some(to) => Some(plan_redistribute(
-                    mesh,
-                    &p.out_shape,
-                    out_dtype.size_bytes(),
-                    &p.output,
-                    to,
-                )?),
-                None => None,
-            };
-            let lp = LaunchPlan {
-                kernel: name.into(),
-                args: arg_plans,
-                output: p.output,
-                out_shape: p.out_shape,
-                out_dtype,
-                out_plan,
-            };
-            if best.as_ref().is_none_or(|b| lp.seconds() < b.seconds()) {
-                best = Some(lp);
+        let (mut best_partial, mut best_gather) = (None::<f64>, None::<f64>);
+        for mode in modes {
+            // Each argument in turn has the first claim on the classes it splits.
+            for first in 0..n.max(1) {
+                let priority: Vec<usize> = (0..n).map(|i| (first + i) % n).collect();
+                let Some(p) =
+                    propagate::propagate(g, name, mesh, &shapes, &specs, &priority, mode)?
+                else {
+                    continue;
+                };
+                let stats = match mode {
+                    Statistic::Partial(v) => match stats::build(g, name, mesh, &shapes, &p, v)? {
+                        Some(st) => Some(st),
+                        None => continue,
+                    },
+                    _ => None,
+                };
+                let mut arg_plans = Vec::with_capacity(n);
+                for (i, a) in args.iter().enumerate() {
+                    let plan = plan_redistribute(
+                        mesh,
+                        a.shape(),
+                        a.dtype().size_bytes(),
+                        a.spec(),
+                        &p.args[i],
+                    )?;
+                    arg_plans.push((g.value_name(g.params[i]), plan));
+                }
+                let out_plan = match &self.to {
+                    Some(to) => Some(plan_redistribute(
+                        mesh,
+                        &p.out_shape,
+                        out_dtype.size_bytes(),
+                        &p.output,
+                        to,
+                    )?),
+                    None => None,
+                };
+                let compute_seconds = stats::compute_seconds(g, name, mesh, &shapes, &p)?;
+                let lp = LaunchPlan {
+                    kernel: name.into(),
+                    args: arg_plans,
+                    output: p.output,
+                    out_shape: p.out_shape,
+                    out_dtype,
+                    out_plan,
+                    stats,
+                    compute_seconds,
+                    choice: None,
+                };
+                let t = lp.modelled_seconds();
+                let family = if lp.stats.is_some() {
+                    &mut best_partial
+                } else {
+                    &mut best_gather
+                };
+                if family.is_none_or(|b| t < b) {
+                    *family = Some(t);
+                }
+                if best.as_ref().is_none_or(|b| t < b.modelled_seconds()) {
+                    best = Some(lp);
+                }
             }
         }
-        Ok(best.expect("at least one candidate"))
+        let mut best = best.ok_or_else(|| DistError::Launch {
+            kernel: name.into(),
+            message: format!(
+                "{} asked, but no reduction, softmax, layernorm or rmsnorm of the kernel has a \
+                 split axis it applies to (an f32 operand with no empty shard)",
+                self.statistics
+            ),
+        })?;
+        if let Some(partial_seconds) = best_partial {
+            best.choice = Some(StatsChoice {
+                partial_seconds,
+                gather_first_seconds: best_gather,
+                asked: self.statistics,
+            });
+        }
+        Ok(best)
     }
 
     /// The definition these arguments launch (a generic kernel's instantiation by their types).
@@ -420,8 +599,13 @@ impl Spmd {
             .zip(&lp.args)
             .map(|(a, (_, plan))| a.redistribute(ctx, plan)?.on(&device))
             .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<TensorRef<'_>> = moved.iter().map(AnyTensor::arg).collect();
-        let out = AnyTensor::launch(def, &refs, lp.out_dtype)?;
+        let out = match &lp.stats {
+            Some(st) => st.run(ctx, moved)?,
+            None => {
+                let refs: Vec<TensorRef<'_>> = moved.iter().map(AnyTensor::arg).collect();
+                AnyTensor::launch(def, &refs, lp.out_dtype)?
+            }
+        };
         match &lp.out_plan {
             Some(p) => out.redistribute(ctx, p),
             None => Ok(out),
