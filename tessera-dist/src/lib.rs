@@ -56,7 +56,7 @@ pub use mesh::{AxisGroups, Link, Mesh, Topology};
 pub use plan::{Plan, PlannedStep, Step, plan_redistribute, redistribute_edges};
 pub use spec::{AxisRole, DimSpec, Replicate, Shard, ShardSpec, chunk_len, chunk_range};
 pub use spmd::{
-    AnyTensor, Erase, LaunchPlan, LocalKernel, Spmd, SpmdArg, SpmdKernel, Stage, Statistics,
-    StatsChoice, StatsPath, spmd,
+    AnyTensor, Erase, LaunchPlan, LocalKernel, Microbatches, Spmd, SpmdArg, SpmdKernel, Stage,
+    Statistics, StatsChoice, StatsPath, spmd,
 };
 pub use tensor::{DistTensor, LocalRank, LocalWorld, RankContext, RankShard};

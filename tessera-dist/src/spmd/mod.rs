@@ -114,6 +114,8 @@ pub struct Spmd {
     kernel: SpmdKernel,
     to: Option<ShardSpec>,
     statistics: Statistics,
+    microbatches: usize,
+    overlap: bool,
 }
 
 /// How a reduction, softmax, layernorm or rmsnorm over a split axis runs (see [`StatsPath`]).
@@ -244,6 +246,8 @@ pub fn spmd(kernel: impl Into<SpmdKernel>) -> Spmd {
         kernel: kernel.into(),
         to: None,
         statistics: Statistics::Auto,
+        microbatches: 1,
+        overlap: true,
     }
 }
 
@@ -269,6 +273,26 @@ pub struct LaunchPlan {
     pub compute_seconds: f64,
     /// The two ways of running a statistics op over a split axis, where both were possible.
     pub choice: Option<StatsChoice>,
+    /// The launch in microbatches, each piece's output redistribution started as soon as its
+    /// kernel finishes ([`Spmd::microbatches`]); replaces `out_plan` when running.
+    pub pieces: Option<Microbatches>,
+}
+
+/// A launch run in pieces along the output's leading dim: every device runs the kernel on rows
+/// `rows[j]` of its shards, starts piece `j`'s output redistribution without waiting (the
+/// collectives run on the group's async lane while pieces `j + 1 …` compute), and waits on the
+/// pieces only to assemble its result. See [`Spmd::microbatches`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Microbatches {
+    /// Per argument: the dim cut into pieces (`None`: every piece reads it whole).
+    pub arg_dims: Vec<Option<usize>>,
+    /// Per piece: its rows of each device's local shard (leading dim of the output).
+    pub rows: Vec<std::ops::Range<usize>>,
+    /// Per piece: its output's redistribution (empty when no output spec was asked for).
+    pub plans: Vec<Plan>,
+    /// `true`: each redistribution is waited on only at assembly (overlapped); `false`: right
+    /// after it starts (serialised, for comparison).
+    pub overlap: bool,
 }
 
 impl LaunchPlan {
@@ -290,7 +314,10 @@ impl LaunchPlan {
             .iter()
             .map(|(_, p)| p)
             .chain(self.stats.iter().flat_map(StatsPath::plans))
-            .chain(&self.out_plan)
+            .chain(match &self.pieces {
+                Some(m) => m.plans.iter().chain(None),
+                None => [].iter().chain(self.out_plan.as_ref()),
+            })
     }
 
     /// The collectives the launch runs.
@@ -352,8 +379,28 @@ impl fmt::Display for LaunchPlan {
                 }
             )?;
         }
-        if let Some(p) = &self.out_plan {
-            writeln!(f, "  output: {}", p.to_string().replace('\n', "\n    "))?;
+        match (&self.pieces, &self.out_plan) {
+            (Some(m), _) => {
+                let rows: Vec<String> = m.rows.iter().map(|r| format!("{r:?}")).collect();
+                writeln!(
+                    f,
+                    "  in {} microbatches (rows {} of each shard), each output redistribution {}",
+                    m.rows.len(),
+                    rows.join(", "),
+                    if m.overlap {
+                        "started when its kernel finishes, waited on at assembly (overlapped)"
+                    } else {
+                        "waited on as soon as it starts (serialised)"
+                    }
+                )?;
+                for (j, p) in m.plans.iter().enumerate() {
+                    writeln!(f, "  piece {j}: {}", p.to_string().replace('\n', "\n    "))?;
+                }
+            }
+            (None, Some(p)) => {
+                writeln!(f, "  output: {}", p.to_string().replace('\n', "\n    "))?;
+            }
+            (None, None) => {}
         }
         write!(
             f,
@@ -368,6 +415,48 @@ impl Spmd {
     /// Asks for the result in `spec` (else the propagated spec).
     pub fn to(mut self, spec: ShardSpec) -> Spmd {
         self.to = Some(spec);
+        self
+    }
+
+    /// Runs the launch in `k` pieces along the output's leading dim (a parallel loop index:
+    /// every argument that iterates over it is cut the same way): each piece's output
+    /// redistribution to the spec asked for with [`Spmd::to`] starts, non-blocking, as soon as
+    /// the piece's kernel finishes, and is waited on only when the result is assembled, so the
+    /// collectives overlap the later pieces' compute. An error where the leading dim is reduced
+    /// or normalized, cut unevenly over the mesh, or moved by the redistribution, or where a
+    /// piece's plan spans several groups; not combined with [`Statistics::Partial`].
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// use tessera_dist::{DistTensor, Mesh, Replicate, Shard, ShardSpec, spmd};
+    ///
+    /// #[tessera::kernel]
+    /// fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    ///     x.matmul(w)
+    /// }
+    ///
+    /// let mesh = Mesh::local([("tp", 2)])?;
+    /// let x = Tensor::from_vec((0..48).map(|i| (i % 7) as f32 - 3.0).collect(), &[8, 6])?;
+    /// let w = Tensor::from_vec((0..18).map(|i| (i % 3) as f32 - 1.0).collect(), &[6, 3])?;
+    /// // row-parallel: the contraction over tp, a partial sum all-reduced per microbatch
+    /// let xd = DistTensor::distribute(&x, ShardSpec::new([Replicate, Shard(["tp"])]), &mesh)?;
+    /// let wd = DistTensor::distribute(&w, ShardSpec::new([Shard(["tp"])]), &mesh)?;
+    /// let launch = spmd(&mm::KERNEL).to(ShardSpec::replicated()).microbatches(4);
+    /// let plan = launch.plan(&[&xd, &wd])?;
+    /// assert_eq!(plan.pieces.as_ref().unwrap().plans.len(), 4);
+    /// println!("{plan}");
+    /// assert_eq!(launch.run::<f32>(&[&xd, &wd])?.gather()?, mm(&x, &w)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn microbatches(mut self, k: usize) -> Spmd {
+        self.microbatches = k.max(1);
+        self
+    }
+
+    /// With [`Spmd::microbatches`]: `false` waits on each piece's redistribution right after
+    /// starting it (the same operations, serialised: the baseline overlap is measured against).
+    pub fn overlap(mut self, on: bool) -> Spmd {
+        self.overlap = on;
         self
     }
 
@@ -411,15 +500,23 @@ impl Spmd {
         let out_dtype = g.ty(g.output).dtype;
         let n = args.len();
         let stat_nodes = propagate::statistics_nodes(g, name)?;
+        let pieces = self.microbatches > 1;
+        if pieces && self.statistics == Statistics::Partial {
+            return Err(DistError::Launch {
+                kernel: name.into(),
+                message: "microbatches with partial statistics: not supported".into(),
+            });
+        }
         let modes: Vec<Statistic> = match self.statistics {
             Statistics::GatherFirst => vec![Statistic::GatherFirst],
+            Statistics::Auto if pieces => vec![Statistic::Tabled, Statistic::GatherFirst],
             Statistics::Partial => stat_nodes.iter().map(|&v| Statistic::Partial(v)).collect(),
             Statistics::Auto => [Statistic::Tabled, Statistic::GatherFirst]
                 .into_iter()
                 .chain(stat_nodes.iter().map(|&v| Statistic::Partial(v)))
                 .collect(),
         };
-        let mut best: Option<LaunchPlan> = None;
+        let mut best: Option<(LaunchPlan, propagate::Propagated)> = None;
         let (mut best_partial, mut best_gather) = (None::<f64>, None::<f64>);
         for mode in modes {
             // Each argument in turn has the first claim on the classes it splits.
@@ -462,13 +559,14 @@ impl Spmd {
                 let lp = LaunchPlan {
                     kernel: name.into(),
                     args: arg_plans,
-                    output: p.output,
-                    out_shape: p.out_shape,
+                    output: p.output.clone(),
+                    out_shape: p.out_shape.clone(),
                     out_dtype,
                     out_plan,
                     stats,
                     compute_seconds,
                     choice: None,
+                    pieces: None,
                 };
                 let t = lp.modelled_seconds();
                 let family = if lp.stats.is_some() {
@@ -479,12 +577,12 @@ impl Spmd {
                 if family.is_none_or(|b| t < b) {
                     *family = Some(t);
                 }
-                if best.as_ref().is_none_or(|b| t < b.modelled_seconds()) {
-                    best = Some(lp);
+                if best.as_ref().is_none_or(|(b, _)| t < b.modelled_seconds()) {
+                    best = Some((lp, p));
                 }
             }
         }
-        let mut best = best.ok_or_else(|| DistError::Launch {
+        let (mut best, prop) = best.ok_or_else(|| DistError::Launch {
             kernel: name.into(),
             message: format!(
                 "{} asked, but no reduction, softmax, layernorm or rmsnorm of the kernel has a \
@@ -499,7 +597,89 @@ impl Spmd {
                 asked: self.statistics,
             });
         }
+        if pieces {
+            best.pieces = Some(self.cut(g, mesh, &best, &prop)?);
+        }
         Ok(best)
+    }
+
+    /// The microbatches of `lp` (see [`Spmd::microbatches`]).
+    fn cut(
+        &self,
+        g: &tessera::ir::graph::Graph,
+        mesh: &Mesh,
+        lp: &LaunchPlan,
+        p: &propagate::Propagated,
+    ) -> Result<Microbatches> {
+        let fail = |message: String| DistError::Launch {
+            kernel: lp.kernel.clone(),
+            message: format!("{} microbatches: {message}", self.microbatches),
+        };
+        let out = g.output.index();
+        let Some(&c) = p.classes[out].first() else {
+            return Err(fail("the output has no leading dim".into()));
+        };
+        if p.reduced.contains(&c) {
+            return Err(fail(
+                "the output's leading dim is reduced or normalized".into(),
+            ));
+        }
+        let mut arg_dims = Vec::with_capacity(g.params.len());
+        for prm in &g.params {
+            let dims: Vec<usize> = (0..p.classes[prm.index()].len())
+                .filter(|&d| p.classes[prm.index()][d] == c)
+                .collect();
+            if dims.len() > 1 {
+                return Err(fail(format!(
+                    "argument `{}` iterates over the leading dim twice",
+                    g.value_name(*prm)
+                )));
+            }
+            arg_dims.push(dims.first().copied());
+        }
+        let axes = lp.output.dim_axes(0);
+        let (_, parts) = mesh.index_along(0, axes)?;
+        if lp.out_shape[0] % parts != 0 {
+            return Err(fail(format!(
+                "{} rows do not split evenly over [{}]",
+                lp.out_shape[0],
+                axes.join(",")
+            )));
+        }
+        if let Some(op) = &lp.out_plan
+            && op.to.dim_axes(0) != axes
+        {
+            return Err(fail(format!(
+                "the output's leading dim moves ({} → {})",
+                op.from, op.to
+            )));
+        }
+        let local = lp.out_shape[0] / parts;
+        let rows: Vec<_> = (0..self.microbatches)
+            .map(|j| crate::chunk_range(local, self.microbatches, j))
+            .filter(|r| !r.is_empty())
+            .collect();
+        let mut plans = Vec::new();
+        if let Some(to) = &self.to {
+            for r in &rows {
+                let mut shape = lp.out_shape.clone();
+                shape[0] = r.len() * parts;
+                let plan =
+                    plan_redistribute(mesh, &shape, lp.out_dtype.size_bytes(), &lp.output, to)?;
+                if crate::exec::single_group(&plan).is_none() {
+                    return Err(fail(format!(
+                        "a piece's redistribution spans several groups:\n{plan}"
+                    )));
+                }
+                plans.push(plan);
+            }
+        }
+        Ok(Microbatches {
+            arg_dims,
+            rows,
+            plans,
+            overlap: self.overlap,
+        })
     }
 
     /// The definition these arguments launch (a generic kernel's instantiation by their types).
@@ -599,6 +779,9 @@ impl Spmd {
             .zip(&lp.args)
             .map(|(a, (_, plan))| a.redistribute(ctx, plan)?.on(&device))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(m) = &lp.pieces {
+            return Self::execute_pieces(def, ctx, lp, m, moved, &device);
+        }
         let out = match &lp.stats {
             Some(st) => st.run(ctx, moved)?,
             None => {
@@ -610,5 +793,43 @@ impl Spmd {
             Some(p) => out.redistribute(ctx, p),
             None => Ok(out),
         }
+    }
+
+    /// [`Spmd::execute`] in microbatches: piece `j`'s redistribution is started as soon as its
+    /// kernel finishes and waited on only at assembly (or at once, serialised).
+    fn execute_pieces<X: RankContext>(
+        def: &'static KernelDef,
+        ctx: &X,
+        lp: &LaunchPlan,
+        m: &Microbatches,
+        moved: Vec<AnyTensor>,
+        device: &tessera::Device,
+    ) -> Result<AnyTensor> {
+        let mut started = Vec::with_capacity(m.rows.len());
+        for (j, rows) in m.rows.iter().enumerate() {
+            let args = moved
+                .iter()
+                .zip(&m.arg_dims)
+                .map(|(a, d)| match d {
+                    Some(d) => a.slice_dim(*d, rows.clone())?.on(device),
+                    None => Ok(a.clone()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<TensorRef<'_>> = args.iter().map(AnyTensor::arg).collect();
+            let out = AnyTensor::launch(def, &refs, lp.out_dtype)?;
+            let mut pending = match m.plans.get(j) {
+                Some(plan) => out.start_redistribute(ctx, plan)?,
+                None => crate::Pending::ready(Ok(out)),
+            };
+            if !m.overlap {
+                pending = crate::Pending::ready(pending.wait());
+            }
+            started.push(pending);
+        }
+        let pieces = started
+            .into_iter()
+            .map(crate::Pending::wait)
+            .collect::<Result<Vec<_>>>()?;
+        AnyTensor::concat_rows(pieces)
     }
 }

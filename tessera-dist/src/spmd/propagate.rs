@@ -29,6 +29,10 @@ pub(crate) struct Propagated {
     pub out_shape: Vec<usize>,
     /// The placement of every value (partial states dropped).
     pub values: Vec<ShardSpec>,
+    /// Per value, per dim: its class (the kernel's loop index it iterates over).
+    pub classes: Vec<Vec<usize>>,
+    /// Classes some op reduces or normalizes over.
+    pub reduced: Vec<usize>,
 }
 
 /// How the statistics ops (reductions, softmax, layernorm, rmsnorm) treat a split reduced or
@@ -285,6 +289,12 @@ pub(crate) fn propagate(
         output: spec_of(out, partial[out].as_ref()),
         out_shape: shapes[out].clone(),
         values: (0..g.nodes.len()).map(|v| spec_of(v, None)).collect(),
+        classes: cls.of.clone(),
+        reduced: cls
+            .ops
+            .iter()
+            .flat_map(|o| o.special.iter().map(|(c, _)| *c))
+            .collect(),
     }))
 }
 
