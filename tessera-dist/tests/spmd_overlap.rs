@@ -142,6 +142,9 @@ fn uncuttable_launches_are_errors() {
 /// only when it starts piece 1, i.e. after its own piece-0 start returned and its piece-1
 /// kernel ran. If starting piece 0's collective waited for it to complete, rank 0 would never
 /// send its token and no rank could finish.
+/// One rank's ends of the relay: the sender to the next rank, the receiver from the previous.
+type Link = (Option<Sender<()>>, Option<Receiver<()>>);
+
 struct Relay<'a, X> {
     inner: &'a X,
     starts: Mutex<usize>,
@@ -197,8 +200,7 @@ fn relay_finishes(overlap: bool, limit: Duration) -> bool {
             receivers.push(Some(r));
         }
         senders.push(None);
-        let links: Vec<Mutex<(Option<Sender<()>>, Option<Receiver<()>>)>> =
-            senders.into_iter().zip(receivers).map(Mutex::new).collect();
+        let links: Vec<Mutex<Link>> = senders.into_iter().zip(receivers).map(Mutex::new).collect();
         let launch = spmd(&mm::KERNEL)
             .to(ShardSpec::replicated())
             .microbatches(2)

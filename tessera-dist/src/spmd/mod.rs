@@ -639,7 +639,7 @@ impl Spmd {
         }
         let axes = lp.output.dim_axes(0);
         let (_, parts) = mesh.index_along(0, axes)?;
-        if lp.out_shape[0] % parts != 0 {
+        if !lp.out_shape[0].is_multiple_of(parts) {
             return Err(fail(format!(
                 "{} rows do not split evenly over [{}]",
                 lp.out_shape[0],
