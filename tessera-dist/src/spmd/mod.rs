@@ -402,12 +402,15 @@ impl fmt::Display for LaunchPlan {
             }
             (None, None) => {}
         }
-        write!(
-            f,
-            "  total {:.2} µs of collectives, {:.2} µs modelled with compute",
-            self.seconds() * 1e6,
-            self.modelled_seconds() * 1e6
-        )
+        write!(f, "  total {:.2} µs of collectives", self.seconds() * 1e6)?;
+        if self.compute_seconds > 0.0 {
+            write!(
+                f,
+                ", {:.2} µs modelled with the statistics' compute",
+                self.modelled_seconds() * 1e6
+            )?;
+        }
+        Ok(())
     }
 }
 
