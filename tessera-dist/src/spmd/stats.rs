@@ -282,7 +282,7 @@ pub(crate) fn build(
             op,
             axes: rax,
             keepdim,
-            ..
+            policy,
         } => {
             let (gop, dop) = match op {
                 GraphReduce::Sum | GraphReduce::Mean => (GraphReduce::Sum, ReduceOp::Sum),
@@ -298,6 +298,7 @@ pub(crate) fn build(
                 gop,
                 rax,
                 *keepdim,
+                *policy,
                 scale,
             ))?;
             let s = push_kernel(&mut stages, "local statistics", def, vec![xs_slot]);
@@ -673,13 +674,14 @@ fn layernorm_finish(
     Ok(b.finish(out))
 }
 
-/// `reduce(x)` over `axes` (× `scale`).
+/// `reduce(x)` over `axes` under the node's numerics policy (× `scale`).
 fn reduce_graph(
     name: &str,
     r: usize,
     op: GraphReduce,
     axes: &[usize],
     keepdim: bool,
+    policy: NumericsPolicy,
     scale: Option<f64>,
 ) -> Result<Graph> {
     let mut b = Graph::builder(name);
@@ -690,7 +692,7 @@ fn reduce_graph(
             op,
             axes: axes.to_vec(),
             keepdim,
-            policy: NumericsPolicy::default(),
+            policy,
         },
         &[x],
     )?;
