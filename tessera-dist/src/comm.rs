@@ -229,6 +229,12 @@ pub struct Pending<R> {
 }
 
 impl<R> Pending<R> {
+    /// An operation already finished with result `r`.
+    pub(crate) fn ready(r: Result<R>) -> Self {
+        let (_, rx) = mpsc::channel();
+        Pending { rx, done: Some(r) }
+    }
+
     /// True once the operation finished (never blocks).
     pub fn is_done(&mut self) -> bool {
         if self.done.is_none()
@@ -253,7 +259,7 @@ impl<R> Pending<R> {
     }
 }
 
-/// Collectives counted by kind (one count per group per call).
+/// Collectives counted by kind (one count per group per call; send/recv: one per message).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CollectiveCounts(pub [u64; 6]);
 

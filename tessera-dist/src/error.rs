@@ -104,6 +104,9 @@ pub enum DistError {
     /// An error from a tessera kernel or tensor.
     #[error(transparent)]
     Tensor(#[from] tessera::Error),
+
+    #[error("building a partial-statistics kernel: {0}")]
+    Graph(#[from] tessera::ir::graph::TypeError),
 }
 
 /// `Result` with [`DistError`].

@@ -4,7 +4,7 @@
 //! on the wire (the bytes the cost model charges) and trimmed on arrival.
 
 use crate::layout::{copy_region, slice};
-use crate::{CommElem, Communicator, Mesh, Plan, PlannedStep, RankContext, Result, Step};
+use crate::{CommElem, Communicator, Mesh, Pending, Plan, PlannedStep, RankContext, Result, Step};
 use std::ops::Range;
 use tessera::Tensor;
 
@@ -17,9 +17,66 @@ pub fn execute_plan<T: CommElem, X: RankContext>(
     let mut shape = local.shape().to_vec();
     let mut data = crate::host::to_vec(&local)?;
     for ps in &plan.steps {
-        (data, shape) = run_step(ctx, &plan.shape, ps, data, shape)?;
+        let comm = match ps.step.kind() {
+            Some(_) => Some(ctx.comm(ps.step.axes())?),
+            None => None,
+        };
+        (data, shape) = run_step(
+            ctx.mesh(),
+            ctx.rank(),
+            comm.as_deref(),
+            &plan.shape,
+            ps,
+            data,
+            shape,
+        )?;
     }
     crate::host::tensor(data, &shape)
+}
+
+/// The mesh axes of the one group every collective of `plan` runs over: `Some(vec![])` when it
+/// has no collective, `None` when its collectives run over several groups.
+pub(crate) fn single_group(plan: &Plan) -> Option<Vec<String>> {
+    let mut axes: Option<&[String]> = None;
+    for ps in plan.steps.iter().filter(|s| s.step.kind().is_some()) {
+        match axes {
+            Some(a) if a != ps.step.axes() => return None,
+            _ => axes = Some(ps.step.axes()),
+        }
+    }
+    Some(axes.map(<[String]>::to_vec).unwrap_or_default())
+}
+
+/// Starts `plan` on one rank's shard without waiting for it: the steps run on the async lane
+/// of the plan's group ([`Communicator::lane`]), in issue order with the rank's other
+/// non-blocking operations, and the returned [`Pending`] yields the result (a host tensor)
+/// mapped by `wrap`. A plan without collectives runs at once; one whose collectives span several
+/// groups is an error ([`crate::Plan`]s of one group are what can be started).
+pub(crate) fn start_plan<T: CommElem, X: RankContext, R: Send + 'static>(
+    ctx: &X,
+    plan: &Plan,
+    local: Tensor<T>,
+    wrap: fn(Tensor<T>) -> R,
+) -> Result<Pending<R>> {
+    let axes = single_group(plan).ok_or_else(|| crate::DistError::Unsupported {
+        backend: X::Comm::BACKEND,
+        what: format!("starting a plan over several groups without waiting:\n{plan}"),
+    })?;
+    if axes.is_empty() {
+        return Ok(Pending::ready(execute_plan(ctx, plan, local).map(wrap)));
+    }
+    let comm = ctx.comm(&axes)?;
+    let (mesh, me, plan) = (ctx.mesh().clone(), ctx.rank(), plan.clone());
+    let shape = local.shape().to_vec();
+    let data = crate::host::to_vec(&local)?;
+    Ok(comm.lane().submit(move |c| {
+        let (mut data, mut shape) = (data, shape);
+        for ps in &plan.steps {
+            let comm = ps.step.kind().map(|_| c);
+            (data, shape) = run_step(&mesh, me, comm, &plan.shape, ps, data, shape)?;
+        }
+        crate::host::tensor(data, &shape).map(wrap)
+    }))
 }
 
 fn ranges(
@@ -35,15 +92,23 @@ fn zeros(n: usize) -> Vec<usize> {
     vec![0; n]
 }
 
-fn run_step<T: CommElem, X: RankContext>(
-    ctx: &X,
+/// One step on rank `me`'s shard; `comm` is the rank's communicator of the step's group (`None`
+/// for a slice).
+fn run_step<T: CommElem, C: Communicator>(
+    mesh: &Mesh,
+    me: usize,
+    comm: Option<&C>,
     gshape: &[usize],
     ps: &PlannedStep,
     data: Vec<T>,
     shape: Vec<usize>,
 ) -> Result<(Vec<T>, Vec<usize>)> {
-    let mesh = ctx.mesh();
-    let me = ctx.rank();
+    let comm = || {
+        comm.ok_or_else(|| crate::DistError::Backend {
+            backend: C::BACKEND,
+            message: format!("no communicator for step {}", ps.step),
+        })
+    };
     let rank = gshape.len();
     let before = ranges(mesh, gshape, &ps.from, me)?;
     let after = ranges(mesh, gshape, &ps.to, me)?;
@@ -65,14 +130,14 @@ fn run_step<T: CommElem, X: RankContext>(
                 .collect();
             Ok((slice(&data, &shape, &rel), ext(&after)))
         }
-        Step::AllReduce { axes, op, algo } => {
+        Step::AllReduce { op, algo, .. } => {
             let mut data = data;
-            ctx.comm(axes)?.all_reduce(&mut data, *op, *algo)?;
+            comm()?.all_reduce(&mut data, *op, *algo)?;
             Ok((data, shape))
         }
         Step::ReduceScatter { axes, op, dim } => {
             let d = *dim;
-            let comm = ctx.comm(axes)?;
+            let comm = comm()?;
             let members = mesh.group(axes)?.group_of(me).to_vec();
             let mut bshape = shape.clone();
             bshape[d] = pad_to[d];
@@ -105,7 +170,7 @@ fn run_step<T: CommElem, X: RankContext>(
         }
         Step::AllGather { axes, dim } => {
             let d = *dim;
-            let comm = ctx.comm(axes)?;
+            let comm = comm()?;
             let members = mesh.group(axes)?.group_of(me).to_vec();
             let mut bshape = shape.clone();
             bshape[d] = pad_from[d];
@@ -148,7 +213,7 @@ fn run_step<T: CommElem, X: RankContext>(
             to_dim,
         } => {
             let (d, e) = (*from_dim, *to_dim);
-            let comm = ctx.comm(axes)?;
+            let comm = comm()?;
             let members = mesh.group(axes)?.group_of(me).to_vec();
             let mut bshape = shape.clone();
             bshape[d] = pad_from[d];

@@ -57,5 +57,8 @@ pub use local::{Counters, LocalComm};
 pub use mesh::{AxisGroups, Link, Mesh, Topology};
 pub use plan::{Plan, PlannedStep, Step, plan_redistribute, redistribute_edges};
 pub use spec::{AxisRole, DimSpec, Replicate, Shard, ShardSpec, chunk_len, chunk_range};
-pub use spmd::{AnyTensor, Erase, LaunchPlan, Spmd, SpmdArg, SpmdKernel, spmd};
+pub use spmd::{
+    AnyTensor, Erase, LaunchPlan, LocalKernel, Microbatches, Spmd, SpmdArg, SpmdKernel, Stage,
+    Statistics, StatsChoice, StatsPath, spmd,
+};
 pub use tensor::{DistTensor, LocalRank, LocalWorld, RankContext, RankShard};

@@ -85,7 +85,7 @@ pub(crate) struct GroupShared {
     counters: Arc<Counters>,
 }
 
-/// Shared counters of collectives (one count per group per call).
+/// Shared counters of collectives (one count per group per call; one per message sent).
 #[derive(Default, Debug)]
 pub struct Counters([AtomicU64; 6]);
 
@@ -447,8 +447,9 @@ impl Communicator for LocalComm {
     }
 
     fn send<T: CommElem>(&self, data: &[T], peer: usize) -> Result<()> {
-        self.count(CollectiveKind::SendRecv);
         self.check_peer(peer)?;
+        // Point to point: every message counts, whichever rank sends it.
+        self.shared.counters.bump(CollectiveKind::SendRecv);
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let tx = self.shared.tx[self.rank * self.shared.n + peer]
             .lock()

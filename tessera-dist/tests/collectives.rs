@@ -169,3 +169,31 @@ fn counts_one_per_group_per_call() {
     assert_eq!(counts[0].get(AllReduce), 2);
     assert_eq!(counts[0].get(AllGather), 1);
 }
+
+/// A pipeline of more than two stages: every stage but the last sends once, and every send
+/// counts (the collectives count once per group; point-to-point messages count one each).
+#[test]
+fn counts_every_send_of_a_pipeline() {
+    for n in [2usize, 3, 5] {
+        let counts = LocalComm::run(n, |c| {
+            let r = c.rank();
+            let mut token = [0.0f32];
+            if r > 0 {
+                c.recv(&mut token, r - 1)?;
+            }
+            if r + 1 < n {
+                c.send(&[token[0] + 1.0], r + 1)?;
+            }
+            c.barrier()?;
+            Ok((c.counts(), token[0]))
+        })
+        .unwrap();
+        assert_eq!(counts[n - 1].1, (n - 1) as f32);
+        for (c, _) in &counts {
+            assert_eq!(
+                c.get(tessera_dist::CollectiveKind::SendRecv),
+                (n - 1) as u64
+            );
+        }
+    }
+}

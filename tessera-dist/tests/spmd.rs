@@ -3,7 +3,9 @@
 //! Each test body runs on the CPU and on the PTX simulator (the reference on the same device).
 
 use tessera::{Device, Tensor, bf16};
-use tessera_dist::{CollectiveKind, DistTensor, Mesh, ReduceOp, Replicate, Shard, ShardSpec, spmd};
+use tessera_dist::{
+    CollectiveKind, DistTensor, Mesh, ReduceOp, Replicate, Shard, ShardSpec, Statistics, spmd,
+};
 
 #[tessera::kernel]
 fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
@@ -137,7 +139,8 @@ fn linear_gelu_gathers_contraction(dev: &Device) {
     assert!(bits_eq(&y.gather().unwrap(), &want), "{plan}");
 }
 
-/// Softmax over a split axis: the axis is gathered before the launch.
+/// Softmax over a split axis, gathered before the launch (asked for: the partial-statistics
+/// launch is tested in `spmd_stats.rs`).
 fn softmax_over_split_axis(dev: &Device) {
     let mesh = mesh(dev);
     let (m, k, n) = (6, 5, 12);
@@ -146,6 +149,7 @@ fn softmax_over_split_axis(dev: &Device) {
     let xd = DistTensor::distribute(&x, spec(&[&["dp"]]), &mesh).unwrap();
     let wd = DistTensor::distribute(&w, spec(&[&[], &["tp"]]), &mesh).unwrap();
     let (y, plan, _) = spmd(&mm_softmax::KERNEL)
+        .statistics(Statistics::GatherFirst)
         .run_traced::<f32>(&[&xd, &wd])
         .unwrap();
     assert_eq!(plan.output, spec(&[&["dp"], &[]]), "{plan}");

@@ -280,11 +280,11 @@ impl Transformer {
             }
         }
         if pp > 1 {
-            // Sends counted once per pp group (tp × dp of them) per microbatch, as the local
-            // backend counts: by the group's first rank.
+            // One message per stage boundary (pp − 1 of them) per microbatch in each of the
+            // tp × dp pp groups: every send counts.
             total.add(
                 CollectiveKind::SendRecv,
-                (tp * dp * self.microbatches) as u64,
+                ((pp - 1) * tp * dp * self.microbatches) as u64,
             );
         }
         let block_seconds = per_block.iter().map(|p| p.seconds()).sum();

@@ -1,7 +1,7 @@
 //! A tensor whose element type is a value: what the SPMD runtime holds between kernels, whatever
 //! dtype each value of a kernel's graph has.
 
-use crate::{CommElem, DistError, Plan, RankContext, Result, execute_plan};
+use crate::{CommElem, DistError, Pending, Plan, RankContext, Result, execute_plan};
 use tessera::{DType, Device, KernelDef, Tensor, TensorRef, bf16, f16};
 
 /// One rank's local tensor of any element type collectives can move.
@@ -124,5 +124,56 @@ impl AnyTensor {
             AnyTensor::BF16(t) => AnyTensor::BF16(t.reshape(shape)?),
             AnyTensor::I32(t) => AnyTensor::I32(t.reshape(shape)?),
         })
+    }
+
+    /// Starts a redistribution plan on this rank's shard without waiting (its collectives run
+    /// on the group's async lane); the result is a host tensor.
+    pub(crate) fn start_redistribute<X: RankContext>(
+        self,
+        ctx: &X,
+        plan: &Plan,
+    ) -> Result<Pending<AnyTensor>> {
+        with_tensor!(self, t => crate::exec::start_plan(ctx, plan, t, Erase::wrap))
+    }
+
+    /// Indices `range` of dim `d` (a host tensor).
+    pub(crate) fn slice_dim(&self, d: usize, range: std::ops::Range<usize>) -> Result<AnyTensor> {
+        with_tensor!(self, t => {
+            let mut ranges: Vec<std::ops::Range<usize>> = t.shape().iter().map(|&n| 0..n).collect();
+            ranges[d] = range;
+            let shape: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
+            let data = crate::layout::slice(&crate::host::to_vec(t)?, t.shape(), &ranges);
+            Ok(Erase::wrap(crate::host::tensor(data, &shape)?))
+        })
+    }
+
+    /// Concatenation along dim 0 (one element type).
+    pub(crate) fn concat_rows(pieces: Vec<AnyTensor>) -> Result<AnyTensor> {
+        fn cat<T: Erase>(pieces: Vec<AnyTensor>) -> Result<AnyTensor> {
+            let mut shape: Option<Vec<usize>> = None;
+            let mut data = Vec::new();
+            for p in pieces {
+                let t = p.typed::<T>("microbatch")?;
+                match &mut shape {
+                    None => shape = Some(t.shape().to_vec()),
+                    Some(s) if s[1..] == t.shape()[1..] => s[0] += t.shape()[0],
+                    Some(s) => {
+                        return Err(DistError::Shape(format!(
+                            "microbatches of shapes {s:?} and {:?}",
+                            t.shape()
+                        )));
+                    }
+                }
+                data.extend(crate::host::to_vec(&t)?);
+            }
+            let shape = shape.ok_or_else(|| DistError::Shape("no microbatch".into()))?;
+            crate::host::tensor(data, &shape).map(T::wrap)
+        }
+        match pieces.first().map(AnyTensor::dtype) {
+            Some(DType::F16) => cat::<f16>(pieces),
+            Some(DType::BF16) => cat::<bf16>(pieces),
+            Some(DType::I32) => cat::<i32>(pieces),
+            _ => cat::<f32>(pieces),
+        }
     }
 }

@@ -11,9 +11,10 @@
 //! reaches a non-linear op, or a normalized axis (softmax, layernorm, `reduce.mean`) is split,
 //! the class responsible is unsplit and the walk starts again: the arguments are then
 //! redistributed before the launch ("redistribute first"), so each device runs the kernel
-//! unchanged on its shards.
+//! unchanged on its shards. Under [`Statistic::Partial`]`(v)` node `v` keeps its split
+//! statistics axes instead (the launch combines its partial statistics, `stats.rs`).
 
-use super::rules::{Kind, Linear, family, rule};
+use super::rules::{Family, Kind, Linear, family, rule};
 use crate::{DimSpec, DistError, Mesh, ReduceOp, Result, ShardSpec};
 use std::collections::HashMap;
 use tessera::ir::Dim;
@@ -26,6 +27,38 @@ pub(crate) struct Propagated {
     pub output: ShardSpec,
     /// Global shape of the output.
     pub out_shape: Vec<usize>,
+    /// The placement of every value (partial states dropped).
+    pub values: Vec<ShardSpec>,
+    /// Per value, per dim: its class (the kernel's loop index it iterates over).
+    pub classes: Vec<Vec<usize>>,
+    /// Classes some op reduces or normalizes over.
+    pub reduced: Vec<usize>,
+}
+
+/// How the statistics ops (reductions, softmax, layernorm, rmsnorm) treat a split reduced or
+/// normalized axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Statistic {
+    /// The rules as tabled: a split `reduce.sum`/`reduce.max` axis leaves a partial result;
+    /// a split normalized axis is gathered first.
+    Tabled,
+    /// Every statistics op's reduced or normalized axes are gathered first.
+    GatherFirst,
+    /// Node `v` keeps its split axes: its result is whole and placed as the rules say (the
+    /// launch computes it from partial statistics combined by collectives); the other
+    /// statistics ops follow the table.
+    Partial(usize),
+}
+
+/// Nodes that compute statistics over axes (reductions, softmax, layernorm, rmsnorm).
+pub(crate) fn statistics_nodes(g: &Graph, kernel: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for (v, n) in g.nodes.iter().enumerate() {
+        if matches!(family(&n.op, kernel)?, Family::Reduce | Family::Normalize) {
+            out.push(v);
+        }
+    }
+    Ok(out)
 }
 
 /// Global shapes of every value, from the arguments' shapes.
@@ -192,11 +225,13 @@ pub(crate) fn propagate(
     shapes: &[Vec<usize>],
     arg_specs: &[&ShardSpec],
     priority: &[usize],
-) -> Result<Propagated> {
+    mode: Statistic,
+) -> Result<Option<Propagated>> {
     for (i, s) in arg_specs.iter().enumerate() {
         s.validate(mesh, shapes[g.params[i].index()].len())?;
     }
     let cls = classes(g, kernel, shapes)?;
+    let stats = statistics_nodes(g, kernel)?;
     // class → axes
     let mut split: HashMap<usize, Vec<String>> = HashMap::new();
     let mut used: Vec<String> = Vec::new();
@@ -214,7 +249,7 @@ pub(crate) fn propagate(
     }
     // Walk; unsplit the class behind each violation until none is left.
     let partial = loop {
-        match walk(g, &cls, &split) {
+        match walk(g, &cls, &split, mode, &stats) {
             Ok(p) => break p,
             Err(bad) => {
                 for c in bad {
@@ -237,13 +272,30 @@ pub(crate) fn propagate(
             None => s,
         }
     };
+    if let Statistic::Partial(v) = mode {
+        // Nothing of `v`'s statistics is split: no partial-statistics launch to offer.
+        if !cls.ops[v]
+            .special
+            .iter()
+            .any(|(c, _)| split.contains_key(c))
+        {
+            return Ok(None);
+        }
+    }
     let args = g.params.iter().map(|p| spec_of(p.index(), None)).collect();
     let out = g.output.index();
-    Ok(Propagated {
+    Ok(Some(Propagated {
         args,
         output: spec_of(out, partial[out].as_ref()),
         out_shape: shapes[out].clone(),
-    })
+        values: (0..g.nodes.len()).map(|v| spec_of(v, None)).collect(),
+        classes: cls.of.clone(),
+        reduced: cls
+            .ops
+            .iter()
+            .flat_map(|o| o.special.iter().map(|(c, _)| *c))
+            .collect(),
+    }))
 }
 
 /// Each value's partial state under `split`, or the classes to unsplit.
@@ -251,18 +303,22 @@ fn walk(
     g: &Graph,
     cls: &Classes,
     split: &HashMap<usize, Vec<String>>,
+    mode: Statistic,
+    stats: &[usize],
 ) -> std::result::Result<Vec<Option<PartialState>>, Vec<usize>> {
     let mut state: Vec<Option<PartialState>> = Vec::with_capacity(g.nodes.len());
     for (v, node) in g.nodes.iter().enumerate() {
         let info = &cls.ops[v];
-        // A split normalized axis: gather first.
+        let designated = mode == Statistic::Partial(v);
+        // A split normalized axis (or, gathering first, any split statistics axis): unsplit.
+        let gather_all = mode == Statistic::GatherFirst && stats.contains(&v);
         let normalized: Vec<usize> = info
             .special
             .iter()
-            .filter(|(c, k)| *k == Kind::Normalize && split.contains_key(c))
+            .filter(|(c, k)| (*k == Kind::Normalize || gather_all) && split.contains_key(c))
             .map(|(c, _)| *c)
             .collect();
-        if !normalized.is_empty() {
+        if !normalized.is_empty() && !designated {
             return Err(normalized);
         }
         let ins: Vec<Option<&PartialState>> = node
@@ -281,6 +337,8 @@ fn walk(
         } else {
             let first = ins[partial_in[0]].expect("partial");
             let ok = match info.linear {
+                // The partial-statistics node reads whole values.
+                _ if designated => false,
                 Linear::None => false,
                 Linear::Structural => partial_in.len() == 1,
                 Linear::AllSame => {
@@ -300,8 +358,9 @@ fn walk(
             }
             Some(first.clone())
         };
-        // A split reduction factor: this op's result is partial over its axes.
-        for (c, k) in &info.special {
+        // A split reduction factor: this op's result is partial over its axes (unless the
+        // launch combines the partial statistics itself).
+        for (c, k) in info.special.iter().filter(|_| !designated) {
             let (Kind::Reduce(op), Some(axes)) = (k, split.get(c)) else {
                 continue;
             };

@@ -8,8 +8,8 @@
 //! | kind | when sharded | ops |
 //! |---|---|---|
 //! | parallel | the result dim is split the same way | every non-contracted dim |
-//! | reduce(op) | each device reduces its part: the result is `Partial(op)` over those axes | matmul's `k`, `reduce.sum`/`reduce.max` axes |
-//! | normalize | not directly: the axis is gathered before the launch (partial statistics are not implemented) | softmax / layernorm / rmsnorm's last axis, `reduce.mean` axes |
+//! | reduce(op) | each device reduces its part: the result is `Partial(op)` over those axes (for a reduction, optionally all-reduced at once by the partial-statistics launch) | matmul's `k`, `reduce.sum`/`reduce.max` axes |
+//! | normalize | gathered before the launch, or (the cheaper, see [`super::Statistics`]) partial statistics combined by collectives, the result split like the input | softmax / layernorm / rmsnorm's last axis, `reduce.mean` axes |
 //!
 //! So `matmul`: `S(m)×R → S(m)`, `R×S(n) → S(n)`, `S(k)×S(k) → Partial(sum)`; elementwise ops and
 //! broadcasts follow their operands. **Linearity** says which operands may stay partial (a
