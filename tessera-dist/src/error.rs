@@ -104,7 +104,8 @@ pub enum DistError {
     /// An error from a tessera kernel or tensor.
     #[error(transparent)]
     Tensor(#[from] tessera::Error),
-
+    /// Building a prefix or suffix kernel of a partial-statistics launch failed: one of its
+    /// nodes broke a Graph IR typing rule.
     #[error("building a partial-statistics kernel: {0}")]
     Graph(#[from] tessera::ir::graph::TypeError),
 }
