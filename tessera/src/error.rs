@@ -37,6 +37,14 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A scalar argument (`eps: f32`) outside what the kernel accepts for it (see
+    /// [`tessera_ir::scalar::ScalarRule`]).
+    #[error("kernel `{kernel}`: scalar `{param}` {message}")]
+    ScalarArg {
+        kernel: String,
+        param: String,
+        message: String,
+    },
     /// `Tensor::from_vec` with a buffer whose length differs from the shape's element count.
     #[error("shape {shape:?} needs {expected} elements, the buffer has {got}")]
     BufferLength {

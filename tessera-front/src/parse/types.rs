@@ -53,15 +53,21 @@ pub fn dtype(ty: &Type) -> syn::Result<DType> {
 
 /// A kernel tensor type `Tensor<bf16, (M, K)>`, or `Tensor<T, (M, K)>` with `T` a type
 /// parameter of a generic kernel (`param`; `ty.dtype` is then a placeholder until the kernel
-/// is instantiated).
+/// is instantiated), or a scalar parameter's type `f32` (`scalar`).
 #[derive(Clone)]
 pub struct KType {
     pub ty: TensorType,
     pub param: Option<Ident>,
+    /// A scalar parameter written as the bare element type `f32` (`eps: f32`): a rank-0 `f32`
+    /// tensor in the graph, passed by value to the generated function (see
+    /// `tessera_ir::scalar`).
+    pub scalar: bool,
 }
 
-const TENSOR_MSG: &str =
-    "expected a tensor type `Tensor<dtype, (dims)>`, e.g. `Tensor<bf16, (M, K)>`";
+const TENSOR_MSG: &str = "expected a tensor type `Tensor<dtype, (dims)>` (e.g. `Tensor<bf16, (M, K)>`) or, for a scalar parameter, `f32`";
+
+/// The element types a scalar parameter may have.
+const SCALAR_MSG: &str = "a scalar kernel parameter is `f32` (e.g. `eps: f32`); other element types are passed as tensors: `Tensor<i32, ()>`";
 
 impl Parse for KType {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -74,6 +80,17 @@ impl Parse for KType {
             return Err(whole());
         }
         let head: Ident = input.parse()?;
+        if head != "Tensor" && !input.peek(Token![<]) && !input.peek(Token![::]) {
+            return match dtype_ident(&head) {
+                Ok(DType::F32) => Ok(KType {
+                    ty: TensorType::new(DType::F32, Shape::scalar()),
+                    param: None,
+                    scalar: true,
+                }),
+                Ok(_) => Err(err(&head, SCALAR_MSG)),
+                Err(_) => Err(whole()),
+            };
+        }
         if head != "Tensor" || !input.peek(Token![<]) {
             return Err(whole());
         }
@@ -111,6 +128,7 @@ impl Parse for KType {
         Ok(KType {
             ty: TensorType::new(dtype, Shape(dims)),
             param,
+            scalar: false,
         })
     }
 }

@@ -8,7 +8,7 @@
 //! - [`tile`]: `tile!` definitions ([`TileDef`]).
 //! - [`gpu`]: device arguments and embedded PTX; [`jit`]: the JIT PTX cache (memory and
 //!   disk); [`precompiled`]: library tables of build-time PTX; [`report`]: what the last
-//!   launch ran ([`last_launch`]).
+//!   launch ran ([`last_launch`]); [`scalar`]: scalar arguments ([`scalar_arg`]).
 
 mod family;
 pub(crate) mod gpu;
@@ -17,6 +17,7 @@ pub(crate) mod jit;
 mod kernel;
 pub(crate) mod precompiled;
 pub(crate) mod report;
+mod scalar;
 mod tile;
 
 pub use family::{KernelFamily, KernelInstance};
@@ -24,6 +25,7 @@ pub use gpu::EmbeddedPtx;
 pub use kernel::KernelDef;
 pub use precompiled::PrecompiledPtx;
 pub use report::{LaunchedKernel, last_launch};
+pub use scalar::scalar_arg;
 pub use tile::{TileDef, TileParam};
 
 use crate::autotune;
