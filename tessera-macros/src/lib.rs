@@ -32,6 +32,10 @@ use proc_macro::TokenStream;
 /// `rmsnorm` / `layernorm` it is checked finite and > 0 at each call. Another type is a compile
 /// error pointing at it.
 ///
+/// A dim is a symbol (`M`, bound at launch; one name, one size) or a constant `Const<64>`
+/// (`Tensor<f32, (M, 64)>` is not Rust syntax); a size that differs is an `Err` naming the
+/// parameter, the dim and both sizes.
+///
 /// The generated function's docs state its shape contract (`x: f32[M, K]`, `w: f32[K, N]` →
 /// `f32[M, N]`).
 ///

@@ -46,6 +46,24 @@
 //! kernel a literal `eps` gives). Anywhere else any `f32` is accepted, NaN and infinities
 //! included.
 //!
+//! A constant dim is written `Const<64>` (Rust's parser takes no integer in a type tuple);
+//! a tensor whose size differs is an error naming the parameter, the dim and both sizes:
+//!
+//! ```
+//! use tessera::prelude::*;
+//!
+//! #[tessera::kernel]
+//! fn head(x: Tensor<f32, (M, Const<4>)>, w: Tensor<f32, (Const<4>, N)>) -> Tensor<f32, (M, N)> {
+//!     x.matmul(w)
+//! }
+//!
+//! let w = Tensor::<f32>::randn(&[4, 2], 2);
+//! assert_eq!(head(&Tensor::randn(&[3, 4], 1), &w)?.shape(), &[3, 2]);
+//! let e = head(&Tensor::randn(&[3, 5], 1), &w).unwrap_err();
+//! assert_eq!(e.to_string(), "kernel `head`: `x` must have shape [M, 4]: dim 1 must be 4, got 5 (shape [3, 5])");
+//! # Ok::<(), tessera::Error>(())
+//! ```
+//!
 //! The pipeline: `#[kernel]` body → Graph IR → fusion → Schedule IR → Tile IR (all in
 //! [`ir`], at compile time) → a backend at run time. The CPU backend runs Tile IR on a rayon
 //! grid with SIMD micro-kernels.

@@ -114,10 +114,14 @@ impl Parse for KType {
                 let l: LitInt = content.parse()?;
                 dims.push(Dim::Const(l.base10_parse()?));
             } else {
-                let i: Ident = content.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "a dim is a symbol (`M`) or an integer literal")
-                })?;
-                dims.push(Dim::Sym(i.to_string()));
+                let i: Ident = content
+                    .parse()
+                    .map_err(|e| syn::Error::new(e.span(), DIM_MSG))?;
+                if i == "Const" && content.peek(Token![<]) {
+                    dims.push(Dim::Const(const_dim(&content)?));
+                } else {
+                    dims.push(Dim::Sym(i.to_string()));
+                }
             }
             if content.is_empty() {
                 break;
@@ -133,6 +137,37 @@ impl Parse for KType {
     }
 }
 
+const DIM_MSG: &str = "a dim is a symbol (`M`) or a constant `Const<64>`";
+
+/// The `<64>` of a constant dim `Const<64>` (Rust's parser takes no integer literal in a type
+/// tuple, so `Tensor<f32, (M, 64)>` cannot be written; `Const<64>` is a type path it accepts,
+/// never resolved since the macro replaces the item).
+fn const_dim(input: ParseStream) -> syn::Result<u64> {
+    input.parse::<Token![<]>()?;
+    let l: LitInt = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "a constant dim is an integer literal: `Const<64>`",
+        )
+    })?;
+    let n: u64 = l.base10_parse().map_err(|_| {
+        err(
+            &l,
+            "a constant dim is a non-negative integer literal: `Const<64>`",
+        )
+    })?;
+    if !l.suffix().is_empty() {
+        return Err(err(
+            &l,
+            "a constant dim is written without a suffix: `Const<64>`",
+        ));
+    }
+    input
+        .parse::<Token![>]>()
+        .map_err(|e| syn::Error::new(e.span(), "expected `>` closing `Const<..>`"))?;
+    Ok(n)
+}
+
 /// The Rust element type tokens of a dtype (`::tessera::bf16`).
 pub fn rust_elem(d: DType) -> TokenStream {
     match d {
@@ -143,5 +178,31 @@ pub fn rust_elem(d: DType) -> TokenStream {
         DType::F8E5M2 => quote!(::tessera::f8e5m2),
         DType::I32 => quote!(i32),
         DType::Bool => quote!(bool),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KType;
+
+    fn parse(t: proc_macro2::TokenStream) -> syn::Result<KType> {
+        syn::parse2(t)
+    }
+
+    #[test]
+    fn constant_dims_and_scalars() {
+        let t = parse(quote::quote!(Tensor<f32, (M, Const<64>)>)).unwrap();
+        assert_eq!(t.ty.to_string(), "f32[M, 64]");
+        let s = parse(quote::quote!(f32)).unwrap();
+        assert!(s.scalar && s.ty.shape.rank() == 0);
+        for bad in [
+            quote::quote!(Tensor<f32, (M, Const<N>)>),
+            quote::quote!(Tensor<f32, (M, Const<64u8>)>),
+            quote::quote!(Tensor<f32, (M, Const<64, 2>)>),
+            quote::quote!(i32),
+            quote::quote!(String),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
     }
 }

@@ -132,13 +132,16 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                 ),
             });
         }
-        for (d, &got) in ty.shape.0.iter().zip(a.shape) {
+        for (axis, (d, &got)) in ty.shape.0.iter().zip(a.shape).enumerate() {
             match d {
                 Dim::Const(c) if *c as usize != got => {
                     return Err(Error::ShapeMismatch {
                         kernel: kernel.into(),
                         param: pname,
-                        message: format!("must have shape {}, got {:?}", ty.shape, a.shape),
+                        message: format!(
+                            "must have shape {}: dim {axis} must be {c}, got {got} (shape {:?})",
+                            ty.shape, a.shape
+                        ),
                     });
                 }
                 Dim::Const(_) => {}
