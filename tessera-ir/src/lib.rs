@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod pipeline;
 pub mod reference;
 pub mod rewrite;
+pub mod scalar;
 pub mod schedule;
 pub mod target;
 pub mod text;

@@ -29,6 +29,15 @@ use proc_macro::TokenStream;
 /// //      (the definition: Graph IR, fused kernels, PTX; used by SPMD launches)
 /// ```
 ///
+/// A parameter typed `f32` (`eps: f32`) is a scalar parameter: the generated function takes it
+/// by value, the graph sees a rank-0 `f32` tensor (see `tessera::scalar_arg`); as the `eps` of
+/// `rmsnorm` / `layernorm` it is checked finite and > 0 at each call. Another type is a compile
+/// error pointing at it.
+///
+/// A dim is a symbol (`M`, bound at launch; one name, one size) or a constant `Const<64>`
+/// (`Tensor<f32, (M, 64)>` is not Rust syntax); a size that differs is an `Err` naming the
+/// parameter, the dim and both sizes.
+///
 /// The generated function's docs state its shape contract (`x: f32[M, K]`, `w: f32[K, N]` →
 /// `f32[M, N]`).
 ///

@@ -53,6 +53,17 @@ pub enum Error {
         /// Arguments passed.
         got: usize,
     },
+    /// A scalar argument (`eps: f32`) outside what the kernel accepts for it (see
+    /// [`tessera_ir::scalar::ScalarRule`]).
+    #[error("kernel `{kernel}`: scalar `{param}` {message}")]
+    ScalarArg {
+        /// The kernel's name.
+        kernel: String,
+        /// The scalar parameter at fault (`eps`).
+        param: String,
+        /// What its value breaks, in words (`is -1 but must be finite and > 0`).
+        message: String,
+    },
     /// `Tensor::from_vec` with a buffer whose length differs from the shape's element count.
     #[error("shape {shape:?} needs {expected} elements, the buffer has {got}")]
     BufferLength {

@@ -19,6 +19,51 @@
 //! # Ok::<(), tessera::Error>(())
 //! ```
 //!
+//! A parameter typed `f32` instead of `Tensor<..>` is a **scalar parameter**, passed by value:
+//!
+//! ```
+//! use tessera::prelude::*;
+//!
+//! #[tessera::kernel]
+//! fn norm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, eps: f32, alpha: f32) -> Tensor<f32, (R, C)> {
+//!     rmsnorm(x, g, eps) * alpha
+//! }
+//!
+//! let x = Tensor::<f32>::randn(&[4, 6], 1);
+//! let g = Tensor::<f32>::from_vec(vec![1.0; 6], &[6])?;
+//! let y = norm(&x, &g, 1e-5, 0.5)?;
+//! assert_eq!(y.shape(), &[4, 6]);
+//! let e = norm(&x, &g, -1.0, 0.5).unwrap_err();   // an eps must be finite and > 0
+//! assert!(e.to_string().contains("scalar `eps` is -1"));
+//! # Ok::<(), tessera::Error>(())
+//! ```
+//!
+//! It is a rank-0 `f32` tensor in the graph, placed on the device of the first tensor argument
+//! at each call ([`scalar_arg`]; one 4-byte upload on a GPU or the simulator), and takes the
+//! element type of the tensor it meets, as a number literal does. As the `eps` of `rmsnorm` /
+//! `layernorm` it must be finite and > 0 (checked at each call); there the op is built from
+//! its primitives (`mean_keepdim`, `rsqrt`, ...; two to three kernels instead of the one row-wise
+//! kernel a literal `eps` gives). Anywhere else any `f32` is accepted, NaN and infinities
+//! included.
+//!
+//! A constant dim is written `Const<64>` (Rust's parser takes no integer in a type tuple);
+//! a tensor whose size differs is an error naming the parameter, the dim and both sizes:
+//!
+//! ```
+//! use tessera::prelude::*;
+//!
+//! #[tessera::kernel]
+//! fn head(x: Tensor<f32, (M, Const<4>)>, w: Tensor<f32, (Const<4>, N)>) -> Tensor<f32, (M, N)> {
+//!     x.matmul(w)
+//! }
+//!
+//! let w = Tensor::<f32>::randn(&[4, 2], 2);
+//! assert_eq!(head(&Tensor::randn(&[3, 4], 1), &w)?.shape(), &[3, 2]);
+//! let e = head(&Tensor::randn(&[3, 5], 1), &w).unwrap_err();
+//! assert_eq!(e.to_string(), "kernel `head`: `x` must have shape [M, 4]: dim 1 must be 4, got 5 (shape [3, 5])");
+//! # Ok::<(), tessera::Error>(())
+//! ```
+//!
 //! The pipeline: `#[kernel]` body → Graph IR → fusion → Schedule IR → Tile IR (all in
 //! [`ir`], at compile time) → a backend at run time. The CPU backend runs Tile IR on a rayon
 //! grid with SIMD micro-kernels.
@@ -50,7 +95,7 @@ pub use grad::{Grad, grad, grad_wrt};
 pub use half::{bf16, f16};
 pub use launch::{
     Arg, EmbeddedPtx, KernelDef, KernelFamily, KernelInstance, LaunchedKernel, PrecompiledPtx,
-    TileDef, TileParam, last_launch,
+    TileDef, TileParam, last_launch, scalar_arg,
 };
 pub use tensor::{
     Data, DataMut, DeviceBuffer, Element, Float, Fp8, Tensor, TensorMut, TensorRef, f8e4m3, f8e5m2,

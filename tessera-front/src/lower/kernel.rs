@@ -9,6 +9,7 @@ use tessera_ir::graph::{
     self, BinaryOp, Conv2d, Graph, GraphBuilder, Op, ReduceOp, UnaryOp, Value,
 };
 use tessera_ir::pipeline;
+use tessera_ir::scalar::ScalarRule;
 use tessera_ir::{DType, NumericsPolicy};
 
 /// The ops a kernel body may call, by name, as the `#[kernel]` docs list them (a test in
@@ -72,6 +73,9 @@ pub struct Compiled {
     pub tiles: Vec<String>,
     /// The whole compilation (plan, kernels, bindings), for emitters.
     pub compiled: pipeline::Compiled,
+    /// Per scalar parameter (`eps: f32`), in signature order, what its value must meet at
+    /// launch.
+    pub scalar_rules: Vec<(String, ScalarRule)>,
 }
 
 /// Builds, verifies and compiles one instantiation of the kernel (`item` already instantiated,
@@ -83,7 +87,7 @@ pub fn compile(
     attr: &KernelAttr,
     inst: &Instance,
 ) -> syn::Result<Compiled> {
-    let mut g = build(item, body, attr.policy, inst)?;
+    let (mut g, scalar_rules) = build_with_rules(item, body, attr.policy, inst)?;
     graph::verify(&g).map_err(|e| {
         err(
             &item.name,
@@ -113,6 +117,7 @@ pub fn compile(
         graph: g.to_string(),
         tiles: c.tile_texts(),
         compiled: c,
+        scalar_rules,
     })
 }
 
@@ -124,16 +129,45 @@ pub fn build(
     policy: NumericsPolicy,
     inst: &Instance,
 ) -> syn::Result<Graph> {
+    build_with_rules(item, body, policy, inst).map(|(g, _)| g)
+}
+
+/// [`build`], also returning per scalar parameter (in signature order) the rule its value
+/// must meet at launch: [`ScalarRule::FinitePositive`] when it is the `eps` of `rmsnorm` or
+/// `layernorm`, else [`ScalarRule::Any`].
+///
+/// ```
+/// use tessera_front::lower::kernel::build_with_rules;
+/// use tessera_front::parse::kernel::{KernelItem, body, Instance};
+/// use tessera_ir::scalar::ScalarRule;
+/// let k: KernelItem = syn::parse2(quote::quote!(
+///     fn norm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, eps: f32, alpha: f32)
+///         -> Tensor<f32, (R, C)> { rmsnorm(x, g, eps) * alpha }
+/// )).unwrap();
+/// let inst = Instance { suffix: String::new(), subst: vec![] };
+/// let (_, rules) = build_with_rules(&k, &body(&k.block).unwrap(), Default::default(), &inst).unwrap();
+/// assert_eq!(rules, [("eps".to_string(), ScalarRule::FinitePositive), ("alpha".to_string(), ScalarRule::Any)]);
+/// ```
+pub fn build_with_rules(
+    item: &KernelItem,
+    body: &KBody,
+    policy: NumericsPolicy,
+    inst: &Instance,
+) -> syn::Result<(Graph, Vec<(String, ScalarRule)>)> {
     let mut cx = Cx {
         b: Graph::builder(&format!("{}{}", item.name, inst.suffix)),
         env: HashMap::new(),
         policy,
         inst: inst.clone(),
+        scalars: HashMap::new(),
     };
     for (n, t) in &item.params {
         let v = cx.b.param(&n.to_string(), t.ty.clone());
         if cx.env.insert(n.to_string(), v).is_some() {
             return Err(err(n, format!("parameter `{n}` is declared twice")));
+        }
+        if t.scalar {
+            cx.scalars.insert(v, ScalarRule::Any);
         }
     }
     for (n, e) in &body.lets {
@@ -153,7 +187,13 @@ pub fn build(
             ),
         ));
     }
-    Ok(cx.b.finish(out))
+    let rules = item
+        .params
+        .iter()
+        .filter(|(_, t)| t.scalar)
+        .map(|(n, _)| (n.to_string(), cx.scalars[&cx.env[&n.to_string()]]))
+        .collect();
+    Ok((cx.b.finish(out), rules))
 }
 
 /// A value during building: a graph value or a number not yet given a dtype.
@@ -168,6 +208,8 @@ struct Cx {
     env: HashMap<String, Value>,
     policy: NumericsPolicy,
     inst: Instance,
+    /// The scalar parameters' values and the rule each must meet so far.
+    scalars: HashMap<Value, ScalarRule>,
 }
 
 impl Cx {
@@ -224,6 +266,17 @@ impl Cx {
     fn binary(&mut self, at: &TokenStream, op: BinaryOp, x: V, y: V) -> syn::Result<V> {
         let (a, b) = match (x, y) {
             (V::Num(p), V::Num(q)) => return Ok(V::Num(op.eval_f64(p, q))),
+            // A scalar parameter takes the other operand's element type, as a literal does.
+            (V::T(a), V::T(b))
+                if self.scalars.contains_key(&a) && !self.scalars.contains_key(&b) =>
+            {
+                (self.adapt(at, a, self.b.ty(b).dtype)?, b)
+            }
+            (V::T(a), V::T(b))
+                if self.scalars.contains_key(&b) && !self.scalars.contains_key(&a) =>
+            {
+                (a, self.adapt(at, b, self.b.ty(a).dtype)?)
+            }
             (V::T(a), V::T(b)) => (a, b),
             (V::T(a), V::Num(q)) => (a, self.constant(at, q, self.b.ty(a).dtype)?),
             (V::Num(p), V::T(b)) => (self.constant(at, p, self.b.ty(b).dtype)?, b),
@@ -467,8 +520,24 @@ impl Cx {
                 let x = tensors(self, n - 1)?;
                 let eps = match self.expr(&args[n - 1])? {
                     V::Num(e) => e,
+                    V::T(e)
+                        if matches!(args[n - 1], KExpr::Var(_))
+                            && self.scalars.contains_key(&e) =>
+                    {
+                        let rule = self.scalars[&e].and(ScalarRule::FinitePositive);
+                        self.scalars.insert(e, rule);
+                        return Ok(V::T(self.norm_with_scalar_eps(
+                            at,
+                            f == "layernorm",
+                            &x,
+                            e,
+                        )?));
+                    }
                     V::T(_) => {
-                        return Err(err(args[n - 1].tokens(), "`eps` must be a number literal"));
+                        return Err(err(
+                            args[n - 1].tokens(),
+                            "`eps` must be a number literal or a scalar parameter of the kernel (`eps: f32`)",
+                        ));
                     }
                 };
                 let policy = self.policy;
@@ -491,6 +560,90 @@ impl Cx {
 }
 
 impl Cx {
+    /// A scalar parameter `v` as `dtype` (a cast when it differs).
+    fn adapt(&mut self, at: &TokenStream, v: Value, dtype: DType) -> syn::Result<Value> {
+        if self.b.ty(v).dtype == dtype {
+            Ok(v)
+        } else {
+            self.push(at, Op::Cast(dtype), &[v])
+        }
+    }
+
+    /// `rmsnorm(x, g, eps)` / `layernorm(x, g, b, eps)` whose `eps` is a scalar parameter
+    /// (a rank-0 value): the op's definition in f32 written with primitives, since the
+    /// `rmsnorm` / `layernorm` nodes carry `eps` as a constant attribute. Over the last axis:
+    /// `x · rsqrt(mean(x²) + eps) · g`, and `(x − μ) · rsqrt(mean((x − μ)²) + eps) · g + b`.
+    /// These fuse as their primitives do (row reductions, then elementwise kernels), not into
+    /// the one row-wise kernel a literal `eps` gives.
+    fn norm_with_scalar_eps(
+        &mut self,
+        at: &TokenStream,
+        layer: bool,
+        args: &[Value],
+        eps: Value,
+    ) -> syn::Result<Value> {
+        let x = args[0];
+        let xt = self.b.ty(x).clone();
+        if !xt.dtype.is_float() || xt.shape.rank() == 0 {
+            // The op's own checks name the problem.
+            let op = if layer {
+                Op::LayerNorm {
+                    eps: 1.0,
+                    policy: self.policy,
+                }
+            } else {
+                Op::RmsNorm {
+                    eps: 1.0,
+                    policy: self.policy,
+                }
+            };
+            self.push(at, op, args)?;
+        }
+        let last = xt.shape.rank() - 1;
+        for p in &args[1..] {
+            let pt = self.b.ty(*p);
+            if pt.shape.0.as_slice() != [xt.shape.0[last].clone()] {
+                return Err(err(
+                    at,
+                    format!(
+                        "scale/shift must have shape [{}], got {pt}",
+                        xt.shape.0[last]
+                    ),
+                ));
+            }
+        }
+        let f32v = |cx: &mut Self, v: Value| cx.adapt(at, v, DType::F32);
+        let mean = |cx: &mut Self, v: Value| {
+            let r = Op::Reduce {
+                op: ReduceOp::Mean,
+                axes: vec![last],
+                keepdim: true,
+                policy: cx.policy,
+            };
+            cx.push(at, r, &[v])
+        };
+        let bin =
+            |cx: &mut Self, op: BinaryOp, a: Value, b: Value| cx.push(at, Op::Binary(op), &[a, b]);
+        let mut xc = f32v(self, x)?;
+        if layer {
+            let mu = mean(self, xc)?;
+            xc = bin(self, BinaryOp::Sub, xc, mu)?;
+        }
+        let sq = bin(self, BinaryOp::Mul, xc, xc)?;
+        let ms = mean(self, sq)?;
+        let eps = f32v(self, eps)?;
+        let den = bin(self, BinaryOp::Add, ms, eps)?;
+        let inv = self.push(at, Op::Unary(UnaryOp::Rsqrt), &[den])?;
+        let y = bin(self, BinaryOp::Mul, xc, inv)?;
+        let g = f32v(self, args[1])?;
+        let mut y = bin(self, BinaryOp::Mul, y, g)?;
+        if layer {
+            let b = f32v(self, args[2])?;
+            y = bin(self, BinaryOp::Add, y, b)?;
+        }
+        Ok(y)
+    }
+
     /// A number literal argument.
     fn number(&mut self, e: &KExpr, what: &str) -> syn::Result<f64> {
         match self.expr(e)? {

@@ -86,6 +86,7 @@ impl KernelItem {
     /// ```
     pub fn shape_contract(&self) -> String {
         let ty = |t: &KType| match &t.param {
+            _ if t.scalar => t.ty.dtype.to_string(),
             Some(p) => format!("{p}{}", t.ty.shape),
             None => t.ty.to_string(),
         };
@@ -174,7 +175,15 @@ impl Parse for KernelItem {
             ));
         }
         input.parse::<Token![->]>()?;
+        let ret_start = input.fork();
         let ret: KType = input.parse()?;
+        if ret.scalar {
+            let t: syn::Type = ret_start.parse()?;
+            return Err(err(
+                t,
+                "a kernel returns a tensor: `-> Tensor<dtype, (dims)>` (a rank-0 result is `Tensor<f32, ()>`)",
+            ));
+        }
         let block: syn::Block = input.parse()?;
         for t in params.iter().map(|(_, t)| t).chain([&ret]) {
             if let Some(p) = &t.param

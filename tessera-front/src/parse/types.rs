@@ -53,17 +53,23 @@ pub fn dtype(ty: &Type) -> syn::Result<DType> {
 
 /// A kernel tensor type `Tensor<bf16, (M, K)>`, or `Tensor<T, (M, K)>` with `T` a type
 /// parameter of a generic kernel (`param`; `ty.dtype` is then a placeholder until the kernel
-/// is instantiated).
+/// is instantiated), or a scalar parameter's type `f32` (`scalar`).
 #[derive(Clone)]
 pub struct KType {
     /// The tensor type (dtype and dims).
     pub ty: TensorType,
     /// The type parameter standing for the dtype, if any.
     pub param: Option<Ident>,
+    /// A scalar parameter written as the bare element type `f32` (`eps: f32`): a rank-0 `f32`
+    /// tensor in the graph, passed by value to the generated function (see
+    /// `tessera_ir::scalar`).
+    pub scalar: bool,
 }
 
-const TENSOR_MSG: &str =
-    "expected a tensor type `Tensor<dtype, (dims)>`, e.g. `Tensor<bf16, (M, K)>`";
+const TENSOR_MSG: &str = "expected a tensor type `Tensor<dtype, (dims)>` (e.g. `Tensor<bf16, (M, K)>`) or, for a scalar parameter, `f32`";
+
+/// The element types a scalar parameter may have.
+const SCALAR_MSG: &str = "a scalar kernel parameter is `f32` (e.g. `eps: f32`); other element types are passed as tensors: `Tensor<i32, ()>`";
 
 impl Parse for KType {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -76,6 +82,17 @@ impl Parse for KType {
             return Err(whole());
         }
         let head: Ident = input.parse()?;
+        if head != "Tensor" && !input.peek(Token![<]) && !input.peek(Token![::]) {
+            return match dtype_ident(&head) {
+                Ok(DType::F32) => Ok(KType {
+                    ty: TensorType::new(DType::F32, Shape::scalar()),
+                    param: None,
+                    scalar: true,
+                }),
+                Ok(_) => Err(err(&head, SCALAR_MSG)),
+                Err(_) => Err(whole()),
+            };
+        }
         if head != "Tensor" || !input.peek(Token![<]) {
             return Err(whole());
         }
@@ -99,10 +116,14 @@ impl Parse for KType {
                 let l: LitInt = content.parse()?;
                 dims.push(Dim::Const(l.base10_parse()?));
             } else {
-                let i: Ident = content.parse().map_err(|e| {
-                    syn::Error::new(e.span(), "a dim is a symbol (`M`) or an integer literal")
-                })?;
-                dims.push(Dim::Sym(i.to_string()));
+                let i: Ident = content
+                    .parse()
+                    .map_err(|e| syn::Error::new(e.span(), DIM_MSG))?;
+                if i == "Const" && content.peek(Token![<]) {
+                    dims.push(Dim::Const(const_dim(&content)?));
+                } else {
+                    dims.push(Dim::Sym(i.to_string()));
+                }
             }
             if content.is_empty() {
                 break;
@@ -113,8 +134,40 @@ impl Parse for KType {
         Ok(KType {
             ty: TensorType::new(dtype, Shape(dims)),
             param,
+            scalar: false,
         })
     }
+}
+
+const DIM_MSG: &str = "a dim is a symbol (`M`) or a constant `Const<64>`";
+
+/// The `<64>` of a constant dim `Const<64>` (Rust's parser takes no integer literal in a type
+/// tuple, so `Tensor<f32, (M, 64)>` cannot be written; `Const<64>` is a type path it accepts,
+/// never resolved since the macro replaces the item).
+fn const_dim(input: ParseStream) -> syn::Result<u64> {
+    input.parse::<Token![<]>()?;
+    let l: LitInt = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "a constant dim is an integer literal: `Const<64>`",
+        )
+    })?;
+    let n: u64 = l.base10_parse().map_err(|_| {
+        err(
+            &l,
+            "a constant dim is a non-negative integer literal: `Const<64>`",
+        )
+    })?;
+    if !l.suffix().is_empty() {
+        return Err(err(
+            &l,
+            "a constant dim is written without a suffix: `Const<64>`",
+        ));
+    }
+    input
+        .parse::<Token![>]>()
+        .map_err(|e| syn::Error::new(e.span(), "expected `>` closing `Const<..>`"))?;
+    Ok(n)
 }
 
 /// The Rust element type tokens of a dtype (`::tessera::bf16`).
@@ -127,5 +180,31 @@ pub fn rust_elem(d: DType) -> TokenStream {
         DType::F8E5M2 => quote!(::tessera::f8e5m2),
         DType::I32 => quote!(i32),
         DType::Bool => quote!(bool),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KType;
+
+    fn parse(t: proc_macro2::TokenStream) -> syn::Result<KType> {
+        syn::parse2(t)
+    }
+
+    #[test]
+    fn constant_dims_and_scalars() {
+        let t = parse(quote::quote!(Tensor<f32, (M, Const<64>)>)).unwrap();
+        assert_eq!(t.ty.to_string(), "f32[M, 64]");
+        let s = parse(quote::quote!(f32)).unwrap();
+        assert!(s.scalar && s.ty.shape.rank() == 0);
+        for bad in [
+            quote::quote!(Tensor<f32, (M, Const<N>)>),
+            quote::quote!(Tensor<f32, (M, Const<64u8>)>),
+            quote::quote!(Tensor<f32, (M, Const<64, 2>)>),
+            quote::quote!(i32),
+            quote::quote!(String),
+        ] {
+            assert!(parse(bad.clone()).is_err(), "{bad}");
+        }
     }
 }

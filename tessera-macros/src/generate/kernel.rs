@@ -19,6 +19,8 @@ struct Def {
     /// Per fused kernel and arch (kernel-major, `Arch::ALL` order): the default schedule's
     /// launch header and PTX module; both empty for an arch the kernel cannot run on.
     ptx: Vec<(String, String)>,
+    /// Per scalar parameter, the rule its value must meet at launch.
+    scalar_rules: Vec<(String, tessera_ir::scalar::ScalarRule)>,
 }
 
 /// Expands `#[kernel(attr)] item`.
@@ -40,6 +42,7 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
                 tiles: c.tiles,
                 manifests,
                 ptx,
+                scalar_rules: c.scalar_rules,
             });
         }
         Ok((defs, a))
@@ -75,7 +78,18 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
         ..
     } = k;
     let names: Vec<_> = params.iter().map(|(n, _)| n).collect();
-    let tys: Vec<_> = params.iter().map(|(_, t)| elem(t)).collect();
+    // Tensors by reference, scalar parameters (`eps: f32`) by value.
+    let arg_tys: Vec<_> = params
+        .iter()
+        .map(|(_, t)| {
+            let e = elem(t);
+            if t.scalar {
+                quote!(#e)
+            } else {
+                quote!(&::tessera::Tensor<#e>)
+            }
+        })
+        .collect();
     let out = elem(ret);
     let name_str = name.to_string();
     let bounds = generics.iter().map(|(p, b)| quote!(#p: ::tessera::#b));
@@ -91,6 +105,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
     );
     let body = match compiled {
         Some((defs, attr)) => {
+            let scalars = scalar_prelude(&name_str, params, &defs[0].scalar_rules);
             let tune = &attr.autotune;
             let precision = attr.precision.map(|m| {
                 let v = format_ident!("{}", format!("{m:?}"));
@@ -130,6 +145,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 });
                 quote! {
                     #register
+                    #scalars
                     #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
                 }
             } else {
@@ -178,6 +194,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 });
                 quote! {
                     #(#registers)*
+                    #scalars
                     let def: &'static ::tessera::KernelDef = match [#(<#ps as ::tessera::Element>::DTYPE),*] {
                         #(#arms)*
                         other => {
@@ -228,10 +245,37 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
     quote! {
         #(#attrs)*
         #contract_doc
-        #vis fn #name #gen_params (#(#names: &::tessera::Tensor<#tys>),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
+        #vis fn #name #gen_params (#(#names: #arg_tys),*) -> ::tessera::Result<::tessera::Tensor<#out>> {
             #body
         }
         #module
+    }
+}
+
+/// Turns each scalar parameter into the rank-0 tensor the kernel reads
+/// (`tessera::scalar_arg`: its rule checked, placed on the first tensor argument's device).
+fn scalar_prelude(
+    kernel: &str,
+    params: &[(syn::Ident, KType)],
+    rules: &[(String, tessera_ir::scalar::ScalarRule)],
+) -> TokenStream {
+    if rules.is_empty() {
+        return quote!();
+    }
+    let device = match params.iter().find(|(_, t)| !t.scalar) {
+        Some((n, _)) => quote!(#n.device().clone()),
+        None => quote!(::tessera::Device::cpu()),
+    };
+    let scalars = params.iter().filter(|(_, t)| t.scalar).map(|(n, _)| n);
+    let each = scalars.zip(rules).map(|(id, (n, rule))| {
+        let r = format_ident!("{}", format!("{rule:?}"));
+        quote! {
+            let #id = &::tessera::scalar_arg(#kernel, #n, #id, ::tessera::ir::scalar::ScalarRule::#r, &__tessera_device)?;
+        }
+    });
+    quote! {
+        let __tessera_device: ::tessera::Device = #device;
+        #(#each)*
     }
 }
 

@@ -8,7 +8,7 @@
 //! - [`tile`]: `tile!` definitions ([`TileDef`]).
 //! - [`gpu`]: device arguments and embedded PTX; [`jit`]: the JIT PTX cache (memory and
 //!   disk); [`precompiled`]: library tables of build-time PTX; [`report`]: what the last
-//!   launch ran ([`last_launch`]).
+//!   launch ran ([`last_launch`]); [`scalar`]: scalar arguments ([`scalar_arg`]).
 
 mod family;
 pub(crate) mod gpu;
@@ -17,6 +17,7 @@ pub(crate) mod jit;
 mod kernel;
 pub(crate) mod precompiled;
 pub(crate) mod report;
+mod scalar;
 mod tile;
 
 pub use family::{KernelFamily, KernelInstance};
@@ -24,6 +25,7 @@ pub use gpu::EmbeddedPtx;
 pub use kernel::KernelDef;
 pub use precompiled::PrecompiledPtx;
 pub use report::{LaunchedKernel, last_launch};
+pub use scalar::scalar_arg;
 pub use tile::{TileDef, TileParam};
 
 use crate::autotune;
@@ -136,13 +138,17 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                 ),
             });
         }
-        for (d, &got) in ty.shape.0.iter().zip(a.shape()) {
+        for (axis, (d, &got)) in ty.shape.0.iter().zip(a.shape()).enumerate() {
             match d {
                 Dim::Const(c) if *c as usize != got => {
                     return Err(Error::ShapeMismatch {
                         kernel: kernel.into(),
                         param: pname,
-                        message: format!("must have shape {}, got {:?}", ty.shape, a.shape()),
+                        message: format!(
+                            "must have shape {}: dim {axis} must be {c}, got {got} (shape {:?})",
+                            ty.shape,
+                            a.shape()
+                        ),
                     });
                 }
                 Dim::Const(_) => {}

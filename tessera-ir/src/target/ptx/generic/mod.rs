@@ -258,9 +258,25 @@ impl<'k> G<'k> {
     }
 
     /// Writes a value's elements (logical row-major order) to shared memory, then reads them
-    /// back in model `(r, c)`.
+    /// back in model `(r, c)`. A one-element value (model `(1, 1)`: every thread holds it) is
+    /// broadcast instead: each slot of the result is its register. (Going through shared memory
+    /// would write one element and read `r·c`, so every slot but the first read memory nobody
+    /// wrote: a `[1]` operand of a `[BR]` row tile, such as a rank-0 tensor parameter in a
+    /// row-wise kernel, was wrong from row 1 on.)
     pub fn convert(&mut self, d: &DVal, r: usize, c: usize) -> Result<DVal, EmitError> {
-        if d.r * d.c != r * c && (d.numel() != 1) {
+        if d.numel() == 1 {
+            let mut out = DVal {
+                r,
+                c,
+                regs: vec![],
+                ..d.clone()
+            };
+            out.w = self.w;
+            out.v = self.v;
+            out.regs = vec![d.regs[0]; out.slots()];
+            return Ok(out);
+        }
+        if d.r * d.c != r * c {
             return Err(self.err(format!(
                 "cannot relayout a ({}, {}) tile as ({r}, {c})",
                 d.r, d.c

@@ -1,0 +1,6 @@
+#[tessera::kernel]
+fn k(x: Tensor<f32, (M, Const<N>)>) -> Tensor<f32, (M, Const<N>)> {
+    x
+}
+
+fn main() {}
