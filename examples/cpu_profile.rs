@@ -1,6 +1,7 @@
 //! Times one library kernel's launches on the CPU (for profiling the launch path):
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
-//! (kernels: gelu, softmax, layernorm, add; `vmath` times the bare `vmath::gelu` loop).
+//! (kernels: gelu, softmax, layernorm, add; `vmath` times the bare `vmath::gelu` loop;
+//! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread).
 use std::time::Instant;
@@ -24,11 +25,13 @@ fn main() {
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
+    let w = Tensor::<f32>::randn(&[if name == "matmul" { c } else { 1 }, c], 3);
     let run = || match name.as_str() {
         "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
         "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
         "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
         "add" => drop(tessera_kernels::add(&x, &x).unwrap()),
+        "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
         _ => panic!("unknown kernel {name}"),
@@ -41,6 +44,17 @@ fn main() {
     let s = t.elapsed().as_secs_f64() / n as f64;
     let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
     let bytes = 2.0 * 4.0 * (r * c) as f64;
+    if name == "matmul" {
+        let flops = 2.0 * (r * c * c) as f64;
+        println!(
+            "matmul {r}x{c}x{c}: wall {:.2} ms ({:.2} GFLOP/s), this thread's CPU time {:.2} ms ({:.2} GFLOP/s)",
+            s * 1e3,
+            flops / s / 1e9,
+            c_s * 1e3,
+            flops / c_s / 1e9
+        );
+        return;
+    }
     println!(
         "{name} [{r}, {c}]: wall {:.2} µs ({:.2} GB/s), this thread's CPU time {:.2} µs ({:.2} GB/s)",
         s * 1e6,

@@ -14,6 +14,10 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (3, 0, 4),
     (5, 7, 0),
     (37, 61, 29),
+    // Skinny: one or two rows (the unpacked GEMM), a few rows of a 128-row tile.
+    (1, 130, 300),
+    (2, 70, 33),
+    (8, 65, 130),
     (129, 67, 131),
     (200, 257, 100),
 ];

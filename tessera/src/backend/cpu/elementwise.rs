@@ -156,7 +156,7 @@ pub(crate) fn unary(op: UnaryOp, mut t: Tile, policy: NumericsPolicy) -> Tile {
         }
         round_to(dtype, v);
     }
-    t
+    t.unknown_rows()
 }
 
 pub(crate) fn select(m: &Tile, a: &Tile, b: &Tile, out_dims: &[usize]) -> Tile {
@@ -217,7 +217,11 @@ pub(crate) fn cast(t: Tile, to: DType) -> Tile {
             if to != from {
                 round_to(to, &mut v);
             }
-            Tile::new_f(to, &dims, v)
+            // Rounding keeps +0.0 rows +0.0.
+            let z = t.zero_rows_from;
+            let mut out = Tile::new_f(to, &dims, v);
+            out.zero_rows_from = z;
+            out
         }
         (Data::F(v), DType::I32) => Tile::new_i(&dims, v.iter().map(|x| *x as i32).collect()),
         (Data::F(v), _) => Tile::new_b(&dims, v.iter().map(|x| *x != 0.0).collect()),

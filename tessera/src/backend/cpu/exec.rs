@@ -144,7 +144,11 @@ impl Cx<'_> {
                 }
                 Op::Full(x) => {
                     let s = scalar(out_ty.unwrap().dtype, *x);
-                    ew::broadcast(&s, &dims())
+                    let mut t = ew::broadcast(&s, &dims());
+                    if matches!(t.data, Data::F(_)) && x.to_bits() == 0 {
+                        t.zero_rows_from = 0;
+                    }
+                    t
                 }
                 Op::Unary(u, a) => ew::unary(*u, self.own(i, *a), k.policy),
                 Op::Binary(b, x, y) => ew::binary(*b, self.get(*x), self.get(*y), &dims()),
@@ -157,7 +161,7 @@ impl Cx<'_> {
                     let mut t = self.own(i, *a);
                     let (shape, rank) = Tile::shape_of(&dims());
                     (t.shape, t.rank) = (shape, rank);
-                    t
+                    t.unknown_rows()
                 }
                 Op::Broadcast(a) => ew::broadcast(self.get(*a), &dims()),
                 Op::Trans(a) => ew::trans(self.get(*a)),
@@ -175,12 +179,18 @@ impl Cx<'_> {
                     let Data::F(cv) = &mut c.data else {
                         unreachable!("float accumulator (verified)")
                     };
+                    let rows = dot_rows(ta, tb, c.zero_rows_from, cv, n);
                     if dtype == DType::F32 {
                         // One FMA chain per element in increasing k (see `gemm`).
-                        gemm::gemm_f32(m, n, kk, ta.f(), kk, tb.f(), n, cv, n);
+                        gemm::gemm_f32(rows, n, kk, ta.f(), kk, tb.f(), n, cv, n);
                     } else {
-                        dot_narrow(dtype, m, n, kk, ta.f(), tb.f(), cv);
+                        dot_narrow(dtype, rows, n, kk, ta.f(), tb.f(), cv);
                     }
+                    c.zero_rows_from = if rows < m {
+                        c.zero_rows_from.max(rows)
+                    } else {
+                        m
+                    };
                     c
                 }
                 Op::Load {
@@ -274,6 +284,33 @@ fn scalar(dtype: DType, x: f64) -> Tile {
 
 /// `c += a·b` with a bf16/f16 accumulator: per element an FMA chain in increasing k, rounded
 /// to the accumulator's dtype after every step (the Tile IR `dot` semantics; PTX does the same).
+/// How many leading rows of `acc += a · b` must be computed: rows of `a` at and after
+/// `a.zero_rows_from` are `+0.0`, and when every element of `b` is finite each of their FMAs
+/// adds `±0.0` to the accumulator, which leaves it unchanged unless it is `-0.0` — so those
+/// rows are skipped when no accumulator entry there is `-0.0` (always the case for rows a
+/// `full(0)` accumulator still holds, `acc_zero_from`). A `[128, k]` tile of an `m = 1` matmul
+/// multiplies one row, not 128; results are bit for bit those of the full product.
+fn dot_rows(a: &Tile, b: &Tile, acc_zero_from: usize, acc: &[f32], n: usize) -> usize {
+    let m = a.shape[0];
+    let rows = a.zero_rows_from.min(m);
+    if rows >= m || a.rank != 2 {
+        return m;
+    }
+    // Largest magnitude bit pattern below +inf: every element finite (NaN patterns are larger).
+    let finite = b
+        .f()
+        .iter()
+        .map(|x| x.to_bits() & 0x7FFF_FFFF)
+        .max()
+        .unwrap_or(0)
+        < 0x7F80_0000;
+    let no_neg_zero = acc_zero_from <= rows
+        || acc[rows * n..m * n]
+            .iter()
+            .all(|x| x.to_bits() != 0x8000_0000);
+    if finite && no_neg_zero { rows } else { m }
+}
+
 fn dot_narrow(dtype: DType, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     for i in 0..m {
         for j in 0..n {
@@ -284,5 +321,46 @@ fn dot_narrow(dtype: DType, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], 
             }
             c[i * n + j] = x[0];
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Tile, dot_rows};
+    use tessera_ir::DType;
+
+    fn tile(rows: usize, cols: usize, v: Vec<f32>) -> Tile {
+        Tile::new_f(DType::F32, &[rows, cols], v)
+    }
+
+    /// Zero rows are skipped only when that cannot change a bit of the product: `b` finite and
+    /// no `-0.0` in the skipped accumulator rows.
+    #[test]
+    fn dot_skips_zero_rows_only_when_exact() {
+        let mut a = tile(
+            4,
+            3,
+            (0..12).map(|i| if i < 3 { 1.5 } else { 0.0 }).collect(),
+        );
+        a.zero_rows_from = 1;
+        let b = tile(3, 2, vec![1.0, -2.0, 3.0, 0.5, -1.0, 2.0]);
+        let acc = vec![0.25f32; 8];
+        assert_eq!(dot_rows(&a, &b, 4, &acc, 2), 1);
+        // Nothing known about `a`: every row.
+        assert_eq!(dot_rows(&a.clone().unknown_rows(), &b, 4, &acc, 2), 4);
+        // A non-finite `b` makes 0 · b NaN: every row.
+        for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            let mut bv = vec![1.0f32; 6];
+            bv[4] = bad;
+            assert_eq!(dot_rows(&a, &tile(3, 2, bv), 4, &acc, 2), 4);
+        }
+        // A -0.0 in a skipped accumulator row could turn +0.0: every row; unless that row is
+        // known to be a `full(0)` row.
+        let mut acc2 = acc.clone();
+        acc2[5] = -0.0;
+        assert_eq!(dot_rows(&a, &b, 4, &acc2, 2), 4);
+        acc2[5] = 0.0;
+        assert_eq!(dot_rows(&a, &b, 4, &acc2, 2), 1);
+        assert_eq!(dot_rows(&a, &b, 1, &acc, 2), 1);
     }
 }

@@ -154,6 +154,18 @@ pub(crate) fn load(
             Tile::new_b(dims, out)
         }
     };
+    // Rows past the tensor's last row hold `other`: known `+0.0` rows for `dot` (see
+    // `Tile::zero_rows_from`) when `other` is `+0.0` and no mask changes anything.
+    if dims.len() == 2 && mask.is_none() && other.to_bits() == 0 && matches!(tile.data, Data::F(_))
+    {
+        tile.zero_rows_from = if w.outside || c_lo >= c_hi {
+            0
+        } else if w.row0 >= 0 {
+            (w.rows as i64 - w.row0).clamp(0, w.trows as i64) as usize
+        } else {
+            w.trows
+        };
+    }
     if mask.is_some() {
         for r in 0..w.trows {
             for c in 0..w.tcols {

@@ -18,6 +18,11 @@ pub(crate) struct Tile {
     pub shape: [usize; 2],
     pub rank: usize,
     pub data: Data,
+    /// Rows at and after this index hold only `+0.0` (float tiles): a load that padded the
+    /// rows past a tensor's edge with `other = 0`, or a `full(0)`. Equal to `shape[0]` when
+    /// nothing is known. [`super::exec`]'s `dot` multiplies only the rows before it (see
+    /// `dot_rows`); any op that rewrites a tile's data or shape resets it ([`Tile::unknown_rows`]).
+    pub zero_rows_from: usize,
 }
 
 impl Tile {
@@ -38,6 +43,7 @@ impl Tile {
             shape,
             rank,
             data: Data::F(v),
+            zero_rows_from: shape[0],
         }
     }
 
@@ -48,6 +54,7 @@ impl Tile {
             shape,
             rank,
             data: Data::I(v),
+            zero_rows_from: shape[0],
         }
     }
 
@@ -58,7 +65,14 @@ impl Tile {
             shape,
             rank,
             data: Data::B(v),
+            zero_rows_from: shape[0],
         }
+    }
+
+    /// Forgets what is known about zero rows (after the data or the shape changed).
+    pub fn unknown_rows(mut self) -> Tile {
+        self.zero_rows_from = self.shape[0];
+        self
     }
 
     pub fn scalar_i(x: i32) -> Tile {

@@ -5,7 +5,9 @@
 //! reductions that share an iteration shape into one loop nest over the tile's rows, in chunks
 //! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
-//! materialised. Each worker reuses one scratch (`run::Scratch`), so a warm launch allocates
+//! materialised; a `load → unary… → store` group of f32 tensors loads each chunk straight into
+//! the output and runs its ops there (`plan::Group::direct`). Each worker reuses one scratch
+//! (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
 //! declines: `dot`, masked accesses, f16 or integer tensors, reductions under the

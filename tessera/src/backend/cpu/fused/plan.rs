@@ -122,6 +122,10 @@ pub(crate) struct Group {
     /// No reductions and nothing materialised: stores are the group's only effect, so rows
     /// and columns outside every store's in-bounds window need not be computed.
     pub store_only: bool,
+    /// The group is `load → in-place unary ops → store` of f32 tensors (an elementwise
+    /// kernel such as `gelu`): where both windows cover the chunk, the runner loads straight
+    /// into the output and applies these ops there, with no chunk slot in between.
+    pub direct: Option<Vec<UnaryOp>>,
 }
 
 /// A copy between slots (loop-carried values).
@@ -764,11 +768,65 @@ impl Compiler<'_> {
         let store_only = out
             .iter()
             .all(|m| m.mat.is_none() && !matches!(m.op, COp::Reduce { .. }));
+        let direct = if store_only {
+            direct_chain(k, &out)
+        } else {
+            None
+        };
         Ok(Group {
             rows: g.shape.0,
             cols: g.shape.1,
             members: out,
             store_only,
+            direct,
         })
     }
+}
+
+/// The unary ops of a `load → unary… → store` chain on one chunk slot with f32 storage on
+/// both ends and nothing rounded (see [`Group::direct`]); an f32 → f32 cast is no op.
+fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
+    let (first, rest) = members.split_first()?;
+    let (last, mid) = rest.split_last()?;
+    let COp::Load {
+        param: pi, dst: s, ..
+    } = &first.op
+    else {
+        return None;
+    };
+    let COp::Store {
+        param: po,
+        src: Src::Chunk(so),
+        ..
+    } = &last.op
+    else {
+        return None;
+    };
+    let f32_param = |p: usize| k.params[p].dtype == DType::F32;
+    if so != s || !f32_param(*pi) || !f32_param(*po) {
+        return None;
+    }
+    let mut ops = Vec::new();
+    for m in std::iter::once(first).chain(mid) {
+        if m.round_bf16 || m.mat.is_some() {
+            return None;
+        }
+    }
+    for m in mid {
+        match &m.op {
+            COp::Unary {
+                op,
+                a: Src::Chunk(a),
+                dst,
+            } if a == s && dst == s => ops.push(*op),
+            COp::Cast {
+                a: Src::Chunk(a),
+                to: DType::F32,
+                from: Kind::F,
+                dst,
+            } if a == s && dst == s => {}
+            _ => return None,
+        }
+    }
+    Some(ops)
 }

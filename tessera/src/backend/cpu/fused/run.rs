@@ -344,6 +344,12 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         let mut c0 = c_lo;
         while c0 < c_hi {
             let w = (c_hi - c0).min(wmax);
+            if let Some(ops) = &g.direct
+                && direct(g, ops, args, sc, r, c0, w)
+            {
+                c0 += w;
+                continue;
+            }
             for m in &g.members {
                 // SAFETY: slots are `SLOT` apart inside `ch` (sized by `Scratch::fit`); a
                 // member's destination slot differs from the slots it reads (plan::group),
@@ -522,6 +528,58 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
             chunk::round_bf16_slice(matw(*out, cols));
         }
     }
+}
+
+/// A [`Group::direct`] chunk: the input copied straight into the output, the unary ops run
+/// there. `false` (nothing done) unless both windows cover all `w` columns.
+#[inline(always)]
+fn direct(
+    g: &Group,
+    ops: &[tessera_ir::graph::UnaryOp],
+    args: &[Buffer],
+    sc: &[f64],
+    r: usize,
+    c0: usize,
+    w: usize,
+) -> bool {
+    let (
+        Some(COp::Load {
+            param: pi,
+            idx: ii,
+            rank: ri,
+            ..
+        }),
+        Some(COp::Store {
+            param: po,
+            idx: io,
+            rank: ro,
+            ..
+        }),
+    ) = (
+        g.members.first().map(|m| &m.op),
+        g.members.last().map(|m| &m.op),
+    )
+    else {
+        return false;
+    };
+    let (bi, bo) = (&args[*pi], &args[*po]);
+    let (at_i, lo_i, hi_i) = window(bi, ii, sc, *ri, r, c0, w);
+    let (at_o, lo_o, hi_o) = window(bo, io, sc, *ro, r, c0, w);
+    if (lo_i, hi_i, lo_o, hi_o) != (0, w, 0, w) {
+        return false;
+    }
+    assert!(
+        (at_o + w) * 4 <= bo.len && bo.dtype == DType::F32,
+        "fused store out of bounds"
+    );
+    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements, and
+    // the output is never a loaded parameter (`plan::compile`).
+    let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), w) };
+    chunk::load(bi, at_i, o);
+    for op in ops {
+        chunk::unary(*op, o);
+    }
+    true
 }
 
 #[inline(always)]

@@ -8,6 +8,8 @@
 //! * x86_64 with AVX2+FMA: 6×16 kernel on `ymm` registers,
 //! * anything else: a portable kernel written in plain Rust.
 //!
+//! Products of at most two rows (`rows`) skip packing: `B` is streamed in place.
+//!
 //! Packing buffers live in a `thread_local!` scratch and are reused, so a
 //! steady-state call performs no heap allocation. The module depends only on
 //! `std`.
@@ -19,6 +21,7 @@ mod bf16;
 mod driver;
 mod pack;
 mod portable;
+mod rows;
 mod scratch;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -110,6 +113,18 @@ pub fn gemm_f32_with(
         return;
     }
     let isa = clamp_isa(isa);
+    if m <= rows::ROWS_MAX {
+        let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+        // SAFETY: `check_args` bounds every access; the ISA is supported (`clamp_isa`).
+        unsafe {
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 | Isa::Avx512 => rows::gemm_avx2(m, n, k, a, lda, b, ldb, c, ldc),
+                _ => rows::gemm_portable(m, n, k, a, lda, b, ldb, c, ldc),
+            }
+        }
+        return;
+    }
     // SAFETY: `check_args` guarantees every element addressed below is in
     // bounds; the kernel's ISA is supported by the running CPU (`clamp_isa`).
     unsafe {

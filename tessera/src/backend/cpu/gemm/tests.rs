@@ -316,7 +316,15 @@ fn bf16_round_trip() {
 #[test]
 fn every_isa_is_one_fma_chain_in_k_order() {
     let mut rng = Rng(0xD07);
-    for &(m, n, k) in &[(1, 1, 1), (7, 33, 19), (9, 17, 300), (16, 48, 513)] {
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (1, 70, 40),
+        (2, 97, 300),
+        (3, 33, 19),
+        (7, 33, 19),
+        (9, 17, 300),
+        (16, 48, 513),
+    ] {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
         let c0 = rng.vec(m * n);
