@@ -6,9 +6,11 @@
 //! the output accumulate in f32, the probabilities are rounded to `T` before the second product
 //! (as a tensor-core kernel feeds them), and the result is rounded once to `T`. The causal mask
 //! lets query `i` see keys `j ≤ i + L − S` (bottom-right aligned, as in FlashAttention 2); a
-//! query that sees no key gets 0. The head dim is a compile-time tile extent, so there is one
-//! kernel per head dim: 64 ([`d64`], [`d64_causal`]) and 128 ([`d128`], [`d128_causal`]);
-//! [`attention`](fn@crate::attention) picks among them.
+//! query that sees no key (rows `i < S − L`) gets NaN, as the softmax of an all-masked row
+//! does. The head dim is a compile-time tile extent, so there is one kernel per head dim: 64
+//! ([`d64`], [`d64_causal`]) and 128 ([`d128`], [`d128_causal`]);
+//! [`attention`](fn@crate::attention) picks among them. On a PTX device bf16/f16 run on tensor
+//! cores (`mma.sync` for both products, a `cp.async` K/V pipeline), f32 on FFMA.
 //!
 //! Tiles: each kernel is tuned over the attention class's search space,
 //! `tessera::ir::schedule::Schedule::space(KernelClass::Attention, dtype)` — `[BM, BN]` query
