@@ -14,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod linalg;
@@ -21,6 +22,7 @@ pub mod norm;
 pub mod ptx;
 pub mod tiled;
 
+pub use attention::attention;
 pub use conv::depthwise_conv2d;
 pub use elementwise::{add, gelu, mul};
 pub use linalg::{linear_bias_gelu, linear_bias_gelu_bf16, matmul, matmul_batched, matmul_bf16};

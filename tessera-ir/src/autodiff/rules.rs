@@ -36,7 +36,7 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             keepdim,
             policy,
         } => {
-            let r = reduce(d, *op, axes, *keepdim, *policy, x[0], g)?;
+            let r = reduce(d, *op, axes, *keepdim, *policy, (x[0], y), g)?;
             one(r)
         }
         Op::Matmul { .. } => matmul(d, x[0], x[1], g, wanted)?,
@@ -57,7 +57,7 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
         } => attention(d, &x, *scale, *causal, *policy, g, wanted)?,
         op => {
             return Err(format!(
-                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, add, sub, mul, div, cast, broadcast, reduce.sum, reduce.mean, matmul, transpose, softmax, layernorm, rmsnorm, attention)",
+                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, add, sub, mul, div, max, min, cast, broadcast, reduce.sum, reduce.mean, reduce.max, matmul, transpose, softmax, layernorm, rmsnorm, attention)",
                 op.name()
             ));
         }
@@ -100,13 +100,87 @@ fn unary(d: &mut Diff, u: U, x: Value, y: Value, g: Value) -> Result<Value, Stri
             let t = d.bin(B::Mul, y, c)?;
             d.bin(B::Mul, g, t)?
         }
-        U::Relu | U::Gelu | U::Abs => {
-            return Err(format!(
-                "no gradient rule for `{}` yet (its derivative needs a step or erf op Graph IR does not have)",
-                u.name()
-            ));
+        // d relu = step(x) (0 at x = 0)
+        U::Relu => {
+            let s = step(d, x)?;
+            d.bin(B::Mul, g, s)?
+        }
+        // d |x| = sign(x) = step(x) − step(−x) (0 at x = 0)
+        U::Abs => {
+            let s = sign(d, x)?;
+            d.bin(B::Mul, g, s)?
+        }
+        // d gelu = Φ(x) + x·φ(x), with Φ(x) = gelu(x) / x (½ at x = 0) and
+        // φ(x) = e^(−x²/2) / √(2π).
+        U::Gelu => {
+            let s = sign(d, x)?;
+            let a = d.push(Op::Unary(U::Abs), &[s])?;
+            let one = d.konst(1.0, dt);
+            let z = d.bin(B::Sub, one, a)?;
+            let half = d.konst(0.5, dt);
+            let zh = d.bin(B::Mul, z, half)?;
+            let num = d.bin(B::Add, y, zh)?;
+            let den = d.bin(B::Add, x, z)?;
+            let cdf = d.bin(B::Div, num, den)?;
+            let x2 = d.bin(B::Mul, x, x)?;
+            let mh = d.konst(-0.5, dt);
+            let e = d.bin(B::Mul, x2, mh)?;
+            let e = d.push(Op::Unary(U::Exp), &[e])?;
+            let c = d.konst(1.0 / (2.0 * std::f64::consts::PI).sqrt(), dt);
+            let pdf = d.bin(B::Mul, e, c)?;
+            let xp = d.bin(B::Mul, x, pdf)?;
+            let t = d.bin(B::Add, cdf, xp)?;
+            d.bin(B::Mul, g, t)?
         }
     })
+}
+
+/// `1` where `x > 0`, `0` where `x ≤ 0` (NaN stays NaN), from ops Graph IR has:
+/// `min(max(x·2¹²⁷·2¹²⁷, 0), 1)`. The two products carry every nonzero f32 or bf16 value
+/// (the smallest subnormal is 2⁻¹⁴⁹) to at least 1 in magnitude (or ±∞), so the clamp is
+/// exact; 16-bit floats without f32's range (f16, fp8) are widened to f32 first and the 0/1
+/// result cast back (exact). In f64 (the reference interpreter) |x| < 2⁻²⁵⁴ counts as 0.
+fn step(d: &mut Diff, x: Value) -> Result<Value, String> {
+    let dt = d.ty(x).dtype;
+    let wide = matches!(dt, DType::F32 | DType::BF16);
+    let xw = if wide { x } else { cast(d, x, DType::F32)? };
+    let wt = d.ty(xw).dtype;
+    let big = d.konst(2f64.powi(127), wt);
+    let t = d.bin(B::Mul, xw, big)?;
+    let t = d.bin(B::Mul, t, big)?;
+    let zero = d.konst(0.0, wt);
+    let t = d.bin(B::Max, t, zero)?;
+    let one = d.konst(1.0, wt);
+    let t = d.bin(B::Min, t, one)?;
+    cast(d, t, dt)
+}
+
+/// `step(x) − step(−x)`: −1, 0 or 1.
+fn sign(d: &mut Diff, x: Value) -> Result<Value, String> {
+    let p = step(d, x)?;
+    let nx = d.push(Op::Unary(U::Neg), &[x])?;
+    let n = step(d, nx)?;
+    d.bin(B::Sub, p, n)
+}
+
+/// The share of `max(a, b)`'s cotangent that goes to `a`: 1 where `a > b`, ½ on a tie, 0
+/// where `a < b` (`min`: the same with `a < b`), as `step(a − b) + (1 − step(a − b) −
+/// step(b − a)) / 2`.
+fn pick(d: &mut Diff, a: Value, b: Value, op: B) -> Result<(Value, Value), String> {
+    let (hi, lo) = if op == B::Max { (a, b) } else { (b, a) };
+    let dab = d.bin(B::Sub, hi, lo)?;
+    let dba = d.bin(B::Sub, lo, hi)?;
+    let s = step(d, dab)?;
+    let t = step(d, dba)?;
+    let dt = d.ty(s).dtype;
+    let one = d.konst(1.0, dt);
+    let half = d.konst(0.5, dt);
+    let e = d.bin(B::Sub, one, s)?;
+    let e = d.bin(B::Sub, e, t)?;
+    let e = d.bin(B::Mul, e, half)?;
+    let wa = d.bin(B::Add, s, e)?;
+    let wb = d.bin(B::Add, t, e)?;
+    Ok((wa, wb))
 }
 
 fn binary(
@@ -145,11 +219,12 @@ fn binary(
             };
             (ga, gb)
         }
+        // The larger (smaller) operand takes the cotangent; a tie splits it evenly.
         B::Max | B::Min => {
-            return Err(format!(
-                "no gradient rule for `{}` yet (its derivative needs a comparison op Graph IR does not have)",
-                op.name()
-            ));
+            let (wa, wb) = pick(d, a, b, op)?;
+            let ga = wanted[0].then(|| d.bin(B::Mul, g, wa)).transpose()?;
+            let gb = wanted[1].then(|| d.bin(B::Mul, g, wb)).transpose()?;
+            (ga, gb)
         }
     };
     let ga = match ga.filter(|_| wanted[0]) {
@@ -212,6 +287,47 @@ pub(super) fn unbroadcast(d: &mut Diff, g: Value, to: &TensorType) -> Result<Val
     Ok(g)
 }
 
+fn reduce_op_axes(op: ReduceOp, axes: &[usize], keepdim: bool, policy: NumericsPolicy) -> Op {
+    Op::Reduce {
+        op,
+        axes: axes.to_vec(),
+        keepdim,
+        policy,
+    }
+}
+
+/// A value of a reduction's result type spread back to the operand type `tx` over the
+/// reduced axes (`sorted`). Numpy broadcasting aligns trailing axes: a value without the
+/// reduced axes spreads back by itself when they are leading; the last axis of a matrix
+/// spreads through a transpose.
+fn spread_back(
+    d: &mut Diff,
+    sorted: &[usize],
+    keepdim: bool,
+    tx: &TensorType,
+    g: Value,
+) -> Result<Value, String> {
+    let r = tx.shape.rank();
+    if keepdim || sorted.iter().enumerate().all(|(i, a)| i == *a) {
+        Ok(d.b.push_typed(
+            Op::Broadcast,
+            &[g],
+            TensorType::new(tx.dtype, tx.shape.clone()),
+        ))
+    } else if r == 2 && sorted == [1] {
+        let t = TensorType::new(
+            tx.dtype,
+            Shape(vec![tx.shape.0[1].clone(), tx.shape.0[0].clone()]),
+        );
+        let wide = d.b.push_typed(Op::Broadcast, &[g], t);
+        d.push(Op::Transpose, &[wide])
+    } else {
+        Err(format!(
+            "no gradient rule for reducing axes {sorted:?} of a rank-{r} tensor without keepdim (reduce with `_keepdim`, or leading axes)"
+        ))
+    }
+}
+
 /// `g` (a reduction's result cotangent) spread back over the reduced axes of `x`.
 fn reduce(
     d: &mut Diff,
@@ -219,41 +335,32 @@ fn reduce(
     axes: &[usize],
     keepdim: bool,
     policy: NumericsPolicy,
-    x: Value,
+    (x, y): (Value, Value),
     g: Value,
 ) -> Result<Value, String> {
     let tx = d.ty(x);
-    let r = tx.shape.rank();
-    if op == ReduceOp::Max {
-        return Err(
-            "no gradient rule for `reduce.max` yet (its derivative needs a comparison op Graph IR does not have)".into(),
-        );
-    }
     let mut sorted = axes.to_vec();
     sorted.sort_unstable();
-    // Numpy broadcasting aligns trailing axes: a cotangent without the reduced axes spreads
-    // back by itself when they are leading; the last axis of a matrix spreads through a
-    // transpose.
-    let spread = if keepdim || sorted.iter().enumerate().all(|(i, a)| i == *a) {
-        d.b.push_typed(
-            Op::Broadcast,
-            &[g],
-            TensorType::new(tx.dtype, tx.shape.clone()),
-        )
-    } else if r == 2 && sorted == [1] {
-        let t = TensorType::new(
-            tx.dtype,
-            Shape(vec![tx.shape.0[1].clone(), tx.shape.0[0].clone()]),
-        );
-        let wide = d.b.push_typed(Op::Broadcast, &[g], t);
-        d.push(Op::Transpose, &[wide])?
-    } else {
-        return Err(format!(
-            "no gradient rule for reducing axes {axes:?} of a rank-{r} tensor without keepdim (reduce with `_keepdim`, or leading axes)"
-        ));
-    };
+    let spread = spread_back(d, &sorted, keepdim, &tx, g)?;
     if op == ReduceOp::Sum {
         return Ok(spread);
+    }
+    if op == ReduceOp::Max {
+        // The maxima take the cotangent, split evenly among ties: `mask / count` with
+        // `mask = 1 − step(|x − max|)`.
+        let ym = spread_back(d, &sorted, keepdim, &tx, y)?;
+        let diff = d.bin(B::Sub, x, ym)?;
+        let dist = d.push(Op::Unary(U::Abs), &[diff])?;
+        let off = step(d, dist)?;
+        let one = d.konst(1.0, tx.dtype);
+        let mask = d.bin(B::Sub, one, off)?;
+        let count = d.push(
+            reduce_op_axes(ReduceOp::Sum, &sorted, true, policy),
+            &[mask],
+        )?;
+        let count = spread_back(d, &sorted, true, &tx, count)?;
+        let share = d.bin(B::Div, mask, count)?;
+        return d.bin(B::Mul, spread, share);
     }
     // mean: divide by the number of reduced elements.
     let dt = tx.dtype;

@@ -93,6 +93,11 @@ fn unary_ops() {
         ("rsqrt", 0.5),
         ("tanh", -1.0),
         ("sigmoid", -1.0),
+        ("relu", -1.0),
+        ("abs", -1.0),
+        ("gelu", -1.0),
+        ("gelu", -4.0),
+        ("gelu", 2.0),
     ] {
         let src = format!(
             "graph @u(%x: f32[M, N]) -> f32[M, N] {{\n  %1 = {op} %x : f32[M, N]\n  return %1\n}}\n"
@@ -117,6 +122,79 @@ fn binary_ops_with_broadcasting() {
         );
         check(&src, &[&[4, 3], &[3], &[4, 1]], 0.5, 2);
     }
+}
+
+#[test]
+fn max_and_min_with_broadcasting() {
+    for op in ["max", "min"] {
+        let src = format!(
+            "graph @b(%x: f32[M, N], %r: f32[N]) -> f32[M, N] {{
+  %2 = {op} %x, %r : f32[M, N]
+  %3 = const 0.25 : f32[]
+  %4 = {op} %2, %3 : f32[M, N]
+  return %4
+}}
+"
+        );
+        check(&src, &[&[4, 3], &[3]], -1.0, 20);
+    }
+}
+
+#[test]
+fn max_min_ties_split_the_cotangent() {
+    // max(x, x) = x and min(x, x) = x: each operand gets half, summing to dy.
+    for op in ["max", "min"] {
+        let src = format!(
+            "graph @t(%x: f32[N]) -> f32[N] {{\n  %1 = {op} %x, %x : f32[N]\n  return %1\n}}\n"
+        );
+        check(&src, &[&[5]], -1.0, 21);
+    }
+}
+
+#[test]
+fn relu_abs_at_zero_are_zero() {
+    // The step at exactly 0 (where the one-sided derivatives differ) is 0, not NaN.
+    for op in ["relu", "abs"] {
+        let g = parse(&format!(
+            "graph @z(%x: f32[N]) -> f32[N] {{\n  %1 = {op} %x : f32[N]\n  return %1\n}}\n"
+        ))
+        .unwrap();
+        let bw = grad_wrt(&g, "x").unwrap();
+        let x = Tensor64::new(vec![3], vec![0.0, 1e-30, -1e-30]);
+        let dy = Tensor64::new(vec![3], vec![2.0, 2.0, 2.0]);
+        let got = eval(&bw, &[x, dy]).unwrap().data;
+        let want = if op == "relu" {
+            [0.0, 2.0, 0.0]
+        } else {
+            [0.0, 2.0, -2.0]
+        };
+        assert_eq!(got, want, "{op}");
+    }
+}
+
+#[test]
+fn reduce_max_over_rows_columns_and_keepdim() {
+    let src = "graph @rm(%x: f32[M, N]) -> f32[] {
+  %1 = reduce.max %x axes=[1] keepdim=false : f32[M]
+  %2 = mul %1, %1 : f32[M]
+  %3 = reduce.max %2 axes=[0] keepdim=false : f32[]
+  %4 = reduce.max %x axes=[0] keepdim=true : f32[1, N]
+  %5 = reduce.sum %4 axes=[1] keepdim=false : f32[1]
+  %6 = reduce.sum %5 axes=[0] keepdim=false : f32[]
+  %7 = add %3, %6 : f32[]
+  return %7
+}
+";
+    check(src, &[&[4, 5]], -1.0, 22);
+    // A tie: both maxima of a row share the cotangent.
+    let g = parse(
+        "graph @tie(%x: f32[M, N]) -> f32[M] {\n  %1 = reduce.max %x axes=[1] keepdim=false : f32[M]\n  return %1\n}\n",
+    )
+    .unwrap();
+    let bw = grad_wrt(&g, "x").unwrap();
+    let x = Tensor64::new(vec![1, 4], vec![1.0, 3.0, -2.0, 3.0]);
+    let dy = Tensor64::new(vec![1], vec![4.0]);
+    assert_eq!(eval(&bw, &[x, dy]).unwrap().data, [0.0, 2.0, 0.0, 2.0]);
 }
 
 #[test]
@@ -248,7 +326,7 @@ fn two_layer_mlp_loss() {
 fn an_op_without_a_rule_is_an_error_naming_it() {
     let g = parse(
         "graph @r(%x: f32[M, N], %y: f32[M, N]) -> f32[M, N] {
-  %2 = relu %x : f32[M, N]
+  %2 = causal_mask %x : f32[M, N]
   %3 = add %2, %y : f32[M, N]
   return %3
 }
@@ -257,10 +335,10 @@ fn an_op_without_a_rule_is_an_error_naming_it() {
     .unwrap();
     let e = grad_wrt(&g, "x").unwrap_err().to_string();
     assert!(
-        e.contains("@r: %2 (relu): no gradient rule for `relu`"),
+        e.contains("@r: %2 (causal_mask): no gradient rule for `causal_mask`"),
         "{e}"
     );
-    // `y` does not pass through the relu: its gradient is `dy`'s path alone.
+    // `y` does not pass through the mask: its gradient is `dy`'s path alone.
     assert!(grad_wrt(&g, "y").is_ok());
     let e = grad_wrt(&g, "z").unwrap_err().to_string();
     assert!(e.contains("%z") && e.contains("no such parameter"), "{e}");

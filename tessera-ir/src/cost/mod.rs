@@ -91,6 +91,28 @@ pub enum Problem {
         /// Bytes per input element.
         in_bytes: u32,
     },
+    /// Fused attention (online softmax): `batch` (batch·heads) problems of `sq` queries of
+    /// head dim `d` against `sk` keys, values of dim `dv`. Tile `[BM, BN]`: `BM` query rows
+    /// per block, `BN` keys per step; each block streams every key and value it can see once
+    /// (under `causal`, query `i` sees keys `j ≤ i + sk − sq`).
+    Attention {
+        /// Independent problems (batch × heads).
+        batch: u64,
+        /// Queries.
+        sq: u64,
+        /// Keys (and values).
+        sk: u64,
+        /// Head dim of queries and keys.
+        d: u64,
+        /// Head dim of values (and of the output).
+        dv: u64,
+        /// Whether query `i` sees only keys `j ≤ i + sk − sq`.
+        causal: bool,
+        /// Bytes per input element.
+        in_bytes: u32,
+        /// Bytes per output element.
+        out_bytes: u32,
+    },
     /// A kernel that streams a `rows × cols` view once (elementwise, row-wise, reductions,
     /// transposes): `bytes` per element read and written, `flops` per element. Tile
     /// `[rows, cols]`.
@@ -122,7 +144,9 @@ impl Problem {
     /// Bytes per input element.
     pub fn in_bytes(&self) -> u32 {
         match *self {
-            Problem::Matmul { in_bytes, .. } | Problem::Depthwise { in_bytes, .. } => in_bytes,
+            Problem::Matmul { in_bytes, .. }
+            | Problem::Depthwise { in_bytes, .. }
+            | Problem::Attention { in_bytes, .. } => in_bytes,
             Problem::Stream { bytes, .. } => bytes,
         }
     }
@@ -134,6 +158,23 @@ impl Problem {
             Problem::Depthwise {
                 oh, ow, c, kh, kw, ..
             } => 2.0 * (oh * ow * c * kh * kw) as f64,
+            Problem::Attention {
+                batch,
+                sq,
+                sk,
+                d,
+                dv,
+                causal,
+                ..
+            } => {
+                // Causal: query i sees i + 1 + sk − sq keys when positive (never more than sk).
+                let pairs = match causal {
+                    false => sq * sk,
+                    true if sq >= sk => sk * (sk + 1) / 2,
+                    true => sq * (2 * sk - sq + 1) / 2,
+                };
+                2.0 * (batch * pairs * (d + dv)) as f64
+            }
             Problem::Stream {
                 rows, cols, flops, ..
             } => (rows * cols) as f64 * flops as f64,
@@ -161,6 +202,19 @@ impl Problem {
             } => {
                 let inp = (oh + kh - 1) * (ow + kw - 1) * c;
                 ((inp + kh * kw * c) * in_bytes as u64 + oh * ow * c * 4) as f64
+            }
+            Problem::Attention {
+                batch,
+                sq,
+                sk,
+                d,
+                dv,
+                in_bytes,
+                out_bytes,
+                ..
+            } => {
+                let eb = in_bytes as u64;
+                (batch * ((sq * d + sk * (d + dv)) * eb + sq * dv * out_bytes as u64)) as f64
             }
             Problem::Stream {
                 rows, cols, bytes, ..
@@ -448,6 +502,46 @@ pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
                 (blocks * steps * per_step) as f64,
             )
         }
+        Problem::Attention {
+            batch,
+            sq,
+            sk,
+            d,
+            dv,
+            causal,
+            in_bytes,
+            out_bytes,
+        } => {
+            let (t0, t1) = (t0.max(1), t1.max(1));
+            let gq = sq.div_ceil(t0);
+            // Key steps of each query block: up to the last key its last row sees.
+            let block_steps = |i: u64| {
+                let last_row = ((i + 1) * t0).min(sq.max(1)) - 1;
+                visible_keys(last_row, sq, sk, causal).div_ceil(t1)
+            };
+            let total: u64 = (0..gq).map(block_steps).sum();
+            let steps = (0..gq).map(block_steps).max().unwrap_or(0);
+            let eb = in_bytes as u64;
+            let blocks = batch * gq;
+            let flops = 2.0 * (batch * total * t0 * t1 * (d + dv)) as f64;
+            let bytes = (batch
+                * ((sq * d + total * t1 * (d + dv)) * eb + sq * dv * out_bytes as u64))
+                as f64;
+            // Per step: the K and V tiles staged; on the CPU also the f32 score tile's passes
+            // (scale, mask, max, exp, sum, cast) and the accumulator's rescale.
+            let per_step = if cpu {
+                (2 * t1 * (d + dv) + 8 * t0 * t1 + 2 * t0 * dv) * 4
+            } else {
+                t1 * (d + dv) * eb
+            };
+            (
+                blocks,
+                steps,
+                flops,
+                bytes,
+                (batch * total * per_step) as f64,
+            )
+        }
         Problem::Stream {
             rows,
             cols,
@@ -569,6 +663,15 @@ pub fn rank(arch: &Arch, p: &Problem, points: &[Point]) -> Vec<usize> {
         .collect();
     idx.sort_by(|&a, &b| key(&est[a]).total_cmp(&key(&est[b])));
     idx
+}
+
+/// Keys query `i` of `sq` sees among `sk`: all, or under a causal mask `j ≤ i + sk − sq`.
+fn visible_keys(i: u64, sq: u64, sk: u64, causal: bool) -> u64 {
+    if causal {
+        (i + 1 + sk).saturating_sub(sq).min(sk)
+    } else {
+        sk
+    }
 }
 
 impl Problem {

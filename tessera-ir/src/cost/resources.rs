@@ -58,6 +58,23 @@ pub fn resources(p: &Problem, s: &Point, cpu: bool) -> Resources {
                 smem_bytes: smem,
             }
         }
+        Problem::Attention { d, dv, .. } => {
+            // Per thread: its share of the query tile (packed 32-bit), the f32 score tile and
+            // the f32 output accumulator, plus the row statistics. Shared memory: the K and V
+            // tiles of a step (GPU, per stage); the whole working set in f32 on the CPU.
+            let d = d.next_multiple_of(16);
+            let dv = dv.next_multiple_of(16);
+            let live = (t0 * d * eb / 4 + t0 * t1 + t0 * dv).div_ceil(threads);
+            let smem = if cpu {
+                (t0 * d + t1 * (d + dv) + 2 * t0 * t1 + t0 * dv) * 4
+            } else {
+                s.stages.max(1) as u64 * t1 * (d + dv) * eb
+            };
+            Resources {
+                regs_per_thread: (live + 24) as u32,
+                smem_bytes: smem,
+            }
+        }
         Problem::Stream { .. } => {
             let per = (t0 * t1).div_ceil(threads);
             Resources {

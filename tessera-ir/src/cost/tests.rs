@@ -212,3 +212,48 @@ fn class_problems() {
     let p = Problem::for_class(KernelClass::Elementwise, &[10, 20], DType::F32, DType::F32);
     assert_eq!(p.min_bytes(), 10.0 * 20.0 * 8.0);
 }
+
+fn attn(sq: u64, sk: u64, causal: bool) -> Problem {
+    Problem::Attention {
+        batch: 8,
+        sq,
+        sk,
+        d: 64,
+        dv: 64,
+        causal,
+        in_bytes: 2,
+        out_bytes: 2,
+    }
+}
+
+#[test]
+fn attention_work_traffic_and_the_causal_triangle() {
+    // Every (query, key) pair costs 2·(d + dv) FLOPs; causal sq = sk sees s(s+1)/2 pairs,
+    // sq < sk sees sq·(2·sk − sq + 1)/2 (bottom-right aligned).
+    assert_eq!(
+        attn(1024, 1024, false).flops(),
+        2.0 * 8.0 * 1024.0 * 1024.0 * 128.0
+    );
+    assert_eq!(attn(4, 4, true).flops(), 2.0 * 8.0 * 10.0 * 128.0);
+    assert_eq!(attn(2, 5, true).flops(), 2.0 * 8.0 * (4.0 + 5.0) * 128.0);
+    assert_eq!(attn(5, 2, true).flops(), 2.0 * 8.0 * 3.0 * 128.0);
+    // K and V are re-read once per query block: half the block rows, twice the K/V bytes.
+    let p = attn(4096, 4096, false);
+    let small = estimate(&Arch::H100, &p, &Point::new([64, 64, 1], 4, 2, 8));
+    let big = estimate(&Arch::H100, &p, &Point::new([128, 64, 1], 8, 2, 8));
+    let kv = 8.0 * 4096.0 * 128.0 * 2.0;
+    assert!(
+        (small.bytes - big.bytes - kv * (64.0 - 32.0)).abs() < 1.0,
+        "{} vs {}",
+        small.bytes,
+        big.bytes
+    );
+    // The causal kernel skips the blocks above the diagonal: about half the time.
+    let c = estimate(
+        &Arch::H100,
+        &attn(4096, 4096, true),
+        &Point::new([128, 64, 1], 8, 2, 8),
+    );
+    assert!(c.flops < 0.55 * big.flops && c.flops > 0.45 * big.flops);
+    assert!(c.time_s < big.time_s);
+}

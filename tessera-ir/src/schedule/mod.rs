@@ -147,9 +147,10 @@ impl Schedule {
                 stages: 1,
                 vector: 1,
             },
-            // Table A.1's attention tile is 128 × 64 (× the head dim). The PTX of attention
-            // kernels comes from the generic emitter (FFMA, rows over warps), not a tensor-core
-            // template; 16-bit inputs take the table's tile, f32 a 32 × 32 tile.
+            // Table A.1's attention tile is 128 × 64 (× the head dim). 16-bit inputs take the
+            // table's tile on the tensor-core attention template (one m16 tile of query rows
+            // per warp, 2 cp.async K/V stages); f32 takes a 32 × 32 tile on the generic
+            // emitter (FFMA, rows over warps: tf32 would miss f32 accuracy).
             KernelClass::Attention if dtype.size_bytes() == 2 => Schedule {
                 class,
                 tile: vec![128, 64],
@@ -250,7 +251,15 @@ impl Schedule {
                 vec![vec![8, 128], vec![16, 256], vec![8, 512], vec![32, 128]]
             }
             KernelClass::Transpose => vec![vec![32, 32], vec![64, 128]],
-            KernelClass::Attention => vec![vec![64, 64], vec![128, 128], vec![64, 32]],
+            // `[BM, BN]` = query rows per block × keys per step. 16-bit: the tensor-core
+            // template (one m16 tile per warp; at 128 × 128 head dim 128 needs more than 255
+            // registers and spills); f32: the generic FFMA emitter, whose score and output
+            // tiles live in registers, so its tiles stay small (at 64 × 64 and above, head dim
+            // 128 spills). Both measured by ptxas 12.9 (`scripts/ptxas-check`).
+            KernelClass::Attention if dtype.size_bytes() == 2 => {
+                vec![vec![64, 64], vec![64, 32], vec![128, 32]]
+            }
+            KernelClass::Attention => vec![vec![16, 32], vec![32, 64], vec![16, 64]],
             KernelClass::Conv => vec![vec![64, 64, 32], vec![128, 64, 32], vec![64, 128, 64]],
             KernelClass::Fft => vec![vec![1, 64], vec![4, 32]],
             KernelClass::Layout => vec![vec![8, 256], vec![32, 64]],
@@ -263,7 +272,18 @@ impl Schedule {
             if class == KernelClass::Rowwise && dtype.size_bytes() == 2 && tile[1] / 32 > 8 {
                 continue;
             }
-            let s = Schedule { tile, ..d.clone() };
+            // 16-bit attention runs one m16 tile of query rows per warp (the tensor-core
+            // template): BM / 16 warps, at most 8.
+            let warps = if class == KernelClass::Attention && dtype.size_bytes() == 2 {
+                (tile[0] / 16).clamp(1, 8)
+            } else {
+                d.warps
+            };
+            let s = Schedule {
+                tile,
+                warps,
+                ..d.clone()
+            };
             if !out.contains(&s) {
                 out.push(s);
             }

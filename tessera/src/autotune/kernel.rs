@@ -69,6 +69,11 @@ pub(super) fn sizes(
         .iter()
         .flat_map(|d| d.iter().map(|&x| x as u64))
         .collect();
+    if m.class() == KernelClass::Attention
+        && let Some(p) = attention_problem(g, m, dims)
+    {
+        return (flat, Some(p));
+    }
     let (rows, cols) = match r {
         0 => (1, 1),
         1 => (1, out[0] as u64),
@@ -81,6 +86,38 @@ pub(super) fn sizes(
         flat,
         Some(Problem::for_class(m.class(), &[rows, cols], din, dout)),
     )
+}
+
+/// The attention problem of an attention-class kernel: its root's `q, k, v` found among the
+/// bindings (views `[BH, S, D]`).
+fn attention_problem(g: &Graph, m: &KernelManifest, dims: &[&[usize]]) -> Option<Problem> {
+    let node = g.nodes.iter().find(|n| {
+        matches!(n.op, tessera_ir::graph::Op::Attention { .. })
+            && n.args.first() == m.input.as_ref()
+    })?;
+    let tessera_ir::graph::Op::Attention { causal, .. } = node.op else {
+        return None;
+    };
+    let view = |v| {
+        let j = m.bindings.iter().position(|b| b.value == v)?;
+        let d = dims.get(j)?;
+        (d.len() == 3).then(|| [d[0], d[1], d[2]].map(|x| x as u64))
+    };
+    let (q, k, v) = (
+        view(node.args[0])?,
+        view(node.args[1])?,
+        view(node.args[2])?,
+    );
+    Some(Problem::Attention {
+        batch: q[0].max(1),
+        sq: q[1],
+        sk: k[1],
+        d: q[2],
+        dv: v[2],
+        causal,
+        in_bytes: m.dtype.size_bytes() as u32,
+        out_bytes: g.ty(m.output).dtype.size_bytes() as u32,
+    })
 }
 
 fn program_for(

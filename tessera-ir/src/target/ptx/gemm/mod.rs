@@ -30,11 +30,15 @@
 //! - **f32 → FFMA**, not tf32: tf32 keeps a 10-bit mantissa (~1e-3 relative), which cannot
 //!   meet an f32 1e-5 tolerance. Each thread computes a `tm×tn` micro-tile (8×8 at the default)
 //!   from a k-major A and row-major B in shared memory ([`ffma`]).
+//! - **Attention** ([`attention`]): the online-softmax kernel of the attention class with
+//!   bf16/f16 inputs runs both products on `mma.sync.m16n8k16` behind the same `cp.async`
+//!   pipeline, copies and epilogue; f32 attention stays on the generic emitter (FFMA).
 //! - **Epilogue**: the post-loop ops are evaluated per accumulator element; unsupported ops are
 //!   an [`EmitError`] naming them, never skipped.
 //! - No `.maxnreg`/`.minnctapersm`: 64 accumulators alone exceed a 64-register cap at the
 //!   default tile, and forcing one spills. The entry carries `.maxntid threads, 1, 1`.
 
+mod attention;
 mod copy;
 mod ctx;
 mod epilogue;
@@ -61,6 +65,9 @@ pub(crate) fn emit(
     s: &Schedule,
     arch: Arch,
 ) -> Result<Option<PtxKernel>, EmitError> {
+    if s.class == crate::schedule::KernelClass::Attention {
+        return attention::emit(k, s, arch);
+    }
     let Some(g) = pattern::recognise(k) else {
         return Ok(None);
     };

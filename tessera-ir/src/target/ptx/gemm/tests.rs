@@ -290,3 +290,60 @@ fn ptxas_check(cases: &[(DType, &[Arch])]) {
         eprintln!("{r}");
     }
 }
+
+/// Attention with inputs of `dt` (head dim 64, values 32), the output cast back to `dt`.
+fn attention(dt: DType, causal: bool) -> String {
+    format!(
+        "graph @at(%q: {dt}[B, S, 64], %k: {dt}[B, T, 64], %v: {dt}[B, T, 32]) -> {dt}[B, S, 32] {{
+  %3 = attention %q, %k, %v scale=0.125 causal={causal} policy=fast : f32[B, S, 32]
+  %4 = cast %3 : {dt}[B, S, 32]
+  return %4
+}}"
+    )
+}
+
+#[test]
+fn attention_takes_the_tensor_core_template_for_16_bit_inputs_only() {
+    for dt in [DType::BF16, DType::F16] {
+        for causal in [false, true] {
+            for s in Schedule::space(KernelClass::Attention, dt) {
+                let k = kernel(&attention(dt, causal), &s);
+                for arch in Arch::ALL {
+                    let p = emit(&k, &s, arch).unwrap().expect("the attention template");
+                    assert!(p.text.contains("tensor-core attention"), "{s}");
+                    let mma = format!("mma.sync.aligned.m16n8k16.row.col.f32.{dt}.{dt}.f32");
+                    // Q·Kᵀ and P·V, per m16 tile and n8 tile pair.
+                    assert!(p.text.matches(&mma).count() >= 2, "{s}");
+                    assert!(p.text.contains("cp.async.cg.shared.global"));
+                    assert!(
+                        p.text
+                            .contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16")
+                    );
+                    assert_eq!(p.threads, s.warps * 32);
+                }
+            }
+        }
+    }
+    // f32 needs FFMA for f32 accuracy; a warp count that cannot own whole m16 tiles of query
+    // rows runs the schedule as written on the generic emitter.
+    let s = Schedule::default_for(KernelClass::Attention, DType::F32);
+    assert!(
+        emit(&kernel(&attention(DType::F32, false), &s), &s, Arch::Sm80)
+            .unwrap()
+            .is_none()
+    );
+    let s = Schedule {
+        warps: 8,
+        ..sched_attention([64, 64])
+    };
+    let k = kernel(&attention(DType::BF16, false), &s);
+    assert!(emit(&k, &s, Arch::Sm80).unwrap().is_none());
+    assert!(crate::target::ptx::emit(&k, &s, Arch::Sm80).is_ok());
+}
+
+fn sched_attention(tile: [u32; 2]) -> Schedule {
+    Schedule {
+        tile: tile.to_vec(),
+        ..Schedule::default_for(KernelClass::Attention, DType::BF16)
+    }
+}
