@@ -8,7 +8,7 @@
 //! lets query `i` see keys `j ≤ i + L − S` (bottom-right aligned, as in FlashAttention 2); a
 //! query that sees no key (rows `i < S − L`) gets NaN, as the softmax of an all-masked row
 //! does. The head dim is a compile-time tile extent, so there is one kernel per head dim: 64
-//! ([`d64`], [`d64_causal`]) and 128 ([`d128`], [`d128_causal`]);
+//! ([`mod@d64`], [`mod@d64_causal`]) and 128 ([`mod@d128`], [`mod@d128_causal`]);
 //! [`attention`](fn@crate::attention) picks among them. On a PTX device bf16/f16 run on tensor
 //! cores (`mma.sync` for both products, a `cp.async` K/V pipeline), f32 on FFMA.
 //!
