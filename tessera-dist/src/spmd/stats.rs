@@ -603,7 +603,8 @@ fn with_rows(
     Ok(b.finish(out))
 }
 
-/// [`with_rows`], the result then scaled by `gamma: f32[C]` (rmsnorm).
+/// [`with_rows`], the result then scaled by `gamma: f32[C]` (rmsnorm); `gamma` is the last
+/// parameter.
 fn with_rows_gamma(
     name: &str,
     r: usize,
@@ -614,19 +615,14 @@ fn with_rows_gamma(
         &[Value],
     ) -> std::result::Result<Value, tessera::ir::graph::TypeError>,
 ) -> Result<Graph> {
-    let mut b = Graph::builder(name);
-    let x = b.param("x", x_type(r));
-    let rs: Vec<Value> = rows
-        .iter()
-        .map(|n| b.param(n, row_type(r, Dim::Const(1))))
-        .collect();
-    let gamma = b.param(
-        "gamma",
-        TensorType::new(DType::F32, Shape(vec![Dim::sym("C")])),
-    );
-    let y = body(&mut b, x, &rs)?;
-    let out = b.push(Op::Binary(BinaryOp::Mul), &[y, gamma])?;
-    Ok(b.finish(out))
+    with_rows(name, r, rows, |b, x, rs| {
+        let gamma = b.param(
+            "gamma",
+            TensorType::new(DType::F32, Shape(vec![Dim::sym("C")])),
+        );
+        let y = body(b, x, rs)?;
+        b.push(Op::Binary(BinaryOp::Mul), &[y, gamma])
+    })
 }
 
 /// `(x, μᵢ[.., P], M2ᵢ[.., P], nᵢ[P], γ, β) → (x − μ)·rsqrt(M2/N + eps)·γ + β` with Chan's
