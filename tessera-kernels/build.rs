@@ -2,7 +2,9 @@
 //!
 //! The kernels are found by scanning `src/` for `#[tessera::kernel]` items and compiled with
 //! the same front end the macro uses (`tessera-front`), so the PTX matches what the macro
-//! checked. Output: `$OUT_DIR/ptx/*.ptx` and `$OUT_DIR/precompiled.rs`, included by
+//! checked. Output: `$OUT_DIR/ptx/*.ptx.deflate` (each module's text, raw-deflate compressed:
+//! PTX is repetitive text and shrinks about 5x, which keeps every binary that links the library,
+//! and the library's rlib, small) and `$OUT_DIR/precompiled.rs`, the table included by
 //! `src/ptx.rs`.
 
 use proc_macro2::{Delimiter, TokenStream, TokenTree};
@@ -18,7 +20,8 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create ptx dir");
     println!("cargo::rerun-if-changed=src");
-    let mut index = String::from("&[\n");
+    let mut index = String::new();
+    let mut count = 0usize;
     let mut files: Vec<PathBuf> = std::fs::read_dir("src")
         .expect("src")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -52,10 +55,13 @@ fn main() {
                                 .unwrap_or_else(|e| panic!("{e}"));
                             let fname =
                                 format!("{}__{}__{}.ptx", p.entry, schedule_id(&s), arch.target());
-                            write_if_changed(&dir.join(&fname), &p.text);
+                            let deflated =
+                                miniz_oxide::deflate::compress_to_vec(p.text.as_bytes(), 9);
+                            write_if_changed(&dir.join(format!("{fname}.deflate")), &deflated);
+                            count += 1;
                             let _ = writeln!(
                                 index,
-                                "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, launch: {:?}, text: include_str!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}\")) }},",
+                                "    Precompiled {{ kernel: {:?}, fused: {:?}, schedule: {:?}, arch: {:?}, file: {:?}, threads: {}, dyn_smem: {}, launch: {:?}, deflated: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/ptx/{}.deflate\")) }},",
                                 kname,
                                 ck.fused.name,
                                 s.to_string(),
@@ -72,8 +78,10 @@ fn main() {
             }
         }
     }
-    index.push(']');
-    write_if_changed(&out.join("precompiled.rs"), &index);
+    // A static array (not a slice literal): kernels refer to it through `PRECOMPILED`, a
+    // reference to this one symbol, so no codegen unit gets its own copy of the table.
+    let table = format!("static TABLE: [Precompiled; {count}] = [\n{index}];\n");
+    write_if_changed(&out.join("precompiled.rs"), table.as_bytes());
 }
 
 /// `128x128x64_w8_s3_v8`.
@@ -82,9 +90,9 @@ fn schedule_id(s: &Schedule) -> String {
     format!("{}_w{}_s{}_v{}", t.join("x"), s.warps, s.stages, s.vector)
 }
 
-fn write_if_changed(path: &Path, text: &str) {
-    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
-        std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+fn write_if_changed(path: &Path, bytes: &[u8]) {
+    if std::fs::read(path).ok().as_deref() != Some(bytes) {
+        std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 }
 

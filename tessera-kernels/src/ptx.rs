@@ -9,20 +9,24 @@
 //! let all = tessera_kernels::ptx::PRECOMPILED;
 //! // A generic kernel's entries are named per instance (`softmax_f32`, `softmax_bf16`, …).
 //! assert!(all.iter().any(|p| p.kernel == "softmax_bf16" && p.arch == "sm_90a"));
-//! assert!(all.iter().all(|p| p.text.starts_with("//")));
+//! assert!(all.iter().all(|p| p.text().unwrap().starts_with("//")));
 //! ```
 
 /// One precompiled module (with its launch header, so a launch needs no compiler).
 pub use tessera::PrecompiledPtx as Precompiled;
 
+// `static TABLE: [Precompiled; N]`, written by `build.rs`.
+include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));
+
 /// Every precompiled module, in source order.
-pub static PRECOMPILED: &[Precompiled] = include!(concat!(env!("OUT_DIR"), "/precompiled.rs"));
+pub static PRECOMPILED: &[Precompiled] = &TABLE;
 
 /// Writes every precompiled module to `dir` (one `.ptx` file each); returns how many.
 pub fn write_all(dir: &std::path::Path) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir)?;
     for p in PRECOMPILED {
-        std::fs::write(dir.join(p.file), p.text)?;
+        let text = p.text().map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(p.file), text)?;
     }
     Ok(PRECOMPILED.len())
 }

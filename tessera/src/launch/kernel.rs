@@ -815,7 +815,7 @@ impl KernelDef {
         } else if *s == m.schedule {
             self.ptx.get(i * Arch::ALL.len() + a).copied()
         } else {
-            precompiled::find(self.library, self.name, &m.name, &text, arch)
+            precompiled::find(self.library, self.name, &m.name, &text, arch)?
         }
         // An arch the kernel cannot run on has no module (fp8 before sm_89): the compiler
         // says why.
