@@ -313,7 +313,8 @@ fn summary_gemm(rows: &mut Vec<Row>) {
                 })
             });
             let f32_s = p.install(|| best(|| drop(tessera_kernels::matmul(&a, &b).unwrap())));
-            let bf_s = p.install(|| best(|| drop(tessera_kernels::matmul_bf16(&ab, &bb).unwrap())));
+            let bf_s =
+                p.install(|| best(|| drop(tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap())));
             for (name, s) in [("matmul f32", f32_s), ("matmul bf16", bf_s)] {
                 rows.push(Row {
                     kernel: name.into(),

@@ -22,6 +22,8 @@ fn main() {
     println!("cargo::rerun-if-changed=src");
     let mut index = String::new();
     let mut count = 0usize;
+    // Kernel (instance) name -> the `#[kernel]` fn it came from.
+    let mut owners = std::collections::HashMap::<String, String>::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir("src")
         .expect("src")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -39,8 +41,19 @@ fn main() {
                 Err(_) => continue,
             };
             for (inst, compiled) in &instances {
-                // The name the macro gives this instantiation's `KernelDef` (`add__bf16`).
+                // The name the macro gives this instantiation's `KernelDef` (`add_bf16`).
                 let kname = format!("{}{}", k.name, inst.suffix);
+                // Launches find their module by this name: two kernels under one name (a
+                // generic `matmul<T>`'s bf16 instance and a plain `fn matmul_bf16`) would load
+                // each other's PTX.
+                if let Some(first) = owners.insert(kname.clone(), k.name.to_string()) {
+                    panic!(
+                        "{}: kernel `{}` and kernel `{first}` are both named `{kname}` \
+                         (a generic kernel's instance is named `<fn>_<dtype>`); rename one",
+                        file.display(),
+                        k.name
+                    );
+                }
                 for (i, ck) in compiled.kernels.iter().enumerate() {
                     let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &ck.fused);
                     for s in Schedule::space(ck.fused.class, dtype) {

@@ -246,9 +246,9 @@ macro_rules! backend_tests {
             }
 
             #[test] fn matmul_f32() { device(); matmul_case::<f32>(11, |a, b| tessera_kernels::matmul(a, b)); }
-            #[test] fn matmul_bf16() { device(); matmul_case::<bf16>(12, |a, b| tessera_kernels::matmul_bf16(a, b)); }
+            #[test] fn matmul_bf16() { device(); matmul_case::<bf16>(12, |a, b| tessera_kernels::matmul_bf16_f32(a, b)); }
             #[test] fn linear_bias_gelu_f32() { device(); linear_gelu_case::<f32>(13, |x, w, b| tessera_kernels::linear_bias_gelu(x, w, b)); }
-            #[test] fn linear_bias_gelu_bf16() { device(); linear_gelu_case::<bf16>(14, |x, w, b| tessera_kernels::linear_bias_gelu_bf16(x, w, b)); }
+            #[test] fn linear_bias_gelu_bf16() { device(); linear_gelu_case::<bf16>(14, |x, w, b| tessera_kernels::linear_bias_gelu_bf16_f32(x, w, b)); }
             #[test] fn softmax() { device(); rows_case(15, "softmax", |x, _, _| tessera_kernels::softmax(x), |r, _, _| reference::softmax(r, r.len())); }
             #[test] fn layernorm() { device(); rows_case(16, "layernorm", |x, g, b| tessera_kernels::layernorm(x, g, b), layernorm_ref); }
             #[test] fn rmsnorm() { device(); rows_case(17, "rmsnorm", |x, g, _| tessera_kernels::rmsnorm(x, g), rmsnorm_ref); }

@@ -10,7 +10,7 @@ pub fn matmul<T: Float>(x: Tensor<T, (M, K)>, w: Tensor<T, (K, N)>) -> Tensor<T,
 
 /// `x · w` with bf16 inputs, accumulated and returned in f32.
 #[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
-pub fn matmul_bf16(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
+pub fn matmul_bf16_f32(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
     x.matmul(w)
 }
 
@@ -36,7 +36,7 @@ pub fn linear_bias_gelu<T: Float>(
 
 /// `gelu(x · w + b)` as one fused kernel: bf16 inputs, f32 accumulation and output.
 #[tessera::kernel(precompiled = crate::ptx::PRECOMPILED)]
-pub fn linear_bias_gelu_bf16(
+pub fn linear_bias_gelu_bf16_f32(
     x: Tensor<bf16, (M, K)>,
     w: Tensor<bf16, (K, N)>,
     b: Tensor<f32, (N,)>,

@@ -30,3 +30,29 @@ pub fn write_all(dir: &std::path::Path) -> std::io::Result<usize> {
     }
     Ok(PRECOMPILED.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PRECOMPILED;
+    use std::collections::HashSet;
+
+    /// Launches look a module up by (kernel, fused kernel, schedule, arch): a second entry under
+    /// the same key would be shadowed by the first (or serve the wrong kernel).
+    #[test]
+    fn every_module_key_and_file_is_unique() {
+        let mut keys = HashSet::new();
+        let mut files = HashSet::new();
+        for p in PRECOMPILED {
+            assert!(
+                keys.insert((p.kernel, p.fused, p.schedule, p.arch)),
+                "two modules for {} / {} / {} / {}",
+                p.kernel,
+                p.fused,
+                p.schedule,
+                p.arch
+            );
+            assert!(files.insert(p.file), "two modules in file {}", p.file);
+        }
+        assert!(PRECOMPILED.len() > 100, "{} modules", PRECOMPILED.len());
+    }
+}
