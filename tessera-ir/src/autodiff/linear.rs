@@ -58,9 +58,22 @@ pub(super) fn pad(d: &mut Diff, lo: &[i64], hi: &[i64], g: Value) -> Result<Valu
     )
 }
 
-/// `causal_mask`: the cotangent where the mask keeps the entry, 0 where it writes `−∞`
-/// (`g · exp(causal_mask(0))`).
-pub(super) fn causal_mask(d: &mut Diff, g: Value) -> Result<Value, String> {
+/// `causal_mask` (forward node `v`): the cotangent where the mask keeps the entry, 0 where it
+/// writes `−∞`. When only softmaxes read the masked scores (attention), the cotangent `g` is
+/// already 0 there — the softmax VJP `p ⊙ (..)` has `p = exp(−∞) = 0` — and passes through
+/// unchanged (so the backward graph holds only the forward's mask, which fuses into the
+/// score matmul); otherwise `g · exp(causal_mask(0))`.
+pub(super) fn causal_mask(d: &mut Diff, v: Value, g: Value) -> Result<Value, String> {
+    let fwd = d.fwd;
+    let softmax_only = fwd.output != v
+        && fwd
+            .nodes
+            .iter()
+            .filter(|n| n.args.contains(&v))
+            .all(|n| matches!(n.op, Op::Softmax { .. }));
+    if softmax_only {
+        return Ok(g);
+    }
     let t = d.ty(g);
     let z = d.konst(0.0, t.dtype);
     let zeros = d.b.push_typed(Op::Broadcast, &[z], t);

@@ -73,7 +73,7 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             one(r)
         }
         Op::CausalMask => {
-            let r = super::linear::causal_mask(d, g)?;
+            let r = super::linear::causal_mask(d, v, g)?;
             one(r)
         }
         op => {

@@ -458,4 +458,84 @@ fn causal_mask_under_softmax() {
 }
 ";
     check(src, &[&[2, 3, 5]], -1.0, 42);
+    // Read by more than a softmax: the general rule, `g · exp(causal_mask(0))`.
+    let src = "graph @cm2(%x: f32[B, 3, 5]) -> f32[B, 3, 5] {
+  %1 = causal_mask %x : f32[B, 3, 5]
+  %2 = softmax %1 : f32[B, 3, 5]
+  %3 = exp %1 : f32[B, 3, 5]
+  %4 = add %2, %3 : f32[B, 3, 5]
+  return %4
+}
+";
+    let graphs = check(src, &[&[2, 3, 5]], -1.0, 43);
+    assert_eq!(graphs[0].to_string().matches("causal_mask").count(), 2);
+}
+
+/// The number of kernels `compile` makes of `g`, and its fusion trace.
+fn plan(g: &Graph, depth: Option<usize>) -> (usize, String) {
+    let opts = crate::pipeline::CompileOptions {
+        fusion_depth: depth,
+        ..Default::default()
+    };
+    let c = crate::pipeline::compile(g, &opts).unwrap_or_else(|e| panic!("{e}\n{g}"));
+    (c.kernels.len(), c.trace())
+}
+
+#[test]
+fn backward_column_reductions_fuse_into_their_producers() {
+    // linear + bias + gelu: db = Σ_rows dY·gelu'(x·w + b); layernorm: dγ = Σ_rows dY·x̂.
+    // Before pipeline fusion these backward graphs compiled to 8 and 6 kernels (the
+    // reduction re-read an operand another kernel wrote).
+    let lg = parse(
+        "graph @lg(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {
+  %3 = matmul %x, %w acc=f32 : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  return %5
+}",
+    )
+    .unwrap();
+    let ln = parse(
+        "graph @ln(%x: f32[M, N], %g: f32[N], %b: f32[N]) -> f32[M, N] {
+  %3 = layernorm %x, %g, %b eps=1e-5 : f32[M, N]
+  return %3
+}",
+    )
+    .unwrap();
+    for (g, p, kernels) in [(&lg, "b", 7), (&ln, "g", 5)] {
+        let bw = grad_wrt(g, p).unwrap();
+        let (n, trace) = plan(&bw, None);
+        assert_eq!(n, kernels, "{trace}");
+        assert!(
+            trace.contains("(reduce.sum) fused into") && trace.contains("(pipeline fusion)"),
+            "{trace}"
+        );
+        // Fusion depth 0 keeps every kernel apart, the reduction's producer included.
+        let (_, trace) = plan(&bw, Some(0));
+        assert!(trace.contains("fusion depth 0 keeps"), "{trace}");
+    }
+}
+
+#[test]
+fn causal_attention_backward_compiles_with_the_mask_in_the_score_matmul() {
+    let g = parse(
+        "graph @at(%q: f32[B, S, 4], %k: f32[B, T, 4], %v: f32[B, T, 3]) -> f32[B, S, 3] {
+  %3 = transpose %k : f32[B, 4, T]
+  %4 = matmul %q, %3 acc=f32 : f32[B, S, T]
+  %5 = const 0.5 : f32[]
+  %6 = mul %4, %5 : f32[B, S, T]
+  %7 = causal_mask %6 : f32[B, S, T]
+  %8 = softmax %7 : f32[B, S, T]
+  %9 = matmul %8, %v acc=f32 : f32[B, S, 3]
+  return %9
+}",
+    )
+    .unwrap();
+    for gr in grad(&g).unwrap() {
+        let (_, trace) = plan(&gr.graph, None);
+        assert!(
+            trace.contains("(causal_mask) fused into") && trace.contains("as epilogue"),
+            "{trace}"
+        );
+    }
 }
