@@ -196,6 +196,13 @@ macro_rules! backend_tests {
             #[test] fn gelu_abs_max_min_amax() { device(); case(&piecewise::KERNEL, &[&[13, 37], &[37]], 8); }
             #[test] fn mlp() { device(); case(&mlp_loss::KERNEL, &[&[16, 5], &[5, 12], &[12], &[12, 3], &[3], &[16, 3]], 6); }
             #[test] fn matmul_bias_gelu() { device(); case(&linear_gelu::KERNEL, &[&[70, 9], &[9, 21], &[21]], 9); }
+            #[test] fn matmul_bias_gelu_ordered_policies() {
+                device();
+                // The fused column reduction's row-by-row path (deterministic, kahan_sum).
+                for p in [tessera::NumericsPolicy::Deterministic, tessera::NumericsPolicy::KahanSum] {
+                    tessera::numerics::policy(p, || case(&linear_gelu::KERNEL, &[&[70, 9], &[9, 21], &[21]], 12));
+                }
+            }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
         }

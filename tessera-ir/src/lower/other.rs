@@ -127,12 +127,20 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     Ok(())
 }
 
+/// Most elements of one step's tile in a column reduction with a prologue.
+const PROLOGUE_TILE: usize = 2048;
+
 /// Sum/max/mean over the leading axes: each program owns `BC` columns and walks the rows
 /// (`BR` at a time; one at a time, in order, under `deterministic` and `kahan_sum`). With a
 /// prologue (pipeline fusion, see [`crate::fuse`]) each tile of the operand is computed from
-/// the chain's inputs instead of loaded.
+/// the chain's inputs instead of loaded, `min(BR, 2048 / BC)` rows at a time.
 pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
-    let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
+    let (mut br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
+    if !l.k.prologue.is_empty() {
+        // A prologue keeps a tile per chain input live at once: fewer rows per step keep it
+        // in registers (at most PROLOGUE_TILE elements, at least one row).
+        br = br.min(PROLOGUE_TILE / bc).max(1);
+    }
     let root = l.g.node(l.k.root).clone();
     let G::Reduce { op, axes, .. } = &root.op else {
         return Err(l.err(l.k.root, "column reduction of a non-reduction"));
