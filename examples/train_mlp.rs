@@ -4,7 +4,9 @@
 //! The loss is one `#[tessera::kernel]` written in algebraic form; `tessera::grad_wrt` builds
 //! its backward Graph IR for the four weights (reverse-mode autodiff in `tessera_ir::autodiff`)
 //! and compiles each gradient as a kernel. `TESSERA_DUMP=fusion` prints the backward kernels'
-//! fusion traces (the bias gradients are column sums of the pre-activation's cotangent).
+//! fusion traces: the bias gradients are column sums of the pre-activation's cotangent, each
+//! fused into the kernel that computes that cotangent (`.. as column reduction (pipeline
+//! fusion)`), so the cotangent is never written to memory.
 //!
 //!     cargo run --release --example train_mlp            # cpu
 //!     cargo run --release --example train_mlp -- sim     # the PTX, on the simulator

@@ -1,6 +1,8 @@
 //! `tessera::grad`: the backward kernels of real `#[kernel]`s run on every backend and agree
 //! with the f64 interpreter run on the same backward graphs (whose VJP rules
-//! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences).
+//! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences); attention's
+//! (plain and causal) are checked against central finite differences of the forward graph
+//! directly.
 
 use tessera::ir::reference::{Tensor64, eval};
 use tessera::prelude::*;
@@ -64,6 +66,33 @@ fn piecewise(x: Tensor<f32, (M, N)>, r: Tensor<f32, (N,)>) -> Tensor<f32, (M,)> 
     (gelu(x) * abs(x) + maximum(x, r) - minimum(x * 0.5, r)).amax(1)
 }
 
+#[tessera::kernel]
+fn linear_gelu(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    gelu(x.matmul(w) + b)
+}
+
+#[tessera::kernel]
+fn attn(
+    q: Tensor<f32, (B, S, D)>,
+    k: Tensor<f32, (B, T, D)>,
+    v: Tensor<f32, (B, T, E)>,
+) -> Tensor<f32, (B, S, E)> {
+    softmax(q.matmul(k.t()) * 0.5).matmul(v)
+}
+
+#[tessera::kernel]
+fn attn_causal(
+    q: Tensor<f32, (B, S, D)>,
+    k: Tensor<f32, (B, T, D)>,
+    v: Tensor<f32, (B, T, E)>,
+) -> Tensor<f32, (B, S, E)> {
+    softmax(causal_mask(q.matmul(k.t()) * 0.5)).matmul(v)
+}
+
 thread_local! {
     static DEVICE: std::cell::RefCell<Device> = const { std::cell::RefCell::new(Device::Cpu) };
 }
@@ -99,6 +128,58 @@ fn case(k: &'static KernelDef, shapes: &[&[usize]], seed: u64) {
     }
 }
 
+/// Runs every backward kernel of `k` at random inputs of `shapes` on the backend under test
+/// and compares each gradient with central finite differences of the forward graph in f64:
+/// `(⟨dy, f(x + h·e_j)⟩ − ⟨dy, f(x − h·e_j)⟩) / 2h` for every element `j`.
+fn case_fd(k: &'static KernelDef, shapes: &[&[usize]], seed: u64) {
+    let dev = DEVICE.with(|d| d.borrow().clone());
+    let fwd = tessera::ir::graph::parse(k.graph_text()).unwrap();
+    let xs: Vec<Tensor<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Tensor::randn(s, seed + i as u64))
+        .collect();
+    let on: Vec<Tensor<f32>> = xs.iter().map(|x| x.to(&dev).unwrap()).collect();
+    let args: Vec<_> = on.iter().map(|x| x.arg()).collect();
+    let y = k.launch::<f32>(&args).unwrap();
+    let dy = Tensor::<f32>::randn(y.shape(), seed + 50);
+    let g = grad(k).unwrap();
+    let got = g.backward::<f32>(&args, &dy.to(&dev).unwrap()).unwrap();
+    let inputs: Vec<Tensor64> = xs
+        .iter()
+        .map(|x| Tensor64::new(x.shape().to_vec(), x.to_f64_vec().unwrap()))
+        .collect();
+    let dy = dy.to_f64_vec().unwrap();
+    let loss = |inputs: &[Tensor64]| -> f64 {
+        let y = eval(&fwd, inputs).unwrap().data;
+        y.iter().zip(&dy).map(|(a, b)| a * b).sum()
+    };
+    for (p, dp) in g.params().iter().zip(&got) {
+        let i = fwd
+            .params
+            .iter()
+            .position(|v| fwd.value_name(*v) == format!("%{p}"))
+            .unwrap();
+        let h = 1e-5;
+        let want: Vec<f64> = (0..inputs[i].data.len())
+            .map(|j| {
+                let mut plus = inputs.to_vec();
+                plus[i].data[j] += h;
+                let mut minus = inputs.to_vec();
+                minus[i].data[j] -= h;
+                (loss(&plus) - loss(&minus)) / (2.0 * h)
+            })
+            .collect();
+        assert_eq!(dp.shape(), &inputs[i].shape[..], "{}: d{p}", k.name());
+        let e = rel_error(&dp.to_f64_vec().unwrap(), &want);
+        assert!(
+            e < 1e-4,
+            "{} d{p}: relative error {e:e} against finite differences",
+            k.name()
+        );
+    }
+}
+
 macro_rules! backend_tests {
     ($($backend:ident => $device:expr),* $(,)?) => {$(
         mod $backend {
@@ -114,6 +195,16 @@ macro_rules! backend_tests {
             #[test] fn relu() { device(); case(&relu_k::KERNEL, &[&[9, 40]], 7); }
             #[test] fn gelu_abs_max_min_amax() { device(); case(&piecewise::KERNEL, &[&[13, 37], &[37]], 8); }
             #[test] fn mlp() { device(); case(&mlp_loss::KERNEL, &[&[16, 5], &[5, 12], &[12], &[12, 3], &[3], &[16, 3]], 6); }
+            #[test] fn matmul_bias_gelu() { device(); case(&linear_gelu::KERNEL, &[&[70, 9], &[9, 21], &[21]], 9); }
+            #[test] fn matmul_bias_gelu_ordered_policies() {
+                device();
+                // The fused column reduction's row-by-row path (deterministic, kahan_sum).
+                for p in [tessera::NumericsPolicy::Deterministic, tessera::NumericsPolicy::KahanSum] {
+                    tessera::numerics::policy(p, || case(&linear_gelu::KERNEL, &[&[70, 9], &[9, 21], &[21]], 12));
+                }
+            }
+            #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
+            #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
         }
     )*};
 }
@@ -124,10 +215,29 @@ backend_tests!(
 );
 
 #[test]
-fn bias_gradient_is_a_column_sum_in_the_fusion_trace() {
-    let g = grad(&linear_tanh::KERNEL).unwrap();
-    let db = g.kernel("b").unwrap().compiled().unwrap();
-    let trace = db.trace();
-    assert!(trace.contains("reduce.sum"), "{trace}");
-    assert!(db.graph.to_string().contains("%dy: f32[M, N]"));
+fn bias_and_gamma_gradients_fuse_into_their_producers_in_the_fusion_trace() {
+    // The bias gradient's column sum takes over the kernel computing dY·gelu'(x·w + b), and
+    // layernorm's dγ the one computing dY·x̂: neither operand is written to memory.
+    for (k, p) in [
+        (&linear_gelu::KERNEL, "b"),
+        (&linear_tanh::KERNEL, "b"),
+        (&layer_norm::KERNEL, "g"),
+    ] {
+        let c = grad(k).unwrap().kernel(p).unwrap().compiled().unwrap();
+        let trace = c.trace();
+        let line = trace
+            .lines()
+            .find(|l| l.contains("(reduce.sum) fused into"))
+            .unwrap_or_else(|| panic!("{}: no pipeline fusion\n{trace}", k.name()));
+        assert!(
+            line.contains("as column reduction (pipeline fusion)"),
+            "{line}"
+        );
+        assert!(c.graph.to_string().contains("%dy: f32[M, N]"));
+        assert!(
+            c.kernels.iter().any(|k| !k.fused.prologue.is_empty()),
+            "{}: no kernel has a prologue",
+            k.name()
+        );
+    }
 }

@@ -1,7 +1,17 @@
 //! Fusion: groups Graph IR nodes into kernels. Elementwise epilogues fuse into the kernel that
 //! produces their operand (a matmul, a row-wise op, a reduction or another elementwise chain)
-//! when that operand has no other use and the shapes agree. Every decision is recorded so a
-//! profiler or `TESSERA_DUMP=fusion` can show it.
+//! when that operand has no other use and the shapes agree; so does a `causal_mask` into a
+//! matmul (the scores of an unfused attention, as its backward graph recomputes them), whose
+//! lowering knows each element's row and column. Every
+//! decision is recorded so a profiler or `TESSERA_DUMP=fusion` can show it.
+//!
+//! **Pipeline fusion of column reductions** (seeds §7.4). A reduction over the rows of a matrix
+//! (`reduce.* axes=[0]`: a bias gradient `Σ_rows dY`, layernorm's `dγ = Σ_rows dY ⊙ x̂`) whose
+//! operand is the sole product of an elementwise kernel takes that kernel over: the chain
+//! becomes the reduction's *prologue*, computed tile by tile as the column-reduction kernel
+//! walks the rows, so the operand is never written to memory nor read back. The sums keep
+//! the column reduction's fixed row order (deterministic, no atomics). The trace records it
+//! as `.. (reduce.sum) fused into <kernel> (..) as column reduction (pipeline fusion) ..`.
 //!
 //! **Fusion depth.** [`fuse_with`] caps how many elementwise ops one kernel's epilogue may
 //! hold: depth 0 gives every op its own kernel, `None` fuses as deep as the rules allow.
@@ -25,6 +35,10 @@ pub struct FusedKernel {
     pub root: Value,
     /// Elementwise nodes applied to the root's result, in order.
     pub epilogue: Vec<Value>,
+    /// Elementwise nodes computed, tile by tile, *before* the root (a column reduction) and
+    /// reduced by it: the chain that produces the root's operand, which pipeline fusion moved
+    /// into the reduction's kernel. Empty for every other kernel.
+    pub prologue: Vec<Value>,
     /// The value the kernel writes to memory.
     pub output: Value,
 }
@@ -147,7 +161,10 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
         }
         let name = format!("{} ({})", g.value_name(v), n.op.name());
         let mut reason = None;
-        if n.op.is_elementwise() {
+        // A causal mask is elementwise given each element's position, which the matmul
+        // lowering knows: it fuses as a matmul's epilogue.
+        let mask = matches!(n.op, Op::CausalMask);
+        if n.op.is_elementwise() || mask {
             let cands: Vec<Value> = n
                 .args
                 .iter()
@@ -162,6 +179,14 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
                 if matches!(kernels[k].class, KernelClass::Fft | KernelClass::Layout) {
                     reason = Some(format!(
                         "{} kernels take no epilogue",
+                        kernels[k].class.name()
+                    ));
+                    continue;
+                }
+                if mask && kernels[k].class != KernelClass::Matmul {
+                    reason = Some(format!(
+                        "a causal mask fuses only into a matmul kernel, not {} ({})",
+                        kernels[k].name,
                         kernels[k].class.name()
                     ));
                     continue;
@@ -225,6 +250,34 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
             }
         }
         let class = class_of(g, v)?;
+        if class == KernelClass::ColReduce {
+            match absorb_producer(g, &uses, &producer, &kernels, v, depth) {
+                Ok(k) => {
+                    let chain = &kernels[k];
+                    decisions.push(format!(
+                        "{name} fused into {} ({}) as column reduction (pipeline fusion): its operand {} is reduced tile by tile, never written to memory",
+                        chain.name,
+                        g.value_name(chain.root),
+                        g.value_name(n.args[0]),
+                    ));
+                    let chain = kernels[k].clone();
+                    let mut prologue = vec![chain.root];
+                    prologue.extend(chain.epilogue);
+                    kernels[k] = FusedKernel {
+                        name: chain.name,
+                        class,
+                        root: v,
+                        epilogue: vec![],
+                        prologue,
+                        output: v,
+                    };
+                    producer[i] = Some(k);
+                    continue;
+                }
+                Err(Some(r)) => reason = Some(r),
+                Err(None) => {}
+            }
+        }
         let k = kernels.len();
         let kname = format!("{}_k{k}", g.name);
         decisions.push(match reason {
@@ -239,6 +292,7 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
             class,
             root: v,
             epilogue: vec![],
+            prologue: vec![],
             output: v,
         });
         producer[i] = Some(k);
@@ -250,4 +304,54 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
         });
     }
     Ok(Plan { kernels, decisions })
+}
+
+/// The elementwise kernel whose sole product is the operand of column reduction `v`, when
+/// pipeline fusion may move it into the reduction: `Err(Some(why))` when there is such a
+/// kernel but it cannot be absorbed, `Err(None)` when the operand comes from elsewhere.
+fn absorb_producer(
+    g: &Graph,
+    uses: &[usize],
+    producer: &[Option<usize>],
+    kernels: &[FusedKernel],
+    v: Value,
+    depth: Option<usize>,
+) -> Result<usize, Option<String>> {
+    let a = g.node(v).args[0];
+    let Some(k) = producer[a.index()] else {
+        return Err(None);
+    };
+    let kern = &kernels[k];
+    if kern.output != a || kern.class != KernelClass::Elementwise {
+        return Err(None);
+    }
+    let what = format!("{} ({})", kern.name, g.value_name(a));
+    if uses[a.index()] != 1 {
+        return Err(Some(format!(
+            "operand {} of the column reduction has {} uses, so {what} writes it to memory",
+            g.value_name(a),
+            uses[a.index()]
+        )));
+    }
+    if depth == Some(0) {
+        return Err(Some(format!(
+            "fusion depth 0 keeps {what} a kernel of its own"
+        )));
+    }
+    // The kernel's grid and row count come from an input of the operand's full shape.
+    let chain: Vec<Value> = std::iter::once(kern.root)
+        .chain(kern.epilogue.iter().copied())
+        .collect();
+    let full = chain.iter().flat_map(|c| &g.node(*c).args).any(|x| {
+        !chain.contains(x)
+            && !matches!(g.node(*x).op, Op::Const { .. })
+            && g.ty(*x).shape == g.ty(a).shape
+    });
+    if !full {
+        return Err(Some(format!(
+            "{what} reads no input of the full shape {} (it broadcasts every operand)",
+            g.ty(a).shape
+        )));
+    }
+    Ok(k)
 }

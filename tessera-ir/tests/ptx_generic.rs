@@ -1,5 +1,5 @@
-//! Every compiled kernel of the sample graphs, under every schedule of its class, emits PTX for
-//! every arch; when `TESSERA_PTXAS` names a ptxas binary, ptxas must accept each file with no
+//! Every compiled kernel of the sample graphs (and the pipeline-fused column reductions of two
+//! backward graphs), under every schedule of its class, emits PTX for every arch; when `TESSERA_PTXAS` names a ptxas binary, ptxas must accept each file with no
 //! spills (CI sets it through `scripts/ptxas-check`).
 
 use std::process::Command;
@@ -14,6 +14,22 @@ const GRAPHS: &[&str] = &[
     "graph @ew(%x: f32[R, C], %y: f32[C]) -> bf16[R, C] {\n  %2 = mul %x, %y : f32[R, C]\n  %3 = gelu %2 : f32[R, C]\n  %4 = cast %3 : bf16[R, C]\n  return %4\n}",
     "graph @red(%x: f32[R, C]) -> f32[C] {\n  %1 = reduce.sum %x axes=[1] keepdim=true policy=fast : f32[R, 1]\n  %2 = sub %x, %1 : f32[R, C]\n  %3 = reduce.max %2 axes=[0] keepdim=false policy=fast : f32[C]\n  return %3\n}",
     "graph @tr(%x: f32[B, R, C]) -> f32[B, C, R] {\n  %1 = transpose %x : f32[B, C, R]\n  %2 = tanh %1 : f32[B, C, R]\n  return %2\n}",
+    // A causal mask fused into the score matmul (attention's backward graph recomputes it).
+    "graph @cm(%q: f32[B, S, D], %k: f32[B, D, T]) -> f32[B, S, T] {\n  %2 = matmul %q, %k acc=f32 : f32[B, S, T]\n  %3 = const 0.5 : f32[]\n  %4 = mul %2, %3 : f32[B, S, T]\n  %5 = causal_mask %4 : f32[B, S, T]\n  return %5\n}",
+];
+
+/// Forward graphs whose gradient w.r.t. the named parameter holds a column reduction with a
+/// prologue (pipeline fusion): the bias of linear + gelu, layernorm's γ. Only those kernels
+/// are checked.
+const BACKWARD: &[(&str, &str)] = &[
+    (
+        "graph @lg(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {\n  %3 = matmul %x, %w acc=f32 : f32[M, N]\n  %4 = add %3, %b : f32[M, N]\n  %5 = gelu %4 : f32[M, N]\n  return %5\n}",
+        "b",
+    ),
+    (
+        "graph @ln(%x: f32[M, N], %g: f32[N], %b: f32[N]) -> f32[M, N] {\n  %3 = layernorm %x, %g, %b eps=1e-5 : f32[M, N]\n  return %3\n}",
+        "g",
+    ),
 ];
 
 #[test]
@@ -22,10 +38,20 @@ fn generic_kernels_emit_and_pass_ptxas() {
     let dir = std::env::temp_dir().join(format!("tessera-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut checked = 0;
-    for src in GRAPHS {
+    let mut graphs: Vec<(graph::Graph, bool)> = GRAPHS
+        .iter()
+        .map(|src| (graph::parse(src).unwrap(), false))
+        .collect();
+    for (src, p) in BACKWARD {
         let g = graph::parse(src).unwrap();
-        let c = pipeline::compile(&g, &Default::default()).unwrap();
+        graphs.push((tessera_ir::autodiff::grad_wrt(&g, p).unwrap(), true));
+    }
+    for (g, prologue_only) in &graphs {
+        let c = pipeline::compile(g, &Default::default()).unwrap();
         for (i, k) in c.kernels.iter().enumerate() {
+            if *prologue_only && k.fused.prologue.is_empty() {
+                continue;
+            }
             for s in Schedule::space(k.fused.class, DType::F32) {
                 let l = c.lower_with(i, &s).unwrap();
                 for arch in Arch::ALL {

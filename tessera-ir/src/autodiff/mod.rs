@@ -13,12 +13,15 @@
 //! once are summed. Cotangents of a value carry the value's dtype; a broadcast operand's
 //! cotangent is summed back to its shape.
 //!
-//! The VJP rules: unary ops (`neg exp log sqrt rsqrt tanh sigmoid`), binary ops
-//! (`add sub mul div`, with broadcasting), `cast`, `broadcast`, `reduce.sum` / `reduce.mean`,
-//! `matmul` (plain and batched), `transpose`, `softmax`, `layernorm`, `rmsnorm` and
-//! `attention` (recomputed from its unfused form). Any other op on the path from the
-//! parameter to the output is an error naming it (`relu`, `gelu`, `abs`, `max`, `min`,
-//! `reduce.max`, `causal_mask`, `conv2d`, the FFT ops: no rule yet).
+//! The VJP rules: every unary op (`neg exp log sqrt rsqrt tanh sigmoid relu gelu abs`; the
+//! piecewise ones take the one-sided derivative 0 at 0), binary ops (`add sub mul div max
+//! min`, with broadcasting; a tie of `max`/`min` splits the cotangent evenly), `cast`,
+//! `broadcast`, `reduce.sum` / `reduce.mean` / `reduce.max`, `matmul` (plain and batched),
+//! `transpose`, `softmax`, `layernorm`, `rmsnorm`, `attention` (recomputed from its unfused
+//! form), `causal_mask`, `conv2d` (`conv.rs`: tap by tap; the input gradient of a strided
+//! convolution is an error naming the stride), `fft` / `ifft`, `complex`, `real` and `pad`
+//! (`linear.rs`: adjoints of linear maps). Any other op on the path from the parameter to the
+//! output (`spectral_mul`) is an error naming it.
 //!
 //! ```
 //! use tessera_ir::{autodiff, graph};
@@ -34,6 +37,8 @@
 //! assert!(dw.to_string().contains("%dy: f32[M, N]"));
 //! ```
 
+mod conv;
+mod linear;
 mod rules;
 #[cfg(test)]
 mod tests;

@@ -55,9 +55,30 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             causal,
             policy,
         } => attention(d, &x, *scale, *causal, *policy, g, wanted)?,
+        Op::Conv2d(c) => super::conv::conv2d(d, x[0], x[1], *c, g, wanted)?,
+        Op::Fft { axis, inverse } => {
+            let r = super::linear::fft(d, x[0], *axis, *inverse, g)?;
+            one(r)
+        }
+        Op::Complex => {
+            let r = super::linear::complex(d, x[0], g)?;
+            one(r)
+        }
+        Op::Real => {
+            let r = super::linear::real(d, g)?;
+            one(r)
+        }
+        Op::Pad { lo, hi } => {
+            let r = super::linear::pad(d, lo, hi, g)?;
+            one(r)
+        }
+        Op::CausalMask => {
+            let r = super::linear::causal_mask(d, v, g)?;
+            one(r)
+        }
         op => {
             return Err(format!(
-                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, add, sub, mul, div, max, min, cast, broadcast, reduce.sum, reduce.mean, reduce.max, matmul, transpose, softmax, layernorm, rmsnorm, attention)",
+                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, add, sub, mul, div, max, min, cast, broadcast, reduce.sum, reduce.mean, reduce.max, matmul, transpose, softmax, layernorm, rmsnorm, attention, causal_mask, conv2d, fft, ifft, complex, real, pad)",
                 op.name()
             ));
         }

@@ -26,6 +26,17 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// `[lo, lo + 2)`) against `(⟨dy, f(x + h·e_j)⟩ − ⟨dy, f(x − h·e_j)⟩) / 2h` for every
 /// element `j`, in f64. Returns the backward graphs.
 fn check(src: &str, shapes: &[&[usize]], lo: f64, seed: u64) -> Vec<Graph> {
+    check_only(src, shapes, lo, seed, None)
+}
+
+/// [`check`] for the parameters named in `only` (all float parameters when `None`).
+fn check_only(
+    src: &str,
+    shapes: &[&[usize]],
+    lo: f64,
+    seed: u64,
+    only: Option<&[&str]>,
+) -> Vec<Graph> {
     let g = parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
     graph::verify(&g).unwrap();
     let inputs: Vec<Tensor64> = shapes
@@ -39,7 +50,17 @@ fn check(src: &str, shapes: &[&[usize]], lo: f64, seed: u64) -> Vec<Graph> {
     let y = eval(&g, &inputs).unwrap();
     let dy = Tensor64::new(y.shape.clone(), random(y.data.len(), seed + 99, -1.0));
     let mut graphs = Vec::new();
-    for gr in grad(&g).unwrap() {
+    let grads = match only {
+        None => grad(&g).unwrap(),
+        Some(names) => names
+            .iter()
+            .map(|p| super::Gradient {
+                param: p.to_string(),
+                graph: grad_wrt(&g, p).unwrap_or_else(|e| panic!("{e}")),
+            })
+            .collect(),
+    };
+    for gr in grads {
         let bw = &gr.graph;
         graph::verify(bw).unwrap();
         // The text form round-trips.
@@ -325,21 +346,196 @@ fn two_layer_mlp_loss() {
 #[test]
 fn an_op_without_a_rule_is_an_error_naming_it() {
     let g = parse(
-        "graph @r(%x: f32[M, N], %y: f32[M, N]) -> f32[M, N] {
-  %2 = causal_mask %x : f32[M, N]
-  %3 = add %2, %y : f32[M, N]
-  return %3
+        "graph @r(%x: f32[1, 4, 4, 2, 2], %y: f32[4, 4, 2, 3, 2]) -> f32[1, 4, 4, 3, 2] {
+  %2 = spectral_mul %x, %y groups=1 : f32[1, 4, 4, 3, 2]
+  return %2
 }
 ",
     )
     .unwrap();
     let e = grad_wrt(&g, "x").unwrap_err().to_string();
     assert!(
-        e.contains("@r: %2 (causal_mask): no gradient rule for `causal_mask`"),
+        e.contains("@r: %2 (spectral_mul): no gradient rule for `spectral_mul`"),
         "{e}"
     );
-    // `y` does not pass through the mask: its gradient is `dy`'s path alone.
-    assert!(grad_wrt(&g, "y").is_ok());
     let e = grad_wrt(&g, "z").unwrap_err().to_string();
     assert!(e.contains("%z") && e.contains("no such parameter"), "{e}");
+}
+
+/// `conv2d` over `x: [N, H, W, C]` and `w: [KH, KW, C/groups, F]` (shapes given) with the
+/// attributes written in `attrs`, followed by `tanh` so the check sees a nonlinear loss.
+fn conv_src(x: [usize; 4], w: [usize; 4], out: [usize; 4], attrs: &str) -> String {
+    let t = |s: [usize; 4]| format!("f32[{}, {}, {}, {}]", s[0], s[1], s[2], s[3]);
+    format!(
+        "graph @cv(%x: {}, %w: {}) -> {} {{\n  %2 = conv2d %x, %w {attrs} : {}\n  %3 = tanh %2 : {}\n  return %3\n}}\n",
+        t(x),
+        t(w),
+        t(out),
+        t(out),
+        t(out)
+    )
+}
+
+#[test]
+fn conv2d_padding_dilation_groups() {
+    // (x, w, out, attributes): plain 3×3 "same"; a padding wider than the kernel (the input
+    // gradient crops); dilation 2 with two groups; depthwise (groups = C).
+    let cases: [([usize; 4], [usize; 4], [usize; 4], &str); 4] = [
+        (
+            [2, 5, 4, 3],
+            [3, 3, 3, 4],
+            [2, 5, 4, 4],
+            "stride=[1, 1] padding=[1, 1] dilation=[1, 1] groups=1",
+        ),
+        (
+            [1, 4, 3, 2],
+            [2, 2, 2, 3],
+            [1, 7, 4, 3],
+            "stride=[1, 1] padding=[2, 1] dilation=[1, 1] groups=1",
+        ),
+        (
+            [1, 6, 5, 4],
+            [3, 2, 2, 6],
+            [1, 6, 3, 6],
+            "stride=[1, 1] padding=[2, 0] dilation=[2, 2] groups=2",
+        ),
+        (
+            [2, 5, 5, 3],
+            [3, 3, 1, 3],
+            [2, 5, 5, 3],
+            "stride=[1, 1] padding=[1, 1] dilation=[1, 1] groups=3",
+        ),
+    ];
+    for (i, (x, w, out, attrs)) in cases.into_iter().enumerate() {
+        check(&conv_src(x, w, out, attrs), &[&x, &w], -1.0, 30 + i as u64);
+    }
+}
+
+#[test]
+fn conv2d_strided_weight_gradient_and_input_gradient_error() {
+    // The weight gradient of a strided conv (stride 2, padding 1, dilation 2, 2 groups).
+    let (x, w, out) = ([2, 7, 6, 4], [3, 2, 2, 4], [2, 3, 3, 4]);
+    let src = conv_src(
+        x,
+        w,
+        out,
+        "stride=[2, 2] padding=[1, 1] dilation=[2, 2] groups=2",
+    );
+    check_only(&src, &[&x, &w], -1.0, 40, Some(&["w"]));
+    // Its input gradient is an error naming the stride.
+    let e = grad_wrt(&parse(&src).unwrap(), "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("%2 (conv2d)") && e.contains("stride [2, 2]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn fft_ifft_complex_real_pad() {
+    let src = "graph @sp(%x: f32[4, 8, 2], %r: f32[4, 8]) -> f32[4, 9] {
+  %2 = fft %x axis=1 : f32[4, 8, 2]
+  %3 = complex %r : f32[4, 8, 2]
+  %4 = mul %2, %3 : f32[4, 8, 2]
+  %5 = ifft %4 axis=0 : f32[4, 8, 2]
+  %6 = fft %5 axis=1 : f32[4, 8, 2]
+  %7 = pad %6 lo=[1, -2, 0] hi=[-1, 3, 0] : f32[4, 9, 2]
+  %8 = real %7 : f32[4, 9]
+  %9 = tanh %8 : f32[4, 9]
+  return %9
+}
+";
+    check(src, &[&[4, 8, 2], &[4, 8]], -1.0, 41);
+}
+
+#[test]
+fn causal_mask_under_softmax() {
+    let src = "graph @cm(%x: f32[B, 3, 5]) -> f32[B, 3, 5] {
+  %1 = causal_mask %x : f32[B, 3, 5]
+  %2 = softmax %1 : f32[B, 3, 5]
+  return %2
+}
+";
+    check(src, &[&[2, 3, 5]], -1.0, 42);
+    // Read by more than a softmax: the general rule, `g · exp(causal_mask(0))`.
+    let src = "graph @cm2(%x: f32[B, 3, 5]) -> f32[B, 3, 5] {
+  %1 = causal_mask %x : f32[B, 3, 5]
+  %2 = softmax %1 : f32[B, 3, 5]
+  %3 = exp %1 : f32[B, 3, 5]
+  %4 = add %2, %3 : f32[B, 3, 5]
+  return %4
+}
+";
+    let graphs = check(src, &[&[2, 3, 5]], -1.0, 43);
+    assert_eq!(graphs[0].to_string().matches("causal_mask").count(), 2);
+}
+
+/// The number of kernels `compile` makes of `g`, and its fusion trace.
+fn plan(g: &Graph, depth: Option<usize>) -> (usize, String) {
+    let opts = crate::pipeline::CompileOptions {
+        fusion_depth: depth,
+        ..Default::default()
+    };
+    let c = crate::pipeline::compile(g, &opts).unwrap_or_else(|e| panic!("{e}\n{g}"));
+    (c.kernels.len(), c.trace())
+}
+
+#[test]
+fn backward_column_reductions_fuse_into_their_producers() {
+    // linear + bias + gelu: db = Σ_rows dY·gelu'(x·w + b); layernorm: dγ = Σ_rows dY·x̂.
+    // Before pipeline fusion these backward graphs compiled to 8 and 6 kernels (the
+    // reduction re-read an operand another kernel wrote).
+    let lg = parse(
+        "graph @lg(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {
+  %3 = matmul %x, %w acc=f32 : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  return %5
+}",
+    )
+    .unwrap();
+    let ln = parse(
+        "graph @ln(%x: f32[M, N], %g: f32[N], %b: f32[N]) -> f32[M, N] {
+  %3 = layernorm %x, %g, %b eps=1e-5 : f32[M, N]
+  return %3
+}",
+    )
+    .unwrap();
+    for (g, p, kernels) in [(&lg, "b", 7), (&ln, "g", 5)] {
+        let bw = grad_wrt(g, p).unwrap();
+        let (n, trace) = plan(&bw, None);
+        assert_eq!(n, kernels, "{trace}");
+        assert!(
+            trace.contains("(reduce.sum) fused into") && trace.contains("(pipeline fusion)"),
+            "{trace}"
+        );
+        // Fusion depth 0 keeps every kernel apart, the reduction's producer included.
+        let (_, trace) = plan(&bw, Some(0));
+        assert!(trace.contains("fusion depth 0 keeps"), "{trace}");
+    }
+}
+
+#[test]
+fn causal_attention_backward_compiles_with_the_mask_in_the_score_matmul() {
+    let g = parse(
+        "graph @at(%q: f32[B, S, 4], %k: f32[B, T, 4], %v: f32[B, T, 3]) -> f32[B, S, 3] {
+  %3 = transpose %k : f32[B, 4, T]
+  %4 = matmul %q, %3 acc=f32 : f32[B, S, T]
+  %5 = const 0.5 : f32[]
+  %6 = mul %4, %5 : f32[B, S, T]
+  %7 = causal_mask %6 : f32[B, S, T]
+  %8 = softmax %7 : f32[B, S, T]
+  %9 = matmul %8, %v acc=f32 : f32[B, S, 3]
+  return %9
+}",
+    )
+    .unwrap();
+    for gr in grad(&g).unwrap() {
+        let (_, trace) = plan(&gr.graph, None);
+        assert!(
+            trace.contains("(causal_mask) fused into") && trace.contains("as epilogue"),
+            "{trace}"
+        );
+    }
 }

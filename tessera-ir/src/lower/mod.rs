@@ -457,8 +457,90 @@ impl<'g> Lower<'g> {
             // The operand was loaded broadcast against the output tiles; consumers broadcast
             // it further and the final store widens it to the full tile.
             Op::Broadcast => ops[0],
+            Op::CausalMask => self.causal_mask(v, ops[0], groups, axes)?,
             ref op => return Err(self.err(v, format!("{} is not elementwise", op.name()))),
         })
+    }
+
+    /// `causal_mask` of the tile `x` at `axes`: entry `(i, j)` of the last two axes is kept
+    /// where `j ≤ i + (Sk − Sq)` and is `−∞` elsewhere (as [`Op::CausalMask`] defines it).
+    /// Needs the last two axes tiled on their own (not merged with a batch).
+    fn causal_mask(
+        &mut self,
+        v: Value,
+        x: TValue,
+        groups: &[Vec<Dim>],
+        axes: &[Axis],
+    ) -> Result<TValue, LowerError> {
+        let r = groups.len();
+        let (ei, ej) = match (r >= 2).then(|| (axes[r - 2].extent, axes[r - 1].extent)) {
+            Some((Some(ei), Some(ej))) if groups[r - 2].len() == 1 && groups[r - 1].len() == 1 => {
+                (ei, ej)
+            }
+            _ => {
+                return Err(self.err(
+                    v,
+                    format!(
+                        "a fused causal mask needs its last two axes tiled on their own, the kernel's view is {groups:?}"
+                    ),
+                ));
+            }
+        };
+        let sq = self.extent(v, &groups[r - 2][0])?;
+        let sk = self.extent(v, &groups[r - 1][0])?;
+        let (oi, oj) = (axes[r - 2].origin, axes[r - 1].origin);
+        let ai = self
+            .b
+            .op(tile::Op::Arange, TileType::tile(DType::I32, &[ei]));
+        let rows = self.bin(crate::graph::BinaryOp::Add, ai, oi);
+        let rows = self.expand(rows, 1);
+        let aj = self
+            .b
+            .op(tile::Op::Arange, TileType::tile(DType::I32, &[ej]));
+        let cols = self.bin(crate::graph::BinaryOp::Add, aj, oj);
+        let cols = self.expand(cols, 0);
+        let shift = self.bin(crate::graph::BinaryOp::Sub, sk, sq);
+        let lim = self.bin(crate::graph::BinaryOp::Add, rows, shift);
+        let keep = self.b.op(
+            tile::Op::Cmp(tile::CmpOp::Le, cols, lim),
+            TileType::tile(DType::Bool, &[ei, ej]),
+        );
+        let t = self.b.ty(x).clone();
+        let ninf = self.c(f64::NEG_INFINITY, t.dtype);
+        let shape = TileType::broadcast_shape(&t.shape, &[ei, ej]).ok_or_else(|| {
+            self.err(
+                v,
+                format!("the masked tile {:?} does not fit the output tile", t.shape),
+            )
+        })?;
+        Ok(self.b.op(
+            tile::Op::Select(keep, x, ninf),
+            TileType {
+                dtype: t.dtype,
+                shape,
+            },
+        ))
+    }
+
+    /// The run-time extent `d` (an `i32`): a constant, or the axis of a kernel parameter bound
+    /// so far that a view shows as `d` alone.
+    fn extent(&mut self, v: Value, d: &Dim) -> Result<TValue, LowerError> {
+        if let Dim::Const(n) = d {
+            return Ok(self.c_i32(*n as i64));
+        }
+        let found = self.bindings.iter().enumerate().find_map(|(p, b)| {
+            view_groups(&self.g.ty(b.value).shape.0, b.view_rank)
+                .iter()
+                .position(|g| g.as_slice() == std::slice::from_ref(d))
+                .map(|axis| (p, axis))
+        });
+        match found {
+            Some((param, axis)) => Ok(self.dim(param, axis)),
+            None => Err(self.err(
+                v,
+                format!("no kernel input shows the extent {d} on an axis of its own"),
+            )),
+        }
     }
 
     /// Broadcasts `x` to `shape` when it is smaller (before a store).

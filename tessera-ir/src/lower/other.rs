@@ -3,7 +3,7 @@
 use super::{Axis, Lower, LowerError, view_groups};
 use crate::graph::{BinaryOp, Op as G, ReduceOp};
 use crate::schedule::Schedule;
-use crate::tile::{GridDim, Op, TileReduce, TileType};
+use crate::tile::{CmpOp, GridDim, Op, TileReduce, TileType};
 use crate::{DType, NumericsPolicy};
 
 /// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output.
@@ -127,10 +127,20 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     Ok(())
 }
 
+/// Most elements of one step's tile in a column reduction with a prologue.
+const PROLOGUE_TILE: usize = 2048;
+
 /// Sum/max/mean over the leading axes: each program owns `BC` columns and walks the rows
-/// (`BR` at a time; one at a time, in order, under `deterministic` and `kahan_sum`).
+/// (`BR` at a time; one at a time, in order, under `deterministic` and `kahan_sum`). With a
+/// prologue (pipeline fusion, see [`crate::fuse`]) each tile of the operand is computed from
+/// the chain's inputs instead of loaded, `min(BR, 2048 / BC)` rows at a time.
 pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
-    let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
+    let (mut br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
+    if !l.k.prologue.is_empty() {
+        // A prologue keeps a tile per chain input live at once: fewer rows per step keep it
+        // in registers (at most PROLOGUE_TILE elements, at least one row).
+        br = br.min(PROLOGUE_TILE / bc).max(1);
+    }
     let root = l.g.node(l.k.root).clone();
     let G::Reduce { op, axes, .. } = &root.op else {
         return Err(l.err(l.k.root, "column reduction of a non-reduction"));
@@ -138,9 +148,28 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     let x = root.args[0];
     let xs = l.g.ty(x).shape.0.clone();
     let kept = xs[axes.len()..].to_vec();
-    // View the input as [reduced rows, kept columns].
-    let px = l.param(x, 2);
-    let _ = px;
+    // View the input as [reduced rows, kept columns]. With a prologue the operand is never in
+    // memory: an input of its full shape gives the grid and the row count.
+    let prologue = l.k.prologue.clone();
+    let shape_source = if prologue.is_empty() {
+        x
+    } else {
+        prologue
+            .iter()
+            .flat_map(|c| l.g.node(*c).args.clone())
+            .find(|a| {
+                !prologue.contains(a)
+                    && !matches!(l.g.node(*a).op, G::Const { .. })
+                    && l.g.ty(*a).shape.0 == xs
+            })
+            .ok_or_else(|| {
+                l.err(
+                    x,
+                    "the column reduction's prologue reads no input of its full shape",
+                )
+            })?
+    };
+    let px = l.param(shape_source, 2);
     let xs_view = {
         let mut v = vec![xs[..axes.len()].to_vec()];
         v.push(kept.clone());
@@ -188,7 +217,28 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
         for u in 0..br {
             let off = l.c_i32(u as i64);
             let ru = l.bin(BinaryOp::Add, r, off);
-            let v = l.load(px, vec![ru, j], &[bc], 0.0);
+            let v = if prologue.is_empty() {
+                l.load(px, vec![ru, j], &[bc], 0.0)
+            } else {
+                let axes = [
+                    Axis {
+                        origin: ru,
+                        extent: None,
+                    },
+                    Axis {
+                        origin: j,
+                        extent: Some(bc),
+                    },
+                ];
+                let v = run_prologue(l, &prologue, &axes)?;
+                // A row past the end contributes 0 (the chain may map the 0s read there to
+                // anything).
+                let inside =
+                    l.b.op(Op::Cmp(CmpOp::Lt, ru, rows), TileType::scalar(DType::Bool));
+                let z = l.c(0.0, l.b.ty(v).dtype);
+                let t = l.b.ty(v).clone();
+                l.b.op(Op::Select(inside, v, z), t)
+            };
             let x = l.cast(v, DType::F32);
             match comp {
                 None => s = l.bin(BinaryOp::Add, s, x),
@@ -207,7 +257,33 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
         }
     } else {
         let (r, acc) = l.b.begin_for(zero, rows, br as i64, &[acc0]);
-        let v = l.load(px, vec![r, j], &[br, bc], init);
+        let v = if prologue.is_empty() {
+            l.load(px, vec![r, j], &[br, bc], init)
+        } else {
+            let axes = [
+                Axis {
+                    origin: r,
+                    extent: Some(br),
+                },
+                Axis {
+                    origin: j,
+                    extent: Some(bc),
+                },
+            ];
+            let v = run_prologue(l, &prologue, &axes)?;
+            let v = l.fit(v, &[br, bc]);
+            // Rows past the end read the reduction's identity.
+            let ar = l.b.op(Op::Arange, TileType::tile(DType::I32, &[br]));
+            let rr = l.bin(BinaryOp::Add, ar, r);
+            let inside = l.b.op(
+                Op::Cmp(CmpOp::Lt, rr, rows),
+                TileType::tile(DType::Bool, &[br]),
+            );
+            let inside = l.expand(inside, 1);
+            let z = l.c(init, l.b.ty(v).dtype);
+            let t = l.b.ty(v).clone();
+            l.b.op(Op::Select(inside, v, z), t)
+        };
         let v = l.cast(v, DType::F32);
         let (red, comb) = if is_max {
             (TileReduce::Max, BinaryOp::Max)
@@ -234,4 +310,22 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     let po = l.output_param(1);
     l.store(po, vec![j], y);
     Ok(())
+}
+
+/// The prologue chain of a column reduction over the `[rows, cols]` tile at `axes`: each node
+/// computed from its inputs (loaded broadcast against the tile) and the node before it.
+fn run_prologue(
+    l: &mut Lower,
+    chain: &[crate::graph::Value],
+    axes: &[Axis],
+) -> Result<crate::tile::TValue, LowerError> {
+    let shape = l.g.ty(*chain.last().expect("a prologue")).shape.0.clone();
+    let groups = view_groups(&shape, 2);
+    let mut last = None;
+    for &v in chain {
+        let t = l.elementwise(v, &groups, axes)?;
+        l.vals.insert(v, t);
+        last = Some(t);
+    }
+    Ok(last.expect("a prologue"))
 }

@@ -917,7 +917,7 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
             PlanKernel {
                 problem: Problem::for_class(f.class, &sizes, din, dout),
                 point: Point::from_schedule(&Schedule::cpu_default(f.class, din)),
-                epilogue_ops: f.epilogue.len() as u32,
+                epilogue_ops: (f.epilogue.len() + f.prologue.len()) as u32,
             }
         })
         .collect();

@@ -241,6 +241,14 @@ impl Eval<'_> {
                 }
                 self.load(cx, v, *param, index, *other, mi, ni)?
             }
+            Op::Select(m, x, y) => {
+                let m = self.pred(cx, *m, mi, ni)?;
+                let x = self.value(cx, *x, mi, ni)?;
+                let y = self.value(cx, *y, mi, ni)?;
+                let d = cx.asm.f();
+                cx.asm.i(format!("selp.f32 {d}, {x}, {y}, {m}"));
+                d
+            }
             op => {
                 return Err(cx.err(format!(
                     "gemm epilogue: `{}` (%{}) is not supported per element",
@@ -251,6 +259,96 @@ impl Eval<'_> {
         };
         self.memo.insert(key, r);
         Ok(r)
+    }
+
+    /// The predicate of `bool` value `v` at element `(mi, ni)`: a comparison of two `i32`
+    /// or two float values.
+    fn pred(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
+        let k = cx.g.k;
+        let Some(inst) = self.defs.get(&v).copied() else {
+            return Err(cx.err(format!(
+                "gemm epilogue: %{} is not defined at top level",
+                v.0
+            )));
+        };
+        match k.inst(inst).op.clone() {
+            Op::Cmp(c, x, y) => {
+                let (x, y, t) = if k.ty(x).dtype == DType::I32 {
+                    (self.int(cx, x, mi, ni)?, self.int(cx, y, mi, ni)?, "s32")
+                } else {
+                    (
+                        self.value(cx, x, mi, ni)?,
+                        self.value(cx, y, mi, ni)?,
+                        "f32",
+                    )
+                };
+                let p = cx.asm.p();
+                cx.asm.i(format!("setp.{}.{t} {p}, {x}, {y}", c.name()));
+                Ok(p)
+            }
+            Op::Broadcast(x) => self.pred(cx, x, mi, ni),
+            op => Err(cx.err(format!(
+                "gemm epilogue: `{}` (%{}) is not supported as a per-element mask",
+                op.name(),
+                v.0
+            ))),
+        }
+    }
+
+    /// The `i32` register of value `v` at element `(mi, ni)`: a scalar index, or an `arange`
+    /// expanded along the rows (`[n, 1]`: the element's tile-local row) or the columns
+    /// (`[1, n]`: its column), combined by integer ops (a causal mask's positions).
+    fn int(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
+        self.int_along(cx, v, None, mi, ni)
+    }
+
+    /// [`Self::int`]; `along` is the tile-local index a rank-1 value is read at (inside an
+    /// `expand`).
+    fn int_along(
+        &mut self,
+        cx: &mut Ctx,
+        v: TValue,
+        along: Option<Reg>,
+        mi: usize,
+        ni: usize,
+    ) -> Result<Reg, EmitError> {
+        let k = cx.g.k;
+        if k.ty(v).shape.is_empty() {
+            return cx.scalar(v);
+        }
+        let Some(inst) = self.defs.get(&v).copied() else {
+            return Err(cx.err(format!(
+                "gemm epilogue: %{} is not defined at top level",
+                v.0
+            )));
+        };
+        match k.inst(inst).op.clone() {
+            Op::Arange => along.ok_or_else(|| {
+                cx.err(format!(
+                    "gemm epilogue: `arange` (%{}) must be expanded to a row or a column",
+                    v.0
+                ))
+            }),
+            Op::Expand { a, axis } => {
+                let at = if axis == 1 {
+                    self.frame.rows[mi]
+                } else {
+                    self.frame.cols[ni]
+                };
+                self.int_along(cx, a, Some(at), mi, ni)
+            }
+            Op::Binary(op, x, y) => {
+                let x = self.int_along(cx, x, along, mi, ni)?;
+                let y = self.int_along(cx, y, along, mi, ni)?;
+                Ok(cx.asm.r_op(math::s32_binary(op), x, y))
+            }
+            Op::Broadcast(x) => self.int_along(cx, x, along, mi, ni),
+            op => Err(cx.err(format!(
+                "gemm epilogue: i32 `{}` (%{}) is not supported per element",
+                op.name(),
+                v.0
+            ))),
+        }
     }
 
     /// Element `(mi, ni)` of a loaded operand tile, `other` when out of bounds.
