@@ -236,6 +236,74 @@ fn rejects_bad_eps(d: Device) {
     assert!(y.iter().all(|v| v.is_nan() || *v == -1.0));
 }
 
+/// A rank-0 tensor passed straight to `KERNEL.launch` for a scalar parameter meets the same
+/// rule as the typed call's `f32` (generic kernels too, through their `KernelFamily`), and a
+/// value it accepts gives the typed call's result.
+fn launch_checks_rank0_scalars(d: Device) {
+    let (r, c) = (6, 45);
+    let x = Tensor::<f32>::randn(&[r, c], 61).to(&d).unwrap();
+    let g = Tensor::<f32>::from_vec(uniform(c, 62, 0.5, 2.0), &[c])
+        .unwrap()
+        .to(&d)
+        .unwrap();
+    let scalar = |v: f32| {
+        Tensor::<f32>::from_vec(vec![v], &[])
+            .unwrap()
+            .to(&d)
+            .unwrap()
+    };
+    for bad in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+        let e = rms::KERNEL
+            .launch::<f32>(&[x.arg(), g.arg(), scalar(bad).arg()])
+            .unwrap_err();
+        assert!(
+            matches!(&e, tessera::Error::ScalarArg { param, kernel, .. } if param == "eps" && kernel == "rms"),
+            "{d:?} eps={bad}: {e}"
+        );
+        let typed = rms(&x, &g, bad).unwrap_err();
+        assert_eq!(e.to_string(), typed.to_string());
+        let b = Tensor::<f32>::from_vec(vec![0.0; c], &[c])
+            .unwrap()
+            .to(&d)
+            .unwrap();
+        let e = ln_scaled::KERNEL
+            .for_params(&[tessera::DType::F32; 5])
+            .unwrap()
+            .launch::<f32>(&[
+                x.arg(),
+                g.arg(),
+                b.arg(),
+                scalar(bad).arg(),
+                scalar(1.0).arg(),
+            ])
+            .unwrap_err();
+        assert!(
+            matches!(&e, tessera::Error::ScalarArg { param, .. } if param == "eps"),
+            "{d:?} eps={bad}: {e}"
+        );
+    }
+    let eps = uniform(1, 63, 1e-6, 0.5)[0];
+    let direct = rms::KERNEL
+        .launch::<f32>(&[x.arg(), g.arg(), scalar(eps).arg()])
+        .unwrap();
+    let typed = rms(&x, &g, eps).unwrap();
+    assert_eq!(direct.to_vec().unwrap(), typed.to_vec().unwrap());
+    // A scalar used in arithmetic has no rule: NaN goes through.
+    let y = affine::KERNEL
+        .launch::<f32>(&[
+            x.reshape(&[1, r, c]).unwrap().arg(),
+            scalar(f32::NAN).arg(),
+            scalar(0.0).arg(),
+        ])
+        .unwrap();
+    assert!(
+        y.to_f64_vec()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan() || *v == -1.0)
+    );
+}
+
 macro_rules! on_cpu_and_sim {
     ($($name:ident: $body:expr;)*) => {
         mod cpu {
@@ -257,4 +325,5 @@ on_cpu_and_sim! {
     scalar_in_a_matmul_epilogue_f32: |d| scaled_mm_case::<f32>(d, 1e-5);
     scalar_in_a_matmul_epilogue_bf16: |d| scaled_mm_case::<bf16>(d, 1e-4);
     bad_eps_is_an_error_naming_it: rejects_bad_eps;
+    launch_checks_rank0_tensors_for_scalars: launch_checks_rank0_scalars;
 }

@@ -73,6 +73,14 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
     let n = g.node(v);
     Ok(match &n.op {
         Op::Matmul { .. } => KernelClass::Matmul,
+        Op::Softmax { axis, .. } if axis + 1 != g.ty(n.args[0]).shape.rank() => {
+            return Err(FuseError {
+                value: g.value_name(v),
+                message: format!(
+                    "softmax along inner axis {axis} reaches fusion unlegalised: `rewrite::rewrite` moves it last first"
+                ),
+            });
+        }
         Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
         Op::Attention { .. } => KernelClass::Attention,
         Op::Conv2d(_) => KernelClass::Conv,
@@ -80,20 +88,22 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
         Op::CausalMask | Op::Complex | Op::Real | Op::Pad { .. } | Op::SpectralMul { .. } => {
             KernelClass::Layout
         }
-        Op::Transpose => KernelClass::Transpose,
+        Op::Transpose | Op::Permute(_) => KernelClass::Transpose,
         Op::Reduce { axes, .. } => {
             let r = g.ty(n.args[0]).shape.rank();
-            if axes.as_slice() == [r - 1] {
-                KernelClass::Rowwise
-            } else if axes.as_slice() == [0] && r == 2 {
-                KernelClass::ColReduce
-            } else {
-                return Err(FuseError {
-                    value: g.value_name(v),
-                    message: format!(
-                        "reducing axes {axes:?} of a rank-{r} tensor is not supported: reduce the last axis, or axis 0 of a matrix, one axis at a time (e.g. `x.sum(1).sum(0)`)"
-                    ),
-                });
+            match axes.as_slice() {
+                // The last axis row-wise; any other as a column reduction of the view
+                // `[d0·..·dk−1, dk, dk+1·..]`.
+                [k] if *k + 1 == r => KernelClass::Rowwise,
+                [_] => KernelClass::ColReduce,
+                _ => {
+                    return Err(FuseError {
+                        value: g.value_name(v),
+                        message: format!(
+                            "reducing axes {axes:?} at once reaches fusion unlegalised: `rewrite::rewrite` splits it into one reduction per axis"
+                        ),
+                    });
+                }
             }
         }
         _ => KernelClass::Elementwise,

@@ -383,9 +383,22 @@ impl Cx {
                 return self.binary(at, op, x, y);
             }
             "softmax" => {
-                arity(1)?;
+                // `softmax(x)`: the last axis; `softmax(x, axis)`: one axis, as reductions
+                // name theirs (negative counts from the end).
+                if args.len() != 1 {
+                    arity(2)?;
+                }
                 let x = tensors(self, 1)?;
+                let rank = self.b.ty(x[0]).shape.rank();
+                let axis = match args.get(1) {
+                    None => rank.saturating_sub(1),
+                    Some(a) => match axes(a, rank)?.as_slice() {
+                        [axis] => *axis,
+                        _ => return Err(err(a.tokens(), "softmax runs along one axis")),
+                    },
+                };
                 let op = Op::Softmax {
+                    axis,
                     policy: self.policy,
                 };
                 self.push(at, op, &x)?
