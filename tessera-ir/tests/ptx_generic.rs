@@ -14,6 +14,9 @@ const GRAPHS: &[&str] = &[
     "graph @ew(%x: f32[R, C], %y: f32[C]) -> bf16[R, C] {\n  %2 = mul %x, %y : f32[R, C]\n  %3 = gelu %2 : f32[R, C]\n  %4 = cast %3 : bf16[R, C]\n  return %4\n}",
     "graph @red(%x: f32[R, C]) -> f32[C] {\n  %1 = reduce.sum %x axes=[1] keepdim=true policy=fast : f32[R, 1]\n  %2 = sub %x, %1 : f32[R, C]\n  %3 = reduce.max %2 axes=[0] keepdim=false policy=fast : f32[C]\n  return %3\n}",
     "graph @tr(%x: f32[B, R, C]) -> f32[B, C, R] {\n  %1 = transpose %x : f32[B, C, R]\n  %2 = tanh %1 : f32[B, C, R]\n  return %2\n}",
+    // Softmax along an inner axis (permute, row softmax, permute back) and reductions over
+    // inner axes (batched column reductions of merged views).
+    "graph @axes(%x: f32[A, B, C, D]) -> f32[1, D] {\n  %1 = softmax %x axis=1 : f32[A, B, C, D]\n  %2 = reduce.max %1 axes=[0] keepdim=true : f32[1, B, C, D]\n  %3 = reduce.mean %2 axes=[2] keepdim=false : f32[1, B, D]\n  %4 = reduce.sum %3 axes=[1] keepdim=false : f32[1, D]\n  %5 = tanh %4 : f32[1, D]\n  return %5\n}",
 ];
 
 #[test]
