@@ -10,6 +10,7 @@ mod fft;
 mod layout;
 mod matmul;
 mod other;
+mod rowprog;
 mod rowwise;
 
 use crate::fuse::FusedKernel;
@@ -248,6 +249,7 @@ pub fn lower(
     l.b.set_policy(policy);
     match k.class {
         KernelClass::Matmul => matmul::lower(&mut l, s)?,
+        KernelClass::Rowwise if !k.members.is_empty() => rowprog::lower(&mut l, s)?,
         KernelClass::Rowwise => rowwise::lower(&mut l, s)?,
         KernelClass::ColReduce => other::col_reduce(&mut l, s)?,
         KernelClass::Elementwise => other::elementwise(&mut l, s)?,
