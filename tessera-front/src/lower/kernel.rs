@@ -586,8 +586,9 @@ impl Cx {
     /// (a rank-0 value): the op's definition in f32 written with primitives, since the
     /// `rmsnorm` / `layernorm` nodes carry `eps` as a constant attribute. Over the last axis:
     /// `x · rsqrt(mean(x²) + eps) · g`, and `(x − μ) · rsqrt(mean((x − μ)²) + eps) · g + b`.
-    /// These fuse as their primitives do (row reductions, then elementwise kernels), not into
-    /// the one row-wise kernel a literal `eps` gives.
+    /// Fusion runs them as one row-wise kernel (a row program,
+    /// `tessera_ir::fuse::row_programs`), under the `fast` policy; under `deterministic` or
+    /// `kahan_sum` each row mean stays its own kernel.
     fn norm_with_scalar_eps(
         &mut self,
         at: &TokenStream,

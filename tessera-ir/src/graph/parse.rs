@@ -38,6 +38,12 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         Ok((n, parse_tensor_type(c)?))
     })?;
     for (n, ty) in params {
+        // Computed values print by number: a parameter named by a number would collide.
+        if n.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(c.error(format!(
+                "parameter `%{n}` is named by a number, as computed values are: name it with a letter"
+            )));
+        }
         if names.contains_key(&n) {
             return Err(c.error(format!("parameter `%{n}` declared twice")));
         }
