@@ -131,12 +131,15 @@ impl KernelDef {
     /// refuses is [`Error::ScalarArg`] naming the parameter.
     ///
     /// ```
+    /// use tessera::Tensor;
+    ///
     /// #[tessera::kernel]
-    /// fn norm(x: tessera::Tensor<f32, (R, C)>, g: tessera::Tensor<f32, (C,)>, eps: f32)
-    ///     -> tessera::Tensor<f32, (R, C)> { rmsnorm(x, g, eps) }
-    /// let x = tessera::Tensor::<f32>::randn(&[2, 3], 1);
-    /// let g = tessera::Tensor::<f32>::from_vec(vec![1.0; 3], &[3])?;
-    /// let eps = tessera::Tensor::<f32>::from_vec(vec![-1.0], &[])?;
+    /// fn norm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, eps: f32) -> Tensor<f32, (R, C)> {
+    ///     rmsnorm(x, g, eps)
+    /// }
+    /// let x = Tensor::<f32>::randn(&[2, 3], 1);
+    /// let g = Tensor::<f32>::from_vec(vec![1.0; 3], &[3])?;
+    /// let eps = Tensor::<f32>::from_vec(vec![-1.0], &[])?;
     /// let e = norm::KERNEL.launch::<f32>(&[x.arg(), g.arg(), eps.arg()]).unwrap_err();
     /// assert!(matches!(e, tessera::Error::ScalarArg { .. }), "{e}");
     /// # Ok::<(), tessera::Error>(())
@@ -916,12 +919,16 @@ impl KernelDef {
             parsed.insert(key, p.clone());
             return Ok(p);
         }
+        // The fused kernel's manifest is part of the key: the same graph text fuses into other
+        // kernels when fusion changes (a module cached by an older build must not be reused).
+        let manifest = m.display(&l.graph).to_string();
         let key = JitKey {
             ir: format!(
-                "kernel {}#{:016x}{}.k{i}",
+                "kernel {}#{:016x}{}.k{i}#{:016x}",
                 self.name,
                 autotune::fnv(self.graph.as_bytes()),
-                l.scope.as_ref().map_or("", |p| p.tag.as_str())
+                l.scope.as_ref().map_or("", |p| p.tag.as_str()),
+                autotune::fnv(manifest.as_bytes())
             ),
             schedule: text,
             arch,
