@@ -236,6 +236,137 @@ fn rejects_bad_eps(d: Device) {
     assert!(y.iter().all(|v| v.is_nan() || *v == -1.0));
 }
 
+/// rmsnorm written from primitives with a scalar `eps`.
+#[tessera::kernel]
+fn rms_primitives(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, eps: f32) -> Tensor<f32, (R, C)> {
+    x * rsqrt(mean_keepdim(x * x, -1) + eps) * g
+}
+
+/// layernorm written from primitives with a scalar `eps` (two statistics: mean, variance).
+#[tessera::kernel]
+fn ln_primitives(
+    x: Tensor<f32, (B, S, D)>,
+    g: Tensor<f32, (D,)>,
+    b: Tensor<f32, (D,)>,
+    eps: f32,
+) -> Tensor<f32, (B, S, D)> {
+    let d = x - mean_keepdim(x, 2);
+    d * rsqrt(mean_keepdim(d * d, 2) + eps) * g + b
+}
+
+/// Norms from primitives (and `rmsnorm` / `layernorm` with a scalar `eps`, which the front end
+/// writes as primitives) run as one row-wise kernel and agree with f64.
+fn norms_from_primitives_are_one_kernel(d: Device) {
+    for (i, (r, c)) in [(37, 61), (3, 300), (1, 1), (9, 1029)]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 90 + i as u64;
+        let x = Tensor::<f32>::randn(&[r, c], seed);
+        let g = Tensor::<f32>::from_vec(uniform(c, seed, 0.5, 2.0), &[c]).unwrap();
+        let b = Tensor::<f32>::from_vec(uniform(c, seed + 1, -1.0, 1.0), &[c]).unwrap();
+        let eps = uniform(1, seed, 1e-6, 0.5)[0];
+        let (xd, gd, bd) = (x.to(&d).unwrap(), g.to(&d).unwrap(), b.to(&d).unwrap());
+        let (xv, gv, bv) = (
+            x.to_f64_vec().unwrap(),
+            g.to_f64_vec().unwrap(),
+            b.to_f64_vec().unwrap(),
+        );
+        let rms_want: Vec<f64> = rms_ref(&xv, c, eps as f64)
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v * gv[k % c])
+            .collect();
+        for (name, y) in [
+            ("rms_primitives", rms_primitives(&xd, &gd, eps).unwrap()),
+            ("rmsnorm(x, g, eps)", rms(&xd, &gd, eps).unwrap()),
+        ] {
+            let ran = tessera::last_launch();
+            assert_eq!(ran.len(), 1, "{name} {d:?}: {ran:?}");
+            let what = format!("{name} {d:?} [{r}, {c}]");
+            assert_close(&what, &y.to_f64_vec().unwrap(), &rms_want, 2e-5);
+        }
+        let ln_want = ln_ref(&xv, &gv, &bv, c, eps as f64, 1.0);
+        let x3 = xd.reshape(&[1, r, c]).unwrap();
+        let y = ln_primitives(&x3, &gd, &bd, eps).unwrap();
+        assert_eq!(tessera::last_launch().len(), 1, "ln_primitives {d:?}");
+        assert_close(
+            &format!("ln_primitives {d:?} [{r}, {c}]"),
+            &y.to_f64_vec().unwrap(),
+            &ln_want,
+            2e-5,
+        );
+    }
+}
+
+/// A rank-0 tensor passed straight to `KERNEL.launch` for a scalar parameter meets the same
+/// rule as the typed call's `f32` (generic kernels too, through their `KernelFamily`), and a
+/// value it accepts gives the typed call's result.
+fn launch_checks_rank0_scalars(d: Device) {
+    let (r, c) = (6, 45);
+    let x = Tensor::<f32>::randn(&[r, c], 61).to(&d).unwrap();
+    let g = Tensor::<f32>::from_vec(uniform(c, 62, 0.5, 2.0), &[c])
+        .unwrap()
+        .to(&d)
+        .unwrap();
+    let scalar = |v: f32| {
+        Tensor::<f32>::from_vec(vec![v], &[])
+            .unwrap()
+            .to(&d)
+            .unwrap()
+    };
+    for bad in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+        let e = rms::KERNEL
+            .launch::<f32>(&[x.arg(), g.arg(), scalar(bad).arg()])
+            .unwrap_err();
+        assert!(
+            matches!(&e, tessera::Error::ScalarArg { param, kernel, .. } if param == "eps" && kernel == "rms"),
+            "{d:?} eps={bad}: {e}"
+        );
+        let typed = rms(&x, &g, bad).unwrap_err();
+        assert_eq!(e.to_string(), typed.to_string());
+        let b = Tensor::<f32>::from_vec(vec![0.0; c], &[c])
+            .unwrap()
+            .to(&d)
+            .unwrap();
+        let e = ln_scaled::KERNEL
+            .for_params(&[tessera::DType::F32; 5])
+            .unwrap()
+            .launch::<f32>(&[
+                x.arg(),
+                g.arg(),
+                b.arg(),
+                scalar(bad).arg(),
+                scalar(1.0).arg(),
+            ])
+            .unwrap_err();
+        assert!(
+            matches!(&e, tessera::Error::ScalarArg { param, .. } if param == "eps"),
+            "{d:?} eps={bad}: {e}"
+        );
+    }
+    let eps = uniform(1, 63, 1e-6, 0.5)[0];
+    let direct = rms::KERNEL
+        .launch::<f32>(&[x.arg(), g.arg(), scalar(eps).arg()])
+        .unwrap();
+    let typed = rms(&x, &g, eps).unwrap();
+    assert_eq!(direct.to_vec().unwrap(), typed.to_vec().unwrap());
+    // A scalar used in arithmetic has no rule: NaN goes through.
+    let y = affine::KERNEL
+        .launch::<f32>(&[
+            x.reshape(&[1, r, c]).unwrap().arg(),
+            scalar(f32::NAN).arg(),
+            scalar(0.0).arg(),
+        ])
+        .unwrap();
+    assert!(
+        y.to_f64_vec()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan() || *v == -1.0)
+    );
+}
+
 macro_rules! on_cpu_and_sim {
     ($($name:ident: $body:expr;)*) => {
         mod cpu {
@@ -257,4 +388,6 @@ on_cpu_and_sim! {
     scalar_in_a_matmul_epilogue_f32: |d| scaled_mm_case::<f32>(d, 1e-5);
     scalar_in_a_matmul_epilogue_bf16: |d| scaled_mm_case::<bf16>(d, 1e-4);
     bad_eps_is_an_error_naming_it: rejects_bad_eps;
+    launch_checks_rank0_tensors_for_scalars: launch_checks_rank0_scalars;
+    norms_from_primitives_are_one_row_kernel: norms_from_primitives_are_one_kernel;
 }

@@ -39,6 +39,10 @@ pub struct FusedKernel {
     /// reduced by it: the chain that produces the root's operand, which pipeline fusion moved
     /// into the reduction's kernel. Empty for every other kernel.
     pub prologue: Vec<Value>,
+    /// A row program's other nodes (see [`row_programs`]), in graph order: the last-axis
+    /// reductions and elementwise ops the root is computed from inside the kernel. Empty for
+    /// every other kernel.
+    pub members: Vec<Value>,
     /// The value the kernel writes to memory.
     pub output: Value,
 }
@@ -87,6 +91,14 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
     let n = g.node(v);
     Ok(match &n.op {
         Op::Matmul { .. } => KernelClass::Matmul,
+        Op::Softmax { axis, .. } if axis + 1 != g.ty(n.args[0]).shape.rank() => {
+            return Err(FuseError {
+                value: g.value_name(v),
+                message: format!(
+                    "softmax along inner axis {axis} reaches fusion unlegalised: `rewrite::rewrite` moves it last first"
+                ),
+            });
+        }
         Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => KernelClass::Rowwise,
         Op::Attention { .. } => KernelClass::Attention,
         Op::Conv2d(_) => KernelClass::Conv,
@@ -94,20 +106,22 @@ pub fn class_of(g: &Graph, v: Value) -> Result<KernelClass, FuseError> {
         Op::CausalMask | Op::Complex | Op::Real | Op::Pad { .. } | Op::SpectralMul { .. } => {
             KernelClass::Layout
         }
-        Op::Transpose => KernelClass::Transpose,
+        Op::Transpose | Op::Permute(_) => KernelClass::Transpose,
         Op::Reduce { axes, .. } => {
             let r = g.ty(n.args[0]).shape.rank();
-            if axes.as_slice() == [r - 1] {
-                KernelClass::Rowwise
-            } else if axes.as_slice() == [0] && r == 2 {
-                KernelClass::ColReduce
-            } else {
-                return Err(FuseError {
-                    value: g.value_name(v),
-                    message: format!(
-                        "reducing axes {axes:?} of a rank-{r} tensor is not supported: reduce the last axis, or axis 0 of a matrix, one axis at a time (e.g. `x.sum(1).sum(0)`)"
-                    ),
-                });
+            match axes.as_slice() {
+                // The last axis row-wise; any other as a column reduction of the view
+                // `[d0·..·dk−1, dk, dk+1·..]`.
+                [k] if *k + 1 == r => KernelClass::Rowwise,
+                [_] => KernelClass::ColReduce,
+                _ => {
+                    return Err(FuseError {
+                        value: g.value_name(v),
+                        message: format!(
+                            "reducing axes {axes:?} at once reaches fusion unlegalised: `rewrite::rewrite` splits it into one reduction per axis"
+                        ),
+                    });
+                }
             }
         }
         _ => KernelClass::Elementwise,
@@ -150,6 +164,7 @@ pub fn fuse(g: &Graph) -> Result<Plan, FuseError> {
 /// ```
 pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
     let uses = g.use_counts();
+    let rows = row_programs(g);
     let mut kernels: Vec<FusedKernel> = Vec::new();
     let mut decisions = Vec::new();
     // kernel index producing each value (as its current output)
@@ -160,6 +175,35 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
             continue;
         }
         let name = format!("{} ({})", g.value_name(v), n.op.name());
+        if let Some(p) = rows.iter().find(|p| p.members.contains(&v)) {
+            decisions.push(format!(
+                "{name} computed inside the row program of {}",
+                g.value_name(p.root)
+            ));
+            continue;
+        }
+        if let Some(p) = rows.iter().find(|p| p.root == v) {
+            let k = kernels.len();
+            let kname = format!("{}_k{k}", g.name);
+            decisions.push(format!(
+                "{name} starts {kname} (rowwise): a row program of {} node{} ({} last-axis reduction{})",
+                p.members.len() + 1,
+                if p.members.is_empty() { "" } else { "s" },
+                p.reductions,
+                if p.reductions == 1 { "" } else { "s" }
+            ));
+            kernels.push(FusedKernel {
+                name: kname,
+                class: KernelClass::Rowwise,
+                root: v,
+                epilogue: vec![],
+                prologue: vec![],
+                members: p.members.clone(),
+                output: v,
+            });
+            producer[i] = Some(k);
+            continue;
+        }
         let mut reason = None;
         // A causal mask is elementwise given each element's position, which the matmul
         // lowering knows: it fuses as a matmul's epilogue.
@@ -269,6 +313,7 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
                         root: v,
                         epilogue: vec![],
                         prologue,
+                        members: vec![],
                         output: v,
                     };
                     producer[i] = Some(k);
@@ -293,6 +338,7 @@ pub fn fuse_with(g: &Graph, depth: Option<usize>) -> Result<Plan, FuseError> {
             root: v,
             epilogue: vec![],
             prologue: vec![],
+            members: vec![],
             output: v,
         });
         producer[i] = Some(k);
@@ -326,6 +372,13 @@ fn absorb_producer(
         return Err(None);
     }
     let what = format!("{} ({})", kern.name, g.value_name(a));
+    let leading = matches!(&g.node(v).op, Op::Reduce { axes, .. } if axes.as_slice() == [0]);
+    if !leading || g.ty(a).shape.rank() != 2 {
+        return Err(Some(format!(
+            "pipeline fusion covers column reductions over axis 0 of a rank-2 operand, so {what} writes {} to memory",
+            g.value_name(a)
+        )));
+    }
     if uses[a.index()] != 1 {
         return Err(Some(format!(
             "operand {} of the column reduction has {} uses, so {what} writes it to memory",
@@ -354,4 +407,137 @@ fn absorb_producer(
         )));
     }
     Ok(k)
+}
+
+/// A row program found by [`row_programs`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowProgram {
+    /// The value the kernel writes: an elementwise node over whole rows.
+    pub root: Value,
+    /// The other nodes computed inside the kernel, in graph order.
+    pub members: Vec<Value>,
+    /// How many of them are reductions.
+    pub reductions: usize,
+}
+
+/// Row programs: an elementwise value over whole rows `[.., C]` computed from last-axis
+/// reductions (`keepdim`, `fast` policy) of elementwise expressions of the same rows, the way
+/// `x · rsqrt(mean_keepdim(x·x, -1) + eps)` or a layernorm written from primitives is. Each
+/// becomes one row-wise kernel: a pass over each row per reduction (its operand recomputed from
+/// the inputs), then a pass that writes the root; nothing in between reaches memory.
+///
+/// The members are the root's operands, transitively, that are elementwise ops of a row's
+/// shape (`[.., C]`) or of its statistics' shape (`[.., 1]`), or such reductions, and that are
+/// used only inside the program; the other operands (inputs) must be whole rows, row
+/// statistics, `[C]` vectors or scalars. A program needs a reduction whose result flows back
+/// into a whole-row value (else the plain row-wise kernel with an epilogue already is one
+/// kernel).
+///
+/// ```
+/// let g = tessera_ir::graph::parse("graph @rms(%x: f32[R, C], %e: f32[]) -> f32[R, C] {
+///   %2 = mul %x, %x : f32[R, C]
+///   %3 = reduce.mean %2 axes=[1] keepdim=true : f32[R, 1]
+///   %4 = add %3, %e : f32[R, 1]
+///   %5 = rsqrt %4 : f32[R, 1]
+///   %6 = mul %x, %5 : f32[R, C]
+///   return %6
+/// }").unwrap();
+/// let plan = tessera_ir::fuse::fuse(&g).unwrap();
+/// assert_eq!(plan.kernels.len(), 1);
+/// assert_eq!(plan.kernels[0].members.len(), 4);
+/// ```
+pub fn row_programs(g: &Graph) -> Vec<RowProgram> {
+    use crate::{Dim, NumericsPolicy};
+    let n = g.nodes.len();
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for a in &node.args {
+            users[a.index()].push(i);
+        }
+    }
+    let mut claimed = vec![false; n];
+    let mut out = Vec::new();
+    for o in (0..n).rev() {
+        let on = &g.nodes[o];
+        let r = on.ty.shape.rank();
+        if claimed[o] || !matches!(on.op, Op::Unary(_) | Op::Binary(_) | Op::Cast(_)) || r == 0 {
+            continue;
+        }
+        let full = on.ty.shape.0.clone();
+        let mut row = full.clone();
+        row[r - 1] = Dim::Const(1);
+        if full[r - 1] == Dim::Const(1) {
+            continue;
+        }
+        let mut member = vec![false; n];
+        member[o] = true;
+        // Users come after their operands: one pass downwards decides each candidate.
+        for v in (0..o).rev() {
+            if claimed[v] || Value(v as u32) == g.output {
+                continue;
+            }
+            let node = &g.nodes[v];
+            let used_by_member = users[v].iter().any(|u| member[*u]);
+            if !used_by_member || !users[v].iter().all(|u| member[*u]) {
+                continue;
+            }
+            let shape = &node.ty.shape.0;
+            member[v] = match &node.op {
+                Op::Unary(_) | Op::Binary(_) | Op::Cast(_) => *shape == full || *shape == row,
+                Op::Reduce {
+                    axes,
+                    keepdim: true,
+                    policy: NumericsPolicy::Fast,
+                    ..
+                } => axes.as_slice() == [r - 1] && g.ty(node.args[0]).shape.0 == full,
+                _ => false,
+            };
+        }
+        // The inputs must line up with the rows: whole rows, statistics, `[C]` or scalars.
+        let fits = |v: usize| {
+            let s = &g.nodes[v].ty.shape.0;
+            let ones = s.iter().all(|d| d.is_one());
+            *s == full || *s == row || ones || s.as_slice() == &full[r - 1..]
+        };
+        let members: Vec<usize> = (0..o).filter(|v| member[*v]).collect();
+        let inputs_fit = members.iter().chain([&o]).all(|m| {
+            g.nodes[*m]
+                .args
+                .iter()
+                .all(|a| member[a.index()] || fits(a.index()))
+        });
+        let is_red = |v: usize| matches!(g.nodes[v].op, Op::Reduce { .. });
+        let reductions = members.iter().filter(|m| is_red(**m)).count();
+        // Some whole-row member reads a statistic: the broadcast back that splits kernels.
+        let mut after_red = vec![false; n];
+        let mut back = false;
+        for &m in members.iter().chain([&o]) {
+            let from_red = g.nodes[m]
+                .args
+                .iter()
+                .any(|a| member[a.index()] && (is_red(a.index()) || after_red[a.index()]));
+            after_red[m] = from_red;
+            if from_red && g.nodes[m].ty.shape.0 == full {
+                back = true;
+            }
+        }
+        let whole_input = members.iter().chain([&o]).any(|m| {
+            g.nodes[*m]
+                .args
+                .iter()
+                .any(|a| !member[a.index()] && g.ty(*a).shape.0 == full)
+        });
+        if !inputs_fit || reductions == 0 || !back || !whole_input {
+            continue;
+        }
+        for &m in members.iter().chain([&o]) {
+            claimed[m] = true;
+        }
+        out.push(RowProgram {
+            root: Value(o as u32),
+            members: members.into_iter().map(|m| Value(m as u32)).collect(),
+            reductions,
+        });
+    }
+    out
 }

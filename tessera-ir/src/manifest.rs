@@ -12,10 +12,10 @@
 //! ```
 
 use crate::graph::{Graph, Op, Value};
-use crate::lower::Binding;
+use crate::lower::{Binding, PLAIN};
 use crate::pipeline::{Compiled, kernel_dtype};
 use crate::schedule::{KernelClass, Schedule};
-use crate::text::{Cursor, ParseError};
+use crate::text::{Cursor, ParseError, Tok};
 use crate::{DType, graph};
 use std::fmt;
 
@@ -103,9 +103,20 @@ impl KernelManifest {
         let bindings = c.list("[", "]", |c| {
             let v = value(c)?;
             c.expect(":")?;
+            let view_rank = c.usize()?;
+            // `%x: 3 (1, 2)`: a view merging trailing dims; absent for the plain view.
+            let inner = if *c.peek() == Tok::Punct("(") {
+                match c.list("(", ")", |c| c.usize())?.as_slice() {
+                    [a, b] => [*a, *b],
+                    _ => return Err(c.error("a view's inner dims are two counts `(a, b)`")),
+                }
+            } else {
+                PLAIN
+            };
             Ok(Binding {
                 value: v,
-                view_rank: c.usize()?,
+                view_rank,
+                inner,
             })
         })?;
         key(&mut c, "class")?;
@@ -166,6 +177,19 @@ impl KernelManifest {
                     b.view_rank
                 ));
             }
+            let merges = b.inner != PLAIN;
+            let fits = b.inner.iter().all(|&n| n >= 1)
+                && (b.view_rank == 3 || (b.view_rank == 2 && b.inner[0] == 1))
+                && b.inner[1] + if b.view_rank == 3 { b.inner[0] } else { 0 }
+                    <= g.ty(b.value).shape.rank();
+            if merges && !fits {
+                return Err(format!(
+                    "{who}: {} cannot be viewed at rank {} merging {:?} trailing dims",
+                    g.value_name(b.value),
+                    b.view_rank,
+                    b.inner
+                ));
+            }
         }
         crate::schedule::verify(&self.schedule).map_err(|e| format!("{who}: {}", e.join("; ")))?;
         Ok(())
@@ -180,7 +204,14 @@ impl fmt::Display for Shown<'_> {
         let bindings: Vec<String> = m
             .bindings
             .iter()
-            .map(|b| format!("{}: {}", g.value_name(b.value), b.view_rank))
+            .map(|b| {
+                let inner = if b.inner == PLAIN {
+                    String::new()
+                } else {
+                    format!(" ({}, {})", b.inner[0], b.inner[1])
+                };
+                format!("{}: {}{inner}", g.value_name(b.value), b.view_rank)
+            })
             .collect();
         let tile: Vec<String> = m.schedule.tile.iter().map(|t| t.to_string()).collect();
         write!(

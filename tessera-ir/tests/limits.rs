@@ -228,3 +228,16 @@ fn graph_verifier_bounds_constant_byte_sizes_and_operand_counts() {
         "{e:?}"
     );
 }
+
+/// Found by the graph-text fuzzer: a parameter named by a number (`%5`) printed next to the
+/// computed value `%5` and did not parse back. It is now a parse error naming it.
+#[test]
+fn graph_parameter_named_by_a_number_is_an_error() {
+    let src = "graph @k(%a: f32[N], %5: f32[N]) -> f32[N] {\n  %2 = add %a, %5 : f32[N]\n  return %2\n}\n";
+    let e = graph::parse(src).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("parameter `%5` is named by a number"),
+        "{e}"
+    );
+}

@@ -16,6 +16,12 @@ const GRAPHS: &[&str] = &[
     "graph @tr(%x: f32[B, R, C]) -> f32[B, C, R] {\n  %1 = transpose %x : f32[B, C, R]\n  %2 = tanh %1 : f32[B, C, R]\n  return %2\n}",
     // A causal mask fused into the score matmul (attention's backward graph recomputes it).
     "graph @cm(%q: f32[B, S, D], %k: f32[B, D, T]) -> f32[B, S, T] {\n  %2 = matmul %q, %k acc=f32 : f32[B, S, T]\n  %3 = const 0.5 : f32[]\n  %4 = mul %2, %3 : f32[B, S, T]\n  %5 = causal_mask %4 : f32[B, S, T]\n  return %5\n}",
+    // Row programs: rmsnorm and layernorm from primitives with a rank-0 `eps` (one kernel each).
+    "graph @rmsp(%x: f32[R, C], %g: f32[C], %e: f32[]) -> f32[R, C] {\n  %3 = mul %x, %x : f32[R, C]\n  %4 = reduce.mean %3 axes=[1] keepdim=true : f32[R, 1]\n  %5 = add %4, %e : f32[R, 1]\n  %6 = rsqrt %5 : f32[R, 1]\n  %7 = mul %x, %6 : f32[R, C]\n  %8 = mul %7, %g : f32[R, C]\n  return %8\n}",
+    "graph @lnp(%x: bf16[R, C], %g: f32[C], %b: f32[C], %e: f32[]) -> f32[R, C] {\n  %4 = cast %x : f32[R, C]\n  %5 = reduce.mean %4 axes=[1] keepdim=true : f32[R, 1]\n  %6 = sub %4, %5 : f32[R, C]\n  %7 = mul %6, %6 : f32[R, C]\n  %8 = reduce.mean %7 axes=[1] keepdim=true : f32[R, 1]\n  %9 = add %8, %e : f32[R, 1]\n  %10 = rsqrt %9 : f32[R, 1]\n  %11 = mul %6, %10 : f32[R, C]\n  %12 = mul %11, %g : f32[R, C]\n  %13 = add %12, %b : f32[R, C]\n  return %13\n}",
+    // Softmax along an inner axis (permute, row softmax, permute back) and reductions over
+    // inner axes (batched column reductions of merged views).
+    "graph @axes(%x: f32[A, B, C, D]) -> f32[1, D] {\n  %1 = softmax %x axis=1 : f32[A, B, C, D]\n  %2 = reduce.max %1 axes=[0] keepdim=true : f32[1, B, C, D]\n  %3 = reduce.mean %2 axes=[2] keepdim=false : f32[1, B, D]\n  %4 = reduce.sum %3 axes=[1] keepdim=false : f32[1, D]\n  %5 = tanh %4 : f32[1, D]\n  return %5\n}",
 ];
 
 /// Forward graphs whose gradient w.r.t. the named parameter holds a column reduction with a

@@ -51,6 +51,16 @@ const GRAPHS: &[&str] = &[
   return %3
 }
 ",
+    "graph @axes(%x: f32[A, B, C, D]) -> f32[A, D, B] {
+  %1 = softmax %x axis=1 policy=fast : f32[A, B, C, D]
+  %2 = permute %1 perm=[0, 2, 3, 1] : f32[A, C, D, B]
+  %3 = reduce.mean %2 axes=[1] keepdim=false policy=fast : f32[A, D, B]
+  %4 = softmax %3 policy=fast : f32[A, D, B]
+  %5 = reduce.sum %4 axes=[0, 1] keepdim=true policy=fast : f32[1, 1, B]
+  %6 = sub %4, %5 : f32[A, D, B]
+  return %6
+}
+",
     "graph @bcast(%x: f32[M, N], %v: f32[N]) -> f32[M, N] {
   %2 = broadcast %v : f32[M, N]
   %3 = sub %x, %2 : f32[M, N]
@@ -122,6 +132,39 @@ fn graph_attributes_may_be_left_out() {
     let fp8_acc = "graph @s(%x: f32[M, K], %w: f32[K, N]) -> f8e4m3[M, N] {\n  %2 = matmul %x, %w acc=f8e4m3 policy=fast : f8e4m3[M, N]\n  return %2\n}\n";
     let e = graph::verify(&graph::parse(fp8_acc).unwrap()).unwrap_err();
     assert!(e.to_string().contains("cannot accumulate in f8e4m3"), "{e}");
+}
+
+/// A softmax axis or a permutation that does not fit its operand is an error naming the value
+/// and the axis.
+#[test]
+fn graph_verifier_names_a_bad_axis() {
+    for (body, want) in [
+        (
+            "%1 = softmax %x axis=2 : f32[M, N]",
+            "%1: softmax: axis 2 out of range for rank-2 operand f32[M, N]",
+        ),
+        (
+            "%1 = permute %x perm=[0, 2] : f32[M, N]",
+            "%1: permute: axis 2 out of range for rank-2 operand f32[M, N]",
+        ),
+        (
+            "%1 = permute %x perm=[1, 1] : f32[N, N]",
+            "%1: permute: axis 1 listed twice in perm [1, 1]",
+        ),
+        (
+            "%1 = permute %x perm=[1] : f32[N]",
+            "%1: permute: perm [1] has 1 axes but the operand f32[M, N] has rank 2",
+        ),
+        (
+            "%1 = reduce.sum %x axes=[3] keepdim=false : f32[M]",
+            "%1: reduce.sum: axis 3 out of range for rank-2 operand f32[M, N]",
+        ),
+    ] {
+        let ty = body.rsplit(" : ").next().unwrap();
+        let src = format!("graph @k(%x: f32[M, N]) -> {ty} {{\n  {body}\n  return %1\n}}\n");
+        let e = graph::verify(&graph::parse(&src).unwrap()).unwrap_err();
+        assert!(e.to_string().contains(want), "{e}");
+    }
 }
 
 #[test]

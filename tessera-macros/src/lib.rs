@@ -53,6 +53,14 @@ use proc_macro::TokenStream;
 ///
 /// (`tessera_front::lower::kernel::KERNEL_OPS`; `tests/ops_doc.rs` checks this list against it).
 ///
+/// **Axes.** The reductions (`sum`, `mean`, `amax` and their `_keepdim` forms) take an axis
+/// or a list of axes, `softmax` takes one axis or none (the last): `x.sum(0)`,
+/// `mean_keepdim(x, [0, 2])`, `x.softmax(1)`, `softmax(x, -2)` — negative axes count from the
+/// end; any axis of any rank. A reduction over one axis that is not the last runs as one
+/// column-reduction kernel; a softmax along an inner axis runs as three kernels (a transpose-class
+/// `permute` that moves the axis last, the row-wise softmax, the `permute` back); a reduction
+/// over several axes runs one axis at a time.
+///
 /// # Options
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);

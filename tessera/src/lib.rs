@@ -41,10 +41,11 @@
 //! It is a rank-0 `f32` tensor in the graph, placed on the device of the first tensor argument
 //! at each call ([`scalar_arg`]; one 4-byte upload on a GPU or the simulator), and takes the
 //! element type of the tensor it meets, as a number literal does. As the `eps` of `rmsnorm` /
-//! `layernorm` it must be finite and > 0 (checked at each call); there the op is built from
-//! its primitives (`mean_keepdim`, `rsqrt`, ...; two to three kernels instead of the one row-wise
-//! kernel a literal `eps` gives). Anywhere else any `f32` is accepted, NaN and infinities
-//! included.
+//! `layernorm` it must be finite and > 0 (checked at each call, and by `KERNEL.launch` for a
+//! rank-0 tensor passed in its place); there the op is built from its primitives
+//! (`mean_keepdim`, `rsqrt`, ...), which fusion runs as one row-wise kernel (a *row program*,
+//! `tessera_ir::fuse::row_programs`), as it does the same norms written by hand. Anywhere else
+//! any `f32` is accepted, NaN and infinities included.
 //!
 //! A constant dim is written `Const<64>` (Rust's parser takes no integer in a type tuple);
 //! a tensor whose size differs is an error naming the parameter, the dim and both sizes:

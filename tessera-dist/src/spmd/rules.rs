@@ -50,9 +50,12 @@ pub(crate) enum Family {
     Elementwise(Linear),
     Broadcast,
     Transpose,
+    /// `permute`: each result dim follows the operand dim it came from.
+    Permute,
     Reduce,
     Matmul,
-    /// Normalizes over the last axis (softmax; layernorm and rmsnorm with their `[C]` params).
+    /// Normalizes over one axis (softmax's; layernorm and rmsnorm the last, with their `[C]`
+    /// params).
     Normalize,
 }
 
@@ -79,6 +82,7 @@ pub(crate) const TABLE: &[(&str, Family)] = &[
     ("cast", Family::Elementwise(Linear::None)),
     ("broadcast", Family::Broadcast),
     ("transpose", Family::Transpose),
+    ("permute", Family::Permute),
     ("reduce.sum", Family::Reduce),
     ("reduce.max", Family::Reduce),
     ("reduce.mean", Family::Reduce),
@@ -151,6 +155,17 @@ pub(crate) fn rule(op: &Op, family: Family, shapes: &[&[usize]], out: &[usize]) 
                 kinds: vec![Kind::Parallel; r],
                 operands: vec![(0..r).map(Some).collect()],
                 result,
+                linear: Linear::Structural,
+            }
+        }
+        Family::Permute => {
+            let Op::Permute(perm) = op else {
+                unreachable!("the table maps only permute to Family::Permute")
+            };
+            Rule {
+                kinds: vec![Kind::Parallel; r],
+                operands: vec![(0..r).map(Some).collect()],
+                result: perm.iter().map(|&a| Some(a)).collect(),
                 linear: Linear::Structural,
             }
         }
@@ -238,7 +253,12 @@ pub(crate) fn rule(op: &Op, family: Family, shapes: &[&[usize]], out: &[usize]) 
         }
         Family::Normalize => {
             let mut kinds = vec![Kind::Parallel; r];
-            kinds[r - 1] = Kind::Normalize;
+            // softmax normalises its axis; layernorm and rmsnorm the last.
+            let axis = match op {
+                Op::Softmax { axis, .. } => *axis,
+                _ => r - 1,
+            };
+            kinds[axis] = Kind::Normalize;
             let mut operands = vec![(0..r).map(Some).collect::<Vec<_>>()];
             // layernorm / rmsnorm scale and shift: `[C]`, the normalized axis.
             for _ in 1..shapes.len() {

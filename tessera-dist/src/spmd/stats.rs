@@ -207,6 +207,10 @@ pub(crate) fn build(
     if g.ty(x).dtype != DType::F32 || r == 0 {
         return Ok(None);
     }
+    // The softmax stages below normalise the last axis; another axis is gathered first.
+    if matches!(node.op, Op::Softmax { axis, .. } if axis + 1 != r) {
+        return Ok(None);
+    }
     let xspec = full(&p.values[x.index()], r);
     let reduced: Vec<usize> = match &node.op {
         Op::Reduce { axes, .. } => axes.clone(),
@@ -311,7 +315,7 @@ pub(crate) fn build(
             });
             s
         }
-        Op::Softmax { policy } => {
+        Op::Softmax { policy, .. } => {
             let m_def = kernel_def(row_graph(
                 &format!("{kernel}_row_max"),
                 r,

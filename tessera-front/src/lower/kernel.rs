@@ -383,9 +383,22 @@ impl Cx {
                 return self.binary(at, op, x, y);
             }
             "softmax" => {
-                arity(1)?;
+                // `softmax(x)`: the last axis; `softmax(x, axis)`: one axis, as reductions
+                // name theirs (negative counts from the end).
+                if args.len() != 1 {
+                    arity(2)?;
+                }
                 let x = tensors(self, 1)?;
+                let rank = self.b.ty(x[0]).shape.rank();
+                let axis = match args.get(1) {
+                    None => rank.saturating_sub(1),
+                    Some(a) => match axes(a, rank)?.as_slice() {
+                        [axis] => *axis,
+                        _ => return Err(err(a.tokens(), "softmax runs along one axis")),
+                    },
+                };
                 let op = Op::Softmax {
+                    axis,
                     policy: self.policy,
                 };
                 self.push(at, op, &x)?
@@ -573,8 +586,9 @@ impl Cx {
     /// (a rank-0 value): the op's definition in f32 written with primitives, since the
     /// `rmsnorm` / `layernorm` nodes carry `eps` as a constant attribute. Over the last axis:
     /// `x · rsqrt(mean(x²) + eps) · g`, and `(x − μ) · rsqrt(mean((x − μ)²) + eps) · g + b`.
-    /// These fuse as their primitives do (row reductions, then elementwise kernels), not into
-    /// the one row-wise kernel a literal `eps` gives.
+    /// Fusion runs them as one row-wise kernel (a row program,
+    /// `tessera_ir::fuse::row_programs`), under the `fast` policy; under `deterministic` or
+    /// `kahan_sum` each row mean stays its own kernel.
     fn norm_with_scalar_eps(
         &mut self,
         at: &TokenStream,

@@ -44,8 +44,17 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             let r = d.push(Op::Transpose, &[g])?;
             one(r)
         }
-        Op::Softmax { policy } => {
-            let r = softmax_vjp(d, y, g, *policy)?;
+        Op::Softmax { axis, policy } => {
+            let r = softmax_vjp(d, y, g, *axis, *policy)?;
+            one(r)
+        }
+        Op::Permute(perm) => {
+            // The inverse permutation carries the cotangent back.
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            let r = d.push(Op::Permute(inv), &[g])?;
             one(r)
         }
         Op::LayerNorm { eps, policy } => norm(d, x[0], x[1], Some(x[2]), *eps, *policy, g)?,
@@ -78,7 +87,7 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
         }
         op => {
             return Err(format!(
-                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, add, sub, mul, div, max, min, cast, broadcast, reduce.sum, reduce.mean, reduce.max, matmul, transpose, softmax, layernorm, rmsnorm, attention, causal_mask, conv2d, fft, ifft, complex, real, pad)",
+                "no gradient rule for `{}` yet (the rules cover neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, abs, add, sub, mul, div, max, min, cast, broadcast, reduce.sum, reduce.mean, reduce.max, matmul, transpose, permute, softmax, layernorm, rmsnorm, attention, causal_mask, conv2d, fft, ifft, complex, real, pad)",
                 op.name()
             ));
         }
@@ -437,11 +446,16 @@ fn matmul(d: &mut Diff, a: Value, b: Value, g: Value, wanted: &[bool]) -> Result
     Ok(vec![ga, gb])
 }
 
-/// `y ⊙ (g − rowsum(g ⊙ y))` for `y = softmax(x)`.
-fn softmax_vjp(d: &mut Diff, y: Value, g: Value, policy: NumericsPolicy) -> Result<Value, String> {
-    let last = d.ty(y).shape.rank() - 1;
+/// `y ⊙ (g − Σ_axis(g ⊙ y))` for `y = softmax(x)` along `axis`.
+fn softmax_vjp(
+    d: &mut Diff,
+    y: Value,
+    g: Value,
+    axis: usize,
+    policy: NumericsPolicy,
+) -> Result<Value, String> {
     let gy = d.bin(B::Mul, g, y)?;
-    let s = d.push(reduce_op(ReduceOp::Sum, last, true, policy), &[gy])?;
+    let s = d.push(reduce_op(ReduceOp::Sum, axis, true, policy), &[gy])?;
     let c = d.bin(B::Sub, g, s)?;
     d.bin(B::Mul, y, c)
 }
@@ -527,7 +541,8 @@ fn attention(
     if causal {
         s = d.push(Op::CausalMask, &[s])?;
     }
-    let p = d.push(Op::Softmax { policy }, &[s])?;
+    let axis = d.ty(s).shape.rank() - 1;
+    let p = d.push(Op::Softmax { axis, policy }, &[s])?;
     let mut out = vec![None, None, None];
     if wanted[2] {
         let pt = d.push(Op::Transpose, &[p])?;
@@ -537,7 +552,7 @@ fn attention(
     if wanted[0] || wanted[1] {
         let vt = d.push(Op::Transpose, &[v])?;
         let dp = d.push(mm.clone(), &[g, vt])?;
-        let ds = softmax_vjp(d, p, dp, policy)?;
+        let ds = softmax_vjp(d, p, dp, axis, policy)?;
         let ds = d.bin(B::Mul, ds, c)?;
         if wanted[0] {
             let dq = d.push(mm.clone(), &[ds, k])?;

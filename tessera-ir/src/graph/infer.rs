@@ -143,11 +143,40 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
             d.swap(r - 1, r - 2);
             Ok(TensorType::new(x.dtype, Shape(d)))
         }
-        Op::Softmax { .. } => {
+        Op::Softmax { axis, .. } => {
             arity(1)?;
             float_only(op, args[0].dtype)?;
             rank_at_least_1(args[0])?;
+            let rank = args[0].shape.rank();
+            if *axis >= rank {
+                return Err(format!(
+                    "axis {axis} out of range for rank-{rank} operand {}",
+                    args[0]
+                ));
+            }
             Ok(TensorType::new(DType::F32, args[0].shape.clone()))
+        }
+        Op::Permute(perm) => {
+            arity(1)?;
+            let x = args[0];
+            let rank = x.shape.rank();
+            if perm.len() != rank {
+                return Err(format!(
+                    "perm {perm:?} has {} axes but the operand {x} has rank {rank}",
+                    perm.len()
+                ));
+            }
+            let mut seen = vec![false; rank];
+            for &a in perm {
+                if a >= rank {
+                    return Err(format!("axis {a} out of range for rank-{rank} operand {x}"));
+                }
+                if std::mem::replace(&mut seen[a], true) {
+                    return Err(format!("axis {a} listed twice in perm {perm:?}"));
+                }
+            }
+            let dims = perm.iter().map(|&a| x.shape.0[a].clone()).collect();
+            Ok(TensorType::new(x.dtype, Shape(dims)))
         }
         Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
             if !(eps.is_finite() && *eps > 0.0) {

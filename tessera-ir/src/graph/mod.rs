@@ -253,8 +253,16 @@ pub enum Op {
     },
     /// Swaps the last two axes.
     Transpose,
-    /// Softmax over the last axis, computed and returned in f32.
+    /// Reorders the axes: result axis `i` is operand axis `perm[i]` (`perm` is a permutation
+    /// of `0..rank`). Text: `%2 = permute %x perm=[1, 2, 0] : f32[B, C, A]`. The compiler
+    /// inserts it around a softmax over an inner axis; kernels lower the permutations that
+    /// exchange two adjacent groups of trailing axes (`[0, .., k−1, j, .., r−1, k, .., j−1]`).
+    Permute(Vec<usize>),
+    /// Softmax along `axis`, computed and returned in f32. Text: `softmax %x axis=0` (the
+    /// attribute is left out for the last axis).
     Softmax {
+        /// The axis normalised, below the operand's rank.
+        axis: usize,
         /// The order of the row reductions.
         policy: NumericsPolicy,
     },
@@ -383,6 +391,7 @@ impl Op {
             Op::Reduce { op, .. } => format!("reduce.{}", op.name()),
             Op::Matmul { .. } => "matmul".into(),
             Op::Transpose => "transpose".into(),
+            Op::Permute(_) => "permute".into(),
             Op::Softmax { .. } => "softmax".into(),
             Op::LayerNorm { .. } => "layernorm".into(),
             Op::RmsNorm { .. } => "rmsnorm".into(),
@@ -412,7 +421,7 @@ impl Op {
         match self {
             Op::Reduce { policy, .. }
             | Op::Matmul { policy, .. }
-            | Op::Softmax { policy }
+            | Op::Softmax { policy, .. }
             | Op::LayerNorm { policy, .. }
             | Op::RmsNorm { policy, .. }
             | Op::Attention { policy, .. } => Some(*policy),
@@ -425,7 +434,7 @@ impl Op {
         match self {
             Op::Reduce { policy, .. }
             | Op::Matmul { policy, .. }
-            | Op::Softmax { policy }
+            | Op::Softmax { policy, .. }
             | Op::LayerNorm { policy, .. }
             | Op::RmsNorm { policy, .. }
             | Op::Attention { policy, .. } => Some(policy),

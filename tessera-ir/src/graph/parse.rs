@@ -38,6 +38,12 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
         Ok((n, parse_tensor_type(c)?))
     })?;
     for (n, ty) in params {
+        // Computed values print by number: a parameter named by a number would collide.
+        if n.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(c.error(format!(
+                "parameter `%{n}` is named by a number, as computed values are: name it with a letter"
+            )));
+        }
         if names.contains_key(&n) {
             return Err(c.error(format!("parameter `%{n}` declared twice")));
         }
@@ -81,7 +87,11 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
                 break;
             }
         }
-        let (op, acc_named) = parse_op(c, &op_name)?;
+        // `softmax` without `axis=` runs along its operand's last axis.
+        let last = args
+            .first()
+            .map_or(0, |a| b.ty(*a).shape.rank().saturating_sub(1));
+        let (op, acc_named) = parse_op(c, &op_name, last)?;
         c.expect(":")?;
         let ty = parse_tensor_type(c)?;
         // `cast` and `const` carry their dtype in the result type, and so does a matmul that
@@ -107,7 +117,7 @@ pub(crate) fn parse_graph(c: &mut Cursor) -> Result<Graph, ParseError> {
 }
 
 /// Parses an op's attributes; the flag is false for a matmul that leaves `acc=` out.
-fn parse_op(c: &mut Cursor, name: &str) -> Result<(Op, bool), ParseError> {
+fn parse_op(c: &mut Cursor, name: &str, last: usize) -> Result<(Op, bool), ParseError> {
     if let Some(u) = UnaryOp::parse(name) {
         return Ok((Op::Unary(u), true));
     }
@@ -151,7 +161,22 @@ fn parse_op(c: &mut Cursor, name: &str) -> Result<(Op, bool), ParseError> {
             }
         }
         "transpose" => Op::Transpose,
-        "softmax" => Op::Softmax { policy: policy(c)? },
+        "softmax" => {
+            let axis = if c.eat_kw("axis") {
+                c.expect("=")?;
+                c.usize()?
+            } else {
+                last
+            };
+            Op::Softmax {
+                axis,
+                policy: policy(c)?,
+            }
+        }
+        "permute" => {
+            attr(c, "perm")?;
+            Op::Permute(c.list("[", "]", |c| c.usize())?)
+        }
         "layernorm" => {
             attr(c, "eps")?;
             Op::LayerNorm {

@@ -76,7 +76,22 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                 }
                 Op::SpectralMul { groups } => write!(f, " groups={groups}")?,
                 Op::Matmul { acc, policy } => write!(f, " acc={acc} policy={policy}")?,
-                Op::Softmax { policy } => write!(f, " policy={policy}")?,
+                Op::Softmax { axis, policy } => {
+                    // The last axis is the default and is left out.
+                    let last = n
+                        .args
+                        .first()
+                        .and_then(|a| g.nodes.get(a.index()))
+                        .map(|a| a.ty.shape.rank().saturating_sub(1));
+                    if last != Some(*axis) {
+                        write!(f, " axis={axis}")?;
+                    }
+                    write!(f, " policy={policy}")?
+                }
+                Op::Permute(perm) => {
+                    let p: Vec<String> = perm.iter().map(|a| a.to_string()).collect();
+                    write!(f, " perm=[{}]", p.join(", "))?
+                }
                 _ => {}
             }
             writeln!(f, " : {}", n.ty)?;

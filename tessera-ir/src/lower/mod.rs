@@ -10,6 +10,7 @@ mod fft;
 mod layout;
 mod matmul;
 mod other;
+mod rowprog;
 mod rowwise;
 
 use crate::fuse::FusedKernel;
@@ -28,13 +29,120 @@ pub struct Lowered {
     pub bindings: Vec<Binding>,
 }
 
-/// Which graph value a kernel parameter reads or writes, and at what view rank.
+/// Which graph value a kernel parameter reads or writes, and how the kernel views it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// The graph value.
     pub value: Value,
     /// The rank the kernel views it at (leading dims merged, or padded with 1s).
     pub view_rank: usize,
+    /// How many of the value's trailing dims the view's second-to-last and last axes each
+    /// merge (`[1, 1]`: one dim each, the plain view of [`view_shape`]); see
+    /// [`view_shape_merged`].
+    pub inner: [usize; 2],
+}
+
+/// The plain view: one dim per inner view axis.
+pub const PLAIN: [usize; 2] = [1, 1];
+
+impl Binding {
+    /// A binding with the plain view (leading dims merged) at `view_rank`.
+    pub fn new(value: Value, view_rank: usize) -> Self {
+        Binding {
+            value,
+            view_rank,
+            inner: PLAIN,
+        }
+    }
+
+    /// The shape the kernel sees for a value of `shape`.
+    ///
+    /// ```
+    /// use tessera_ir::{graph::Value, lower::Binding};
+    /// let b = Binding { value: Value(0), view_rank: 3, inner: [1, 2] };
+    /// assert_eq!(b.view(&[2, 3, 4, 5]), Ok(vec![2, 3, 20]));
+    /// ```
+    pub fn view(&self, shape: &[usize]) -> Result<Vec<usize>, String> {
+        view_shape_merged(shape, self.view_rank, self.inner)
+    }
+}
+
+/// The product of `dims`, checked; `0` when a dim is 0, whatever the others are.
+fn merged_size(dims: &[usize], shape: &[usize]) -> Result<usize, String> {
+    if dims.contains(&0) {
+        return Ok(0);
+    }
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("merging dims of {shape:?} overflows"))
+}
+
+/// [`view_shape`] after merging trailing dims: the view's last axis holds the last `inner[1]`
+/// dims of `shape` and (at rank 3) its second-to-last axis the `inner[0]` dims before them;
+/// the leading dims are merged into the first axis (or it is 1 when none is left). `[1, 1]` is
+/// [`view_shape`]. A reduction over axis `k` of `[d0, .., dr−1]` views it as
+/// `[d0·..·dk−1, dk, dk+1·..·dr−1]` (`inner = [1, r − 1 − k]`).
+///
+/// ```
+/// use tessera_ir::lower::view_shape_merged;
+/// assert_eq!(view_shape_merged(&[2, 3, 4, 5], 3, [1, 2]), Ok(vec![2, 3, 20]));
+/// assert_eq!(view_shape_merged(&[2, 3, 4, 5], 3, [2, 1]), Ok(vec![2, 12, 5]));
+/// assert_eq!(view_shape_merged(&[3, 4, 5], 3, [1, 2]), Ok(vec![1, 3, 20]));
+/// assert_eq!(view_shape_merged(&[3, 4, 5], 2, [1, 2]), Ok(vec![3, 20]));
+/// assert!(view_shape_merged(&[4, 5], 3, [2, 1]).is_err());
+/// ```
+pub fn view_shape_merged(
+    shape: &[usize],
+    rank: usize,
+    inner: [usize; 2],
+) -> Result<Vec<usize>, String> {
+    if inner == PLAIN {
+        return view_shape(shape, rank);
+    }
+    let counts: &[usize] = match rank {
+        2 if inner[0] == 1 => &inner[1..],
+        3 => &inner,
+        _ => {
+            return Err(format!(
+                "a rank-{rank} view cannot merge {inner:?} trailing dims"
+            ));
+        }
+    };
+    let need: usize = counts.iter().sum();
+    if need > shape.len() || counts.contains(&0) {
+        return Err(format!(
+            "a view merging {counts:?} trailing dims does not fit shape {shape:?}"
+        ));
+    }
+    let lead = shape.len() - need;
+    let mut out = vec![merged_size(&shape[..lead], shape)?];
+    let mut at = lead;
+    for &c in counts {
+        out.push(merged_size(&shape[at..at + c], shape)?);
+        at += c;
+    }
+    Ok(out)
+}
+
+/// [`view_groups`] for a view made by [`view_shape_merged`].
+pub(crate) fn view_groups_merged(shape: &[Dim], rank: usize, inner: [usize; 2]) -> Vec<Vec<Dim>> {
+    if inner == PLAIN {
+        return view_groups(shape, rank);
+    }
+    let counts: &[usize] = if rank == 3 { &inner } else { &inner[1..] };
+    let need: usize = counts.iter().sum();
+    let lead = shape.len().saturating_sub(need);
+    let mut out = vec![if lead == 0 {
+        vec![Dim::Const(1)]
+    } else {
+        shape[..lead].to_vec()
+    }];
+    let mut at = lead;
+    for &c in counts {
+        out.push(shape[at..(at + c).min(shape.len())].to_vec());
+        at += c;
+    }
+    out
 }
 
 /// Why a kernel could not be lowered.
@@ -141,6 +249,7 @@ pub fn lower(
     l.b.set_policy(policy);
     match k.class {
         KernelClass::Matmul => matmul::lower(&mut l, s)?,
+        KernelClass::Rowwise if !k.members.is_empty() => rowprog::lower(&mut l, s)?,
         KernelClass::Rowwise => rowwise::lower(&mut l, s)?,
         KernelClass::ColReduce => other::col_reduce(&mut l, s)?,
         KernelClass::Elementwise => other::elementwise(&mut l, s)?,
@@ -204,9 +313,16 @@ impl<'g> Lower<'g> {
 
     /// The kernel parameter bound to `v` at `view_rank`, added on first use.
     pub fn param(&mut self, v: Value, view_rank: usize) -> usize {
+        self.param_merged(v, view_rank, PLAIN)
+    }
+
+    /// The kernel parameter bound to `v` viewed by [`view_shape_merged`] at `view_rank` with
+    /// `inner`, added on first use.
+    pub fn param_merged(&mut self, v: Value, view_rank: usize, inner: [usize; 2]) -> usize {
         let b = Binding {
             value: v,
             view_rank,
+            inner,
         };
         if let Some(i) = self.bindings.iter().position(|x| *x == b) {
             return i;
@@ -227,8 +343,13 @@ impl<'g> Lower<'g> {
 
     /// Adds the output parameter (called last, after every input).
     pub fn output_param(&mut self, view_rank: usize) -> usize {
+        self.output_param_merged(view_rank, PLAIN)
+    }
+
+    /// [`Self::output_param`] with the view of [`view_shape_merged`].
+    pub fn output_param_merged(&mut self, view_rank: usize, inner: [usize; 2]) -> usize {
         let out = self.k.output;
-        let i = self.param(out, view_rank);
+        let i = self.param_merged(out, view_rank, inner);
         let p = &mut self.b_params()[i];
         p.name = "out".into();
         i

@@ -1,9 +1,9 @@
 //! Elementwise chains, transposes and reductions over leading axes.
 
-use super::{Axis, Lower, LowerError, view_groups};
+use super::{Axis, Lower, LowerError, PLAIN, view_groups, view_groups_merged};
 use crate::graph::{BinaryOp, Op as G, ReduceOp};
 use crate::schedule::Schedule;
-use crate::tile::{CmpOp, GridDim, Op, TileReduce, TileType};
+use crate::tile::{CmpOp, GridDim, Op, TValue, TileReduce, TileType};
 use crate::{DType, NumericsPolicy};
 
 /// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output.
@@ -69,12 +69,52 @@ fn move_output_last(l: &mut Lower, po: usize) {
     l.b.remap_params(remap);
 }
 
-/// Swaps the last two axes: out tile `[BR, BC]` at `(i, j)` reads the input tile at `(j, i)`.
+/// The two adjacent groups of trailing axes a permutation exchanges:
+/// `perm = [0, .., k−1, j, .., r−1, k, .., j−1]` gives `Some((r − j, j − k))`, the sizes of
+/// the moved-forward and moved-back groups (`None` for another permutation).
+fn group_swap(perm: &[usize]) -> Option<(usize, usize)> {
+    let r = perm.len();
+    let k = perm.iter().enumerate().take_while(|(i, a)| i == *a).count();
+    if k + 1 >= r {
+        return None;
+    }
+    let j = perm[k];
+    let want: Vec<usize> = (0..k).chain(j..r).chain(k..j).collect();
+    (j > k && perm == want.as_slice()).then_some((r - j, j - k))
+}
+
+/// Swaps the last two axes (or, for `permute`, two adjacent groups of trailing axes, each
+/// merged into one view axis): out tile `[BR, BC]` at `(i, j)` reads the input tile at
+/// `(j, i)`.
 pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
-    let x = l.g.node(l.k.root).args[0];
-    let r = if l.g.ty(x).shape.rank() > 2 { 3 } else { 2 };
-    let px = l.param(x, r);
+    let root = l.g.node(l.k.root).clone();
+    let x = root.args[0];
+    // The input view `[B, P, Q]` and the output view `[B, Q, P]` (`P`, `Q`: merged groups).
+    let (x_inner, out_inner) = match &root.op {
+        G::Permute(perm) => match group_swap(perm) {
+            Some((q, p)) => ([p, q], [q, p]),
+            None => {
+                return Err(l.err(
+                    l.k.root,
+                    format!("permute {perm:?} is not a swap of two adjacent groups of trailing axes (`[0, .., k−1, j, .., r−1, k, .., j−1]`), the permutations kernels run"),
+                ));
+            }
+        },
+        _ => (PLAIN, PLAIN),
+    };
+    let r = if l.g.ty(x).shape.rank() > x_inner[0] + x_inner[1] {
+        3
+    } else {
+        2
+    };
+    // A rank-2 view merges only into its last axis: pad to rank 3 when `P` merges dims.
+    let r = if x_inner[0] > 1 || out_inner[0] > 1 {
+        3
+    } else {
+        r
+    };
+    let px = l.param_merged(x, r, x_inner);
     let mut grid = [
         GridDim {
             dims: vec![(px, r - 1)],
@@ -103,7 +143,7 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let dtype = l.g.ty(x).dtype;
     let y = l.b.op(Op::Trans(t), TileType::tile(dtype, &[br, bc]));
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
-    let groups = view_groups(&out_shape, r);
+    let groups = view_groups_merged(&out_shape, r, out_inner);
     let mut axes: Vec<Axis> = batch
         .map(|b| Axis {
             origin: b,
@@ -121,7 +161,7 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     });
     let y = l.epilogue(y, &groups, &axes)?;
     let y = l.fit(y, &[br, bc]);
-    let po = l.output_param(r);
+    let po = l.output_param_merged(r, out_inner);
     let idx: Vec<_> = batch.into_iter().chain([i, j]).collect();
     l.store(po, idx, y);
     Ok(())
@@ -130,10 +170,13 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
 /// Most elements of one step's tile in a column reduction with a prologue.
 const PROLOGUE_TILE: usize = 2048;
 
-/// Sum/max/mean over the leading axes: each program owns `BC` columns and walks the rows
-/// (`BR` at a time; one at a time, in order, under `deterministic` and `kahan_sum`). With a
-/// prologue (pipeline fusion, see [`crate::fuse`]) each tile of the operand is computed from
-/// the chain's inputs instead of loaded, `min(BR, 2048 / BC)` rows at a time.
+/// Sum/max/mean over one axis `k` that is not the last: the input is viewed as
+/// `[outer, n, inner]` (`outer = d0·..·dk−1`, `n = dk`, `inner = dk+1·..·dr−1`; without the
+/// `outer` axis when `k = 0`) and the output as `[outer, inner]`. Each program owns `BC`
+/// columns of one `outer` index and walks the `n` rows (`BR` at a time; one at a time, in
+/// order, under `deterministic` and `kahan_sum`). With a prologue (pipeline fusion, see
+/// [`crate::fuse`]; axis 0 of a rank-2 operand) each tile of the operand is computed from the
+/// chain's inputs instead of loaded, `min(BR, 2048 / BC)` rows at a time.
 pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (mut br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
     if !l.k.prologue.is_empty() {
@@ -146,14 +189,32 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
         return Err(l.err(l.k.root, "column reduction of a non-reduction"));
     };
     let x = root.args[0];
-    let xs = l.g.ty(x).shape.0.clone();
-    let kept = xs[axes.len()..].to_vec();
-    // View the input as [reduced rows, kept columns]. With a prologue the operand is never in
-    // memory: an input of its full shape gives the grid and the row count.
+    let r = l.g.ty(x).shape.rank();
+    let k = match axes.as_slice() {
+        [k] if k + 1 < r => *k,
+        _ => {
+            return Err(l.err(
+                l.k.root,
+                format!("a column reduction reduces one axis that is not the last, not {axes:?}"),
+            ));
+        }
+    };
+    // The trailing dims merged into the column axis.
+    let inner = [1, r - 1 - k];
+    let batched = k > 0;
     let prologue = l.k.prologue.clone();
+    if !prologue.is_empty() && (batched || r != 2) {
+        return Err(l.err(
+            l.k.root,
+            "a column reduction with a prologue (pipeline fusion) reduces axis 0 of a rank-2 operand",
+        ));
+    }
+    // With a prologue the operand is never in memory: an input of its full shape gives the
+    // grid and the row count.
     let shape_source = if prologue.is_empty() {
         x
     } else {
+        let xs = l.g.ty(x).shape.0.clone();
         prologue
             .iter()
             .flat_map(|c| l.g.node(*c).args.clone())
@@ -169,40 +230,33 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
                 )
             })?
     };
-    let px = l.param(shape_source, 2);
-    let xs_view = {
-        let mut v = vec![xs[..axes.len()].to_vec()];
-        v.push(kept.clone());
-        v
+    let (px, rows_axis, cols_axis) = if batched {
+        (l.param_merged(x, 3, inner), 1, 2)
+    } else {
+        (l.param_merged(shape_source, 2, inner), 0, 1)
     };
-    debug_assert_eq!(xs_view.len(), 2);
-    // The kept dims are merged into one column axis: rank-2 views merge leading dims, so this
-    // kernel needs the kept part to be a single dim.
-    if kept.len() != 1 {
-        return Err(l.err(
-            l.k.root,
-            format!(
-                "reducing leading axes {axes:?} must leave exactly one axis, leaves {}",
-                kept.len()
-            ),
-        ));
-    }
-    if axes.len() != 1 {
-        return Err(l.err(l.k.root, "a column reduction reduces one leading axis here; reduce trailing axes or reshape first"));
-    }
     l.set_grid([
         GridDim {
-            dims: vec![(px, 1)],
+            dims: vec![(px, cols_axis)],
             tile: bc as u32,
         },
         GridDim::one(),
-        GridDim::one(),
+        if batched {
+            GridDim {
+                dims: vec![(px, 0)],
+                tile: 1,
+            }
+        } else {
+            GridDim::one()
+        },
     ]);
     let pid = l.pid(0);
     let cbc = l.c_i32(bc as i64);
     let j = l.mul(pid, cbc);
+    let batch = if batched { Some(l.pid(2)) } else { None };
+    let at = |row: TValue| -> Vec<TValue> { batch.into_iter().chain([row, j]).collect() };
     let zero = l.c_i32(0);
-    let rows = l.dim(px, 0);
+    let rows = l.dim(px, rows_axis);
     let is_max = *op == ReduceOp::Max;
     let init = if is_max { f64::NEG_INFINITY } else { 0.0 };
     let acc0 = l.b.op(Op::Full(init), TileType::tile(DType::F32, &[bc]));
@@ -218,7 +272,7 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
             let off = l.c_i32(u as i64);
             let ru = l.bin(BinaryOp::Add, r, off);
             let v = if prologue.is_empty() {
-                l.load(px, vec![ru, j], &[bc], 0.0)
+                l.load(px, at(ru), &[bc], 0.0)
             } else {
                 let axes = [
                     Axis {
@@ -258,7 +312,7 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     } else {
         let (r, acc) = l.b.begin_for(zero, rows, br as i64, &[acc0]);
         let v = if prologue.is_empty() {
-            l.load(px, vec![r, j], &[br, bc], init)
+            l.load(px, at(r), &[br, bc], init)
         } else {
             let axes = [
                 Axis {
@@ -300,15 +354,28 @@ pub(super) fn col_reduce(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> 
     }
     let y = l.cast(y, root.ty.dtype);
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
-    let groups = view_groups(&out_shape, 1);
-    let axes_t = [Axis {
+    let out_rank = if batched { 2 } else { 1 };
+    let out_inner = if batched { inner } else { PLAIN };
+    let groups = if batched {
+        view_groups_merged(&out_shape, 2, inner)
+    } else {
+        view_groups(&out_shape, 1)
+    };
+    let mut axes_t: Vec<Axis> = batch
+        .map(|b| Axis {
+            origin: b,
+            extent: None,
+        })
+        .into_iter()
+        .collect();
+    axes_t.push(Axis {
         origin: j,
         extent: Some(bc),
-    }];
+    });
     let y = l.epilogue(y, &groups, &axes_t)?;
     let y = l.fit(y, &[bc]);
-    let po = l.output_param(1);
-    l.store(po, vec![j], y);
+    let po = l.output_param_merged(out_rank, out_inner);
+    l.store(po, batch.into_iter().chain([j]).collect(), y);
     Ok(())
 }
 

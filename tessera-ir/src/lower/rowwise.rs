@@ -25,7 +25,8 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
         G::Reduce { axes, .. } => axes.len(),
         _ => 1,
     };
-    let lead = xs[..xs.len() - t].to_vec();
+    // The rows as the rank-2 view groups them (a 1-D input is one row: `[1]`).
+    let lead = super::view_groups(&xs[..xs.len() - t + 1], 2)[0].clone();
     let px = l.param(x, 2);
     l.set_grid([
         GridDim {

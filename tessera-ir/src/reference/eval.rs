@@ -108,7 +108,8 @@ pub fn eval_all(g: &Graph, inputs: &[Tensor64]) -> Result<Vec<Tensor64>, String>
                 }
                 y
             }
-            Op::Softmax { .. } => ops::softmax_rows(&a(0).data, *a(0).shape.last().unwrap()),
+            Op::Softmax { axis, .. } => ops::softmax_axis(&a(0).data, &a(0).shape, *axis),
+            Op::Permute(perm) => ops::permute(&a(0).data, &a(0).shape, perm),
             Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
                 let x = a(0);
                 let nn = *x.shape.last().unwrap();

@@ -50,6 +50,58 @@ pub fn softmax_rows(x: &[f64], n: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Softmax along `axis` of a row-major tensor of `shape`.
+///
+/// ```
+/// let y = tessera_ir::reference::ops::softmax_axis(&[0.0, 1.0, 0.0, 1.0], &[2, 2], 0);
+/// assert_eq!(y, vec![0.5; 4]);
+/// ```
+pub fn softmax_axis(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut y = vec![0.0; x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |k: usize| (o * n + k) * inner + i;
+            let m = (0..n).map(|k| x[at(k)]).fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = (0..n).map(|k| (x[at(k)] - m).exp()).sum();
+            for k in 0..n {
+                y[at(k)] = (x[at(k)] - m).exp() / s;
+            }
+        }
+    }
+    y
+}
+
+/// The axes of a row-major tensor of `shape` reordered: result axis `i` is axis `perm[i]`.
+///
+/// ```
+/// let y = tessera_ir::reference::ops::permute(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &[1, 0]);
+/// assert_eq!(y, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// ```
+pub fn permute(x: &[f64], shape: &[usize], perm: &[usize]) -> Vec<f64> {
+    let r = shape.len();
+    let mut strides = vec![1usize; r];
+    for a in (0..r.saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * shape[a + 1];
+    }
+    let out: Vec<usize> = perm.iter().map(|&a| shape[a]).collect();
+    let mut idx = vec![0usize; r];
+    let mut y = Vec::with_capacity(x.len());
+    for _ in 0..x.len() {
+        y.push(x[(0..r).map(|i| idx[i] * strides[perm[i]]).sum::<usize>()]);
+        for i in (0..r).rev() {
+            idx[i] += 1;
+            if idx[i] < out[i] {
+                break;
+            }
+            idx[i] = 0;
+        }
+    }
+    y
+}
+
 /// Is key `j` visible to query `i` under the causal mask of an `sq × sk` score matrix?
 /// The diagonal is aligned bottom-right: `j ≤ i + sk − sq`.
 pub fn causal_visible(i: usize, j: usize, sq: usize, sk: usize) -> bool {

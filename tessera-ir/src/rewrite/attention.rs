@@ -43,11 +43,14 @@ fn pattern(g: &Graph, root: Value) -> Option<Match> {
     }
     let (p, v) = (n.args[0], n.args[1]);
     let mut nodes = Vec::new();
+    // Only a softmax over the scores' last axis (the keys) is an attention.
+    let last_axis_softmax = |s: Value| match g.node(s).op {
+        Op::Softmax { axis, .. } => axis + 1 == g.ty(s).shape.rank(),
+        _ => false,
+    };
     let sm = match g.node(p).op {
-        Op::Softmax { .. } => p,
-        Op::Cast(d)
-            if d == g.ty(v).dtype && matches!(g.node(g.node(p).args[0]).op, Op::Softmax { .. }) =>
-        {
+        Op::Softmax { .. } if last_axis_softmax(p) => p,
+        Op::Cast(d) if d == g.ty(v).dtype && last_axis_softmax(g.node(p).args[0]) => {
             nodes.push(p);
             g.node(p).args[0]
         }
@@ -141,7 +144,7 @@ fn legal(g: &Graph, m: &Match) -> Result<(), String> {
                     g.value_name(*n)
                 ));
             }
-            Op::Softmax { policy } if policy != NumericsPolicy::Fast => {
+            Op::Softmax { policy, .. } if policy != NumericsPolicy::Fast => {
                 return Err(format!(
                     "{} (softmax) runs under policy `{policy}`; the fused kernel runs under `fast`",
                     g.value_name(*n)

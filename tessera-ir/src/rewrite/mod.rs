@@ -15,6 +15,11 @@
 //! - `spectral_conv`: `conv2d` → `ifft(fft(x) ⊙ conj(fft(w)))` with zero padding and a crop,
 //!   when the roofline says the transforms cost less than the direct convolution (large kernels).
 //!
+//! After the rules, axis legalisation always runs (no option turns it off; its records are
+//! `softmax_axis` and `reduce_axes`): a softmax along an inner axis becomes
+//! `permute` → softmax along the last axis → `permute` back, and a reduction over several
+//! axes one reduction per axis.
+//!
 //! A kernel switches a rule off with `#[kernel(rewrites(flash_attention = false))]`
 //! ([`RewriteOptions::disabled`]), for debugging and A/B timing.
 //!
@@ -35,7 +40,10 @@
 //! ```
 
 mod attention;
+mod axes;
 pub(crate) mod edit;
+
+pub use axes::{axis_back, axis_last};
 mod spectral;
 
 use crate::cost::Arch;
@@ -205,8 +213,10 @@ impl fmt::Display for Applied {
             self.matched.join(", "),
             self.inputs.join(", ")
         )?;
-        if let Some(r) = &self.reason {
-            write!(f, " because {r}")?;
+        match &self.reason {
+            Some(r) if self.applied => write!(f, ": {r}")?,
+            Some(r) => write!(f, " because {r}")?,
+            None => {}
         }
         if let (Some(b), Some(a), Some((tb, ta))) = (self.before, self.after, self.times) {
             write!(
@@ -335,6 +345,8 @@ pub fn rewrite(g: &Graph, opts: &RewriteOptions) -> Result<(Graph, Vec<Applied>)
         }
         if accepted.is_empty() {
             trace.extend(rejected);
+            let (g, notes) = axes::legalize(&g)?;
+            trace.extend(notes);
             return Ok((g, trace));
         }
         g = edit::apply(&g, &accepted)?;

@@ -124,6 +124,10 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
             // One instantiation's definition: its texts, manifests and build-time PTX.
             let def = |kname: &str, d: &Def| {
                 let (graph, tiles, manifests) = (&d.graph, &d.tiles, &d.manifests);
+                let scalars = d.scalar_rules.iter().map(|(n, r)| {
+                    let r = format_ident!("{}", format!("{r:?}"));
+                    quote!((#n, ::tessera::ir::scalar::ScalarRule::#r))
+                });
                 let ptx = d.ptx.iter().map(
                     |(launch, text)| quote!(::tessera::EmbeddedPtx { launch: #launch, text: #text }),
                 );
@@ -133,6 +137,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                         #precision
                         #library
                         .with_rewrites(&[#((#rule_names, #on)),*])
+                        .with_scalars(&[#(#scalars),*])
                         #tile
                 }
             };
@@ -146,7 +151,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                 quote! {
                     #register
                     #scalars
-                    #name::KERNEL.launch::<#out>(&[#(#names.arg()),*])
+                    #name::KERNEL.launch_scalars_checked::<#out>(&[#(#names.arg()),*])
                 }
             } else {
                 // The instantiations live in the module, with `KERNEL` the family over them.
@@ -204,7 +209,7 @@ fn wrapper(k: &KernelItem, compiled: Option<(&[Def], &tessera_front::KernelAttr)
                             })
                         }
                     };
-                    def.launch::<#out>(&[#(#names.arg()),*])
+                    def.launch_scalars_checked::<#out>(&[#(#names.arg()),*])
                 }
             }
         }

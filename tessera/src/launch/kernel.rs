@@ -11,15 +11,16 @@ use super::{
 use crate::autotune;
 use crate::backend::cpu;
 use crate::backend::gpu::DeviceArg;
-use crate::tensor::{DeviceBuffer, Element, Tensor, TensorRef, size};
+use crate::tensor::{Data, DeviceBuffer, Element, Tensor, TensorRef, size};
 use crate::{Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::DType;
 use tessera_ir::graph::{self, Graph, Op};
-use tessera_ir::lower::{Binding, view_shape};
+use tessera_ir::lower::Binding;
 use tessera_ir::manifest::KernelManifest;
 use tessera_ir::pipeline::{CompileOptions, Compiled, compile};
+use tessera_ir::scalar::ScalarRule;
 use tessera_ir::schedule::Schedule;
 use tessera_ir::target::ptx::{self, Arch, PtxKernel};
 use tessera_ir::tile;
@@ -50,6 +51,8 @@ pub struct KernelDef {
     rewrites: &'static [(&'static str, bool)],
     /// `#[kernel(tile = (BM, BN, BK))]`: the pinned tile of matmul and convolution kernels.
     tile: Option<&'static [u32]>,
+    /// The scalar parameters (`eps: f32`) by name, and the rule each value must meet.
+    scalars: &'static [(&'static str, ScalarRule)],
 }
 
 /// The graph and the manifests of a plan launched on PTX devices, and what those launches
@@ -118,7 +121,70 @@ impl KernelDef {
             precision: None,
             rewrites: &[],
             tile: None,
+            scalars: &[],
         }
+    }
+
+    /// Names the kernel's scalar parameters (`eps: f32` in a `#[kernel]` signature) and the
+    /// rule each value must meet ([`ScalarRule`]). [`Self::launch`] then checks the rank-0
+    /// tensor passed for each of them as the typed call checks its `f32`: a value the rule
+    /// refuses is [`Error::ScalarArg`] naming the parameter.
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    ///
+    /// #[tessera::kernel]
+    /// fn norm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, eps: f32) -> Tensor<f32, (R, C)> {
+    ///     rmsnorm(x, g, eps)
+    /// }
+    /// let x = Tensor::<f32>::randn(&[2, 3], 1);
+    /// let g = Tensor::<f32>::from_vec(vec![1.0; 3], &[3])?;
+    /// let eps = Tensor::<f32>::from_vec(vec![-1.0], &[])?;
+    /// let e = norm::KERNEL.launch::<f32>(&[x.arg(), g.arg(), eps.arg()]).unwrap_err();
+    /// assert!(matches!(e, tessera::Error::ScalarArg { .. }), "{e}");
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub const fn with_scalars(mut self, scalars: &'static [(&'static str, ScalarRule)]) -> Self {
+        self.scalars = scalars;
+        self
+    }
+
+    /// Checks the value passed for each scalar parameter against its rule (a 4-byte download
+    /// for a tensor on a device). Arguments of the wrong count, rank or dtype are left to the
+    /// launch, which names them.
+    fn check_scalars(&self, args: &[TensorRef<'_>]) -> Result<()> {
+        if self.scalars.is_empty() {
+            return Ok(());
+        }
+        let g = &self.launchable()?.graph;
+        if args.len() != g.params.len() {
+            return Ok(());
+        }
+        for (name, rule) in self.scalars {
+            let Some(i) = g
+                .params
+                .iter()
+                .position(|p| matches!(&g.node(*p).op, Op::Param { name: n, .. } if n == name))
+            else {
+                continue;
+            };
+            let a = &args[i];
+            if a.dtype() != DType::F32 || !a.shape().is_empty() {
+                continue;
+            }
+            let mut b = [0u8; 4];
+            match a.data() {
+                Data::Host(h) => b.copy_from_slice(&h[..4]),
+                Data::Device(d) => d.download_range(0, &mut b)?,
+            }
+            rule.check(f32::from_le_bytes(b) as f64)
+                .map_err(|message| Error::ScalarArg {
+                    kernel: self.name.into(),
+                    param: name.to_string(),
+                    message,
+                })?;
+        }
+        Ok(())
     }
 
     /// Pins the `(BM, BN, BK)` tile of the kernel's matmul and convolution kernels, as
@@ -416,7 +482,22 @@ impl KernelDef {
     /// there). When every argument is in host memory the launch runs on
     /// [`Device::default`] (`TESSERA_DEVICE`, else a usable GPU, else the CPU): the arguments
     /// are uploaded there and the output stays there; on the CPU it is in host memory.
+    ///
+    /// A rank-0 tensor passed for a scalar parameter (`eps: f32`) must meet the parameter's
+    /// rule, as the typed call's `f32` must (see [`Self::with_scalars`]).
     pub fn launch<T: Element>(&'static self, args: &[TensorRef<'_>]) -> Result<Tensor<T>> {
+        self.check_scalars(args)?;
+        self.launch_scalars_checked(args)
+    }
+
+    /// [`Self::launch`] for the function `#[kernel]` generates, whose scalar arguments were
+    /// checked on the host before their upload (`crate::scalar_arg`): no second check, so no
+    /// download on a device.
+    #[doc(hidden)]
+    pub fn launch_scalars_checked<T: Element>(
+        &'static self,
+        args: &[TensorRef<'_>],
+    ) -> Result<Tensor<T>> {
         match self.execute(args, T::DTYPE)? {
             Output::Host(shape, mem) => {
                 // The byte size was checked when the output was allocated.
@@ -644,7 +725,8 @@ impl KernelDef {
                         )
                     }
                 };
-                let view = view_shape(&shape, b.view_rank)
+                let view = b
+                    .view(&shape)
                     .map_err(|m| self.too_large(g, b.value, &shape, m))?;
                 bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
             }
@@ -738,7 +820,8 @@ impl KernelDef {
                             ))
                         })?,
                 };
-                let view = view_shape(dims, b.view_rank)
+                let view = b
+                    .view(dims)
                     .map_err(|e| self.too_large(g, b.value, dims, e))?;
                 dargs.push(gpu::device_arg(g.ty(b.value).dtype, &view, buf, j == n - 1));
             }
@@ -836,12 +919,16 @@ impl KernelDef {
             parsed.insert(key, p.clone());
             return Ok(p);
         }
+        // The fused kernel's manifest is part of the key: the same graph text fuses into other
+        // kernels when fusion changes (a module cached by an older build must not be reused).
+        let manifest = m.display(&l.graph).to_string();
         let key = JitKey {
             ir: format!(
-                "kernel {}#{:016x}{}.k{i}",
+                "kernel {}#{:016x}{}.k{i}#{:016x}",
                 self.name,
                 autotune::fnv(self.graph.as_bytes()),
-                l.scope.as_ref().map_or("", |p| p.tag.as_str())
+                l.scope.as_ref().map_or("", |p| p.tag.as_str()),
+                autotune::fnv(manifest.as_bytes())
             ),
             schedule: text,
             arch,

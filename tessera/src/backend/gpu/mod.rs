@@ -27,9 +27,10 @@ use tessera_ir::target::ptx::{Arch, PtxKernel};
 
 pub(crate) use launch::ParamValue;
 
-/// A kernel argument in device memory, as the launcher hands it to a device.
+/// A kernel argument in device memory, as the launcher hands it to a device (crate-internal:
+/// launches take tensors, never raw device addresses).
 #[derive(Clone, Copy, Debug)]
-pub struct DeviceArg {
+pub(crate) struct DeviceArg {
     /// The element type.
     pub dtype: DType,
     /// The shape at the kernel parameter's view rank.
@@ -46,7 +47,7 @@ pub struct DeviceArg {
 
 impl DeviceArg {
     /// The view's dims.
-    pub fn dims(&self) -> &[usize] {
+    pub(crate) fn dims(&self) -> &[usize] {
         &self.shape[..self.rank]
     }
 }
