@@ -14,12 +14,26 @@ use tessera_ir::target::ptx::Arch;
 /// PTX shrinks about 5x, which keeps the library and every binary linking it small;
 /// [`Self::text`] inflates it on first use and keeps it for the life of the process.
 ///
+/// A library's `build.rs` writes the table (see `tessera-kernels/build.rs`); here, one entry by
+/// hand:
+///
 /// ```
-/// let all = tessera_kernels::ptx::PRECOMPILED;
-/// let p = all.iter().find(|p| p.kernel == "softmax_f32" && p.arch == "sm_80").unwrap();
-/// let text = p.text().unwrap();
-/// assert!(text.contains(".target sm_80"));
-/// assert!(p.deflated.len() < text.len());
+/// let ptx = "//\n.version 8.0\n.target sm_80\n.address_size 64\n// ...\n";
+/// let deflated = miniz_oxide::deflate::compress_to_vec(ptx.as_bytes(), 9);
+/// let p = tessera::PrecompiledPtx {
+///     kernel: "my_kernel",
+///     fused: "my_kernel_k0",
+///     schedule: "schedule elementwise tile=[8, 128] warps=4 stages=1 vector=4",
+///     arch: "sm_80",
+///     file: "my_kernel_k0__8x128_w4_s1_v4__sm_80.ptx",
+///     threads: 128,
+///     dyn_smem: 0,
+///     launch: "",
+///     deflated: deflated.leak(),
+/// };
+/// assert_eq!(p.text().unwrap(), ptx);
+/// // A second call returns the same text without inflating again.
+/// assert!(std::ptr::eq(p.text().unwrap(), p.text().unwrap()));
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct PrecompiledPtx {
