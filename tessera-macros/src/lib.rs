@@ -53,6 +53,11 @@ use proc_macro::TokenStream;
 ///
 /// (`tessera_front::lower::kernel::KERNEL_OPS`; `tests/ops_doc.rs` checks this list against it).
 ///
+/// `conv2d(x, w[, stride, padding[, dilation, groups]])` (NHWC input, HWIO weight, constant
+/// spatial dims) runs as an implicit GEMM on every backend, with its elementwise epilogue
+/// fused, f32 accumulation and output (not on PTX: fp8 inputs, and `deterministic` 16-bit
+/// or `kahan_sum` convolutions, which are compile errors naming `im2col`).
+///
 /// # Options
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);

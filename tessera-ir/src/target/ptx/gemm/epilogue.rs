@@ -62,9 +62,6 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
     else {
         unreachable!()
     };
-    if mask.is_some() {
-        return Err(cx.err("gemm epilogue: masked store is not supported"));
-    }
     let vt = k.ty(*value);
     if vt.shape != [g.bm, g.bn] {
         return Err(cx.err(format!(
@@ -130,8 +127,19 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
             let (ok0, ok1) = (a.p(), a.p());
             a.i(format!("setp.lt.and.u32 {ok0}, {col}, {ncols}, {rok}"));
             a.i(format!("setp.lt.and.u32 {ok1}, {col1}, {ncols}, {rok}"));
+            if let Some(mv) = mask {
+                // The store's mask (a grouped convolution's column limit), per column.
+                let (r, c0, c1) = (frame.rows[mi], frame.cols[2 * q], frame.cols[2 * q + 1]);
+                let m0 = ev.pred(cx, *mv, r, c0, None)?;
+                let m1 = ev.pred(cx, *mv, r, c1, None)?;
+                let a = &mut cx.asm;
+                a.i(format!("and.pred {ok0}, {ok0}, {m0}"));
+                a.i(format!("and.pred {ok1}, {ok1}, {m1}"));
+            }
+            let a = &mut cx.asm;
             let pv = a.p();
             a.i(format!("and.pred {pv}, {ok1}, {vec_ok}"));
+            a.i(format!("and.pred {pv}, {pv}, {ok0}"));
             a.i(format!("and.pred {ok0}, {ok0}, !{pv}"));
             a.i(format!("and.pred {ok1}, {ok1}, !{pv}"));
             let rowflat = a.r_op("add.s32", lead_rows, row);
@@ -172,6 +180,73 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
 }
 
 impl Eval<'_> {
+    /// The predicate of the `bool` value `v` at tile-local `(row, col)`; a rank-1 value
+    /// (under an `expand`) is indexed by `pos`. Supports comparisons of `i32` index values.
+    fn pred(
+        &mut self,
+        cx: &mut Ctx,
+        v: TValue,
+        row: Reg,
+        col: Reg,
+        pos: Option<Reg>,
+    ) -> Result<Reg, EmitError> {
+        let k = cx.g.k;
+        match self.defs.get(&v).map(|i| k.inst(*i).op.clone()) {
+            Some(Op::Cmp(op, x, y)) => {
+                let (x, y) = (
+                    self.ival(cx, x, row, col, pos)?,
+                    self.ival(cx, y, row, col, pos)?,
+                );
+                let p = cx.asm.p();
+                cx.asm.i(format!("setp.{}.s32 {p}, {x}, {y}", op.name()));
+                Ok(p)
+            }
+            Some(Op::Expand { a, axis }) => {
+                let pos = if axis == 0 { col } else { row };
+                self.pred(cx, a, row, col, Some(pos))
+            }
+            Some(Op::Broadcast(a)) => self.pred(cx, a, row, col, pos),
+            _ => Err(cx.err(format!(
+                "gemm epilogue: mask %{} is not a comparison of index values",
+                v.0
+            ))),
+        }
+    }
+
+    /// The `i32` index value `v` at tile-local `(row, col)` (rank-1: at `pos`).
+    fn ival(
+        &mut self,
+        cx: &mut Ctx,
+        v: TValue,
+        row: Reg,
+        col: Reg,
+        pos: Option<Reg>,
+    ) -> Result<Reg, EmitError> {
+        let k = cx.g.k;
+        if k.ty(v).shape.is_empty() {
+            return cx.scalar(v);
+        }
+        match self.defs.get(&v).map(|i| k.inst(*i).op.clone()) {
+            Some(Op::Arange) if pos.is_some() => Ok(pos.unwrap()),
+            Some(Op::Expand { a, axis }) => {
+                let pos = if axis == 0 { col } else { row };
+                self.ival(cx, a, row, col, Some(pos))
+            }
+            Some(Op::Broadcast(a)) => self.ival(cx, a, row, col, pos),
+            Some(Op::Binary(op, x, y)) => {
+                let (x, y) = (
+                    self.ival(cx, x, row, col, pos)?,
+                    self.ival(cx, y, row, col, pos)?,
+                );
+                Ok(cx.asm.r_op(math::s32_binary(op), x, y))
+            }
+            _ => Err(cx.err(format!(
+                "gemm epilogue: index tile %{} is not supported in a mask",
+                v.0
+            ))),
+        }
+    }
+
     /// The f32 register of value `v` at element `(mi, ni)`.
     fn value(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
         let k = cx.g.k;
