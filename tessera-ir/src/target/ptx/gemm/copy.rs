@@ -46,7 +46,7 @@ impl Gather {
         let oh = geom.out_extent(0, geom.height as i64) as u32;
         let span = geom.dilation[1] * (geom.kernel[1] - 1) + 1;
         let a = &mut cx.asm;
-        a.phase("im2col: OW from W, rows N·OH·OW");
+        a.phase("im2col: OW from W, rows N*OH*OW");
         // OW = W + 2pw ≥ span ? (W + 2pw − span) / sw + 1 : 0
         let wp = a.r_op("add.s32", w, 2 * geom.padding[1]);
         let fits = a.p();
@@ -161,7 +161,7 @@ fn gathered_addr(
     let (h, w) = (g.geom.height, cx.dims[src.param][1]);
     let ge = g.geom;
     let a = &mut cx.asm;
-    a.comment("im2col: (m, k) → x[n, oh·sh + kh·dh − ph, ow·sw + kw·dw − pw, chan + ci]");
+    a.comment("im2col: (m, k) -> x[n, oh*sh + kh*dh - ph, ow*sw + kw*dw - pw, chan + ci]");
     let m = a.r_op("add.s32", src.row0, lr);
     let k = a.r_op("add.s32", src.col0, lc);
     let ok = a.p();

@@ -139,7 +139,10 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
             let a = &mut cx.asm;
             let pv = a.p();
             a.i(format!("and.pred {pv}, {ok1}, {vec_ok}"));
-            a.i(format!("and.pred {pv}, {pv}, {ok0}"));
+            if mask.is_some() {
+                // Unmasked, `col + 1 < N` implies `col < N`; a mask may keep one and not the other.
+                a.i(format!("and.pred {pv}, {pv}, {ok0}"));
+            }
             a.i(format!("and.pred {ok0}, {ok0}, !{pv}"));
             a.i(format!("and.pred {ok1}, {ok1}, !{pv}"));
             let rowflat = a.r_op("add.s32", lead_rows, row);
