@@ -235,6 +235,115 @@ fn generic_case<T: Float>(seed: u64) {
     }
 }
 
+/// `(N, H, W, C, KH, KW, F, stride, padding, dilation, groups)`: stride 2, padding, dilation
+/// 2, groups 1 / 2 / C (depthwise), odd sizes that straddle the tiles, batch > 1, a 1×1.
+type ConvCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    u64,
+    u64,
+    u64,
+    u64,
+);
+const CONVS: &[ConvCase] = &[
+    (2, 9, 11, 6, 3, 3, 10, 2, 1, 1, 1),
+    (1, 13, 10, 8, 3, 3, 6, 1, 2, 2, 2),
+    (3, 7, 9, 5, 3, 3, 5, 1, 1, 1, 5),
+    (1, 11, 7, 6, 2, 3, 10, 2, 0, 2, 2),
+    (2, 12, 12, 16, 3, 3, 24, 1, 1, 1, 1),
+    (1, 5, 5, 3, 1, 1, 130, 1, 0, 1, 1),
+];
+
+/// Direct f64 loop: `y[n, oh, ow, f] = Σ x[n, oh·s + kh·d − p, ow·s + kw·d − p, g·Cg + c] ·
+/// w[kh, kw, c, f]`, then `relu(y + b)` when a bias is given.
+#[allow(clippy::too_many_arguments)]
+fn conv_ref(
+    x: &[f64],
+    w: &[f64],
+    b: Option<&[f64]>,
+    (n, h, wd, c, kh, kw, f, s, p, d, g): ConvCase,
+) -> Vec<f64> {
+    let (s, p, d, g) = (s as i64, p as i64, d as i64, g as usize);
+    let oh = ((h as i64 + 2 * p - d * (kh as i64 - 1) - 1) / s + 1) as usize;
+    let ow = ((wd as i64 + 2 * p - d * (kw as i64 - 1) - 1) / s + 1) as usize;
+    let (cg, fg) = (c / g, f / g);
+    let mut y = vec![0f64; n * oh * ow * f];
+    for b0 in 0..n {
+        for y0 in 0..oh {
+            for x0 in 0..ow {
+                for fo in 0..f {
+                    let gi = fo / fg;
+                    let mut acc = 0f64;
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let iy = (y0 as i64) * s + i as i64 * d - p;
+                            let ix = (x0 as i64) * s + j as i64 * d - p;
+                            if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
+                                continue;
+                            }
+                            for ci in 0..cg {
+                                let xi =
+                                    ((b0 * h + iy as usize) * wd + ix as usize) * c + gi * cg + ci;
+                                acc += x[xi] * w[((i * kw + j) * cg + ci) * f + fo];
+                            }
+                        }
+                    }
+                    if let Some(b) = b {
+                        acc = (acc + b[fo]).max(0.0);
+                    }
+                    y[((b0 * oh + y0) * ow + x0) * f + fo] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// `tessera_kernels::conv2d` (implicit GEMM) against the direct loop, plain and with the
+/// fused bias + ReLU epilogue. Inputs are exact in both; only the f32 accumulation order
+/// differs, so bf16 inputs get the f32 tolerance scaled by their larger products' spread.
+fn conv_case<T: Element + Float>(seed: u64) {
+    let tol = if T::DTYPE == tessera::DType::F32 {
+        1e-5
+    } else {
+        1e-4
+    };
+    for (i, &cv) in CONVS.iter().enumerate() {
+        let (n, h, wd, c, kh, kw, f, s, p, d, g) = cv;
+        let x = randn::<T>(&[n, h, wd, c], seed + i as u64);
+        let w = randn::<T>(&[kh, kw, c / g as usize, f], seed + 20 + i as u64);
+        let b = randn::<f32>(&[f], seed + 40 + i as u64);
+        let cfg = tessera_kernels::conv::Conv2d {
+            stride: [s, s],
+            padding: [p, p],
+            dilation: [d, d],
+            groups: g,
+        };
+        let (xv, wv) = (x.to_f64_vec().unwrap(), w.to_f64_vec().unwrap());
+        let name = format!("conv2d {:?} {cv:?}", T::DTYPE);
+        let y = tessera_kernels::conv2d(&x, &w, None, &cfg).unwrap();
+        check(
+            &name,
+            &y.to_f64_vec().unwrap(),
+            &conv_ref(&xv, &wv, None, cv),
+            tol,
+        );
+        let y = tessera_kernels::conv2d(&x, &w, Some(&b), &cfg).unwrap();
+        let bv = b.to_f64_vec().unwrap();
+        check(
+            &format!("{name} + bias, relu"),
+            &y.to_f64_vec().unwrap(),
+            &conv_ref(&xv, &wv, Some(&bv), cv),
+            tol,
+        );
+    }
+}
+
 macro_rules! backend_tests {
     ($($backend:ident => $device:expr),* $(,)?) => {$(
         mod $backend {
@@ -263,6 +372,8 @@ macro_rules! backend_tests {
                     check("batched matmul", &y.to_f64_vec().unwrap(), &want, 1e-5);
                 }
             }
+            #[test] fn conv2d_f32() { device(); conv_case::<f32>(61); }
+            #[test] fn conv2d_bf16() { device(); conv_case::<bf16>(62); }
             #[test] fn tile_programs() { device(); tile_programs_case(); }
             #[test] fn generic_f32() { device(); generic_case::<f32>(101); }
             #[test] fn generic_bf16() { device(); generic_case::<bf16>(102); }

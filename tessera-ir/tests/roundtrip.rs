@@ -67,19 +67,21 @@ const GRAPHS: &[&str] = &[
   return %3
 }
 ",
+    "graph @conv(%x: bf16[N, 9, 11, 8], %w: bf16[3, 3, 2, 8], %b: f32[8]) -> f32[N, 5, 4, 8] {
+  %3 = conv2d %x, %w stride=[2, 2] padding=[1, 0] dilation=[1, 2] groups=4 : f32[N, 5, 4, 8]
+  %4 = add %3, %b : f32[N, 5, 4, 8]
+  %5 = relu %4 : f32[N, 5, 4, 8]
+  return %5
+}
+",
 ];
 
-/// Graph IR ops that have no kernel lowering yet (`causal_mask` outside an attention, `conv2d`,
+/// Graph IR ops that have no kernel lowering yet (`causal_mask` outside an attention,
 /// `fft`, `pad`, ..): their text round-trips and verifies, but they do not compile.
 const GRAPHS_UNLOWERED: &[&str] = &[
     "graph @scores(%s: f32[S, T]) -> f32[S, T] {
   %1 = causal_mask %s : f32[S, T]
   %2 = softmax %1 policy=fast : f32[S, T]
-  return %2
-}
-",
-    "graph @conv(%x: f32[N, 9, 11, 8], %w: f32[3, 3, 2, 8]) -> f32[N, 5, 4, 8] {
-  %2 = conv2d %x, %w stride=[2, 2] padding=[1, 0] dilation=[1, 2] groups=4 : f32[N, 5, 4, 8]
   return %2
 }
 ",
@@ -346,4 +348,33 @@ impl ParseTy for str {
             .ty(tessera_ir::graph::Value(0))
             .clone()
     }
+}
+
+/// The implicit-GEMM conv kernel prints its `im2col` gather and store mask, and the Tile IR
+/// verifier rejects a gather with a zero geometry or a wrong view rank, naming the rule.
+#[test]
+fn conv_kernel_gathers_with_im2col_and_the_verifier_checks_it() {
+    let src = GRAPHS.iter().find(|s| s.contains("@conv")).unwrap();
+    let c = compile(&graph::parse(src).unwrap(), &CompileOptions::default()).unwrap();
+    assert_eq!(
+        c.kernels.len(),
+        1,
+        "bias and relu fuse into the conv kernel"
+    );
+    let text = c.kernels[0].lowered.kernel.to_string();
+    assert!(
+        text.contains("height=9 kernel=[3, 3] cg=2 stride=[2, 2] padding=[1, 0] dilation=[1, 2]"),
+        "{text}"
+    );
+    // groups = 4, F/groups = 2 < BN: the store is masked to the group's columns.
+    assert!(
+        text.contains("cmp.lt") && text.contains(" mask %"),
+        "{text}"
+    );
+    let bad = tile::parse(&text.replace("cg=2", "cg=0")).unwrap();
+    let e = tile::verify(&bad).unwrap_err().to_string();
+    assert!(e.contains("must be ≥ 1"), "{e}");
+    let bad = tile::parse(&text.replace("%x: bf16<3>", "%x: bf16<2>")).unwrap();
+    let e = tile::verify(&bad).unwrap_err().to_string();
+    assert!(e.contains("im2col reads the [N·H, W, C] view"), "{e}");
 }

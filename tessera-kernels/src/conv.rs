@@ -93,3 +93,117 @@ pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>>
     }
     Ok(y)
 }
+
+pub use tessera::ir::graph::Conv2d;
+
+/// `relu(conv2d(x, w) + b)` for a 3×3 kernel, stride 1, padding 1 on `[N, 56, 56, 64]`
+/// inputs with 64 output channels (a ResNet stage), f32: one implicit-GEMM kernel with the
+/// bias and ReLU fused into its epilogue; its PTX is precompiled for the conv schedule space.
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED, dims(H = 56, W = 56, C = 64, F = 64, K = 3))]
+pub fn conv3x3_bias_relu(
+    x: Tensor<f32, (N, H, W, C)>,
+    w: Tensor<f32, (K, K, C, F)>,
+    b: Tensor<f32, (F,)>,
+) -> Tensor<f32, (N, H, W, F)> {
+    relu(conv2d(x, w, [1, 1], [1, 1]) + b)
+}
+
+/// [`conv3x3_bias_relu()`] with bf16 inputs (tensor-core `mma.sync` on a GPU), f32
+/// accumulation, bias and output.
+#[tessera::kernel(precompiled = crate::ptx::PRECOMPILED, dims(H = 56, W = 56, C = 64, F = 64, K = 3))]
+pub fn conv3x3_bias_relu_bf16(
+    x: Tensor<bf16, (N, H, W, C)>,
+    w: Tensor<bf16, (K, K, C, F)>,
+    b: Tensor<f32, (F,)>,
+) -> Tensor<f32, (N, H, W, F)> {
+    relu(conv2d(x, w, [1, 1], [1, 1]) + b)
+}
+
+/// 2-D convolution `conv2d(x, w)` of `x: [N, H, W, C]` (NHWC) by the HWIO weight
+/// `w: [KH, KW, C/groups, F]` with stride, zero padding, dilation and groups from `c`
+/// (depthwise: `groups = C`), accumulated and returned in f32 as `[N, OH, OW, F]`. It runs
+/// as one implicit-GEMM kernel (`tessera_ir::lower`'s conv lowering: im2col tiles gathered
+/// on the fly into the GEMM micro-kernels on the CPU, `mma.sync` for bf16/f16 and FFMA for
+/// f32 in PTX). Graph IR needs constant spatial dims, so each geometry (`H`, `W`, `C`, the
+/// weight shape, `c`, the dtype, whether a bias is fused) is its own kernel definition,
+/// built on first use and kept for the process; its PTX is compiled through the JIT cache
+/// (the precompiled geometries are [`conv3x3_bias_relu()`] and its bf16 twin). The batch `N`
+/// is symbolic: one definition serves every batch size. When `bias` is given, the result is
+/// `relu(conv2d(x, w) + bias)` with the bias (`[F]`, f32) and ReLU fused into the epilogue.
+///
+/// ```
+/// use tessera::Tensor;
+/// use tessera_kernels::conv::Conv2d;
+/// let x = Tensor::<f32>::randn(&[2, 9, 11, 6], 1);
+/// let w = Tensor::<f32>::randn(&[3, 3, 3, 4], 2);
+/// let c = Conv2d { stride: [2, 2], padding: [1, 1], groups: 2, ..Default::default() };
+/// let y = tessera_kernels::conv2d(&x, &w, None, &c)?;
+/// assert_eq!(y.shape(), &[2, 5, 6, 4]);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn conv2d<T: tessera::Float>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    bias: Option<&Tensor<f32>>,
+    c: &Conv2d,
+) -> Result<Tensor<f32>> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use tessera::ir::graph::{BinaryOp, Graph, Op, UnaryOp};
+    use tessera::ir::{Dim, Shape, TensorType};
+    static DEFS: Mutex<Option<HashMap<String, &'static tessera::KernelDef>>> = Mutex::new(None);
+    let bad = |param: &str, message: String| tessera::Error::ShapeMismatch {
+        kernel: "conv2d".into(),
+        param: param.into(),
+        message,
+    };
+    let (xs, ws) = (x.shape(), w.shape());
+    if xs.len() != 4 {
+        return Err(bad("x", format!("must be [N, H, W, C], got {xs:?}")));
+    }
+    if ws.len() != 4 {
+        return Err(bad(
+            "w",
+            format!("must be [KH, KW, C/groups, F], got {ws:?}"),
+        ));
+    }
+    let konst = |v: &[usize]| Shape(v.iter().map(|d| Dim::Const(*d as u64)).collect::<Vec<_>>());
+    let mut gb = Graph::builder("conv2d");
+    let mut xdims = vec![Dim::Sym("N".into())];
+    xdims.extend(xs[1..].iter().map(|d| Dim::Const(*d as u64)));
+    let xv = gb.param("x", TensorType::new(T::DTYPE, Shape(xdims)));
+    let wv = gb.param("w", TensorType::new(T::DTYPE, konst(ws)));
+    let mut y = gb
+        .push(Op::Conv2d(*c), &[xv, wv])
+        .map_err(|e| bad("w", e.to_string()))?;
+    if let Some(b) = bias {
+        if b.shape() != [ws[3]] {
+            return Err(bad(
+                "bias",
+                format!("must be [F] = [{}], got {:?}", ws[3], b.shape()),
+            ));
+        }
+        let bv = gb.param("b", TensorType::new(tessera::DType::F32, konst(b.shape())));
+        let s = gb
+            .push(Op::Binary(BinaryOp::Add), &[y, bv])
+            .map_err(|e| bad("bias", e.to_string()))?;
+        y = gb
+            .push(Op::Unary(UnaryOp::Relu), &[s])
+            .map_err(|e| bad("bias", e.to_string()))?;
+    }
+    let text = gb.finish(y).to_string();
+    let def = {
+        let mut defs = DEFS.lock().unwrap_or_else(|e| e.into_inner());
+        let defs = defs.get_or_insert_with(HashMap::new);
+        *defs.entry(text.clone()).or_insert_with(|| {
+            // One definition per geometry and process: the text lives as long as it.
+            let text: &'static str = Box::leak(text.into_boxed_str());
+            Box::leak(Box::new(tessera::KernelDef::new("conv2d", text, &[])))
+        })
+    };
+    let mut args = vec![x.arg(), w.arg()];
+    if let Some(b) = bias {
+        args.push(b.arg());
+    }
+    def.launch::<f32>(&args)
+}

@@ -23,7 +23,7 @@ pub mod ptx;
 pub mod tiled;
 
 pub use attention::attention;
-pub use conv::depthwise_conv2d;
+pub use conv::{conv2d, depthwise_conv2d};
 pub use elementwise::{add, gelu, mul};
 pub use linalg::{
     linear_bias_gelu, linear_bias_gelu_bf16_f32, matmul, matmul_batched, matmul_bf16_f32,

@@ -61,6 +61,11 @@ use proc_macro::TokenStream;
 /// `permute` that moves the axis last, the row-wise softmax, the `permute` back); a reduction
 /// over several axes runs one axis at a time.
 ///
+/// `conv2d(x, w[, stride, padding[, dilation, groups]])` (NHWC input, HWIO weight, constant
+/// spatial dims) runs as an implicit GEMM on every backend, with its elementwise epilogue
+/// fused, f32 accumulation and output (not on PTX: fp8 inputs, and `deterministic` 16-bit
+/// or `kahan_sum` convolutions, which are compile errors naming `im2col`).
+///
 /// # Options
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);

@@ -227,6 +227,66 @@ impl CmpOp {
     }
 }
 
+/// The fixed geometry of an [`Op::Im2col`] gather: the input height, kernel extent, input
+/// channels per group, stride, zero padding and dilation (`[h, w]` each). The input's `W`
+/// and `C`, and `N` (its view's first dim over `height`), are read at run time.
+///
+/// ```
+/// use tessera_ir::tile::Im2colGeom;
+/// let g = Im2colGeom { height: 7, kernel: [3, 3], cg: 4, stride: [2, 2], padding: [1, 1], dilation: [1, 1] };
+/// assert_eq!(g.out_extent(0, 7), 4);
+/// assert_eq!(g.k(), 36);
+/// // GEMM column 13 is tap (kh, kw) = (1, 0), channel 1: offsets (1 − 1, 0 − 1).
+/// assert_eq!(g.tap(13), (0, -1, 1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Im2colGeom {
+    /// The input height `H` (≥ 1): the kernel sees the input as `[N·H, W, C]`.
+    pub height: u32,
+    /// `[KH, KW]`, each ≥ 1.
+    pub kernel: [u32; 2],
+    /// Input channels per group (`Cg`), ≥ 1.
+    pub cg: u32,
+    /// `[sh, sw]`, each ≥ 1.
+    pub stride: [u32; 2],
+    /// `[ph, pw]`.
+    pub padding: [u32; 2],
+    /// `[dh, dw]`, each ≥ 1.
+    pub dilation: [u32; 2],
+}
+
+impl Im2colGeom {
+    /// Output extent along `axis` (0 = H, 1 = W) of an input extent `n`; 0 when the kernel
+    /// does not fit the padded input.
+    pub fn out_extent(&self, axis: usize, n: i64) -> i64 {
+        let span = self.dilation[axis] as i64 * (self.kernel[axis] as i64 - 1) + 1;
+        let padded = n + 2 * self.padding[axis] as i64;
+        if padded < span {
+            0
+        } else {
+            (padded - span) / self.stride[axis] as i64 + 1
+        }
+    }
+
+    /// The GEMM reduction length `KH·KW·cg`.
+    pub fn k(&self) -> usize {
+        self.kernel[0] as usize * self.kernel[1] as usize * self.cg as usize
+    }
+
+    /// GEMM column `k` (below [`Im2colGeom::k`]) as input offsets `(kh·dh − ph, kw·dw − pw)`
+    /// from `(oh·sh, ow·sw)` and the channel `ci` within the group.
+    pub fn tap(&self, k: usize) -> (i64, i64, usize) {
+        let cg = self.cg as usize;
+        let (t, ci) = (k / cg, k % cg);
+        let (kh, kw) = (t / self.kernel[1] as usize, t % self.kernel[1] as usize);
+        (
+            kh as i64 * self.dilation[0] as i64 - self.padding[0] as i64,
+            kw as i64 * self.dilation[1] as i64 - self.padding[1] as i64,
+            ci,
+        )
+    }
+}
+
 /// Tile reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TileReduce {
@@ -310,6 +370,25 @@ pub enum Op {
         /// The value of the lanes not read.
         other: f64,
     },
+    /// The implicit-GEMM gather of a convolution input (*im2col*), formed on the fly: element
+    /// `(r, c)` of the `[BM, BK]` result is `x[n, oh·sh + kh·dh − ph, ow·sw + kw·dw − pw,
+    /// chan + ci]` of the NHWC input, seen by the kernel as the rank-3 view `x: [N·H, W, C]`
+    /// (`H` is [`Im2colGeom::height`]; `W`, `C` and `N` are read at run time), where GEMM
+    /// row `m = row + r = (n·OH + oh)·OW + ow` and GEMM column `k = col + c = (kh·KW + kw)·cg +
+    /// ci`, with `OH`, `OW` from [`Im2colGeom::out_extent`]. Lanes outside `x` (the zero
+    /// padding), with `m ≥ N·OH·OW`, or with `k ≥ KH·KW·cg` read 0.
+    Im2col {
+        /// The input parameter (its `[N·H, W, C]` view).
+        param: usize,
+        /// First GEMM row (`i32` scalar).
+        row: TValue,
+        /// First GEMM column (`i32` scalar).
+        col: TValue,
+        /// First input channel of the group (`i32` scalar).
+        chan: TValue,
+        /// The convolution's fixed geometry.
+        geom: Im2colGeom,
+    },
     /// Block store of `value`.
     Store {
         /// The parameter stored to.
@@ -370,6 +449,7 @@ impl Op {
             } => "reduce.max".into(),
             Op::Dot { .. } => "dot".into(),
             Op::Load { .. } => "load".into(),
+            Op::Im2col { .. } => "im2col".into(),
             Op::Store { .. } => "store".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),
@@ -386,6 +466,7 @@ impl Op {
             Op::Select(m, a, b) => vec![*m, *a, *b],
             Op::Dot { a, b, acc } => vec![*a, *b, *acc],
             Op::Load { index, mask, .. } => index.iter().copied().chain(*mask).collect(),
+            Op::Im2col { row, col, chan, .. } => vec![*row, *col, *chan],
             Op::Store {
                 index, value, mask, ..
             } => index.iter().copied().chain([*value]).chain(*mask).collect(),
@@ -593,9 +674,10 @@ impl Builder {
     pub fn remap_params(&mut self, f: impl Fn(usize) -> usize) {
         for d in &mut self.kernel.insts {
             match &mut d.op {
-                Op::Dim { param, .. } | Op::Load { param, .. } | Op::Store { param, .. } => {
-                    *param = f(*param)
-                }
+                Op::Dim { param, .. }
+                | Op::Load { param, .. }
+                | Op::Im2col { param, .. }
+                | Op::Store { param, .. } => *param = f(*param),
                 _ => {}
             }
         }

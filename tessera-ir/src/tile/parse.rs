@@ -276,6 +276,49 @@ impl P<'_> {
                     other,
                 }
             }
+            "im2col" => {
+                let param = self.param()?;
+                let index = self.index()?;
+                let [row, col, chan] = index[..] else {
+                    return Err(self.c.error(format!(
+                        "im2col takes three indices `[row, col, chan]`, got {}",
+                        index.len()
+                    )));
+                };
+                let pair = |c: &mut Cursor, key: &str| -> Result<[u32; 2], ParseError> {
+                    c.expect_kw(key)?;
+                    c.expect("=")?;
+                    let v = c.list("[", "]", |c| c.u32())?;
+                    match v.as_slice() {
+                        [a, b] => Ok([*a, *b]),
+                        _ => Err(c.error(format!("{key} takes two values `[h, w]`"))),
+                    }
+                };
+                self.c.expect_kw("height")?;
+                self.c.expect("=")?;
+                let height = self.c.u32()?;
+                let kernel = pair(self.c, "kernel")?;
+                self.c.expect_kw("cg")?;
+                self.c.expect("=")?;
+                let cg = self.c.u32()?;
+                let stride = pair(self.c, "stride")?;
+                let padding = pair(self.c, "padding")?;
+                let dilation = pair(self.c, "dilation")?;
+                Op::Im2col {
+                    param,
+                    row,
+                    col,
+                    chan,
+                    geom: super::Im2colGeom {
+                        height,
+                        kernel,
+                        cg,
+                        stride,
+                        padding,
+                        dilation,
+                    },
+                }
+            }
             _ => {
                 let args = self.uses()?;
                 let n = args.len();

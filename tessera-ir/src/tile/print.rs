@@ -88,6 +88,30 @@ fn write_block(
                     write!(f, " other {}", fmt_float(*other))?;
                 }
             }
+            Op::Im2col {
+                param,
+                row,
+                col,
+                chan,
+                geom: g,
+            } => write!(
+                f,
+                "im2col {}[{}, {}, {}] height={} kernel=[{}, {}] cg={} stride=[{}, {}] padding=[{}, {}] dilation=[{}, {}]",
+                p(*param),
+                v(*row),
+                v(*col),
+                v(*chan),
+                g.height,
+                g.kernel[0],
+                g.kernel[1],
+                g.cg,
+                g.stride[0],
+                g.stride[1],
+                g.padding[0],
+                g.padding[1],
+                g.dilation[0],
+                g.dilation[1]
+            )?,
             Op::Store {
                 param,
                 index,

@@ -410,6 +410,54 @@ impl Verifier<'_> {
                 }
                 Ok(())
             }
+            Op::Im2col {
+                param,
+                row,
+                col,
+                chan,
+                geom,
+            } => {
+                let o = out_ty?;
+                let p = k
+                    .params
+                    .get(*param)
+                    .ok_or(format!("parameter #{param} does not exist"))?;
+                if p.rank != 3 {
+                    return Err(format!(
+                        "im2col reads the [N·H, W, C] view of an NHWC tensor; %{} has rank {}",
+                        p.name, p.rank
+                    ));
+                }
+                if o.dtype != p.dtype || o.shape.len() != 2 {
+                    return Err(format!(
+                        "im2col of %{}: {} gives a rank-2 {} tile, got {o}",
+                        p.name, p.dtype, p.dtype
+                    ));
+                }
+                if let Some(i) = [row, col, chan]
+                    .into_iter()
+                    .find(|i| *ty(i) != TileType::scalar(DType::I32))
+                {
+                    return Err(format!(
+                        "im2col index %{} must be an i32 scalar, got {}",
+                        i.0,
+                        ty(i)
+                    ));
+                }
+                let g = geom;
+                if g.height == 0
+                    || g.kernel.contains(&0)
+                    || g.cg == 0
+                    || g.stride.contains(&0)
+                    || g.dilation.contains(&0)
+                {
+                    return Err(format!(
+                        "im2col height {}, kernel {:?}, cg {}, stride {:?} and dilation {:?} must be ≥ 1",
+                        g.height, g.kernel, g.cg, g.stride, g.dilation
+                    ));
+                }
+                Ok(())
+            }
             Op::Store {
                 param,
                 index,

@@ -210,6 +210,23 @@ impl Cx<'_> {
                         out_ty.unwrap().dtype,
                     )?
                 }
+                Op::Im2col {
+                    param,
+                    row,
+                    col,
+                    chan,
+                    geom,
+                } => {
+                    let idx = self.index(&[*row, *col, *chan]);
+                    let d = dims();
+                    memory::im2col(
+                        &self.args[*param],
+                        [idx[0], idx[1], idx[2]],
+                        geom,
+                        [d[0], d[1]],
+                        out_ty.unwrap().dtype,
+                    )
+                }
                 Op::Store {
                     param,
                     index,

@@ -234,3 +234,81 @@ pub(crate) fn store(buf: &Buffer, idx: &[i64], tile: &Tile, mask: Option<&Tile>)
     }
     Ok(())
 }
+
+/// The implicit-GEMM gather ([`tessera_ir::tile::Op::Im2col`]): a `[rows, cols]` tile of the
+/// im2col matrix of the `[N·H, W, C]` view `buf`, GEMM rows from `row`, columns from `col`,
+/// input channels from `chan`. Each tile row is one output pixel; its columns are runs of
+/// consecutive channels of one filter tap, copied (and widened) as slices; taps outside the
+/// input, rows past `N·OH·OW` and columns past `KH·KW·cg` stay 0.
+pub(crate) fn im2col(
+    buf: &Buffer,
+    [row, col, chan]: [i64; 3],
+    g: &tessera_ir::tile::Im2colGeom,
+    [rows, cols]: [usize; 2],
+    dtype: DType,
+) -> Tile {
+    let d = buf.dims();
+    let (h, wd, c) = (g.height as i64, d[1] as i64, d[2] as i64);
+    let n = d[0] as i64 / h;
+    let (oh, ow) = (g.out_extent(0, h), g.out_extent(1, wd));
+    let (m_end, k_end) = (n * oh * ow, g.k() as i64);
+    let cg = g.cg as i64;
+    let mut out = vec![0f32; rows * cols];
+    macro_rules! gather {
+        ($src:ty, $conv:expr) => {{
+            // SAFETY: the buffer holds `len` bytes of its dtype for the launch.
+            let src: &[$src] = unsafe {
+                std::slice::from_raw_parts(
+                    buf.ptr as *const $src,
+                    buf.len / std::mem::size_of::<$src>(),
+                )
+            };
+            for r in 0..rows {
+                let m = row + r as i64;
+                if m < 0 || m >= m_end {
+                    continue;
+                }
+                let (b, p) = (m / (oh * ow), m % (oh * ow));
+                let (y0, x0) = ((p / ow) * g.stride[0] as i64, (p % ow) * g.stride[1] as i64);
+                let dst = &mut out[r * cols..(r + 1) * cols];
+                let mut cc = 0usize;
+                while cc < cols {
+                    let k = col + cc as i64;
+                    if k < 0 || k >= k_end {
+                        cc += 1;
+                        continue;
+                    }
+                    let (dy, dx, ci) = g.tap(k as usize);
+                    // The run of this tap's channels inside the tile.
+                    let run = ((cg - ci as i64) as usize).min(cols - cc);
+                    let (iy, ix) = (y0 + dy, x0 + dx);
+                    let c0 = chan + ci as i64;
+                    if iy >= 0 && iy < h && ix >= 0 && ix < wd && c0 >= 0 {
+                        let valid = (c - c0).clamp(0, run as i64) as usize;
+                        let start = (((b * h + iy) * wd + ix) * c + c0) as usize;
+                        for (o, x) in dst[cc..cc + valid]
+                            .iter_mut()
+                            .zip(&src[start..start + valid])
+                        {
+                            *o = $conv(*x);
+                        }
+                    }
+                    cc += run;
+                }
+            }
+        }};
+    }
+    match dtype {
+        DType::F32 => gather!(f32, |x: f32| x),
+        DType::BF16 => gather!(bf16, |x: bf16| x.to_f32()),
+        DType::F16 => gather!(f16, |x: f16| x.to_f32()),
+        _ => {
+            let lut = super::value::fp8_decode_table(dtype);
+            gather!(u8, |x: u8| lut[x as usize])
+        }
+    }
+    let mut t = Tile::new_f(dtype, &[rows, cols], out);
+    // Rows past the last output pixel are `+0.0` (see `Tile::zero_rows_from`).
+    t.zero_rows_from = (m_end - row).clamp(0, rows as i64) as usize;
+    t
+}

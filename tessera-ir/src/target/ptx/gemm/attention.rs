@@ -299,6 +299,7 @@ pub(super) fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<Option<PtxKer
             ))
         })?;
     let g = Gemm {
+        a_gather: None,
         k,
         pa: at.pq,
         pb: at.pv,
@@ -387,6 +388,7 @@ pub(super) fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<Option<PtxKer
         smem,
         &tq,
         &Src {
+            gather: None,
             param: at.pq,
             lead_rows: q_lead,
             row0: i0,
@@ -511,6 +513,7 @@ pub(super) fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<Option<PtxKer
         a.i(format!("mad.lo.s32 {kdst}, {stage}, {stage_bytes}, {smem}"));
         let vdst = a.r_op("add.s32", kdst, tk.bytes());
         let src = |param, lead_rows| Src {
+            gather: None,
             param,
             lead_rows,
             row0: j0,

@@ -11,16 +11,70 @@
 //!
 //! f32 inputs, [`tile32`]: one 4-byte `cp.async.ca` per element (src-size 0 out of bounds),
 //! always-correct (f32 pointers are 4-byte aligned) and able to transpose A into k-major order.
+//!
+//! An implicit-GEMM convolution's A ([`Gather`]) goes through the same paths with im2col
+//! addresses: GEMM row `m` → output pixel `(n, oh, ow)`, column `k` → tap `(kh, kw)` and
+//! channel `ci`, the element `x[n, oh·sh + kh·dh − ph, ow·sw + kw·dw − pw, chan + ci]`, zero
+//! (src-size 0, or the predicated scalar load) outside the input. The 16-byte path needs
+//! `cg` and `C` multiples of 8 (eight consecutive `k` are then eight consecutive channels
+//! of one tap).
 
 use super::ctx::Ctx;
 use super::layout::SmemTile;
 use super::mma::MainLoop;
 use crate::target::ptx::asm::Reg;
+use crate::tile::Im2colGeom;
+
+/// The im2col view of an NHWC input (param `Src::param`, view `[N·H, W, C]`): the geometry
+/// and the per-kernel registers its addresses need.
+#[derive(Clone)]
+pub(super) struct Gather {
+    pub geom: Im2colGeom,
+    /// The group's first input channel.
+    pub chan: Reg,
+    /// `N·OH·OW`: GEMM rows.
+    pub m: Reg,
+    /// `OH·OW` and `OW`.
+    pub ohow: Reg,
+    pub ow: Reg,
+}
+
+impl Gather {
+    /// Computes `OW` from the run-time `W`, `OH` from the fixed height, and `N·OH·OW`.
+    pub fn new(cx: &mut Ctx, param: usize, geom: Im2colGeom, chan: Reg) -> Gather {
+        let (nh, w) = (cx.dims[param][0], cx.dims[param][1]);
+        let oh = geom.out_extent(0, geom.height as i64) as u32;
+        let span = geom.dilation[1] * (geom.kernel[1] - 1) + 1;
+        let a = &mut cx.asm;
+        a.phase("im2col: OW from W, rows N*OH*OW");
+        // OW = W + 2pw ≥ span ? (W + 2pw − span) / sw + 1 : 0
+        let wp = a.r_op("add.s32", w, 2 * geom.padding[1]);
+        let fits = a.p();
+        a.i(format!("setp.ge.u32 {fits}, {wp}, {span}"));
+        let t = a.r_op("sub.s32", wp, span);
+        let t = a.r_op("div.u32", t, geom.stride[1]);
+        let t = a.r_op("add.s32", t, 1);
+        let ow = a.r();
+        a.i(format!("selp.u32 {ow}, {t}, 0, {fits}"));
+        let ohow = a.r_op("mul.lo.s32", ow, oh);
+        let n = a.r_op("div.u32", nh, geom.height);
+        let m = a.r_op("mul.lo.s32", n, ohow);
+        Gather {
+            geom,
+            chan,
+            m,
+            ohow,
+            ow,
+        }
+    }
+}
 
 /// Where a tile comes from in global memory: element `(r, c)` of the tile is tensor element
 /// `(row0 + r, col0 + c)` of param `param`'s last-two-dims view, offset by `lead_rows` rows.
 pub(super) struct Src {
     pub param: usize,
+    /// Set for an im2col A: `row0`/`col0` are then GEMM row and column origins.
+    pub gather: Option<Gather>,
     pub lead_rows: Reg,
     pub row0: Reg,
     pub col0: Reg,
@@ -58,12 +112,14 @@ pub(super) fn stage_copy(
         a_dst,
         b_dst,
         a: Src {
+            gather: m.gather.clone(),
             param: m.a.0,
             lead_rows: m.a.1,
             row0: m.x,
             col0: k0,
         },
         b: Src {
+            gather: None,
             param: m.b.0,
             lead_rows: m.b.1,
             row0: k0,
@@ -75,6 +131,9 @@ pub(super) fn stage_copy(
 /// Global address and in-bounds predicate of element `(row0 + lr, col0 + lc)`; the address is
 /// the tensor base when out of bounds.
 pub(super) fn guarded_addr(cx: &mut Ctx, src: &Src, lr: Reg, lc: Reg, bytes: usize) -> (Reg, Reg) {
+    if let Some(g) = &src.gather {
+        return gathered_addr(cx, src, g, lr, lc, bytes);
+    }
     let nrows = cx.dims[src.param][cx.dims[src.param].len() - 2];
     let ncols = *cx.dims[src.param].last().unwrap();
     let a = &mut cx.asm;
@@ -85,6 +144,62 @@ pub(super) fn guarded_addr(cx: &mut Ctx, src: &Src, lr: Reg, lc: Reg, bytes: usi
     a.i(format!("setp.lt.and.u32 {ok}, {col}, {ncols}, {ok}"));
     let rowflat = a.r_op("add.s32", src.lead_rows, row);
     let addr = cx.elem_addr(src.param, rowflat, col, bytes);
+    let base = cx.ptrs[src.param];
+    cx.asm.i(format!("selp.b64 {addr}, {addr}, {base}, {ok}"));
+    (addr, ok)
+}
+
+/// [`guarded_addr`] of an im2col A: element `(m, k) = (row0 + lr, col0 + lc)`.
+fn gathered_addr(
+    cx: &mut Ctx,
+    src: &Src,
+    g: &Gather,
+    lr: Reg,
+    lc: Reg,
+    bytes: usize,
+) -> (Reg, Reg) {
+    let (h, w) = (g.geom.height, cx.dims[src.param][1]);
+    let ge = g.geom;
+    let a = &mut cx.asm;
+    a.comment("im2col: (m, k) -> x[n, oh*sh + kh*dh - ph, ow*sw + kw*dw - pw, chan + ci]");
+    let m = a.r_op("add.s32", src.row0, lr);
+    let k = a.r_op("add.s32", src.col0, lc);
+    let ok = a.p();
+    a.i(format!("setp.lt.u32 {ok}, {m}, {}", g.m));
+    a.i(format!("setp.lt.and.u32 {ok}, {k}, {}, {ok}", ge.k()));
+    let n = a.r_op("div.u32", m, g.ohow);
+    let p = a.r();
+    a.i(format!("mul.lo.s32 {p}, {n}, {}", g.ohow));
+    let p = a.r_op("sub.s32", m, p);
+    let oy = a.r_op("div.u32", p, g.ow);
+    let ox = a.r();
+    a.i(format!("mul.lo.s32 {ox}, {oy}, {}", g.ow));
+    let ox = a.r_op("sub.s32", p, ox);
+    let t = a.r_op("div.u32", k, ge.cg);
+    let ci = a.r();
+    a.i(format!("mul.lo.s32 {ci}, {t}, {}", ge.cg));
+    let ci = a.r_op("sub.s32", k, ci);
+    let ky = a.r_op("div.u32", t, ge.kernel[1]);
+    let kx = a.r();
+    a.i(format!("mul.lo.s32 {kx}, {ky}, {}", ge.kernel[1]));
+    let kx = a.r_op("sub.s32", t, kx);
+    let iy = a.r();
+    a.i(format!("mul.lo.s32 {iy}, {oy}, {}", ge.stride[0]));
+    a.i(format!("mad.lo.s32 {iy}, {ky}, {}, {iy}", ge.dilation[0]));
+    a.i(format!("sub.s32 {iy}, {iy}, {}", ge.padding[0]));
+    let ix = a.r();
+    a.i(format!("mul.lo.s32 {ix}, {ox}, {}", ge.stride[1]));
+    a.i(format!("mad.lo.s32 {ix}, {kx}, {}, {ix}", ge.dilation[1]));
+    a.i(format!("sub.s32 {ix}, {ix}, {}", ge.padding[1]));
+    // Negative offsets wrap to large unsigned values: one compare per axis.
+    a.i(format!("setp.lt.and.u32 {ok}, {iy}, {h}, {ok}"));
+    a.i(format!("setp.lt.and.u32 {ok}, {ix}, {w}, {ok}"));
+    let row = a.r();
+    a.i(format!("mad.lo.s32 {row}, {n}, {h}, {iy}"));
+    let pix = a.r();
+    a.i(format!("mad.lo.s32 {pix}, {row}, {w}, {ix}"));
+    let col = a.r_op("add.s32", g.chan, ci);
+    let addr = cx.elem_addr(src.param, pix, col, bytes);
     let base = cx.ptrs[src.param];
     cx.asm.i(format!("selp.b64 {addr}, {addr}, {base}, {ok}"));
     (addr, ok)

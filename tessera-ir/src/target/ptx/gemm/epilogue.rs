@@ -62,9 +62,6 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
     else {
         unreachable!()
     };
-    if mask.is_some() {
-        return Err(cx.err("gemm epilogue: masked store is not supported"));
-    }
     let vt = k.ty(*value);
     if vt.shape != [g.bm, g.bn] {
         return Err(cx.err(format!(
@@ -130,8 +127,22 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
             let (ok0, ok1) = (a.p(), a.p());
             a.i(format!("setp.lt.and.u32 {ok0}, {col}, {ncols}, {rok}"));
             a.i(format!("setp.lt.and.u32 {ok1}, {col1}, {ncols}, {rok}"));
+            if let Some(mv) = mask {
+                // The store's mask (a grouped convolution's column limit), per column.
+                let (r, c0, c1) = (frame.rows[mi], frame.cols[2 * q], frame.cols[2 * q + 1]);
+                let m0 = ev.store_pred(cx, *mv, r, c0, None)?;
+                let m1 = ev.store_pred(cx, *mv, r, c1, None)?;
+                let a = &mut cx.asm;
+                a.i(format!("and.pred {ok0}, {ok0}, {m0}"));
+                a.i(format!("and.pred {ok1}, {ok1}, {m1}"));
+            }
+            let a = &mut cx.asm;
             let pv = a.p();
             a.i(format!("and.pred {pv}, {ok1}, {vec_ok}"));
+            if mask.is_some() {
+                // Unmasked, `col + 1 < N` implies `col < N`; a mask may keep one and not the other.
+                a.i(format!("and.pred {pv}, {pv}, {ok0}"));
+            }
             a.i(format!("and.pred {ok0}, {ok0}, !{pv}"));
             a.i(format!("and.pred {ok1}, {ok1}, !{pv}"));
             let rowflat = a.r_op("add.s32", lead_rows, row);
@@ -172,6 +183,40 @@ pub(super) fn emit(cx: &mut Ctx, frame: &Frame) -> Result<(), EmitError> {
 }
 
 impl Eval<'_> {
+    /// The predicate of the `bool` value `v` at tile-local `(row, col)` (a store mask); a
+    /// rank-1 value (under an `expand`) is indexed by `pos`. Supports comparisons of `i32`
+    /// index values.
+    fn store_pred(
+        &mut self,
+        cx: &mut Ctx,
+        v: TValue,
+        row: Reg,
+        col: Reg,
+        pos: Option<Reg>,
+    ) -> Result<Reg, EmitError> {
+        let k = cx.g.k;
+        match self.defs.get(&v).map(|i| k.inst(*i).op.clone()) {
+            Some(Op::Cmp(op, x, y)) => {
+                let (x, y) = (
+                    self.int_at(cx, x, pos, row, col)?,
+                    self.int_at(cx, y, pos, row, col)?,
+                );
+                let p = cx.asm.p();
+                cx.asm.i(format!("setp.{}.s32 {p}, {x}, {y}", op.name()));
+                Ok(p)
+            }
+            Some(Op::Expand { a, axis }) => {
+                let pos = if axis == 0 { col } else { row };
+                self.store_pred(cx, a, row, col, Some(pos))
+            }
+            Some(Op::Broadcast(a)) => self.store_pred(cx, a, row, col, pos),
+            _ => Err(cx.err(format!(
+                "gemm epilogue: mask %{} is not a comparison of index values",
+                v.0
+            ))),
+        }
+    }
+
     /// The f32 register of value `v` at element `(mi, ni)`.
     fn value(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
         let k = cx.g.k;
@@ -299,18 +344,19 @@ impl Eval<'_> {
     /// expanded along the rows (`[n, 1]`: the element's tile-local row) or the columns
     /// (`[1, n]`: its column), combined by integer ops (a causal mask's positions).
     fn int(&mut self, cx: &mut Ctx, v: TValue, mi: usize, ni: usize) -> Result<Reg, EmitError> {
-        self.int_along(cx, v, None, mi, ni)
+        let (row, col) = (self.frame.rows[mi], self.frame.cols[ni]);
+        self.int_at(cx, v, None, row, col)
     }
 
-    /// [`Self::int`]; `along` is the tile-local index a rank-1 value is read at (inside an
-    /// `expand`).
-    fn int_along(
+    /// The `i32` index value `v` at tile-local `(row, col)`; `along` is the index a rank-1
+    /// value is read at (inside an `expand`: the row or the column).
+    fn int_at(
         &mut self,
         cx: &mut Ctx,
         v: TValue,
         along: Option<Reg>,
-        mi: usize,
-        ni: usize,
+        row: Reg,
+        col: Reg,
     ) -> Result<Reg, EmitError> {
         let k = cx.g.k;
         if k.ty(v).shape.is_empty() {
@@ -330,19 +376,15 @@ impl Eval<'_> {
                 ))
             }),
             Op::Expand { a, axis } => {
-                let at = if axis == 1 {
-                    self.frame.rows[mi]
-                } else {
-                    self.frame.cols[ni]
-                };
-                self.int_along(cx, a, Some(at), mi, ni)
+                let at = if axis == 1 { row } else { col };
+                self.int_at(cx, a, Some(at), row, col)
             }
             Op::Binary(op, x, y) => {
-                let x = self.int_along(cx, x, along, mi, ni)?;
-                let y = self.int_along(cx, y, along, mi, ni)?;
+                let x = self.int_at(cx, x, along, row, col)?;
+                let y = self.int_at(cx, y, along, row, col)?;
                 Ok(cx.asm.r_op(math::s32_binary(op), x, y))
             }
-            Op::Broadcast(x) => self.int_along(cx, x, along, mi, ni),
+            Op::Broadcast(x) => self.int_at(cx, x, along, row, col),
             op => Err(cx.err(format!(
                 "gemm epilogue: i32 `{}` (%{}) is not supported per element",
                 op.name(),

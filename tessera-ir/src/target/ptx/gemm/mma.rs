@@ -29,6 +29,8 @@ pub(super) struct MainLoop {
     pub lo: Reg,
     pub kt_count: Reg,
     pub acc_init: f64,
+    /// A is gathered (implicit-GEMM convolution), not block-loaded.
+    pub gather: Option<copy::Gather>,
 }
 
 /// Emits the tensor-core K loop; returns the accumulator frame for the epilogue.

@@ -177,7 +177,22 @@ pub(crate) fn emit(
     for l in lead_ok.into_iter().flatten() {
         cx.asm.i(format!("selp.u32 {kt}, {kt}, 0, {l}"));
     }
+    let gather = match g.a_gather {
+        Some(_) if fp8.is_some() => {
+            return Err(err(
+                "gemm: an fp8 implicit-GEMM convolution is not supported".into(),
+            ));
+        }
+        Some((geom, chan)) => {
+            let chan = cx.scalar(chan)?;
+            Some(copy::Gather::new(&mut cx, g.pa, geom, chan))
+        }
+        None => None,
+    };
+    // A gathered A is 16-byte copyable only when a chunk of 8 `k` is 8 channels of one tap.
+    let gather_unaligned = g.a_gather.is_some_and(|(geom, _)| geom.cg % 8 != 0);
     let m = MainLoop {
+        gather,
         bm: g.bm,
         bn: g.bn,
         bk: g.bk,
@@ -210,6 +225,11 @@ pub(crate) fn emit(
             let t = a.r_op("or.b32", t, lo);
             let t = a.r_op("or.b32", t, y);
             let t = a.r_op("and.b32", t, 7);
+            let t = if gather_unaligned {
+                a.r_op("or.b32", t, 1)
+            } else {
+                t
+            };
             let (la, lb) = (a.r(), a.r());
             a.i(format!("cvt.u32.u64 {la}, {pa}"));
             a.i(format!("cvt.u32.u64 {lb}, {pb}"));

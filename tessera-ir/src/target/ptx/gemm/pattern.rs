@@ -5,10 +5,13 @@
 //! `full` accumulator initialiser, one `for` whose body is exactly `load A`, `load B`,
 //! `dot A, B, acc`, `yield`, where A is indexed `[lead.., x, iv]` with tile `[BM, BK]` and B
 //! `[lead.., iv, y]` with tile `[BK, BN]`; then epilogue ops; then one `store` as the last
-//! instruction. Anything else is "not ours" (`None`) and goes to the generic emitter.
+//! instruction. A may instead be an `im2col` gather (`[row, iv]` with the input channel offset
+//! `chan`): the implicit-GEMM convolution of `lower::conv`, whose A copy gathers from the NHWC
+//! input ([`super::copy`]). Anything else is "not ours" (`None`) and goes to the generic
+//! emitter.
 
 use crate::DType;
-use crate::tile::{Inst, Kernel, Op, TValue};
+use crate::tile::{Im2colGeom, Inst, Kernel, Op, TValue};
 
 /// A recognised GEMM: where its pieces are in the kernel.
 pub(super) struct Gemm<'k> {
@@ -21,7 +24,10 @@ pub(super) struct Gemm<'k> {
     pub bm: usize,
     pub bn: usize,
     pub bk: usize,
-    /// Full index of the A load (`[lead.., x, iv]`) and the B load (`[lead.., iv, y]`).
+    /// When A is an `im2col` gather: its geometry and channel-offset scalar.
+    pub a_gather: Option<(Im2colGeom, TValue)>,
+    /// Full index of the A load (`[lead.., x, iv]`, a gather's `[row, iv]`) and the B load
+    /// (`[lead.., iv, y]`).
     pub a_index: Vec<TValue>,
     pub b_index: Vec<TValue>,
     /// Loop bounds.
@@ -93,7 +99,26 @@ pub(super) fn recognise(k: &Kernel) -> Option<Gemm<'_>> {
             }
         })
     };
-    let (pa, a_index) = load_of(da)?;
+    let gather = body.iter().find_map(|i| {
+        let d = k.inst(*i);
+        match &d.op {
+            Op::Im2col {
+                param,
+                row,
+                col,
+                chan,
+                geom,
+            } if d.results == [da] => Some((*param, vec![*row, *col], (*geom, *chan))),
+            _ => None,
+        }
+    });
+    let (pa, a_index, a_gather) = match gather {
+        Some((p, ix, g)) => (p, ix, Some(g)),
+        None => {
+            let (p, ix) = load_of(da)?;
+            (p, ix, None)
+        }
+    };
     let (pb, b_index) = load_of(db)?;
     let (ta, tb) = (k.ty(da), k.ty(db));
     if ta.shape.len() != 2 || tb.shape.len() != 2 || ta.shape[1] != tb.shape[0] {
@@ -157,6 +182,7 @@ pub(super) fn recognise(k: &Kernel) -> Option<Gemm<'_>> {
         bm,
         bn,
         bk,
+        a_gather,
         a_index,
         b_index,
         lo: *lo,

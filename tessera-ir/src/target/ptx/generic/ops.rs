@@ -125,6 +125,12 @@ impl G<'_> {
                 mask,
                 other,
             } => self.load(*param, index, *mask, *other, ty)?,
+            Op::Im2col { .. } => {
+                return Err(self.err(
+                    "im2col runs only in the GEMM template (an implicit-GEMM convolution whose \
+                     K loop the template recognises); the generic emitter has no gather",
+                ));
+            }
             Op::Store { .. } | Op::For { .. } | Op::Yield(_) => {
                 unreachable!("handled by the block walk")
             }

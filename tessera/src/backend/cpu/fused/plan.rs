@@ -374,6 +374,9 @@ impl Compiler<'_> {
             match &d.op {
                 Op::Expand { .. } | Op::Broadcast(_) => continue,
                 Op::Dot { .. } => return Err("dot (the interpreter calls the GEMM)".into()),
+                Op::Im2col { .. } => {
+                    return Err("im2col (the interpreter gathers for the GEMM)".into());
+                }
                 Op::Load { mask: Some(_), .. } | Op::Store { mask: Some(_), .. } => {
                     return Err("masked load/store".into());
                 }
