@@ -103,9 +103,13 @@ impl KernelManifest {
         let bindings = c.list("[", "]", |c| {
             let v = value(c)?;
             c.expect(":")?;
+            let view_rank = c.usize()?;
+            // `rank/tail` when trailing dims are merged first (see `Binding::view`)
+            let tail = if c.eat("/") { c.usize()? } else { 1 };
             Ok(Binding {
                 value: v,
-                view_rank: c.usize()?,
+                view_rank,
+                tail,
             })
         })?;
         key(&mut c, "class")?;
@@ -180,7 +184,10 @@ impl fmt::Display for Shown<'_> {
         let bindings: Vec<String> = m
             .bindings
             .iter()
-            .map(|b| format!("{}: {}", g.value_name(b.value), b.view_rank))
+            .map(|b| match b.tail {
+                0 | 1 => format!("{}: {}", g.value_name(b.value), b.view_rank),
+                t => format!("{}: {}/{t}", g.value_name(b.value), b.view_rank),
+            })
             .collect();
         let tile: Vec<String> = m.schedule.tile.iter().map(|t| t.to_string()).collect();
         write!(

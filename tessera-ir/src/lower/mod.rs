@@ -35,6 +35,37 @@ pub struct Binding {
     pub value: Value,
     /// The rank the kernel views it at (leading dims merged, or padded with 1s).
     pub view_rank: usize,
+    /// How many trailing dims are merged into the view's last dim first (1: none; see
+    /// [`Binding::view`]). An FFT along a middle axis views `[.., L, d.., 2]` as
+    /// `[outer, L, d..·2]` this way.
+    pub tail: usize,
+}
+
+impl Binding {
+    /// The view of a tensor of `shape`: its last `tail` dims merged into one, then
+    /// [`view_shape`] at `view_rank`.
+    ///
+    /// ```
+    /// use tessera_ir::lower::Binding;
+    /// use tessera_ir::graph::Value;
+    /// let b = Binding { value: Value(0), view_rank: 3, tail: 3 };
+    /// assert_eq!(b.view(&[2, 8, 4, 3, 2]), Ok(vec![2, 8, 24]));
+    /// let plain = Binding { tail: 1, ..b };
+    /// assert_eq!(plain.view(&[2, 8, 4, 3, 2]), Ok(vec![64, 3, 2]));
+    /// ```
+    pub fn view(&self, shape: &[usize]) -> Result<Vec<usize>, String> {
+        if self.tail <= 1 || shape.len() < self.tail {
+            return view_shape(shape, self.view_rank);
+        }
+        let cut = shape.len() - self.tail;
+        let last = shape[cut..]
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| format!("merging the trailing dims of {shape:?} overflows"))?;
+        let mut merged = shape[..cut].to_vec();
+        merged.push(last);
+        view_shape(&merged, self.view_rank)
+    }
 }
 
 /// Why a kernel could not be lowered.
@@ -204,9 +235,16 @@ impl<'g> Lower<'g> {
 
     /// The kernel parameter bound to `v` at `view_rank`, added on first use.
     pub fn param(&mut self, v: Value, view_rank: usize) -> usize {
+        self.param_tail(v, view_rank, 1)
+    }
+
+    /// The kernel parameter bound to `v` viewed with its last `tail` dims merged (see
+    /// [`Binding::view`]), added on first use.
+    pub fn param_tail(&mut self, v: Value, view_rank: usize, tail: usize) -> usize {
         let b = Binding {
             value: v,
             view_rank,
+            tail,
         };
         if let Some(i) = self.bindings.iter().position(|x| *x == b) {
             return i;
@@ -227,8 +265,13 @@ impl<'g> Lower<'g> {
 
     /// Adds the output parameter (called last, after every input).
     pub fn output_param(&mut self, view_rank: usize) -> usize {
+        self.output_param_tail(view_rank, 1)
+    }
+
+    /// Adds the output parameter viewed with its last `tail` dims merged.
+    pub fn output_param_tail(&mut self, view_rank: usize, tail: usize) -> usize {
         let out = self.k.output;
-        let i = self.param(out, view_rank);
+        let i = self.param_tail(out, view_rank, tail);
         let p = &mut self.b_params()[i];
         p.name = "out".into();
         i

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::DType;
 use tessera_ir::graph::{self, Graph, Op};
-use tessera_ir::lower::{Binding, view_shape};
+use tessera_ir::lower::Binding;
 use tessera_ir::manifest::KernelManifest;
 use tessera_ir::pipeline::{CompileOptions, Compiled, compile};
 use tessera_ir::schedule::Schedule;
@@ -644,7 +644,8 @@ impl KernelDef {
                         )
                     }
                 };
-                let view = view_shape(&shape, b.view_rank)
+                let view = b
+                    .view(&shape)
                     .map_err(|m| self.too_large(g, b.value, &shape, m))?;
                 bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
             }
@@ -738,7 +739,8 @@ impl KernelDef {
                             ))
                         })?,
                 };
-                let view = view_shape(dims, b.view_rank)
+                let view = b
+                    .view(dims)
                     .map_err(|e| self.too_large(g, b.value, dims, e))?;
                 dargs.push(gpu::device_arg(g.ty(b.value).dtype, &view, buf, j == n - 1));
             }

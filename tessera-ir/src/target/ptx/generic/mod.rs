@@ -17,6 +17,7 @@
 //! combines with TwoSum. Every thread runs every
 //! instruction (no divergence around barriers); edges are handled by predicates.
 
+mod fft;
 mod layout;
 mod memory;
 mod ops;

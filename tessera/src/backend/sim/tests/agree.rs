@@ -8,7 +8,6 @@
 use super::Buf;
 use crate::backend::{cpu, sim};
 use std::collections::HashMap;
-use tessera_ir::lower::view_shape;
 use tessera_ir::schedule::Schedule;
 use tessera_ir::target::ptx::{self, Arch};
 use tessera_ir::{DType, Dim, graph, pipeline};
@@ -94,7 +93,7 @@ fn agree(src: &str, syms: &[(&str, usize)], sdt: DType, nsched: usize) -> usize 
                     .iter()
                     .enumerate()
                     .map(|(j, b)| {
-                        let view = view_shape(&shape_of(b.value), b.view_rank).unwrap();
+                        let view = b.view(&shape_of(b.value)).unwrap();
                         if j == n - 1 {
                             out.view(&view)
                         } else {

@@ -6,7 +6,6 @@
 use super::Buf;
 use crate::backend::sim;
 use std::collections::HashMap;
-use tessera_ir::lower::view_shape;
 use tessera_ir::schedule::Schedule;
 use tessera_ir::target::ptx::{self, Arch};
 use tessera_ir::{DType, Dim, graph, pipeline};
@@ -63,7 +62,7 @@ fn reports(
             .bindings
             .iter()
             .zip(&bufs)
-            .map(|(b, buf)| buf.view(&view_shape(&shape_of(b.value), b.view_rank).unwrap()))
+            .map(|(b, buf)| buf.view(&b.view(&shape_of(b.value)).unwrap()))
             .collect();
         let p = ptx::emit(&l.kernel, &s, arch).unwrap();
         let r = sim::run_with(&p, &views, sim::Checks::default())

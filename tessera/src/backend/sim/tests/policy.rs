@@ -11,7 +11,6 @@ use super::Buf;
 use crate::autotune::SearchSpace;
 use crate::backend::{Buffer, cpu, sim};
 use std::collections::HashMap;
-use tessera_ir::lower::view_shape;
 use tessera_ir::pipeline::{self, Compiled, kernel_dtype};
 use tessera_ir::schedule::Schedule;
 use tessera_ir::target::ptx::{self, Arch};
@@ -159,7 +158,7 @@ impl Setup {
             .iter()
             .enumerate()
             .map(|(j, b)| {
-                let view = view_shape(&self.shapes[&b.value.0], b.view_rank).unwrap();
+                let view = b.view(&self.shapes[&b.value.0]).unwrap();
                 if j == n - 1 {
                     out.view(&view)
                 } else {
