@@ -10,6 +10,14 @@
 //! truncation below 6·10⁻⁸) evaluated with FMA, so no special-function unit or table is needed.
 //! The result is read back into the tile's register layout (scaled by `1/L` for the inverse).
 //! Shared memory: `2·L·W·4` bytes (dynamic above 48 KiB).
+//!
+//! **Direct path.** When the transformed tile comes straight from an unmasked `load` used only
+//! by the `fft`, and the result goes only to an unmasked `store` (what `lower/fft.rs`
+//! produces), the tile never lives in registers: the block copies global memory into shared
+//! memory (consecutive threads read consecutive floats, bounds-checked), runs the stages, and
+//! copies the result (scaled for the inverse) from shared memory to global memory. A tall tile
+//! such as `f32[4096, 2]` would otherwise need thousands of registers per thread in the
+//! generic layout (rows over warps, columns over lanes).
 
 use super::G;
 use super::layout::DVal;
@@ -26,7 +34,181 @@ pub(crate) fn radices(l: usize) -> Vec<usize> {
     out
 }
 
+/// Where a direct-path `fft` reads and writes: the load's and the store's parameter and index.
+#[derive(Clone, Debug)]
+pub(super) struct Direct {
+    pub param: usize,
+    pub index: Vec<TValue>,
+}
+
+/// Finds the `load → fft → store` chains of `k` that take the direct path: the loads to skip
+/// (by result) and the stores to replace (by the stored value), each with its access.
+pub(super) fn direct_chains(
+    k: &crate::tile::Kernel,
+) -> (
+    std::collections::HashMap<TValue, Direct>,
+    std::collections::HashMap<TValue, Direct>,
+) {
+    use crate::tile::Op;
+    use std::collections::HashMap;
+    let mut uses = vec![0usize; k.types.len()];
+    let mut def: HashMap<TValue, usize> = HashMap::new();
+    for (i, d) in k.insts.iter().enumerate() {
+        for o in d.op.operands() {
+            uses[o.index()] += 1;
+        }
+        for r in &d.results {
+            def.insert(*r, i);
+        }
+    }
+    let f32_param = |p: usize| k.params[p].dtype == crate::DType::F32;
+    let (mut loads, mut stores) = (HashMap::new(), HashMap::new());
+    for d in &k.insts {
+        let Op::Fft { a, .. } = &d.op else { continue };
+        let y = d.results[0];
+        if uses[a.index()] != 1 || uses[y.index()] != 1 {
+            continue;
+        }
+        let Some(Op::Load {
+            param,
+            index,
+            mask: None,
+            other,
+        }) = def.get(a).map(|&i| &k.insts[i].op)
+        else {
+            continue;
+        };
+        if *other != 0.0 || !f32_param(*param) {
+            continue;
+        }
+        let store = k.insts.iter().find_map(|s| match &s.op {
+            Op::Store {
+                param,
+                index,
+                value,
+                mask: None,
+            } if *value == y && f32_param(*param) => Some(Direct {
+                param: *param,
+                index: index.clone(),
+            }),
+            _ => None,
+        });
+        if let Some(store) = store {
+            let load = Direct {
+                param: *param,
+                index: index.clone(),
+            };
+            loads.insert(*a, load);
+            stores.insert(y, store);
+        }
+    }
+    (loads, stores)
+}
+
 impl G<'_> {
+    /// The direct path: global → shared (`load`), stages, kept in shared memory for the store.
+    pub(super) fn fft_direct(&mut self, src: &Direct, l: usize, w: usize, inverse: bool) -> usize {
+        let buf = l * w * 4;
+        self.need_smem(2 * buf);
+        self.a.comment(format!(
+            "{} of {} columns of length {l}, global → shared → global (Stockham, stages {:?})",
+            if inverse { "ifft" } else { "fft" },
+            w / 2,
+            radices(l)
+        ));
+        self.block_copy(src, l, w, 0, true, 1.0);
+        self.bar();
+        let (mut at, mut ns) = (0usize, 1usize);
+        for r in radices(l) {
+            let dst = buf - at;
+            self.fft_stage(l, w, r, ns, at, dst, inverse);
+            self.bar();
+            ns *= r;
+            at = dst;
+        }
+        at
+    }
+
+    /// The direct path's store: shared memory at `off` → global, scaled by `scale`.
+    pub(super) fn fft_direct_store(
+        &mut self,
+        dst: &Direct,
+        l: usize,
+        w: usize,
+        off: usize,
+        scale: f32,
+    ) {
+        self.block_copy(dst, l, w, off, false, scale);
+        self.bar();
+    }
+
+    /// Copies the `[l, w]` block at `acc`'s index between global memory and shared memory at
+    /// byte offset `off` (`load`: global → shared, zeros out of bounds; else shared → global,
+    /// out-of-bounds elements not written). Threads take consecutive elements.
+    fn block_copy(&mut self, acc: &Direct, l: usize, w: usize, off: usize, load: bool, scale: f32) {
+        let threads = self.w as usize * 32;
+        let rank = self.k.params[acc.param].rank;
+        let ptr = self.params[acc.param].ptr;
+        let dims = self.params[acc.param].dims.clone();
+        let idx: Vec<Reg> = acc.index.iter().map(|v| self.val(*v).regs[0]).collect();
+        let e = self.a.r();
+        self.a.i(format!("mov.u32 {e}, {}", self.tid));
+        let (head, end) = (self.a.label("fftcp"), self.a.label("endfftcp"));
+        let p = self.a.p();
+        self.a.place(&head);
+        self.a.i(format!("setp.ge.u32 {p}, {e}, {}", l * w));
+        self.a.i(format!("@{p} bra {end}"));
+        let (row, col) = (self.a.r(), self.a.r());
+        self.a.i(format!("div.u32 {row}, {e}, {w}"));
+        self.a.i(format!("rem.u32 {col}, {e}, {w}"));
+        let lin = self.a.d();
+        self.a.i(format!("mov.u64 {lin}, 0"));
+        let mut preds = Vec::new();
+        for ax in 0..rank {
+            let coord = if ax + 2 == rank || ax + 1 == rank {
+                let x = self.a.r();
+                let add = if ax + 1 == rank { col } else { row };
+                self.a.i(format!("add.s32 {x}, {}, {add}", idx[ax]));
+                x
+            } else {
+                idx[ax]
+            };
+            preds.push(format!("setp.lt.u32 {{p}}, {coord}, {}", dims[ax]));
+            let (t, c64) = (self.a.d(), self.a.d());
+            self.a.i(format!("cvt.u64.u32 {t}, {}", dims[ax]));
+            self.a.i(format!("cvt.u64.u32 {c64}, {coord}"));
+            self.a.i(format!("mad.lo.u64 {lin}, {lin}, {t}, {c64}"));
+        }
+        let ok = self.and_all(preds);
+        let addr = self.a.d();
+        self.a.i(format!("mad.lo.u64 {addr}, {lin}, 4, {ptr}"));
+        let sa = self.a.r();
+        self.a
+            .i(format!("mad.lo.u32 {sa}, {e}, 4, {}", self.smem_base));
+        if off > 0 {
+            self.a.i(format!("add.u32 {sa}, {sa}, {off}"));
+        }
+        let v = self.a.f();
+        let guard = |s: String| match ok {
+            Some(q) => format!("@{q} {s}"),
+            None => s,
+        };
+        if load {
+            self.a.i(format!("mov.f32 {v}, 0f00000000"));
+            self.a.i(guard(format!("ld.global.f32 {v}, [{addr}]")));
+            self.a.i(format!("st.shared.f32 [{sa}], {v}"));
+        } else {
+            self.a.i(format!("ld.shared.f32 {v}, [{sa}]"));
+            if scale != 1.0 {
+                self.a.i(format!("mul.rn.f32 {v}, {v}, {}", flit(scale)));
+            }
+            self.a.i(guard(format!("st.global.f32 [{addr}], {v}")));
+        }
+        self.a.i(format!("add.u32 {e}, {e}, {threads}"));
+        self.a.i(format!("bra.uni {head}"));
+        self.a.place(&end);
+    }
+
     /// Emits `fft`/`ifft` of tile `x` (model `(L, W)`).
     pub(super) fn fft(&mut self, x: TValue, inverse: bool) -> Result<DVal, EmitError> {
         let (l, w) = match self.k.ty(x).shape.as_slice() {
