@@ -261,7 +261,9 @@ impl Schedule {
             }
             KernelClass::Attention => vec![vec![16, 32], vec![32, 64], vec![16, 64]],
             KernelClass::Conv => vec![vec![64, 64, 32], vec![128, 64, 32], vec![64, 128, 64]],
-            KernelClass::Fft => vec![vec![1, 64], vec![4, 32]],
+            // `[T, C]`: transforms per program (a loop) × complex columns per block; one
+            // alternative keeps the library's precompiled FFT modules few
+            KernelClass::Fft => vec![vec![4, 16]],
             KernelClass::Layout => vec![vec![8, 256], vec![32, 64]],
         };
         for tile in tiles {

@@ -111,7 +111,7 @@ impl G<'_> {
         let buf = l * w * 4;
         self.need_smem(2 * buf);
         self.a.comment(format!(
-            "{} of {} columns of length {l}, global → shared → global (Stockham, stages {:?})",
+            "{} of {} columns of length {l}, global -> shared -> global (Stockham, stages {:?})",
             if inverse { "ifft" } else { "fft" },
             w / 2,
             radices(l)
