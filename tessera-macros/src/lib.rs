@@ -53,6 +53,14 @@ use proc_macro::TokenStream;
 ///
 /// (`tessera_front::lower::kernel::KERNEL_OPS`; `tests/ops_doc.rs` checks this list against it).
 ///
+/// The spectral ops run on every backend: `fft(x, axis)` / `ifft(x, axis)` (complex `x` as
+/// interleaved `(re, im)` pairs in a last axis of 2; a constant power-of-two length up to 4096;
+/// radix-2/4 Stockham on the CPU and a shared-memory Stockham in PTX), `fft2`/`ifft2`,
+/// `complex`, `real`, `pad(x, [lo..], [hi..])`, `spectral_mul(x, w, groups)` and
+/// `causal_mask` (also where no attention absorbs it). `conv2d` runs when the `spectral_conv`
+/// rewrite turns it into those ops (large filters, stride and dilation 1); otherwise it has no
+/// kernel lowering yet and the kernel is a compile error saying so.
+///
 /// # Options
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);
