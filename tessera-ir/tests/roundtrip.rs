@@ -286,7 +286,7 @@ fn tile_verifier_names_value_and_rule() {
 #[test]
 fn tile_fft_round_trips_and_checks_its_tile() {
     let src = "kernel @f(%a: f32<3>, %out: f32<3>) grid=[1, 1, 1] {
-  %0 = const 0 : i32
+  %0 = const 0.0 : i32
   %1 = load %a[%0, %0, %0] : f32[8, 4]
   %2 = fft %1 : f32[8, 4]
   %3 = ifft %2 : f32[8, 4]

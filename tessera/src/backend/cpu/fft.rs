@@ -3,8 +3,8 @@
 //!
 //! Stockham autosort (no bit reversal): each stage reads one buffer and writes the other; a
 //! radix-2 stage first when `log2 L` is odd, then radix-4 stages. A butterfly applies one
-//! twiddle to every transform of the tile, so its inner loop walks `W` contiguous floats of a
-//! few rows at once (split into re/im lanes, a loop the compiler vectorises). Twiddles are the
+//! twiddle to every transform of the tile, so its inner loop walks the `W` contiguous floats
+//! of a few rows at once (the same twiddle for every column pair). Twiddles are the
 //! `L`-th roots of unity computed in f64 and rounded once to f32, cached per length and
 //! thread. Independent tiles (programs of the grid) run on rayon, as every CPU kernel does.
 
