@@ -83,8 +83,8 @@ const SHAPES: &[(usize, usize, usize, usize)] = &[
 
 type Attn4 = fn(&Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> tessera::Result<Tensor<f32>>;
 
-/// `unfused`: the same body with the rewrite off (the causal mask then runs as the epilogue of
-/// the score matmul).
+/// `unfused`: the same body with the rewrite off, where given (the causal case compares with
+/// f64 alone; `tests/ops.rs` checks an unabsorbed `causal_mask` on its own).
 fn f32_case(causal: bool, fused: Attn4, unfused: Option<Attn4>) {
     for (i, &(b, h, s, t)) in SHAPES.iter().enumerate() {
         let seed = 10 * i as u64 + causal as u64;

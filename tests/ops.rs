@@ -464,3 +464,274 @@ fn tile_programs_case() {
         );
     }
 }
+
+// ---- The spectral path: fft / ifft, the layout ops, the spectral convolution ----
+
+/// A kernel compiled at run time from Graph IR text: FFT lengths and pads are constants, so
+/// each shape is its own definition (the macro would need one item per shape).
+fn graph_kernel(text: String) -> &'static tessera::KernelDef {
+    let name = text[text.find('@').unwrap() + 1..text.find('(').unwrap()].to_string();
+    let name: &'static str = Box::leak(name.into_boxed_str());
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    Box::leak(Box::new(tessera::KernelDef::new(name, text, &[])))
+}
+
+fn shape_text(s: &[usize]) -> String {
+    let d: Vec<String> = s.iter().map(|x| x.to_string()).collect();
+    format!("f32[{}]", d.join(", "))
+}
+
+/// One op of one operand: `graph @name(%x: <in>) -> <out> { %1 = <op> %x <attrs> : <out> }`.
+fn unary_graph(
+    name: &str,
+    input: &[usize],
+    op: &str,
+    output: &[usize],
+) -> &'static tessera::KernelDef {
+    let (i, o) = (shape_text(input), shape_text(output));
+    let (op, attrs) = op.split_once(' ').unwrap_or((op, ""));
+    graph_kernel(format!(
+        "graph @{name}(%x: {i}) -> {o} {{\n  %1 = {op} %x {attrs} : {o}\n  return %1\n}}\n"
+    ))
+}
+
+/// `fft` / `ifft` against the naive f64 DFT for every power-of-two length up to the limit, on
+/// batch layouts with the transform axis last, first and in the middle; `ifft(fft(x)) ≈ x`.
+fn fft_case() {
+    let max = tessera::ir::graph::FFT_MAX_LENGTH as usize;
+    let mut l = 1;
+    let mut seed = 700;
+    while l <= max {
+        // (shape, axis): the axis last (many short rows), first (columns), in the middle
+        let mut layouts = vec![
+            (vec![3, l, 2], 1),
+            (vec![l, 5, 2], 0),
+            (vec![2, l, 3, 2], 1),
+        ];
+        if l >= 1024 {
+            layouts.truncate(2);
+        }
+        for (shape, axis) in layouts {
+            seed += 1;
+            let x = randn::<f32>(&shape, seed);
+            let xv = x.to_f64_vec().unwrap();
+            for inverse in [false, true] {
+                let op = if inverse { "ifft" } else { "fft" };
+                let k = unary_graph(
+                    &format!("{op}_{l}_{axis}_{}", shape.len()),
+                    &shape,
+                    &format!("{op} axis={axis}"),
+                    &shape,
+                );
+                let y = k.launch::<f32>(&[x.arg()]).unwrap();
+                let want = tessera::ir::reference::ops::dft(&xv, &shape, axis, inverse);
+                check(
+                    &format!("{op} {shape:?} axis {axis}"),
+                    &y.to_f64_vec().unwrap(),
+                    &want,
+                    2e-5,
+                );
+            }
+            let name = format!("roundtrip_{l}_{axis}_{}", shape.len());
+            let s = shape_text(&shape);
+            let k = graph_kernel(format!(
+                "graph @{name}(%x: {s}) -> {s} {{\n  %1 = fft %x axis={axis} : {s}\n  %2 = ifft %1 axis={axis} : {s}\n  return %2\n}}\n"
+            ));
+            let y = k.launch::<f32>(&[x.arg()]).unwrap();
+            check(
+                &format!("ifft(fft(x)) {shape:?}"),
+                &y.to_f64_vec().unwrap(),
+                &xv,
+                2e-5,
+            );
+        }
+        l *= 2;
+    }
+}
+
+/// `complex`, `real`, `pad` (grow, crop, both, on the last axis and inner axes),
+/// `causal_mask` (alone and under a softmax with no matmul after it) and `spectral_mul` (with
+/// groups) against their f64 references.
+fn layout_case() {
+    use tessera::ir::reference::ops;
+    let x = randn::<f32>(&[5, 37], 801);
+    let xv = x.to_f64_vec().unwrap();
+    let k = unary_graph("complex_5x37", &[5, 37], "complex", &[5, 37, 2]);
+    check(
+        "complex",
+        &k.launch::<f32>(&[x.arg()]).unwrap().to_f64_vec().unwrap(),
+        &ops::complex(&xv),
+        0.0 + 1e-7,
+    );
+    let z = randn::<f32>(&[3, 4, 37, 2], 802);
+    let zv = z.to_f64_vec().unwrap();
+    let k = unary_graph("real_3x4x37", &[3, 4, 37, 2], "real", &[3, 4, 37]);
+    check(
+        "real",
+        &k.launch::<f32>(&[z.arg()]).unwrap().to_f64_vec().unwrap(),
+        &ops::real(&zv),
+        1e-7,
+    );
+    for (i, (shape, lo, hi)) in [
+        (vec![6, 9], vec![1, 3], vec![-2, 2]),
+        (
+            vec![2, 5, 4, 3, 2],
+            vec![0, 2, -1, 0, 0],
+            vec![0, 1, 3, 0, 0],
+        ),
+        (vec![4, 7, 3], vec![-1, 0, 2], vec![2, 0, -1]),
+        (vec![40], vec![-3], vec![5]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = randn::<f32>(&shape, 810 + i as u64);
+        let (want, out) = ops::pad(&x.to_f64_vec().unwrap(), &shape, &lo, &hi);
+        let k = unary_graph(
+            &format!("pad_{i}"),
+            &shape,
+            &format!("pad lo={lo:?} hi={hi:?}"),
+            &out,
+        );
+        let y = k.launch::<f32>(&[x.arg()]).unwrap();
+        assert_eq!(y.shape(), out.as_slice());
+        check(
+            &format!("pad {shape:?} {lo:?} {hi:?}"),
+            &y.to_f64_vec().unwrap(),
+            &want,
+            1e-7,
+        );
+    }
+    for (i, shape) in [vec![2, 5, 7], vec![3, 9, 4], vec![1, 1]]
+        .into_iter()
+        .enumerate()
+    {
+        let r = shape.len();
+        let x = randn::<f32>(&shape, 820 + i as u64);
+        let xv = x.to_f64_vec().unwrap();
+        let masked = ops::causal_mask(&xv, shape[r - 2], shape[r - 1]);
+        let k = unary_graph(&format!("causal_{i}"), &shape, "causal_mask", &shape);
+        let y = k.launch::<f32>(&[x.arg()]).unwrap().to_f64_vec().unwrap();
+        assert!(
+            y.iter()
+                .zip(&masked)
+                .all(|(a, b)| a == b || (*a as f32) == (*b as f32)),
+            "causal_mask {shape:?}"
+        );
+        let s = shape_text(&shape);
+        let k = graph_kernel(format!(
+            "graph @causal_softmax_{i}(%x: {s}) -> {s} {{\n  %1 = causal_mask %x : {s}\n  %2 = softmax %1 : {s}\n  return %2\n}}\n"
+        ));
+        let y = k.launch::<f32>(&[x.arg()]).unwrap();
+        check(
+            "softmax(causal_mask(x))",
+            &y.to_f64_vec().unwrap(),
+            &ops::softmax_rows(&masked, shape[r - 1]),
+            1e-6,
+        );
+    }
+    for (i, (xs, ws, groups)) in [
+        ([2, 4, 4, 6], [4, 4, 3, 4], 2usize),
+        ([1, 8, 2, 5], [8, 2, 5, 37], 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut xsh = xs.to_vec();
+        xsh.push(2);
+        let mut wsh = ws.to_vec();
+        wsh.push(2);
+        let ysh = vec![xs[0], xs[1], xs[2], ws[3], 2];
+        let x = randn::<f32>(&xsh, 830 + i as u64);
+        let w = randn::<f32>(&wsh, 840 + i as u64);
+        let want = ops::spectral_mul(
+            &x.to_f64_vec().unwrap(),
+            xs,
+            &w.to_f64_vec().unwrap(),
+            ws[3],
+            groups,
+        );
+        let (a, b, o) = (shape_text(&xsh), shape_text(&wsh), shape_text(&ysh));
+        let k = graph_kernel(format!(
+            "graph @smul_{i}(%x: {a}, %w: {b}) -> {o} {{\n  %2 = spectral_mul %x, %w groups={groups} : {o}\n  return %2\n}}\n"
+        ));
+        let y = k.launch::<f32>(&[x.arg(), w.arg()]).unwrap();
+        check(
+            &format!("spectral_mul {xs:?} {ws:?} groups {groups}"),
+            &y.to_f64_vec().unwrap(),
+            &want,
+            1e-5,
+        );
+    }
+}
+
+/// The spectral convolution source: a 31 × 31 filter over 32 × 32 images with 8 channels, the
+/// smallest such shape the cost guard sends to the transforms (64 × 64 of them).
+const SPECTRAL_CONV: &str =
+    "graph @spectral_conv(%x: f32[N, 32, 32, 8], %w: f32[31, 31, 8, 8]) -> f32[N, 32, 32, 8] {
+  %2 = conv2d %x, %w stride=[1, 1] padding=[15, 15] dilation=[1, 1] groups=1 : f32[N, 32, 32, 8]
+  return %2
+}
+";
+
+/// A conv2d with a large filter: the `spectral_conv` rewrite fires (the fusion trace names it
+/// with both costs), and the kernels it leaves (pad, complex, fft, spectral_mul, ifft, real)
+/// agree with a direct f64 convolution loop.
+fn spectral_conv_case() {
+    let k = graph_kernel(SPECTRAL_CONV.to_string());
+    let trace = k.compiled().unwrap().trace();
+    assert!(
+        trace.contains("spectral_conv") && trace.contains("applied"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("before") && trace.contains("after"),
+        "{trace}"
+    );
+    assert!(trace.contains("spectral_mul"), "{trace}");
+    let c = tessera::ir::graph::Conv2d {
+        padding: [15, 15],
+        ..Default::default()
+    };
+    for n in [2usize] {
+        let x = randn::<f32>(&[n, 32, 32, 8], 900 + n as u64);
+        let w = randn::<f32>(&[31, 31, 8, 8], 910 + n as u64);
+        let y = k.launch::<f32>(&[x.arg(), w.arg()]).unwrap();
+        let (want, s) = tessera::ir::reference::ops::conv2d(
+            &x.to_f64_vec().unwrap(),
+            [n, 32, 32, 8],
+            &w.to_f64_vec().unwrap(),
+            [31, 31, 8, 8],
+            &c,
+        );
+        assert_eq!(y.shape(), &s);
+        check(
+            &format!("spectral conv2d n={n}"),
+            &y.to_f64_vec().unwrap(),
+            &want,
+            2e-5,
+        );
+    }
+}
+
+macro_rules! spectral_tests {
+    ($($backend:ident => $device:expr),* $(,)?) => {$(
+        mod $backend {
+            use super::*;
+            fn device() {
+                DEVICE.with(|x| *x.borrow_mut() = $device);
+            }
+            #[test] fn fft_against_the_naive_dft() { device(); fft_case(); }
+            #[test] fn layout_ops() { device(); layout_case(); }
+            #[test] fn spectral_conv2d() { device(); spectral_conv_case(); }
+        }
+    )*};
+}
+
+mod spectral {
+    use super::*;
+    spectral_tests!(
+        cpu => Device::cpu(),
+        sim_sm80 => Device::sim(),
+    );
+}

@@ -74,11 +74,7 @@ const GRAPHS: &[&str] = &[
   return %5
 }
 ",
-];
-
-/// Graph IR ops that have no kernel lowering yet (`causal_mask` outside an attention,
-/// `fft`, `pad`, ..): their text round-trips and verifies, but they do not compile.
-const GRAPHS_UNLOWERED: &[&str] = &[
+    // The spectral path and the layout ops (`causal_mask` outside an attention).
     "graph @scores(%s: f32[S, T]) -> f32[S, T] {
   %1 = causal_mask %s : f32[S, T]
   %2 = softmax %1 policy=fast : f32[S, T]
@@ -104,7 +100,7 @@ const GRAPHS_UNLOWERED: &[&str] = &[
 
 #[test]
 fn graph_text_round_trips_and_verifies() {
-    for src in GRAPHS.iter().chain(GRAPHS_UNLOWERED) {
+    for src in GRAPHS {
         let g = graph::parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
         graph::verify(&g).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(g.to_string(), *src);
@@ -323,6 +319,43 @@ fn tile_verifier_names_value_and_rule() {
         "{e}"
     );
     assert!(e.annotated.contains("; error: %4 = dot"), "{e}");
+}
+
+/// The `fft` / `ifft` tile op: text round-trips; an odd width, a length that is not a power
+/// of two, a non-f32 tile or a rank-1 tile is an error naming the value and the rule.
+#[test]
+fn tile_fft_round_trips_and_checks_its_tile() {
+    let src = "kernel @f(%a: f32<3>, %out: f32<3>) grid=[1, 1, 1] {
+  %0 = const 0.0 : i32
+  %1 = load %a[%0, %0, %0] : f32[8, 4]
+  %2 = fft %1 : f32[8, 4]
+  %3 = ifft %2 : f32[8, 4]
+  store %out[%0, %0, %0], %3
+}
+";
+    let k = tile::parse(src).unwrap();
+    tile::verify(&k).unwrap();
+    assert_eq!(k.to_string(), src);
+    for (from, to) in [("f32[8, 4]", "f32[8, 3]"), ("f32[8, 4]", "f32[6, 4]")] {
+        let k = tile::parse(&src.replace(from, to)).unwrap();
+        let e = tile::verify(&k).unwrap_err().to_string();
+        assert!(
+            e.contains("%2 = fft: needs an f32[L, W] tile with L a power of two"),
+            "{e}"
+        );
+    }
+    let bad = src.replace(
+        "%2 = fft %1 : f32[8, 4]",
+        "%9 = load %a[%0, %0, %0] : f32[8]\n  %2 = fft %9 : f32[8]",
+    );
+    let bad = bad.replace("%3 = ifft %2 : f32[8, 4]", "%3 = ifft %1 : f32[8, 4]");
+    let e = tile::verify(&tile::parse(&bad).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("= fft: needs an f32[L, W] tile") && e.contains("got f32[8]"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -17,6 +17,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod fft;
 pub mod linalg;
 pub mod norm;
 pub mod ptx;
@@ -25,6 +26,7 @@ pub mod tiled;
 pub use attention::attention;
 pub use conv::{conv2d, depthwise_conv2d};
 pub use elementwise::{add, gelu, mul};
+pub use fft::{fft, ifft};
 pub use linalg::{
     linear_bias_gelu, linear_bias_gelu_bf16_f32, matmul, matmul_batched, matmul_bf16_f32,
 };

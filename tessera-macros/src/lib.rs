@@ -66,6 +66,14 @@ use proc_macro::TokenStream;
 /// fused, f32 accumulation and output (not on PTX: fp8 inputs, and `deterministic` 16-bit
 /// or `kahan_sum` convolutions, which are compile errors naming `im2col`).
 ///
+/// The spectral ops run on every backend: `fft(x, axis)` / `ifft(x, axis)` (complex `x` as
+/// interleaved `(re, im)` pairs in a last axis of 2; a constant power-of-two length up to 4096;
+/// radix-2/4 Stockham on the CPU and a shared-memory Stockham in PTX), `fft2`/`ifft2`,
+/// `complex`, `real`, `pad(x, [lo..], [hi..])`, `spectral_mul(x, w, groups)` and
+/// `causal_mask` (also where no attention absorbs it). The `spectral_conv`
+/// rewrite turns a `conv2d` into those ops where the cost model says so (large filters, stride
+/// and dilation 1); every other `conv2d` runs as the implicit GEMM above.
+///
 /// # Options
 ///
 /// Options: `#[tessera::kernel(numerics = "kahan_sum")]` (`fast`, `deterministic`, `kahan_sum`);

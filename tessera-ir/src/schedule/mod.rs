@@ -33,8 +33,9 @@ pub enum KernelClass {
     /// Implicit-GEMM convolution: `tile = [BM, BN, BK]`, `BM` output pixels along a row,
     /// `BN` output channels, `BK` input channels per step.
     Conv,
-    /// Stockham FFT along one axis: `tile = [rows, cols]`, `rows` transforms of the outer axes
-    /// per program, `cols` floats (`cols / 2` complex columns) of the inner axes per transform.
+    /// Stockham FFT along one axis: `tile = [T, C]`, `T` positions of the outer axes per
+    /// program (a loop), `C` complex columns (`2·C` floats, each column pair one transform) of
+    /// the inner axes per block, clamped to the inner extent and to `L·2C ≤ 8192` floats.
     Fft,
     /// Index-mapped copies and small contractions (pad, complex, real, causal_mask,
     /// spectral_mul): `tile = [rows, cols]` of the output's last two view axes.
@@ -261,7 +262,9 @@ impl Schedule {
             }
             KernelClass::Attention => vec![vec![16, 32], vec![32, 64], vec![16, 64]],
             KernelClass::Conv => vec![vec![64, 64, 32], vec![128, 64, 32], vec![64, 128, 64]],
-            KernelClass::Fft => vec![vec![1, 64], vec![4, 32]],
+            // `[T, C]`: transforms per program (a loop) × complex columns per block; one
+            // alternative keeps the library's precompiled FFT modules few
+            KernelClass::Fft => vec![vec![4, 16]],
             KernelClass::Layout => vec![vec![8, 256], vec![32, 64]],
         };
         for tile in tiles {

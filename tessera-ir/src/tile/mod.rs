@@ -420,6 +420,17 @@ pub enum Op {
     },
     /// Ends a loop body, giving the next values of the carried args.
     Yield(Vec<TValue>),
+    /// Discrete Fourier transforms of an `f32[L, W]` tile along axis 0: column pair
+    /// `(2j, 2j + 1)` holds the `(re, im)` parts of one length-`L` complex sequence, so the
+    /// tile carries `W / 2` independent transforms. `y[k] = Σ_n x[n]·e^{∓2πi·nk/L}` (`−`
+    /// forward); the inverse divides by `L`. `L` is a power of two ≤
+    /// [`crate::graph::FFT_MAX_LENGTH`], `W` is even. Text: `fft %x : f32[L, W]` (`ifft`).
+    Fft {
+        /// The tile transformed.
+        a: TValue,
+        /// True for the inverse transform.
+        inverse: bool,
+    },
 }
 
 impl Op {
@@ -453,6 +464,8 @@ impl Op {
             Op::Store { .. } => "store".into(),
             Op::For { .. } => "for".into(),
             Op::Yield(_) => "yield".into(),
+            Op::Fft { inverse: false, .. } => "fft".into(),
+            Op::Fft { inverse: true, .. } => "ifft".into(),
         }
     }
 
@@ -461,7 +474,7 @@ impl Op {
         match self {
             Op::ProgramId(_) | Op::Const(_) | Op::Dim { .. } | Op::Arange | Op::Full(_) => vec![],
             Op::Unary(_, a) | Op::Cast(a) | Op::Broadcast(a) | Op::Trans(a) => vec![*a],
-            Op::Expand { a, .. } | Op::Reduce { a, .. } => vec![*a],
+            Op::Expand { a, .. } | Op::Reduce { a, .. } | Op::Fft { a, .. } => vec![*a],
             Op::Binary(_, a, b) | Op::Cmp(_, a, b) => vec![*a, *b],
             Op::Select(m, a, b) => vec![*m, *a, *b],
             Op::Dot { a, b, acc } => vec![*a, *b, *acc],

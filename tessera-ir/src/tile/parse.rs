@@ -344,6 +344,13 @@ impl P<'_> {
                             want(3, self.c)?;
                             Op::Select(args[0], args[1], args[2])
                         }
+                        "fft" | "ifft" => {
+                            want(1, self.c)?;
+                            Op::Fft {
+                                a: args[0],
+                                inverse: name == "ifft",
+                            }
+                        }
                         "cast" | "broadcast" | "trans" => {
                             want(1, self.c)?;
                             match name.as_str() {

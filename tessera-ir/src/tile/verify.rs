@@ -356,6 +356,20 @@ impl Verifier<'_> {
                     _ => Err(format!("{} does not broadcast to {o}", ty(a))),
                 }
             }
+            Op::Fft { a, .. } => match (ty(a).dtype, ty(a).shape.as_slice()) {
+                (DType::F32, [l, w])
+                    if l.is_power_of_two()
+                        && *l as u64 <= crate::graph::FFT_MAX_LENGTH
+                        && w % 2 == 0 =>
+                {
+                    want_out(ty(a).clone())
+                }
+                _ => Err(format!(
+                    "needs an f32[L, W] tile with L a power of two ≤ {} and W even (W/2 complex columns), got {}",
+                    crate::graph::FFT_MAX_LENGTH,
+                    ty(a)
+                )),
+            },
             Op::Trans(a) => match ty(a).shape.as_slice() {
                 [r, c] => want_out(TileType {
                     dtype: ty(a).dtype,

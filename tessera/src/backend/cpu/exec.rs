@@ -165,6 +165,14 @@ impl Cx<'_> {
                 }
                 Op::Broadcast(a) => ew::broadcast(self.get(*a), &dims()),
                 Op::Trans(a) => ew::trans(self.get(*a)),
+                Op::Fft { a, inverse } => {
+                    let mut t = self.own(i, *a);
+                    let (l, w) = (t.shape[0], t.shape[1]);
+                    if let Data::F(x) = &mut t.data {
+                        super::fft::stockham(x, l, w, *inverse);
+                    }
+                    t.unknown_rows()
+                }
                 Op::Reduce {
                     op,
                     a,

@@ -12,6 +12,7 @@
 
 mod elementwise;
 mod exec;
+mod fft;
 pub mod fused;
 pub mod gemm;
 mod memory;

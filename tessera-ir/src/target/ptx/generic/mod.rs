@@ -17,6 +17,7 @@
 //! combines with TwoSum. Every thread runs every
 //! instruction (no divergence around barriers); edges are handled by predicates.
 
+mod fft;
 mod layout;
 mod memory;
 mod ops;
@@ -35,6 +36,7 @@ pub(crate) fn emit(
     arch: Arch,
 ) -> Result<PtxKernel, EmitError> {
     let mut g = G::new(k, warps);
+    (g.fft_loads, g.fft_stores) = fft::direct_chains(k);
     // Under deterministic and kahan_sum, one column per lane (no vector groups): a lane then
     // holds columns `lane + 32·j`, the lane partials of the fixed-order sum.
     let ordered = k.policy != crate::NumericsPolicy::Fast
@@ -65,6 +67,12 @@ pub(super) struct G<'k> {
     /// Shared memory bytes needed (max over all uses; regions are reused between barriers).
     pub smem: usize,
     pub smem_base: Reg,
+    /// Loads that feed a direct-path `fft` (not emitted; see `fft.rs`).
+    fft_loads: std::collections::HashMap<TValue, fft::Direct>,
+    /// Stores of direct-path `fft` results, by the stored value.
+    fft_stores: std::collections::HashMap<TValue, fft::Direct>,
+    /// Direct-path `fft` results kept in shared memory: (byte offset, L, W, scale).
+    fft_smem: std::collections::HashMap<TValue, (usize, usize, usize, f32)>,
 }
 
 impl<'k> G<'k> {
@@ -83,6 +91,9 @@ impl<'k> G<'k> {
             tid,
             smem: 0,
             smem_base,
+            fft_loads: Default::default(),
+            fft_stores: Default::default(),
+            fft_smem: Default::default(),
         }
     }
 
@@ -178,12 +189,28 @@ impl<'k> G<'k> {
                     args,
                     body,
                 } => self.for_loop(*iv, *lo, *hi, *step, inits, args, body, &d.results)?,
+                Op::Store { value, .. } if self.fft_smem.contains_key(value) => {
+                    let (off, l, w, scale) = self.fft_smem[value];
+                    let dst = self.fft_stores[value].clone();
+                    self.fft_direct_store(&dst, l, w, off, scale);
+                }
                 Op::Store {
                     param,
                     index,
                     value,
                     mask,
                 } => self.store(*param, index, *value, *mask)?,
+                Op::Load { .. } if self.fft_loads.contains_key(&d.results[0]) => {}
+                Op::Fft { a, inverse } if self.fft_loads.contains_key(a) => {
+                    let (l, w) = match self.k.ty(*a).shape.as_slice() {
+                        [l, w] => (*l, *w),
+                        _ => return Err(self.err("fft needs a rank-2 tile (verified)")),
+                    };
+                    let src = self.fft_loads[a].clone();
+                    let off = self.fft_direct(&src, l, w, *inverse);
+                    let scale = if *inverse { 1.0 / l as f32 } else { 1.0 };
+                    self.fft_smem.insert(d.results[0], (off, l, w, scale));
+                }
                 op => {
                     let ty = self.k.ty(d.results[0]).clone();
                     let v = self.op(op, &ty)?;

@@ -119,6 +119,7 @@ impl G<'_> {
                 policy,
             } => self.reduce(*op, *a, *axis, *policy, ty)?,
             Op::Dot { a, b, acc } => self.dot(*a, *b, *acc)?,
+            Op::Fft { a, inverse } => self.fft(*a, *inverse)?,
             Op::Load {
                 param,
                 index,
