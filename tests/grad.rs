@@ -1,8 +1,8 @@
 //! `tessera::grad`: the backward kernels of real `#[kernel]`s run on every backend and agree
 //! with the f64 interpreter run on the same backward graphs (whose VJP rules
 //! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences); attention's
-//! (plain and causal) are checked against central finite differences of the forward graph
-//! directly.
+//! (plain and causal), conv2d's and the FFT's are checked against central finite differences
+//! of the forward graph directly.
 
 use tessera::ir::reference::{Tensor64, eval};
 use tessera::prelude::*;
@@ -91,6 +91,28 @@ fn attn_causal(
     v: Tensor<f32, (B, T, E)>,
 ) -> Tensor<f32, (B, S, E)> {
     softmax(causal_mask(q.matmul(k.t()) * 0.5)).matmul(v)
+}
+
+/// A grouped, dilated, padded 3×3 convolution (stride 1) with a bias and ReLU: the implicit
+/// GEMM forward and its backward graph (tap-by-tap input and weight gradients) as kernels.
+#[tessera::kernel]
+fn conv_bias_relu(
+    x: Tensor<f32, (N, Const<6>, Const<7>, Const<4>)>,
+    w: Tensor<f32, (Const<3>, Const<3>, Const<2>, Const<6>)>,
+    b: Tensor<f32, (Const<6>,)>,
+) -> Tensor<f32, (N, Const<6>, Const<5>, Const<6>)> {
+    relu(conv2d(x, w, [1, 1], [1, 1], [1, 2], 2) + b)
+}
+
+/// FFT along a middle axis, an elementwise map of the spectrum, the inverse transform: the
+/// `fft`/`ifft`/`complex`/`real` gradients as kernels.
+#[tessera::kernel]
+fn spectrum(
+    x: Tensor<f32, (B, Const<16>, Const<3>)>,
+    w: Tensor<f32, (B, Const<16>, Const<3>)>,
+) -> Tensor<f32, (B, Const<16>, Const<3>)> {
+    let f = fft(complex(x * w), 1);
+    real(ifft(tanh(f) * f, 1))
 }
 
 thread_local! {
@@ -205,6 +227,8 @@ macro_rules! backend_tests {
             }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
+            #[test] fn conv2d() { device(); case_fd(&conv_bias_relu::KERNEL, &[&[2, 6, 7, 4], &[3, 3, 2, 6], &[6]], 13); }
+            #[test] fn fft_ifft() { device(); case_fd(&spectrum::KERNEL, &[&[2, 16, 3], &[2, 16, 3]], 14); }
         }
     )*};
 }
