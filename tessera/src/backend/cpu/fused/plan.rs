@@ -181,6 +181,35 @@ pub(crate) struct Plan {
     pub mat_len: usize,
     pub chunk_slots: usize,
     pub reduce_len: usize,
+    /// Outputs every program of a launch writes a proven part of (see [`Cover`]).
+    pub covers: Vec<Cover>,
+}
+
+/// Proof that a launch writes every element of output parameter `param`: it is stored exactly
+/// once in the program, with no mask, by a group that runs once per program or once per
+/// iteration of a top-level loop `for c in (0..dim).step_by(extent)`, at an index whose axis
+/// `a` is `program_id(g) * extent` ([`CoverAxis::Grid`], `extent` the stored tile's extent
+/// along that axis, each grid axis used once), the constant 0 ([`CoverAxis::Zero`]) or that
+/// loop's counter ([`CoverAxis::Loop`]). A launch whose grid and loop reach the end of every
+/// axis (`grid[g] * extent ≥ dim`, `dim ≤ extent` at a constant 0, the loop's bound ≥ dim)
+/// then writes each element: program `(…, p_g, …)` writes `[p_g·extent, (p_g+1)·extent)`
+/// along axis `a`, clipped to the tensor, and those windows tile the axis.
+#[derive(Clone, Debug)]
+pub(crate) struct Cover {
+    pub param: usize,
+    /// Per axis of the parameter: how the index covers it, and the stored tile's extent there.
+    pub axes: Vec<(CoverAxis, usize)>,
+}
+
+/// How a store's index walks one axis (see [`Cover`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CoverAxis {
+    /// `program_id(g) * extent`.
+    Grid(u8),
+    /// The constant 0.
+    Zero,
+    /// The counter of a loop from 0 to `dim(param, axis)` in steps of `extent`.
+    Loop { param: usize, axis: usize },
 }
 
 /// `rows × cols` of a static shape (rank 1 is one row).
@@ -275,13 +304,166 @@ pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
     };
     c.scan(&k.body)?;
     let steps = c.block(&k.body)?;
+    let covers = covers(&steps, k.params.len());
     Ok(Plan {
         steps,
         scalars: c.sc.len(),
         mat_len: c.mat_len,
         chunk_slots: c.max_slots,
         reduce_len: c.reduce_len,
+        covers,
     })
+}
+
+/// The outputs a program provably covers (see [`Cover`]).
+fn covers(steps: &[Step], nparams: usize) -> Vec<Cover> {
+    // How many stores each parameter has anywhere (loops included).
+    fn count(steps: &[Step], n: &mut [usize]) {
+        for s in steps {
+            match s {
+                Step::Group(g) => {
+                    for m in &g.members {
+                        if let COp::Store { param, .. } = m.op {
+                            n[param] += 1;
+                        }
+                    }
+                }
+                Step::For { body, .. } => count(body, n),
+                _ => {}
+            }
+        }
+    }
+    let mut n = vec![0usize; nparams];
+    count(steps, &mut n);
+    // Scalars defined once per program at the top level (scalar slots are SSA values).
+    let mut defs: HashMap<u32, &SOp> = HashMap::new();
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            Step::Scalar { op, dst, .. } => {
+                defs.insert(*dst, op);
+            }
+            Step::Group(g) => group_covers(g, &defs, None, &n, &mut out),
+            Step::For {
+                iv,
+                lo,
+                hi,
+                step,
+                body,
+                ..
+            } => {
+                let from_zero = matches!(defs.get(lo), Some(SOp::Const(x)) if *x == 0.0);
+                let bound = match defs.get(hi) {
+                    Some(SOp::Dim(p, a)) => Some((*p, *a)),
+                    _ => None,
+                };
+                let lp = bound.filter(|_| from_zero && *step > 0).map(|(p, a)| Loop {
+                    iv: *iv,
+                    step: *step as usize,
+                    param: p,
+                    axis: a,
+                });
+                for b in body {
+                    if let Step::Group(g) = b {
+                        group_covers(g, &defs, lp, &n, &mut out);
+                    }
+                }
+            }
+            Step::Trans { .. } => {}
+        }
+    }
+    out
+}
+
+/// A top-level loop `for iv in (0..dim(param, axis)).step_by(step)`.
+#[derive(Clone, Copy)]
+struct Loop {
+    iv: u32,
+    step: usize,
+    param: usize,
+    axis: usize,
+}
+
+/// The [`Cover`]s of the stores of `g` (run once per program, or once per iteration of `lp`).
+fn group_covers(
+    g: &Group,
+    defs: &HashMap<u32, &SOp>,
+    lp: Option<Loop>,
+    n: &[usize],
+    out: &mut Vec<Cover>,
+) {
+    let pid = |slot: u32| match defs.get(&slot) {
+        Some(SOp::ProgramId(g)) => Some(*g),
+        _ => None,
+    };
+    let konst = |slot: u32| match defs.get(&slot) {
+        Some(SOp::Const(x)) => Some(*x),
+        _ => None,
+    };
+    for m in &g.members {
+        let COp::Store {
+            param, idx, rank, ..
+        } = &m.op
+        else {
+            continue;
+        };
+        if n[*param] != 1 {
+            continue;
+        }
+        let nd = idx.len();
+        let extent = |a: usize| {
+            if *rank >= 1 && a + 1 == nd {
+                g.cols
+            } else if *rank == 2 && a + 2 == nd {
+                g.rows
+            } else {
+                1
+            }
+        };
+        let mut axes = Vec::with_capacity(nd);
+        for (a, &slot) in idx.iter().enumerate() {
+            let e = extent(a);
+            let ax = match (lp, defs.get(&slot)) {
+                (Some(l), _) if l.iv == slot && l.step == e => Some(CoverAxis::Loop {
+                    param: l.param,
+                    axis: l.axis,
+                }),
+                (_, Some(SOp::ProgramId(g))) if e == 1 => Some(CoverAxis::Grid(*g)),
+                (_, Some(SOp::Const(x))) if *x == 0.0 => Some(CoverAxis::Zero),
+                (_, Some(SOp::Binary(BinaryOp::Mul, Kind::I, x, y))) => {
+                    match (pid(*x), konst(*y), pid(*y), konst(*x)) {
+                        (Some(g), Some(t), _, _) | (_, _, Some(g), Some(t)) if t == e as f64 => {
+                            Some(CoverAxis::Grid(g))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            match ax {
+                Some(ax) => axes.push((ax, e)),
+                None => break,
+            }
+        }
+        let mut seen = [false; 3];
+        let distinct = axes.iter().all(|(ax, _)| match ax {
+            CoverAxis::Grid(g) if (*g as usize) < 3 => {
+                !std::mem::replace(&mut seen[*g as usize], true)
+            }
+            CoverAxis::Grid(_) => false,
+            _ => true,
+        });
+        let loops = axes
+            .iter()
+            .filter(|(ax, _)| matches!(ax, CoverAxis::Loop { .. }))
+            .count();
+        if axes.len() == nd && distinct && loops <= 1 {
+            out.push(Cover {
+                param: *param,
+                axes,
+            });
+        }
+    }
 }
 
 impl Compiler<'_> {
