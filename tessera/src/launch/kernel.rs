@@ -714,7 +714,11 @@ impl KernelDef {
                 let (shape, ptr, len) = match &g.node(b.value).op {
                     Op::Param { index, .. } => {
                         let a = &args[*index];
-                        let bytes = host_input(self.name, &g.value_name(b.value), a.data())?;
+                        let bytes = match a.data() {
+                            crate::tensor::Data::Host(bytes) => bytes,
+                            // Only the error needs the value's name.
+                            d => host_input(self.name, &g.value_name(b.value), d)?,
+                        };
                         (a.shape().to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
                     }
                     _ => {
@@ -878,6 +882,16 @@ impl KernelDef {
     /// The checked byte size of value `v` of shape `shape`: [`Error::TooLarge`] naming the
     /// kernel and the value when it overflows.
     fn value_bytes(&self, g: &Graph, v: graph::Value, shape: &[usize]) -> Result<usize> {
+        let elem = g.ty(v).dtype.size_bytes();
+        // The checked size without formatting the value's name (this runs on every launch);
+        // `size::byte_len` names it in the error.
+        if let Some(b) = shape
+            .iter()
+            .try_fold(elem, |n, &d| n.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
+        {
+            return Ok(b);
+        }
         size::byte_len(
             &format!("kernel `{}`: {}", self.name, g.value_name(v)),
             shape,

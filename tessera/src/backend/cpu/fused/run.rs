@@ -473,10 +473,7 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         dst: d,
                     } => {
                         let o = dst(*d);
-                        let (mk, a, b) = (rd(*mk), rd(*a), rd(*b));
-                        for (j, o) in o.iter_mut().enumerate() {
-                            *o = if mk.at(j) != 0.0 { a.at(j) } else { b.at(j) };
-                        }
+                        chunk::select(rd(*mk), rd(*a), rd(*b), o);
                         Some(*d)
                     }
                     COp::Cast {
