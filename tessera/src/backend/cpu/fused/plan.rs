@@ -1015,3 +1015,110 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
     }
     Some(ops)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::compile;
+    use crate::backend::Buffer;
+    use tessera_ir::DType;
+    use tessera_ir::tile::parse;
+
+    /// A `[R, C]` → `[R, C]` kernel over `[16, 64]` tiles whose body (after `%0..%5`: the
+    /// program ids times 16 and 64) is `body`.
+    fn kernel(step0: i64, body: &str) -> tessera_ir::tile::Kernel {
+        let text = format!(
+            "kernel @k(%x: f32<2>, %y: f32<2>) grid=[cdiv(dim(%x, 0), 16), cdiv(dim(%x, 1), 64), 1] {{
+  %0 = program_id 0 : i32
+  %1 = const {step0}.0 : i32
+  %2 = mul %0, %1 : i32
+  %3 = program_id 1 : i32
+  %4 = const 64.0 : i32
+  %5 = mul %3, %4 : i32
+{body}}}
+"
+        );
+        parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// The axes of the covers `body` proves for `%y`.
+    fn covers(step0: i64, body: &str) -> Vec<Vec<(String, usize)>> {
+        let plan = compile(&kernel(step0, body)).unwrap();
+        plan.covers
+            .iter()
+            .filter(|c| c.param == 1)
+            .map(|c| c.axes.iter().map(|(a, e)| (format!("{a:?}"), *e)).collect())
+            .collect()
+    }
+
+    const TILE: &str = "  %6 = load %x[%2, %5] : f32[16, 64]\n  %7 = exp %6 : f32[16, 64]\n";
+
+    #[test]
+    fn a_store_at_program_id_times_the_tile_covers_its_output() {
+        let c = covers(16, &format!("{TILE}  store %y[%2, %5], %7\n"));
+        assert_eq!(
+            c,
+            vec![vec![("Grid(0)".into(), 16), ("Grid(1)".into(), 64)]]
+        );
+    }
+
+    #[test]
+    fn stores_that_may_leave_gaps_prove_nothing() {
+        // Shifted by one column: column 0 is never written.
+        let shifted = format!(
+            "{TILE}  %8 = const 1.0 : i32\n  %9 = add %5, %8 : i32\n  store %y[%2, %9], %7\n"
+        );
+        assert!(covers(16, &shifted).is_empty());
+        // Programs 32 rows apart with 16-row tiles: every other block of rows is skipped.
+        assert!(covers(32, &format!("{TILE}  store %y[%2, %5], %7\n")).is_empty());
+        // The same grid axis on both dims: only the diagonal blocks are written.
+        let diag = format!("{TILE}  %8 = mul %0, %4 : i32\n  store %y[%2, %8], %7\n");
+        assert!(covers(16, &diag).is_empty());
+        // Two stores of the same output.
+        let twice = format!("{TILE}  store %y[%2, %5], %7\n  store %y[%2, %5], %6\n");
+        assert!(covers(16, &twice).is_empty());
+        // A loop whose step is not the tile's width.
+        let half = "  %6 = const 0.0 : i32\n  %7 = dim %x, 1 : i32\n  for %8 = %6 to %7 step 32 iter() {\n    %9 = load %x[%2, %8] : f32[16, 64]\n    store %y[%2, %8], %9\n    yield \n  }\n";
+        assert!(covers(16, half).is_empty());
+    }
+
+    #[test]
+    fn a_store_at_a_loop_counter_covers_up_to_the_loop_bound() {
+        let body = "  %6 = const 0.0 : i32\n  %7 = dim %x, 1 : i32\n  for %8 = %6 to %7 step 64 iter() {\n    %9 = load %x[%2, %8] : f32[16, 64]\n    store %y[%2, %8], %9\n    yield \n  }\n";
+        let c = covers(16, body);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0][0], ("Grid(0)".into(), 16));
+        assert_eq!(c[0][1].1, 64);
+        assert!(c[0][1].0.starts_with("Loop"), "{c:?}");
+    }
+
+    /// At launch the grid (from `%x`'s dims) must reach the end of `%y`: with `%x` of 40 rows
+    /// (3 programs of 16 rows: rows 0..48) a `%y` of 49 rows is not covered.
+    #[test]
+    fn a_grid_that_stops_short_of_the_output_proves_nothing() {
+        let k = kernel(16, &format!("{TILE}  store %y[%2, %5], %7\n"));
+        let f = super::super::Fused::new(&k).unwrap();
+        let buf = |v: &mut Vec<f32>, r: usize, c: usize, writable: bool| Buffer {
+            dtype: DType::F32,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr: v.as_mut_ptr() as *mut u8,
+            len: r * c * 4,
+            writable,
+        };
+        let (mut x, mut y) = (vec![0f32; 40 * 130], vec![0f32; 49 * 130]);
+        let same = [buf(&mut x, 40, 130, false), buf(&mut y, 40, 130, true)];
+        assert!(f.covers(&k, &same, 1));
+        let reach = [buf(&mut x, 40, 130, false), buf(&mut y, 48, 130, true)];
+        assert!(
+            f.covers(&k, &reach, 1),
+            "3 programs of 16 rows reach row 48"
+        );
+        let taller = [buf(&mut x, 40, 130, false), buf(&mut y, 49, 130, true)];
+        assert!(!f.covers(&k, &taller, 1));
+        let inputs = [buf(&mut x, 40, 130, false), buf(&mut y, 40, 130, false)];
+        assert!(
+            !f.covers(&k, &inputs, 1),
+            "a read-only output runs the interpreter"
+        );
+    }
+}
