@@ -1,11 +1,34 @@
 //! Times one library kernel's launches on the CPU (for profiling the launch path):
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
-//! (kernels: gelu, softmax, layernorm, add; `vmath` times the bare `vmath::gelu` loop;
+//! (kernels: gelu, softmax, layernorm, rmsnorm, add, col_mean, transpose, col_sum_bf16,
+//! transpose_bf16, depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
+//! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread).
 use std::time::Instant;
 use tessera::Tensor;
+use tessera::prelude::*;
+
+#[tessera::kernel]
+fn col_mean(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+    x.mean(0)
+}
+
+#[tessera::kernel]
+fn transpose_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+    transpose(x)
+}
+
+#[tessera::kernel]
+fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+    x.sum(0)
+}
+
+#[tessera::kernel]
+fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
+    transpose(x)
+}
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -26,11 +49,21 @@ fn main() {
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
     let w = Tensor::<f32>::randn(&[if name == "matmul" { c } else { 1 }, c], 3);
+    let xb = Tensor::<bf16>::randn(&[r, c], 4);
+    let (dh, dw) = (r, (c / 64).max(3));
+    let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
+    let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
     let run = || match name.as_str() {
         "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
         "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
         "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
+        "rmsnorm" => drop(tessera_kernels::rmsnorm(&x, &g).unwrap()),
         "add" => drop(tessera_kernels::add(&x, &x).unwrap()),
+        "col_mean" => drop(col_mean(&x).unwrap()),
+        "transpose" => drop(transpose_f32(&x).unwrap()),
+        "col_sum_bf16" => drop(col_sum_bf16(&xb).unwrap()),
+        "transpose_bf16" => drop(transpose_bf16(&xb).unwrap()),
+        "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
@@ -43,7 +76,16 @@ fn main() {
     }
     let s = t.elapsed().as_secs_f64() / n as f64;
     let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
-    let bytes = 2.0 * 4.0 * (r * c) as f64;
+    // Bytes read + written, each once (as `benches/cpu.rs` counts them).
+    let n = (r * c) as f64;
+    let bytes = match name.as_str() {
+        "add" => 12.0 * n,
+        "col_mean" => 4.0 * n,
+        "col_sum_bf16" => 2.0 * n,
+        "transpose_bf16" => 4.0 * n,
+        "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
+        _ => 8.0 * n,
+    };
     if name == "matmul" {
         let flops = 2.0 * (r * c * c) as f64;
         println!(

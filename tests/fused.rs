@@ -235,6 +235,61 @@ fn depthwise_conv_agrees() {
     }
 }
 
+/// Outputs a fast-path launch provably writes whole are not zeroed first
+/// (`fused::covered_outputs` counts them): every elementwise, row-wise, column-reduction and
+/// transpose class, f32 and bf16, ragged shapes included; an interpreter launch and a matmul
+/// (the interpreter's GEMM) zero theirs. Whether the unzeroed outputs hold the right values is
+/// what the `agree` tests above check (fresh allocations reuse freed, non-zero memory).
+#[test]
+fn outputs_written_whole_are_not_zeroed_first() {
+    for (i, &(r, c)) in [(37, 300), (1, 1), (5, 2100), (70, 9)].iter().enumerate() {
+        let s = 500 + 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        let g = Tensor::<f32>::randn(&[c], s + 3);
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
+        let gb = Tensor::<bf16>::randn(&[c], s + 5);
+        let covered = |name: &str, f: &dyn Fn()| {
+            let before = fused::covered_outputs();
+            f();
+            assert_eq!(
+                fused::covered_outputs(),
+                before + 1,
+                "{name} [{r}, {c}]: output not proven covered"
+            );
+            fused::with_interpreter(f);
+            assert_eq!(
+                fused::covered_outputs(),
+                before + 1,
+                "{name} [{r}, {c}]: an interpreter launch must zero its output"
+            );
+        };
+        covered("softmax", &|| drop(tessera_kernels::softmax(&x).unwrap()));
+        covered("layernorm", &|| {
+            drop(tessera_kernels::layernorm(&x, &g, &g).unwrap())
+        });
+        covered("rmsnorm bf16", &|| drop(rmsnorm_bf16(&xb, &gb).unwrap()));
+        covered("gelu", &|| drop(tessera_kernels::gelu(&x).unwrap()));
+        covered("add", &|| drop(tessera_kernels::add(&x, &y).unwrap()));
+        covered("mul", &|| drop(tessera_kernels::mul(&x, &g).unwrap()));
+        covered("add bf16", &|| drop(add_bf16(&xb, &xb).unwrap()));
+        covered("row sum", &|| drop(row_sum(&x).unwrap()));
+        covered("col mean", &|| drop(col_mean(&x).unwrap()));
+        covered("col sum bf16", &|| drop(col_sum_bf16(&xb).unwrap()));
+        covered("transpose", &|| drop(transpose_scale(&x).unwrap()));
+        covered("transpose bf16", &|| drop(transpose_bf16(&xb).unwrap()));
+    }
+    let a = Tensor::<f32>::randn(&[37, 300], 590);
+    let b = Tensor::<f32>::randn(&[300, 20], 591);
+    let before = fused::covered_outputs();
+    tessera_kernels::matmul(&a, &b).unwrap();
+    assert_eq!(
+        fused::covered_outputs(),
+        before,
+        "matmul output must be zeroed"
+    );
+}
+
 /// A policy the fast path does not implement is left to the interpreter, never approximated.
 #[test]
 fn kahan_reductions_stay_on_the_interpreter() {

@@ -1,49 +1,109 @@
-//! Zeroed host memory for a CPU launch's outputs, aligned to the element size, so the final
-//! output becomes the returned tensor's `Vec<T>` without a copy.
+//! Host memory for a CPU launch's outputs, aligned to the element size, so the final output
+//! becomes the returned tensor's `Vec<T>` without a copy.
+//!
+//! A block starts zeroed ([`HostBlock::zeroed`]) or uninitialised ([`HostBlock::uninit`]).
+//! An uninitialised block is never read: [`HostBlock::as_bytes`] and [`HostBlock::into_vec`]
+//! check that it was zeroed ([`HostBlock::zero`]) or declared fully written by a launch
+//! ([`HostBlock::assume_init`]) first, and kernels never load an output they have not
+//! written (the fused path declines a parameter both loaded and stored; the launch zeroes any
+//! output the program that writes it cannot prove it covers).
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
-/// `bytes` zeroed bytes aligned to `align` (a power of two); freed on drop unless turned into
-/// a `Vec` by [`HostBlock::into_vec`].
+/// `bytes` bytes aligned to `align` (a power of two); freed on drop unless turned into a `Vec`
+/// by [`HostBlock::into_vec`].
 pub(crate) struct HostBlock {
     ptr: NonNull<u8>,
     layout: Layout,
+    /// Every byte has been written (zeroed at allocation, by [`HostBlock::zero`], or by a
+    /// launch that covers the whole block).
+    init: bool,
 }
 
 // SAFETY: a uniquely owned heap block of plain bytes.
 unsafe impl Send for HostBlock {}
-// SAFETY: shared access only reads through `as_bytes`.
+// SAFETY: shared access only reads through `as_bytes`, which checks `init`.
 unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
     /// Zeroed memory (`calloc`: large blocks come zeroed from the OS, no pass over them).
     /// A size the allocator refuses is [`crate::Error::OutOfMemory`], never an abort.
+    #[cfg(test)]
     pub fn zeroed(bytes: usize, align: usize) -> crate::Result<HostBlock> {
+        Self::alloc(bytes, align, true)
+    }
+
+    /// Uninitialised memory (`malloc`: a block the allocator reuses is neither cleared nor
+    /// faulted in again). It must be [zeroed](HostBlock::zero) or fully written and then
+    /// [declared so](HostBlock::assume_init) before it is read.
+    pub fn uninit(bytes: usize, align: usize) -> crate::Result<HostBlock> {
+        Self::alloc(bytes, align, false)
+    }
+
+    fn alloc(bytes: usize, align: usize, zeroed: bool) -> crate::Result<HostBlock> {
         let oom = crate::Error::OutOfMemory { bytes };
         let layout = Layout::from_size_align(bytes, align.max(1)).map_err(|_| oom.clone())?;
         let ptr = if bytes == 0 {
             // A dangling, aligned pointer: nothing is allocated for an empty block.
             NonNull::new(layout.align() as *mut u8).ok_or_else(|| oom.clone())?
-        } else {
+        } else if zeroed {
             // SAFETY: the layout has a non-zero size.
             NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(oom)?
+        } else {
+            // SAFETY: the layout has a non-zero size.
+            NonNull::new(unsafe { alloc(layout) }).ok_or(oom)?
         };
-        Ok(HostBlock { ptr, layout })
+        Ok(HostBlock {
+            ptr,
+            layout,
+            init: zeroed || bytes == 0,
+        })
+    }
+
+    /// Whether every byte is initialised.
+    pub fn is_init(&self) -> bool {
+        self.init
+    }
+
+    /// Zeroes an uninitialised block (nothing to do for an initialised one).
+    pub fn zero(&mut self) {
+        if !self.init {
+            // SAFETY: `layout.size()` writable bytes owned by this block.
+            unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.layout.size()) };
+            self.init = true;
+        }
+    }
+
+    /// Declares every byte written.
+    ///
+    /// # Safety
+    /// Every byte of the block must have been written since it was allocated.
+    pub unsafe fn assume_init(&mut self) {
+        self.init = true;
+    }
+
+    /// The block's size in bytes.
+    pub fn as_bytes_len(&self) -> usize {
+        self.layout.size()
     }
 
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// The block's bytes. Panics on a block not yet initialised (reading it would be
+    /// undefined behaviour); the launch initialises every output before returning it.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `layout.size()` initialised (zeroed) bytes, or an empty slice.
+        assert!(self.init, "an uninitialised launch output was read");
+        // SAFETY: `layout.size()` initialised bytes (checked above), or an empty slice.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
     }
 
     /// The block as a `Vec<T>` of `len` elements, without a copy, when its layout is exactly
-    /// `T`'s array layout; else `Err(self)`.
+    /// `T`'s array layout; else `Err(self)`. Panics on a block not yet initialised.
     pub fn into_vec<T: bytemuck::Pod>(self, len: usize) -> Result<Vec<T>, HostBlock> {
+        assert!(self.init, "an uninitialised launch output was read");
         let size = std::mem::size_of::<T>();
         if size == 0
             || len == 0
@@ -55,7 +115,8 @@ impl HostBlock {
         let p = self.ptr.as_ptr() as *mut T;
         std::mem::forget(self);
         // SAFETY: allocated by the global allocator with `T`'s alignment and `len *
-        // size_of::<T>()` bytes, every byte initialised, and `T` is plain old data.
+        // size_of::<T>()` bytes, every byte initialised (checked above), and `T` is plain old
+        // data.
         Ok(unsafe { Vec::from_raw_parts(p, len, len) })
     }
 }
@@ -63,7 +124,7 @@ impl HostBlock {
 impl Drop for HostBlock {
     fn drop(&mut self) {
         if self.layout.size() != 0 {
-            // SAFETY: allocated in `zeroed` with this layout.
+            // SAFETY: allocated in `alloc` with this layout.
             unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
         }
     }
@@ -89,8 +150,31 @@ mod tests {
     }
 
     #[test]
+    fn an_uninitialised_block_is_read_only_once_zeroed_or_written() {
+        let mut b = HostBlock::uninit(8, 4).unwrap();
+        assert!(!b.is_init());
+        b.zero();
+        assert_eq!(b.as_bytes(), &[0u8; 8]);
+        let mut b = HostBlock::uninit(8, 4).unwrap();
+        for i in 0..2 {
+            // SAFETY: 8 bytes were allocated.
+            unsafe { b.as_mut_ptr().cast::<f32>().add(i).write(i as f32 + 0.5) };
+        }
+        // SAFETY: both f32s were written.
+        unsafe { b.assume_init() };
+        assert_eq!(b.into_vec::<f32>(2).ok(), Some(vec![0.5, 1.5]));
+        let b = HostBlock::uninit(8, 4).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.as_bytes().len()));
+        assert!(r.is_err(), "reading an uninitialised block must panic");
+    }
+
+    #[test]
     fn a_block_the_allocator_refuses_is_an_error() {
         let bytes = 1usize << 62;
+        assert_eq!(
+            HostBlock::uninit(bytes, 8).err(),
+            Some(crate::Error::OutOfMemory { bytes })
+        );
         assert_eq!(
             HostBlock::zeroed(bytes, 8).err(),
             Some(crate::Error::OutOfMemory { bytes })

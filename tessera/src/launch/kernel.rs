@@ -686,8 +686,11 @@ impl KernelDef {
         tune: bool,
     ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
-        // Zeroed memory for each kernel's output, aligned to its element size (the final one
-        // becomes the returned tensor's storage); sizes checked, allocation fallible.
+        // Memory for each kernel's output, aligned to its element size (the final one becomes
+        // the returned tensor's storage); sizes checked, allocation fallible. Allocated
+        // uninitialised: before a kernel runs, its output is zeroed unless the program proves
+        // it writes every element (`cpu::Program::covers`), so no byte is ever read before it
+        // is written (`HostBlock` checks this before handing the bytes out).
         let mut owned: HashMap<u32, (Vec<usize>, HostBlock)> = HashMap::new();
         let mut empty = Vec::with_capacity(plan.programs.len());
         for k in &plan.compiled.kernels {
@@ -696,7 +699,7 @@ impl KernelDef {
             let size = g.ty(v).dtype.size_bytes();
             let bytes = self.value_bytes(g, v, &shape)?;
             empty.push(bytes == 0);
-            owned.insert(v.0, (shape, HostBlock::zeroed(bytes, size)?));
+            owned.insert(v.0, (shape, HostBlock::uninit(bytes, size)?));
         }
         for (i, (program, bindings, schedule)) in plan.programs.iter().enumerate() {
             // A kernel with an empty output has nothing to write (its grid may still be
@@ -711,7 +714,11 @@ impl KernelDef {
                 let (shape, ptr, len) = match &g.node(b.value).op {
                     Op::Param { index, .. } => {
                         let a = &args[*index];
-                        let bytes = host_input(self.name, &g.value_name(b.value), a.data())?;
+                        let bytes = match a.data() {
+                            crate::tensor::Data::Host(bytes) => bytes,
+                            // Only the error needs the value's name.
+                            d => host_input(self.name, &g.value_name(b.value), d)?,
+                        };
                         (a.shape().to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
                     }
                     _ => {
@@ -749,15 +756,26 @@ impl KernelDef {
             } else {
                 None
             };
+            let runs: &cpu::Program = tuned.as_deref().unwrap_or(program);
+            let out = plan.compiled.kernels[i].fused.output;
+            let (_, mem) = owned.get_mut(&out.0).expect("kernel output allocated");
+            let last = bufs.len() - 1;
+            let whole = bufs[last].ptr == mem.as_mut_ptr() && bufs[last].len == mem.as_bytes_len();
+            let covered = !mem.is_init() && whole && runs.covers(&bufs, last);
+            if !covered {
+                mem.zero();
+            }
+            cpu::launch(runs, &bufs)?;
+            if covered {
+                // SAFETY: the launch ran the fused path, which wrote every element of its
+                // last parameter (`Program::covers`), and that parameter's buffer spans the
+                // whole block (`whole`).
+                unsafe { mem.assume_init() };
+                cpu::fused::count_covered();
+            }
             let ran = match tuned {
-                Some(tuned) => {
-                    cpu::launch(&tuned, &bufs)?;
-                    None
-                }
-                None => {
-                    cpu::launch(program, &bufs)?;
-                    Some(schedule.clone())
-                }
+                Some(_) => None,
+                None => Some(schedule.clone()),
             };
             // Only the run whose output the launch returns (not fusion-depth trials).
             if tune {
@@ -864,6 +882,16 @@ impl KernelDef {
     /// The checked byte size of value `v` of shape `shape`: [`Error::TooLarge`] naming the
     /// kernel and the value when it overflows.
     fn value_bytes(&self, g: &Graph, v: graph::Value, shape: &[usize]) -> Result<usize> {
+        let elem = g.ty(v).dtype.size_bytes();
+        // The checked size without formatting the value's name (this runs on every launch);
+        // `size::byte_len` names it in the error.
+        if let Some(b) = shape
+            .iter()
+            .try_fold(elem, |n, &d| n.checked_mul(d))
+            .filter(|&b| b <= isize::MAX as usize)
+        {
+            return Ok(b);
+        }
         size::byte_len(
             &format!("kernel `{}`: {}", self.name, g.value_name(v)),
             shape,

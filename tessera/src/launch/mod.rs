@@ -114,14 +114,14 @@ fn device_arg_on_cpu(kernel: &str, param: &str, device: &Device) -> Error {
 fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms> {
     let mut syms: HashMap<String, (usize, String)> = HashMap::new();
     for (p, a) in g.params.iter().zip(args) {
-        let (ty, pname) = (
-            g.ty(*p),
-            g.value_name(*p).trim_start_matches('%').to_string(),
-        );
+        // The name is formatted only where it is used (errors, new symbols): this runs on
+        // every launch.
+        let ty = g.ty(*p);
+        let pname = || g.value_name(*p).trim_start_matches('%').to_string();
         if a.dtype() != ty.dtype {
             return Err(Error::DTypeMismatch {
                 kernel: kernel.into(),
-                param: pname,
+                param: pname(),
                 expected: ty.dtype.to_string(),
                 got: a.dtype().to_string(),
             });
@@ -129,7 +129,7 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
         if a.shape().len() != ty.shape.rank() {
             return Err(Error::ShapeMismatch {
                 kernel: kernel.into(),
-                param: pname,
+                param: pname(),
                 message: format!(
                     "must have rank {} ({}), got shape {:?}",
                     ty.shape.rank(),
@@ -143,7 +143,7 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                 Dim::Const(c) if *c as usize != got => {
                     return Err(Error::ShapeMismatch {
                         kernel: kernel.into(),
-                        param: pname,
+                        param: pname(),
                         message: format!(
                             "must have shape {}: dim {axis} must be {c}, got {got} (shape {:?})",
                             ty.shape,
@@ -157,7 +157,7 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                         return Err(Error::DimMismatch {
                             kernel: kernel.into(),
                             dim: s.clone(),
-                            param: pname,
+                            param: pname(),
                             bound_by: format!("`{by}`"),
                             expected: *want,
                             got,
@@ -165,7 +165,7 @@ fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms>
                     }
                     Some(_) => {}
                     None => {
-                        syms.insert(s.clone(), (got, pname.clone()));
+                        syms.insert(s.clone(), (got, pname()));
                     }
                 },
             }

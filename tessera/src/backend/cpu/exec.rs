@@ -39,6 +39,15 @@ impl Program {
         }
     }
 
+    /// Whether launching this program with `args` writes every element of parameter
+    /// `param` (the fused path runs them and proves it covers that output; see
+    /// `fused::Fused::covers`).
+    pub fn covers(&self, args: &[Buffer], param: usize) -> bool {
+        self.fused
+            .as_ref()
+            .is_some_and(|f| f.covers(&self.kernel, args, param))
+    }
+
     pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
         let mut cx = Cx {
             p: self,

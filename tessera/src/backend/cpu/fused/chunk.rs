@@ -16,14 +16,6 @@ pub(crate) enum V<'a> {
 
 impl V<'_> {
     #[inline(always)]
-    pub fn at(&self, j: usize) -> f32 {
-        match self {
-            V::S(s) => s[j],
-            V::K(x) => *x,
-        }
-    }
-
-    #[inline(always)]
     pub fn copy_to(&self, o: &mut [f32]) {
         match self {
             V::S(s) => o.copy_from_slice(s),
@@ -64,6 +56,43 @@ pub(crate) fn zip(a: V, b: V, o: &mut [f32], f: impl Fn(f32, f32) -> f32) {
             }
         }
         (V::K(x), V::K(y)) => o.fill(f(x, y)),
+    }
+}
+
+/// `o[j] = if m[j] != 0 { a[j] } else { b[j] }`: one loop per operand kind, with no
+/// per-element dispatch, so it vectorises.
+#[inline(always)]
+pub(crate) fn select(m: V, a: V, b: V, o: &mut [f32]) {
+    #[inline(always)]
+    fn pick(m: f32, a: f32, b: f32) -> f32 {
+        if m != 0.0 { a } else { b }
+    }
+    let m = match m {
+        V::S(m) => m,
+        V::K(m) if m != 0.0 => return a.copy_to(o),
+        V::K(_) => return b.copy_to(o),
+    };
+    match (a, b) {
+        (V::S(a), V::S(b)) => {
+            for (((o, m), a), b) in o.iter_mut().zip(m).zip(a).zip(b) {
+                *o = pick(*m, *a, *b);
+            }
+        }
+        (V::S(a), V::K(b)) => {
+            for ((o, m), a) in o.iter_mut().zip(m).zip(a) {
+                *o = pick(*m, *a, b);
+            }
+        }
+        (V::K(a), V::S(b)) => {
+            for ((o, m), b) in o.iter_mut().zip(m).zip(b) {
+                *o = pick(*m, a, *b);
+            }
+        }
+        (V::K(a), V::K(b)) => {
+            for (o, m) in o.iter_mut().zip(m) {
+                *o = pick(*m, a, b);
+            }
+        }
     }
 }
 

@@ -33,6 +33,7 @@ use tessera_ir::tile::{Kernel, Op};
 thread_local! {
     static INTERPRET: Cell<bool> = const { Cell::new(false) };
     static LAUNCHES: Cell<u64> = const { Cell::new(0) };
+    static COVERED: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -60,6 +61,32 @@ pub fn launches() -> u64 {
     LAUNCHES.with(|c| c.get())
 }
 
+/// The launch grid over the argument shapes (dims below 2^24, so no product overflows).
+fn grid(k: &Kernel, args: &[Buffer]) -> [usize; 3] {
+    let mut grid = [1usize; 3];
+    for (g, d) in grid.iter_mut().zip(&k.grid) {
+        let n: usize = d.dims.iter().map(|&(p, a)| args[p].dims()[a]).product();
+        *g = n.div_ceil(d.tile.max(1) as usize);
+    }
+    grid
+}
+
+/// How many kernel outputs made on this thread were written by a fast-path launch proven to
+/// cover every element, and so were never zeroed first.
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::covered_outputs();
+/// assert!(tessera::backend::cpu::fused::covered_outputs() >= n);
+/// ```
+pub fn covered_outputs() -> u64 {
+    COVERED.with(|c| c.get())
+}
+
+/// Counts one output [`covered_outputs`] reports.
+pub(crate) fn count_covered() {
+    COVERED.with(|c| c.set(c.get() + 1));
+}
+
 /// A kernel compiled for the fast path.
 pub(crate) struct Fused {
     plan: plan::Plan,
@@ -84,21 +111,49 @@ impl Fused {
         Ok(Fused { plan, stored })
     }
 
+    /// Whether [`Fused::launch`] runs these arguments on the fast path.
+    fn runs(&self, args: &[Buffer]) -> bool {
+        !(INTERPRET.with(|c| c.get())
+            || self.stored.iter().any(|p| !args[*p].writable)
+            || args.iter().any(|a| a.dims().iter().any(|&d| d >= 1 << 24)))
+    }
+
+    /// Whether launching `k` with `args` (on the fast path, which it checks) writes every
+    /// element of parameter `param`: a [`plan::Cover`] proof holds and the grid reaches the
+    /// end of each of its axes. The launch then need not zero that output first.
+    pub fn covers(&self, k: &Kernel, args: &[Buffer], param: usize) -> bool {
+        if !self.runs(args) {
+            return false;
+        }
+        let grid = grid(k, args);
+        let dims = args[param].dims();
+        let numel: usize = dims.iter().product();
+        if numel * args[param].dtype.size_bytes() != args[param].len {
+            return false;
+        }
+        self.plan.covers.iter().any(|c| {
+            c.param == param
+                && c.axes.len() == dims.len()
+                && c.axes.iter().zip(dims).all(|(&(ax, e), &d)| match ax {
+                    plan::CoverAxis::Grid(g) => {
+                        grid[g as usize].checked_mul(e).is_some_and(|n| n >= d)
+                    }
+                    plan::CoverAxis::Zero => d <= e,
+                    plan::CoverAxis::Loop { param, axis } => {
+                        args[param].dims().get(axis).is_some_and(|&n| n >= d)
+                    }
+                })
+        })
+    }
+
     /// Runs the kernel over its grid; `false` when these arguments need the interpreter
     /// (the path is off on this thread, a store into an input, or a dim of 2^24 or more,
     /// where integer tiles held as f32 would stop being exact).
     pub fn launch(&self, k: &Kernel, args: &[Buffer]) -> bool {
-        if INTERPRET.with(|c| c.get())
-            || self.stored.iter().any(|p| !args[*p].writable)
-            || args.iter().any(|a| a.dims().iter().any(|&d| d >= 1 << 24))
-        {
+        if !self.runs(args) {
             return false;
         }
-        let mut grid = [1usize; 3];
-        for (g, d) in grid.iter_mut().zip(&k.grid) {
-            let n: usize = d.dims.iter().map(|&(p, a)| args[p].dims()[a]).product();
-            *g = n.div_ceil(d.tile.max(1) as usize);
-        }
+        let grid = grid(k, args);
         let total = grid[0] * grid[1] * grid[2];
         LAUNCHES.with(|c| c.set(c.get() + 1));
         if total == 0 {

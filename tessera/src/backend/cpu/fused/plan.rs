@@ -181,6 +181,35 @@ pub(crate) struct Plan {
     pub mat_len: usize,
     pub chunk_slots: usize,
     pub reduce_len: usize,
+    /// Outputs every program of a launch writes a proven part of (see [`Cover`]).
+    pub covers: Vec<Cover>,
+}
+
+/// Proof that a launch writes every element of output parameter `param`: it is stored exactly
+/// once in the program, with no mask, by a group that runs once per program or once per
+/// iteration of a top-level loop `for c in (0..dim).step_by(extent)`, at an index whose axis
+/// `a` is `program_id(g) * extent` ([`CoverAxis::Grid`], `extent` the stored tile's extent
+/// along that axis, each grid axis used once), the constant 0 ([`CoverAxis::Zero`]) or that
+/// loop's counter ([`CoverAxis::Loop`]). A launch whose grid and loop reach the end of every
+/// axis (`grid[g] * extent ≥ dim`, `dim ≤ extent` at a constant 0, the loop's bound ≥ dim)
+/// then writes each element: program `(…, p_g, …)` writes `[p_g·extent, (p_g+1)·extent)`
+/// along axis `a`, clipped to the tensor, and those windows tile the axis.
+#[derive(Clone, Debug)]
+pub(crate) struct Cover {
+    pub param: usize,
+    /// Per axis of the parameter: how the index covers it, and the stored tile's extent there.
+    pub axes: Vec<(CoverAxis, usize)>,
+}
+
+/// How a store's index walks one axis (see [`Cover`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CoverAxis {
+    /// `program_id(g) * extent`.
+    Grid(u8),
+    /// The constant 0.
+    Zero,
+    /// The counter of a loop from 0 to `dim(param, axis)` in steps of `extent`.
+    Loop { param: usize, axis: usize },
 }
 
 /// `rows × cols` of a static shape (rank 1 is one row).
@@ -275,13 +304,166 @@ pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
     };
     c.scan(&k.body)?;
     let steps = c.block(&k.body)?;
+    let covers = covers(&steps, k.params.len());
     Ok(Plan {
         steps,
         scalars: c.sc.len(),
         mat_len: c.mat_len,
         chunk_slots: c.max_slots,
         reduce_len: c.reduce_len,
+        covers,
     })
+}
+
+/// The outputs a program provably covers (see [`Cover`]).
+fn covers(steps: &[Step], nparams: usize) -> Vec<Cover> {
+    // How many stores each parameter has anywhere (loops included).
+    fn count(steps: &[Step], n: &mut [usize]) {
+        for s in steps {
+            match s {
+                Step::Group(g) => {
+                    for m in &g.members {
+                        if let COp::Store { param, .. } = m.op {
+                            n[param] += 1;
+                        }
+                    }
+                }
+                Step::For { body, .. } => count(body, n),
+                _ => {}
+            }
+        }
+    }
+    let mut n = vec![0usize; nparams];
+    count(steps, &mut n);
+    // Scalars defined once per program at the top level (scalar slots are SSA values).
+    let mut defs: HashMap<u32, &SOp> = HashMap::new();
+    let mut out = Vec::new();
+    for s in steps {
+        match s {
+            Step::Scalar { op, dst, .. } => {
+                defs.insert(*dst, op);
+            }
+            Step::Group(g) => group_covers(g, &defs, None, &n, &mut out),
+            Step::For {
+                iv,
+                lo,
+                hi,
+                step,
+                body,
+                ..
+            } => {
+                let from_zero = matches!(defs.get(lo), Some(SOp::Const(x)) if *x == 0.0);
+                let bound = match defs.get(hi) {
+                    Some(SOp::Dim(p, a)) => Some((*p, *a)),
+                    _ => None,
+                };
+                let lp = bound.filter(|_| from_zero && *step > 0).map(|(p, a)| Loop {
+                    iv: *iv,
+                    step: *step as usize,
+                    param: p,
+                    axis: a,
+                });
+                for b in body {
+                    if let Step::Group(g) = b {
+                        group_covers(g, &defs, lp, &n, &mut out);
+                    }
+                }
+            }
+            Step::Trans { .. } => {}
+        }
+    }
+    out
+}
+
+/// A top-level loop `for iv in (0..dim(param, axis)).step_by(step)`.
+#[derive(Clone, Copy)]
+struct Loop {
+    iv: u32,
+    step: usize,
+    param: usize,
+    axis: usize,
+}
+
+/// The [`Cover`]s of the stores of `g` (run once per program, or once per iteration of `lp`).
+fn group_covers(
+    g: &Group,
+    defs: &HashMap<u32, &SOp>,
+    lp: Option<Loop>,
+    n: &[usize],
+    out: &mut Vec<Cover>,
+) {
+    let pid = |slot: u32| match defs.get(&slot) {
+        Some(SOp::ProgramId(g)) => Some(*g),
+        _ => None,
+    };
+    let konst = |slot: u32| match defs.get(&slot) {
+        Some(SOp::Const(x)) => Some(*x),
+        _ => None,
+    };
+    for m in &g.members {
+        let COp::Store {
+            param, idx, rank, ..
+        } = &m.op
+        else {
+            continue;
+        };
+        if n[*param] != 1 {
+            continue;
+        }
+        let nd = idx.len();
+        let extent = |a: usize| {
+            if *rank >= 1 && a + 1 == nd {
+                g.cols
+            } else if *rank == 2 && a + 2 == nd {
+                g.rows
+            } else {
+                1
+            }
+        };
+        let mut axes = Vec::with_capacity(nd);
+        for (a, &slot) in idx.iter().enumerate() {
+            let e = extent(a);
+            let ax = match (lp, defs.get(&slot)) {
+                (Some(l), _) if l.iv == slot && l.step == e => Some(CoverAxis::Loop {
+                    param: l.param,
+                    axis: l.axis,
+                }),
+                (_, Some(SOp::ProgramId(g))) if e == 1 => Some(CoverAxis::Grid(*g)),
+                (_, Some(SOp::Const(x))) if *x == 0.0 => Some(CoverAxis::Zero),
+                (_, Some(SOp::Binary(BinaryOp::Mul, Kind::I, x, y))) => {
+                    match (pid(*x), konst(*y), pid(*y), konst(*x)) {
+                        (Some(g), Some(t), _, _) | (_, _, Some(g), Some(t)) if t == e as f64 => {
+                            Some(CoverAxis::Grid(g))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            match ax {
+                Some(ax) => axes.push((ax, e)),
+                None => break,
+            }
+        }
+        let mut seen = [false; 3];
+        let distinct = axes.iter().all(|(ax, _)| match ax {
+            CoverAxis::Grid(g) if (*g as usize) < 3 => {
+                !std::mem::replace(&mut seen[*g as usize], true)
+            }
+            CoverAxis::Grid(_) => false,
+            _ => true,
+        });
+        let loops = axes
+            .iter()
+            .filter(|(ax, _)| matches!(ax, CoverAxis::Loop { .. }))
+            .count();
+        if axes.len() == nd && distinct && loops <= 1 {
+            out.push(Cover {
+                param: *param,
+                axes,
+            });
+        }
+    }
 }
 
 impl Compiler<'_> {
@@ -832,4 +1014,111 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
         }
     }
     Some(ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compile;
+    use crate::backend::Buffer;
+    use tessera_ir::DType;
+    use tessera_ir::tile::parse;
+
+    /// A `[R, C]` → `[R, C]` kernel over `[16, 64]` tiles whose body (after `%0..%5`: the
+    /// program ids times 16 and 64) is `body`.
+    fn kernel(step0: i64, body: &str) -> tessera_ir::tile::Kernel {
+        let text = format!(
+            "kernel @k(%x: f32<2>, %y: f32<2>) grid=[cdiv(dim(%x, 0), 16), cdiv(dim(%x, 1), 64), 1] {{
+  %0 = program_id 0 : i32
+  %1 = const {step0}.0 : i32
+  %2 = mul %0, %1 : i32
+  %3 = program_id 1 : i32
+  %4 = const 64.0 : i32
+  %5 = mul %3, %4 : i32
+{body}}}
+"
+        );
+        parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// The axes of the covers `body` proves for `%y`.
+    fn covers(step0: i64, body: &str) -> Vec<Vec<(String, usize)>> {
+        let plan = compile(&kernel(step0, body)).unwrap();
+        plan.covers
+            .iter()
+            .filter(|c| c.param == 1)
+            .map(|c| c.axes.iter().map(|(a, e)| (format!("{a:?}"), *e)).collect())
+            .collect()
+    }
+
+    const TILE: &str = "  %6 = load %x[%2, %5] : f32[16, 64]\n  %7 = exp %6 : f32[16, 64]\n";
+
+    #[test]
+    fn a_store_at_program_id_times_the_tile_covers_its_output() {
+        let c = covers(16, &format!("{TILE}  store %y[%2, %5], %7\n"));
+        assert_eq!(
+            c,
+            vec![vec![("Grid(0)".into(), 16), ("Grid(1)".into(), 64)]]
+        );
+    }
+
+    #[test]
+    fn stores_that_may_leave_gaps_prove_nothing() {
+        // Shifted by one column: column 0 is never written.
+        let shifted = format!(
+            "{TILE}  %8 = const 1.0 : i32\n  %9 = add %5, %8 : i32\n  store %y[%2, %9], %7\n"
+        );
+        assert!(covers(16, &shifted).is_empty());
+        // Programs 32 rows apart with 16-row tiles: every other block of rows is skipped.
+        assert!(covers(32, &format!("{TILE}  store %y[%2, %5], %7\n")).is_empty());
+        // The same grid axis on both dims: only the diagonal blocks are written.
+        let diag = format!("{TILE}  %8 = mul %0, %4 : i32\n  store %y[%2, %8], %7\n");
+        assert!(covers(16, &diag).is_empty());
+        // Two stores of the same output.
+        let twice = format!("{TILE}  store %y[%2, %5], %7\n  store %y[%2, %5], %6\n");
+        assert!(covers(16, &twice).is_empty());
+        // A loop whose step is not the tile's width.
+        let half = "  %6 = const 0.0 : i32\n  %7 = dim %x, 1 : i32\n  for %8 = %6 to %7 step 32 iter() {\n    %9 = load %x[%2, %8] : f32[16, 64]\n    store %y[%2, %8], %9\n    yield \n  }\n";
+        assert!(covers(16, half).is_empty());
+    }
+
+    #[test]
+    fn a_store_at_a_loop_counter_covers_up_to_the_loop_bound() {
+        let body = "  %6 = const 0.0 : i32\n  %7 = dim %x, 1 : i32\n  for %8 = %6 to %7 step 64 iter() {\n    %9 = load %x[%2, %8] : f32[16, 64]\n    store %y[%2, %8], %9\n    yield \n  }\n";
+        let c = covers(16, body);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0][0], ("Grid(0)".into(), 16));
+        assert_eq!(c[0][1].1, 64);
+        assert!(c[0][1].0.starts_with("Loop"), "{c:?}");
+    }
+
+    /// At launch the grid (from `%x`'s dims) must reach the end of `%y`: with `%x` of 40 rows
+    /// (3 programs of 16 rows: rows 0..48) a `%y` of 49 rows is not covered.
+    #[test]
+    fn a_grid_that_stops_short_of_the_output_proves_nothing() {
+        let k = kernel(16, &format!("{TILE}  store %y[%2, %5], %7\n"));
+        let f = super::super::Fused::new(&k).unwrap();
+        let buf = |v: &mut Vec<f32>, r: usize, c: usize, writable: bool| Buffer {
+            dtype: DType::F32,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr: v.as_mut_ptr() as *mut u8,
+            len: r * c * 4,
+            writable,
+        };
+        let (mut x, mut y) = (vec![0f32; 40 * 130], vec![0f32; 49 * 130]);
+        let same = [buf(&mut x, 40, 130, false), buf(&mut y, 40, 130, true)];
+        assert!(f.covers(&k, &same, 1));
+        let reach = [buf(&mut x, 40, 130, false), buf(&mut y, 48, 130, true)];
+        assert!(
+            f.covers(&k, &reach, 1),
+            "3 programs of 16 rows reach row 48"
+        );
+        let taller = [buf(&mut x, 40, 130, false), buf(&mut y, 49, 130, true)];
+        assert!(!f.covers(&k, &taller, 1));
+        let inputs = [buf(&mut x, 40, 130, false), buf(&mut y, 40, 130, false)];
+        assert!(
+            !f.covers(&k, &inputs, 1),
+            "a read-only output runs the interpreter"
+        );
+    }
 }

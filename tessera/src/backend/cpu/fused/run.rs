@@ -8,13 +8,19 @@ use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 use tessera_ir::tile::TileReduce;
 
-/// A worker's scratch: scalar slots, materialised tiles, chunk slots, reduction accumulators.
+/// A worker's scratch: scalar slots, materialised tiles, chunk slots, reduction accumulators,
+/// and where each chunk slot's current value is read from.
 #[derive(Default)]
 pub(crate) struct Scratch {
     sc: Vec<f64>,
     mat: Vec<f32>,
     ch: Vec<f32>,
     racc: Vec<f32>,
+    /// Per chunk slot: the address its current value is read from: the slot itself, or
+    /// (for an f32 load whose window covers the chunk, and no-op casts of it) the loaded
+    /// tensor's memory, which no program of the launch writes (`plan::compile` declines a
+    /// parameter both loaded and stored). Valid for the current chunk only.
+    cur: Vec<*const f32>,
 }
 
 impl Scratch {
@@ -24,6 +30,9 @@ impl Scratch {
         grow(&mut self.mat, plan.mat_len);
         grow(&mut self.ch, plan.chunk_slots * SLOT);
         grow(&mut self.racc, plan.reduce_len);
+        if self.cur.len() < plan.chunk_slots {
+            self.cur.resize(plan.chunk_slots, std::ptr::null());
+        }
     }
 }
 
@@ -186,11 +195,12 @@ fn cast1(from: Kind, to: DType, x: f32) -> f32 {
 /// Reads an operand for row `r`, columns `c0 .. c0 + w`.
 ///
 /// # Safety
-/// `ch` points at the chunk slots; the slot read is not the one being written.
+/// `cur[k]` holds `w` readable values for every chunk slot `k` read (set by the member that
+/// wrote the slot in this chunk); the slot read is not the one being written.
 #[inline(always)]
 unsafe fn read<'a>(
     src: Src,
-    ch: *const f32,
+    cur: *const *const f32,
     mat: *const f32,
     sc: &[f64],
     r: usize,
@@ -198,7 +208,7 @@ unsafe fn read<'a>(
     w: usize,
 ) -> V<'a> {
     match src {
-        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(ch.add(k as usize * SLOT), w) }),
+        Src::Chunk(k) => V::S(unsafe { std::slice::from_raw_parts(*cur.add(k as usize), w) }),
         Src::Mat { off, rows, cols } => {
             let ri = if rows == 1 { 0 } else { r };
             // SAFETY: the plan sized `mat` for every materialised tile.
@@ -289,7 +299,14 @@ unsafe fn group_avx2(g: &Group, s: &mut Scratch, args: &[Buffer]) {
 
 #[inline(always)]
 fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
-    let Scratch { sc, mat, ch, racc } = s;
+    let Scratch {
+        sc,
+        mat,
+        ch,
+        racc,
+        cur,
+    } = s;
+    let curp = cur.as_mut_ptr();
     let (rows, cols) = (g.rows, g.cols);
     let wmax = cols.min(CHUNK);
     let chp = ch.as_mut_ptr();
@@ -351,13 +368,19 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                 continue;
             }
             for m in &g.members {
-                // SAFETY: slots are `SLOT` apart inside `ch` (sized by `Scratch::fit`); a
-                // member's destination slot differs from the slots it reads (plan::group),
-                // except an in-place unary op, which never reads through `rd`.
+                // SAFETY: slots are `SLOT` apart inside `ch` and `cur` has one entry per slot
+                // (both sized by `Scratch::fit`); a member's destination slot differs from
+                // the slots it reads (plan::group), except an in-place unary op, which reads
+                // its operand before writing the slot. Writing a slot points `cur` back at it.
+                let own = |d: u16| unsafe { chp.add(d as usize * SLOT) };
                 let dst = |d: u16| unsafe {
-                    std::slice::from_raw_parts_mut(chp.add(d as usize * SLOT), w)
+                    *curp.add(d as usize) = own(d);
+                    std::slice::from_raw_parts_mut(own(d), w)
                 };
-                let rd = |src: Src| unsafe { read(src, chp, matp, sc, r, c0, w) };
+                // Reads a slot's current value (its own memory or the tensor it aliases).
+                let cur_of = |d: u16| unsafe { *curp.add(d as usize) };
+                let alias = |d: u16, p: *const f32| unsafe { *curp.add(d as usize) = p };
+                let rd = |src: Src| unsafe { read(src, curp, matp, sc, r, c0, w) };
                 let d = match &m.op {
                     COp::Load {
                         param,
@@ -366,12 +389,20 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         rank,
                         dst: d,
                     } => {
-                        let o = dst(*d);
                         let buf = &args[*param];
                         let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
-                        o[..lo].fill(*other);
-                        o[hi..].fill(*other);
-                        chunk::load(buf, at, &mut o[lo..hi]);
+                        if (lo, hi) == (0, w) && buf.dtype == DType::F32 && !m.round_bf16 {
+                            // The whole chunk is inside an f32 tensor: read it there, no copy.
+                            assert!((at + w) * 4 <= buf.len, "fused load out of bounds");
+                            // SAFETY: in bounds (checked above); loaded tensors are not
+                            // written during the launch (see `Scratch::cur`).
+                            alias(*d, unsafe { (buf.ptr as *const f32).add(at) });
+                        } else {
+                            let o = dst(*d);
+                            o[..lo].fill(*other);
+                            o[hi..].fill(*other);
+                            chunk::load(buf, at, &mut o[lo..hi]);
+                        }
                         Some(*d)
                     }
                     COp::Store {
@@ -388,9 +419,16 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         None
                     }
                     COp::Unary { op, a, dst: d } => {
-                        // In place when the plan gave the result its operand's slot.
-                        if !matches!(a, Src::Chunk(k) if k == d) {
-                            rd(*a).copy_to(dst(*d));
+                        // In place when the plan gave the result its operand's slot and the
+                        // value is in that slot (not read from a tensor).
+                        let in_place =
+                            matches!(a, Src::Chunk(k) if k == d && cur_of(*d) == own(*d));
+                        if !in_place {
+                            let v = rd(*a);
+                            // SAFETY: `v` is another slot, a tensor or a materialised
+                            // tile, never slot `d`'s own memory (`in_place` is false).
+                            let o = unsafe { std::slice::from_raw_parts_mut(own(*d), w) };
+                            v.copy_to(o);
                         }
                         let o = dst(*d);
                         chunk::unary(*op, o);
@@ -435,10 +473,7 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         dst: d,
                     } => {
                         let o = dst(*d);
-                        let (mk, a, b) = (rd(*mk), rd(*a), rd(*b));
-                        for (j, o) in o.iter_mut().enumerate() {
-                            *o = if mk.at(j) != 0.0 { a.at(j) } else { b.at(j) };
-                        }
+                        chunk::select(rd(*mk), rd(*a), rd(*b), o);
                         Some(*d)
                     }
                     COp::Cast {
@@ -447,10 +482,21 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         from,
                         dst: d,
                     } => {
-                        let o = dst(*d);
-                        rd(*a).copy_to(o);
-                        if !matches!(to, DType::F32 | DType::BF16) {
-                            o.iter_mut().for_each(|x| *x = cast1(*from, *to, *x));
+                        let float = matches!(to, DType::F32 | DType::BF16);
+                        match a {
+                            // A float cast that rounds nothing of a value read from a tensor
+                            // reads that tensor too (a slot's own memory may be reused by a
+                            // later member, a tensor's is not).
+                            Src::Chunk(k) if float && !m.round_bf16 && cur_of(*k) != own(*k) => {
+                                alias(*d, cur_of(*k));
+                            }
+                            _ => {
+                                let o = dst(*d);
+                                rd(*a).copy_to(o);
+                                if !float {
+                                    o.iter_mut().for_each(|x| *x = cast1(*from, *to, *x));
+                                }
+                            }
                         }
                         Some(*d)
                     }
@@ -477,21 +523,38 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                             let part = a.reduce(*op, w);
                             racc[*acc] = combine(*op, racc[*acc], part);
                         } else {
+                            // One loop per (op, operand kind), with no per-element
+                            // dispatch, so it vectorises (the same `combine` per element).
                             let accs = matw(*out + c0, w);
-                            for (j, t) in accs.iter_mut().enumerate() {
-                                *t = combine(*op, *t, a.at(j));
+                            match (op, a) {
+                                (TileReduce::Sum, V::S(x)) => {
+                                    accs.iter_mut().zip(x).for_each(|(t, x)| *t += *x)
+                                }
+                                (TileReduce::Sum, V::K(x)) => accs.iter_mut().for_each(|t| *t += x),
+                                (TileReduce::Max, V::S(x)) => accs
+                                    .iter_mut()
+                                    .zip(x)
+                                    .for_each(|(t, x)| *t = max_nan(*t, *x)),
+                                (TileReduce::Max, V::K(x)) => {
+                                    accs.iter_mut().for_each(|t| *t = max_nan(*t, x))
+                                }
                             }
                         }
                         None
                     }
                 };
                 if let Some(d) = d {
-                    let o = dst(d);
                     if m.round_bf16 {
-                        chunk::round_bf16_slice(o);
+                        // Rounded results are always in their slot (never aliased above).
+                        // SAFETY: slot `d`'s own `w` values.
+                        chunk::round_bf16_slice(unsafe {
+                            std::slice::from_raw_parts_mut(own(d), w)
+                        });
                     }
                     if let Some(off) = m.mat {
-                        matw(off + r * cols + c0, w).copy_from_slice(o);
+                        let v = rd(Src::Chunk(d));
+                        let V::S(v) = v else { unreachable!() };
+                        matw(off + r * cols + c0, w).copy_from_slice(v);
                     }
                 }
             }
@@ -594,12 +657,14 @@ fn identity(op: TileReduce) -> f32 {
 fn combine(op: TileReduce, a: f32, x: f32) -> f32 {
     match op {
         TileReduce::Sum => a + x,
-        TileReduce::Max => {
-            if a.is_nan() || x.is_nan() {
-                f32::NAN
-            } else {
-                a.max(x)
-            }
-        }
+        TileReduce::Max => max_nan(a, x),
     }
+}
+
+/// The max of two values, NaN if either is NaN (the interpreter's rule), without branches
+/// (so a loop of it vectorises).
+#[inline(always)]
+fn max_nan(a: f32, x: f32) -> f32 {
+    let m = a.max(x);
+    if a.is_nan() | x.is_nan() { f32::NAN } else { m }
 }
