@@ -1,7 +1,9 @@
 //! Times one library kernel's launches on the CPU (for profiling the launch path):
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
 //! (kernels: gelu, softmax, layernorm, add; `vmath` times the bare `vmath::gelu` loop;
-//! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`).
+//! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
+//! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
+//! faer, on the rayon pool's threads).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread).
 use std::time::Instant;
@@ -25,8 +27,35 @@ fn main() {
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
-    let w = Tensor::<f32>::randn(&[if name == "matmul" { c } else { 1 }, c], 3);
-    let run = || match name.as_str() {
+    let gemm = name.starts_with("matmul") || name == "faer";
+    let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
+    let (fa, fb) = if name == "faer" {
+        let (xv, wv) = (x.as_slice().unwrap(), w.as_slice().unwrap());
+        (
+            faer::Mat::from_fn(r, c, |i, j| xv[i * c + j]),
+            faer::Mat::from_fn(c, c, |i, j| wv[i * c + j]),
+        )
+    } else {
+        (faer::Mat::zeros(0, 0), faer::Mat::zeros(0, 0))
+    };
+    let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
+    let threads = rayon::current_num_threads();
+    let mut run = || match name.as_str() {
+        "matmul-interp" => drop(tessera::backend::cpu::fused::with_interpreter(|| {
+            tessera_kernels::matmul(&x, &w).unwrap()
+        })),
+        "faer" => faer::linalg::matmul::matmul(
+            fc.as_mut(),
+            faer::Accum::Replace,
+            fa.as_ref(),
+            fb.as_ref(),
+            1.0f32,
+            if threads == 1 {
+                faer::Par::Seq
+            } else {
+                faer::Par::rayon(threads)
+            },
+        ),
         "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
         "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
         "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
@@ -44,10 +73,10 @@ fn main() {
     let s = t.elapsed().as_secs_f64() / n as f64;
     let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
     let bytes = 2.0 * 4.0 * (r * c) as f64;
-    if name == "matmul" {
+    if gemm {
         let flops = 2.0 * (r * c * c) as f64;
         println!(
-            "matmul {r}x{c}x{c}: wall {:.2} ms ({:.2} GFLOP/s), this thread's CPU time {:.2} ms ({:.2} GFLOP/s)",
+            "{name} {r}x{c}x{c}: wall {:.2} ms ({:.2} GFLOP/s), this thread's CPU time {:.2} ms ({:.2} GFLOP/s)",
             s * 1e3,
             flops / s / 1e9,
             c_s * 1e3,

@@ -14,6 +14,7 @@ mod elementwise;
 mod exec;
 pub mod fused;
 pub mod gemm;
+pub mod matmul;
 mod memory;
 pub mod simd;
 mod value;
@@ -70,13 +71,17 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
     if total == 0 {
         return Ok(());
     }
+    let direct = program
+        .kloop
+        .as_ref()
+        .and_then(|lp| matmul::operands(lp, args));
     let run = |regs: &mut exec::Registers, pid: usize| {
         let ids = [
             pid % grid[0],
             (pid / grid[0]) % grid[1],
             pid / (grid[0] * grid[1]),
         ];
-        program.run_block(regs, ids, args)
+        program.run_block(regs, ids, args, direct.as_ref())
     };
     if total == 1 || rayon::current_num_threads() == 1 {
         let mut regs = exec::Registers::new(k);
