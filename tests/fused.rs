@@ -279,7 +279,14 @@ fn matmul_stays_on_the_gemm_path() {
 /// Seeded `(m, k, n)` GEMM shapes: `m = 1`, ragged edges of the CPU's `[128, 256, 64]`
 /// matmul tile on every axis, `k` below one K step, and random ones.
 fn gemm_shapes() -> Vec<(usize, usize, usize)> {
-    let mut v = vec![(1, 300, 70), (37, 300, 45), (130, 65, 260), (3, 1, 5), (8, 129, 257)];
+    let mut v = vec![
+        (1, 300, 70),
+        (37, 300, 45),
+        (130, 65, 260),
+        (140, 200, 30),
+        (3, 1, 5),
+        (8, 129, 257),
+    ];
     let mut s = 0x2545_F491_4F6C_DD1Du64;
     for _ in 0..3 {
         s = s
@@ -405,7 +412,11 @@ fn kahan_matmul_stays_on_the_interpreter() {
     let b = Tensor::<f32>::randn(&[300, 20], 801);
     let before = matmul::launches();
     let c = matmul_kahan(&a, &b).unwrap();
-    assert_eq!(matmul::launches(), before, "kahan_sum must not take the direct path");
+    assert_eq!(
+        matmul::launches(),
+        before,
+        "kahan_sum must not take the direct path"
+    );
     let want = fused::with_interpreter(|| matmul_kahan(&a, &b).unwrap());
     assert_eq!(c.to_vec().unwrap(), want.to_vec().unwrap());
 }

@@ -75,6 +75,11 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
         .kloop
         .as_ref()
         .and_then(|lp| matmul::operands(lp, args));
+    if let (Some(ops), Some(out)) = (&direct, program.kloop.as_ref().and_then(|lp| lp.plain))
+        && matmul::whole(ops, &args[out])
+    {
+        return Ok(());
+    }
     let run = |regs: &mut exec::Registers, pid: usize| {
         let ids = [
             pid % grid[0],

@@ -111,6 +111,83 @@ fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
     }
 }
 
+/// Runs a [`KLoop::plain`] kernel: `out = A·B` as one GEMM over the whole output, split into
+/// column strips (or row strips when `m > n`) run in parallel, each zeroed and then
+/// accumulated in place. `false` (nothing written) when `out` is not `[m, n]` f32 writable.
+pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
+    let (m, k, n) = (ops.m, ops.k, ops.n);
+    if out.dtype != DType::F32
+        || !out.writable
+        || out.dims() != [m, n]
+        || out.len < m * n * std::mem::size_of::<f32>()
+    {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    /// Products smaller than this many multiply-adds run as one job.
+    const JOB_MIN: usize = 1 << 18;
+    let threads = rayon::current_num_threads();
+    let jobs = if threads == 1 || m * n * k < JOB_MIN {
+        1
+    } else {
+        2 * threads
+    };
+    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8) rows).
+    let by_cols = n >= m;
+    let (len, align) = if by_cols { (n, 32) } else { (m, 24) };
+    let step = len.div_ceil(jobs).div_ceil(align) * align;
+    let c = SendPtr(out.ptr as *mut f32);
+    let isa = gemm::active_isa();
+    let strip = |s: usize| {
+        let (lo, hi) = (s * step, ((s + 1) * step).min(len));
+        let ((r0, r1), (c0, c1)) = if by_cols {
+            ((0, m), (lo, hi))
+        } else {
+            ((lo, hi), (0, n))
+        };
+        let c = c;
+        // SAFETY: `out` holds `m × n` f32 (checked above) that no input aliases; strips are
+        // disjoint, so each job alone accesses its rows `r0..r1` and columns `c0..c1`; A and
+        // B hold `m × k` and `k × n` elements (`operands`).
+        unsafe {
+            let base = c.0.add(r0 * n + c0);
+            for r in 0..r1 - r0 {
+                std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
+            }
+            if k > 0 {
+                gemm::gemm_f32_raw(
+                    isa,
+                    r1 - r0,
+                    c1 - c0,
+                    k,
+                    ops.a.as_ptr().add(r0 * k),
+                    k,
+                    ops.b.as_ptr().add(c0),
+                    n,
+                    base,
+                    n,
+                );
+            }
+        }
+    };
+    let strips = len.div_ceil(step);
+    if strips == 1 {
+        strip(0);
+    } else {
+        (0..strips).into_par_iter().for_each(strip);
+    }
+    true
+}
+
+/// The output pointer, shared by jobs that write disjoint strips.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: each job writes only its own strip (`whole`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
 /// The K loop's result for one block: `acc` (`[BM, BN]`, holding the loop's `+0.0` initial
 /// value) `+= A[row.., k] · B[k, col..]` over the k the loop visits (`lo..hi` in steps of
 /// `BK`, whole steps), restricted to the rows, columns and k inside the tensors. Lanes
@@ -124,8 +201,14 @@ pub(crate) fn block(lp: &KLoop, ops: &Operands, acc: &mut [f32], at: [i64; 4]) {
     let steps = (hi as i128 - lo as i128 + lp.bk as i128 - 1) / lp.bk as i128;
     let end = (lo as i128 + steps * lp.bk as i128).min(i64::MAX as i128) as i64;
     let (k0, k1) = (clip(lo, ops.k), clip(end, ops.k));
-    let (r0, r1) = (clip(row, ops.m), clip(row.saturating_add(lp.bm as i64), ops.m));
-    let (c0, c1) = (clip(col, ops.n), clip(col.saturating_add(lp.bn as i64), ops.n));
+    let (r0, r1) = (
+        clip(row, ops.m),
+        clip(row.saturating_add(lp.bm as i64), ops.m),
+    );
+    let (c0, c1) = (
+        clip(col, ops.n),
+        clip(col.saturating_add(lp.bn as i64), ops.n),
+    );
     if k1 <= k0 || r1 <= r0 || c1 <= c0 {
         return;
     }

@@ -10,7 +10,8 @@
 //! loops (two carried values) and batched or gathered operands do not match.
 
 use tessera_ir::DType;
-use tessera_ir::tile::{Inst, Kernel, Op, TValue};
+use tessera_ir::graph::BinaryOp;
+use tessera_ir::tile::{GridDim, Inst, Kernel, Op, TValue};
 
 /// A recognised K loop: what [`super::block`] needs to compute its result directly.
 #[derive(Clone, Debug)]
@@ -28,6 +29,9 @@ pub(crate) struct KLoop {
     /// The scalars: A's first row and B's first column.
     pub row: TValue,
     pub col: TValue,
+    /// When the whole kernel is `C = A·B` into an f32 parameter (see [`plain`]): that
+    /// parameter.
+    pub plain: Option<usize>,
 }
 
 /// Matches `k`; `None` when the kernel is anything else.
@@ -122,7 +126,7 @@ pub(crate) fn recognise(k: &Kernel) -> Option<KLoop> {
     if !elementwise {
         return None;
     }
-    Some(KLoop {
+    let mut lp = KLoop {
         for_inst,
         pa,
         pb,
@@ -132,5 +136,77 @@ pub(crate) fn recognise(k: &Kernel) -> Option<KLoop> {
         bk,
         row,
         col,
-    })
+        plain: None,
+    };
+    lp.plain = plain(k, &lp, pos);
+    Some(lp)
+}
+
+/// The output parameter when the kernel computes exactly `C = A·B` with `C` f32: block
+/// `(p, q)` of a `[cdiv(M, BM), cdiv(N, BN), 1]` grid runs its loop from `0` to `dim A.1`
+/// for A rows from `p·BM` and B columns from `q·BN`, and stores the accumulator (through
+/// f32→f32 casts only) unmasked at `[p·BM, q·BN]`. Every output element is then stored once,
+/// with the FMA chain of its row and column over all of K: the launch may compute the
+/// product in one GEMM with its own blocking (`super::whole`).
+fn plain(k: &Kernel, lp: &KLoop, pos: usize) -> Option<usize> {
+    let def = |v: TValue| {
+        k.body
+            .iter()
+            .map(|i| k.inst(*i))
+            .find(|d| d.results.first() == Some(&v))
+            .map(|d| &d.op)
+    };
+    let is_const = |v: TValue, x: f64| matches!(def(v), Some(Op::Const(c)) if *c == x);
+    let scaled_pid = |v: TValue, axis: u8, tile: usize| match def(v) {
+        Some(Op::Binary(BinaryOp::Mul, x, y)) => {
+            let pid = |v: TValue| matches!(def(v), Some(Op::ProgramId(a)) if *a == axis);
+            (pid(*x) && is_const(*y, tile as f64)) || (pid(*y) && is_const(*x, tile as f64))
+        }
+        _ => false,
+    };
+    let Op::For { lo, hi, .. } = &k.inst(lp.for_inst).op else {
+        return None;
+    };
+    let grid = |param: usize, axis: usize, tile: usize| GridDim {
+        dims: vec![(param, axis)],
+        tile: tile as u32,
+    };
+    if !scaled_pid(lp.row, 0, lp.bm)
+        || !scaled_pid(lp.col, 1, lp.bn)
+        || !is_const(*lo, 0.0)
+        || !matches!(def(*hi), Some(Op::Dim { param, axis: 1 }) if *param == lp.pa)
+        || k.grid[0] != grid(lp.pa, 0, lp.bm)
+        || k.grid[1] != grid(lp.pb, 1, lp.bn)
+        || !k.grid[2].dims.is_empty()
+    {
+        return None;
+    }
+    let mut value = k.inst(lp.for_inst).results[0];
+    let (last, casts) = k.body[pos + 1..].split_last()?;
+    for i in casts {
+        let d = k.inst(*i);
+        match d.op {
+            Op::Cast(x) if x == value && k.ty(d.results[0]).dtype == DType::F32 => {
+                value = d.results[0]
+            }
+            _ => return None,
+        }
+    }
+    match &k.inst(*last).op {
+        Op::Store {
+            param,
+            index,
+            value: v,
+            mask: None,
+        } if *v == value
+            && index.as_slice() == [lp.row, lp.col]
+            && k.params[*param].dtype == DType::F32
+            && k.params[*param].rank == 2
+            && *param != lp.pa
+            && *param != lp.pb =>
+        {
+            Some(*param)
+        }
+        _ => None,
+    }
 }
