@@ -8,7 +8,10 @@
 //!
 //! Kernels that [`fused`] can compile (every elementwise, row-wise, column-reduction and
 //! transpose kernel of the library, and `tile!` programs without `dot`) run as fused chunk
-//! programs instead; the interpreter is their reference and runs the rest.
+//! programs instead; the interpreter is their reference and runs the rest. A matmul kernel's
+//! K loop runs as one GEMM straight from the tensors ([`matmul`]): the whole launch when the
+//! kernel stores `A·B` unchanged into an f32 output, else each block's loop, with the
+//! epilogue interpreted.
 
 mod elementwise;
 mod exec;

@@ -86,6 +86,9 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
 fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
     /// Elements widened per task.
     const PART: usize = 1 << 16;
+    if len == 0 {
+        return Cow::Borrowed(&[]);
+    }
     // SAFETY: a Buffer addresses `len` bytes of its dtype for the launch (the launcher checks
     // shapes against bytes), aligned to the element size, and inputs are not written.
     unsafe {
