@@ -115,8 +115,9 @@ fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
 }
 
 /// Runs a [`KLoop::plain`] kernel: `out = A·B` as one GEMM over the whole output, split into
-/// column strips (or row strips when `m > n`) run in parallel, each zeroed and then
-/// accumulated in place. `false` (nothing written) when `out` is not `[m, n]` f32 writable.
+/// column strips (or row strips when `m > n`), one per rayon thread, each zeroed and then
+/// accumulated in place (two strips per thread measured slower: each strip packs all of the
+/// other operand). `false` (nothing written) when `out` is not `[m, n]` f32 writable.
 pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let (m, k, n) = (ops.m, ops.k, ops.n);
     if out.dtype != DType::F32
@@ -135,7 +136,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let jobs = if threads == 1 || m * n * k < JOB_MIN {
         1
     } else {
-        2 * threads
+        threads
     };
     // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8) rows).
     let by_cols = n >= m;
