@@ -2,7 +2,7 @@
 //!
 //! The interpreter runs a matmul kernel's K loop one `[BK]` step at a time: each step copies
 //! an `[BM, BK]` tile of A and a `[BK, BN]` tile of B out of the tensors, and `dot` packs both
-//! again for the micro-kernel. When [`pattern::recognise`] finds the loop (a plain K loop of
+//! again for the micro-kernel. When `pattern::recognise` finds the loop (a plain K loop of
 //! f32, bf16 or f16 operands with an elementwise epilogue), the interpreter instead computes the
 //! block's accumulator here with one [`super::gemm::gemm_f32`] call over the whole K range,
 //! reading A and B straight from the tensors (bf16/f16 operands are widened to f32 once per
