@@ -3,7 +3,9 @@
 //! (kernels: gelu, softmax, layernorm, rmsnorm, add, col_mean, transpose, col_sum_bf16,
 //! transpose_bf16, depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
-//! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`).
+//! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
+//! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
+//! faer, on the rayon pool's threads).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread).
 use std::time::Instant;
@@ -48,12 +50,39 @@ fn main() {
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
-    let w = Tensor::<f32>::randn(&[if name == "matmul" { c } else { 1 }, c], 3);
+    let gemm = name.starts_with("matmul") || name == "faer";
+    let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
+    let (fa, fb) = if name == "faer" {
+        let (xv, wv) = (x.as_slice().unwrap(), w.as_slice().unwrap());
+        (
+            faer::Mat::from_fn(r, c, |i, j| xv[i * c + j]),
+            faer::Mat::from_fn(c, c, |i, j| wv[i * c + j]),
+        )
+    } else {
+        (faer::Mat::zeros(0, 0), faer::Mat::zeros(0, 0))
+    };
+    let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
+    let threads = rayon::current_num_threads();
     let xb = Tensor::<bf16>::randn(&[r, c], 4);
     let (dh, dw) = (r, (c / 64).max(3));
     let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
     let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
-    let run = || match name.as_str() {
+    let mut run = || match name.as_str() {
+        "matmul-interp" => drop(tessera::backend::cpu::fused::with_interpreter(|| {
+            tessera_kernels::matmul(&x, &w).unwrap()
+        })),
+        "faer" => faer::linalg::matmul::matmul(
+            fc.as_mut(),
+            faer::Accum::Replace,
+            fa.as_ref(),
+            fb.as_ref(),
+            1.0f32,
+            if threads == 1 {
+                faer::Par::Seq
+            } else {
+                faer::Par::rayon(threads)
+            },
+        ),
         "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
         "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
         "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
@@ -86,10 +115,10 @@ fn main() {
         "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
         _ => 8.0 * n,
     };
-    if name == "matmul" {
+    if gemm {
         let flops = 2.0 * (r * c * c) as f64;
         println!(
-            "matmul {r}x{c}x{c}: wall {:.2} ms ({:.2} GFLOP/s), this thread's CPU time {:.2} ms ({:.2} GFLOP/s)",
+            "{name} {r}x{c}x{c}: wall {:.2} ms ({:.2} GFLOP/s), this thread's CPU time {:.2} ms ({:.2} GFLOP/s)",
             s * 1e3,
             flops / s / 1e9,
             c_s * 1e3,

@@ -2,8 +2,8 @@
 //! library kernel class, f32 and bf16 storage, on `[37, 300]`, `[1, 1]`, shapes wider than a
 //! chunk and seeded random shapes. Each case checks that the fast path really ran.
 
-use tessera::backend::cpu::fused;
 use tessera::backend::cpu::simd;
+use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
 use tessera_workspace::reference::{self, rel_error};
 
@@ -82,6 +82,25 @@ fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
 }
 
 /// `[37, 300]`, `[1, 1]`, wider than one chunk, and seeded random shapes.
+#[tessera::kernel(numerics = "deterministic")]
+fn matmul_det(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    a.matmul(b)
+}
+
+#[tessera::kernel(numerics = "kahan_sum")]
+fn matmul_kahan(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+    a.matmul(b)
+}
+
+#[tessera::kernel]
+fn matmul_scale_tanh(
+    a: Tensor<f16, (M, K)>,
+    b: Tensor<f16, (K, N)>,
+    s: Tensor<f32, (M, N)>,
+) -> Tensor<f32, (M, N)> {
+    tanh(a.matmul(b) * s)
+}
+
 fn shapes() -> Vec<(usize, usize)> {
     let mut v = vec![(37, 300), (1, 1), (3, 1030), (5, 2100), (70, 9)];
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
@@ -301,14 +320,160 @@ fn kahan_reductions_stay_on_the_interpreter() {
     assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
 }
 
-/// Matmul kernels keep the interpreter's GEMM path.
+/// Matmul kernels take the direct GEMM path, not the fused chunk executor.
 #[test]
 fn matmul_stays_on_the_gemm_path() {
     let a = Tensor::<f32>::randn(&[37, 300], 401);
     let b = Tensor::<f32>::randn(&[300, 20], 402);
-    let before = fused::launches();
+    let (before, direct) = (fused::launches(), matmul::launches());
     tessera_kernels::matmul(&a, &b).unwrap();
     assert_eq!(fused::launches(), before);
+    assert_eq!(matmul::launches(), direct + 1);
+}
+
+/// Seeded `(m, k, n)` GEMM shapes: `m = 1`, ragged edges of the CPU's `[128, 256, 64]`
+/// matmul tile on every axis, `k` below one K step, and random ones.
+fn gemm_shapes() -> Vec<(usize, usize, usize)> {
+    let mut v = vec![
+        (1, 300, 70),
+        (37, 300, 45),
+        (130, 65, 260),
+        (140, 200, 30),
+        (3, 1, 5),
+        (8, 129, 257),
+    ];
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..3 {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.push((
+            1 + (s >> 33) as usize % 140,
+            1 + (s >> 20) as usize % 200,
+            1 + (s >> 7) as usize % 300,
+        ));
+    }
+    v
+}
+
+/// Runs `f` on the direct GEMM path (checking that it ran) and on the interpreter's K loop:
+/// bit for bit the same output.
+fn same_bits<T: Element>(name: &str, f: impl Fn() -> Tensor<T>) -> Tensor<T> {
+    let before = matmul::launches();
+    let fast = f();
+    assert!(
+        matmul::launches() > before,
+        "{name}: the direct GEMM path did not run"
+    );
+    let slow = fused::with_interpreter(&f);
+    let bits = |t: &Tensor<T>| -> Vec<u64> {
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    };
+    assert_eq!(fast.shape(), slow.shape(), "{name}");
+    assert!(
+        bits(&fast) == bits(&slow),
+        "{name}: direct GEMM and interpreter differ"
+    );
+    fast
+}
+
+/// The direct GEMM path of matmul kernels against the interpreter's step-by-step K loop (bit
+/// for bit: both are one FMA chain per element in increasing k) and against f64 references:
+/// plain f32, `deterministic`, bf16 and f16 inputs, epilogues (bias + GELU, an elementwise
+/// product with a tensor and tanh), bf16 output.
+#[test]
+fn matmul_direct_gemm_agrees() {
+    let f64s = |t: &Tensor<f32>| t.to_f64_vec().unwrap();
+    for (i, &(m, k, n)) in gemm_shapes().iter().enumerate() {
+        let s = 700 + 10 * i as u64;
+        let tag = format!("{m}x{k}x{n}");
+        let a = Tensor::<f32>::randn(&[m, k], s + 1);
+        let b = Tensor::<f32>::randn(&[k, n], s + 2);
+        let bias = Tensor::<f32>::randn(&[n], s + 3);
+        let want = reference::matmul(&f64s(&a), &f64s(&b), m, k, n);
+        let c = same_bits(&format!("matmul {tag}"), || {
+            tessera_kernels::matmul(&a, &b).unwrap()
+        });
+        let e = rel_error(&f64s(&c), &want);
+        assert!(e < 1e-5, "matmul {tag} vs f64: {e:e}");
+        let c = same_bits(&format!("matmul deterministic {tag}"), || {
+            matmul_det(&a, &b).unwrap()
+        });
+        assert!(rel_error(&f64s(&c), &want) < 1e-5, "deterministic {tag}");
+        let y = same_bits(&format!("linear+bias+gelu {tag}"), || {
+            tessera_kernels::linear_bias_gelu(&a, &b, &bias).unwrap()
+        });
+        let bv = f64s(&bias);
+        let want_g: Vec<f64> = (0..m * n)
+            .map(|j| reference::gelu(want[j] + bv[j % n]))
+            .collect();
+        let e = rel_error(&f64s(&y), &want_g);
+        assert!(e < 1e-5, "linear+bias+gelu {tag} vs f64: {e:e}");
+        // bf16 inputs, f32 output: the inputs' values are exact in f32.
+        let (ab, bb) = (
+            Tensor::<bf16>::randn(&[m, k], s + 4),
+            Tensor::<bf16>::randn(&[k, n], s + 5),
+        );
+        let c = same_bits(&format!("matmul bf16→f32 {tag}"), || {
+            tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap()
+        });
+        let want_b = reference::matmul(
+            &ab.to_f64_vec().unwrap(),
+            &bb.to_f64_vec().unwrap(),
+            m,
+            k,
+            n,
+        );
+        let e = rel_error(&f64s(&c), &want_b);
+        assert!(e < 1e-5, "matmul bf16→f32 {tag} vs f64: {e:e}");
+        // bf16 output: one rounding of the f32 result.
+        let c = same_bits(&format!("matmul bf16 {tag}"), || {
+            tessera_kernels::matmul(&ab, &bb).unwrap()
+        });
+        let e = rel_error(&c.to_f64_vec().unwrap(), &want_b);
+        assert!(e < 1.0 / 128.0, "matmul bf16 {tag} vs f64: {e:e}");
+        // f16 inputs, an epilogue reading another tensor.
+        let (ah, bh) = (
+            Tensor::<f16>::randn(&[m, k], s + 6),
+            Tensor::<f16>::randn(&[k, n], s + 7),
+        );
+        let sc = Tensor::<f32>::randn(&[m, n], s + 8);
+        let y = same_bits(&format!("tanh(matmul f16 * s) {tag}"), || {
+            matmul_scale_tanh(&ah, &bh, &sc).unwrap()
+        });
+        let p = reference::matmul(
+            &ah.to_f64_vec().unwrap(),
+            &bh.to_f64_vec().unwrap(),
+            m,
+            k,
+            n,
+        );
+        let sv = f64s(&sc);
+        let want_t: Vec<f64> = (0..m * n).map(|j| (p[j] * sv[j]).tanh()).collect();
+        let e = rel_error(&f64s(&y), &want_t);
+        assert!(e < 1e-5, "tanh(matmul f16 * s) {tag} vs f64: {e:e}");
+    }
+}
+
+/// `kahan_sum` compensates across K tiles: its loop is not a plain K loop, so it keeps the
+/// interpreter (the direct path never changes that policy's results).
+#[test]
+fn kahan_matmul_stays_on_the_interpreter() {
+    let a = Tensor::<f32>::randn(&[37, 300], 800);
+    let b = Tensor::<f32>::randn(&[300, 20], 801);
+    let before = matmul::launches();
+    let c = matmul_kahan(&a, &b).unwrap();
+    assert_eq!(
+        matmul::launches(),
+        before,
+        "kahan_sum must not take the direct path"
+    );
+    let want = fused::with_interpreter(|| matmul_kahan(&a, &b).unwrap());
+    assert_eq!(c.to_vec().unwrap(), want.to_vec().unwrap());
 }
 
 /// Every SIMD level this CPU supports, forced in turn (`simd::force`): the fast path agrees
@@ -323,6 +488,7 @@ fn every_simd_level_agrees() {
         elementwise_kernels_and_chains_agree_f32_and_bf16();
         column_reductions_and_transposes_agree_f32_and_bf16();
         depthwise_conv_agrees();
+        matmul_direct_gemm_agrees();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);
         let b = Tensor::<f32>::randn(&[k, n], 501);

@@ -1,7 +1,7 @@
 //! The Tile IR interpreter: one program at a time, tile ops on whole tiles.
 
 use super::value::{Data, Tile};
-use super::{elementwise as ew, gemm, memory};
+use super::{elementwise as ew, gemm, matmul, memory};
 use crate::backend::Buffer;
 use crate::{Error, Result};
 use std::collections::HashSet;
@@ -15,6 +15,8 @@ pub(crate) struct Program {
     take: HashSet<(u32, u32)>,
     /// The fused fast path, when the kernel compiles for it.
     pub fused: Option<super::fused::Fused>,
+    /// The matmul K loop the direct GEMM path computes, when the kernel has one.
+    pub kloop: Option<matmul::KLoop>,
 }
 
 /// The register file of one worker.
@@ -32,10 +34,12 @@ impl Program {
         let mut take = HashSet::new();
         liveness(&kernel, &kernel.body, &[], &mut take);
         let fused = super::fused::Fused::new(&kernel).ok();
+        let kloop = matmul::recognise(&kernel);
         Program {
             kernel,
             take,
             fused,
+            kloop,
         }
     }
 
@@ -48,12 +52,21 @@ impl Program {
             .is_some_and(|f| f.covers(&self.kernel, args, param))
     }
 
-    pub fn run_block(&self, regs: &mut Registers, ids: [usize; 3], args: &[Buffer]) -> Result<()> {
+    /// Runs one program; `direct`: the launch's operands for the direct GEMM path of
+    /// [`Program::kloop`] (`None`: the K loop runs step by step).
+    pub fn run_block(
+        &self,
+        regs: &mut Registers,
+        ids: [usize; 3],
+        args: &[Buffer],
+        direct: Option<&matmul::Operands>,
+    ) -> Result<()> {
         let mut cx = Cx {
             p: self,
             regs,
             ids,
             args,
+            direct,
         };
         cx.run(&self.kernel.body).map(|_| ())
     }
@@ -108,6 +121,7 @@ struct Cx<'a> {
     regs: &'a mut Registers,
     ids: [usize; 3],
     args: &'a [Buffer],
+    direct: Option<&'a matmul::Operands<'a>>,
 }
 
 impl Cx<'_> {
@@ -267,6 +281,25 @@ impl Cx<'_> {
                 Op::Yield(vs) => {
                     let out = vs.iter().map(|v| self.own(i, *v)).collect();
                     return Ok(Some(out));
+                }
+                Op::For { lo, hi, inits, .. }
+                    if let (Some(ops), Some(lp)) = (self.direct, &self.p.kloop)
+                        && lp.for_inst == i =>
+                {
+                    // The whole K loop as one GEMM (`matmul`): bit for bit the loop's result.
+                    let mut acc = self.own(i, inits[0]);
+                    let at = [
+                        self.get(lp.row).as_index(),
+                        self.get(lp.col).as_index(),
+                        self.get(*lo).as_index(),
+                        self.get(*hi).as_index(),
+                    ];
+                    let Data::F(v) = &mut acc.data else {
+                        unreachable!("f32 accumulator (matched)")
+                    };
+                    matmul::block(lp, ops, v, at);
+                    self.set(d.results[0], acc.unknown_rows());
+                    continue;
                 }
                 Op::For {
                     iv,

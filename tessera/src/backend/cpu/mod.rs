@@ -8,13 +8,17 @@
 //!
 //! Kernels that [`fused`] can compile (every elementwise, row-wise, column-reduction and
 //! transpose kernel of the library, and `tile!` programs without `dot`) run as fused chunk
-//! programs instead; the interpreter is their reference and runs the rest.
+//! programs instead; the interpreter is their reference and runs the rest. A matmul kernel's
+//! K loop runs as one GEMM straight from the tensors ([`matmul`]): the whole launch when the
+//! kernel stores `A·B` unchanged into an f32 output, else each block's loop, with the
+//! epilogue interpreted.
 
 mod elementwise;
 mod exec;
 mod fft;
 pub mod fused;
 pub mod gemm;
+pub mod matmul;
 mod memory;
 pub mod simd;
 mod value;
@@ -71,13 +75,22 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
     if total == 0 {
         return Ok(());
     }
+    let direct = program
+        .kloop
+        .as_ref()
+        .and_then(|lp| matmul::operands(lp, args));
+    if let (Some(ops), Some(out)) = (&direct, program.kloop.as_ref().and_then(|lp| lp.plain))
+        && matmul::whole(ops, &args[out])
+    {
+        return Ok(());
+    }
     let run = |regs: &mut exec::Registers, pid: usize| {
         let ids = [
             pid % grid[0],
             (pid / grid[0]) % grid[1],
             pid / (grid[0] * grid[1]),
         ];
-        program.run_block(regs, ids, args)
+        program.run_block(regs, ids, args, direct.as_ref())
     };
     if total == 1 || rayon::current_num_threads() == 1 {
         let mut regs = exec::Registers::new(k);

@@ -51,6 +51,12 @@ pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Whether launches on this thread must run the interpreter ([`with_interpreter`]); the
+/// direct GEMM path (`super::matmul`) honours it too.
+pub(crate) fn interpreting() -> bool {
+    INTERPRET.with(|c| c.get())
+}
+
 /// How many launches made on this thread ran the fused fast path.
 ///
 /// ```

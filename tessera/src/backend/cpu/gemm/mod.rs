@@ -112,10 +112,45 @@ pub fn gemm_f32_with(
     if k == 0 {
         return;
     }
+    // SAFETY: `check_args` bounds every access.
+    unsafe {
+        gemm_f32_raw(
+            isa,
+            m,
+            n,
+            k,
+            a.as_ptr(),
+            lda,
+            b.as_ptr(),
+            ldb,
+            c.as_mut_ptr(),
+            ldc,
+        )
+    }
+}
+
+/// [`gemm_f32_with`] on raw pointers, for callers that split one `C` among threads
+/// (`super::matmul`): `C += A·B` with every dimension non-zero.
+///
+/// # Safety
+/// The pointers address matrices of the given shapes and strides (`lda >= k`, `ldb >= n`,
+/// `ldc >= n`), and no other thread accesses this `C` block meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_f32_raw(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
     let isa = clamp_isa(isa);
     if m <= rows::ROWS_MAX {
-        let (a, b, c) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-        // SAFETY: `check_args` bounds every access; the ISA is supported (`clamp_isa`).
+        // SAFETY: the caller's contract; the ISA is supported (`clamp_isa`).
         unsafe {
             match isa {
                 #[cfg(target_arch = "x86_64")]
@@ -125,45 +160,15 @@ pub fn gemm_f32_with(
         }
         return;
     }
-    // SAFETY: `check_args` guarantees every element addressed below is in
-    // bounds; the kernel's ISA is supported by the running CPU (`clamp_isa`).
+    // SAFETY: the caller's contract; the kernel's ISA is supported by the running CPU
+    // (`clamp_isa`).
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => driver::gemm::<x86::Avx512Kernel>(
-                m,
-                n,
-                k,
-                a.as_ptr(),
-                lda,
-                b.as_ptr(),
-                ldb,
-                c.as_mut_ptr(),
-                ldc,
-            ),
+            Isa::Avx512 => driver::gemm::<x86::Avx512Kernel>(m, n, k, a, lda, b, ldb, c, ldc),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => driver::gemm::<x86::Avx2Kernel>(
-                m,
-                n,
-                k,
-                a.as_ptr(),
-                lda,
-                b.as_ptr(),
-                ldb,
-                c.as_mut_ptr(),
-                ldc,
-            ),
-            _ => driver::gemm::<portable::PortableKernel>(
-                m,
-                n,
-                k,
-                a.as_ptr(),
-                lda,
-                b.as_ptr(),
-                ldb,
-                c.as_mut_ptr(),
-                ldc,
-            ),
+            Isa::Avx2 => driver::gemm::<x86::Avx2Kernel>(m, n, k, a, lda, b, ldb, c, ldc),
+            _ => driver::gemm::<portable::PortableKernel>(m, n, k, a, lda, b, ldb, c, ldc),
         }
     }
 }

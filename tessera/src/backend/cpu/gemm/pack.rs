@@ -62,26 +62,36 @@ pub(crate) unsafe fn pack_b<const NR: usize>(
     dst: *mut f32,
 ) {
     unsafe {
-        let mut j = 0;
-        let mut out = dst;
-        while j < nc {
-            let cols = NR.min(nc - j);
-            if cols == NR {
-                for p in 0..kc {
+        // Full panels, a few rows of B at a time across all panels: B is read as `ROWS`
+        // sequential streams (a panel-at-a-time walk reads one cache line per row, `ldb`
+        // apart, which defeats the prefetchers and was 30 % of an `m = 64`, `k = n = 4096`
+        // product), and each panel receives `ROWS × NR` contiguous floats.
+        const ROWS: usize = 8;
+        let full = nc / NR;
+        let mut p0 = 0;
+        while p0 < kc {
+            let rows = ROWS.min(kc - p0);
+            for jp in 0..full {
+                let src = b.add(p0 * ldb + jp * NR);
+                let o = dst.add(jp * NR * kc + p0 * NR);
+                for p in 0..rows {
                     // Fixed-size copy: lowered to a few vector moves.
-                    core::ptr::copy_nonoverlapping(b.add(p * ldb + j), out.add(p * NR), NR);
-                }
-            } else {
-                for p in 0..kc {
-                    let s = b.add(p * ldb + j);
-                    let o = out.add(p * NR);
-                    for c in 0..NR {
-                        *o.add(c) = if c < cols { *s.add(c) } else { 0.0 };
-                    }
+                    core::ptr::copy_nonoverlapping(src.add(p * ldb), o.add(p * NR), NR);
                 }
             }
-            out = out.add(NR * kc);
-            j += NR;
+            p0 += rows;
+        }
+        let j = full * NR;
+        if j < nc {
+            let cols = nc - j;
+            let out = dst.add(full * NR * kc);
+            for p in 0..kc {
+                let s = b.add(p * ldb + j);
+                let o = out.add(p * NR);
+                for c in 0..NR {
+                    *o.add(c) = if c < cols { *s.add(c) } else { 0.0 };
+                }
+            }
         }
     }
 }

@@ -1,0 +1,231 @@
+//! The direct GEMM path of matmul kernels: a kernel's whole K loop as one packed GEMM.
+//!
+//! The interpreter runs a matmul kernel's K loop one `[BK]` step at a time: each step copies
+//! an `[BM, BK]` tile of A and a `[BK, BN]` tile of B out of the tensors, and `dot` packs both
+//! again for the micro-kernel. When `pattern::recognise` finds the loop (a plain K loop of
+//! f32, bf16 or f16 operands with an elementwise epilogue), the interpreter instead computes the
+//! block's accumulator here with one [`super::gemm::gemm_f32`] call over the whole K range,
+//! reading A and B straight from the tensors (bf16/f16 operands are widened to f32 once per
+//! launch, exactly as a load widens them); only the epilogue runs op by op.
+//!
+//! Results are bit for bit the interpreter's, under every policy the pattern admits: `dot`
+//! adds products one FMA at a time in increasing k, and so does every micro-kernel, whatever
+//! the blocking; lanes of padded k steps add `+0.0` to an accumulator that, started at
+//! `+0.0`, is never `-0.0`. `kahan_sum` loops do not match the pattern and stay on the
+//! interpreter.
+//!
+//! ```
+//! // Launches on this thread count here when they took the direct path.
+//! let n = tessera::backend::cpu::matmul::launches();
+//! assert!(tessera::backend::cpu::matmul::launches() >= n);
+//! ```
+
+mod pattern;
+
+pub(crate) use pattern::{KLoop, recognise};
+
+use super::gemm;
+use crate::backend::Buffer;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::cell::Cell;
+use tessera_ir::DType;
+
+thread_local! {
+    static LAUNCHES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many launches made on this thread computed their matmul K loops on the direct path.
+///
+/// ```
+/// let n = tessera::backend::cpu::matmul::launches();
+/// assert!(tessera::backend::cpu::matmul::launches() >= n);
+/// ```
+pub fn launches() -> u64 {
+    LAUNCHES.with(|c| c.get())
+}
+
+/// A launch's A (`[m, k]`) and B (`[k, n]`) as f32, row-major.
+pub(crate) struct Operands<'a> {
+    a: Cow<'a, [f32]>,
+    b: Cow<'a, [f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+/// The operands of `lp` in `args`, or `None` when this launch needs the interpreter (forced
+/// by `fused::with_interpreter`, an argument whose dtype or rank differs from the loop's
+/// loads, or A and B disagreeing on K: then the interpreter's padding semantics apply).
+pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a>> {
+    if super::fused::interpreting() {
+        return None;
+    }
+    let (a, b) = (&args[lp.pa], &args[lp.pb]);
+    if a.dtype != lp.dtype || b.dtype != lp.dtype || a.rank != 2 || b.rank != 2 {
+        return None;
+    }
+    let (m, k, n) = (a.shape[0], a.shape[1], b.shape[1]);
+    let size = lp.dtype.size_bytes();
+    if b.shape[0] != k || a.len < m * k * size || b.len < k * n * size {
+        return None;
+    }
+    LAUNCHES.with(|c| c.set(c.get() + 1));
+    Some(Operands {
+        a: widen(a, m * k),
+        b: widen(b, k * n),
+        m,
+        k,
+        n,
+    })
+}
+
+/// The `len` elements of `buf` as f32: borrowed when they are f32, else widened (exact).
+fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
+    /// Elements widened per task.
+    const PART: usize = 1 << 16;
+    if len == 0 {
+        return Cow::Borrowed(&[]);
+    }
+    // SAFETY: a Buffer addresses `len` bytes of its dtype for the launch (the launcher checks
+    // shapes against bytes), aligned to the element size, and inputs are not written.
+    unsafe {
+        match buf.dtype {
+            DType::BF16 => {
+                let s = std::slice::from_raw_parts(buf.ptr as *const bf16, len);
+                let mut v = vec![0.0f32; len];
+                v.par_chunks_mut(PART)
+                    .zip(s.par_chunks(PART))
+                    .for_each(|(d, s)| s.convert_to_f32_slice(d));
+                Cow::Owned(v)
+            }
+            DType::F16 => {
+                let s = std::slice::from_raw_parts(buf.ptr as *const f16, len);
+                let mut v = vec![0.0f32; len];
+                v.par_chunks_mut(PART)
+                    .zip(s.par_chunks(PART))
+                    .for_each(|(d, s)| s.convert_to_f32_slice(d));
+                Cow::Owned(v)
+            }
+            _ => Cow::Borrowed(std::slice::from_raw_parts(buf.ptr as *const f32, len)),
+        }
+    }
+}
+
+/// Runs a [`KLoop::plain`] kernel: `out = A·B` as one GEMM over the whole output, split into
+/// column strips (or row strips when `m > n`), one per rayon thread, each zeroed and then
+/// accumulated in place (two strips per thread measured slower: each strip packs all of the
+/// other operand). `false` (nothing written) when `out` is not `[m, n]` f32 writable.
+pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
+    let (m, k, n) = (ops.m, ops.k, ops.n);
+    if out.dtype != DType::F32
+        || !out.writable
+        || out.dims() != [m, n]
+        || out.len < m * n * std::mem::size_of::<f32>()
+    {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    /// Products smaller than this many multiply-adds run as one job.
+    const JOB_MIN: usize = 1 << 18;
+    let threads = rayon::current_num_threads();
+    let jobs = if threads == 1 || m * n * k < JOB_MIN {
+        1
+    } else {
+        threads
+    };
+    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8) rows).
+    let by_cols = n >= m;
+    let (len, align) = if by_cols { (n, 32) } else { (m, 24) };
+    let step = len.div_ceil(jobs).div_ceil(align) * align;
+    let c = SendPtr(out.ptr as *mut f32);
+    let isa = gemm::active_isa();
+    let strip = |s: usize| {
+        let (lo, hi) = (s * step, ((s + 1) * step).min(len));
+        let ((r0, r1), (c0, c1)) = if by_cols {
+            ((0, m), (lo, hi))
+        } else {
+            ((lo, hi), (0, n))
+        };
+        let c = c;
+        // SAFETY: `out` holds `m × n` f32 (checked above) that no input aliases; strips are
+        // disjoint, so each job alone accesses its rows `r0..r1` and columns `c0..c1`; A and
+        // B hold `m × k` and `k × n` elements (`operands`).
+        unsafe {
+            let base = c.0.add(r0 * n + c0);
+            for r in 0..r1 - r0 {
+                std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
+            }
+            if k > 0 {
+                gemm::gemm_f32_raw(
+                    isa,
+                    r1 - r0,
+                    c1 - c0,
+                    k,
+                    ops.a.as_ptr().add(r0 * k),
+                    k,
+                    ops.b.as_ptr().add(c0),
+                    n,
+                    base,
+                    n,
+                );
+            }
+        }
+    };
+    let strips = len.div_ceil(step);
+    if strips == 1 {
+        strip(0);
+    } else {
+        (0..strips).into_par_iter().for_each(strip);
+    }
+    true
+}
+
+/// The output pointer, shared by jobs that write disjoint strips.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: each job writes only its own strip (`whole`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// The K loop's result for one block: `acc` (`[BM, BN]`, holding the loop's `+0.0` initial
+/// value) `+= A[row.., k] · B[k, col..]` over the k the loop visits (`lo..hi` in steps of
+/// `BK`, whole steps), restricted to the rows, columns and k inside the tensors. Lanes
+/// outside keep `+0.0` (the pattern guarantees they are never stored).
+pub(crate) fn block(lp: &KLoop, ops: &Operands, acc: &mut [f32], at: [i64; 4]) {
+    let [row, col, lo, hi] = at;
+    if hi <= lo {
+        return;
+    }
+    let clip = |x: i64, len: usize| x.clamp(0, len as i64) as usize;
+    let steps = (hi as i128 - lo as i128 + lp.bk as i128 - 1) / lp.bk as i128;
+    let end = (lo as i128 + steps * lp.bk as i128).min(i64::MAX as i128) as i64;
+    let (k0, k1) = (clip(lo, ops.k), clip(end, ops.k));
+    let (r0, r1) = (
+        clip(row, ops.m),
+        clip(row.saturating_add(lp.bm as i64), ops.m),
+    );
+    let (c0, c1) = (
+        clip(col, ops.n),
+        clip(col.saturating_add(lp.bn as i64), ops.n),
+    );
+    if k1 <= k0 || r1 <= r0 || c1 <= c0 {
+        return;
+    }
+    let (tr, tc) = ((r0 as i64 - row) as usize, (c0 as i64 - col) as usize);
+    gemm::gemm_f32(
+        r1 - r0,
+        c1 - c0,
+        k1 - k0,
+        &ops.a[r0 * ops.k + k0..],
+        ops.k,
+        &ops.b[k0 * ops.n + c0..],
+        ops.n,
+        &mut acc[tr * lp.bn + tc..],
+        lp.bn,
+    );
+}
