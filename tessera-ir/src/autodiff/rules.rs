@@ -77,8 +77,8 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             let r = super::linear::real(d, g)?;
             one(r)
         }
-        Op::Pad { lo, hi } => {
-            let r = super::linear::pad(d, lo, hi, g)?;
+        Op::Pad { lo, hi, interior } => {
+            let r = super::linear::pad(d, lo, hi, interior, g)?;
             one(r)
         }
         Op::CausalMask => {
