@@ -1,8 +1,8 @@
 //! `tessera::grad`: the backward kernels of real `#[kernel]`s run on every backend and agree
 //! with the f64 interpreter run on the same backward graphs (whose VJP rules
 //! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences); attention's
-//! (plain and causal) are checked against central finite differences of the forward graph
-//! directly.
+//! (plain and causal) and strided conv2d's (grouped, depthwise) are checked against central
+//! finite differences of the forward graph directly.
 
 use tessera::ir::reference::{Tensor64, eval};
 use tessera::prelude::*;
@@ -91,6 +91,25 @@ fn attn_causal(
     v: Tensor<f32, (B, T, E)>,
 ) -> Tensor<f32, (B, S, E)> {
     softmax(causal_mask(q.matmul(k.t()) * 0.5)).matmul(v)
+}
+
+/// A strided, grouped convolution (stride 2, padding 1, 2 groups): its input gradient is the
+/// transposed convolution (`pad` with interior padding, then a stride-1 conv2d).
+#[tessera::kernel]
+fn conv_strided(
+    x: Tensor<f32, (N, Const<9>, Const<8>, Const<4>)>,
+    w: Tensor<f32, (Const<3>, Const<3>, Const<2>, Const<6>)>,
+) -> Tensor<f32, (N, Const<5>, Const<4>, Const<6>)> {
+    tanh(conv2d(x, w, [2, 2], [1, 1], [1, 1], 2))
+}
+
+/// Depthwise at strides [3, 2] with dilation [2, 1] and padding [1, 0].
+#[tessera::kernel]
+fn conv_depthwise_strided(
+    x: Tensor<f32, (N, Const<10>, Const<9>, Const<3>)>,
+    w: Tensor<f32, (Const<2>, Const<2>, Const<1>, Const<3>)>,
+) -> Tensor<f32, (N, Const<4>, Const<4>, Const<3>)> {
+    tanh(conv2d(x, w, [3, 2], [1, 0], [2, 1], 3))
 }
 
 thread_local! {
@@ -204,6 +223,8 @@ macro_rules! backend_tests {
                 }
             }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
+            #[test] fn conv2d_strided_grouped() { device(); case_fd(&conv_strided::KERNEL, &[&[2, 9, 8, 4], &[3, 3, 2, 6]], 13); }
+            #[test] fn conv2d_strided_depthwise() { device(); case_fd(&conv_depthwise_strided::KERNEL, &[&[2, 10, 9, 3], &[2, 2, 1, 3]], 14); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
         }
     )*};

@@ -18,10 +18,11 @@
 //! min`, with broadcasting; a tie of `max`/`min` splits the cotangent evenly), `cast`,
 //! `broadcast`, `reduce.sum` / `reduce.mean` / `reduce.max`, `matmul` (plain and batched),
 //! `transpose`, `softmax`, `layernorm`, `rmsnorm`, `attention` (recomputed from its unfused
-//! form), `causal_mask`, `conv2d` (`conv.rs`: tap by tap; the input gradient of a strided
-//! convolution is an error naming the stride), `fft` / `ifft`, `complex`, `real` and `pad`
-//! (`linear.rs`: adjoints of linear maps). Any other op on the path from the parameter to the
-//! output (`spectral_mul`) is an error naming it.
+//! form), `causal_mask`, `conv2d` (`conv.rs`: the weight gradient tap by tap, the input
+//! gradient as a transposed convolution, any stride), `fft` / `ifft`, `complex`, `real` and
+//! `pad` (`linear.rs`: adjoints of linear maps; interior padding has none, an error naming it).
+//! Any other op on the path from the parameter to the output (`spectral_mul`) is an error naming
+//! it.
 //!
 //! ```
 //! use tessera_ir::{autodiff, graph};
