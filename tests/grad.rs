@@ -75,6 +75,17 @@ fn linear_gelu(
     gelu(x.matmul(w) + b)
 }
 
+/// `linear_gelu` under `kahan_sum`: its backward kernels' reductions (the bias sum included)
+/// carry the policy.
+#[tessera::kernel(numerics = "kahan_sum")]
+fn linear_gelu_kahan(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    gelu(x.matmul(w) + b)
+}
+
 #[tessera::kernel]
 fn attn(
     q: Tensor<f32, (B, S, D)>,
@@ -223,6 +234,7 @@ macro_rules! backend_tests {
                 }
             }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
+            #[test] fn matmul_bias_gelu_kahan_kernel() { device(); case(&linear_gelu_kahan::KERNEL, &[&[70, 9], &[9, 21], &[21]], 15); }
             #[test] fn conv2d_strided_grouped() { device(); case_fd(&conv_strided::KERNEL, &[&[2, 9, 8, 4], &[3, 3, 2, 6]], 13); }
             #[test] fn conv2d_strided_depthwise() { device(); case_fd(&conv_depthwise_strided::KERNEL, &[&[2, 10, 9, 3], &[2, 2, 1, 3]], 14); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
@@ -267,4 +279,22 @@ fn bias_and_gamma_gradients_fuse_into_their_producers_in_the_fusion_trace() {
         .unwrap();
     assert_eq!(c.kernels.len(), 2, "{}", c.trace());
     assert!(c.trace().contains("a row program of"), "{}", c.trace());
+}
+
+#[test]
+fn a_kahan_kernels_backward_reductions_are_kahan() {
+    let g = grad(&linear_gelu_kahan::KERNEL).unwrap();
+    for p in g.params() {
+        let c = g.kernel(p).unwrap().compiled().unwrap();
+        let policies: Vec<_> = c.graph.nodes.iter().filter_map(|n| n.op.policy()).collect();
+        // dx, dw: the matmuls; db: the bias sum over the rows (and no reduction left `fast`).
+        assert!(!policies.is_empty(), "d{p}: no reduction\n{}", c.graph);
+        assert!(
+            policies
+                .iter()
+                .all(|q| *q == tessera::NumericsPolicy::KahanSum),
+            "d{p}: {policies:?}\n{}",
+            c.graph
+        );
+    }
 }

@@ -17,7 +17,7 @@
 use super::Diff;
 use super::rules::cast;
 use crate::graph::{BinaryOp as B, Conv2d, Op, ReduceOp, Value};
-use crate::{DType, Dim, NumericsPolicy, Shape, TensorType};
+use crate::{DType, Dim, Shape, TensorType};
 
 type Grads = Vec<Option<Value>>;
 
@@ -60,7 +60,7 @@ fn sum_axes(d: &mut Diff, v: Value, axes: &[usize]) -> Result<Value, String> {
             op: ReduceOp::Sum,
             axes: axes.to_vec(),
             keepdim: false,
-            policy: NumericsPolicy::Fast,
+            policy: d.policy,
         },
         &[v],
     )
@@ -105,7 +105,10 @@ pub(super) fn conv2d(
     let [ph, pw] = c.padding.map(|s| s as i64);
     let x32 = cast(d, x, DType::F32)?;
     let w32 = cast(d, w, DType::F32)?;
-    let mm = Op::matmul(DType::F32);
+    let mm = Op::Matmul {
+        acc: DType::F32,
+        policy: d.policy,
+    };
     let mut out = vec![None, None];
     if wanted[1] {
         // Unit weights of a depthwise conv2d that subsamples by the stride.

@@ -591,3 +591,74 @@ fn causal_attention_backward_compiles_with_the_mask_in_the_score_matmul() {
         );
     }
 }
+
+/// The reduce and matmul lines of a backward graph's text.
+fn reduction_lines(g: &Graph) -> Vec<String> {
+    g.to_string()
+        .lines()
+        .filter(|l| l.contains("= reduce.") || l.contains("= matmul"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn backward_reductions_follow_the_kernel_policy() {
+    for p in ["deterministic", "kahan_sum"] {
+        // A bias sum (unbroadcast) beside a matmul's products.
+        let lin = format!(
+            "graph @lb(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {{
+  %3 = matmul %x, %w acc=f32 policy={p} : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  return %5
+}}
+"
+        );
+        // A conv2d (which names no policy) under a kernel whose reduction names one.
+        let conv = format!(
+            "graph @cs(%x: f32[2, 5, 5, 2], %w: f32[3, 3, 2, 3], %s: f32[3]) -> f32[2, 2, 2, 1] {{
+  %3 = conv2d %x, %w stride=[2, 2] padding=[1, 1] dilation=[1, 1] groups=1 : f32[2, 3, 3, 3]
+  %4 = mul %3, %s : f32[2, 3, 3, 3]
+  %5 = pad %4 lo=[0, 0, 0, 0] hi=[0, -1, -1, 0] : f32[2, 2, 2, 3]
+  %6 = reduce.sum %5 axes=[3] keepdim=true policy={p} : f32[2, 2, 2, 1]
+  return %6
+}}
+"
+        );
+        let graphs = check(&lin, &[&[6, 4], &[4, 5], &[5]], -1.0, 70);
+        let graphs: Vec<Graph> = graphs
+            .into_iter()
+            .chain(check(
+                &conv,
+                &[&[2, 5, 5, 2], &[3, 3, 2, 3], &[3]],
+                -1.0,
+                71,
+            ))
+            .collect();
+        // Every backward graph but conv2d's input gradient (a conv2d, no reduction) has some.
+        let with = graphs.iter().filter(|g| !reduction_lines(g).is_empty());
+        assert_eq!(with.count(), graphs.len() - 1);
+        for g in &graphs {
+            for l in reduction_lines(g) {
+                assert!(l.contains(&format!("policy={p}")), "{l}\n{g}");
+            }
+        }
+    }
+    // A fast kernel's stay fast, and so do those of a kernel naming two policies.
+    let mixed = "graph @mx(%x: f32[M, N], %b: f32[N]) -> f32[M] {
+  %2 = add %x, %b : f32[M, N]
+  %3 = softmax %2 policy=kahan_sum : f32[M, N]
+  %4 = reduce.sum %3 axes=[1] keepdim=false policy=deterministic : f32[M]
+  return %4
+}
+";
+    let g = grad_wrt(&parse(mixed).unwrap(), "b").unwrap();
+    assert!(
+        reduction_lines(&g)
+            .iter()
+            .any(|l| l.contains("reduce.sum %")
+                && l.contains("axes=[0]")
+                && l.contains("policy=fast")),
+        "{g}"
+    );
+}
