@@ -123,6 +123,15 @@ fn conv_depthwise_strided(
     tanh(conv2d(x, w, [3, 2], [1, 0], [2, 1], 3))
 }
 
+/// Mean pooling over the middle axes: its backward broadcasts `[B, 1, 1, C]` to
+/// `[B, H, W, C]`, an elementwise kernel over a `[B, H·W, C]` view.
+#[tessera::kernel]
+fn pool_middle(
+    x: Tensor<f32, (B, Const<4>, Const<5>, Const<3>)>,
+) -> Tensor<f32, (B, Const<1>, Const<1>, Const<3>)> {
+    tanh(mean_keepdim(x, [1, 2]))
+}
+
 thread_local! {
     static DEVICE: std::cell::RefCell<Device> = const { std::cell::RefCell::new(Device::Cpu) };
 }
@@ -235,6 +244,7 @@ macro_rules! backend_tests {
             }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
             #[test] fn matmul_bias_gelu_kahan_kernel() { device(); case(&linear_gelu_kahan::KERNEL, &[&[70, 9], &[9, 21], &[21]], 15); }
+            #[test] fn mean_over_middle_axes() { device(); case(&pool_middle::KERNEL, &[&[3, 4, 5, 3]], 16); }
             #[test] fn conv2d_strided_grouped() { device(); case_fd(&conv_strided::KERNEL, &[&[2, 9, 8, 4], &[3, 3, 2, 6]], 13); }
             #[test] fn conv2d_strided_depthwise() { device(); case_fd(&conv_depthwise_strided::KERNEL, &[&[2, 10, 9, 3], &[2, 2, 1, 3]], 14); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
