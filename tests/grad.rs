@@ -1,8 +1,9 @@
 //! `tessera::grad`: the backward kernels of real `#[kernel]`s run on every backend and agree
 //! with the f64 interpreter run on the same backward graphs (whose VJP rules
 //! `tessera-ir/src/autodiff/tests.rs` checks against central finite differences); attention's
-//! (plain and causal), conv2d's and the FFT's are checked against central finite differences
-//! of the forward graph directly.
+//! (plain and causal), conv2d's (stride 1 grouped and dilated; strided grouped; strided
+//! depthwise) and the FFT's are checked against central finite differences of the forward
+//! graph directly.
 
 use tessera::ir::reference::{Tensor64, eval};
 use tessera::prelude::*;
@@ -75,6 +76,17 @@ fn linear_gelu(
     gelu(x.matmul(w) + b)
 }
 
+/// `linear_gelu` under `kahan_sum`: its backward kernels' reductions (the bias sum included)
+/// carry the policy.
+#[tessera::kernel(numerics = "kahan_sum")]
+fn linear_gelu_kahan(
+    x: Tensor<f32, (M, K)>,
+    w: Tensor<f32, (K, N)>,
+    b: Tensor<f32, (N,)>,
+) -> Tensor<f32, (M, N)> {
+    gelu(x.matmul(w) + b)
+}
+
 #[tessera::kernel]
 fn attn(
     q: Tensor<f32, (B, S, D)>,
@@ -94,7 +106,7 @@ fn attn_causal(
 }
 
 /// A grouped, dilated, padded 3×3 convolution (stride 1) with a bias and ReLU: the implicit
-/// GEMM forward and its backward graph (tap-by-tap input and weight gradients) as kernels.
+/// GEMM forward and its backward graph (the transposed convolution for the input, tap-by-tap weight gradients) as kernels.
 #[tessera::kernel]
 fn conv_bias_relu(
     x: Tensor<f32, (N, Const<6>, Const<7>, Const<4>)>,
@@ -113,6 +125,34 @@ fn spectrum(
 ) -> Tensor<f32, (B, Const<16>, Const<3>)> {
     let f = fft(complex(x * w), 1);
     real(ifft(tanh(f) * f, 1))
+}
+
+/// A strided, grouped convolution (stride 2, padding 1, 2 groups): its input gradient is the
+/// transposed convolution (`pad` with interior padding, then a stride-1 conv2d).
+#[tessera::kernel]
+fn conv_strided(
+    x: Tensor<f32, (N, Const<9>, Const<8>, Const<4>)>,
+    w: Tensor<f32, (Const<3>, Const<3>, Const<2>, Const<6>)>,
+) -> Tensor<f32, (N, Const<5>, Const<4>, Const<6>)> {
+    tanh(conv2d(x, w, [2, 2], [1, 1], [1, 1], 2))
+}
+
+/// Depthwise at strides [3, 2] with dilation [2, 1] and padding [1, 0].
+#[tessera::kernel]
+fn conv_depthwise_strided(
+    x: Tensor<f32, (N, Const<10>, Const<9>, Const<3>)>,
+    w: Tensor<f32, (Const<2>, Const<2>, Const<1>, Const<3>)>,
+) -> Tensor<f32, (N, Const<4>, Const<4>, Const<3>)> {
+    tanh(conv2d(x, w, [3, 2], [1, 0], [2, 1], 3))
+}
+
+/// Mean pooling over the middle axes: its backward broadcasts `[B, 1, 1, C]` to
+/// `[B, H, W, C]`, an elementwise kernel over a `[B, H·W, C]` view.
+#[tessera::kernel]
+fn pool_middle(
+    x: Tensor<f32, (B, Const<4>, Const<5>, Const<3>)>,
+) -> Tensor<f32, (B, Const<1>, Const<1>, Const<3>)> {
+    tanh(mean_keepdim(x, [1, 2]))
 }
 
 thread_local! {
@@ -226,9 +266,13 @@ macro_rules! backend_tests {
                 }
             }
             #[test] fn attention() { device(); case_fd(&attn::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 10); }
+            #[test] fn matmul_bias_gelu_kahan_kernel() { device(); case(&linear_gelu_kahan::KERNEL, &[&[70, 9], &[9, 21], &[21]], 15); }
+            #[test] fn mean_over_middle_axes() { device(); case(&pool_middle::KERNEL, &[&[3, 4, 5, 3]], 16); }
+            #[test] fn conv2d_strided_grouped() { device(); case_fd(&conv_strided::KERNEL, &[&[2, 9, 8, 4], &[3, 3, 2, 6]], 13); }
+            #[test] fn conv2d_strided_depthwise() { device(); case_fd(&conv_depthwise_strided::KERNEL, &[&[2, 10, 9, 3], &[2, 2, 1, 3]], 14); }
             #[test] fn attention_causal() { device(); case_fd(&attn_causal::KERNEL, &[&[2, 5, 4], &[2, 7, 4], &[2, 7, 3]], 11); }
-            #[test] fn conv2d() { device(); case_fd(&conv_bias_relu::KERNEL, &[&[2, 6, 7, 4], &[3, 3, 2, 6], &[6]], 13); }
-            #[test] fn fft_ifft() { device(); case_fd(&spectrum::KERNEL, &[&[2, 16, 3], &[2, 16, 3]], 14); }
+            #[test] fn conv2d() { device(); case_fd(&conv_bias_relu::KERNEL, &[&[2, 6, 7, 4], &[3, 3, 2, 6], &[6]], 17); }
+            #[test] fn fft_ifft() { device(); case_fd(&spectrum::KERNEL, &[&[2, 16, 3], &[2, 16, 3]], 18); }
         }
     )*};
 }
@@ -270,4 +314,22 @@ fn bias_and_gamma_gradients_fuse_into_their_producers_in_the_fusion_trace() {
         .unwrap();
     assert_eq!(c.kernels.len(), 2, "{}", c.trace());
     assert!(c.trace().contains("a row program of"), "{}", c.trace());
+}
+
+#[test]
+fn a_kahan_kernels_backward_reductions_are_kahan() {
+    let g = grad(&linear_gelu_kahan::KERNEL).unwrap();
+    for p in g.params() {
+        let c = g.kernel(p).unwrap().compiled().unwrap();
+        let policies: Vec<_> = c.graph.nodes.iter().filter_map(|n| n.op.policy()).collect();
+        // dx, dw: the matmuls; db: the bias sum over the rows (and no reduction left `fast`).
+        assert!(!policies.is_empty(), "d{p}: no reduction\n{}", c.graph);
+        assert!(
+            policies
+                .iter()
+                .all(|q| *q == tessera::NumericsPolicy::KahanSum),
+            "d{p}: {policies:?}\n{}",
+            c.graph
+        );
+    }
 }

@@ -572,31 +572,42 @@ fn layout_case() {
         &ops::real(&zv),
         1e-7,
     );
-    for (i, (shape, lo, hi)) in [
-        (vec![6, 9], vec![1, 3], vec![-2, 2]),
+    // (shape, lo, hi, interior): the last three with interior padding (zero insertion) on
+    // the last padded axis, on a leading axis, and on an axis before the last padded one.
+    for (i, (shape, lo, hi, int)) in [
+        (vec![6, 9], vec![1, 3], vec![-2, 2], vec![0, 0]),
         (
             vec![2, 5, 4, 3, 2],
             vec![0, 2, -1, 0, 0],
             vec![0, 1, 3, 0, 0],
+            vec![0; 5],
         ),
-        (vec![4, 7, 3], vec![-1, 0, 2], vec![2, 0, -1]),
-        (vec![40], vec![-3], vec![5]),
+        (vec![4, 7, 3], vec![-1, 0, 2], vec![2, 0, -1], vec![0; 3]),
+        (vec![40], vec![-3], vec![5], vec![0]),
+        (
+            vec![2, 5, 4, 3],
+            vec![0, 1, -1, 0],
+            vec![0, -1, 2, 0],
+            vec![0, 1, 2, 0],
+        ),
+        (vec![3, 4, 5], vec![1, 0, 0], vec![0, 2, 0], vec![2, 0, 0]),
+        (vec![4, 7, 3], vec![-1, 0, 2], vec![2, 0, -1], vec![0, 3, 0]),
     ]
     .into_iter()
     .enumerate()
     {
         let x = randn::<f32>(&shape, 810 + i as u64);
-        let (want, out) = ops::pad(&x.to_f64_vec().unwrap(), &shape, &lo, &hi);
-        let k = unary_graph(
-            &format!("pad_{i}"),
-            &shape,
-            &format!("pad lo={lo:?} hi={hi:?}"),
-            &out,
-        );
+        let (want, out) = ops::pad_interior(&x.to_f64_vec().unwrap(), &shape, &lo, &hi, &int);
+        let attrs = if int.iter().any(|&k| k != 0) {
+            format!("pad lo={lo:?} hi={hi:?} interior={int:?}")
+        } else {
+            format!("pad lo={lo:?} hi={hi:?}")
+        };
+        let k = unary_graph(&format!("pad_{i}"), &shape, &attrs, &out);
         let y = k.launch::<f32>(&[x.arg()]).unwrap();
         assert_eq!(y.shape(), out.as_slice());
         check(
-            &format!("pad {shape:?} {lo:?} {hi:?}"),
+            &format!("pad {shape:?} {lo:?} {hi:?} {int:?}"),
             &y.to_f64_vec().unwrap(),
             &want,
             1e-7,

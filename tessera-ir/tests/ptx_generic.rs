@@ -22,6 +22,8 @@ const GRAPHS: &[&str] = &[
     // Softmax along an inner axis (permute, row softmax, permute back) and reductions over
     // inner axes (batched column reductions of merged views).
     "graph @axes(%x: f32[A, B, C, D]) -> f32[1, D] {\n  %1 = softmax %x axis=1 : f32[A, B, C, D]\n  %2 = reduce.max %1 axes=[0] keepdim=true : f32[1, B, C, D]\n  %3 = reduce.mean %2 axes=[2] keepdim=false : f32[1, B, D]\n  %4 = reduce.sum %3 axes=[1] keepdim=false : f32[1, D]\n  %5 = tanh %4 : f32[1, D]\n  return %5\n}",
+    // Interior padding (zero insertion) of the rows and columns of an NHWC tensor.
+    "graph @dilate(%x: f32[N, 4, 3, C]) -> f32[N, 8, 8, C] {\n  %1 = pad %x lo=[0, 1, 2, 0] hi=[0, 0, -1, 0] interior=[0, 1, 2, 0] : f32[N, 8, 8, C]\n  return %1\n}",
 ];
 
 /// Forward graphs whose gradient w.r.t. the named parameter holds a column reduction with a

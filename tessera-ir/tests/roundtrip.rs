@@ -96,6 +96,13 @@ const GRAPHS: &[&str] = &[
   return %12
 }
 ",
+    // Interior padding (zero insertion): the transposed convolution of a strided conv2d's
+    // input gradient.
+    "graph @dilate(%x: f32[N, 4, 3, C]) -> f32[N, 8, 8, C] {
+  %1 = pad %x lo=[0, 1, 2, 0] hi=[0, 0, -1, 0] interior=[0, 1, 2, 0] : f32[N, 8, 8, C]
+  return %1
+}
+",
 ];
 
 #[test]

@@ -519,7 +519,7 @@ impl Cx {
                 let x = tensors(self, 1)?;
                 let lo = ints(&args[1], "pad's `lo`")?;
                 let hi = ints(&args[2], "pad's `hi`")?;
-                self.push(at, Op::Pad { lo, hi }, &x)?
+                self.push(at, Op::pad(lo, hi), &x)?
             }
             "spectral_mul" => {
                 arity(3)?;

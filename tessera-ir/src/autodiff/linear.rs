@@ -46,16 +46,22 @@ pub(super) fn real(d: &mut Diff, g: Value) -> Result<Value, String> {
     d.push(Op::Complex, &[g])
 }
 
-/// `pad lo hi`: the cotangent cropped back (`pad −lo −hi`).
-pub(super) fn pad(d: &mut Diff, lo: &[i64], hi: &[i64], g: Value) -> Result<Value, String> {
+/// `pad lo hi`: the cotangent cropped back (`pad −lo −hi`). Interior padding's adjoint would
+/// subsample the cotangent, which Graph IR has no op for: an error naming it.
+pub(super) fn pad(
+    d: &mut Diff,
+    lo: &[i64],
+    hi: &[i64],
+    interior: &[u64],
+    g: Value,
+) -> Result<Value, String> {
+    if interior.iter().any(|&i| i != 0) {
+        return Err(format!(
+            "no gradient for pad with interior={interior:?} (its adjoint subsamples, which Graph IR has no op for)"
+        ));
+    }
     let neg = |v: &[i64]| v.iter().map(|a| -a).collect();
-    d.push(
-        Op::Pad {
-            lo: neg(lo),
-            hi: neg(hi),
-        },
-        &[g],
-    )
+    d.push(Op::pad(neg(lo), neg(hi)), &[g])
 }
 
 /// `causal_mask` (forward node `v`): the cotangent where the mask keeps the entry, 0 where it

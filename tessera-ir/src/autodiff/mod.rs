@@ -11,17 +11,22 @@
 //! `%dy` through those nodes in reverse topological order, each op contributing its VJP rule
 //! (`rules.rs`) in terms of other Graph IR ops, and contributions to a value used more than
 //! once are summed. Cotangents of a value carry the value's dtype; a broadcast operand's
-//! cotangent is summed back to its shape.
+//! cotangent is summed back to its shape. Reductions follow the numerics policy of the
+//! forward op they differentiate (a matmul's products and batch sum, a softmax's or norm's row
+//! sums); the sums no forward op orders (broadcast operands' cotangents, conv2d's taps) follow
+//! the kernel's policy: the one non-fast policy the forward graph's reductions name, else
+//! `fast`.
 //!
 //! The VJP rules: every unary op (`neg exp log sqrt rsqrt tanh sigmoid relu gelu abs`; the
 //! piecewise ones take the one-sided derivative 0 at 0), binary ops (`add sub mul div max
 //! min`, with broadcasting; a tie of `max`/`min` splits the cotangent evenly), `cast`,
 //! `broadcast`, `reduce.sum` / `reduce.mean` / `reduce.max`, `matmul` (plain and batched),
 //! `transpose`, `softmax`, `layernorm`, `rmsnorm`, `attention` (recomputed from its unfused
-//! form), `causal_mask`, `conv2d` (`conv.rs`: tap by tap; the input gradient of a strided
-//! convolution is an error naming the stride), `fft` / `ifft`, `complex`, `real` and `pad`
-//! (`linear.rs`: adjoints of linear maps). Any other op on the path from the parameter to the
-//! output (`spectral_mul`) is an error naming it.
+//! form), `causal_mask`, `conv2d` (`conv.rs`: the weight gradient tap by tap, the input
+//! gradient as a transposed convolution, any stride), `fft` / `ifft`, `complex`, `real` and
+//! `pad` (`linear.rs`: adjoints of linear maps; interior padding has none, an error naming it).
+//! Any other op on the path from the parameter to the output (`spectral_mul`) is an error naming
+//! it.
 //!
 //! ```
 //! use tessera_ir::{autodiff, graph};
@@ -44,7 +49,7 @@ mod rules;
 mod tests;
 
 use crate::graph::{Graph, GraphBuilder, Op, Value};
-use crate::{DType, TensorType};
+use crate::{DType, NumericsPolicy, TensorType};
 
 /// A gradient graph: the parameter it differentiates and the backward graph.
 #[derive(Clone, Debug, PartialEq)]
@@ -154,7 +159,12 @@ pub fn grad_wrt(g: &Graph, param: &str) -> Result<Graph, GradError> {
     if live[g.output.index()] {
         cot[g.output.index()] = Some(dy);
     }
-    let mut d = Diff { b, fwd: g, map };
+    let mut d = Diff {
+        b,
+        fwd: g,
+        map,
+        policy: kernel_policy(g),
+    };
     for i in (0..g.nodes.len()).rev() {
         let v = Value(i as u32);
         let Some(ct) = cot[i] else { continue };
@@ -194,12 +204,25 @@ pub fn grad_wrt(g: &Graph, param: &str) -> Result<Graph, GradError> {
     Ok(graph)
 }
 
-/// The backward graph under construction: the builder, and the forward graph with the map
-/// from its values to their copies.
+/// The numerics policy of the kernel `g` is: the one non-fast policy its reductions name
+/// (a `#[kernel(numerics = ..)]` attribute stamps every reduction), else `fast` — also when
+/// they name several, as no single policy is the kernel's then.
+fn kernel_policy(g: &Graph) -> NumericsPolicy {
+    match crate::graph::policies(g).as_slice() {
+        [p] => *p,
+        _ => NumericsPolicy::Fast,
+    }
+}
+
+/// The backward graph under construction: the builder, the forward graph with the map from
+/// its values to their copies, and the kernel's numerics policy.
 pub(crate) struct Diff<'g> {
     pub b: GraphBuilder,
     pub fwd: &'g Graph,
     pub map: Vec<Value>,
+    /// The policy of the reductions the rules add that no forward op orders (the sums of
+    /// broadcast operands' cotangents, conv2d's tap products and sums): [`kernel_policy`].
+    pub policy: NumericsPolicy,
 }
 
 impl Diff<'_> {

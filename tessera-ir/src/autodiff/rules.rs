@@ -39,7 +39,7 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             let r = reduce(d, *op, axes, *keepdim, *policy, (x[0], y), g)?;
             one(r)
         }
-        Op::Matmul { .. } => matmul(d, x[0], x[1], g, wanted)?,
+        Op::Matmul { policy, .. } => matmul(d, x[0], x[1], *policy, g, wanted)?,
         Op::Transpose => {
             let r = d.push(Op::Transpose, &[g])?;
             one(r)
@@ -77,8 +77,8 @@ pub(super) fn vjp(d: &mut Diff, v: Value, g: Value, wanted: &[bool]) -> Result<G
             let r = super::linear::real(d, g)?;
             one(r)
         }
-        Op::Pad { lo, hi } => {
-            let r = super::linear::pad(d, lo, hi, g)?;
+        Op::Pad { lo, hi, interior } => {
+            let r = super::linear::pad(d, lo, hi, interior, g)?;
             one(r)
         }
         Op::CausalMask => {
@@ -287,24 +287,18 @@ fn reduce_op(op: ReduceOp, axis: usize, keepdim: bool, policy: NumericsPolicy) -
 }
 
 /// Sums the cotangent `g` of a broadcast result back to the operand type `to`: leading axes
-/// the operand lacks are summed away, axes where it has extent 1 are summed keeping the dim.
-/// The dtype is `to`'s.
+/// the operand lacks are summed away, axes where it has extent 1 are summed keeping the dim,
+/// under the kernel's numerics policy ([`Diff::policy`]). The dtype is `to`'s.
 pub(super) fn unbroadcast(d: &mut Diff, g: Value, to: &TensorType) -> Result<Value, String> {
     let mut g = g;
     let r = to.shape.rank();
     while d.ty(g).shape.rank() > r {
-        g = d.push(
-            reduce_op(ReduceOp::Sum, 0, false, NumericsPolicy::Fast),
-            &[g],
-        )?;
+        g = d.push(reduce_op(ReduceOp::Sum, 0, false, d.policy), &[g])?;
     }
     for (i, want) in to.shape.0.iter().enumerate() {
         let have = d.ty(g).shape.0[i].clone();
         if want.is_one() && !have.is_one() {
-            g = d.push(
-                reduce_op(ReduceOp::Sum, i, true, NumericsPolicy::Fast),
-                &[g],
-            )?;
+            g = d.push(reduce_op(ReduceOp::Sum, i, true, d.policy), &[g])?;
         }
     }
     let g = cast(d, g, to.dtype)?;
@@ -415,12 +409,20 @@ fn reduce(
     d.bin(B::Div, spread, ones)
 }
 
-fn matmul(d: &mut Diff, a: Value, b: Value, g: Value, wanted: &[bool]) -> Result<Grads, String> {
+fn matmul(
+    d: &mut Diff,
+    a: Value,
+    b: Value,
+    policy: NumericsPolicy,
+    g: Value,
+    wanted: &[bool],
+) -> Result<Grads, String> {
     let (ta, tb) = (d.ty(a), d.ty(b));
     let gd = d.ty(g).dtype;
-    // The products run in the cotangent's dtype (the forward accumulator, f32 for floats).
+    // The products run in the cotangent's dtype (the forward accumulator, f32 for floats),
+    // under the forward matmul's policy, as does the sum over a shared operand's batch.
     let (a32, b32) = (cast(d, a, gd)?, cast(d, b, gd)?);
-    let mm = Op::matmul(gd);
+    let mm = Op::Matmul { acc: gd, policy };
     let ga = if wanted[0] {
         // dA = g · Bᵀ
         let bt = d.push(Op::Transpose, &[b32])?;
@@ -434,10 +436,7 @@ fn matmul(d: &mut Diff, a: Value, b: Value, g: Value, wanted: &[bool]) -> Result
         let at = d.push(Op::Transpose, &[a32])?;
         let mut r = d.push(mm, &[at, g])?;
         while d.ty(r).shape.rank() > tb.shape.rank() {
-            r = d.push(
-                reduce_op(ReduceOp::Sum, 0, false, NumericsPolicy::Fast),
-                &[r],
-            )?;
+            r = d.push(reduce_op(ReduceOp::Sum, 0, false, policy), &[r])?;
         }
         Some(cast(d, r, tb.dtype)?)
     } else {
@@ -533,7 +532,10 @@ fn attention(
         cast(d, x[1], DType::F32)?,
         cast(d, x[2], DType::F32)?,
     );
-    let mm = Op::matmul(DType::F32);
+    let mm = Op::Matmul {
+        acc: DType::F32,
+        policy,
+    };
     let kt = d.push(Op::Transpose, &[k])?;
     let s = d.push(mm.clone(), &[q, kt])?;
     let c = d.konst(scale, DType::F32);

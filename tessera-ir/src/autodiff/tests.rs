@@ -411,23 +411,71 @@ fn conv2d_padding_dilation_groups() {
     }
 }
 
-#[test]
-fn conv2d_strided_weight_gradient_and_input_gradient_error() {
-    // The weight gradient of a strided conv (stride 2, padding 1, dilation 2, 2 groups).
-    let (x, w, out) = ([2, 7, 6, 4], [3, 2, 2, 4], [2, 3, 3, 4]);
-    let src = conv_src(
-        x,
-        w,
-        out,
-        "stride=[2, 2] padding=[1, 1] dilation=[2, 2] groups=2",
+/// `conv_src` with the output extents computed from the attributes.
+fn conv_case(
+    x: [usize; 4],
+    w: [usize; 4],
+    s: [usize; 2],
+    p: [usize; 2],
+    dl: [usize; 2],
+    g: usize,
+) -> String {
+    let o = |a: usize| (x[1 + a] + 2 * p[a] - dl[a] * (w[a] - 1) - 1) / s[a] + 1;
+    let attrs = format!(
+        "stride=[{}, {}] padding=[{}, {}] dilation=[{}, {}] groups={g}",
+        s[0], s[1], p[0], p[1], dl[0], dl[1]
     );
-    check_only(&src, &[&x, &w], -1.0, 40, Some(&["w"]));
-    // Its input gradient is an error naming the stride.
-    let e = grad_wrt(&parse(&src).unwrap(), "x")
-        .unwrap_err()
-        .to_string();
+    conv_src(x, w, [x[0], o(0), o(1), w[3]], &attrs)
+}
+
+#[test]
+fn conv2d_strided_gradients() {
+    // (x, w, stride, padding, dilation, groups): stride 2 "same"-padded; stride 3 with
+    // uneven padding; stride 2 with dilation 2 and two groups; depthwise at stride 2;
+    // depthwise with channel multiplier 2, strides [3, 2] and dilation [1, 2]; a 1×1 kernel
+    // at stride 3 (input rows no output reads get gradient 0).
+    type Case = (
+        [usize; 4],
+        [usize; 4],
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        usize,
+    );
+    let cases: [Case; 6] = [
+        ([2, 7, 6, 3], [3, 3, 3, 4], [2, 2], [1, 1], [1, 1], 1),
+        ([1, 8, 7, 2], [2, 3, 2, 3], [3, 3], [0, 2], [1, 1], 1),
+        ([2, 7, 6, 4], [3, 2, 2, 4], [2, 2], [1, 1], [2, 2], 2),
+        ([1, 7, 7, 3], [3, 3, 1, 3], [2, 2], [1, 1], [1, 1], 3),
+        ([1, 6, 5, 2], [2, 2, 1, 4], [3, 2], [1, 0], [1, 2], 2),
+        ([1, 7, 7, 2], [1, 1, 2, 3], [3, 3], [0, 0], [1, 1], 1),
+    ];
+    for (i, (x, w, s, p, dl, g)) in cases.into_iter().enumerate() {
+        let graphs = check(
+            &conv_case(x, w, s, p, dl, g),
+            &[&x, &w],
+            -1.0,
+            50 + i as u64,
+        );
+        // The input gradient is one stride-1 conv2d over `dy` with zeros inserted (beside the
+        // recomputed forward conv2d that tanh's derivative reads).
+        let dx = graphs[0].to_string();
+        let interior = format!("interior=[0, {}, {}, 0]", s[0] - 1, s[1] - 1);
+        assert!(dx.contains(&interior), "{dx}");
+        assert_eq!(dx.matches("conv2d").count(), 2, "{dx}");
+    }
+}
+
+#[test]
+fn interior_pad_has_no_gradient() {
+    let src = "graph @ip(%x: f32[3, 4]) -> f32[5, 4] {
+  %1 = pad %x lo=[0, 0] hi=[0, 0] interior=[1, 0] : f32[5, 4]
+  return %1
+}
+";
+    let e = grad_wrt(&parse(src).unwrap(), "x").unwrap_err().to_string();
     assert!(
-        e.contains("%2 (conv2d)") && e.contains("stride [2, 2]"),
+        e.contains("%1 (pad)") && e.contains("interior=[1, 0]"),
         "{e}"
     );
 }
@@ -542,4 +590,75 @@ fn causal_attention_backward_compiles_with_the_mask_in_the_score_matmul() {
             "{trace}"
         );
     }
+}
+
+/// The reduce and matmul lines of a backward graph's text.
+fn reduction_lines(g: &Graph) -> Vec<String> {
+    g.to_string()
+        .lines()
+        .filter(|l| l.contains("= reduce.") || l.contains("= matmul"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn backward_reductions_follow_the_kernel_policy() {
+    for p in ["deterministic", "kahan_sum"] {
+        // A bias sum (unbroadcast) beside a matmul's products.
+        let lin = format!(
+            "graph @lb(%x: f32[M, K], %w: f32[K, N], %b: f32[N]) -> f32[M, N] {{
+  %3 = matmul %x, %w acc=f32 policy={p} : f32[M, N]
+  %4 = add %3, %b : f32[M, N]
+  %5 = gelu %4 : f32[M, N]
+  return %5
+}}
+"
+        );
+        // A conv2d (which names no policy) under a kernel whose reduction names one.
+        let conv = format!(
+            "graph @cs(%x: f32[2, 5, 5, 2], %w: f32[3, 3, 2, 3], %s: f32[3]) -> f32[2, 2, 2, 1] {{
+  %3 = conv2d %x, %w stride=[2, 2] padding=[1, 1] dilation=[1, 1] groups=1 : f32[2, 3, 3, 3]
+  %4 = mul %3, %s : f32[2, 3, 3, 3]
+  %5 = pad %4 lo=[0, 0, 0, 0] hi=[0, -1, -1, 0] : f32[2, 2, 2, 3]
+  %6 = reduce.sum %5 axes=[3] keepdim=true policy={p} : f32[2, 2, 2, 1]
+  return %6
+}}
+"
+        );
+        let graphs = check(&lin, &[&[6, 4], &[4, 5], &[5]], -1.0, 70);
+        let graphs: Vec<Graph> = graphs
+            .into_iter()
+            .chain(check(
+                &conv,
+                &[&[2, 5, 5, 2], &[3, 3, 2, 3], &[3]],
+                -1.0,
+                71,
+            ))
+            .collect();
+        // Every backward graph but conv2d's input gradient (a conv2d, no reduction) has some.
+        let with = graphs.iter().filter(|g| !reduction_lines(g).is_empty());
+        assert_eq!(with.count(), graphs.len() - 1);
+        for g in &graphs {
+            for l in reduction_lines(g) {
+                assert!(l.contains(&format!("policy={p}")), "{l}\n{g}");
+            }
+        }
+    }
+    // A fast kernel's stay fast, and so do those of a kernel naming two policies.
+    let mixed = "graph @mx(%x: f32[M, N], %b: f32[N]) -> f32[M] {
+  %2 = add %x, %b : f32[M, N]
+  %3 = softmax %2 policy=kahan_sum : f32[M, N]
+  %4 = reduce.sum %3 axes=[1] keepdim=false policy=deterministic : f32[M]
+  return %4
+}
+";
+    let g = grad_wrt(&parse(mixed).unwrap(), "b").unwrap();
+    assert!(
+        reduction_lines(&g)
+            .iter()
+            .any(|l| l.contains("reduce.sum %")
+                && l.contains("axes=[0]")
+                && l.contains("policy=fast")),
+        "{g}"
+    );
 }

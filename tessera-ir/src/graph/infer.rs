@@ -246,26 +246,30 @@ pub fn infer(op: &Op, args: &[&TensorType]) -> Result<TensorType, String> {
                 Shape(x.shape.0[..r - 1].to_vec()),
             ))
         }
-        Op::Pad { lo, hi } => {
+        Op::Pad { lo, hi, interior } => {
             arity(1)?;
             let x = args[0];
             let r = x.shape.rank();
-            if lo.len() != r || hi.len() != r {
+            if lo.len() != r || hi.len() != r || interior.len() != r {
                 return Err(format!(
-                    "needs {r} lo and hi amounts for {x}, got {} and {}",
+                    "needs {r} lo, hi and interior amounts for {x}, got {}, {} and {}",
                     lo.len(),
-                    hi.len()
+                    hi.len(),
+                    interior.len()
                 ));
             }
             let mut dims = Vec::with_capacity(r);
             for (a, d) in x.shape.0.iter().enumerate() {
                 let grow = lo[a] + hi[a];
+                let int = interior[a] as i64;
                 dims.push(match d {
-                    _ if lo[a] == 0 && hi[a] == 0 => d.clone(),
-                    Dim::Const(n) if *n as i64 + grow >= 1 => Dim::Const((*n as i64 + grow) as u64),
+                    _ if lo[a] == 0 && hi[a] == 0 && int == 0 => d.clone(),
+                    Dim::Const(n) if padded_extent(*n as i64, int) + grow >= 1 => {
+                        Dim::Const((padded_extent(*n as i64, int) + grow) as u64)
+                    }
                     Dim::Const(n) => {
                         return Err(format!(
-                            "axis {a} of extent {n} padded by {} and {} leaves nothing",
+                            "axis {a} of extent {n} padded by {} and {} (interior {int}) leaves nothing",
                             lo[a], hi[a]
                         ));
                     }
@@ -492,4 +496,9 @@ fn spectral_mul(x: &TensorType, w: &TensorType, groups: u64) -> Result<TensorTyp
         Dim::Const(2),
     ];
     Ok(TensorType::new(DType::F32, Shape(d)))
+}
+
+/// The extent of an axis of `n` elements with `interior` zeros inserted between neighbours.
+fn padded_extent(n: i64, interior: i64) -> i64 {
+    if n == 0 { 0 } else { n + (n - 1) * interior }
 }

@@ -316,13 +316,19 @@ pub enum Op {
     Complex,
     /// The real part of a complex tensor: `f32[.., 2] → f32[..]`.
     Real,
-    /// Zero padding (or cropping, for negative amounts): `y[i] = x[i − lo]` where that index is
-    /// inside `x`, else 0; axis `a` grows by `lo[a] + hi[a]`.
+    /// Zero padding (or cropping, for negative amounts), with optional interior padding (zero
+    /// insertion, as XLA's `pad`): with `k = interior[a] + 1`, `y[lo + i·k] = x[i]` along each
+    /// axis and every other element is 0; an axis of extent `n ≥ 1` becomes
+    /// `lo + (n − 1)·k + 1 + hi` (negative `lo`/`hi` crop after the insertion). Text:
+    /// `pad %x lo=[0, 1] hi=[0, -1]`, with ` interior=[0, 2]` when any is nonzero. Kernels lower
+    /// interior padding on every axis but the last.
     Pad {
         /// Elements added before the start of each axis (negative: removed).
         lo: Vec<i64>,
         /// Elements added after the end of each axis (negative: removed).
         hi: Vec<i64>,
+        /// Zeros inserted between neighbouring elements of each axis.
+        interior: Vec<u64>,
     },
     /// The spectral product of a convolution: `X: [N, P, Q, C, 2]` by `W: [P, Q, C/groups, F, 2]`
     /// (complex), `Y[n, p, q, f] = Σ_c X[n, p, q, g·Cg + c] · conj(W[p, q, c, f])` with `g` the
@@ -405,6 +411,17 @@ impl Op {
             Op::Pad { .. } => "pad".into(),
             Op::SpectralMul { .. } => "spectral_mul".into(),
         }
+    }
+
+    /// `pad` by `lo`/`hi` without interior padding.
+    ///
+    /// ```
+    /// let op = tessera_ir::graph::Op::pad(vec![1, 0], vec![0, -1]);
+    /// assert!(matches!(op, tessera_ir::graph::Op::Pad { interior, .. } if interior == [0, 0]));
+    /// ```
+    pub fn pad(lo: Vec<i64>, hi: Vec<i64>) -> Op {
+        let interior = vec![0; lo.len()];
+        Op::Pad { lo, hi, interior }
     }
 
     /// `matmul` accumulating in `acc` under the fast policy.

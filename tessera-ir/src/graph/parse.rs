@@ -237,7 +237,14 @@ fn parse_op(c: &mut Cursor, name: &str, last: usize) -> Result<(Op, bool), Parse
             let lo = c.list("[", "]", |c| c.int())?;
             attr(c, "hi")?;
             let hi = c.list("[", "]", |c| c.int())?;
-            Op::Pad { lo, hi }
+            // `interior=[..]` may be left out (none).
+            let interior = if c.eat_kw("interior") {
+                c.expect("=")?;
+                c.list("[", "]", |c| c.usize().map(|i| i as u64))?
+            } else {
+                vec![0; lo.len()]
+            };
+            Op::Pad { lo, hi, interior }
         }
         "spectral_mul" => {
             attr(c, "groups")?;

@@ -65,14 +65,17 @@ pub(crate) fn write_graph(f: &mut dyn Write, g: &Graph, notes: &[(usize, String)
                     c.groups
                 )?,
                 Op::Fft { axis, .. } => write!(f, " axis={axis}")?,
-                Op::Pad { lo, hi } => {
-                    let l = |v: &[i64]| {
-                        v.iter()
-                            .map(|x| x.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    write!(f, " lo=[{}] hi=[{}]", l(lo), l(hi))?
+                Op::Pad { lo, hi, interior } => {
+                    let l = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
+                    let (lo, hi) = (
+                        l(&mut lo.iter().map(|x| x.to_string())),
+                        l(&mut hi.iter().map(|x| x.to_string())),
+                    );
+                    write!(f, " lo=[{lo}] hi=[{hi}]")?;
+                    if interior.iter().any(|&i| i != 0) {
+                        let i = l(&mut interior.iter().map(|x| x.to_string()));
+                        write!(f, " interior=[{i}]")?
+                    }
                 }
                 Op::SpectralMul { groups } => write!(f, " groups={groups}")?,
                 Op::Matmul { acc, policy } => write!(f, " acc={acc} policy={policy}")?,

@@ -8,9 +8,12 @@
 //!   column 0 of a `[BN, 2]` tile (`real` sums the selected column: `re + 0`, exact).
 //! - `pad`: the axes after the last padded axis `a` are merged into it (`[.., d_a·I]`, so the
 //!   padding of axis `a` becomes a shift of `lo_a·I` along contiguous memory); each output row
-//!   is decomposed into its leading indices (constant extents), shifted by `lo`, and read from
-//!   the matching input row (a row outside the input reads zeros); the columns' shift is a load
-//!   origin that may lie before 0 or past the end (masked by the bounds).
+//!   is decomposed into its leading indices (constant extents), shifted by `lo` (and, for
+//!   interior padding `k − 1`, divided by `k` where it is a multiple of `k`), and read from the
+//!   matching input row (a row outside the input, or between two inserted elements, reads
+//!   zeros); the columns' shift is a load origin that may lie before 0 or past the end (masked
+//!   by the bounds). When axis `a` has interior padding it joins the rows and the columns are
+//!   the axes after it (interior padding of the last axis is an error).
 //! - `causal_mask`: `[B, Sq, Sk]` blocks of `[BM, BN]`, `select(j ≤ i + Sk − Sq, x, −∞)`.
 //! - `spectral_mul`: one output position `(n, p, q)` per row, output channels in blocks of `BN`
 //!   inside one group; a loop over the group's input channels accumulates
@@ -30,7 +33,7 @@ pub(super) fn lower(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
         Op::Complex => complex(l, n.args[0], bm, bn),
         Op::Real => real(l, n.args[0], bm, bn),
         Op::CausalMask => causal_mask(l, n.args[0], bm, bn),
-        Op::Pad { lo, hi } => pad(l, n.args[0], lo, hi, bm, bn),
+        Op::Pad { lo, hi, interior } => pad(l, n.args[0], lo, hi, interior, bm, bn),
         Op::SpectralMul { groups } => spectral_mul(l, n.args[0], n.args[1], *groups, bm, bn),
         op => Err(l.err(root, format!("{} is not a layout op", op.name()))),
     }
@@ -208,6 +211,7 @@ fn pad(
     x: Value,
     lo: &[i64],
     hi: &[i64],
+    interior: &[u64],
     bm: usize,
     bn: usize,
 ) -> Result<(), LowerError> {
@@ -217,21 +221,35 @@ fn pad(
     // the last padded axis (the last axis when nothing is padded)
     let a = (0..r)
         .rev()
-        .find(|&i| lo[i] != 0 || hi[i] != 0)
+        .find(|&i| lo[i] != 0 || hi[i] != 0 || interior[i] != 0)
         .unwrap_or(r - 1);
-    let inner: usize = match xt.shape.0[a + 1..].iter().map(konst).product() {
+    // The columns merge the axes from `cs` on: from `a` when its padding is a shift of
+    // contiguous memory, from `a + 1` when `a` has interior padding (it joins the rows).
+    let cs = if interior[a] == 0 {
+        a
+    } else if a + 1 < r {
+        a + 1
+    } else {
+        return Err(l.err(
+            x,
+            format!(
+                "pad with interior padding on the last axis of {xt} has no lowering (interior padding lowers on the other axes)"
+            ),
+        ));
+    };
+    let inner: usize = match xt.shape.0[cs + 1..].iter().map(konst).product() {
         Some(i) => i,
         None => {
             return Err(l.err(
                 x,
-                format!("pad needs constant extents after axis {a} (got {xt})"),
+                format!("pad needs constant extents after axis {cs} (got {xt})"),
             ));
         }
     };
-    let tail = r - a;
+    let tail = r - cs;
     let (lo_c, n_out) = (
-        lo[a] * inner as i64,
-        konst(&yt.shape.0[a]).map(|e| e * inner),
+        lo[cs] * inner as i64,
+        konst(&yt.shape.0[cs]).map(|e| e * inner),
     );
     let bn = block(bn, n_out);
     let xp = l.param_merged(x, 2, [1, tail]);
@@ -247,8 +265,8 @@ fn pad(
         },
         GridDim::one(),
     ]);
-    // leading axes 1..a need constant extents (axis 0 may be symbolic when not padded)
-    for ax in 1..a {
+    // leading axes 1..cs need constant extents (axis 0 may be symbolic when not padded)
+    for ax in 1..cs {
         if konst(&xt.shape.0[ax]).is_none() {
             return Err(l.err(
                 x,
@@ -256,7 +274,7 @@ fn pad(
             ));
         }
     }
-    if a > 0 && (lo[0] != 0 || hi[0] != 0) && konst(&xt.shape.0[0]).is_none() {
+    if cs > 0 && (lo[0] != 0 || hi[0] != 0 || interior[0] != 0) && konst(&xt.shape.0[0]).is_none() {
         return Err(l.err(x, format!("pad of symbolic axis 0 of {xt}")));
     }
     let p1 = l.pid(1);
@@ -271,7 +289,7 @@ fn pad(
     let mut src_row = l.c_i32(0);
     let mut stride = 1i64;
     let mut checks: Vec<TValue> = Vec::new();
-    for ax in (0..a).rev() {
+    for ax in (0..cs).rev() {
         let (idx, next) = if ax == 0 {
             (rem, rem)
         } else {
@@ -283,14 +301,25 @@ fn pad(
         };
         rem = next;
         let loa = l.c_i32(lo[ax]);
-        let si = l.bin(BinaryOp::Sub, idx, loa);
-        if lo[ax] != 0 || hi[ax] != 0 {
+        let mut si = l.bin(BinaryOp::Sub, idx, loa);
+        if lo[ax] != 0 || hi[ax] != 0 || interior[ax] != 0 {
             let xd = konst(&xt.shape.0[ax]).unwrap() as i64;
             let z = l.c_i32(0);
-            let xdc = l.c_i32(xd);
             let ge = l.cmp(CmpOp::Ge, si, z);
+            checks.push(ge);
+            if interior[ax] != 0 {
+                // `si` must be a multiple of `k`; the source index is `si / k` (a negative
+                // `si` fails the check above whatever the division rounds to)
+                let k = l.c_i32(interior[ax] as i64 + 1);
+                let q = l.bin(BinaryOp::Div, si, k);
+                let qk = l.mul(q, k);
+                let on = l.cmp(CmpOp::Eq, qk, si);
+                checks.push(on);
+                si = q;
+            }
+            let xdc = l.c_i32(xd);
             let lt = l.cmp(CmpOp::Lt, si, xdc);
-            checks.extend([ge, lt]);
+            checks.push(lt);
         }
         let st = l.c_i32(stride);
         let term = l.mul(si, st);

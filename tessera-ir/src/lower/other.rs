@@ -6,37 +6,54 @@ use crate::schedule::Schedule;
 use crate::tile::{CmpOp, GridDim, Op, TValue, TileReduce, TileType};
 use crate::{DType, NumericsPolicy};
 
-/// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output.
+/// An elementwise root (and its epilogue) over a 2-D `[rows, cols]` view of the output, or,
+/// when an operand does not broadcast along that view (`[B, 1, 1, C]` against `[B, H, W, C]`:
+/// neither the merged rows nor 1 along them), over a 3-D `[batch, rows, cols]` view whose
+/// groups every operand fits, one batch index per program along grid axis 2.
 pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let (br, bc) = (s.tile[0] as usize, s.tile[1] as usize);
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
-    let groups = view_groups(&out_shape, 2);
-    let po = l.output_param(2);
-    l.set_grid([
+    let (rank, inner) = elementwise_view(l, &out_shape);
+    let groups = view_groups_merged(&out_shape, rank, inner);
+    let po = l.output_param_merged(rank, inner);
+    let mut grid = [
         GridDim {
-            dims: vec![(po, 0)],
+            dims: vec![(po, rank - 2)],
             tile: br as u32,
         },
         GridDim {
-            dims: vec![(po, 1)],
+            dims: vec![(po, rank - 1)],
             tile: bc as u32,
         },
         GridDim::one(),
-    ]);
+    ];
+    if rank == 3 {
+        grid[2] = GridDim {
+            dims: vec![(po, 0)],
+            tile: 1,
+        };
+    }
+    l.set_grid(grid);
     let (p0, p1) = (l.pid(0), l.pid(1));
     let (cbr, cbc) = (l.c_i32(br as i64), l.c_i32(bc as i64));
     let i = l.mul(p0, cbr);
     let j = l.mul(p1, cbc);
-    let axes = [
-        Axis {
-            origin: i,
-            extent: Some(br),
-        },
-        Axis {
-            origin: j,
-            extent: Some(bc),
-        },
-    ];
+    let batch = (rank == 3).then(|| l.pid(2));
+    let mut axes: Vec<Axis> = batch
+        .map(|b| Axis {
+            origin: b,
+            extent: None,
+        })
+        .into_iter()
+        .collect();
+    axes.push(Axis {
+        origin: i,
+        extent: Some(br),
+    });
+    axes.push(Axis {
+        origin: j,
+        extent: Some(bc),
+    });
     let root = l.k.root;
     let y = l.elementwise(root, &groups, &axes)?;
     let y = l.epilogue(y, &groups, &axes)?;
@@ -44,8 +61,48 @@ pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError>
     // The output parameter was declared first so the grid can name it; move it last.
     move_output_last(l, po);
     let po = l.bindings.len() - 1;
-    l.store(po, vec![i, j], y);
+    let idx: Vec<_> = batch.into_iter().chain([i, j]).collect();
+    l.store(po, idx, y);
     Ok(())
+}
+
+/// The view an elementwise kernel runs at: rank 2 (`PLAIN`) when every operand it loads
+/// matches the output or is 1 along each of `[rows, cols]`, else the first rank-3 split
+/// `[lead, mid, last]` (`inner = [mid, 1]`) where each does (rank 2 when none does: the
+/// lowering then names the operand).
+fn elementwise_view(l: &Lower, out: &[crate::Dim]) -> (usize, [usize; 2]) {
+    let kernel: Vec<crate::graph::Value> = std::iter::once(l.k.root)
+        .chain(l.k.epilogue.iter().copied())
+        .collect();
+    let operands: Vec<Vec<crate::Dim>> = kernel
+        .iter()
+        .flat_map(|v| l.g.node(*v).args.iter())
+        .filter(|a| !kernel.contains(a))
+        .map(|a| l.g.ty(*a).shape.0.clone())
+        .collect();
+    let fits = |groups: &[Vec<crate::Dim>]| {
+        let rank: usize = groups.iter().map(|g| g.len()).sum();
+        operands.iter().all(|shape| {
+            if shape.len() > rank {
+                return false;
+            }
+            let mut padded = vec![crate::Dim::Const(1); rank - shape.len()];
+            padded.extend(shape.iter().cloned());
+            let mut pos = 0;
+            groups.iter().all(|g| {
+                let mine = &padded[pos..pos + g.len()];
+                pos += g.len();
+                mine == g.as_slice() || mine.iter().all(|d| d.is_one())
+            })
+        })
+    };
+    if out.len() < 3 || fits(&view_groups(out, 2)) {
+        return (2, PLAIN);
+    }
+    (1..out.len() - 1)
+        .map(|mid| [mid, 1])
+        .find(|inner| fits(&view_groups_merged(out, 3, *inner)))
+        .map_or((2, PLAIN), |inner| (3, inner))
 }
 
 fn move_output_last(l: &mut Lower, po: usize) {

@@ -162,7 +162,9 @@ pub fn eval_all(g: &Graph, inputs: &[Tensor64]) -> Result<Vec<Tensor64>, String>
             Op::Fft { axis, inverse } => ops::dft(&a(0).data, &a(0).shape, *axis, *inverse),
             Op::Complex => ops::complex(&a(0).data),
             Op::Real => ops::real(&a(0).data),
-            Op::Pad { lo, hi } => ops::pad(&a(0).data, &a(0).shape, lo, hi).0,
+            Op::Pad { lo, hi, interior } => {
+                ops::pad_interior(&a(0).data, &a(0).shape, lo, hi, interior).0
+            }
             Op::SpectralMul { groups } => {
                 let (x, w) = (a(0), a(1));
                 let xs = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];

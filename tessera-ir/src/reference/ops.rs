@@ -282,10 +282,31 @@ pub fn real(z: &[f64]) -> Vec<f64> {
 /// assert_eq!((y, s), (vec![0.0, 1.0], vec![2]));
 /// ```
 pub fn pad(x: &[f64], shape: &[usize], lo: &[i64], hi: &[i64]) -> (Vec<f64>, Vec<usize>) {
+    pad_interior(x, shape, lo, hi, &vec![0; shape.len()])
+}
+
+/// [`pad`] with `interior[a]` zeros inserted between neighbouring elements of axis `a`
+/// first: `y[lo + i·(interior + 1)] = x[i]`, every other element 0.
+///
+/// ```
+/// let (y, s) = tessera_ir::reference::ops::pad_interior(&[1.0, 2.0, 3.0], &[3], &[1], &[-1], &[1]);
+/// assert_eq!((y, s), (vec![0.0, 1.0, 0.0, 2.0, 0.0], vec![5]));
+/// ```
+pub fn pad_interior(
+    x: &[f64],
+    shape: &[usize],
+    lo: &[i64],
+    hi: &[i64],
+    interior: &[u64],
+) -> (Vec<f64>, Vec<usize>) {
+    let k: Vec<i64> = interior.iter().map(|&i| i as i64 + 1).collect();
     let out: Vec<usize> = shape
         .iter()
         .enumerate()
-        .map(|(a, &d)| (d as i64 + lo[a] + hi[a]).max(0) as usize)
+        .map(|(a, &d)| {
+            let n = if d == 0 { 0 } else { (d as i64 - 1) * k[a] + 1 };
+            (n + lo[a] + hi[a]).max(0) as usize
+        })
         .collect();
     let n: usize = out.iter().product();
     let mut y = vec![0.0; n];
@@ -294,12 +315,12 @@ pub fn pad(x: &[f64], shape: &[usize], lo: &[i64], hi: &[i64]) -> (Vec<f64>, Vec
         let mut src = 0usize;
         let mut stride = 1usize;
         for a in (0..out.len()).rev() {
-            let i = (rem % out[a]) as i64 - lo[a];
+            let j = (rem % out[a]) as i64 - lo[a];
             rem /= out[a];
-            if i < 0 || i >= shape[a] as i64 {
+            if j < 0 || j % k[a] != 0 || j / k[a] >= shape[a] as i64 {
                 continue 'outer;
             }
-            src += i as usize * stride;
+            src += (j / k[a]) as usize * stride;
             stride *= shape[a];
         }
         *yv = x[src];

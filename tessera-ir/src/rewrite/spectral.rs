@@ -160,10 +160,10 @@ fn replace(b: &mut GraphBuilder, m: &Match, inputs: &[Value]) -> Result<Value, T
     let q = ((xd[2] + 2 * pw) as u64).next_power_of_two() as i64;
     let xc = b.push(Op::Complex, &[x])?;
     let xp = b.push(
-        Op::Pad {
-            lo: vec![0, ph, pw, 0, 0],
-            hi: vec![0, p - xd[1] - ph, q - xd[2] - pw, 0, 0],
-        },
+        Op::pad(
+            vec![0, ph, pw, 0, 0],
+            vec![0, p - xd[1] - ph, q - xd[2] - pw, 0, 0],
+        ),
         &[xc],
     )?;
     let x1 = b.push(
@@ -182,10 +182,7 @@ fn replace(b: &mut GraphBuilder, m: &Match, inputs: &[Value]) -> Result<Value, T
     )?;
     let wc = b.push(Op::Complex, &[w])?;
     let wp = b.push(
-        Op::Pad {
-            lo: vec![0; 5],
-            hi: vec![p - wd[0], q - wd[1], 0, 0, 0],
-        },
+        Op::pad(vec![0; 5], vec![p - wd[0], q - wd[1], 0, 0, 0]),
         &[wc],
     )?;
     let w1 = b.push(
@@ -220,11 +217,5 @@ fn replace(b: &mut GraphBuilder, m: &Match, inputs: &[Value]) -> Result<Value, T
     let yr = b.push(Op::Real, &[y2])?;
     let oh = c.out_extent(0, xd[1] as u64, wd[0] as u64).unwrap_or(0) as i64;
     let ow = c.out_extent(1, xd[2] as u64, wd[1] as u64).unwrap_or(0) as i64;
-    b.push(
-        Op::Pad {
-            lo: vec![0; 4],
-            hi: vec![0, oh - p, ow - q, 0],
-        },
-        &[yr],
-    )
+    b.push(Op::pad(vec![0; 4], vec![0, oh - p, ow - q, 0]), &[yr])
 }
