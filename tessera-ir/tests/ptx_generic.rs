@@ -24,6 +24,9 @@ const GRAPHS: &[&str] = &[
     "graph @axes(%x: f32[A, B, C, D]) -> f32[1, D] {\n  %1 = softmax %x axis=1 : f32[A, B, C, D]\n  %2 = reduce.max %1 axes=[0] keepdim=true : f32[1, B, C, D]\n  %3 = reduce.mean %2 axes=[2] keepdim=false : f32[1, B, D]\n  %4 = reduce.sum %3 axes=[1] keepdim=false : f32[1, D]\n  %5 = tanh %4 : f32[1, D]\n  return %5\n}",
     // Interior padding (zero insertion) of the rows and columns of an NHWC tensor.
     "graph @dilate(%x: f32[N, 4, 3, C]) -> f32[N, 8, 8, C] {\n  %1 = pad %x lo=[0, 1, 2, 0] hi=[0, 0, -1, 0] interior=[0, 1, 2, 0] : f32[N, 8, 8, C]\n  return %1\n}",
+    // An operand broadcast along the middle axes (the gradient of a middle-axes mean): the
+    // elementwise kernel's [batch, rows, cols] view.
+    "graph @bmid(%x: f32[B, H, W, C], %m: f32[B, 1, 1, C]) -> f32[B, H, W, C] {\n  %2 = mul %x, %m : f32[B, H, W, C]\n  %3 = tanh %2 : f32[B, H, W, C]\n  return %3\n}",
 ];
 
 /// Forward graphs whose gradient w.r.t. the named parameter holds a column reduction with a
