@@ -39,21 +39,7 @@ pub(super) fn elementwise(l: &mut Lower, s: &Schedule) -> Result<(), LowerError>
     let i = l.mul(p0, cbr);
     let j = l.mul(p1, cbc);
     let batch = (rank == 3).then(|| l.pid(2));
-    let mut axes: Vec<Axis> = batch
-        .map(|b| Axis {
-            origin: b,
-            extent: None,
-        })
-        .into_iter()
-        .collect();
-    axes.push(Axis {
-        origin: i,
-        extent: Some(br),
-    });
-    axes.push(Axis {
-        origin: j,
-        extent: Some(bc),
-    });
+    let axes = tile_axes(batch, (i, br), (j, bc));
     let root = l.k.root;
     let y = l.elementwise(root, &groups, &axes)?;
     let y = l.epilogue(y, &groups, &axes)?;
@@ -201,21 +187,7 @@ pub(super) fn transpose(l: &mut Lower, s: &Schedule) -> Result<(), LowerError> {
     let y = l.b.op(Op::Trans(t), TileType::tile(dtype, &[br, bc]));
     let out_shape = l.g.ty(l.k.output).shape.0.clone();
     let groups = view_groups_merged(&out_shape, r, out_inner);
-    let mut axes: Vec<Axis> = batch
-        .map(|b| Axis {
-            origin: b,
-            extent: None,
-        })
-        .into_iter()
-        .collect();
-    axes.push(Axis {
-        origin: i,
-        extent: Some(br),
-    });
-    axes.push(Axis {
-        origin: j,
-        extent: Some(bc),
-    });
+    let axes = tile_axes(batch, (i, br), (j, bc));
     let y = l.epilogue(y, &groups, &axes)?;
     let y = l.fit(y, &[br, bc]);
     let po = l.output_param_merged(r, out_inner);
@@ -452,4 +424,30 @@ fn run_prologue(
         last = Some(t);
     }
     Ok(last.expect("a prologue"))
+}
+
+/// The axes of a `[br, bc]` tile at origins `(i, j)`, after a batch axis indexed one position
+/// at a time when there is one.
+fn tile_axes(
+    batch: Option<TValue>,
+    (i, br): (TValue, usize),
+    (j, bc): (TValue, usize),
+) -> Vec<Axis> {
+    let batch = batch.map(|b| Axis {
+        origin: b,
+        extent: None,
+    });
+    batch
+        .into_iter()
+        .chain([
+            Axis {
+                origin: i,
+                extent: Some(br),
+            },
+            Axis {
+                origin: j,
+                extent: Some(bc),
+            },
+        ])
+        .collect()
 }
