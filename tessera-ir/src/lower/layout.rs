@@ -88,6 +88,21 @@ impl Lower<'_> {
         self.cmp(CmpOp::Eq, ar, z)
     }
 
+    /// The grid of `[bm, bn]` blocks over the first two view axes of parameter `p`.
+    fn block_grid(&mut self, p: usize, bm: usize, bn: usize) {
+        self.set_grid([
+            GridDim {
+                dims: vec![(p, 0)],
+                tile: bm as u32,
+            },
+            GridDim {
+                dims: vec![(p, 1)],
+                tile: bn as u32,
+            },
+            GridDim::one(),
+        ]);
+    }
+
     /// Opens `for b in 0..bm` and returns `pid0·bm + b`.
     fn row_loop(&mut self, bm: usize) -> TValue {
         let p0 = self.pid(0);
@@ -104,17 +119,7 @@ fn complex(l: &mut Lower, x: Value, bm: usize, bn: usize) -> Result<(), LowerErr
     let bn = block(bn, ty.shape.0.last().and_then(konst));
     let xp = l.param(x, 2);
     let op = l.output_param(3);
-    l.set_grid([
-        GridDim {
-            dims: vec![(xp, 0)],
-            tile: bm as u32,
-        },
-        GridDim {
-            dims: vec![(xp, 1)],
-            tile: bn as u32,
-        },
-        GridDim::one(),
-    ]);
+    l.block_grid(xp, bm, bn);
     let p1 = l.pid(1);
     let bnc = l.c_i32(bn as i64);
     let c0 = l.mul(p1, bnc);
@@ -138,17 +143,7 @@ fn real(l: &mut Lower, x: Value, bm: usize, bn: usize) -> Result<(), LowerError>
     let bn = block(bn, konst(&ty.shape.0[r_ - 2]));
     let xp = l.param(x, 3);
     let op = l.output_param(2);
-    l.set_grid([
-        GridDim {
-            dims: vec![(xp, 0)],
-            tile: bm as u32,
-        },
-        GridDim {
-            dims: vec![(xp, 1)],
-            tile: bn as u32,
-        },
-        GridDim::one(),
-    ]);
+    l.block_grid(xp, bm, bn);
     let p1 = l.pid(1);
     let bnc = l.c_i32(bn as i64);
     let c0 = l.mul(p1, bnc);
@@ -254,17 +249,7 @@ fn pad(
     let bn = block(bn, n_out);
     let xp = l.param_merged(x, 2, [1, tail]);
     let op = l.output_param_merged(2, [1, tail]);
-    l.set_grid([
-        GridDim {
-            dims: vec![(op, 0)],
-            tile: bm as u32,
-        },
-        GridDim {
-            dims: vec![(op, 1)],
-            tile: bn as u32,
-        },
-        GridDim::one(),
-    ]);
+    l.block_grid(op, bm, bn);
     // leading axes 1..cs need constant extents (axis 0 may be symbolic when not padded)
     for ax in 1..cs {
         if konst(&xt.shape.0[ax]).is_none() {
@@ -373,17 +358,7 @@ fn spectral_mul(
     let xp = l.param(x, 3);
     let wp = l.param(w, 3);
     let op = l.output_param(3);
-    l.set_grid([
-        GridDim {
-            dims: vec![(op, 0)],
-            tile: bm as u32,
-        },
-        GridDim {
-            dims: vec![(op, 1)],
-            tile: bn as u32,
-        },
-        GridDim::one(),
-    ]);
+    l.block_grid(op, bm, bn);
     let p1 = l.pid(1);
     let bnc = l.c_i32(bn as i64);
     let f0 = l.mul(p1, bnc);
