@@ -7,9 +7,19 @@
 //! ([`HostBlock::assume_init`]) first, and kernels never load an output they have not
 //! written (the fused path declines a parameter both loaded and stored; the launch zeroes any
 //! output the program that writes it cannot prove it covers).
+//!
+//! A block of at least [`HUGE_PAGE_MIN`] bytes asks Linux for transparent huge pages on its
+//! 2 MiB-aligned interior (`madvise(MADV_HUGEPAGE)`, honoured where the system's THP mode is
+//! `madvise` or `always`): a large block is often a fresh `mmap` (glibc maps blocks above its
+//! mmap threshold, at most 32 MiB, and unmaps them on free, so a 128 MiB output is new memory
+//! on every launch), and the first write to each of its 4 KiB pages is a page fault; with huge pages one fault maps 2 MiB (figures in ARCHITECTURE.md,
+//! "Launch outputs on huge pages").
 
 use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
+
+/// Blocks of at least this many bytes get [huge pages](advise_huge_pages).
+pub(crate) const HUGE_PAGE_MIN: usize = 4 << 20;
 
 /// `bytes` bytes aligned to `align` (a power of two); freed on drop unless turned into a `Vec`
 /// by [`HostBlock::into_vec`].
@@ -54,6 +64,9 @@ impl HostBlock {
             // SAFETY: the layout has a non-zero size.
             NonNull::new(unsafe { alloc(layout) }).ok_or(oom)?
         };
+        if bytes >= HUGE_PAGE_MIN {
+            advise_huge_pages(ptr.as_ptr(), bytes);
+        }
         Ok(HostBlock {
             ptr,
             layout,
@@ -121,6 +134,29 @@ impl HostBlock {
     }
 }
 
+/// Asks the kernel to back the 2 MiB-aligned pages inside `[ptr, ptr + bytes)` with
+/// transparent huge pages, so a fresh block faults in 512 times less often. Advisory: a
+/// system without THP (or another OS) keeps 4 KiB pages, and the block's contents and
+/// ownership are unchanged either way.
+fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (ptr as usize).next_multiple_of(HUGE);
+        let end = (ptr as usize + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: `[start, end)` lies inside a block this process allocated and owns;
+            // `MADV_HUGEPAGE` changes only how the kernel backs the pages, never their
+            // contents. A failure (THP disabled) leaves ordinary pages, so it is ignored.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, bytes);
+}
+
 impl Drop for HostBlock {
     fn drop(&mut self) {
         if self.layout.size() != 0 {
@@ -166,6 +202,26 @@ mod tests {
         let b = HostBlock::uninit(8, 4).unwrap();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.as_bytes().len()));
         assert!(r.is_err(), "reading an uninitialised block must panic");
+    }
+
+    #[test]
+    fn a_huge_page_block_holds_what_is_written() {
+        // Large enough for the huge-page advice; every element written, then read back.
+        let n = (super::HUGE_PAGE_MIN + (3 << 20) + 12) / 4;
+        let mut b = HostBlock::uninit(n * 4, 4).unwrap();
+        let p = b.as_mut_ptr().cast::<f32>();
+        for i in 0..n {
+            // SAFETY: `n` f32s were allocated.
+            unsafe { p.add(i).write((i % 977) as f32 - 400.5) };
+        }
+        // SAFETY: all `n` were written.
+        unsafe { b.assume_init() };
+        let v = b.into_vec::<f32>(n).ok().unwrap();
+        assert!(
+            v.iter()
+                .enumerate()
+                .all(|(i, &x)| x == (i % 977) as f32 - 400.5)
+        );
     }
 
     #[test]
