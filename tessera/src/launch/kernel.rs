@@ -545,11 +545,9 @@ impl KernelDef {
             });
         }
         let syms = bind_symbols(name, g, args)?;
-        let device = launch_device(
-            name,
-            args.iter().map(|a| a.device()),
-            g.params.iter().map(|p| g.value_name(*p)),
-        )?;
+        let device = launch_device(name, args.iter().map(|a| a.device()), |i| {
+            g.value_name(g.params[i])
+        })?;
         if device.is_cpu() && !args.is_empty() {
             // Every argument is in host memory: the launch runs on the default device, with
             // the arguments uploaded there (its result stays there).
@@ -633,7 +631,7 @@ impl KernelDef {
         &self,
         ready: &Ready,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
     ) -> Result<Arc<Plan>> {
         let natural = ready.base.compiled.plan.depth();
         if natural == 0 || autotune::mode() == autotune::Mode::Off {
@@ -682,7 +680,7 @@ impl KernelDef {
         &self,
         plan: &Plan,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
         tune: bool,
     ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
@@ -792,7 +790,7 @@ impl KernelDef {
         &self,
         l: &Launchable,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
         device: &Device,
     ) -> Result<(Vec<usize>, DeviceBuffer)> {
         let g = &l.graph;
@@ -1041,17 +1039,17 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
 }
 
 /// Runs whole plans of one launch (each candidate fusion depth) into their own memory.
-struct PlanRunner<'a> {
+struct PlanRunner<'a, 'g> {
     def: &'a KernelDef,
     ready: &'a Ready,
     depths: &'a [usize],
     args: &'a [TensorRef<'a>],
-    syms: &'a Syms,
+    syms: &'a Syms<'g>,
     out: Option<HostBlock>,
     out_bytes: usize,
 }
 
-impl autotune::Runner for PlanRunner<'_> {
+impl autotune::Runner for PlanRunner<'_, '_> {
     fn run(&mut self, i: usize) -> Result<()> {
         let plan = self.def.plan(self.ready, self.depths[i])?;
         let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;
