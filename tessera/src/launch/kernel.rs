@@ -776,7 +776,7 @@ impl KernelDef {
             }
             let ran = match tuned {
                 Some(_) => None,
-                None => Some(schedule.clone()),
+                None => Some(schedule),
             };
             // Only the run whose output the launch returns (not fusion-depth trials).
             if tune {
@@ -870,7 +870,7 @@ impl KernelDef {
                     k
                 }
                 None => {
-                    super::report::ran(&m.name, Some(m.schedule.clone()));
+                    super::report::ran(&m.name, Some(&m.schedule));
                     self.schedule_ptx(l, i, &m.schedule, arch)?
                 }
             };
