@@ -229,10 +229,12 @@ pub const MODE_VALUES: &str = "off, cached or full (also 0/false = off, 1/true/o
 /// ```
 /// // SAFETY (edition 2024 `set_var`): this doc test runs in its own process.
 /// unsafe { std::env::set_var("TESSERA_AUTOTUNE_BACKGROUND", "maybe") };
+/// tessera::reload_env(); // the variables are read once per process
 /// let e = tessera::autotune::try_mode().unwrap_err();
 /// assert!(e.to_string().contains("TESSERA_AUTOTUNE_BACKGROUND=\"maybe\" is not valid"), "{e}");
 /// unsafe { std::env::remove_var("TESSERA_AUTOTUNE_BACKGROUND") };
 /// unsafe { std::env::set_var("TESSERA_AUTOTUNE", "fulll") };
+/// tessera::reload_env();
 /// let e = tessera::autotune::try_mode().unwrap_err();
 /// assert!(e.to_string().contains("TESSERA_AUTOTUNE=\"fulll\" is not valid: expected off, cached or full"), "{e}");
 /// ```
@@ -244,12 +246,7 @@ pub fn try_mode() -> crate::Result<Mode> {
     if let Some(m) = set_mode_value() {
         return Ok(m);
     }
-    match tessera_ir::env::var("TESSERA_AUTOTUNE", MODE_VALUES)? {
-        Some(v) => Mode::parse(&v).ok_or_else(|| {
-            tessera_ir::env::EnvError::new("TESSERA_AUTOTUNE", &v, MODE_VALUES).into()
-        }),
-        None => Ok(Mode::Cached),
-    }
+    Ok(crate::env::autotune()?.unwrap_or(Mode::Cached))
 }
 
 /// Sets the cache folder for this process (`None`: `TESSERA_CACHE_DIR`, else
