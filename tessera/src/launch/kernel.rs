@@ -732,10 +732,10 @@ impl KernelDef {
                         (&o.1, ptr, size::elements(&o.1) * dtype.size_bytes())
                     }
                 };
-                let view = b
-                    .view(shape)
+                let (view, rank) = b
+                    .view_array::<3>(shape)
                     .map_err(|m| self.too_large(g, b.value, shape, m))?;
-                bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
+                bufs.push(buffer(dtype, &view[..rank], ptr, len, j == n - 1));
             }
             // The autotuner's pick for these shapes (`None`: the default schedule); a pinned
             // kernel runs its pinned schedule.
