@@ -96,6 +96,9 @@ struct Plan {
     tag: String,
 }
 
+/// The outputs of a CPU plan's kernels, in kernel order: `(value, shape, memory, empty)`.
+type Outputs = SmallVec<[(u32, Vec<usize>, HostBlock, bool); 4]>;
+
 /// A launch's result: host memory (CPU) or a device block.
 enum Output {
     Host(Vec<usize>, HostBlock),
@@ -691,7 +694,7 @@ impl KernelDef {
         // it writes every element (`cpu::Program::covers`), so no byte is ever read before it
         // is written (`HostBlock` checks this before handing the bytes out). Kept inline, in
         // kernel order (a plan has a few kernels): `(value, shape, memory, empty)`.
-        let mut owned: SmallVec<[(u32, Vec<usize>, HostBlock, bool); 4]> = SmallVec::new();
+        let mut owned: Outputs = SmallVec::new();
         for k in &plan.compiled.kernels {
             let v = k.fused.output;
             let shape = eval_shape(&g.ty(v).shape.0, syms);
@@ -699,7 +702,7 @@ impl KernelDef {
             let bytes = self.value_bytes(g, v, &shape)?;
             owned.push((v.0, shape, HostBlock::uninit(bytes, size)?, bytes == 0));
         }
-        let find = |owned: &SmallVec<[(u32, Vec<usize>, HostBlock, bool); 4]>, v: u32| {
+        let find = |owned: &Outputs, v: u32| {
             owned
                 .iter()
                 .position(|o| o.0 == v)
