@@ -7,7 +7,8 @@
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
 //! faer, on the rayon pool's threads).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
-//! the calling thread).
+//! the calling thread); for gelu also the launch's work (a copy of the input and
+//! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -133,6 +134,27 @@ fn main() {
         c_s * 1e6,
         bytes / c_s / 1e9
     );
+    if name == "gelu" {
+        // The launch's work as `benches/cpu.rs` counts it: a fresh copy of the input, gelu'd.
+        let xs = x.as_slice().unwrap();
+        let work = || {
+            let mut v = xs.to_vec();
+            tessera::backend::cpu::vmath::gelu(&mut v);
+            std::hint::black_box(v);
+        };
+        work();
+        let reps = a.get(4).map_or(1000, |s| s.parse().unwrap());
+        let cpu = thread_cpu_ns();
+        for _ in 0..reps {
+            work();
+        }
+        let w = (thread_cpu_ns() - cpu) as f64 * 1e-9 / reps as f64;
+        println!(
+            "gelu [{r}, {c}]: work (copy + vmath::gelu) {:.2} µs, beyond work {:.2} µs (this thread's CPU time)",
+            w * 1e6,
+            (c_s - w) * 1e6
+        );
+    }
 }
 
 /// CPU time of this thread in ns (Linux `schedstat`; 0 elsewhere): on a shared machine it

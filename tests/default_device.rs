@@ -14,6 +14,8 @@ fn set(value: Option<&str>) {
             None => std::env::remove_var("TESSERA_DEVICE"),
         }
     }
+    // Tessera reads TESSERA_DEVICE and TESSERA_AUTOTUNE* once per process: read them again.
+    tessera::reload_env();
 }
 
 #[test]

@@ -210,6 +210,41 @@ fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
     }
 }
 
+#[tessera::kernel]
+fn unary_chain3(x: Tensor<f32, (B, R, C)>) -> Tensor<f32, (B, R, C)> {
+    tanh(sigmoid(x))
+}
+
+/// Elementwise kernels whose tiles cover whole rows of their tensors (the runner loads and
+/// transforms several rows in one piece) and ragged ones (row by row, chunk by chunk): rows
+/// that end a tile, a tensor, or a leading-axis slice; a rank-3 tensor (leading dims merged).
+#[test]
+fn elementwise_whole_rows_agree() {
+    for (i, &(b, r, c)) in [
+        (1, 16, 1024),
+        (1, 33, 1024),
+        (1, 48, 64),
+        (2, 37, 300),
+        (3, 5, 7),
+        (4, 16, 1),
+        (5, 17, 1025),
+        (1, 1, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let x = Tensor::<f32>::randn(&[b, r, c], 900 + i as u64);
+        let tag = format!("[{b}, {r}, {c}]");
+        agree(&format!("tanh(sigmoid) {tag}"), F32_TOL, || {
+            unary_chain3(&x).unwrap()
+        });
+        let x2 = Tensor::<f32>::randn(&[b * r, c], 950 + i as u64);
+        agree(&format!("gelu [{}, {c}]", b * r), F32_TOL, || {
+            tessera_kernels::gelu(&x2).unwrap()
+        });
+    }
+}
+
 #[test]
 fn column_reductions_and_transposes_agree_f32_and_bf16() {
     for (i, &(r, c)) in shapes().iter().enumerate() {

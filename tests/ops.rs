@@ -409,11 +409,49 @@ fn shape_mismatch_is_an_error_naming_dim_and_sizes() {
     let a = Tensor::<f32>::randn(&[4, 5], 1);
     let b = Tensor::<f32>::randn(&[6, 3], 2);
     let e = tessera_kernels::matmul(&a, &b).unwrap_err().to_string();
-    assert!(e.contains("dim `K` is 5") && e.contains("`w` has 6"), "{e}");
+    assert!(
+        e.contains("dim `K` is 5 (from `x`)") && e.contains("`w` has 6"),
+        "{e}"
+    );
     let e = tessera_kernels::matmul(&a, &Tensor::<f32>::randn(&[5], 3))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("must have rank 2"), "{e}");
+    assert!(
+        e.contains("`w` must have rank 2") && e.contains("got shape [5]"),
+        "{e}"
+    );
+    // A dim bound by the first parameter and met again by the third: the error names the
+    // third, the size it has, and the parameter that bound the dim.
+    let x = Tensor::<f32>::randn(&[4, 5], 4);
+    let (g, b) = (Tensor::<f32>::randn(&[5], 5), Tensor::<f32>::randn(&[7], 6));
+    let e = tessera_kernels::layernorm(&x, &g, &b).unwrap_err();
+    match &e {
+        tessera::Error::DimMismatch {
+            dim,
+            param,
+            bound_by,
+            expected,
+            got,
+            ..
+        } => assert_eq!(
+            (
+                dim.as_str(),
+                param.as_str(),
+                bound_by.as_str(),
+                *expected,
+                *got
+            ),
+            ("C", "beta", "`x`", 5, 7),
+            "{e}"
+        ),
+        _ => panic!("not a dim mismatch: {e}"),
+    }
+    // The same launch with matching sizes runs (the binding kept no state from the error).
+    let b = Tensor::<f32>::randn(&[5], 6);
+    assert_eq!(
+        tessera_kernels::layernorm(&x, &g, &b).unwrap().shape(),
+        &[4, 5]
+    );
 }
 
 #[test]

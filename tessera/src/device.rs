@@ -103,7 +103,8 @@ impl std::hash::Hash for CudaHandle {
 }
 
 /// What `TESSERA_DEVICE` accepts, in words.
-const DEVICE_VALUES: &str = "auto, cpu, sim, sim:sm_80, sim:sm_89, sim:sm_90a, cuda or cuda:N";
+pub(crate) const DEVICE_VALUES: &str =
+    "auto, cpu, sim, sim:sm_80, sim:sm_89, sim:sm_90a, cuda or cuda:N";
 
 /// The process's shared simulated GPU of each arch ([`Device::sim_arch`]).
 fn shared_sim(arch: Arch) -> Device {
@@ -189,8 +190,9 @@ impl Device {
     ///
     /// `TESSERA_DEVICE` accepts `auto` (the same as unset), `cpu`, `sim`, `sim:sm_80`,
     /// `sim:sm_89`, `sim:sm_90a`, `cuda` and `cuda:N`. [`Device::try_default`] is the
-    /// fallible form; every launch on host tensors reads the variable through it, so an
-    /// invalid value there is an [`Error::Env`] naming the variable and the value.
+    /// fallible form; every launch on host tensors asks it, so an invalid value there is an
+    /// [`Error::Env`] naming the variable and the value. The variable is read once per
+    /// process (parsed, a named GPU opened); [`crate::reload_env`] reads it again.
     ///
     /// # Panics
     ///
@@ -225,15 +227,7 @@ impl Device {
     /// # Ok::<(), tessera::Error>(())
     /// ```
     pub fn try_default() -> Result<Device> {
-        match tessera_ir::env::var("TESSERA_DEVICE", DEVICE_VALUES)? {
-            None => Ok(Device::auto()),
-            Some(v) => Device::parse(&v).map_err(|e| match e {
-                Error::DeviceUnavailable(m) => {
-                    Error::DeviceUnavailable(format!("TESSERA_DEVICE={v:?}: {m}"))
-                }
-                e => e,
-            }),
-        }
+        Ok(crate::env::device()?.unwrap_or_else(Device::auto))
     }
 
     /// The device a `TESSERA_DEVICE` value names (see [`Device::default`]).

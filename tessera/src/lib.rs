@@ -77,6 +77,7 @@
 pub mod autotune;
 pub mod backend;
 mod device;
+mod env;
 mod error;
 mod grad;
 mod launch;
@@ -91,6 +92,7 @@ pub mod ptx_cache {
 
 pub use backend::gpu::stats::{DeviceStats, MemoryStats, TransferStats};
 pub use device::{Device, Event};
+pub use env::reload_env;
 pub use error::{Error, Result};
 pub use grad::{Grad, grad, grad_wrt};
 pub use half::{bf16, f16};

@@ -22,6 +22,8 @@ fn set(var: &str, value: Option<&str>) {
             None => std::env::remove_var(var),
         }
     }
+    // Tessera reads TESSERA_DEVICE and TESSERA_AUTOTUNE* once per process: read them again.
+    tessera::reload_env();
 }
 
 #[test]

@@ -65,6 +65,30 @@ impl Binding {
     pub fn view(&self, shape: &[usize]) -> Result<Vec<usize>, String> {
         view_shape_merged(shape, self.view_rank, self.inner)
     }
+
+    /// [`Binding::view`] without allocating: the view's dims in the first `rank` entries of
+    /// an array of `N` (the rest 1), and `rank`; an error when the view has more than `N`
+    /// dims.
+    ///
+    /// ```
+    /// use tessera_ir::{graph::Value, lower::Binding};
+    /// let b = Binding { value: Value(0), view_rank: 3, inner: [1, 2] };
+    /// assert_eq!(b.view_array::<3>(&[2, 3, 4, 5]), Ok(([2, 3, 20], 3)));
+    /// assert_eq!(Binding::new(Value(0), 2).view_array::<3>(&[2, 3, 4]), Ok(([6, 4, 1], 2)));
+    /// assert!(b.view_array::<2>(&[2, 3, 4, 5]).is_err());
+    /// ```
+    pub fn view_array<const N: usize>(
+        &self,
+        shape: &[usize],
+    ) -> Result<([usize; N], usize), String> {
+        let rank = self.view_rank;
+        if rank > N {
+            return Err(format!("a rank-{rank} view does not fit in {N} dims"));
+        }
+        let mut out = [1; N];
+        view_into(shape, rank, self.inner, &mut out[..rank])?;
+        Ok((out, rank))
+    }
 }
 
 /// The product of `dims`, checked; `0` when a dim is 0, whatever the others are.
@@ -96,8 +120,41 @@ pub fn view_shape_merged(
     rank: usize,
     inner: [usize; 2],
 ) -> Result<Vec<usize>, String> {
+    let mut out = vec![0; rank];
+    view_into(shape, rank, inner, &mut out)?;
+    Ok(out)
+}
+
+/// Writes the `rank` dims of the view of `shape` ([`view_shape_merged`]) into `out`, whose
+/// length is `rank`.
+fn view_into(
+    shape: &[usize],
+    rank: usize,
+    inner: [usize; 2],
+    out: &mut [usize],
+) -> Result<(), String> {
+    debug_assert_eq!(out.len(), rank);
     if inner == PLAIN {
-        return view_shape(shape, rank);
+        if shape.len() >= rank {
+            let cut = shape.len() + 1 - rank.max(1);
+            let lead = &shape[..cut];
+            let merged = if lead.contains(&0) {
+                0
+            } else {
+                lead.iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .ok_or_else(|| format!("merging the leading dims of {shape:?} overflows"))?
+            };
+            if rank > 0 {
+                out[0] = merged;
+                out[1..].copy_from_slice(&shape[cut..]);
+            }
+        } else {
+            let pad = rank - shape.len();
+            out[..pad].fill(1);
+            out[pad..].copy_from_slice(shape);
+        }
+        return Ok(());
     }
     let counts: &[usize] = match rank {
         2 if inner[0] == 1 => &inner[1..],
@@ -115,13 +172,13 @@ pub fn view_shape_merged(
         ));
     }
     let lead = shape.len() - need;
-    let mut out = vec![merged_size(&shape[..lead], shape)?];
+    out[0] = merged_size(&shape[..lead], shape)?;
     let mut at = lead;
-    for &c in counts {
-        out.push(merged_size(&shape[at..at + c], shape)?);
+    for (o, &c) in out[1..].iter_mut().zip(counts) {
+        *o = merged_size(&shape[at..at + c], shape)?;
         at += c;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// [`view_groups`] for a view made by [`view_shape_merged`].
@@ -168,24 +225,7 @@ pub struct LowerError {
 /// assert!(view_shape(&[1 << 40, 1 << 40, 7], 2).unwrap_err().contains("overflows"));
 /// ```
 pub fn view_shape(shape: &[usize], rank: usize) -> Result<Vec<usize>, String> {
-    if shape.len() >= rank {
-        let cut = shape.len() + 1 - rank.max(1);
-        let lead = &shape[..cut];
-        let merged = if lead.contains(&0) {
-            0
-        } else {
-            lead.iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .ok_or_else(|| format!("merging the leading dims of {shape:?} overflows"))?
-        };
-        let mut out = vec![merged];
-        out.extend_from_slice(&shape[cut..]);
-        Ok(if rank == 0 { vec![] } else { out })
-    } else {
-        let mut out = vec![1; rank - shape.len()];
-        out.extend_from_slice(shape);
-        Ok(out)
-    }
+    view_shape_merged(shape, rank, PLAIN)
 }
 
 /// Groups symbolic dims the way [`view_shape`] merges them.

@@ -7,7 +7,8 @@ use super::trial::TrialConfig;
 use super::{Mode, SearchSpace, borrowed, fnv, generation, lookup, space_of, store, try_mode};
 use crate::backend::{Buffer, cpu::Program};
 use crate::{Error, Result};
-use std::sync::{Arc, Mutex};
+use smallvec::SmallVec;
+use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::DType;
 use tessera_ir::cost::{Point, Problem};
 use tessera_ir::graph::Graph;
@@ -15,28 +16,56 @@ use tessera_ir::manifest::KernelManifest;
 use tessera_ir::pipeline::{Compiled, kernel_dtype};
 use tessera_ir::schedule::{self, KernelClass, Schedule};
 
-/// Per-definition memo: decisions by (kernel index, shape), and programs by schedule.
-pub(crate) struct KernelMemo(Mutex<MemoInner>);
+/// Per-definition memo: decisions by (kernel index, shape) and by the launch's own view dims,
+/// programs by schedule, and each kernel's manifest (what [`sizes`] reads), built once.
+pub(crate) struct KernelMemo {
+    inner: Mutex<MemoInner>,
+    manifests: OnceLock<Vec<KernelManifest>>,
+}
 
 /// (generation, kernel index, shape) → the program to run (`None`: the default).
 type Decision = (u64, usize, Vec<u64>, Option<Arc<Program>>);
 
+/// (generation, kernel index, every buffer's view dims in order) → the program to run: a
+/// launch with the dims of an earlier one finds its decision without computing [`sizes`].
+/// A kernel's buffers have fixed ranks, so the flattened dims name one set of views.
+type SeenDims = (u64, usize, SmallVec<[usize; 8]>, Option<Arc<Program>>);
+
 struct MemoInner {
     decisions: Vec<Decision>,
+    seen: Vec<SeenDims>,
     programs: Vec<(usize, String, Arc<Program>)>,
 }
 
 impl KernelMemo {
     pub const fn new() -> Self {
-        KernelMemo(Mutex::new(MemoInner {
-            decisions: Vec::new(),
-            programs: Vec::new(),
-        }))
+        KernelMemo {
+            inner: Mutex::new(MemoInner {
+                decisions: Vec::new(),
+                seen: Vec::new(),
+                programs: Vec::new(),
+            }),
+            manifests: OnceLock::new(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The manifest of kernel `i` of `compiled` (the plan this memo belongs to).
+    fn manifest<'a>(&'a self, compiled: &Compiled, i: usize) -> &'a KernelManifest {
+        &self.manifests.get_or_init(|| KernelManifest::all(compiled))[i]
+    }
+}
+
+/// Whether `seen` holds exactly the view dims of `bufs`, in order.
+fn same_dims(seen: &[usize], bufs: &[Buffer]) -> bool {
+    let mut s = seen.iter();
+    bufs.iter()
+        .flat_map(|b| b.dims())
+        .all(|d| s.next() == Some(d))
+        && s.next().is_none()
 }
 
 /// The sizes that key a fused kernel: matmul `[batch, m, n, k]`, otherwise every buffer's
@@ -162,8 +191,40 @@ pub(crate) fn select_kernel(
     if m == Mode::Off {
         return Ok(None);
     }
+    let generation_now = generation(m);
+    if let Some(d) = memo
+        .lock()
+        .seen
+        .iter()
+        .find(|d| d.0 == generation_now && d.1 == i && same_dims(&d.2, bufs))
+    {
+        return Ok(d.3.clone());
+    }
+    let chosen = decide(memo, name, graph_text, tag, compiled, i, bufs, m)?;
+    memo.lock().seen.push((
+        generation_now,
+        i,
+        bufs.iter().flat_map(|b| b.dims()).copied().collect(),
+        chosen.clone(),
+    ));
+    Ok(chosen)
+}
+
+/// [`select_kernel`] for view dims not seen before under this generation: the decision by
+/// shape (memo → cache → nearest shape → tuning).
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    memo: &KernelMemo,
+    name: &str,
+    graph_text: &str,
+    tag: &str,
+    compiled: &Compiled,
+    i: usize,
+    bufs: &[Buffer],
+    m: Mode,
+) -> Result<Option<Arc<Program>>> {
     let dims: Vec<&[usize]> = bufs.iter().map(|b| b.dims()).collect();
-    let (shape, problem) = sizes(&compiled.graph, &KernelManifest::of(compiled, i), &dims);
+    let (shape, problem) = sizes(&compiled.graph, memo.manifest(compiled, i), &dims);
     let generation_now = generation(m);
     if let Some(d) = memo
         .lock()

@@ -116,7 +116,7 @@ pub use trial::{TrialConfig, outputs_match, outputs_match_with};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// How launches use the tuner.
@@ -146,7 +146,6 @@ impl Mode {
 pub const NEAR_MAX_DOUBLINGS: f64 = 4.0;
 
 struct State {
-    mode: Option<Mode>,
     dir: Option<PathBuf>,
     /// The entries known to this process (the cache folder's files, loaded files, new
     /// tunings), per arch id (the CPU's [`arch_id`], or a device's [`device_arch_id`]).
@@ -158,7 +157,6 @@ struct State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
-    mode: None,
     dir: None,
     memory: BTreeMap::new(),
     loaded: Vec::new(),
@@ -197,8 +195,21 @@ pub fn enable(on: bool) {
 
 /// Sets the mode for this process; `None` goes back to `TESSERA_AUTOTUNE` (default `cached`).
 pub fn set_mode(mode: Option<Mode>) {
-    state().mode = mode;
+    MODE.store(mode.map_or(0, |m| m as u8 + 1), Ordering::SeqCst);
     bump();
+}
+
+/// The mode [`set_mode`] set: 0 for none, else the mode's discriminant + 1 (an atomic, so a
+/// launch reads it without taking the state lock).
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+fn set_mode_value() -> Option<Mode> {
+    match MODE.load(Ordering::SeqCst) {
+        0 => None,
+        1 => Some(Mode::Off),
+        2 => Some(Mode::Cached),
+        _ => Some(Mode::Full),
+    }
 }
 
 /// The mode in force: [`set_mode`]/[`enable`], else `TESSERA_AUTOTUNE`, else `Cached`.
@@ -218,10 +229,12 @@ pub const MODE_VALUES: &str = "off, cached or full (also 0/false = off, 1/true/o
 /// ```
 /// // SAFETY (edition 2024 `set_var`): this doc test runs in its own process.
 /// unsafe { std::env::set_var("TESSERA_AUTOTUNE_BACKGROUND", "maybe") };
+/// tessera::reload_env(); // the variables are read once per process
 /// let e = tessera::autotune::try_mode().unwrap_err();
 /// assert!(e.to_string().contains("TESSERA_AUTOTUNE_BACKGROUND=\"maybe\" is not valid"), "{e}");
 /// unsafe { std::env::remove_var("TESSERA_AUTOTUNE_BACKGROUND") };
 /// unsafe { std::env::set_var("TESSERA_AUTOTUNE", "fulll") };
+/// tessera::reload_env();
 /// let e = tessera::autotune::try_mode().unwrap_err();
 /// assert!(e.to_string().contains("TESSERA_AUTOTUNE=\"fulll\" is not valid: expected off, cached or full"), "{e}");
 /// ```
@@ -230,15 +243,10 @@ pub fn try_mode() -> crate::Result<Mode> {
     if refine::refining() {
         return Ok(Mode::Full);
     }
-    if let Some(m) = state().mode {
+    if let Some(m) = set_mode_value() {
         return Ok(m);
     }
-    match tessera_ir::env::var("TESSERA_AUTOTUNE", MODE_VALUES)? {
-        Some(v) => Mode::parse(&v).ok_or_else(|| {
-            tessera_ir::env::EnvError::new("TESSERA_AUTOTUNE", &v, MODE_VALUES).into()
-        }),
-        None => Ok(Mode::Cached),
-    }
+    Ok(crate::env::autotune()?.unwrap_or(Mode::Cached))
 }
 
 /// Sets the cache folder for this process (`None`: `TESSERA_CACHE_DIR`, else

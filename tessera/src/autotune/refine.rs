@@ -109,7 +109,7 @@ fn background_on(q: &Queue) -> bool {
 /// `TESSERA_AUTOTUNE_BACKGROUND`: `None` when unset; an invalid value is an error
 /// ([`super::try_mode`] returns it at the launch).
 pub(crate) fn background_env() -> Result<Option<bool>, tessera_ir::env::EnvError> {
-    tessera_ir::env::flag("TESSERA_AUTOTUNE_BACKGROUND")
+    crate::env::background()
 }
 
 fn start_worker(q: &mut Queue) {

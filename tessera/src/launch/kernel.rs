@@ -13,6 +13,7 @@ use crate::backend::cpu;
 use crate::backend::gpu::DeviceArg;
 use crate::tensor::{Data, DeviceBuffer, Element, Tensor, TensorRef, size};
 use crate::{Device, Error, Result};
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::DType;
@@ -94,6 +95,9 @@ struct Plan {
     /// Cache-key tag of the plan's kernels: empty for the default plan, `.f1` for depth 1 ….
     tag: String,
 }
+
+/// The outputs of a CPU plan's kernels, in kernel order: `(value, shape, memory, empty)`.
+type Outputs = SmallVec<[(u32, Vec<usize>, HostBlock, bool); 4]>;
 
 /// A launch's result: host memory (CPU) or a device block.
 enum Output {
@@ -515,7 +519,7 @@ impl KernelDef {
                         data
                     }
                 };
-                Tensor::from_vec(data, &shape)
+                Ok(Tensor::from_host(shape, data))
             }
             Output::Device(shape, buf) => Ok(Tensor::from_device(shape, buf)),
         }
@@ -545,11 +549,9 @@ impl KernelDef {
             });
         }
         let syms = bind_symbols(name, g, args)?;
-        let device = launch_device(
-            name,
-            args.iter().map(|a| a.device()),
-            g.params.iter().map(|p| g.value_name(*p)),
-        )?;
+        let device = launch_device(name, args.iter().map(|a| a.device()), |i| {
+            g.value_name(g.params[i])
+        })?;
         if device.is_cpu() && !args.is_empty() {
             // Every argument is in host memory: the launch runs on the default device, with
             // the arguments uploaded there (its result stays there).
@@ -633,7 +635,7 @@ impl KernelDef {
         &self,
         ready: &Ready,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
     ) -> Result<Arc<Plan>> {
         let natural = ready.base.compiled.plan.depth();
         if natural == 0 || autotune::mode() == autotune::Mode::Off {
@@ -682,7 +684,7 @@ impl KernelDef {
         &self,
         plan: &Plan,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
         tune: bool,
     ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
@@ -690,28 +692,33 @@ impl KernelDef {
         // the returned tensor's storage); sizes checked, allocation fallible. Allocated
         // uninitialised: before a kernel runs, its output is zeroed unless the program proves
         // it writes every element (`cpu::Program::covers`), so no byte is ever read before it
-        // is written (`HostBlock` checks this before handing the bytes out).
-        let mut owned: HashMap<u32, (Vec<usize>, HostBlock)> = HashMap::new();
-        let mut empty = Vec::with_capacity(plan.programs.len());
+        // is written (`HostBlock` checks this before handing the bytes out). Kept inline, in
+        // kernel order (a plan has a few kernels): `(value, shape, memory, empty)`.
+        let mut owned: Outputs = SmallVec::new();
         for k in &plan.compiled.kernels {
             let v = k.fused.output;
             let shape = eval_shape(&g.ty(v).shape.0, syms);
             let size = g.ty(v).dtype.size_bytes();
             let bytes = self.value_bytes(g, v, &shape)?;
-            empty.push(bytes == 0);
-            owned.insert(v.0, (shape, HostBlock::uninit(bytes, size)?));
+            owned.push((v.0, shape, HostBlock::uninit(bytes, size)?, bytes == 0));
         }
+        let find = |owned: &Outputs, v: u32| {
+            owned
+                .iter()
+                .position(|o| o.0 == v)
+                .expect("kernel value allocated")
+        };
         for (i, (program, bindings, schedule)) in plan.programs.iter().enumerate() {
             // A kernel with an empty output has nothing to write (its grid may still be
             // huge: a `[2^40, 0]` input).
-            if empty.get(i).copied().unwrap_or(false) {
+            if owned.get(i).is_some_and(|o| o.3) {
                 continue;
             }
             let n = bindings.len();
-            let mut bufs = Vec::with_capacity(n);
+            let mut bufs: SmallVec<[crate::backend::Buffer; 4]> = SmallVec::with_capacity(n);
             for (j, b) in bindings.iter().enumerate() {
                 let dtype = g.ty(b.value).dtype;
-                let (shape, ptr, len) = match &g.node(b.value).op {
+                let (shape, ptr, len): (&[usize], *mut u8, usize) = match &g.node(b.value).op {
                     Op::Param { index, .. } => {
                         let a = &args[*index];
                         let bytes = match a.data() {
@@ -719,23 +726,19 @@ impl KernelDef {
                             // Only the error needs the value's name.
                             d => host_input(self.name, &g.value_name(b.value), d)?,
                         };
-                        (a.shape().to_vec(), bytes.as_ptr() as *mut u8, bytes.len())
+                        (a.shape(), bytes.as_ptr() as *mut u8, bytes.len())
                     }
                     _ => {
-                        let (shape, mem) = owned
-                            .get_mut(&b.value.0)
-                            .expect("kernel input produced earlier");
-                        (
-                            shape.clone(),
-                            mem.as_mut_ptr() as *mut u8,
-                            size::elements(shape) * dtype.size_bytes(),
-                        )
+                        let at = find(&owned, b.value.0);
+                        let ptr = owned[at].2.as_mut_ptr();
+                        let o = &owned[at];
+                        (&o.1, ptr, size::elements(&o.1) * dtype.size_bytes())
                     }
                 };
-                let view = b
-                    .view(&shape)
-                    .map_err(|m| self.too_large(g, b.value, &shape, m))?;
-                bufs.push(buffer(dtype, &view, ptr, len, j == n - 1));
+                let (view, rank) = b
+                    .view_array::<3>(shape)
+                    .map_err(|m| self.too_large(g, b.value, shape, m))?;
+                bufs.push(buffer(dtype, &view[..rank], ptr, len, j == n - 1));
             }
             // The autotuner's pick for these shapes (`None`: the default schedule); a pinned
             // kernel runs its pinned schedule.
@@ -758,7 +761,8 @@ impl KernelDef {
             };
             let runs: &cpu::Program = tuned.as_deref().unwrap_or(program);
             let out = plan.compiled.kernels[i].fused.output;
-            let (_, mem) = owned.get_mut(&out.0).expect("kernel output allocated");
+            let at = find(&owned, out.0);
+            let mem = &mut owned[at].2;
             let last = bufs.len() - 1;
             let whole = bufs[last].ptr == mem.as_mut_ptr() && bufs[last].len == mem.as_bytes_len();
             let covered = !mem.is_init() && whole && runs.covers(&bufs, last);
@@ -775,14 +779,16 @@ impl KernelDef {
             }
             let ran = match tuned {
                 Some(_) => None,
-                None => Some(schedule.clone()),
+                None => Some(schedule),
             };
             // Only the run whose output the launch returns (not fusion-depth trials).
             if tune {
                 super::report::ran(&plan.compiled.kernels[i].fused.name, ran);
             }
         }
-        Ok(owned.remove(&g.output.0).expect("output buffer"))
+        let at = find(&owned, g.output.0);
+        let (_, shape, mem, _) = owned.swap_remove(at);
+        Ok((shape, mem))
     }
 
     /// Runs every kernel of the default plan on a PTX device, each output allocated on the
@@ -792,7 +798,7 @@ impl KernelDef {
         &self,
         l: &Launchable,
         args: &[TensorRef<'_>],
-        syms: &Syms,
+        syms: &Syms<'_>,
         device: &Device,
     ) -> Result<(Vec<usize>, DeviceBuffer)> {
         let g = &l.graph;
@@ -867,7 +873,7 @@ impl KernelDef {
                     k
                 }
                 None => {
-                    super::report::ran(&m.name, Some(m.schedule.clone()));
+                    super::report::ran(&m.name, Some(&m.schedule));
                     self.schedule_ptx(l, i, &m.schedule, arch)?
                 }
             };
@@ -1041,17 +1047,17 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
 }
 
 /// Runs whole plans of one launch (each candidate fusion depth) into their own memory.
-struct PlanRunner<'a> {
+struct PlanRunner<'a, 'g> {
     def: &'a KernelDef,
     ready: &'a Ready,
     depths: &'a [usize],
     args: &'a [TensorRef<'a>],
-    syms: &'a Syms,
+    syms: &'a Syms<'g>,
     out: Option<HostBlock>,
     out_bytes: usize,
 }
 
-impl autotune::Runner for PlanRunner<'_> {
+impl autotune::Runner for PlanRunner<'_, '_> {
     fn run(&mut self, i: usize) -> Result<()> {
         let plan = self.def.plan(self.ready, self.depths[i])?;
         let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;

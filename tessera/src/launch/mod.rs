@@ -10,6 +10,7 @@
 //!   disk); [`precompiled`]: library tables of build-time PTX; [`report`]: what the last
 //!   launch ran ([`last_launch`]); [`scalar`]: scalar arguments ([`scalar_arg`]).
 
+mod bind;
 mod family;
 pub(crate) mod gpu;
 mod host_block;
@@ -28,14 +29,14 @@ pub use report::{LaunchedKernel, last_launch};
 pub use scalar::scalar_arg;
 pub use tile::{TileDef, TileParam};
 
+use bind::{Syms, bind_symbols, eval_shape};
+
 use crate::autotune;
 use crate::backend::Buffer;
 use crate::tensor::{Data, DataMut, DeviceBuffer, TensorMut, TensorRef};
 use crate::{Device, Error, Result};
-use std::collections::HashMap;
 use std::sync::Arc;
-use tessera_ir::graph::Graph;
-use tessera_ir::{DType, Dim};
+use tessera_ir::DType;
 
 /// A `tile!` kernel argument: an input or an output tensor.
 #[derive(Debug)]
@@ -47,22 +48,21 @@ pub enum Arg<'a> {
 }
 
 /// The device of a launch: the first argument's (the default device when there is none);
-/// every other argument must agree.
+/// every other argument must agree. `name(i)` names argument `i` (called only for an error).
 fn launch_device<'a>(
     kernel: &str,
     mut devices: impl Iterator<Item = &'a Device>,
-    mut names: impl Iterator<Item = String>,
+    name: impl Fn(usize) -> String,
 ) -> Result<Device> {
     let first = match devices.next() {
         Some(d) => d.clone(),
         None => Device::try_default()?,
     };
-    let _ = names.next();
-    for (d, n) in devices.zip(names) {
+    for (i, d) in devices.enumerate() {
         if *d != first {
             return Err(Error::DeviceMismatch {
                 kernel: kernel.into(),
-                param: n.trim_start_matches('%').into(),
+                param: name(i + 1).trim_start_matches('%').into(),
                 expected: first.to_string(),
                 got: d.to_string(),
             });
@@ -108,86 +108,6 @@ fn device_arg_on_cpu(kernel: &str, param: &str, device: &Device) -> Error {
         got: device.to_string(),
     }
 }
-
-/// Binds every symbolic dim of the signature to the argument sizes; the error names the dim,
-/// both sizes and the parameters that disagree.
-fn bind_symbols(kernel: &str, g: &Graph, args: &[TensorRef<'_>]) -> Result<Syms> {
-    let mut syms: HashMap<String, (usize, String)> = HashMap::new();
-    for (p, a) in g.params.iter().zip(args) {
-        // The name is formatted only where it is used (errors, new symbols): this runs on
-        // every launch.
-        let ty = g.ty(*p);
-        let pname = || g.value_name(*p).trim_start_matches('%').to_string();
-        if a.dtype() != ty.dtype {
-            return Err(Error::DTypeMismatch {
-                kernel: kernel.into(),
-                param: pname(),
-                expected: ty.dtype.to_string(),
-                got: a.dtype().to_string(),
-            });
-        }
-        if a.shape().len() != ty.shape.rank() {
-            return Err(Error::ShapeMismatch {
-                kernel: kernel.into(),
-                param: pname(),
-                message: format!(
-                    "must have rank {} ({}), got shape {:?}",
-                    ty.shape.rank(),
-                    ty.shape,
-                    a.shape()
-                ),
-            });
-        }
-        for (axis, (d, &got)) in ty.shape.0.iter().zip(a.shape()).enumerate() {
-            match d {
-                Dim::Const(c) if *c as usize != got => {
-                    return Err(Error::ShapeMismatch {
-                        kernel: kernel.into(),
-                        param: pname(),
-                        message: format!(
-                            "must have shape {}: dim {axis} must be {c}, got {got} (shape {:?})",
-                            ty.shape,
-                            a.shape()
-                        ),
-                    });
-                }
-                Dim::Const(_) => {}
-                Dim::Sym(s) => match syms.get(s) {
-                    Some((want, by)) if *want != got => {
-                        return Err(Error::DimMismatch {
-                            kernel: kernel.into(),
-                            dim: s.clone(),
-                            param: pname(),
-                            bound_by: format!("`{by}`"),
-                            expected: *want,
-                            got,
-                        });
-                    }
-                    Some(_) => {}
-                    None => {
-                        syms.insert(s.clone(), (got, pname()));
-                    }
-                },
-            }
-        }
-    }
-    Ok(syms)
-}
-
-fn eval_shape(dims: &[Dim], syms: &Syms) -> Vec<usize> {
-    dims.iter()
-        .map(|d| match d {
-            Dim::Const(c) => *c as usize,
-            Dim::Sym(s) => syms
-                .get(s)
-                .map(|x| x.0)
-                .expect("result dims are bound by the parameters (verified)"),
-        })
-        .collect()
-}
-
-/// The symbol bindings of a launch: each dim's size and the parameter that bound it.
-type Syms = HashMap<String, (usize, String)>;
 
 /// A launch argument kept for a later refinement: a copy of host bytes, or a share of a
 /// device block (kernels never write their inputs, and a later writer of the tensor copies

@@ -167,7 +167,11 @@ impl TileDef {
                 Arg::In(t) => t.device(),
                 Arg::Out(t) => t.device(),
             }),
-            params.iter().map(|p| p.0.clone()),
+            |i| {
+                params
+                    .get(i)
+                    .map_or_else(|| format!("argument {i}"), |p| p.0.clone())
+            },
         )?;
         check_args(self.name, &params, args)?;
         if device.is_cpu() && !args.is_empty() {

@@ -264,6 +264,16 @@ impl<T: Element> Tensor<T> {
         Self::from_vec(data, shape)
     }
 
+    /// A tensor over host memory the launcher filled, taking `data` and `shape` as they are
+    /// (no copy; the launcher checked the sizes when it allocated the output).
+    pub(crate) fn from_host(shape: Vec<usize>, data: Vec<T>) -> Self {
+        debug_assert_eq!(data.len(), size::elements(&shape));
+        Tensor {
+            shape,
+            storage: Storage::Host(data),
+        }
+    }
+
     /// A tensor over a device buffer the launcher filled.
     pub(crate) fn from_device(shape: Vec<usize>, buffer: DeviceBuffer) -> Self {
         debug_assert_eq!(

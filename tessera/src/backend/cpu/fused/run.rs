@@ -326,7 +326,23 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
             matw(*out, cols).fill(identity(*op));
         }
     }
+    // Whole rows at a time while they qualify (see `direct_rows`); once a row does not, no
+    // later row of the group does.
+    let mut whole_rows = g.store_only && g.direct.is_some();
+    let mut skip = 0;
     for r in 0..rows {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        if whole_rows && let Some(ops) = &g.direct {
+            let k = direct_rows(g, ops, args, sc, r, rows - r);
+            if k > 0 {
+                skip = k - 1;
+                continue;
+            }
+            whole_rows = false;
+        }
         // A store-only group computes just the columns some store writes (a ragged edge
         // tile, a [1, 1] launch of a [16, 1024] tile), and skips rows no store writes.
         let (mut c_lo, mut c_hi) = (0, cols);
@@ -643,6 +659,83 @@ fn direct(
         chunk::unary(*op, o);
     }
     true
+}
+
+/// A direct group over whole tensor rows: when row `r`'s load and store windows each span a
+/// whole row of their tensor (`w` columns from column 0, the same `w` in both) and the next
+/// rows follow in memory, loads rows `r ..` (at most `left`, while both tensors have rows)
+/// straight into the output in one piece and runs the ops once over it. Returns how many rows
+/// it ran (0 when fewer than two qualify: the caller runs row `r` and the rows after it chunk
+/// by chunk, as none of them qualifies either: the windows' columns are the same on every
+/// row, and rows past the end of a tensor stay past it). The tile's columns past `w` are
+/// outside both tensors, which a store-only group skips anyway.
+fn direct_rows(
+    g: &Group,
+    ops: &[tessera_ir::graph::UnaryOp],
+    args: &[Buffer],
+    sc: &[f64],
+    r: usize,
+    left: usize,
+) -> usize {
+    let (
+        Some(COp::Load {
+            param: pi,
+            idx: ii,
+            rank: 2,
+            ..
+        }),
+        Some(COp::Store {
+            param: po,
+            idx: io,
+            rank: 2,
+            ..
+        }),
+    ) = (
+        g.members.first().map(|m| &m.op),
+        g.members.last().map(|m| &m.op),
+    )
+    else {
+        return 0;
+    };
+    let (bi, bo) = (&args[*pi], &args[*po]);
+    let (di, dout) = (bi.dims(), bo.dims());
+    let (Some(&w), Some(&wi)) = (dout.last(), di.last()) else {
+        return 0;
+    };
+    if w != wi || w == 0 || w > g.cols || left < 2 || di.len() < 2 || dout.len() < 2 {
+        return 0;
+    }
+    if di[di.len() - 2] < 2 || dout[dout.len() - 2] < 2 {
+        return 0;
+    }
+    let (at_i, lo_i, hi_i) = window(bi, ii, sc, 2, r, 0, w);
+    let (at_o, lo_o, hi_o) = window(bo, io, sc, 2, r, 0, w);
+    if (lo_i, hi_i, lo_o, hi_o) != (0, w, 0, w) {
+        return 0;
+    }
+    // Row r starts a row of each tensor (column 0 to its end): the rows after it follow
+    // contiguously up to the end of the tensor's second-to-last axis.
+    let rows_from = |d: &[usize], at: usize| {
+        let n = d[d.len() - 2];
+        n - (at / w) % n
+    };
+    let k = left.min(rows_from(di, at_i)).min(rows_from(dout, at_o));
+    if k < 2 {
+        return 0;
+    }
+    let n = k * w;
+    assert!(
+        (at_o + n) * 4 <= bo.len && bo.dtype == DType::F32,
+        "fused store out of bounds"
+    );
+    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements, and
+    // the output is never a loaded parameter (`plan::compile`).
+    let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), n) };
+    chunk::load(bi, at_i, o);
+    for op in ops {
+        chunk::unary(*op, o);
+    }
+    k
 }
 
 #[inline(always)]

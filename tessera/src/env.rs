@@ -1,0 +1,98 @@
+//! The launch settings taken from the environment — `TESSERA_DEVICE`,
+//! `TESSERA_AUTOTUNE` and `TESSERA_AUTOTUNE_BACKGROUND` — read once per process, on first use,
+//! and kept parsed: a launch asks them without reading the environment. A process that
+//! changes these variables calls [`reload_env`] for launches to see the new values.
+
+use crate::autotune::{MODE_VALUES, Mode};
+use crate::{Device, Error, Result};
+use std::sync::RwLock;
+use tessera_ir::env::EnvError;
+
+/// The parsed settings (an invalid value kept as the error each launch returns).
+struct Settings {
+    /// `TESSERA_DEVICE`: `None` when unset (the automatic choice).
+    device: Result<Option<Device>>,
+    /// `TESSERA_AUTOTUNE`: `None` when unset.
+    autotune: std::result::Result<Option<Mode>, EnvError>,
+    /// `TESSERA_AUTOTUNE_BACKGROUND`: `None` when unset or empty.
+    background: std::result::Result<Option<bool>, EnvError>,
+}
+
+static SETTINGS: RwLock<Option<Settings>> = RwLock::new(None);
+
+impl Settings {
+    fn read() -> Settings {
+        Settings {
+            device: match tessera_ir::env::var("TESSERA_DEVICE", crate::device::DEVICE_VALUES) {
+                Err(e) => Err(e.into()),
+                Ok(None) => Ok(None),
+                Ok(Some(v)) => Device::parse(&v).map(Some).map_err(|e| match e {
+                    Error::DeviceUnavailable(m) => {
+                        Error::DeviceUnavailable(format!("TESSERA_DEVICE={v:?}: {m}"))
+                    }
+                    e => e,
+                }),
+            },
+            autotune: tessera_ir::env::var("TESSERA_AUTOTUNE", MODE_VALUES).and_then(|v| {
+                v.map(|v| {
+                    Mode::parse(&v)
+                        .ok_or_else(|| EnvError::new("TESSERA_AUTOTUNE", &v, MODE_VALUES))
+                })
+                .transpose()
+            }),
+            background: tessera_ir::env::flag("TESSERA_AUTOTUNE_BACKGROUND"),
+        }
+    }
+}
+
+/// Runs `f` on the settings, reading them first when this process has not yet (or not since
+/// [`reload_env`]).
+fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
+    if let Some(s) = &*SETTINGS.read().unwrap_or_else(|e| e.into_inner()) {
+        return f(s);
+    }
+    // Read outside the lock: opening a device named by `TESSERA_DEVICE` may take a while.
+    let fresh = Settings::read();
+    let mut w = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
+    f(w.get_or_insert(fresh))
+}
+
+/// Reads `TESSERA_DEVICE`, `TESSERA_AUTOTUNE` and `TESSERA_AUTOTUNE_BACKGROUND` again: the
+/// launches that follow (on any thread) use the values they have now. Tessera reads them once
+/// per process, at the first launch that needs them; a process that changes them afterwards
+/// calls this. An invalid value is reported by the launches that read it, as before.
+///
+/// ```
+/// use tessera::autotune::{Mode, mode};
+/// // SAFETY (edition 2024 `set_var`): this doc test runs in its own process.
+/// unsafe { std::env::set_var("TESSERA_AUTOTUNE", "off") };
+/// tessera::reload_env();
+/// assert_eq!(mode(), Mode::Off);
+/// unsafe { std::env::set_var("TESSERA_AUTOTUNE", "full") };
+/// // Not read again until `reload_env`.
+/// assert_eq!(mode(), Mode::Off);
+/// tessera::reload_env();
+/// assert_eq!(mode(), Mode::Full);
+/// unsafe { std::env::remove_var("TESSERA_AUTOTUNE") };
+/// tessera::reload_env();
+/// assert_eq!(mode(), Mode::Cached);
+/// ```
+pub fn reload_env() {
+    let fresh = Settings::read();
+    *SETTINGS.write().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+}
+
+/// `TESSERA_DEVICE` as parsed: `None` when unset.
+pub(crate) fn device() -> Result<Option<Device>> {
+    with(|s| s.device.clone())
+}
+
+/// `TESSERA_AUTOTUNE` as parsed: `None` when unset.
+pub(crate) fn autotune() -> std::result::Result<Option<Mode>, EnvError> {
+    with(|s| s.autotune.clone())
+}
+
+/// `TESSERA_AUTOTUNE_BACKGROUND` as parsed: `None` when unset or empty.
+pub(crate) fn background() -> std::result::Result<Option<bool>, EnvError> {
+    with(|s| s.background.clone())
+}
