@@ -6,7 +6,12 @@
 //! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
 //! materialised; a `load → unary… → store` group of f32 tensors loads each chunk straight into
-//! the output and runs its ops there (`plan::Group::direct`). Each worker reuses one scratch
+//! the output and runs its ops there (`plan::Group::direct`), and a `load, load → binary →
+//! store` group computes each output element from the inputs in registers (`pipe`). Softmax,
+//! layernorm and rmsnorm kernels, recognised in the Tile IR when the plan is compiled
+//! (`rowmatch`), run as dedicated row loops instead (`softmax`, `norm`: each row read once,
+//! one `exp` per element where the row max is known after its first chunk), bit for bit the
+//! interpreter's result ([`softmax_programs`], [`norm_programs`]). Each worker reuses one scratch
 //! (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
