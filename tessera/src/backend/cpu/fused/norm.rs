@@ -2,7 +2,8 @@
 //! read once from memory (a bf16 row widened into a row buffer) and then walked in L1 for
 //! the mean (`vmath::sum` per chunk of `bc` columns, added in column order), the sum of
 //! squared deviations (or squares) and the write `((x − mean)·rstd)·γ (+ β)`, with the
-//! interpreter's arithmetic op for op. The next row is prefetched while one is written. Lanes
+//! interpreter's arithmetic op for op (no software prefetch: asking for the next row's lines
+//! at the start of a row measured slower than the hardware prefetcher alone). Lanes
 //! past the row end of the interpreter's chunks read `+0` (or are selected to `+0`), which
 //! adds nothing to a lane of `vmath::sum`, so only the row's own columns are computed.
 
@@ -65,23 +66,6 @@ fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32]) -> &'a [f32] 
     }
 }
 
-/// Asks for the cache lines of `n` f32s or bf16s of `b` from element `at`.
-#[inline(always)]
-fn prefetch(b: &Buffer, at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let size = b.dtype.size_bytes();
-        let (lo, hi) = (at * size, ((at + n) * size).min(b.len));
-        for off in (lo..hi).step_by(64) {
-            // SAFETY: a prefetch of an address inside the buffer; it reads nothing.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(b.ptr.add(off) as *const i8) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (b, at, n);
-}
-
 #[inline(always)]
 fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
     let (x, out) = (&args[nm.rows.x], &args[nm.rows.out]);
@@ -98,9 +82,6 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     for row in r0..r1 {
         let at = row * n;
         let xs = widen(x, at, n, xw);
-        if row + 1 < r1 {
-            prefetch(x, at + n, n);
-        }
         let mean = if nm.layer {
             let mut acc = 0.0f32;
             for c0 in (0..n).step_by(bc) {

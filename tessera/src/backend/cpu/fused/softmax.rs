@@ -66,7 +66,8 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     let (xw, mk) = rest.split_at_mut(bc);
     let round = sm.rows.round_bf16;
     let r0 = pid * br;
-    for row in r0..(r0 + br).min(rows) {
+    let r1 = (r0 + br).min(rows);
+    for row in r0..r1 {
         let at = row * n;
         // The chunk `c0..c1` of the row as f32 (bf16 widened into `xw`, exactly).
         let chunk = |xw: &mut [f32], c0: usize, c1: usize| -> *const f32 {
