@@ -82,6 +82,25 @@ fn div_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R
 }
 
 #[tessera::kernel]
+fn softmax_twice(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x) * 2.0
+}
+
+#[tessera::kernel(numerics = "deterministic")]
+fn softmax_det(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
+}
+
+#[tessera::kernel(numerics = "deterministic")]
+fn layernorm_det(
+    x: Tensor<f32, (R, C)>,
+    g: Tensor<f32, (C,)>,
+    b: Tensor<f32, (C,)>,
+) -> Tensor<f32, (R, C)> {
+    layernorm(x, g, b, 1e-5)
+}
+
+#[tessera::kernel]
 fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
     x.sum(0)
 }
@@ -645,6 +664,36 @@ fn binary_elementwise_bits() {
             div_bf16(&xb, &yb).unwrap()
         });
     }
+}
+
+/// Kernels that differ from the matched patterns keep the general paths (the row loop
+/// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
+/// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
+/// the `deterministic` softmax and layernorm (fixed-order sums, on the interpreter).
+#[test]
+fn row_loops_decline_other_kernels() {
+    let x = Tensor::<f32>::randn(&[37, 300], 1200);
+    let g = Tensor::<f32>::randn(&[300], 1201);
+    let (s0, n0) = (fused::softmax_programs(), fused::norm_programs());
+    agree("softmax * 2", F32_TOL, || softmax_twice(&x).unwrap());
+    agree("tile! softmax", F32_TOL, || {
+        let mut y = Tensor::<f32>::zeros(&[37, 300]).unwrap();
+        tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
+        y
+    });
+    let det = softmax_det(&x).unwrap();
+    assert_eq!(
+        det.to_vec().unwrap(),
+        fused::with_interpreter(|| softmax_det(&x).unwrap())
+            .to_vec()
+            .unwrap()
+    );
+    layernorm_det(&x, &g, &g).unwrap();
+    assert_eq!(
+        (fused::softmax_programs(), fused::norm_programs()),
+        (s0, n0),
+        "a row loop ran a kernel it does not match"
+    );
 }
 
 /// Every SIMD level this CPU supports, forced in turn (`simd::force`): the fast path agrees
