@@ -1,6 +1,7 @@
 //! Times one library kernel's launches on the CPU (for profiling the launch path):
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
-//! (kernels: gelu, softmax, layernorm, rmsnorm, add, col_mean, transpose, col_sum_bf16,
+//! (kernels: gelu, softmax, layernorm, rmsnorm, add, their bf16 forms softmax_bf16,
+//! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), col_mean, transpose, col_sum_bf16,
 //! transpose_bf16, depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
@@ -65,6 +66,7 @@ fn main() {
     let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
     let threads = rayon::current_num_threads();
     let xb = Tensor::<bf16>::randn(&[r, c], 4);
+    let gb = Tensor::<bf16>::randn(&[c], 7);
     let (dh, dw) = (r, (c / 64).max(3));
     let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
     let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
@@ -89,6 +91,10 @@ fn main() {
         "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
         "rmsnorm" => drop(tessera_kernels::rmsnorm(&x, &g).unwrap()),
         "add" => drop(tessera_kernels::add(&x, &x).unwrap()),
+        "softmax_bf16" => drop(tessera_kernels::softmax(&xb).unwrap()),
+        "layernorm_bf16" => drop(tessera_kernels::layernorm(&xb, &gb, &gb).unwrap()),
+        "rmsnorm_bf16" => drop(tessera_kernels::rmsnorm(&xb, &gb).unwrap()),
+        "add_bf16" => drop(tessera_kernels::add(&xb, &xb).unwrap()),
         "col_mean" => drop(col_mean(&x).unwrap()),
         "transpose" => drop(transpose_f32(&x).unwrap()),
         "col_sum_bf16" => drop(col_sum_bf16(&xb).unwrap()),
@@ -110,6 +116,8 @@ fn main() {
     let n = (r * c) as f64;
     let bytes = match name.as_str() {
         "add" => 12.0 * n,
+        "add_bf16" => 6.0 * n,
+        "softmax_bf16" | "layernorm_bf16" | "rmsnorm_bf16" => 4.0 * n,
         "col_mean" => 4.0 * n,
         "col_sum_bf16" => 2.0 * n,
         "transpose_bf16" => 4.0 * n,

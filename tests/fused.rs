@@ -72,6 +72,35 @@ fn rmsnorm_bf16(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (
 }
 
 #[tessera::kernel]
+fn sub_f32(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    x - y
+}
+
+#[tessera::kernel]
+fn div_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    x / y
+}
+
+#[tessera::kernel]
+fn softmax_twice(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x) * 2.0
+}
+
+#[tessera::kernel(numerics = "deterministic")]
+fn softmax_det(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
+}
+
+#[tessera::kernel(numerics = "deterministic")]
+fn layernorm_det(
+    x: Tensor<f32, (R, C)>,
+    g: Tensor<f32, (C,)>,
+    b: Tensor<f32, (C,)>,
+) -> Tensor<f32, (R, C)> {
+    layernorm(x, g, b, 1e-5)
+}
+
+#[tessera::kernel]
 fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
     x.sum(0)
 }
@@ -511,11 +540,203 @@ fn kahan_matmul_stays_on_the_interpreter() {
     assert_eq!(c.to_vec().unwrap(), want.to_vec().unwrap());
 }
 
+/// Held by tests that compare bits while the SIMD level matters: `every_simd_level_agrees`
+/// changes the process-wide level (`simd::force`), and the fast path and the interpreter of
+/// one comparison must run at the same level.
+fn simd_level_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the fast path (checking with `counter` that the path under test ran) and on
+/// the interpreter: bit for bit the same output.
+fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tensor<T>) {
+    let before = counter();
+    let fast = f();
+    assert!(counter() > before, "{name}: the row loop did not run");
+    let slow = fused::with_interpreter(&f);
+    assert_eq!(fast.shape(), slow.shape(), "{name}");
+    let bits = |t: &Tensor<T>| -> Vec<u64> {
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    };
+    let (a, b) = (bits(&fast), bits(&slow));
+    if let Some(j) = (0..a.len()).find(|&j| a[j] != b[j]) {
+        panic!(
+            "{name}: fast path and interpreter differ first at element {j}: {} vs {}",
+            f64::from_bits(a[j]),
+            f64::from_bits(b[j])
+        );
+    }
+}
+
+/// Row shapes for the row loops: `[37, 300]`, one element, ragged widths around the
+/// interpreter's 1024-column chunk, rows of several chunks, one wide block of rows.
+fn row_shapes() -> Vec<(usize, usize)> {
+    vec![
+        (37, 300),
+        (1, 1),
+        (5, 7),
+        (300, 1),
+        (9, 1025),
+        (4, 3000),
+        (256, 1024),
+        (17, 2048),
+    ]
+}
+
+/// Softmax (f32, bf16 in and out, bf16 in and f32 out) on the softmax row loop against the
+/// interpreter, on random rows and on rows whose max grows from chunk to chunk (so earlier
+/// chunks' exponentials are taken again).
+#[test]
+fn softmax_rows_match_the_interpreter_bit_for_bit() {
+    let _level = simd_level_lock();
+    softmax_rows_bits();
+}
+
+fn softmax_rows_bits() {
+    let programs = fused::softmax_programs;
+    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+        let s = 900 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        bits_match(&format!("softmax {tag}"), programs, || {
+            tessera_kernels::softmax(&x).unwrap()
+        });
+        let ramp: Vec<f32> = x
+            .to_vec()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(j, v)| v + (j % c) as f32 * 0.01)
+            .collect();
+        let ramp = Tensor::from_vec(ramp, &[r, c]).unwrap();
+        bits_match(&format!("softmax of a ramp {tag}"), programs, || {
+            tessera_kernels::softmax(&ramp).unwrap()
+        });
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 2);
+        bits_match(&format!("softmax bf16 {tag}"), programs, || {
+            tessera_kernels::softmax(&xb).unwrap()
+        });
+        bits_match(&format!("softmax bf16→f32 {tag}"), programs, || {
+            softmax_bf16(&xb).unwrap()
+        });
+    }
+}
+
+/// Layernorm and rmsnorm (f32, bf16 in and out, bf16 in and f32 out) on the norm row loop
+/// against the interpreter.
+#[test]
+fn norm_rows_match_the_interpreter_bit_for_bit() {
+    let _level = simd_level_lock();
+    norm_rows_bits();
+}
+
+fn norm_rows_bits() {
+    let programs = fused::norm_programs;
+    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+        let s = 1000 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let g = Tensor::<f32>::randn(&[c], s + 2);
+        let b = Tensor::<f32>::randn(&[c], s + 3);
+        bits_match(&format!("layernorm {tag}"), programs, || {
+            tessera_kernels::layernorm(&x, &g, &b).unwrap()
+        });
+        bits_match(&format!("rmsnorm {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&x, &g).unwrap()
+        });
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
+        let gb = Tensor::<bf16>::randn(&[c], s + 5);
+        let bb = Tensor::<bf16>::randn(&[c], s + 6);
+        bits_match(&format!("layernorm bf16 {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gb, &bb).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gb).unwrap()
+        });
+        bits_match(&format!("layernorm bf16→f32 {tag}"), programs, || {
+            layernorm_bf16(&xb, &gb, &bb).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16→f32 {tag}"), programs, || {
+            rmsnorm_bf16(&xb, &gb).unwrap()
+        });
+    }
+}
+
+/// Binary elementwise kernels (`add`, `sub`, `div`; f32 and bf16) on the fast path against
+/// the interpreter.
+#[test]
+fn binary_elementwise_matches_the_interpreter_bit_for_bit() {
+    let _level = simd_level_lock();
+    binary_elementwise_bits();
+}
+
+fn binary_elementwise_bits() {
+    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+        let s = 1100 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        bits_match(&format!("add {tag}"), fused::launches, || {
+            tessera_kernels::add(&x, &y).unwrap()
+        });
+        bits_match(&format!("sub {tag}"), fused::launches, || {
+            sub_f32(&x, &y).unwrap()
+        });
+        let xb = Tensor::<bf16>::randn(&[r, c], s + 3);
+        let yb = Tensor::<bf16>::randn(&[r, c], s + 4);
+        bits_match(&format!("add bf16 {tag}"), fused::launches, || {
+            tessera_kernels::add(&xb, &yb).unwrap()
+        });
+        bits_match(&format!("add bf16 (kernel) {tag}"), fused::launches, || {
+            add_bf16(&xb, &yb).unwrap()
+        });
+        bits_match(&format!("div bf16 {tag}"), fused::launches, || {
+            div_bf16(&xb, &yb).unwrap()
+        });
+    }
+}
+
+/// Kernels that differ from the matched patterns keep the general paths (the row loop
+/// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
+/// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
+/// the `deterministic` softmax and layernorm (fixed-order sums, on the interpreter).
+#[test]
+fn row_loops_decline_other_kernels() {
+    let x = Tensor::<f32>::randn(&[37, 300], 1200);
+    let g = Tensor::<f32>::randn(&[300], 1201);
+    let (s0, n0) = (fused::softmax_programs(), fused::norm_programs());
+    agree("softmax * 2", F32_TOL, || softmax_twice(&x).unwrap());
+    agree("tile! softmax", F32_TOL, || {
+        let mut y = Tensor::<f32>::zeros(&[37, 300]).unwrap();
+        tessera_kernels::tiled::softmax_rows::launch(&x, &mut y).unwrap();
+        y
+    });
+    let det = softmax_det(&x).unwrap();
+    assert_eq!(
+        det.to_vec().unwrap(),
+        fused::with_interpreter(|| softmax_det(&x).unwrap())
+            .to_vec()
+            .unwrap()
+    );
+    layernorm_det(&x, &g, &g).unwrap();
+    assert_eq!(
+        (fused::softmax_programs(), fused::norm_programs()),
+        (s0, n0),
+        "a row loop ran a kernel it does not match"
+    );
+}
+
 /// Every SIMD level this CPU supports, forced in turn (`simd::force`): the fast path agrees
 /// with the interpreter on every library kernel class, and softmax, gelu and the f32 GEMM
 /// agree with f64 references.
 #[test]
 fn every_simd_level_agrees() {
+    let _level = simd_level_lock();
     for level in simd::supported() {
         simd::force(Some(level)).unwrap();
         assert_eq!(simd::active(), level);
@@ -524,6 +745,9 @@ fn every_simd_level_agrees() {
         column_reductions_and_transposes_agree_f32_and_bf16();
         depthwise_conv_agrees();
         matmul_direct_gemm_agrees();
+        softmax_rows_bits();
+        norm_rows_bits();
+        binary_elementwise_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);
         let b = Tensor::<f32>::randn(&[k, n], 501);

@@ -152,7 +152,7 @@ pub(crate) fn unary(op: UnaryOp, v: &mut [f32]) {
 /// The bf16 bit pattern nearest `x` (round to nearest even; NaN stays a quiet NaN), as
 /// `half::bf16::from_f32` computes it.
 #[inline(always)]
-fn bf16_bits(x: f32) -> u32 {
+pub(crate) fn bf16_bits(x: f32) -> u32 {
     let b = x.to_bits();
     if b & 0x7FFF_FFFF > 0x7F80_0000 {
         (b >> 16) | 0x0040
@@ -222,6 +222,48 @@ pub(crate) fn store(buf: &Buffer, at: usize, v: V, lo: usize, hi: usize) {
             match v {
                 V::S(s) => d.copy_from_slice(&s[lo..hi]),
                 V::K(x) => d.fill(x),
+            }
+        }
+    }
+}
+
+/// The `n` f32 values at element offset `at` of an f32 tensor.
+#[inline(always)]
+pub(crate) fn f32s(buf: &Buffer, at: usize, n: usize) -> &[f32] {
+    assert!(
+        buf.dtype == DType::F32 && (at + n) * 4 <= buf.len,
+        "fused read out of bounds"
+    );
+    // SAFETY: in bounds (checked above); f32 storage not written during the launch (loaded
+    // tensors are never stored, `plan::compile`).
+    unsafe { std::slice::from_raw_parts((buf.ptr as *const f32).add(at), n) }
+}
+
+/// Writes `f(j)` for `j in 0..n` at element offset `at` of `buf` (f32 or bf16), rounded to
+/// bf16 first when `round` (a bf16 tensor always rounds).
+#[inline(always)]
+pub(crate) fn write(buf: &Buffer, at: usize, n: usize, round: bool, f: impl Fn(usize) -> f32) {
+    match buf.dtype {
+        DType::BF16 => {
+            assert!((at + n) * 2 <= buf.len, "fused store out of bounds");
+            // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
+            let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut u16).add(at), n) };
+            for (j, o) in d.iter_mut().enumerate() {
+                *o = bf16_bits(f(j)) as u16;
+            }
+        }
+        _ => {
+            assert!((at + n) * 4 <= buf.len, "fused store out of bounds");
+            // SAFETY: as above, f32 storage.
+            let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut f32).add(at), n) };
+            if round {
+                for (j, o) in d.iter_mut().enumerate() {
+                    *o = round_bf16(f(j));
+                }
+            } else {
+                for (j, o) in d.iter_mut().enumerate() {
+                    *o = f(j);
+                }
             }
         }
     }

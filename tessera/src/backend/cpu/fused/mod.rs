@@ -6,7 +6,12 @@
 //! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
 //! materialised; a `load → unary… → store` group of f32 tensors loads each chunk straight into
-//! the output and runs its ops there (`plan::Group::direct`). Each worker reuses one scratch
+//! the output and runs its ops there (`plan::Group::direct`), and a `load, load → binary →
+//! store` group computes each output element from the inputs in registers (`pipe`). Softmax,
+//! layernorm and rmsnorm kernels, recognised in the Tile IR when the plan is compiled
+//! (`rowmatch`), run as dedicated row loops instead (`softmax`, `norm`: each row read once,
+//! one `exp` per element where the row max is known after its first chunk), bit for bit the
+//! interpreter's result ([`softmax_programs`], [`norm_programs`]). Each worker reuses one scratch
 //! (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
@@ -22,8 +27,12 @@
 //! ```
 
 mod chunk;
+mod norm;
+mod pipe;
 mod plan;
+mod rowmatch;
 mod run;
+mod softmax;
 
 use crate::backend::Buffer;
 use rayon::prelude::*;
@@ -34,6 +43,8 @@ thread_local! {
     static INTERPRET: Cell<bool> = const { Cell::new(false) };
     static LAUNCHES: Cell<u64> = const { Cell::new(0) };
     static COVERED: Cell<u64> = const { Cell::new(0) };
+    static SOFTMAX: Cell<u64> = const { Cell::new(0) };
+    static NORM: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -65,6 +76,52 @@ pub(crate) fn interpreting() -> bool {
 /// ```
 pub fn launches() -> u64 {
     LAUNCHES.with(|c| c.get())
+}
+
+/// How many launches made on this thread ran every program on the softmax row loop (a
+/// kernel matched as softmax at compile time, with `[R, C]` input and output).
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn soft(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+///     softmax(x)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let before = tessera::backend::cpu::fused::softmax_programs();
+/// let y = soft(&x)?;
+/// assert_eq!(y.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::softmax_programs() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn softmax_programs() -> u64 {
+    SOFTMAX.with(|c| c.get())
+}
+
+/// How many launches made on this thread ran every program on the layernorm / rmsnorm row
+/// loop (a kernel matched as a norm at compile time, with `[R, C]` input and output and
+/// `[C]` scale and shift).
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn rms(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+///     rmsnorm(x, g, 1e-6)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let g = Tensor::<f32>::randn(&[5], 2);
+/// let before = tessera::backend::cpu::fused::norm_programs();
+/// let y = rms(&x, &g)?;
+/// assert_eq!(y.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::norm_programs() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn norm_programs() -> u64 {
+    NORM.with(|c| c.get())
 }
 
 /// The launch grid over the argument shapes (dims below 2^24, so no product overflows).
@@ -162,6 +219,12 @@ impl Fused {
         let grid = grid(k, args);
         let total = grid[0] * grid[1] * grid[2];
         LAUNCHES.with(|c| c.set(c.get() + 1));
+        let path = self.plan.rows(args);
+        match path {
+            run::Path::Softmax { .. } => SOFTMAX.with(|c| c.set(c.get() + 1)),
+            run::Path::Norm { .. } => NORM.with(|c| c.set(c.get() + 1)),
+            run::Path::Chunks => {}
+        }
         if total == 0 {
             return true;
         }
@@ -176,12 +239,12 @@ impl Fused {
             SCRATCH.with(|s| match s.try_borrow_mut() {
                 Ok(mut s) => {
                     s.fit(&self.plan);
-                    run::run_block(&self.plan, &mut s, ids(pid), args);
+                    run::run_block(&self.plan, path, &mut s, ids(pid), args);
                 }
                 Err(_) => {
                     let mut s = run::Scratch::default();
                     s.fit(&self.plan);
-                    run::run_block(&self.plan, &mut s, ids(pid), args);
+                    run::run_block(&self.plan, path, &mut s, ids(pid), args);
                 }
             })
         };

@@ -126,6 +126,23 @@ pub(crate) struct Group {
     /// kernel such as `gelu`): where both windows cover the chunk, the runner loads straight
     /// into the output and applies these ops there, with no chunk slot in between.
     pub direct: Option<Vec<UnaryOp>>,
+    /// The group is `load, load → binary → (casts) → store` of two f32 or two bf16 tensors:
+    /// where all three windows cover the chunk, the runner computes each output element from
+    /// the inputs in registers (`super::pipe`).
+    pub binary: Option<Pipe>,
+}
+
+/// A [`Group::binary`] group: its float op and the members that load its operands and store
+/// its result.
+#[derive(Clone, Debug)]
+pub(crate) struct Pipe {
+    pub op: BinaryOp,
+    /// The member loading the op's first operand.
+    pub a: usize,
+    /// The member loading the op's second operand.
+    pub b: usize,
+    /// The store.
+    pub store: usize,
 }
 
 /// A copy between slots (loop-carried values).
@@ -183,6 +200,10 @@ pub(crate) struct Plan {
     pub reduce_len: usize,
     /// Outputs every program of a launch writes a proven part of (see [`Cover`]).
     pub covers: Vec<Cover>,
+    /// The kernel is a softmax the row loop runs (`super::softmax`).
+    pub softmax: Option<super::rowmatch::Softmax>,
+    /// The kernel is a layernorm or rmsnorm the row loop runs (`super::norm`).
+    pub norm: Option<super::rowmatch::Norm>,
 }
 
 /// Proof that a launch writes every element of output parameter `param`: it is stored exactly
@@ -312,6 +333,8 @@ pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
         chunk_slots: c.max_slots,
         reduce_len: c.reduce_len,
         covers,
+        softmax: super::rowmatch::softmax(k),
+        norm: super::rowmatch::norm(k),
     })
 }
 
@@ -924,7 +947,8 @@ impl Compiler<'_> {
                 if outside {
                     mat = Some(self.mat_slot(r));
                 }
-                round_bf16 = k.ty(r).dtype == DType::BF16;
+                // A bf16 load widens exactly: nothing to round.
+                round_bf16 = k.ty(r).dtype == DType::BF16 && !matches!(op, COp::Load { .. });
                 if !last.contains_key(&r) {
                     free.push(s);
                 }
@@ -958,12 +982,18 @@ impl Compiler<'_> {
         } else {
             None
         };
+        let binary = if store_only {
+            binary_pipe(k, &out)
+        } else {
+            None
+        };
         Ok(Group {
             rows: g.shape.0,
             cols: g.shape.1,
             members: out,
             store_only,
             direct,
+            binary,
         })
     }
 }
@@ -1014,6 +1044,74 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
         }
     }
     Some(ops)
+}
+
+/// The [`Pipe`] of a `load, load → binary → (casts) → store` group: the loads of two tensors
+/// of one dtype (f32 or bf16) in two chunk slots, a float binary op of both, casts between f32
+/// and bf16, a store of the result; nothing materialised, and nothing rounded unless the
+/// stored tensor is bf16 (whose store rounds the same way once more, changing nothing).
+fn binary_pipe(k: &Kernel, members: &[Member]) -> Option<Pipe> {
+    let [la, lb, bin, rest @ ..] = members else {
+        return None;
+    };
+    let (st, casts) = rest.split_last()?;
+    let (
+        COp::Load {
+            param: pa, dst: sa, ..
+        },
+        COp::Load {
+            param: pb, dst: sb, ..
+        },
+        COp::Binary {
+            op,
+            kind: Kind::F,
+            a: Src::Chunk(x),
+            b: Src::Chunk(y),
+            dst: s0,
+        },
+        COp::Store {
+            param: po,
+            src: Src::Chunk(so),
+            ..
+        },
+    ) = (&la.op, &lb.op, &bin.op, &st.op)
+    else {
+        return None;
+    };
+    let dt = |p: usize| k.params[p].dtype;
+    let bf16_out = dt(*po) == DType::BF16;
+    if sa == sb || dt(*pa) != dt(*pb) || [la, lb].iter().any(|m| m.round_bf16 || m.mat.is_some()) {
+        return None;
+    }
+    for m in std::iter::once(bin).chain(casts) {
+        if m.mat.is_some() || (m.round_bf16 && !bf16_out) {
+            return None;
+        }
+    }
+    let mut s = *s0;
+    for m in casts {
+        match &m.op {
+            COp::Cast {
+                a: Src::Chunk(a),
+                to: DType::F32 | DType::BF16,
+                from: Kind::F,
+                dst,
+            } if *a == s => s = *dst,
+            _ => return None,
+        }
+    }
+    let member = |slot: &u16| match slot {
+        x if x == sa => Some(0),
+        x if x == sb => Some(1),
+        _ => None,
+    };
+    (*so == s).then_some(())?;
+    Some(Pipe {
+        op: *op,
+        a: member(x)?,
+        b: member(y)?,
+        store: members.len() - 1,
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub(crate) struct Scratch {
     /// tensor's memory, which no program of the launch writes (`plan::compile` declines a
     /// parameter both loaded and stored). Valid for the current chunk only.
     cur: Vec<*const f32>,
+    /// The row loops' buffers (`super::softmax`, `super::norm`), grown on first use.
+    row: Vec<f32>,
 }
 
 impl Scratch {
@@ -42,9 +44,51 @@ fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
     }
 }
 
-/// Runs program `ids` of `plan`.
-pub(crate) fn run_block(plan: &Plan, s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
-    steps(&plan.steps, s, ids, args);
+/// Which loop runs a launch's programs: the chunk program, or a row loop over `[rows, n]`
+/// tensors (see [`Plan::rows`]).
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Path {
+    Chunks,
+    Softmax { rows: usize, n: usize },
+    Norm { rows: usize, n: usize },
+}
+
+impl Plan {
+    /// The path these arguments take: a matched row kernel whose tensors have the shapes its
+    /// row loop reads, else the chunk program.
+    pub fn rows(&self, args: &[Buffer]) -> Path {
+        if let Some(sm) = &self.softmax
+            && let Some((rows, n)) = sm.rows.dims(args)
+        {
+            return Path::Softmax { rows, n };
+        }
+        if let Some(nm) = &self.norm
+            && let Some((rows, n)) = nm.rows.dims(args)
+            && super::norm::fits(nm, args, n)
+        {
+            return Path::Norm { rows, n };
+        }
+        Path::Chunks
+    }
+}
+
+/// Runs program `ids` of `plan` on `path` ([`Plan::rows`] of these arguments).
+pub(crate) fn run_block(
+    plan: &Plan,
+    path: Path,
+    s: &mut Scratch,
+    ids: [usize; 3],
+    args: &[Buffer],
+) {
+    match (path, &plan.softmax, &plan.norm) {
+        (Path::Softmax { rows, n }, Some(sm), _) => {
+            super::softmax::run(sm, &mut s.row, ids[0], args, rows, n)
+        }
+        (Path::Norm { rows, n }, _, Some(nm)) => {
+            super::norm::run(nm, &mut s.row, ids[0], args, rows, n)
+        }
+        _ => steps(&plan.steps, s, ids, args),
+    }
 }
 
 fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
@@ -227,7 +271,7 @@ unsafe fn read<'a>(
 /// Where row `r`, columns `c0..` of a tile at `idx` lie in a buffer: the element offset of
 /// column `c0 + lo` and the in-bounds column range `lo..hi` of the chunk (empty when outside).
 #[inline(always)]
-fn window(
+pub(crate) fn window(
     buf: &Buffer,
     idx: &[u32],
     sc: &[f64],
@@ -305,6 +349,7 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         ch,
         racc,
         cur,
+        ..
     } = s;
     let curp = cur.as_mut_ptr();
     let (rows, cols) = (g.rows, g.cols);
@@ -379,6 +424,12 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
             let w = (c_hi - c0).min(wmax);
             if let Some(ops) = &g.direct
                 && direct(g, ops, args, sc, r, c0, w)
+            {
+                c0 += w;
+                continue;
+            }
+            if let Some(p) = &g.binary
+                && super::pipe::run(p, g, args, sc, r, c0, w)
             {
                 c0 += w;
                 continue;
