@@ -22,8 +22,13 @@
 //! ```
 
 mod chunk;
+mod colreduce;
+mod inplace;
 mod plan;
+mod rect;
 mod run;
+mod transpose;
+mod uses;
 
 use crate::backend::Buffer;
 use rayon::prelude::*;
@@ -34,6 +39,8 @@ thread_local! {
     static INTERPRET: Cell<bool> = const { Cell::new(false) };
     static LAUNCHES: Cell<u64> = const { Cell::new(0) };
     static COVERED: Cell<u64> = const { Cell::new(0) };
+    static TRANSPOSES: Cell<u64> = const { Cell::new(0) };
+    static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -77,6 +84,28 @@ fn grid(k: &Kernel, args: &[Buffer]) -> [usize; 3] {
     grid
 }
 
+/// How many fast-path launches made on this thread ran their transpose as a direct copy (a
+/// `load → trans → store` run tensor → tensor, with no materialised tile).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::direct_transposes();
+/// assert!(tessera::backend::cpu::fused::direct_transposes() >= n);
+/// ```
+pub fn direct_transposes() -> u64 {
+    TRANSPOSES.with(|c| c.get())
+}
+
+/// How many fast-path launches made on this thread ran their column-reduction loop as one
+/// streaming pass over the rows (with no loaded or materialised tile).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::direct_column_reductions();
+/// assert!(tessera::backend::cpu::fused::direct_column_reductions() >= n);
+/// ```
+pub fn direct_column_reductions() -> u64 {
+    COLREDUCES.with(|c| c.get())
+}
+
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
 /// cover every element, and so were never zeroed first.
 ///
@@ -98,6 +127,9 @@ pub(crate) struct Fused {
     plan: plan::Plan,
     /// Parameters stored into (must be writable).
     stored: Vec<usize>,
+    /// Whether the plan has a direct transpose, a direct column reduction (counted per
+    /// launch: [`direct_transposes`], [`direct_column_reductions`]).
+    direct: (bool, bool),
 }
 
 impl Fused {
@@ -114,7 +146,16 @@ impl Fused {
             .collect();
         stored.sort_unstable();
         stored.dedup();
-        Ok(Fused { plan, stored })
+        let has = |f: fn(&plan::Step) -> bool| plan.steps.iter().any(f);
+        let direct = (
+            has(|s| matches!(s, plan::Step::Transpose(_))),
+            has(|s| matches!(s, plan::Step::ColReduce(_))),
+        );
+        Ok(Fused {
+            plan,
+            stored,
+            direct,
+        })
     }
 
     /// Whether [`Fused::launch`] runs these arguments on the fast path.
@@ -162,6 +203,13 @@ impl Fused {
         let grid = grid(k, args);
         let total = grid[0] * grid[1] * grid[2];
         LAUNCHES.with(|c| c.set(c.get() + 1));
+        let bump = |c: &Cell<u64>| c.set(c.get() + 1);
+        if self.direct.0 {
+            TRANSPOSES.with(bump);
+        }
+        if self.direct.1 {
+            COLREDUCES.with(bump);
+        }
         if total == 0 {
             return true;
         }
