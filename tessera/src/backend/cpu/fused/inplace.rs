@@ -96,3 +96,47 @@ fn redirect(body: &mut [Step], next: usize, acc: usize, n: usize) -> bool {
     g.members[q].mat = Some(acc);
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::{Step, compile};
+    use tessera_ir::tile::parse;
+
+    /// The yield copies left in the plan's top-level loop when its body (which reads `%x` at
+    /// the loop counter into `%6` and carries `%5`) is `body`.
+    fn yields(body: &str) -> usize {
+        let text = format!(
+            "kernel @k(%x: f32<2>, %y: f32<2>) grid=[1, 1, 1] {{
+  %0 = const 0.0 : i32
+  %1 = dim %x, 0 : i32
+  %2 = full 0.0 : f32[16, 64]
+  %3 = for %4 = %0 to %1 step 16 iter(%5: f32[16, 64] = %2) {{
+    %6 = load %x[%4, %0] : f32[16, 64]
+{body}  }}
+  store %y[%0, %0], %3
+}}
+"
+        );
+        let k = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let plan = compile(&k).unwrap();
+        let n = plan.steps.iter().find_map(|s| match s {
+            Step::For { yields, .. } => Some(yields.len()),
+            _ => None,
+        });
+        n.expect("a loop")
+    }
+
+    #[test]
+    fn an_accumulator_updated_elementwise_is_written_in_place() {
+        let body =
+            "    %7 = mul %6, %6 : f32[16, 64]\n    %8 = add %5, %7 : f32[16, 64]\n    yield %8\n";
+        assert_eq!(yields(body), 0);
+    }
+
+    #[test]
+    fn an_accumulator_read_after_its_update_keeps_its_copy() {
+        // `%9` reads the old `%5` after `%8` (the new value) is computed.
+        let body = "    %7 = mul %6, %6 : f32[16, 64]\n    %8 = add %5, %7 : f32[16, 64]\n    %9 = add %8, %5 : f32[16, 64]\n    store %y[%4, %0], %9\n    yield %8\n";
+        assert_eq!(yields(body), 1);
+    }
+}
