@@ -6,7 +6,11 @@
 //! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
 //! materialised; a `load → unary… → store` group of f32 tensors loads each chunk straight into
-//! the output and runs its ops there (`plan::Group::direct`). Each worker reuses one scratch
+//! the output and runs its ops there (`plan::Group::direct`). After grouping, three rewrites
+//! replace step patterns: a `load → trans → store` becomes a blocked copy tensor → tensor
+//! (`transpose`), a fast-policy column-reduction loop one streaming pass over its rows
+//! (`colreduce`), and a loop-carried tile updated elementwise is written in place instead of
+//! copied at every iteration (`inplace`). Each worker reuses one scratch
 //! (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
