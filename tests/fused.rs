@@ -110,7 +110,26 @@ fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
     transpose(x)
 }
 
-/// `[37, 300]`, `[1, 1]`, wider than one chunk, and seeded random shapes.
+#[tessera::kernel]
+fn transpose_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+    transpose(x)
+}
+
+#[tessera::kernel]
+fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+    x.sum(0)
+}
+
+#[tessera::kernel]
+fn col_mean_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+    x.mean(0)
+}
+
+#[tessera::kernel]
+fn col_max_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+    x.amax(0)
+}
+
 #[tessera::kernel(numerics = "deterministic")]
 fn matmul_det(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
     a.matmul(b)
@@ -294,6 +313,132 @@ fn column_reductions_and_transposes_agree_f32_and_bf16() {
         agree(&format!("transpose bf16 {tag}"), BF16_TOL, || {
             transpose_bf16(&xb).unwrap()
         });
+    }
+}
+
+/// Raw bit patterns of a tensor's elements (NaN payloads included).
+trait Bits: Element {
+    fn bits(&self) -> u32;
+}
+
+impl Bits for f32 {
+    fn bits(&self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl Bits for bf16 {
+    fn bits(&self) -> u32 {
+        self.to_bits() as u32
+    }
+}
+
+/// Runs `f` on the fast path, checking that `counter` (a direct-kernel counter) moved, and on
+/// the interpreter: the same shape and the same bits, except that with `any_nan` a NaN
+/// matches any NaN (Rust leaves the payload of an arithmetic result's NaN unspecified, so
+/// sums of NaNs may differ there; a copy keeps every bit).
+fn direct_same_bits<T: Bits>(
+    name: &str,
+    counter: fn() -> u64,
+    any_nan: bool,
+    f: impl Fn() -> Tensor<T>,
+) {
+    let before = counter();
+    let fast = f();
+    assert!(counter() > before, "{name}: the direct kernel did not run");
+    let slow = fused::with_interpreter(&f);
+    assert_eq!(fast.shape(), slow.shape(), "{name}");
+    let (a, b) = (fast.as_slice().unwrap(), slow.as_slice().unwrap());
+    let nan = |x: &T| x.to_f64().is_nan();
+    let differ = |i: usize| a[i].bits() != b[i].bits() && !(any_nan && nan(&a[i]) && nan(&b[i]));
+    if let Some(i) = (0..a.len()).find(|&i| differ(i)) {
+        panic!(
+            "{name}: element {i}: fast path {:#x}, interpreter {:#x}",
+            a[i].bits(),
+            b[i].bits()
+        );
+    }
+}
+
+/// `[rows, cols]` random values with NaNs (quiet and signalling), infinities and signed zeros
+/// at seeded places when `specials`.
+fn with_specials<T: Element>(r: usize, c: usize, seed: u64, specials: &[T]) -> Tensor<T> {
+    let x = Tensor::<T>::randn(&[r, c], seed);
+    let mut v = x.as_slice().unwrap().to_vec();
+    let mut s = seed | 1;
+    for k in specials
+        .iter()
+        .cycle()
+        .take(specials.len() * (1 + r * c / 500))
+    {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let i = (s >> 33) as usize % v.len();
+        v[i] = *k;
+    }
+    Tensor::from_vec(v, &[r, c]).unwrap()
+}
+
+/// Direct transposes and column reductions (f32 and bf16 storage) give the interpreter's
+/// bits, on ragged shapes, a `[1, 1]`, a large one, and inputs with NaNs and signed zeros.
+#[test]
+fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
+    let shapes = [
+        (37, 300),
+        (300, 37),
+        (1, 1),
+        (1, 200),
+        (200, 1),
+        (65, 63),
+        (129, 257),
+        (1031, 4100),
+    ];
+    let f_specials = [
+        f32::NAN,
+        f32::from_bits(0x7FA0_0001),
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        -0.0,
+    ];
+    let b_specials = [
+        bf16::from_bits(0x7FC1),
+        bf16::from_bits(0x7F81),
+        bf16::from_bits(0xFF85),
+        bf16::NEG_INFINITY,
+        bf16::from_bits(0x8000),
+    ];
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let seed = 700 + 10 * i as u64;
+        for specials in [false, true] {
+            let tag = format!("[{r}, {c}] specials {specials}");
+            let fs: &[f32] = if specials { &f_specials } else { &[] };
+            let bs: &[bf16] = if specials { &b_specials } else { &[] };
+            let x = with_specials(r, c, seed + 1, fs);
+            let xb = with_specials(r, c, seed + 2, bs);
+            let t = fused::direct_transposes;
+            let cr = fused::direct_column_reductions;
+            direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                transpose_f32(&x).unwrap()
+            });
+            direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                transpose_bf16(&xb).unwrap()
+            });
+            direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
+            direct_same_bits(&format!("col mean {tag}"), cr, true, || {
+                col_mean(&x).unwrap()
+            });
+            direct_same_bits(&format!("col max {tag}"), cr, true, || col_max(&x).unwrap());
+            direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
+                col_sum_bf16(&xb).unwrap()
+            });
+            direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
+                col_mean_bf16(&xb).unwrap()
+            });
+            direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
+                col_max_bf16(&xb).unwrap()
+            });
+        }
     }
 }
 
@@ -743,6 +888,7 @@ fn every_simd_level_agrees() {
         rowwise_kernels_agree_f32_and_bf16();
         elementwise_kernels_and_chains_agree_f32_and_bf16();
         column_reductions_and_transposes_agree_f32_and_bf16();
+        direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
         depthwise_conv_agrees();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();

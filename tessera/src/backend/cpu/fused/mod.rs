@@ -11,7 +11,11 @@
 //! layernorm and rmsnorm kernels, recognised in the Tile IR when the plan is compiled
 //! (`rowmatch`), run as dedicated row loops instead (`softmax`, `norm`: each row read once,
 //! one `exp` per element where the row max is known after its first chunk), bit for bit the
-//! interpreter's result ([`softmax_programs`], [`norm_programs`]). Each worker reuses one scratch
+//! interpreter's result ([`softmax_programs`], [`norm_programs`]). After grouping, three
+//! rewrites replace step patterns: a `load → trans → store` becomes a blocked copy tensor →
+//! tensor (`transpose`), a fast-policy column-reduction loop one streaming pass over its rows
+//! (`colreduce`), and a loop-carried tile updated elementwise is written in place instead of
+//! copied at every iteration (`inplace`). Each worker reuses one scratch
 //! (`run::Scratch`), so a warm launch allocates
 //! nothing. Results follow the interpreter's rules (bf16 values rounded after every op, the
 //! same `vmath` functions); the interpreter stays the oracle and runs whatever this path
@@ -27,12 +31,17 @@
 //! ```
 
 mod chunk;
+mod colreduce;
+mod inplace;
 mod norm;
 mod pipe;
 mod plan;
+mod rect;
 mod rowmatch;
 mod run;
 mod softmax;
+mod transpose;
+mod uses;
 
 use crate::backend::Buffer;
 use rayon::prelude::*;
@@ -45,6 +54,8 @@ thread_local! {
     static COVERED: Cell<u64> = const { Cell::new(0) };
     static SOFTMAX: Cell<u64> = const { Cell::new(0) };
     static NORM: Cell<u64> = const { Cell::new(0) };
+    static TRANSPOSES: Cell<u64> = const { Cell::new(0) };
+    static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -134,6 +145,28 @@ fn grid(k: &Kernel, args: &[Buffer]) -> [usize; 3] {
     grid
 }
 
+/// How many fast-path launches made on this thread ran their transpose as a direct copy (a
+/// `load → trans → store` run tensor → tensor, with no materialised tile).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::direct_transposes();
+/// assert!(tessera::backend::cpu::fused::direct_transposes() >= n);
+/// ```
+pub fn direct_transposes() -> u64 {
+    TRANSPOSES.with(|c| c.get())
+}
+
+/// How many fast-path launches made on this thread ran their column-reduction loop as one
+/// streaming pass over the rows (with no loaded or materialised tile).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::direct_column_reductions();
+/// assert!(tessera::backend::cpu::fused::direct_column_reductions() >= n);
+/// ```
+pub fn direct_column_reductions() -> u64 {
+    COLREDUCES.with(|c| c.get())
+}
+
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
 /// cover every element, and so were never zeroed first.
 ///
@@ -155,6 +188,9 @@ pub(crate) struct Fused {
     plan: plan::Plan,
     /// Parameters stored into (must be writable).
     stored: Vec<usize>,
+    /// Whether the plan has a direct transpose, a direct column reduction (counted per
+    /// launch: [`direct_transposes`], [`direct_column_reductions`]).
+    direct: (bool, bool),
 }
 
 impl Fused {
@@ -171,7 +207,16 @@ impl Fused {
             .collect();
         stored.sort_unstable();
         stored.dedup();
-        Ok(Fused { plan, stored })
+        let has = |f: fn(&plan::Step) -> bool| plan.steps.iter().any(f);
+        let direct = (
+            has(|s| matches!(s, plan::Step::Transpose(_))),
+            has(|s| matches!(s, plan::Step::ColReduce(_))),
+        );
+        Ok(Fused {
+            plan,
+            stored,
+            direct,
+        })
     }
 
     /// Whether [`Fused::launch`] runs these arguments on the fast path.
@@ -219,10 +264,17 @@ impl Fused {
         let grid = grid(k, args);
         let total = grid[0] * grid[1] * grid[2];
         LAUNCHES.with(|c| c.set(c.get() + 1));
+        let bump = |c: &Cell<u64>| c.set(c.get() + 1);
+        if self.direct.0 {
+            TRANSPOSES.with(bump);
+        }
+        if self.direct.1 {
+            COLREDUCES.with(bump);
+        }
         let path = self.plan.rows(args);
         match path {
-            run::Path::Softmax { .. } => SOFTMAX.with(|c| c.set(c.get() + 1)),
-            run::Path::Norm { .. } => NORM.with(|c| c.set(c.get() + 1)),
+            run::Path::Softmax { .. } => SOFTMAX.with(bump),
+            run::Path::Norm { .. } => NORM.with(bump),
             run::Path::Chunks => {}
         }
         if total == 0 {

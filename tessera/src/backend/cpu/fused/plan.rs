@@ -188,6 +188,10 @@ pub(crate) enum Step {
         body: Vec<Step>,
         yields: Vec<Copy>,
     },
+    /// A `load → trans → store` run as one copy tensor → tensor (`super::transpose`).
+    Transpose(super::transpose::Transpose),
+    /// A column-reduction loop run as one streaming pass (`super::colreduce`).
+    ColReduce(super::colreduce::ColReduce),
 }
 
 /// The compiled program of one kernel.
@@ -326,6 +330,10 @@ pub(crate) fn compile(k: &Kernel) -> Result<Plan, Decline> {
     c.scan(&k.body)?;
     let steps = c.block(&k.body)?;
     let covers = covers(&steps, k.params.len());
+    // Direct kernels replace whole step patterns and carried tiles are updated in place;
+    // the stores stay the same, so the covers above still hold.
+    let steps = super::transpose::fuse(k, steps);
+    let steps = super::inplace::fuse(super::colreduce::fuse(k, steps));
     Ok(Plan {
         steps,
         scalars: c.sc.len(),
@@ -392,7 +400,7 @@ fn covers(steps: &[Step], nparams: usize) -> Vec<Cover> {
                     }
                 }
             }
-            Step::Trans { .. } => {}
+            Step::Trans { .. } | Step::Transpose(_) | Step::ColReduce(_) => {}
         }
     }
     out

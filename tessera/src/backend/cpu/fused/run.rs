@@ -99,6 +99,8 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
                 s.sc[*dst as usize] = v;
             }
             Step::Group(g) => group(g, s, args),
+            Step::Transpose(t) => super::transpose::run(t, &s.sc, args),
+            Step::ColReduce(c) => super::colreduce::run(c, &mut s.sc, &mut s.mat, args),
             Step::Trans {
                 src,
                 rows,

@@ -1,0 +1,337 @@
+//! Direct column reductions: the fast-policy loop a column sum, mean or max lowers to,
+//!
+//! ```text
+//! for r in (lo..hi).step_by(step) {   // acc: [C], carried
+//!     part = reduce(axis 0, cast f32(load x[.., r, j] : [R, C]))
+//!     acc = acc + part                // (max for a max)
+//! }
+//! ```
+//!
+//! runs as one streaming pass over the program's rows: each row of the tensor is combined
+//! into a column strip `part` (the reduction's own materialised `[C]`, in L1) straight from
+//! the tensor, in row order, then `part` into `acc`, so no tile is loaded into a chunk or
+//! materialised. The order of every addition is the interpreter's (rows one at a time from
+//! the reduction's identity, rows outside the tensor reading the load's `other`, then
+//! `acc + part`), so the result is bit for bit the same.
+
+use super::chunk;
+use super::plan::{COp, Copy, Group, Kind, Src, Step};
+use super::rect::rect;
+use super::uses::mat_uses;
+use crate::backend::Buffer;
+use tessera_ir::DType;
+use tessera_ir::graph::BinaryOp;
+use tessera_ir::tile::{Kernel, TileReduce};
+
+/// A recognised column-reduction loop (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct ColReduce {
+    pub iv: u32,
+    pub lo: u32,
+    pub hi: u32,
+    pub step: i64,
+    /// Materialised offsets: the accumulator's initial value, the accumulator, the
+    /// per-iteration partial (each `cols` values).
+    pub init: usize,
+    pub acc: usize,
+    pub part: usize,
+    pub param: usize,
+    pub idx: Vec<u32>,
+    /// The value read outside the tensor (rounded to the storage type).
+    pub other: f32,
+    pub rows: usize,
+    pub cols: usize,
+    pub op: TileReduce,
+    pub bf16: bool,
+}
+
+/// Replaces each top-level loop of the shape above whose partial and next accumulator
+/// nothing else reads by one [`Step::ColReduce`].
+pub(crate) fn fuse(k: &Kernel, mut steps: Vec<Step>) -> Vec<Step> {
+    let uses = mat_uses(&steps);
+    for s in steps.iter_mut() {
+        if let Some(c) = recognise(k, s, &uses) {
+            *s = Step::ColReduce(c);
+        }
+    }
+    steps
+}
+
+fn recognise(
+    k: &Kernel,
+    s: &Step,
+    uses: &std::collections::HashMap<usize, usize>,
+) -> Option<ColReduce> {
+    let Step::For {
+        iv,
+        lo,
+        hi,
+        step,
+        inits,
+        body,
+        yields,
+    } = s
+    else {
+        return None;
+    };
+    let ([Copy::Mat(init, acc, n0)], [Copy::Mat(next, acc2, n1)], [Step::Group(g), Step::Group(h)]) =
+        (inits.as_slice(), yields.as_slice(), body.as_slice())
+    else {
+        return None;
+    };
+    let (load, red) = load_reduce(g)?;
+    let COp::Load {
+        param,
+        idx,
+        other,
+        rank: 2,
+        ..
+    } = &load.op
+    else {
+        return None;
+    };
+    let COp::Reduce {
+        op,
+        along_cols: false,
+        out: part,
+        scalar: None,
+        ..
+    } = &red.op
+    else {
+        return None;
+    };
+    let [add] = h.members.as_slice() else {
+        return None;
+    };
+    let cols = g.cols;
+    let comb = match op {
+        TileReduce::Sum => BinaryOp::Add,
+        TileReduce::Max => BinaryOp::Max,
+    };
+    let vec = |s: &Src, off: usize| matches!(s, Src::Mat { off: o, rows: 1, cols: c } if *o == off && *c == cols);
+    let COp::Binary {
+        op: bop,
+        kind: Kind::F,
+        a,
+        b,
+        ..
+    } = &add.op
+    else {
+        return None;
+    };
+    let dtype = k.params[*param].dtype;
+    let ok = *bop == comb
+        && vec(a, *acc)
+        && vec(b, *part)
+        && add.mat == Some(*next)
+        && !add.round_bf16
+        && !red.round_bf16
+        && (h.rows, h.cols) == (1, cols)
+        && acc2 == acc
+        && *n0 == cols
+        && *n1 == cols
+        && uses.get(part) == Some(&2)
+        && uses.get(next) == Some(&2)
+        && matches!(dtype, DType::F32 | DType::BF16)
+        && load.round_bf16 == (dtype == DType::BF16);
+    if !ok {
+        return None;
+    }
+    let bf16 = dtype == DType::BF16;
+    Some(ColReduce {
+        iv: *iv,
+        lo: *lo,
+        hi: *hi,
+        step: *step,
+        init: *init,
+        acc: *acc,
+        part: *part,
+        param: *param,
+        idx: idx.clone(),
+        other: if bf16 {
+            chunk::round_bf16(*other)
+        } else {
+            *other
+        },
+        rows: g.rows,
+        cols,
+        op: *op,
+        bf16,
+    })
+}
+
+/// The load and the reduction of a group `load → (cast to f32)? → reduce`, the load's value
+/// read by nothing else.
+fn load_reduce(g: &Group) -> Option<(&super::plan::Member, &super::plan::Member)> {
+    let (load, red, cast) = match g.members.as_slice() {
+        [l, r] => (l, r, None),
+        [l, c, r] => (l, r, Some(c)),
+        _ => return None,
+    };
+    let COp::Load { dst: s0, .. } = &load.op else {
+        return None;
+    };
+    let mut s = *s0;
+    if let Some(c) = cast {
+        let COp::Cast {
+            a: Src::Chunk(a),
+            to: DType::F32,
+            from: Kind::F,
+            dst,
+        } = &c.op
+        else {
+            return None;
+        };
+        if *a != s || c.round_bf16 || c.mat.is_some() {
+            return None;
+        }
+        s = *dst;
+    }
+    match &red.op {
+        COp::Reduce {
+            a: Src::Chunk(a), ..
+        } if *a == s && load.mat.is_none() => Some((load, red)),
+        _ => None,
+    }
+}
+
+/// Runs one program's loop.
+pub(crate) fn run(c: &ColReduce, sc: &mut [f64], mat: &mut [f32], args: &[Buffer]) {
+    let n = c.cols;
+    mat.copy_within(c.init..c.init + n, c.acc);
+    let (lo, hi) = (sc[c.lo as usize] as i64, sc[c.hi as usize] as i64);
+    // The two strips are distinct materialised tiles (`plan::Compiler::mat_slot`).
+    assert!(c.acc.max(c.part) + n <= mat.len() && c.acc.abs_diff(c.part) >= n);
+    let mut x = lo;
+    while x < hi {
+        sc[c.iv as usize] = x as i32 as f64;
+        // SAFETY: both strips are in `mat` and do not overlap (asserted).
+        let (acc, part) = unsafe {
+            let p = mat.as_mut_ptr();
+            (
+                std::slice::from_raw_parts_mut(p.add(c.acc), n),
+                std::slice::from_raw_parts_mut(p.add(c.part), n),
+            )
+        };
+        block(c, sc, args, acc, part);
+        x += c.step;
+    }
+}
+
+/// One iteration: `part` from the identity over the block's rows, then into `acc`.
+fn block(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
+        return unsafe { block_avx2(c, sc, args, acc, part) };
+    }
+    block_body(c, sc, args, acc, part)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_avx2(
+    c: &ColReduce,
+    sc: &[f64],
+    args: &[Buffer],
+    acc: &mut [f32],
+    part: &mut [f32],
+) {
+    block_body(c, sc, args, acc, part)
+}
+
+#[inline(always)]
+fn block_body(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
+    match c.op {
+        TileReduce::Sum => rows(c, sc, args, part, 0.0, |p, x| p + x),
+        TileReduce::Max => rows(c, sc, args, part, f32::NEG_INFINITY, max_nan),
+    }
+    match c.op {
+        TileReduce::Sum => acc.iter_mut().zip(&*part).for_each(|(a, p)| *a += *p),
+        TileReduce::Max => acc
+            .iter_mut()
+            .zip(&*part)
+            .for_each(|(a, p)| *a = max_nan(*a, *p)),
+    }
+}
+
+/// `part` = the identity combined with each row of the block in order (`other` outside the
+/// tensor).
+#[inline(always)]
+fn rows(
+    c: &ColReduce,
+    sc: &[f64],
+    args: &[Buffer],
+    part: &mut [f32],
+    id: f32,
+    f: impl Fn(f32, f32) -> f32 + std::marker::Copy,
+) {
+    let buf = &args[c.param];
+    let w = rect(buf, &c.idx, sc, c.rows, c.cols);
+    part.fill(id);
+    let other = |part: &mut [f32]| part.iter_mut().for_each(|p| *p = f(*p, c.other));
+    if w.is_empty() {
+        (0..c.rows).for_each(|_| other(part));
+        return;
+    }
+    let ((r0, r1), (c0, c1)) = (w.r, w.c);
+    let size = if c.bf16 { 2 } else { 4 };
+    let last = w.base + ((r1 - 1) * w.stride + c1) as i64;
+    assert!(
+        last as usize * size <= buf.len && w.base + (r0 * w.stride + c0) as i64 >= 0,
+        "fused load out of bounds"
+    );
+    (0..r0).for_each(|_| other(part));
+    let (pl, pm, pr) = {
+        let (l, rest) = part.split_at_mut(c0);
+        let (m, r) = rest.split_at_mut(c1 - c0);
+        (l, m, r)
+    };
+    let at = |u: usize| (w.base + (u * w.stride + c0) as i64) as usize;
+    let m = c1 - c0;
+    let mut u = r0;
+    // Four rows per pass over the strip: ((p + x0) + x1) + x2) + x3, the order row by row.
+    macro_rules! pass {
+        ($t:ty, $widen:expr) => {{
+            let row = |u: usize| -> &[$t] {
+                // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds
+                // (asserted above); loaded tensors are not written during a launch.
+                unsafe { std::slice::from_raw_parts((buf.ptr as *const $t).add(at(u)), m) }
+            };
+            while u + 4 <= r1 {
+                let (x0, x1, x2, x3) = (row(u), row(u + 1), row(u + 2), row(u + 3));
+                for j in 0..m {
+                    let p = f(f(pm[j], $widen(x0[j])), $widen(x1[j]));
+                    pm[j] = f(f(p, $widen(x2[j])), $widen(x3[j]));
+                }
+                u += 4;
+            }
+            while u < r1 {
+                let x0 = row(u);
+                for j in 0..m {
+                    pm[j] = f(pm[j], $widen(x0[j]));
+                }
+                u += 1;
+            }
+        }};
+    }
+    if c.bf16 {
+        pass!(u16, |x: u16| f32::from_bits((x as u32) << 16));
+    } else {
+        pass!(f32, |x: f32| x);
+    }
+    if c0 > 0 || c1 < c.cols {
+        for _ in r0..r1 {
+            other(pl);
+            other(pr);
+        }
+    }
+    (r1..c.rows).for_each(|_| other(part));
+}
+
+/// The max of two values, NaN if either is NaN (the interpreter's rule).
+#[inline(always)]
+fn max_nan(a: f32, x: f32) -> f32 {
+    let m = a.max(x);
+    if a.is_nan() | x.is_nan() { f32::NAN } else { m }
+}

@@ -1,0 +1,401 @@
+//! Direct transposes: a `load → trans → store` of one tile (f32 or bf16 storage on both ends)
+//! runs as a copy tensor → tensor, in 8 × 8 register transposes (AVX2) or 8 × 8 blocks of
+//! scalar copies (portable), with no materialised tile in between.
+//!
+//! The copy gives the interpreter's bits: f32 elements are moved unchanged; a bf16 NaN comes
+//! out quiet (bit 6 set), as the interpreter's store (`half::bf16::from_f32`) writes it.
+
+use super::chunk;
+use super::plan::{COp, Src, Step};
+use super::rect::{Rect, rect};
+use super::uses::mat_uses;
+use crate::backend::Buffer;
+use tessera_ir::DType;
+use tessera_ir::tile::Kernel;
+
+/// One `load → trans → store`: the loaded tile is `rows × cols`, the stored one `cols × rows`.
+#[derive(Clone, Debug)]
+pub(crate) struct Transpose {
+    pub src: usize,
+    pub src_idx: Vec<u32>,
+    pub dst: usize,
+    pub dst_idx: Vec<u32>,
+    pub rows: usize,
+    pub cols: usize,
+    /// The value read outside the source (rounded to the storage type).
+    pub other: f32,
+    pub bf16: bool,
+}
+
+/// Replaces each top-level `Group(load) → Trans → Group(store)` whose two tiles nothing else
+/// reads by one [`Step::Transpose`] at the store's place.
+pub(crate) fn fuse(k: &Kernel, mut steps: Vec<Step>) -> Vec<Step> {
+    let uses = mat_uses(&steps);
+    let mut i = 0;
+    while i < steps.len() {
+        if let Some((t, j, l)) = find(k, &steps, i, &uses) {
+            steps[l] = Step::Transpose(t);
+            steps.remove(j);
+            steps.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    steps
+}
+
+/// The pattern starting with the load group at `i`: the transpose, and where its trans and
+/// store steps are.
+fn find(
+    k: &Kernel,
+    steps: &[Step],
+    i: usize,
+    uses: &std::collections::HashMap<usize, usize>,
+) -> Option<(Transpose, usize, usize)> {
+    let Step::Group(g) = &steps[i] else {
+        return None;
+    };
+    let [m] = g.members.as_slice() else {
+        return None;
+    };
+    let (
+        COp::Load {
+            param: pi,
+            idx: ii,
+            other,
+            rank: 2,
+            ..
+        },
+        Some(m1),
+    ) = (&m.op, m.mat)
+    else {
+        return None;
+    };
+    let (rows, cols) = (g.rows, g.cols);
+    let j = (i + 1..steps.len())
+        .find(|&j| matches!(&steps[j], Step::Trans { src, .. } if *src == m1))?;
+    let Step::Trans {
+        rows: tr,
+        cols: tc,
+        dst: m2,
+        ..
+    } = &steps[j]
+    else {
+        return None;
+    };
+    let m2 = *m2;
+    let l = (j + 1..steps.len()).find(|&l| match &steps[l] {
+        Step::Group(g) => g.members.iter().any(|m| match &m.op {
+            COp::Store { src, .. } => matches!(src, Src::Mat { off, .. } if *off == m2),
+            _ => false,
+        }),
+        _ => false,
+    })?;
+    let Step::Group(h) = &steps[l] else {
+        return None;
+    };
+    let [s] = h.members.as_slice() else {
+        return None;
+    };
+    let COp::Store {
+        param: po,
+        idx: io,
+        rank: 2,
+        src: Src::Mat {
+            rows: sr, cols: sc, ..
+        },
+    } = &s.op
+    else {
+        return None;
+    };
+    let dtype = k.params[*pi].dtype;
+    let ok = (*tr, *tc) == (rows, cols)
+        && (*sr, *sc, h.rows, h.cols) == (cols, rows, cols, rows)
+        && uses.get(&m1) == Some(&2)
+        && uses.get(&m2) == Some(&2)
+        && k.params[*po].dtype == dtype
+        && matches!(dtype, DType::F32 | DType::BF16)
+        && m.round_bf16 == (dtype == DType::BF16);
+    if !ok {
+        return None;
+    }
+    let bf16 = dtype == DType::BF16;
+    let t = Transpose {
+        src: *pi,
+        src_idx: ii.clone(),
+        dst: *po,
+        dst_idx: io.clone(),
+        rows,
+        cols,
+        other: if bf16 {
+            chunk::round_bf16(*other)
+        } else {
+            *other
+        },
+        bf16,
+    };
+    Some((t, j, l))
+}
+
+/// Runs one program's transpose.
+pub(crate) fn run(t: &Transpose, sc: &[f64], args: &[Buffer]) {
+    let (bs, bd) = (&args[t.src], &args[t.dst]);
+    // Source tile `rows × cols`, destination tile `cols × rows`: d[a][b] = s[b][a].
+    let s = rect(bs, &t.src_idx, sc, t.rows, t.cols);
+    let d = rect(bd, &t.dst_idx, sc, t.cols, t.rows);
+    if d.is_empty() {
+        return;
+    }
+    let size = if t.bf16 { 2 } else { 4 };
+    let end = |r: &Rect, n: usize| r.base + ((r.r.1 - 1) * r.stride + r.c.1) as i64 <= n as i64;
+    assert!(
+        end(&d, bd.len / size) && d.base + (d.r.0 * d.stride + d.c.0) as i64 >= 0,
+        "fused store out of bounds"
+    );
+    let inside =
+        !s.is_empty() && s.c.0 <= d.r.0 && d.r.1 <= s.c.1 && s.r.0 <= d.c.0 && d.c.1 <= s.r.1;
+    if !inside {
+        return edge(t, &s, &d, bs, bd);
+    }
+    assert!(end(&s, bs.len / size), "fused load out of bounds");
+    let (a0, b0) = (d.r.0, d.c.0);
+    let (na, nb) = (d.r.1 - a0, d.c.1 - b0);
+    let so = (s.base + (b0 * s.stride + a0) as i64) as usize;
+    let dof = (d.base + (a0 * d.stride + b0) as i64) as usize;
+    // SAFETY: every element read is `s[b][a]` for `(a, b)` in the destination window, which
+    // lies inside the source window (`inside`), whose last element is in bounds (asserted);
+    // every element written is in the destination window (asserted). Programs of a launch
+    // write disjoint elements, and the destination is never a loaded parameter.
+    unsafe {
+        if t.bf16 {
+            let (sp, dp) = (
+                (bs.ptr as *const u16).add(so),
+                (bd.ptr as *mut u16).add(dof),
+            );
+            copy_bf16(sp, s.stride, dp, d.stride, na, nb);
+        } else {
+            let (sp, dp) = (
+                (bs.ptr as *const f32).add(so),
+                (bd.ptr as *mut f32).add(dof),
+            );
+            copy_f32(sp, s.stride, dp, d.stride, na, nb);
+        }
+    }
+}
+
+/// A destination window not inside the transposed source window: element by element, with
+/// `other` where the source is out of bounds.
+fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
+    let mut v = [0f32];
+    for a in d.r.0..d.r.1 {
+        for b in d.c.0..d.c.1 {
+            let inside = (s.r.0..s.r.1).contains(&b) && (s.c.0..s.c.1).contains(&a);
+            if inside {
+                chunk::load(bs, (s.base + (b * s.stride + a) as i64) as usize, &mut v);
+            } else {
+                v[0] = t.other;
+            }
+            let at = (d.base + (a * d.stride + b) as i64) as usize;
+            chunk::store(bd, at, chunk::V::S(&v), 0, 1);
+        }
+    }
+}
+
+/// `d[a · ds + b] = s[b · ss + a]` for `a < na`, `b < nb`, at the active SIMD level.
+///
+/// # Safety
+/// Every such element of `s` is readable and of `d` writable; the two do not overlap.
+unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, nb: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is at most the detected one: AVX2 is present.
+        return unsafe { x86::f32_avx2(s, ss, d, ds, na, nb) };
+    }
+    unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, |x: f32| x) }
+}
+
+/// As [`copy_f32`] for bf16 bit patterns, NaNs made quiet.
+///
+/// # Safety
+/// As [`copy_f32`].
+unsafe fn copy_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize, na: usize, nb: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: as above.
+        return unsafe { x86::bf16_avx2(s, ss, d, ds, na, nb) };
+    }
+    unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, quiet) }
+}
+
+/// A bf16 bit pattern with a NaN made quiet.
+#[inline(always)]
+fn quiet(x: u16) -> u16 {
+    if x & 0x7FFF > 0x7F80 { x | 0x0040 } else { x }
+}
+
+/// The portable copy (and the SIMD kernels' edges) of the part `a ≥ a0` or `b ≥ b0`… of the
+/// window: `d[a][b] = f(s[b][a])` in 8 × 8 blocks, skipping blocks with `a < a0` and `b < b0`
+/// (those the caller's full 8 × 8 kernels did).
+///
+/// # Safety
+/// As [`copy_f32`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn blocked<T: std::marker::Copy>(
+    s: *const T,
+    ss: usize,
+    d: *mut T,
+    ds: usize,
+    na: usize,
+    nb: usize,
+    a0: usize,
+    b0: usize,
+    f: impl Fn(T) -> T,
+) {
+    for ab in (0..na).step_by(8) {
+        for bb in (0..nb).step_by(8) {
+            if ab + 8 <= a0 && bb + 8 <= b0 {
+                continue;
+            }
+            for a in ab..(ab + 8).min(na) {
+                for b in bb..(bb + 8).min(nb) {
+                    // SAFETY: a < na and b < nb (the caller's contract).
+                    unsafe { *d.add(a * ds + b) = f(*s.add(b * ss + a)) };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    /// [`super::copy_f32`] with 8 × 8 AVX register transposes over the full blocks.
+    ///
+    /// # Safety
+    /// AVX2 present; as [`super::copy_f32`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn f32_avx2(
+        s: *const f32,
+        ss: usize,
+        d: *mut f32,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a8, b8) = (na & !7, nb & !7);
+        for a in (0..a8).step_by(8) {
+            for b in (0..b8).step_by(8) {
+                // SAFETY: rows b..b+8 of `s` at columns a..a+8, rows a..a+8 of `d` at
+                // columns b..b+8: inside the window (a + 8 ≤ na, b + 8 ≤ nb).
+                unsafe { block_f32(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, |x: f32| x) }
+    }
+
+    /// `d[i][j] = s[j][i]` for an 8 × 8 block.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn block_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+        unsafe {
+            let r = |i: usize| _mm256_loadu_ps(s.add(i * ss));
+            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+            let (r4, r5, r6, r7) = (r(4), r(5), r(6), r(7));
+            let t0 = _mm256_unpacklo_ps(r0, r1);
+            let t1 = _mm256_unpackhi_ps(r0, r1);
+            let t2 = _mm256_unpacklo_ps(r2, r3);
+            let t3 = _mm256_unpackhi_ps(r2, r3);
+            let t4 = _mm256_unpacklo_ps(r4, r5);
+            let t5 = _mm256_unpackhi_ps(r4, r5);
+            let t6 = _mm256_unpacklo_ps(r6, r7);
+            let t7 = _mm256_unpackhi_ps(r6, r7);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let w = |i: usize, v: __m256| _mm256_storeu_ps(d.add(i * ds), v);
+            w(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
+            w(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
+            w(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
+            w(3, _mm256_permute2f128_ps::<0x20>(u3, u7));
+            w(4, _mm256_permute2f128_ps::<0x31>(u0, u4));
+            w(5, _mm256_permute2f128_ps::<0x31>(u1, u5));
+            w(6, _mm256_permute2f128_ps::<0x31>(u2, u6));
+            w(7, _mm256_permute2f128_ps::<0x31>(u3, u7));
+        }
+    }
+
+    /// [`super::copy_bf16`] with 8 × 8 16-bit register transposes over the full blocks.
+    ///
+    /// # Safety
+    /// AVX2 present; as [`super::copy_f32`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn bf16_avx2(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a8, b8) = (na & !7, nb & !7);
+        for a in (0..a8).step_by(8) {
+            for b in (0..b8).step_by(8) {
+                // SAFETY: as in `f32_avx2`.
+                unsafe { block_bf16(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, super::quiet) }
+    }
+
+    /// `d[i][j] = quiet(s[j][i])` for an 8 × 8 block of 16-bit values.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn block_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+        unsafe {
+            let r = |i: usize| _mm_loadu_si128(s.add(i * ss) as *const __m128i);
+            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+            let (r4, r5, r6, r7) = (r(4), r(5), r(6), r(7));
+            let a0 = _mm_unpacklo_epi16(r0, r1);
+            let a1 = _mm_unpackhi_epi16(r0, r1);
+            let a2 = _mm_unpacklo_epi16(r2, r3);
+            let a3 = _mm_unpackhi_epi16(r2, r3);
+            let a4 = _mm_unpacklo_epi16(r4, r5);
+            let a5 = _mm_unpackhi_epi16(r4, r5);
+            let a6 = _mm_unpacklo_epi16(r6, r7);
+            let a7 = _mm_unpackhi_epi16(r6, r7);
+            let b0 = _mm_unpacklo_epi32(a0, a2);
+            let b1 = _mm_unpackhi_epi32(a0, a2);
+            let b2 = _mm_unpacklo_epi32(a1, a3);
+            let b3 = _mm_unpackhi_epi32(a1, a3);
+            let b4 = _mm_unpacklo_epi32(a4, a6);
+            let b5 = _mm_unpackhi_epi32(a4, a6);
+            let b6 = _mm_unpacklo_epi32(a5, a7);
+            let b7 = _mm_unpackhi_epi32(a5, a7);
+            let (abs, inf, bit) = (
+                _mm_set1_epi16(0x7FFF),
+                _mm_set1_epi16(0x7F80),
+                _mm_set1_epi16(0x0040),
+            );
+            let w = |i: usize, v: __m128i| {
+                let nan = _mm_cmpgt_epi16(_mm_and_si128(v, abs), inf);
+                let v = _mm_or_si128(v, _mm_and_si128(nan, bit));
+                _mm_storeu_si128(d.add(i * ds) as *mut __m128i, v)
+            };
+            w(0, _mm_unpacklo_epi64(b0, b4));
+            w(1, _mm_unpackhi_epi64(b0, b4));
+            w(2, _mm_unpacklo_epi64(b1, b5));
+            w(3, _mm_unpackhi_epi64(b1, b5));
+            w(4, _mm_unpacklo_epi64(b2, b6));
+            w(5, _mm_unpackhi_epi64(b2, b6));
+            w(6, _mm_unpacklo_epi64(b3, b7));
+            w(7, _mm_unpackhi_epi64(b3, b7));
+        }
+    }
+}
