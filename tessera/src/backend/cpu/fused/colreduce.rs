@@ -14,7 +14,6 @@
 //! the reduction's identity, rows outside the tensor reading the load's `other`, then
 //! `acc + part`), so the result is bit for bit the same.
 
-use super::chunk;
 use super::plan::{COp, Copy, Group, Kind, Src, Step};
 use super::rect::rect;
 use super::uses::mat_uses;
@@ -133,7 +132,7 @@ fn recognise(
         && uses.get(part) == Some(&2)
         && uses.get(next) == Some(&2)
         && matches!(dtype, DType::F32 | DType::BF16)
-        && load.round_bf16 == (dtype == DType::BF16);
+        && !load.round_bf16;
     if !ok {
         return None;
     }
@@ -148,11 +147,8 @@ fn recognise(
         part: *part,
         param: *param,
         idx: idx.clone(),
-        other: if bf16 {
-            chunk::round_bf16(*other)
-        } else {
-            *other
-        },
+        // A load widens bf16 exactly and fills with `other` unrounded, as the interpreter's.
+        other: *other,
         rows: g.rows,
         cols,
         op: *op,

@@ -115,7 +115,7 @@ fn find(
         && uses.get(&m2) == Some(&2)
         && k.params[*po].dtype == dtype
         && matches!(dtype, DType::F32 | DType::BF16)
-        && m.round_bf16 == (dtype == DType::BF16);
+        && !m.round_bf16;
     if !ok {
         return None;
     }
