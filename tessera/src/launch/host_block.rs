@@ -140,21 +140,24 @@ impl HostBlock {
 /// ownership are unchanged either way.
 fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
     #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = (ptr as usize).next_multiple_of(HUGE);
-        let end = (ptr as usize + bytes) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: `[start, end)` lies inside a block this process allocated and owns;
-            // `MADV_HUGEPAGE` changes only how the kernel backs the pages, never their
-            // contents. A failure (THP disabled) leaves ordinary pages, so it is ignored.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
+    if let Some((start, len)) = huge_page_range(ptr as usize, bytes) {
+        // SAFETY: `[start, start + len)` lies inside a block this process allocated and owns;
+        // `MADV_HUGEPAGE` changes only how the kernel backs the pages, never their contents.
+        // A failure (THP not built into the kernel) leaves ordinary pages, so it is ignored.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
         }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (ptr, bytes);
+}
+
+/// The 2 MiB-aligned part of `[addr, addr + bytes)` as `(start, len)`, if any.
+fn huge_page_range(addr: usize, bytes: usize) -> Option<(usize, usize)> {
+    const HUGE: usize = 2 << 20;
+    let start = addr.checked_next_multiple_of(HUGE)?;
+    let end = addr.checked_add(bytes)? / HUGE * HUGE;
+    (end > start).then_some((start, end - start))
 }
 
 impl Drop for HostBlock {
@@ -222,6 +225,22 @@ mod tests {
                 .enumerate()
                 .all(|(i, &x)| x == (i % 977) as f32 - 400.5)
         );
+    }
+
+    #[test]
+    fn huge_pages_are_advised_on_the_aligned_interior_only() {
+        const M: usize = 1 << 20;
+        assert_eq!(super::huge_page_range(2 * M, 4 * M), Some((2 * M, 4 * M)));
+        assert_eq!(
+            super::huge_page_range(2 * M + 16, 6 * M),
+            Some((4 * M, 4 * M))
+        );
+        assert_eq!(
+            super::huge_page_range(2 * M + 16, 4 * M),
+            Some((4 * M, 2 * M))
+        );
+        assert_eq!(super::huge_page_range(2 * M + 16, 2 * M), None);
+        assert_eq!(super::huge_page_range(usize::MAX - M, 4 * M), None);
     }
 
     #[test]

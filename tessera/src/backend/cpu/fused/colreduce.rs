@@ -36,7 +36,7 @@ pub(crate) struct ColReduce {
     pub part: usize,
     pub param: usize,
     pub idx: Vec<u32>,
-    /// The value read outside the tensor (rounded to the storage type).
+    /// The value read outside the tensor: the load's `other`, unrounded, as the interpreter fills it.
     pub other: f32,
     pub rows: usize,
     pub cols: usize,

@@ -149,8 +149,19 @@ fn grid(k: &Kernel, args: &[Buffer]) -> [usize; 3] {
 /// `load → trans → store` run tensor → tensor, with no materialised tile).
 ///
 /// ```
-/// let n = tessera::backend::cpu::fused::direct_transposes();
-/// assert!(tessera::backend::cpu::fused::direct_transposes() >= n);
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn flip(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+///     transpose(x)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let before = tessera::backend::cpu::fused::direct_transposes();
+/// let y = flip(&x)?;
+/// assert_eq!(y.shape(), &[5, 3]);
+/// assert!(tessera::backend::cpu::fused::direct_transposes() > before);
+/// # Ok::<(), tessera::Error>(())
 /// ```
 pub fn direct_transposes() -> u64 {
     TRANSPOSES.with(|c| c.get())
@@ -160,8 +171,19 @@ pub fn direct_transposes() -> u64 {
 /// streaming pass over the rows (with no loaded or materialised tile).
 ///
 /// ```
-/// let n = tessera::backend::cpu::fused::direct_column_reductions();
-/// assert!(tessera::backend::cpu::fused::direct_column_reductions() >= n);
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+///     x.sum(0)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[7, 5], 1);
+/// let before = tessera::backend::cpu::fused::direct_column_reductions();
+/// let y = col_sum(&x)?;
+/// assert_eq!(y.shape(), &[5]);
+/// assert!(tessera::backend::cpu::fused::direct_column_reductions() > before);
+/// # Ok::<(), tessera::Error>(())
 /// ```
 pub fn direct_column_reductions() -> u64 {
     COLREDUCES.with(|c| c.get())

@@ -1158,6 +1158,30 @@ mod tests {
 
     const TILE: &str = "  %6 = load %x[%2, %5] : f32[16, 64]\n  %7 = exp %6 : f32[16, 64]\n";
 
+    /// Whether the plan of `body` has a group on the binary pipe (`Group::binary`).
+    fn piped(body: &str) -> bool {
+        let plan = compile(&kernel(16, body)).unwrap();
+        plan.steps
+            .iter()
+            .any(|s| matches!(s, super::Step::Group(g) if g.binary.is_some()))
+    }
+
+    #[test]
+    fn load_load_binary_store_runs_on_the_pipe() {
+        let two = "  %6 = load %x[%2, %5] : f32[16, 64]\n  %7 = load %x[%5, %2] : f32[16, 64]\n";
+        for op in ["add", "sub", "mul", "div", "max"] {
+            let body = format!("{two}  %8 = {op} %6, %7 : f32[16, 64]\n  store %y[%2, %5], %8\n");
+            assert!(piped(&body), "{op}");
+        }
+        // An op after the binary one, or one operand used twice, is not the pipe's pattern.
+        let more = format!(
+            "{two}  %8 = add %6, %7 : f32[16, 64]\n  %9 = exp %8 : f32[16, 64]\n  store %y[%2, %5], %9\n"
+        );
+        assert!(!piped(&more));
+        let same = "  %6 = load %x[%2, %5] : f32[16, 64]\n  %7 = add %6, %6 : f32[16, 64]\n  store %y[%2, %5], %7\n";
+        assert!(!piped(same));
+    }
+
     #[test]
     fn a_store_at_program_id_times_the_tile_covers_its_output() {
         let c = covers(16, &format!("{TILE}  store %y[%2, %5], %7\n"));

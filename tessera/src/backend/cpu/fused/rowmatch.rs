@@ -2,7 +2,8 @@
 //! write pass) and layernorm / rmsnorm (mean, sum of squared deviations or squares, rsqrt of
 //! the variance plus eps, scale, shift), as `lower::rowwise` emits them under the `fast`
 //! policy. The match follows the data flow back from the kernel's only store and checks every
-//! op on the way (operands, dtypes, constants, loop bounds, the grid), so a kernel that
+//! op on the way (operands, dtypes, constants, loop bounds, the grid; broadcast axes through
+//! the tile shape, see `common`), so a kernel that
 //! matches computes exactly what [`super::softmax`] and [`super::norm`] compute; anything
 //! else (masks, other policies, other dtypes, an extra epilogue op) does not match and keeps
 //! the general chunk program.
@@ -332,7 +333,12 @@ fn common(ir: &Ir) -> Option<(Inst, TValue, TValue, Rows)> {
         return None;
     };
     let bc = *bc;
-    if *step != bc as i64 {
+    // `root` looks through `expand` and `broadcast` without checking the axis: the tile
+    // shapes do. A `[br]` row statistic expanded on the wrong axis is `[1, br]`, a `[bc]`
+    // column vector `[bc, 1]`, and neither broadcasts to `[br, bc]` unless `br == bc` (or the
+    // axis has one element, where both readings agree). So square tiles keep the chunk
+    // program.
+    if *step != bc as i64 || (br == bc && br > 1) {
         return None;
     }
     let rows = Rows {
