@@ -8,10 +8,8 @@ use crate::{Device, Error, Result};
 use std::sync::RwLock;
 use tessera_ir::env::EnvError;
 
-/// The parsed settings (an invalid value kept as the error each launch returns).
+/// The parsed autotuner settings (an invalid value kept as the error each launch returns).
 struct Settings {
-    /// `TESSERA_DEVICE`: `None` when unset (the automatic choice).
-    device: Result<Option<Device>>,
     /// `TESSERA_AUTOTUNE`: `None` when unset.
     autotune: std::result::Result<Option<Mode>, EnvError>,
     /// `TESSERA_AUTOTUNE_BACKGROUND`: `None` when unset or empty.
@@ -20,19 +18,27 @@ struct Settings {
 
 static SETTINGS: RwLock<Option<Settings>> = RwLock::new(None);
 
+/// `TESSERA_DEVICE`, parsed (and its device opened) only when a launch first needs the
+/// default device, apart from the autotuner's settings: a process whose launches all name
+/// their device never opens the one the variable names.
+static DEVICE: RwLock<Option<Result<Option<Device>>>> = RwLock::new(None);
+
+fn read_device() -> Result<Option<Device>> {
+    match tessera_ir::env::var("TESSERA_DEVICE", crate::device::DEVICE_VALUES) {
+        Err(e) => Err(e.into()),
+        Ok(None) => Ok(None),
+        Ok(Some(v)) => Device::parse(&v).map(Some).map_err(|e| match e {
+            Error::DeviceUnavailable(m) => {
+                Error::DeviceUnavailable(format!("TESSERA_DEVICE={v:?}: {m}"))
+            }
+            e => e,
+        }),
+    }
+}
+
 impl Settings {
     fn read() -> Settings {
         Settings {
-            device: match tessera_ir::env::var("TESSERA_DEVICE", crate::device::DEVICE_VALUES) {
-                Err(e) => Err(e.into()),
-                Ok(None) => Ok(None),
-                Ok(Some(v)) => Device::parse(&v).map(Some).map_err(|e| match e {
-                    Error::DeviceUnavailable(m) => {
-                        Error::DeviceUnavailable(format!("TESSERA_DEVICE={v:?}: {m}"))
-                    }
-                    e => e,
-                }),
-            },
             autotune: tessera_ir::env::var("TESSERA_AUTOTUNE", MODE_VALUES).and_then(|v| {
                 v.map(|v| {
                     Mode::parse(&v)
@@ -51,7 +57,6 @@ fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
     if let Some(s) = &*SETTINGS.read().unwrap_or_else(|e| e.into_inner()) {
         return f(s);
     }
-    // Read outside the lock: opening a device named by `TESSERA_DEVICE` may take a while.
     let fresh = Settings::read();
     let mut w = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
     f(w.get_or_insert(fresh))
@@ -80,11 +85,19 @@ fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
 pub fn reload_env() {
     let fresh = Settings::read();
     *SETTINGS.write().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+    // Parsed again when a launch next needs the default device.
+    *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// `TESSERA_DEVICE` as parsed: `None` when unset.
 pub(crate) fn device() -> Result<Option<Device>> {
-    with(|s| s.device.clone())
+    if let Some(d) = &*DEVICE.read().unwrap_or_else(|e| e.into_inner()) {
+        return d.clone();
+    }
+    // Read outside the lock: opening the device the variable names may take a while.
+    let fresh = read_device();
+    let mut w = DEVICE.write().unwrap_or_else(|e| e.into_inner());
+    w.get_or_insert(fresh).clone()
 }
 
 /// `TESSERA_AUTOTUNE` as parsed: `None` when unset.
