@@ -669,9 +669,24 @@ impl Compiler<'_> {
                 }
                 continue;
             }
-            // Anything else runs after every pending group.
-            for g in std::mem::take(&mut pending) {
-                steps.push(Step::Group(self.group(g)?));
+            // A scalar op reading no value of a pending group runs before those groups, which
+            // stay open for later tile ops (a constant between two elementwise ops does not
+            // split their group): scalar steps only read scalar slots, one per value, and
+            // write their own. Anything else runs after every pending group.
+            let scalar_first = !matches!(
+                d.op,
+                Op::Trans(_) | Op::For { .. } | Op::Yield(_) | Op::Load { .. } | Op::Store { .. }
+            ) && res.is_some_and(|r| self.ty_shape(r).is_empty())
+                && d.op.operands().into_iter().all(|o| {
+                    let a = self.resolve(o).root;
+                    !pending
+                        .iter()
+                        .any(|g| g.chunk_vals.contains(&a) || g.late_vals.contains(&a))
+                });
+            if !scalar_first {
+                for g in std::mem::take(&mut pending) {
+                    steps.push(Step::Group(self.group(g)?));
+                }
             }
             match &d.op {
                 Op::Trans(a) => {
