@@ -764,7 +764,9 @@ fn direct_run(
 /// it ran (0 when fewer than two qualify: the caller runs row `r` and the rows after it chunk
 /// by chunk, as none of them qualifies either: the windows' columns are the same on every
 /// row, and rows past the end of a tensor stay past it). The tile's columns past `w` are
-/// outside both tensors, which a store-only group skips anyway.
+/// outside both tensors, which a store-only group skips anyway. Inlined into the caller, so
+/// that widening and narrowing bf16 are compiled for the caller's SIMD level.
+#[inline(always)]
 fn direct_rows(
     g: &Group,
     ops: &[DirectStep],
