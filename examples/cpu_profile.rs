@@ -2,7 +2,8 @@
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
 //! (kernels: gelu, softmax, layernorm, rmsnorm, add, their bf16 forms softmax_bf16,
 //! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), col_mean, transpose, col_sum_bf16,
-//! transpose_bf16, depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
+//! transpose_bf16, gelu_bf16 (bf16 in and out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
+//! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
@@ -27,6 +28,16 @@ fn transpose_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
 #[tessera::kernel]
 fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
     x.sum(0)
+}
+
+#[tessera::kernel]
+fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    gelu(x)
+}
+
+#[tessera::kernel]
+fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu(x * y + 1.0)
 }
 
 #[tessera::kernel]
@@ -99,6 +110,8 @@ fn main() {
         "transpose" => drop(transpose_f32(&x).unwrap()),
         "col_sum_bf16" => drop(col_sum_bf16(&xb).unwrap()),
         "transpose_bf16" => drop(transpose_bf16(&xb).unwrap()),
+        "gelu_bf16" => drop(gelu_bf16(&xb).unwrap()),
+        "chain" => drop(chain(&x, &g).unwrap()),
         "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
         // The yardstick: a fresh output tensor filled by a copy of the input.
@@ -120,7 +133,7 @@ fn main() {
         "softmax_bf16" | "layernorm_bf16" | "rmsnorm_bf16" => 4.0 * n,
         "col_mean" => 4.0 * n,
         "col_sum_bf16" => 2.0 * n,
-        "transpose_bf16" => 4.0 * n,
+        "transpose_bf16" | "gelu_bf16" => 4.0 * n,
         "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
         _ => 8.0 * n,
     };

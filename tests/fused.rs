@@ -853,6 +853,115 @@ fn binary_elementwise_bits() {
     }
 }
 
+#[tessera::kernel]
+fn tanh_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    tanh(x)
+}
+
+#[tessera::kernel]
+fn exp_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    exp(x)
+}
+
+#[tessera::kernel]
+fn sigmoid_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    sigmoid(x)
+}
+
+#[tessera::kernel]
+fn unary_chain_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    sigmoid(exp(tanh(gelu(x))))
+}
+
+#[tessera::kernel]
+fn unary_chain3_bf16(x: Tensor<bf16, (B, R, C)>) -> Tensor<bf16, (B, R, C)> {
+    tanh(sigmoid(x))
+}
+
+/// Unary chains of bf16 tensors (`gelu`, `tanh`, `exp`, `sigmoid`, a chain of four, a
+/// rank-3 chain whose tiles cover whole rows; inputs with NaNs, infinities, -0 and large
+/// values) on the direct chain against the interpreter,
+/// bit for bit (each op's result rounded to bf16, as the interpreter rounds it), with the
+/// f32 `gelu` and broadcast chains beside them.
+#[test]
+fn unary_chains_match_the_interpreter_bit_for_bit() {
+    let _level = simd_level_lock();
+    unary_chains_bits();
+}
+
+fn unary_chains_bits() {
+    let mut shapes = row_shapes();
+    shapes.push((1, 5000));
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1300 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let specials = [
+            bf16::INFINITY,
+            bf16::NEG_INFINITY,
+            bf16::from_bits(0x8000),
+            bf16::from_bits(0x7FC1),
+            bf16::from_f32(9.5),
+            bf16::from_f32(-12.25),
+        ];
+        let xb = with_specials(r, c, s + 1, &specials);
+        direct_same_bits(
+            &format!("gelu bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || gelu_bf16(&xb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("gelu bf16 (library) {tag}"),
+            fused::direct_chains,
+            false,
+            || tessera_kernels::gelu(&xb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("tanh bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || tanh_bf16(&xb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("exp bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || exp_bf16(&xb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("sigmoid bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || sigmoid_bf16(&xb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("4-op chain bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || unary_chain_bf16(&xb).unwrap(),
+        );
+        let x3 = Tensor::<bf16>::randn(&[2, r, c], s + 2);
+        direct_same_bits(
+            &format!("rank-3 chain bf16 {tag}"),
+            fused::direct_chains,
+            false,
+            || unary_chain3_bf16(&x3).unwrap(),
+        );
+        let x = Tensor::<f32>::randn(&[r, c], s + 3);
+        bits_match(&format!("gelu f32 {tag}"), fused::direct_chains, || {
+            tessera_kernels::gelu(&x).unwrap()
+        });
+        let y = Tensor::<f32>::randn(&[c], s + 4);
+        bits_match(&format!("chain f32 {tag}"), fused::launches, || {
+            chain(&x, &y).unwrap()
+        });
+        let yb = Tensor::<bf16>::randn(&[c], s + 5);
+        bits_match(&format!("chain bf16 {tag}"), fused::launches, || {
+            chain_bf16(&xb, &yb).unwrap()
+        });
+    }
+}
+
 /// Kernels that differ from the matched patterns keep the general paths (the row loop
 /// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
 /// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
@@ -901,6 +1010,7 @@ fn every_simd_level_agrees() {
         softmax_rows_bits();
         norm_rows_bits();
         binary_elementwise_bits();
+        unary_chains_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);
         let b = Tensor::<f32>::randn(&[k, n], 501);

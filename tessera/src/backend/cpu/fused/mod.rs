@@ -5,8 +5,9 @@
 //! reductions that share an iteration shape into one loop nest over the tile's rows, in chunks
 //! of at most `plan::CHUNK` columns; values used only inside a group live in a few chunk
 //! slots (L1), and only values read elsewhere (loop-carried vectors, reduction results) are
-//! materialised; a `load → unary… → store` group of f32 tensors loads each chunk straight into
-//! the output and runs its ops there (`plan::Group::direct`), and a `load, load → binary →
+//! materialised; a `load → unary… → store` group of f32 or bf16 tensors runs its ops in place
+//! over the widened input, in the output (f32) or one f32 chunk (bf16), rounding after each
+//! op with a bf16 result (`plan::Group::direct`, [`direct_chains`]), and a `load, load → binary →
 //! store` group computes each output element from the inputs in registers (`pipe`). Softmax,
 //! layernorm and rmsnorm kernels, recognised in the Tile IR when the plan is compiled
 //! (`rowmatch`), run as dedicated row loops instead (`softmax`, `norm`: each row read once,
@@ -56,6 +57,7 @@ thread_local! {
     static NORM: Cell<u64> = const { Cell::new(0) };
     static TRANSPOSES: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
+    static CHAINS: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -189,6 +191,18 @@ pub fn direct_column_reductions() -> u64 {
     COLREDUCES.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran a plan with a direct elementwise
+/// chain (a `load → unary… → store` group of f32 or bf16 tensors, `plan::Group::direct`),
+/// which runs each chunk whose load and store windows cover it without a chunk program.
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::direct_chains();
+/// assert!(tessera::backend::cpu::fused::direct_chains() >= n);
+/// ```
+pub fn direct_chains() -> u64 {
+    CHAINS.with(|c| c.get())
+}
+
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
 /// cover every element, and so were never zeroed first.
 ///
@@ -210,9 +224,10 @@ pub(crate) struct Fused {
     plan: plan::Plan,
     /// Parameters stored into (must be writable).
     stored: Vec<usize>,
-    /// Whether the plan has a direct transpose, a direct column reduction (counted per
-    /// launch: [`direct_transposes`], [`direct_column_reductions`]).
-    direct: (bool, bool),
+    /// Whether the plan has a direct transpose, a direct column reduction, a direct chain
+    /// (counted per launch: [`direct_transposes`], [`direct_column_reductions`],
+    /// [`direct_chains`]).
+    direct: (bool, bool, bool),
 }
 
 impl Fused {
@@ -233,6 +248,7 @@ impl Fused {
         let direct = (
             has(|s| matches!(s, plan::Step::Transpose(_))),
             has(|s| matches!(s, plan::Step::ColReduce(_))),
+            has(|s| matches!(s, plan::Step::Group(g) if g.direct.is_some())),
         );
         Ok(Fused {
             plan,
@@ -292,6 +308,9 @@ impl Fused {
         }
         if self.direct.1 {
             COLREDUCES.with(bump);
+        }
+        if self.direct.2 {
+            CHAINS.with(bump);
         }
         let path = self.plan.rows(args);
         match path {

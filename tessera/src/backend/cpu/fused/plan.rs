@@ -122,14 +122,24 @@ pub(crate) struct Group {
     /// No reductions and nothing materialised: stores are the group's only effect, so rows
     /// and columns outside every store's in-bounds window need not be computed.
     pub store_only: bool,
-    /// The group is `load → in-place unary ops → store` of f32 tensors (an elementwise
-    /// kernel such as `gelu`): where both windows cover the chunk, the runner loads straight
-    /// into the output and applies these ops there, with no chunk slot in between.
-    pub direct: Option<Vec<UnaryOp>>,
+    /// The group is `load → in-place unary ops → store` of f32 or bf16 tensors (an
+    /// elementwise kernel such as `gelu`): where both windows cover the chunk, the runner
+    /// widens the input into the output (f32) or into one f32 chunk (bf16 output), applies
+    /// these steps there and, for a bf16 output, narrows the chunk into it.
+    pub direct: Option<Vec<DirectStep>>,
     /// The group is `load, load → binary → (casts) → store` of two f32 or two bf16 tensors:
     /// where all three windows cover the chunk, the runner computes each output element from
     /// the inputs in registers (`super::pipe`).
     pub binary: Option<Pipe>,
+}
+
+/// One step of a [`Group::direct`] chain, run in place over f32 values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum DirectStep {
+    /// A unary op (the interpreter's definition, `chunk::unary`).
+    Unary(UnaryOp),
+    /// Rounding to bf16 precision (after an op whose result is a bf16 value).
+    Round,
 }
 
 /// A [`Group::binary`] group: its float op and the members that load its operands and store
@@ -659,9 +669,24 @@ impl Compiler<'_> {
                 }
                 continue;
             }
-            // Anything else runs after every pending group.
-            for g in std::mem::take(&mut pending) {
-                steps.push(Step::Group(self.group(g)?));
+            // A scalar op reading no value of a pending group runs before those groups, which
+            // stay open for later tile ops (a constant between two elementwise ops does not
+            // split their group): scalar steps only read scalar slots, one per value, and
+            // write their own. Anything else runs after every pending group.
+            let scalar_first = !matches!(
+                d.op,
+                Op::Trans(_) | Op::For { .. } | Op::Yield(_) | Op::Load { .. } | Op::Store { .. }
+            ) && res.is_some_and(|r| self.ty_shape(r).is_empty())
+                && d.op.operands().into_iter().all(|o| {
+                    let a = self.resolve(o).root;
+                    !pending
+                        .iter()
+                        .any(|g| g.chunk_vals.contains(&a) || g.late_vals.contains(&a))
+                });
+            if !scalar_first {
+                for g in std::mem::take(&mut pending) {
+                    steps.push(Step::Group(self.group(g)?));
+                }
             }
             match &d.op {
                 Op::Trans(a) => {
@@ -1006,9 +1031,10 @@ impl Compiler<'_> {
     }
 }
 
-/// The unary ops of a `load → unary… → store` chain on one chunk slot with f32 storage on
-/// both ends and nothing rounded (see [`Group::direct`]); an f32 → f32 cast is no op.
-fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
+/// The steps of a `load → unary… → store` chain on one chunk slot with f32 or bf16 storage
+/// on each end (see [`Group::direct`]): each unary op, then a rounding where its result is a
+/// bf16 value; a float cast in place is a rounding when it yields bf16 and no step otherwise.
+fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<DirectStep>> {
     let (first, rest) = members.split_first()?;
     let (last, mid) = rest.split_last()?;
     let COp::Load {
@@ -1025,30 +1051,34 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<UnaryOp>> {
     else {
         return None;
     };
-    let f32_param = |p: usize| k.params[p].dtype == DType::F32;
-    if so != s || !f32_param(*pi) || !f32_param(*po) {
+    let float_param = |p: usize| matches!(k.params[p].dtype, DType::F32 | DType::BF16);
+    if so != s || !float_param(*pi) || !float_param(*po) {
+        return None;
+    }
+    if first.round_bf16 || first.mat.is_some() {
         return None;
     }
     let mut ops = Vec::new();
-    for m in std::iter::once(first).chain(mid) {
-        if m.round_bf16 || m.mat.is_some() {
+    for m in mid {
+        if m.mat.is_some() {
             return None;
         }
-    }
-    for m in mid {
         match &m.op {
             COp::Unary {
                 op,
                 a: Src::Chunk(a),
                 dst,
-            } if a == s && dst == s => ops.push(*op),
+            } if a == s && dst == s => ops.push(DirectStep::Unary(*op)),
             COp::Cast {
                 a: Src::Chunk(a),
-                to: DType::F32,
+                to: DType::F32 | DType::BF16,
                 from: Kind::F,
                 dst,
             } if a == s && dst == s => {}
             _ => return None,
+        }
+        if m.round_bf16 {
+            ops.push(DirectStep::Round);
         }
     }
     Some(ops)

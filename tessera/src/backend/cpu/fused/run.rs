@@ -2,7 +2,7 @@
 //! ([`Scratch`]), which is reused across launches so a launch allocates nothing once warm.
 
 use super::chunk::{self, V};
-use super::plan::{CHUNK, COp, Copy, Group, Kind, Plan, SLOT, SOp, Src, Step};
+use super::plan::{CHUNK, COp, Copy, DirectStep, Group, Kind, Plan, SLOT, SOp, Src, Step};
 use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
@@ -383,7 +383,10 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
             continue;
         }
         if whole_rows && let Some(ops) = &g.direct {
-            let k = direct_rows(g, ops, args, sc, r, rows - r);
+            // SAFETY: `ch` holds at least one slot (the group's load writes one); no other
+            // member runs while the direct chain uses it.
+            let buf = unsafe { std::slice::from_raw_parts_mut(chp, SLOT) };
+            let k = direct_rows(g, ops, args, sc, buf, r, rows - r);
             if k > 0 {
                 skip = k - 1;
                 continue;
@@ -425,7 +428,8 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         while c0 < c_hi {
             let w = (c_hi - c0).min(wmax);
             if let Some(ops) = &g.direct
-                && direct(g, ops, args, sc, r, c0, w)
+                // SAFETY: as for `direct_rows` above.
+                && direct(g, ops, args, sc, unsafe { std::slice::from_raw_parts_mut(chp, SLOT) }, r, c0, w)
             {
                 c0 += w;
                 continue;
@@ -662,14 +666,16 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
-/// A [`Group::direct`] chunk: the input copied straight into the output, the unary ops run
-/// there. `false` (nothing done) unless both windows cover all `w` columns.
+/// A [`Group::direct`] chunk (see [`direct_run`]). `false` (nothing done) unless both
+/// windows cover all `w` columns.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn direct(
     g: &Group,
-    ops: &[tessera_ir::graph::UnaryOp],
+    ops: &[DirectStep],
     args: &[Buffer],
     sc: &[f64],
+    buf: &mut [f32],
     r: usize,
     c0: usize,
     w: usize,
@@ -700,33 +706,73 @@ fn direct(
     if (lo_i, hi_i, lo_o, hi_o) != (0, w, 0, w) {
         return false;
     }
-    assert!(
-        (at_o + w) * 4 <= bo.len && bo.dtype == DType::F32,
-        "fused store out of bounds"
-    );
-    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements, and
-    // the output is never a loaded parameter (`plan::compile`).
-    let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), w) };
-    chunk::load(bi, at_i, o);
-    for op in ops {
-        chunk::unary(*op, o);
-    }
+    direct_run(ops, bi, at_i, bo, at_o, w, buf);
     true
+}
+
+/// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
+/// `bo` from `at_o`. An f32 output receives the widened input and the steps run there; a
+/// bf16 output is written from `buf` (f32, the ops run there) piece by piece, its last
+/// rounding left to the store, which rounds the same way (rounding twice changes nothing).
+#[inline(always)]
+fn direct_run(
+    ops: &[DirectStep],
+    bi: &Buffer,
+    at_i: usize,
+    bo: &Buffer,
+    at_o: usize,
+    n: usize,
+    buf: &mut [f32],
+) {
+    let steps = |ops: &[DirectStep], v: &mut [f32]| {
+        for op in ops {
+            match op {
+                DirectStep::Unary(u) => chunk::unary(*u, v),
+                DirectStep::Round => chunk::round_bf16_slice(v),
+            }
+        }
+    };
+    if bo.dtype == DType::F32 {
+        assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
+        // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
+        // and the output is never a loaded parameter (`plan::compile`).
+        let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), n) };
+        chunk::load(bi, at_i, o);
+        steps(ops, o);
+        return;
+    }
+    let ops = match ops.split_last() {
+        Some((DirectStep::Round, rest)) => rest,
+        _ => ops,
+    };
+    let piece = buf.len().min(CHUNK);
+    let mut k = 0;
+    while k < n {
+        let m = (n - k).min(piece);
+        let v = &mut buf[..m];
+        chunk::load(bi, at_i + k, v);
+        steps(ops, v);
+        chunk::store(bo, at_o + k, chunk::V::S(v), 0, m);
+        k += m;
+    }
 }
 
 /// A direct group over whole tensor rows: when row `r`'s load and store windows each span a
 /// whole row of their tensor (`w` columns from column 0, the same `w` in both) and the next
-/// rows follow in memory, loads rows `r ..` (at most `left`, while both tensors have rows)
-/// straight into the output in one piece and runs the ops once over it. Returns how many rows
+/// rows follow in memory, runs rows `r ..` (at most `left`, while both tensors have rows) as
+/// one [`direct_run`]. Returns how many rows
 /// it ran (0 when fewer than two qualify: the caller runs row `r` and the rows after it chunk
 /// by chunk, as none of them qualifies either: the windows' columns are the same on every
 /// row, and rows past the end of a tensor stay past it). The tile's columns past `w` are
-/// outside both tensors, which a store-only group skips anyway.
+/// outside both tensors, which a store-only group skips anyway. Inlined into the caller, so
+/// that widening and narrowing bf16 are compiled for the caller's SIMD level.
+#[inline(always)]
 fn direct_rows(
     g: &Group,
-    ops: &[tessera_ir::graph::UnaryOp],
+    ops: &[DirectStep],
     args: &[Buffer],
     sc: &[f64],
+    buf: &mut [f32],
     r: usize,
     left: usize,
 ) -> usize {
@@ -776,18 +822,7 @@ fn direct_rows(
     if k < 2 {
         return 0;
     }
-    let n = k * w;
-    assert!(
-        (at_o + n) * 4 <= bo.len && bo.dtype == DType::F32,
-        "fused store out of bounds"
-    );
-    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements, and
-    // the output is never a loaded parameter (`plan::compile`).
-    let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), n) };
-    chunk::load(bi, at_i, o);
-    for op in ops {
-        chunk::unary(*op, o);
-    }
+    direct_run(ops, bi, at_i, bo, at_o, k * w, buf);
     k
 }
 
