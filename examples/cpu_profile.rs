@@ -65,6 +65,7 @@ fn main() {
     let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
     let threads = rayon::current_num_threads();
     let xb = Tensor::<bf16>::randn(&[r, c], 4);
+    let wb = Tensor::<bf16>::randn(&[if gemm { c } else { 1 }, c], 7);
     let (dh, dw) = (r, (c / 64).max(3));
     let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
     let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
@@ -95,6 +96,10 @@ fn main() {
         "transpose_bf16" => drop(transpose_bf16(&xb).unwrap()),
         "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
+        "matmul_bf16" => drop(tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()),
+        "matmul_bf16_widen" => drop(tessera::backend::cpu::gemm::without_dot(|| {
+            tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()
+        })),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
         _ => panic!("unknown kernel {name}"),
