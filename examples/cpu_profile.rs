@@ -51,7 +51,7 @@ fn main() {
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
-    let gemm = name.starts_with("matmul") || name == "faer";
+    let gemm = name.starts_with("matmul") || name.starts_with("gemm") || name == "faer";
     let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
     let (fa, fb) = if name == "faer" {
         let (xv, wv) = (x.as_slice().unwrap(), w.as_slice().unwrap());
@@ -69,7 +69,29 @@ fn main() {
     let (dh, dw) = (r, (c / 64).max(3));
     let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
     let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
+    // Raw single-threaded GEMMs into a preallocated C (no launch, no output allocation).
+    let (xbits, wbits): (Vec<u16>, Vec<u16>) = if name.starts_with("gemm") {
+        let bits = |t: &Tensor<bf16>| t.as_slice().unwrap().iter().map(|v| v.to_bits()).collect();
+        (bits(&xb), bits(&wb))
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut craw = vec![0.0f32; if name.starts_with("gemm") { r * c } else { 0 }];
     let mut run = || match name.as_str() {
+        "gemm_bf16" => {
+            tessera::backend::cpu::gemm::gemm_bf16(r, c, c, &xbits, c, &wbits, c, &mut craw, c)
+        }
+        "gemm_f32" => tessera::backend::cpu::gemm::gemm_f32(
+            r,
+            c,
+            c,
+            x.as_slice().unwrap(),
+            c,
+            w.as_slice().unwrap(),
+            c,
+            &mut craw,
+            c,
+        ),
         "matmul-interp" => drop(tessera::backend::cpu::fused::with_interpreter(|| {
             tessera_kernels::matmul(&x, &w).unwrap()
         })),
