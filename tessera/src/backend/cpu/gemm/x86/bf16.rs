@@ -14,7 +14,7 @@ use super::super::scratch::with_scratch;
 
 const MR: usize = 12;
 const NR: usize = 32;
-/// k-pairs per block (1024 values of k).
+/// k-pairs per block (512 values of k).
 const KC2: usize = 256;
 /// Rows of A per packed block (a multiple of `MR`).
 const MC: usize = 144;
