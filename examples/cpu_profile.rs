@@ -5,7 +5,10 @@
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
-//! faer, on the rayon pool's threads).
+//! faer, on the rayon pool's threads; `matmul_bf16` the same product of bf16 operands
+//! (`matmul_bf16_f32`: `vdpbf16ps` where the CPU has it), `matmul_bf16_widen` that launch with
+//! `vdpbf16ps` disabled (`gemm::without_dot`: operands widened to f32); `gemm_f32` and
+//! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread); for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.

@@ -21,10 +21,11 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// `C (m×n, f32, row stride ldc) += A (m×k) · B (k×n)` where `A` and `B` hold
 /// bf16 bit patterns (`u16`), row-major with strides `lda` / `ldb`.
 ///
-/// Products are accumulated in `f32`. On CPUs with AVX-512 BF16 this uses
-/// `vdpbf16ps` on k-pairs (which, per the ISA, treats bf16 denormal inputs as
-/// zero); elsewhere the tiles are widened to `f32` and [`super::gemm_f32`] is
-/// used. Single-threaded.
+/// Products are accumulated in `f32`. When [`dot_enabled`] this uses `vdpbf16ps`
+/// on k-pairs (two products per step, which, per the ISA, treats bf16 denormal
+/// inputs as zero; not the one-FMA-per-k order of [`super::gemm_f32`]);
+/// otherwise `A` and `B` are widened to `f32` in blocks of k and
+/// [`super::gemm_f32`] is used. Single-threaded.
 ///
 /// # Panics
 /// Only on invalid arguments (stride shorter than its row, slice too short).

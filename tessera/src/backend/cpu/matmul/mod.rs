@@ -8,11 +8,17 @@
 //! reading A and B straight from the tensors (bf16/f16 operands are widened to f32 once per
 //! launch, exactly as a load widens them); only the epilogue runs op by op.
 //!
-//! Results are bit for bit the interpreter's, under every policy the pattern admits: `dot`
-//! adds products one FMA at a time in increasing k, and so does every micro-kernel, whatever
-//! the blocking; lanes of padded k steps add `+0.0` to an accumulator that, started at
-//! `+0.0`, is never `-0.0`. `kahan_sum` loops do not match the pattern and stay on the
-//! interpreter.
+//! bf16 operands of a `fast` kernel (the default policy) on a thread where
+//! [`gemm::dot_enabled`] (AVX-512 BF16 CPU, AVX-512 level) are not widened: the product runs
+//! on `vdpbf16ps` ([`gemm::gemm_bf16`]), which adds two products of consecutive k per step, so
+//! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|`);
+//! [`dot_launches`] counts those launches.
+//!
+//! Every other result is bit for bit the interpreter's: `dot` adds products one FMA at a time
+//! in increasing k, and so does every f32 micro-kernel, whatever the blocking; lanes of padded
+//! k steps add `+0.0` to an accumulator that, started at `+0.0`, is never `-0.0`.
+//! `deterministic` bf16 kernels keep that path; `kahan_sum` loops do not match the pattern and
+//! stay on the interpreter.
 //!
 //! ```
 //! // Launches on this thread count here when they took the direct path.
