@@ -179,7 +179,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     } else {
         threads
     };
-    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8) rows).
+    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8, 12) rows).
     let by_cols = n >= m;
     let (len, align) = if by_cols { (n, 32) } else { (m, 24) };
     let step = len.div_ceil(jobs).div_ceil(align) * align;
