@@ -7,6 +7,23 @@ use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
 use tessera_workspace::reference::{self, rel_error};
 
+/// `every_simd_level_agrees` forces the process-wide SIMD level: it holds this for writing,
+/// every other test for reading, so no test compares two launches made at different levels.
+static LEVEL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    /// Set while this thread holds `LEVEL` for writing (the tests it calls take no guard).
+    static FORCING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn level_guard() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    if FORCING.with(|c| c.get()) {
+        None
+    } else {
+        Some(LEVEL.read().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 #[tessera::kernel]
 fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
     gelu(x * y + 1.0)
@@ -144,6 +161,7 @@ const BF16_TOL: f64 = 1.0 / 128.0;
 
 #[test]
 fn rowwise_kernels_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -184,6 +202,7 @@ fn rowwise_kernels_agree_f32_and_bf16() {
 
 #[test]
 fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 100 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -225,6 +244,7 @@ fn unary_chain3(x: Tensor<f32, (B, R, C)>) -> Tensor<f32, (B, R, C)> {
 /// that end a tile, a tensor, or a leading-axis slice; a rank-3 tensor (leading dims merged).
 #[test]
 fn elementwise_whole_rows_agree() {
+    let _level = level_guard();
     for (i, &(b, r, c)) in [
         (1, 16, 1024),
         (1, 33, 1024),
@@ -252,6 +272,7 @@ fn elementwise_whole_rows_agree() {
 
 #[test]
 fn column_reductions_and_transposes_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 200 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -275,6 +296,7 @@ fn column_reductions_and_transposes_agree_f32_and_bf16() {
 
 #[test]
 fn depthwise_conv_agrees() {
+    let _level = level_guard();
     for (i, &(h, w, ch, k)) in [
         (10, 12, 8, 3),
         (1, 1, 1, 1),
@@ -301,6 +323,7 @@ fn depthwise_conv_agrees() {
 /// what the `agree` tests above check (fresh allocations reuse freed, non-zero memory).
 #[test]
 fn outputs_written_whole_are_not_zeroed_first() {
+    let _level = level_guard();
     for (i, &(r, c)) in [(37, 300), (1, 1), (5, 2100), (70, 9)].iter().enumerate() {
         let s = 500 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -352,6 +375,7 @@ fn outputs_written_whole_are_not_zeroed_first() {
 /// A policy the fast path does not implement is left to the interpreter, never approximated.
 #[test]
 fn kahan_reductions_stay_on_the_interpreter() {
+    let _level = level_guard();
     let x = Tensor::<f32>::randn(&[37, 300], 400);
     let before = fused::launches();
     let y = row_sum_kahan(&x).unwrap();
@@ -363,6 +387,7 @@ fn kahan_reductions_stay_on_the_interpreter() {
 /// Matmul kernels take the direct GEMM path, not the fused chunk executor.
 #[test]
 fn matmul_stays_on_the_gemm_path() {
+    let _level = level_guard();
     let a = Tensor::<f32>::randn(&[37, 300], 401);
     let b = Tensor::<f32>::randn(&[300, 20], 402);
     let (before, direct) = (fused::launches(), matmul::launches());
@@ -467,6 +492,7 @@ fn bf16_product<T: Element>(name: &str, k: usize, f: impl Fn() -> Tensor<T>) -> 
 /// within a tolerance instead (`bf16_product`); `deterministic` bf16 ones bit for bit.
 #[test]
 fn matmul_direct_gemm_agrees() {
+    let _level = level_guard();
     let f64s = |t: &Tensor<f32>| t.to_f64_vec().unwrap();
     for (i, &(m, k, n)) in gemm_shapes().iter().enumerate() {
         let s = 700 + 10 * i as u64;
@@ -560,6 +586,7 @@ fn matmul_direct_gemm_agrees() {
 /// interpreter (the direct path never changes that policy's results).
 #[test]
 fn kahan_matmul_stays_on_the_interpreter() {
+    let _level = level_guard();
     let a = Tensor::<f32>::randn(&[37, 300], 800);
     let b = Tensor::<f32>::randn(&[300, 20], 801);
     let before = matmul::launches();
@@ -578,6 +605,8 @@ fn kahan_matmul_stays_on_the_interpreter() {
 /// agree with f64 references.
 #[test]
 fn every_simd_level_agrees() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    FORCING.with(|c| c.set(true));
     for level in simd::supported() {
         simd::force(Some(level)).unwrap();
         assert_eq!(simd::active(), level);
@@ -603,12 +632,14 @@ fn every_simd_level_agrees() {
         assert!(e < 1e-6, "{level:?}: softmax vs f64: {e:e}");
     }
     simd::force(None).unwrap();
+    FORCING.with(|c| c.set(false));
 }
 
 /// `TESSERA_CPU_SIMD` is validated: a child process of this test binary with `portable` runs
 /// at that level; one with an unknown value has its launches fail, naming the variable.
 #[test]
 fn simd_env_var_is_honoured_and_validated() {
+    let _level = level_guard();
     let x = Tensor::<f32>::randn(&[3, 5], 600);
     match std::env::var("TESSERA_TEST_SIMD_CHILD").as_deref() {
         Ok("portable") => {
