@@ -7,7 +7,10 @@
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
-//! faer, on the rayon pool's threads).
+//! faer, on the rayon pool's threads; `matmul_bf16` the same product of bf16 operands
+//! (`matmul_bf16_f32`: `vdpbf16ps` where the CPU has it), `matmul_bf16_widen` that launch with
+//! `vdpbf16ps` disabled (`gemm::without_dot`: operands widened to f32); `gemm_f32` and
+//! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output).
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread); for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
@@ -63,7 +66,7 @@ fn main() {
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let g = Tensor::<f32>::randn(&[c], 2);
-    let gemm = name.starts_with("matmul") || name == "faer";
+    let gemm = name.starts_with("matmul") || name.starts_with("gemm") || name == "faer";
     let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
     let (fa, fb) = if name == "faer" {
         let (xv, wv) = (x.as_slice().unwrap(), w.as_slice().unwrap());
@@ -78,10 +81,33 @@ fn main() {
     let threads = rayon::current_num_threads();
     let xb = Tensor::<bf16>::randn(&[r, c], 4);
     let gb = Tensor::<bf16>::randn(&[c], 7);
+    let wb = Tensor::<bf16>::randn(&[if gemm { c } else { 1 }, c], 7);
     let (dh, dw) = (r, (c / 64).max(3));
     let dx = Tensor::<f32>::randn(&[dh, dw, 64], 5);
     let df = Tensor::<f32>::randn(&[3, 3, 64], 6);
+    // Raw single-threaded GEMMs into a preallocated C (no launch, no output allocation).
+    let (xbits, wbits): (Vec<u16>, Vec<u16>) = if name.starts_with("gemm") {
+        let bits = |t: &Tensor<bf16>| t.as_slice().unwrap().iter().map(|v| v.to_bits()).collect();
+        (bits(&xb), bits(&wb))
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut craw = vec![0.0f32; if name.starts_with("gemm") { r * c } else { 0 }];
     let mut run = || match name.as_str() {
+        "gemm_bf16" => {
+            tessera::backend::cpu::gemm::gemm_bf16(r, c, c, &xbits, c, &wbits, c, &mut craw, c)
+        }
+        "gemm_f32" => tessera::backend::cpu::gemm::gemm_f32(
+            r,
+            c,
+            c,
+            x.as_slice().unwrap(),
+            c,
+            w.as_slice().unwrap(),
+            c,
+            &mut craw,
+            c,
+        ),
         "matmul-interp" => drop(tessera::backend::cpu::fused::with_interpreter(|| {
             tessera_kernels::matmul(&x, &w).unwrap()
         })),
@@ -114,6 +140,10 @@ fn main() {
         "chain" => drop(chain(&x, &g).unwrap()),
         "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
+        "matmul_bf16" => drop(tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()),
+        "matmul_bf16_widen" => drop(tessera::backend::cpu::gemm::without_dot(|| {
+            tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()
+        })),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
         _ => panic!("unknown kernel {name}"),

@@ -7,6 +7,23 @@ use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
 use tessera_workspace::reference::{self, rel_error};
 
+/// `every_simd_level_agrees` forces the process-wide SIMD level: it holds this for writing,
+/// every other test for reading, so no test compares two launches made at different levels.
+static LEVEL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+thread_local! {
+    /// Set while this thread holds `LEVEL` for writing (the tests it calls take no guard).
+    static FORCING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn level_guard() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    if FORCING.with(|c| c.get()) {
+        None
+    } else {
+        Some(LEVEL.read().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 #[tessera::kernel]
 fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
     gelu(x * y + 1.0)
@@ -25,6 +42,11 @@ fn col_max(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
 #[tessera::kernel]
 fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
     x.sum(1)
+}
+
+#[tessera::kernel(numerics = "deterministic")]
+fn matmul_bf16_det(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
+    a.matmul(b)
 }
 
 #[tessera::kernel(numerics = "kahan_sum")]
@@ -187,6 +209,7 @@ const BF16_TOL: f64 = 1.0 / 128.0;
 
 #[test]
 fn rowwise_kernels_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -227,6 +250,7 @@ fn rowwise_kernels_agree_f32_and_bf16() {
 
 #[test]
 fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 100 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -268,6 +292,7 @@ fn unary_chain3(x: Tensor<f32, (B, R, C)>) -> Tensor<f32, (B, R, C)> {
 /// that end a tile, a tensor, or a leading-axis slice; a rank-3 tensor (leading dims merged).
 #[test]
 fn elementwise_whole_rows_agree() {
+    let _level = level_guard();
     for (i, &(b, r, c)) in [
         (1, 16, 1024),
         (1, 33, 1024),
@@ -302,6 +327,7 @@ fn elementwise_whole_rows_agree() {
 
 #[test]
 fn column_reductions_and_transposes_agree_f32_and_bf16() {
+    let _level = level_guard();
     for (i, &(r, c)) in shapes().iter().enumerate() {
         let s = 200 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -451,6 +477,7 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
 
 #[test]
 fn depthwise_conv_agrees() {
+    let _level = level_guard();
     for (i, &(h, w, ch, k)) in [
         (10, 12, 8, 3),
         (1, 1, 1, 1),
@@ -477,6 +504,7 @@ fn depthwise_conv_agrees() {
 /// what the `agree` tests above check (fresh allocations reuse freed, non-zero memory).
 #[test]
 fn outputs_written_whole_are_not_zeroed_first() {
+    let _level = level_guard();
     for (i, &(r, c)) in [(37, 300), (1, 1), (5, 2100), (70, 9)].iter().enumerate() {
         let s = 500 + 10 * i as u64;
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -528,6 +556,7 @@ fn outputs_written_whole_are_not_zeroed_first() {
 /// A policy the fast path does not implement is left to the interpreter, never approximated.
 #[test]
 fn kahan_reductions_stay_on_the_interpreter() {
+    let _level = level_guard();
     let x = Tensor::<f32>::randn(&[37, 300], 400);
     let before = fused::launches();
     let y = row_sum_kahan(&x).unwrap();
@@ -539,6 +568,7 @@ fn kahan_reductions_stay_on_the_interpreter() {
 /// Matmul kernels take the direct GEMM path, not the fused chunk executor.
 #[test]
 fn matmul_stays_on_the_gemm_path() {
+    let _level = level_guard();
     let a = Tensor::<f32>::randn(&[37, 300], 401);
     let b = Tensor::<f32>::randn(&[300, 20], 402);
     let (before, direct) = (fused::launches(), matmul::launches());
@@ -597,12 +627,53 @@ fn same_bits<T: Element>(name: &str, f: impl Fn() -> Tensor<T>) -> Tensor<T> {
     fast
 }
 
+/// A `fast` bf16 product: on the direct path; when that launch ran on `vdpbf16ps` (pairs of
+/// k per step, `matmul::dot_launches`), within `(k + 2)·ε_f32` of the interpreter's result
+/// relative to the largest magnitude of either (both are f32 sums of the same exact
+/// products), else bit for bit the interpreter's.
+fn bf16_product<T: Element>(name: &str, k: usize, f: impl Fn() -> Tensor<T>) -> Tensor<T> {
+    let (before, dot) = (matmul::launches(), matmul::dot_launches());
+    let fast = f();
+    assert!(
+        matmul::launches() > before,
+        "{name}: the direct GEMM path did not run"
+    );
+    let slow = fused::with_interpreter(&f);
+    let (x, y) = (fast.to_f64_vec().unwrap(), slow.to_f64_vec().unwrap());
+    if matmul::dot_launches() == dot {
+        // (This launch's own count: another test may force the SIMD level meanwhile.)
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&x) == bits(&y),
+            "{name}: direct GEMM and interpreter differ"
+        );
+        return fast;
+    }
+    let scale = x.iter().chain(&y).fold(0.0f64, |m, v| m.max(v.abs()));
+    // A bf16 output adds one rounding of each result (2^-8 relative, both sides).
+    let out = if T::DTYPE == tessera::DType::BF16 {
+        1.0 / 256.0
+    } else {
+        0.0
+    };
+    let tol = ((k + 2) as f64 * f32::EPSILON as f64 + out) * scale;
+    for (j, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!(
+            (p - q).abs() <= tol,
+            "{name}: element {j}: vdpbf16ps {p} vs interpreter {q} (tolerance {tol:e})"
+        );
+    }
+    fast
+}
+
 /// The direct GEMM path of matmul kernels against the interpreter's step-by-step K loop (bit
 /// for bit: both are one FMA chain per element in increasing k) and against f64 references:
 /// plain f32, `deterministic`, bf16 and f16 inputs, epilogues (bias + GELU, an elementwise
-/// product with a tensor and tanh), bf16 output.
+/// product with a tensor and tanh), bf16 output. `fast` bf16 products on `vdpbf16ps` agree
+/// within a tolerance instead (`bf16_product`); `deterministic` bf16 ones bit for bit.
 #[test]
 fn matmul_direct_gemm_agrees() {
+    let _level = level_guard();
     let f64s = |t: &Tensor<f32>| t.to_f64_vec().unwrap();
     for (i, &(m, k, n)) in gemm_shapes().iter().enumerate() {
         let s = 700 + 10 * i as u64;
@@ -634,9 +705,26 @@ fn matmul_direct_gemm_agrees() {
             Tensor::<bf16>::randn(&[m, k], s + 4),
             Tensor::<bf16>::randn(&[k, n], s + 5),
         );
-        let c = same_bits(&format!("matmul bf16→f32 {tag}"), || {
+        let c = bf16_product(&format!("matmul bf16→f32 {tag}"), k, || {
             tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap()
         });
+        let c_det = same_bits(&format!("matmul bf16→f32 deterministic {tag}"), || {
+            matmul_bf16_det(&ab, &bb).unwrap()
+        });
+        let e = rel_error(
+            &f64s(&c_det),
+            &reference::matmul(
+                &ab.to_f64_vec().unwrap(),
+                &bb.to_f64_vec().unwrap(),
+                m,
+                k,
+                n,
+            ),
+        );
+        assert!(
+            e < 1e-5,
+            "matmul bf16→f32 deterministic {tag} vs f64: {e:e}"
+        );
         let want_b = reference::matmul(
             &ab.to_f64_vec().unwrap(),
             &bb.to_f64_vec().unwrap(),
@@ -647,7 +735,7 @@ fn matmul_direct_gemm_agrees() {
         let e = rel_error(&f64s(&c), &want_b);
         assert!(e < 1e-5, "matmul bf16→f32 {tag} vs f64: {e:e}");
         // bf16 output: one rounding of the f32 result.
-        let c = same_bits(&format!("matmul bf16 {tag}"), || {
+        let c = bf16_product(&format!("matmul bf16 {tag}"), k, || {
             tessera_kernels::matmul(&ab, &bb).unwrap()
         });
         let e = rel_error(&c.to_f64_vec().unwrap(), &want_b);
@@ -679,6 +767,7 @@ fn matmul_direct_gemm_agrees() {
 /// interpreter (the direct path never changes that policy's results).
 #[test]
 fn kahan_matmul_stays_on_the_interpreter() {
+    let _level = level_guard();
     let a = Tensor::<f32>::randn(&[37, 300], 800);
     let b = Tensor::<f32>::randn(&[300, 20], 801);
     let before = matmul::launches();
@@ -690,14 +779,6 @@ fn kahan_matmul_stays_on_the_interpreter() {
     );
     let want = fused::with_interpreter(|| matmul_kahan(&a, &b).unwrap());
     assert_eq!(c.to_vec().unwrap(), want.to_vec().unwrap());
-}
-
-/// Held by tests that compare bits while the SIMD level matters: `every_simd_level_agrees`
-/// changes the process-wide level (`simd::force`), and the fast path and the interpreter of
-/// one comparison must run at the same level.
-fn simd_level_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs `f` on the fast path (checking with `counter` that the path under test ran) and on
@@ -745,7 +826,7 @@ fn row_shapes() -> Vec<(usize, usize)> {
 /// chunks' exponentials are taken again).
 #[test]
 fn softmax_rows_match_the_interpreter_bit_for_bit() {
-    let _level = simd_level_lock();
+    let _level = level_guard();
     softmax_rows_bits();
 }
 
@@ -783,7 +864,7 @@ fn softmax_rows_bits() {
 /// against the interpreter.
 #[test]
 fn norm_rows_match_the_interpreter_bit_for_bit() {
-    let _level = simd_level_lock();
+    let _level = level_guard();
     norm_rows_bits();
 }
 
@@ -823,7 +904,7 @@ fn norm_rows_bits() {
 /// the interpreter.
 #[test]
 fn binary_elementwise_matches_the_interpreter_bit_for_bit() {
-    let _level = simd_level_lock();
+    let _level = level_guard();
     binary_elementwise_bits();
 }
 
@@ -885,7 +966,7 @@ fn unary_chain3_bf16(x: Tensor<bf16, (B, R, C)>) -> Tensor<bf16, (B, R, C)> {
 /// f32 `gelu` and broadcast chains beside them.
 #[test]
 fn unary_chains_match_the_interpreter_bit_for_bit() {
-    let _level = simd_level_lock();
+    let _level = level_guard();
     unary_chains_bits();
 }
 
@@ -997,7 +1078,8 @@ fn row_loops_decline_other_kernels() {
 /// agree with f64 references.
 #[test]
 fn every_simd_level_agrees() {
-    let _level = simd_level_lock();
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    FORCING.with(|c| c.set(true));
     for level in simd::supported() {
         simd::force(Some(level)).unwrap();
         assert_eq!(simd::active(), level);
@@ -1028,12 +1110,14 @@ fn every_simd_level_agrees() {
         assert!(e < 1e-6, "{level:?}: softmax vs f64: {e:e}");
     }
     simd::force(None).unwrap();
+    FORCING.with(|c| c.set(false));
 }
 
 /// `TESSERA_CPU_SIMD` is validated: a child process of this test binary with `portable` runs
 /// at that level; one with an unknown value has its launches fail, naming the variable.
 #[test]
 fn simd_env_var_is_honoured_and_validated() {
+    let _level = level_guard();
     let x = Tensor::<f32>::randn(&[3, 5], 600);
     match std::env::var("TESSERA_TEST_SIMD_CHILD").as_deref() {
         Ok("portable") => {

@@ -8,11 +8,17 @@
 //! reading A and B straight from the tensors (bf16/f16 operands are widened to f32 once per
 //! launch, exactly as a load widens them); only the epilogue runs op by op.
 //!
-//! Results are bit for bit the interpreter's, under every policy the pattern admits: `dot`
-//! adds products one FMA at a time in increasing k, and so does every micro-kernel, whatever
-//! the blocking; lanes of padded k steps add `+0.0` to an accumulator that, started at
-//! `+0.0`, is never `-0.0`. `kahan_sum` loops do not match the pattern and stay on the
-//! interpreter.
+//! bf16 operands of a `fast` kernel (the default policy) on a thread where
+//! [`gemm::dot_enabled`] (AVX-512 BF16 CPU, AVX-512 level) are not widened: the product runs
+//! on `vdpbf16ps` ([`gemm::gemm_bf16`]), which adds two products of consecutive k per step, so
+//! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|`);
+//! [`dot_launches`] counts those launches.
+//!
+//! Every other result is bit for bit the interpreter's: `dot` adds products one FMA at a time
+//! in increasing k, and so does every f32 micro-kernel, whatever the blocking; lanes of padded
+//! k steps add `+0.0` to an accumulator that, started at `+0.0`, is never `-0.0`.
+//! `deterministic` bf16 kernels keep that path; `kahan_sum` loops do not match the pattern and
+//! stay on the interpreter.
 //!
 //! ```
 //! // Launches on this thread count here when they took the direct path.
@@ -35,6 +41,19 @@ use tessera_ir::DType;
 
 thread_local! {
     static LAUNCHES: Cell<u64> = const { Cell::new(0) };
+    static DOT_LAUNCHES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many launches made on this thread computed their bf16 matmul K loops with
+/// `vdpbf16ps` (the direct path of a `fast` bf16 kernel on a CPU that has it, see
+/// [`gemm::dot_enabled`]).
+///
+/// ```
+/// let n = tessera::backend::cpu::matmul::dot_launches();
+/// assert!(tessera::backend::cpu::matmul::dot_launches() >= n);
+/// ```
+pub fn dot_launches() -> u64 {
+    DOT_LAUNCHES.with(|c| c.get())
 }
 
 /// How many launches made on this thread computed their matmul K loops on the direct path.
@@ -47,10 +66,12 @@ pub fn launches() -> u64 {
     LAUNCHES.with(|c| c.get())
 }
 
-/// A launch's A (`[m, k]`) and B (`[k, n]`) as f32, row-major.
+/// A launch's A (`[m, k]`) and B (`[k, n]`) as f32, row-major, or, for the `vdpbf16ps`
+/// path, as bf16 bit patterns (`a`, `b` then empty).
 pub(crate) struct Operands<'a> {
     a: Cow<'a, [f32]>,
     b: Cow<'a, [f32]>,
+    bf16: Option<(&'a [u16], &'a [u16])>,
     m: usize,
     k: usize,
     n: usize,
@@ -73,7 +94,27 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
         return None;
     }
     LAUNCHES.with(|c| c.set(c.get() + 1));
+    if lp.pairwise && gemm::dot_enabled() {
+        DOT_LAUNCHES.with(|c| c.set(c.get() + 1));
+        // SAFETY: bf16 buffers of at least `m × k` and `k × n` elements (checked above),
+        // aligned to 2 bytes, not written during the launch.
+        let (a16, b16) = unsafe {
+            (
+                std::slice::from_raw_parts(a.ptr as *const u16, m * k),
+                std::slice::from_raw_parts(b.ptr as *const u16, k * n),
+            )
+        };
+        return Some(Operands {
+            a: Cow::Borrowed(&[]),
+            b: Cow::Borrowed(&[]),
+            bf16: Some((a16, b16)),
+            m,
+            k,
+            n,
+        });
+    }
     Some(Operands {
+        bf16: None,
         a: widen(a, m * k),
         b: widen(b, k * n),
         m,
@@ -138,7 +179,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     } else {
         threads
     };
-    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8) rows).
+    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8, 12) rows).
     let by_cols = n >= m;
     let (len, align) = if by_cols { (n, 32) } else { (m, 24) };
     let step = len.div_ceil(jobs).div_ceil(align) * align;
@@ -160,20 +201,36 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
             for r in 0..r1 - r0 {
                 std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
             }
-            if k > 0 {
-                gemm::gemm_f32_raw(
-                    isa,
+            if k == 0 {
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some((a16, b16)) = ops.bf16 {
+                gemm::gemm_bf16_dot_raw(
                     r1 - r0,
                     c1 - c0,
                     k,
-                    ops.a.as_ptr().add(r0 * k),
+                    a16.as_ptr().add(r0 * k),
                     k,
-                    ops.b.as_ptr().add(c0),
+                    b16.as_ptr().add(c0),
                     n,
                     base,
                     n,
                 );
+                return;
             }
+            gemm::gemm_f32_raw(
+                isa,
+                r1 - r0,
+                c1 - c0,
+                k,
+                ops.a.as_ptr().add(r0 * k),
+                k,
+                ops.b.as_ptr().add(c0),
+                n,
+                base,
+                n,
+            );
         }
     };
     let strips = len.div_ceil(step);
@@ -217,6 +274,20 @@ pub(crate) fn block(lp: &KLoop, ops: &Operands, acc: &mut [f32], at: [i64; 4]) {
         return;
     }
     let (tr, tc) = ((r0 as i64 - row) as usize, (c0 as i64 - col) as usize);
+    if let Some((a16, b16)) = ops.bf16 {
+        gemm::gemm_bf16(
+            r1 - r0,
+            c1 - c0,
+            k1 - k0,
+            &a16[r0 * ops.k + k0..],
+            ops.k,
+            &b16[k0 * ops.n + c0..],
+            ops.n,
+            &mut acc[tr * lp.bn + tc..],
+            lp.bn,
+        );
+        return;
+    }
     gemm::gemm_f32(
         r1 - r0,
         c1 - c0,

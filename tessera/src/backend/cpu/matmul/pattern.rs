@@ -9,9 +9,9 @@
 //! accumulator lanes outside the tensors (never stored) may hold any value. Kahan-compensated
 //! loops (two carried values) and batched or gathered operands do not match.
 
-use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 use tessera_ir::tile::{GridDim, Inst, Kernel, Op, TValue};
+use tessera_ir::{DType, NumericsPolicy};
 
 /// A recognised K loop: what [`super::block`] needs to compute its result directly.
 #[derive(Clone, Debug)]
@@ -32,6 +32,9 @@ pub(crate) struct KLoop {
     /// When the whole kernel is `C = A·B` into an f32 parameter (see [`plain`]): that
     /// parameter.
     pub plain: Option<usize>,
+    /// bf16 operands under the `fast` numerics policy: the product may sum pairs of k per
+    /// step (`vdpbf16ps`, see `super::operands`) instead of one FMA per k.
+    pub pairwise: bool,
 }
 
 /// Matches `k`; `None` when the kernel is anything else.
@@ -137,6 +140,7 @@ pub(crate) fn recognise(k: &Kernel) -> Option<KLoop> {
         row,
         col,
         plain: None,
+        pairwise: dtype == DType::BF16 && k.policy == NumericsPolicy::Fast,
     };
     lp.plain = plain(k, &lp, pos);
     Some(lp)

@@ -1,4 +1,5 @@
-//! AVX-512 BF16 micro-kernel (8×32 tile, `vdpbf16ps`) and its k-pair packing.
+//! AVX-512 BF16 micro-kernel (12×32 tile: 24 `zmm` accumulators, `vdpbf16ps`) and its k-pair
+//! packing.
 //!
 //! Packed layouts, one `u32` = two bf16 of consecutive k (`lo` = even k):
 //! * A panel: `dst[p2*MR + r] = A[r][2p2] | A[r][2p2+1] << 16`
@@ -11,10 +12,11 @@ use core::arch::x86_64::*;
 use super::super::pack::{edge_load, edge_store};
 use super::super::scratch::with_scratch;
 
-const MR: usize = 8;
+const MR: usize = 12;
 const NR: usize = 32;
-/// k-pairs per block (1024 values of k).
+/// k-pairs per block (512 values of k).
 const KC2: usize = 256;
+/// Rows of A per packed block (a multiple of `MR`).
 const MC: usize = 144;
 const NC: usize = 4096;
 
@@ -126,6 +128,10 @@ unsafe fn tile<const M: usize>(kc2: usize, a: *const u32, b: *const u32, c: *mut
 unsafe fn tile_rows(mr: usize, kc2: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize) {
     unsafe {
         match mr {
+            12 => tile::<12>(kc2, a, b, c, ldc),
+            11 => tile::<11>(kc2, a, b, c, ldc),
+            10 => tile::<10>(kc2, a, b, c, ldc),
+            9 => tile::<9>(kc2, a, b, c, ldc),
             8 => tile::<8>(kc2, a, b, c, ldc),
             7 => tile::<7>(kc2, a, b, c, ldc),
             6 => tile::<6>(kc2, a, b, c, ldc),
