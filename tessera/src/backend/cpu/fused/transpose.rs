@@ -183,6 +183,89 @@ pub(crate) fn run(t: &Transpose, sc: &[f64], args: &[Buffer]) {
     }
 }
 
+/// The transpose of a plan whose other steps are all scalar: a launch of it may run as one
+/// whole-tensor transpose ([`run_whole`]) when its programs together are one.
+pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
+    let mut found = None;
+    for st in steps {
+        match st {
+            Step::Scalar { .. } => {}
+            Step::Transpose(t) if found.is_none() => found = Some(t.clone()),
+            _ => return None,
+        }
+    }
+    found
+}
+
+/// Source rows per pass of [`run_whole`]: one destination cache line per destination row
+/// and pass (16 f32, 32 bf16).
+fn band(bf16: bool) -> usize {
+    if let Ok(v) = std::env::var("TESSERA_TB") {
+        return v.parse().unwrap();
+    }
+    if bf16 { 32 } else { 16 }
+}
+
+/// `d[a][b] = s[b][a]` over the whole `[r, c]` source and `[c, r]` destination of `t`
+/// (their shapes checked by the caller), the destination rows split among rayon's threads in
+/// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
+/// and writes one short run into each of its destination rows per pass.
+pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
+    let (bs, bd) = (&args[t.src], &args[t.dst]);
+    let (r, c) = (bs.dims()[0], bs.dims()[1]);
+    let size = if t.bf16 { 2 } else { 4 };
+    assert!(
+        r * c * size <= bs.len && r * c * size <= bd.len,
+        "fused transpose out of bounds"
+    );
+    let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
+    let pass = band(t.bf16);
+    let mode: usize = std::env::var("TESSERA_NT")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(1);
+    let nt = mode == 1 && dp % 32 == 0 && (r * size) % 32 == 0 && r * c * size >= 1 << 20;
+    let ta: usize = std::env::var("TESSERA_TA")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(1 << 30);
+    let part = |a0: usize, a1: usize| {
+        for a0 in (a0..a1).step_by(ta) {
+            let a1 = (a0 + ta).min(a1);
+            for b0 in (0..r).step_by(pass) {
+                let nb = pass.min(r - b0);
+                // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
+                // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
+                // destination is never a loaded parameter, and parts write disjoint rows.
+                unsafe {
+                    if t.bf16 {
+                        let s = (sp as *const u16).add(b0 * c + a0);
+                        let d = (dp as *mut u16).add(a0 * r + b0);
+                        copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt);
+                    } else {
+                        let s = (sp as *const f32).add(b0 * c + a0);
+                        let d = (dp as *mut f32).add(a0 * r + b0);
+                        copy_f32_nt(s, c, d, r, a1 - a0, nb, nt);
+                    }
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if nt {
+            // SAFETY: SSE is part of x86_64; orders the non-temporal stores before the
+            // launch returns (or the rayon task ends).
+            unsafe { core::arch::x86_64::_mm_sfence() };
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if threads == 1 || r * c < 1 << 16 {
+        return part(0, c);
+    }
+    use rayon::prelude::*;
+    let per = c.div_ceil(threads).next_multiple_of(16);
+    (0..c.div_ceil(per)).into_par_iter().for_each(|i| {
+        part(i * per, ((i + 1) * per).min(c));
+    });
+}
+
 /// A destination window not inside the transposed source window: element by element, with
 /// `other` where the source is out of bounds.
 fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
@@ -206,11 +289,36 @@ fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
 /// # Safety
 /// Every such element of `s` is readable and of `d` writable; the two do not overlap.
 unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, nb: usize) {
+    unsafe { copy_f32_nt(s, ss, d, ds, na, nb, false) }
+}
+
+/// As [`copy_f32`]; with `nt` (at the AVX2 level) the full 8 × 8 blocks' rows are written
+/// with non-temporal stores, which need `d` and `ds` 32-byte aligned and a later
+/// `_mm_sfence` before another thread reads them.
+///
+/// # Safety
+/// As [`copy_f32`].
+unsafe fn copy_f32_nt(
+    s: *const f32,
+    ss: usize,
+    d: *mut f32,
+    ds: usize,
+    na: usize,
+    nb: usize,
+    nt: bool,
+) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 is present.
-        return unsafe { x86::f32_avx2(s, ss, d, ds, na, nb) };
+        return unsafe {
+            if nt {
+                x86::f32_avx2::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::f32_avx2::<false>(s, ss, d, ds, na, nb)
+            }
+        };
     }
+    let _ = nt;
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, |x: f32| x) }
 }
 
@@ -219,11 +327,34 @@ unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, 
 /// # Safety
 /// As [`copy_f32`].
 unsafe fn copy_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize, na: usize, nb: usize) {
+    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false) }
+}
+
+/// As [`copy_bf16`], with `nt` as in [`copy_f32_nt`] (16-byte alignment).
+///
+/// # Safety
+/// As [`copy_f32`].
+unsafe fn copy_bf16_nt(
+    s: *const u16,
+    ss: usize,
+    d: *mut u16,
+    ds: usize,
+    na: usize,
+    nb: usize,
+    nt: bool,
+) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: as above.
-        return unsafe { x86::bf16_avx2(s, ss, d, ds, na, nb) };
+        return unsafe {
+            if nt {
+                x86::bf16_avx2::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::bf16_avx2::<false>(s, ss, d, ds, na, nb)
+            }
+        };
     }
+    let _ = nt;
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, quiet) }
 }
 
@@ -276,7 +407,7 @@ mod x86 {
     /// # Safety
     /// AVX2 present; as [`super::copy_f32`].
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn f32_avx2(
+    pub(super) unsafe fn f32_avx2<const NT: bool>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
@@ -289,7 +420,7 @@ mod x86 {
             for b in (0..b8).step_by(8) {
                 // SAFETY: rows b..b+8 of `s` at columns a..a+8, rows a..a+8 of `d` at
                 // columns b..b+8: inside the window (a + 8 ≤ na, b + 8 ≤ nb).
-                unsafe { block_f32(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe { block_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, |x: f32| x) }
@@ -298,7 +429,7 @@ mod x86 {
     /// `d[i][j] = s[j][i]` for an 8 × 8 block.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn block_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+    unsafe fn block_f32<const NT: bool>(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
         unsafe {
             let r = |i: usize| _mm256_loadu_ps(s.add(i * ss));
             let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
@@ -319,7 +450,13 @@ mod x86 {
             let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
             let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
             let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let w = |i: usize, v: __m256| _mm256_storeu_ps(d.add(i * ds), v);
+            let w = |i: usize, v: __m256| {
+                if NT {
+                    _mm256_stream_ps(d.add(i * ds), v)
+                } else {
+                    _mm256_storeu_ps(d.add(i * ds), v)
+                }
+            };
             w(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
             w(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
             w(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
@@ -336,7 +473,7 @@ mod x86 {
     /// # Safety
     /// AVX2 present; as [`super::copy_f32`].
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn bf16_avx2(
+    pub(super) unsafe fn bf16_avx2<const NT: bool>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -348,7 +485,7 @@ mod x86 {
         for a in (0..a8).step_by(8) {
             for b in (0..b8).step_by(8) {
                 // SAFETY: as in `f32_avx2`.
-                unsafe { block_bf16(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe { block_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, super::quiet) }
@@ -357,7 +494,7 @@ mod x86 {
     /// `d[i][j] = quiet(s[j][i])` for an 8 × 8 block of 16-bit values.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn block_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+    unsafe fn block_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
         unsafe {
             let r = |i: usize| _mm_loadu_si128(s.add(i * ss) as *const __m128i);
             let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
@@ -386,7 +523,11 @@ mod x86 {
             let w = |i: usize, v: __m128i| {
                 let nan = _mm_cmpgt_epi16(_mm_and_si128(v, abs), inf);
                 let v = _mm_or_si128(v, _mm_and_si128(nan, bit));
-                _mm_storeu_si128(d.add(i * ds) as *mut __m128i, v)
+                if NT {
+                    _mm_stream_si128(d.add(i * ds) as *mut __m128i, v)
+                } else {
+                    _mm_storeu_si128(d.add(i * ds) as *mut __m128i, v)
+                }
             };
             w(0, _mm_unpacklo_epi64(b0, b4));
             w(1, _mm_unpackhi_epi64(b0, b4));
