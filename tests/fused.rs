@@ -396,6 +396,7 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         (520, 528),
         (1024, 520),
         (17, 4099),
+        (2048, 300),
     ];
     let f_specials = [
         f32::NAN,

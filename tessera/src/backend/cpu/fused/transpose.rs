@@ -197,13 +197,10 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
     found
 }
 
-/// Source rows per pass of [`run_whole`]: one destination cache line per destination row
-/// and pass (16 f32, 32 bf16).
+/// Source rows per pass of [`run_whole`]: 32 f32 or 64 bf16 (two 64-byte lines in each
+/// destination row, the fastest measured).
 fn band(bf16: bool) -> usize {
-    if let Ok(v) = std::env::var("TESSERA_TB") {
-        return v.parse().unwrap();
-    }
-    if bf16 { 32 } else { 16 }
+    if bf16 { 64 } else { 32 }
 }
 
 /// `d[a][b] = s[b][a]` over the whole `[r, c]` source and `[c, r]` destination of `t`
@@ -220,33 +217,35 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     );
     let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
     let pass = band(t.bf16);
-    let mode: usize = std::env::var("TESSERA_NT")
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(1);
-    let nt = mode == 1 && dp % 32 == 0 && (r * size) % 32 == 0 && r * c * size >= 1 << 20;
-    let ta: usize = std::env::var("TESSERA_TA")
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(1 << 30);
-    let part = |a0: usize, a1: usize| {
-        for a0 in (a0..a1).step_by(ta) {
-            let a1 = (a0 + ta).min(a1);
-            for b0 in (0..r).step_by(pass) {
-                let nb = pass.min(r - b0);
-                // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
-                // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
-                // destination is never a loaded parameter, and parts write disjoint rows.
-                unsafe {
-                    if t.bf16 {
-                        let s = (sp as *const u16).add(b0 * c + a0);
-                        let d = (dp as *mut u16).add(a0 * r + b0);
-                        copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt);
-                    } else {
-                        let s = (sp as *const f32).add(b0 * c + a0);
-                        let d = (dp as *mut f32).add(a0 * r + b0);
-                        copy_f32_nt(s, c, d, r, a1 - a0, nb, nt);
-                    }
-                }
+    // Non-temporal stores need aligned rows: every destination row starts at the same offset
+    // in its cache line, and the first `lead` columns (up to the first line boundary) take
+    // plain stores.
+    let lead = (64 - dp % 64) % 64 / size;
+    let nt = (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
+    let lead = if nt { lead } else { 0 };
+    let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
+        // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
+        // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
+        // destination is never a loaded parameter, and parts write disjoint rows; with `nt`,
+        // `d` is 64-byte aligned and so is each row's stride.
+        unsafe {
+            if t.bf16 {
+                let s = (sp as *const u16).add(b0 * c + a0);
+                let d = (dp as *mut u16).add(a0 * r + b0);
+                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt);
+            } else {
+                let s = (sp as *const f32).add(b0 * c + a0);
+                let d = (dp as *mut f32).add(a0 * r + b0);
+                copy_f32_nt(s, c, d, r, a1 - a0, nb, nt);
             }
+        }
+    };
+    let part = |a0: usize, a1: usize| {
+        if lead > 0 {
+            copy(a0, a1, 0, lead, false);
+        }
+        for b0 in (lead..r).step_by(pass) {
+            copy(a0, a1, b0, pass.min(r - b0), nt);
         }
         #[cfg(target_arch = "x86_64")]
         if nt {
@@ -307,6 +306,17 @@ unsafe fn copy_f32_nt(
     nb: usize,
     nt: bool,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
+        // SAFETY: the active level is at most the detected one: AVX-512F is present.
+        return unsafe {
+            if nt {
+                x86::f32_avx512::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::f32_avx512::<false>(s, ss, d, ds, na, nb)
+            }
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 is present.
@@ -424,6 +434,81 @@ mod x86 {
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, |x: f32| x) }
+    }
+
+    /// [`super::copy_f32_nt`] with 16 × 16 AVX-512 register transposes over the full blocks
+    /// (one 64-byte store per destination row and block), the rest by [`f32_avx2`].
+    ///
+    /// # Safety
+    /// AVX-512F present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte aligned).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn f32_avx512<const NT: bool>(
+        s: *const f32,
+        ss: usize,
+        d: *mut f32,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a16, b16) = (na & !15, nb & !15);
+        for a in (0..a16).step_by(16) {
+            for b in (0..b16).step_by(16) {
+                // SAFETY: rows b..b+16 of `s` at columns a..a+16, rows a..a+16 of `d` at
+                // columns b..b+16: inside the window.
+                unsafe { block16_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: the two strips left: rows a16.. of `d` (all columns), and rows ..a16 at
+        // columns b16.. (b16 a multiple of 16: aligned as `d` is).
+        unsafe {
+            f32_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
+            f32_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+        }
+    }
+
+    /// `d[i][j] = s[j][i]` for a 16 × 16 block.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn block16_f32<const NT: bool>(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+        unsafe {
+            let r: [__m512; 16] = core::array::from_fn(|i| _mm512_loadu_ps(s.add(i * ss)));
+            // Within each 128-bit lane: pairs of rows interleaved, then groups of four rows.
+            let t: [__m512; 16] = core::array::from_fn(|i| {
+                let (x, y) = (r[i & !1], r[i | 1]);
+                if i & 1 == 0 {
+                    _mm512_unpacklo_ps(x, y)
+                } else {
+                    _mm512_unpackhi_ps(x, y)
+                }
+            });
+            // u[4j + m], lane k: rows 4j..4j+4 at column 4k + m.
+            let u: [__m512; 16] = core::array::from_fn(|i| {
+                let (j, m) = (i / 4, i % 4);
+                let (x, y) = (t[4 * j + m / 2], t[4 * j + 2 + m / 2]);
+                if m % 2 == 0 {
+                    _mm512_shuffle_ps::<0x44>(x, y)
+                } else {
+                    _mm512_shuffle_ps::<0xEE>(x, y)
+                }
+            });
+            let w = |i: usize, v: __m512| {
+                if NT {
+                    _mm512_stream_ps(d.add(i * ds), v)
+                } else {
+                    _mm512_storeu_ps(d.add(i * ds), v)
+                }
+            };
+            for m in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x88>(u[m], u[4 + m]);
+                let w0 = _mm512_shuffle_f32x4::<0xDD>(u[m], u[4 + m]);
+                let v1 = _mm512_shuffle_f32x4::<0x88>(u[8 + m], u[12 + m]);
+                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + m], u[12 + m]);
+                w(m, _mm512_shuffle_f32x4::<0x88>(v0, v1));
+                w(4 + m, _mm512_shuffle_f32x4::<0x88>(w0, w1));
+                w(8 + m, _mm512_shuffle_f32x4::<0xDD>(v0, v1));
+                w(12 + m, _mm512_shuffle_f32x4::<0xDD>(w0, w1));
+            }
+        }
     }
 
     /// `d[i][j] = s[j][i]` for an 8 × 8 block.
