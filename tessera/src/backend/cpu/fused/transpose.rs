@@ -358,9 +358,9 @@ unsafe fn copy_bf16_nt(
         // SAFETY: as above.
         return unsafe {
             if nt {
-                x86::bf16_avx2::<true>(s, ss, d, ds, na, nb)
+                x86::bf16_avx2_16::<true>(s, ss, d, ds, na, nb)
             } else {
-                x86::bf16_avx2::<false>(s, ss, d, ds, na, nb)
+                x86::bf16_avx2_16::<false>(s, ss, d, ds, na, nb)
             }
         };
     }
@@ -574,6 +574,93 @@ mod x86 {
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, super::quiet) }
+    }
+
+    /// [`super::copy_bf16_nt`] with 16 × 16 AVX2 register transposes of 16-bit values over the
+    /// full blocks (one 32-byte store per destination row and block), the rest by
+    /// [`bf16_avx2`].
+    ///
+    /// # Safety
+    /// AVX2 present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 32-byte aligned).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn bf16_avx2_16<const NT: bool>(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a16, b16) = (na & !15, nb & !15);
+        for a in (0..a16).step_by(16) {
+            for b in (0..b16).step_by(16) {
+                // SAFETY: as in `f32_avx512`.
+                unsafe { block16_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: as in `f32_avx512`.
+        unsafe {
+            bf16_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
+            bf16_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+        }
+    }
+
+    /// `d[i][j] = quiet(s[j][i])` for a 16 × 16 block of 16-bit values: the 8 × 8 steps of
+    /// [`block_bf16`] in each 128-bit lane of rows 0..8 and 8..16, then the lanes paired.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn block16_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+        unsafe {
+            let half = |s: *const u16| -> [__m256i; 8] {
+                let r: [__m256i; 8] =
+                    core::array::from_fn(|i| _mm256_loadu_si256(s.add(i * ss) as *const __m256i));
+                let a: [__m256i; 8] = core::array::from_fn(|i| {
+                    let (x, y) = (r[i & !1], r[i | 1]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi16(x, y)
+                    } else {
+                        _mm256_unpackhi_epi16(x, y)
+                    }
+                });
+                // b[2k], b[2k + 1] from a[k'] and a[k' + 2], as in `block_bf16`.
+                let b: [__m256i; 8] = core::array::from_fn(|i| {
+                    let base = [0, 0, 1, 1, 4, 4, 5, 5][i];
+                    let (x, y) = (a[base], a[base + 2]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi32(x, y)
+                    } else {
+                        _mm256_unpackhi_epi32(x, y)
+                    }
+                });
+                core::array::from_fn(|i| {
+                    let (x, y) = (b[i / 2], b[i / 2 + 4]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi64(x, y)
+                    } else {
+                        _mm256_unpackhi_epi64(x, y)
+                    }
+                })
+            };
+            let (x, y) = (half(s), half(s.add(8 * ss)));
+            let (abs, inf, bit) = (
+                _mm256_set1_epi16(0x7FFF),
+                _mm256_set1_epi16(0x7F80),
+                _mm256_set1_epi16(0x0040),
+            );
+            let w = |i: usize, v: __m256i| {
+                let nan = _mm256_cmpgt_epi16(_mm256_and_si256(v, abs), inf);
+                let v = _mm256_or_si256(v, _mm256_and_si256(nan, bit));
+                if NT {
+                    _mm256_stream_si256(d.add(i * ds) as *mut __m256i, v)
+                } else {
+                    _mm256_storeu_si256(d.add(i * ds) as *mut __m256i, v)
+                }
+            };
+            for c in 0..8 {
+                w(c, _mm256_permute2x128_si256::<0x20>(x[c], y[c]));
+                w(c + 8, _mm256_permute2x128_si256::<0x31>(x[c], y[c]));
+            }
+        }
     }
 
     /// `d[i][j] = quiet(s[j][i])` for an 8 × 8 block of 16-bit values.
