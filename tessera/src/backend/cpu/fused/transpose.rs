@@ -354,6 +354,19 @@ unsafe fn copy_bf16_nt(
     nt: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
+        return unsafe {
+            if nt {
+                x86::bf16_avx512::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::bf16_avx512::<false>(s, ss, d, ds, na, nb)
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: as above.
         return unsafe {
@@ -602,6 +615,111 @@ mod x86 {
         unsafe {
             bf16_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
             bf16_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+        }
+    }
+
+    /// [`super::copy_bf16_nt`] with 32 × 32 AVX-512BW register transposes of 16-bit values
+    /// over the full blocks (one 64-byte store per destination row and block), the rest by
+    /// [`bf16_avx2_16`].
+    ///
+    /// # Safety
+    /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
+    /// aligned).
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    pub(super) unsafe fn bf16_avx512<const NT: bool>(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a32, b32) = (na & !31, nb & !31);
+        for a in (0..a32).step_by(32) {
+            for b in (0..b32).step_by(32) {
+                // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
+                unsafe { block32_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: as in `f32_avx512` (b32 a multiple of 32: 64-byte aligned as `d` is).
+        unsafe {
+            bf16_avx2_16::<NT>(s.add(a32), ss, d.add(a32 * ds), ds, na - a32, nb);
+            bf16_avx2_16::<NT>(s.add(b32 * ss), ss, d.add(b32), ds, a32, nb - b32);
+        }
+    }
+
+    /// `d[i][j] = quiet(s[j][i])` for a 32 × 32 block of 16-bit values: the 8 × 8 steps of
+    /// [`block_bf16`] in each 128-bit lane of rows 0..8, 8..16, 16..24, 24..32, then the lanes
+    /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    #[inline]
+    unsafe fn block32_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+        unsafe {
+            let abs = _mm512_set1_epi16(0x7FFF);
+            let mut top = _mm512_setzero_si512();
+            let mut group = |s: *const u16| -> [__m512i; 8] {
+                let r: [__m512i; 8] =
+                    core::array::from_fn(|i| _mm512_loadu_si512(s.add(i * ss) as *const _));
+                for v in &r {
+                    top = _mm512_max_epu16(top, _mm512_and_si512(*v, abs));
+                }
+                let a: [__m512i; 8] = core::array::from_fn(|i| {
+                    let (x, y) = (r[i & !1], r[i | 1]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi16(x, y)
+                    } else {
+                        _mm512_unpackhi_epi16(x, y)
+                    }
+                });
+                let b: [__m512i; 8] = core::array::from_fn(|i| {
+                    let base = [0, 0, 1, 1, 4, 4, 5, 5][i];
+                    let (x, y) = (a[base], a[base + 2]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi32(x, y)
+                    } else {
+                        _mm512_unpackhi_epi32(x, y)
+                    }
+                });
+                core::array::from_fn(|i| {
+                    let (x, y) = (b[i / 2], b[i / 2 + 4]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi64(x, y)
+                    } else {
+                        _mm512_unpackhi_epi64(x, y)
+                    }
+                })
+            };
+            let x = [
+                group(s),
+                group(s.add(8 * ss)),
+                group(s.add(16 * ss)),
+                group(s.add(24 * ss)),
+            ];
+            let nan = _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0;
+            let (inf, bit) = (_mm512_set1_epi16(0x7F80), _mm512_set1_epi16(0x0040));
+            let w = |i: usize, v: __m512i| {
+                let v = if nan {
+                    let m = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, abs), inf);
+                    _mm512_mask_blend_epi16(m, v, _mm512_or_si512(v, bit))
+                } else {
+                    v
+                };
+                if NT {
+                    _mm512_stream_si512(d.add(i * ds) as *mut _, v)
+                } else {
+                    _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
+                }
+            };
+            for c in 0..8 {
+                let v0 = _mm512_shuffle_i32x4::<0x88>(x[0][c], x[1][c]);
+                let w0 = _mm512_shuffle_i32x4::<0xDD>(x[0][c], x[1][c]);
+                let v1 = _mm512_shuffle_i32x4::<0x88>(x[2][c], x[3][c]);
+                let w1 = _mm512_shuffle_i32x4::<0xDD>(x[2][c], x[3][c]);
+                w(c, _mm512_shuffle_i32x4::<0x88>(v0, v1));
+                w(8 + c, _mm512_shuffle_i32x4::<0x88>(w0, w1));
+                w(16 + c, _mm512_shuffle_i32x4::<0xDD>(v0, v1));
+                w(24 + c, _mm512_shuffle_i32x4::<0xDD>(w0, w1));
+            }
         }
     }
 
