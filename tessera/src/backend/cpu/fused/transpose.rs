@@ -653,6 +653,7 @@ mod x86 {
     /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     unsafe fn block32_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
         unsafe {
             let abs = _mm512_set1_epi16(0x7FFF);
@@ -727,6 +728,7 @@ mod x86 {
     /// [`block_bf16`] in each 128-bit lane of rows 0..8 and 8..16, then the lanes paired.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
+    #[allow(clippy::needless_range_loop)]
     unsafe fn block16_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
         unsafe {
             let half = |s: *const u16| -> [__m256i; 8] {
