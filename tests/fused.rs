@@ -426,6 +426,10 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         (65, 63),
         (129, 257),
         (1031, 4100),
+        (520, 528),
+        (1024, 520),
+        (17, 4099),
+        (2048, 300),
     ];
     let f_specials = [
         f32::NAN,
@@ -449,13 +453,26 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
             let bs: &[bf16] = if specials { &b_specials } else { &[] };
             let x = with_specials(r, c, seed + 1, fs);
             let xb = with_specials(r, c, seed + 2, bs);
-            let t = fused::direct_transposes;
+            let t = fused::whole_transposes;
             let cr = fused::direct_column_reductions;
             direct_same_bits(&format!("transpose {tag}"), t, false, || {
                 transpose_f32(&x).unwrap()
             });
             direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
                 transpose_bf16(&xb).unwrap()
+            });
+            // Two threads: the whole-tensor transpose splits its destination rows in bands.
+            let two = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            two.install(|| {
+                direct_same_bits(&format!("transpose 2 threads {tag}"), t, false, || {
+                    transpose_f32(&x).unwrap()
+                });
+                direct_same_bits(&format!("transpose bf16 2 threads {tag}"), t, false, || {
+                    transpose_bf16(&xb).unwrap()
+                });
             });
             direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
             direct_same_bits(&format!("col mean {tag}"), cr, true, || {

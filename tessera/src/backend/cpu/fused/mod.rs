@@ -56,6 +56,7 @@ thread_local! {
     static SOFTMAX: Cell<u64> = const { Cell::new(0) };
     static NORM: Cell<u64> = const { Cell::new(0) };
     static TRANSPOSES: Cell<u64> = const { Cell::new(0) };
+    static WHOLE: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static CHAINS: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
@@ -169,6 +170,29 @@ pub fn direct_transposes() -> u64 {
     TRANSPOSES.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran as one whole-tensor transpose (their
+/// programs together a `load → trans → store` of the whole tensor; also counted by
+/// [`direct_transposes`]).
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn flip(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+///     transpose(x)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[70, 130], 1);
+/// let before = tessera::backend::cpu::fused::whole_transposes();
+/// let y = flip(&x)?;
+/// assert_eq!(y.shape(), &[130, 70]);
+/// assert!(tessera::backend::cpu::fused::whole_transposes() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn whole_transposes() -> u64 {
+    WHOLE.with(|c| c.get())
+}
+
 /// How many fast-path launches made on this thread ran their column-reduction loop as one
 /// streaming pass over the rows (with no loaded or materialised tile).
 ///
@@ -228,6 +252,8 @@ pub(crate) struct Fused {
     /// (counted per launch: [`direct_transposes`], [`direct_column_reductions`],
     /// [`direct_chains`]).
     direct: (bool, bool, bool),
+    /// The plan's transpose when all its other steps are scalar (see [`Fused::whole`]).
+    whole: Option<transpose::Transpose>,
 }
 
 impl Fused {
@@ -250,10 +276,12 @@ impl Fused {
             has(|s| matches!(s, plan::Step::ColReduce(_))),
             has(|s| matches!(s, plan::Step::Group(g) if g.direct.is_some())),
         );
+        let whole = transpose::whole(&plan.steps);
         Ok(Fused {
             plan,
             stored,
             direct,
+            whole,
         })
     }
 
@@ -292,6 +320,45 @@ impl Fused {
         })
     }
 
+    /// The plan's transpose when this launch's programs together transpose the whole `[r, c]`
+    /// source into the whole `[c, r]` destination: every other step is scalar, the grid covers
+    /// the destination (a [`plan::Cover`] proof), and each program's destination tile starts
+    /// at its source tile's origin swapped, so each copies `d[a][b] = s[b][a]` in tensor
+    /// coordinates.
+    fn whole(
+        &self,
+        k: &Kernel,
+        args: &[Buffer],
+        total: usize,
+        ids: impl Fn(usize) -> [usize; 3],
+    ) -> Option<&transpose::Transpose> {
+        let t = self.whole.as_ref()?;
+        let (sd, dd) = (args[t.src].dims(), args[t.dst].dims());
+        let size = if t.bf16 { 2 } else { 4 };
+        let shaped = sd.len() == 2
+            && dd.len() == 2
+            && (dd[0], dd[1]) == (sd[1], sd[0])
+            && sd[0] * sd[1] * size == args[t.src].len
+            && t.src != t.dst
+            && self.covers(k, args, t.dst);
+        if !shaped {
+            return None;
+        }
+        let check = |s: &mut run::Scratch| {
+            s.fit(&self.plan);
+            (0..total).all(|pid| {
+                let sc = run::scalars(&self.plan, s, ids(pid), args);
+                let v = |i: &[u32], a: usize| sc[i[a] as usize];
+                v(&t.dst_idx, 0) == v(&t.src_idx, 1) && v(&t.dst_idx, 1) == v(&t.src_idx, 0)
+            })
+        };
+        let ok = SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => check(&mut s),
+            Err(_) => check(&mut run::Scratch::default()),
+        });
+        ok.then_some(t)
+    }
+
     /// Runs the kernel over its grid; `false` when these arguments need the interpreter
     /// (the path is off on this thread, a store into an input, or a dim of 2^24 or more,
     /// where integer tiles held as f32 would stop being exact).
@@ -328,6 +395,11 @@ impl Fused {
                 pid / (grid[0] * grid[1]),
             ]
         };
+        if let Some(t) = self.whole(k, args, total, ids) {
+            WHOLE.with(bump);
+            transpose::run_whole(t, args);
+            return true;
+        }
         let block = |pid: usize| {
             SCRATCH.with(|s| match s.try_borrow_mut() {
                 Ok(mut s) => {

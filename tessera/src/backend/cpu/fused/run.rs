@@ -91,6 +91,23 @@ pub(crate) fn run_block(
     }
 }
 
+/// Runs only the top-level scalar steps of program `ids` and returns its scalar slots (for
+/// plans whose other steps read them without writing any: [`super::transpose::whole`]).
+pub(crate) fn scalars<'a>(
+    plan: &Plan,
+    s: &'a mut Scratch,
+    ids: [usize; 3],
+    args: &[Buffer],
+) -> &'a [f64] {
+    for st in &plan.steps {
+        if let Step::Scalar { op, dtype, dst } = st {
+            let v = scalar(op, *dtype, &s.sc, ids, args);
+            s.sc[*dst as usize] = v;
+        }
+    }
+    &s.sc
+}
+
 fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
     for st in list {
         match st {

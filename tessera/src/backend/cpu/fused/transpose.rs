@@ -183,6 +183,88 @@ pub(crate) fn run(t: &Transpose, sc: &[f64], args: &[Buffer]) {
     }
 }
 
+/// The transpose of a plan whose other steps are all scalar: a launch of it may run as one
+/// whole-tensor transpose ([`run_whole`]) when its programs together are one.
+pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
+    let mut found = None;
+    for st in steps {
+        match st {
+            Step::Scalar { .. } => {}
+            Step::Transpose(t) if found.is_none() => found = Some(t.clone()),
+            _ => return None,
+        }
+    }
+    found
+}
+
+/// Source rows per pass of [`run_whole`]: 32 f32 or 64 bf16 (two 64-byte lines in each
+/// destination row, the fastest measured).
+fn band(bf16: bool) -> usize {
+    if bf16 { 64 } else { 32 }
+}
+
+/// `d[a][b] = s[b][a]` over the whole `[r, c]` source and `[c, r]` destination of `t`
+/// (their shapes checked by the caller), the destination rows split among rayon's threads in
+/// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
+/// and writes one short run into each of its destination rows per pass.
+pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
+    let (bs, bd) = (&args[t.src], &args[t.dst]);
+    let (r, c) = (bs.dims()[0], bs.dims()[1]);
+    let size = if t.bf16 { 2 } else { 4 };
+    assert!(
+        r * c * size <= bs.len && r * c * size <= bd.len,
+        "fused transpose out of bounds"
+    );
+    let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
+    let pass = band(t.bf16);
+    // Non-temporal stores need aligned rows: every destination row starts at the same offset
+    // in its cache line, and the first `lead` columns (up to the first line boundary) take
+    // plain stores.
+    let lead = (64 - dp % 64) % 64 / size;
+    let nt = (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
+    let lead = if nt { lead } else { 0 };
+    let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
+        // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
+        // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
+        // destination is never a loaded parameter, and parts write disjoint rows; with `nt`,
+        // `d` is 64-byte aligned and so is each row's stride.
+        unsafe {
+            if t.bf16 {
+                let s = (sp as *const u16).add(b0 * c + a0);
+                let d = (dp as *mut u16).add(a0 * r + b0);
+                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt);
+            } else {
+                let s = (sp as *const f32).add(b0 * c + a0);
+                let d = (dp as *mut f32).add(a0 * r + b0);
+                copy_f32_nt(s, c, d, r, a1 - a0, nb, nt);
+            }
+        }
+    };
+    let part = |a0: usize, a1: usize| {
+        if lead > 0 {
+            copy(a0, a1, 0, lead, false);
+        }
+        for b0 in (lead..r).step_by(pass) {
+            copy(a0, a1, b0, pass.min(r - b0), nt);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if nt {
+            // SAFETY: SSE is part of x86_64; orders the non-temporal stores before the
+            // launch returns (or the rayon task ends).
+            unsafe { core::arch::x86_64::_mm_sfence() };
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if threads == 1 || r * c < 1 << 16 {
+        return part(0, c);
+    }
+    use rayon::prelude::*;
+    let per = c.div_ceil(threads).next_multiple_of(16);
+    (0..c.div_ceil(per)).into_par_iter().for_each(|i| {
+        part(i * per, ((i + 1) * per).min(c));
+    });
+}
+
 /// A destination window not inside the transposed source window: element by element, with
 /// `other` where the source is out of bounds.
 fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
@@ -206,11 +288,47 @@ fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
 /// # Safety
 /// Every such element of `s` is readable and of `d` writable; the two do not overlap.
 unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, nb: usize) {
+    unsafe { copy_f32_nt(s, ss, d, ds, na, nb, false) }
+}
+
+/// As [`copy_f32`]; with `nt` (at the AVX2 level) the full 8 × 8 blocks' rows are written
+/// with non-temporal stores, which need `d` and `ds` 32-byte aligned and a later
+/// `_mm_sfence` before another thread reads them.
+///
+/// # Safety
+/// As [`copy_f32`].
+unsafe fn copy_f32_nt(
+    s: *const f32,
+    ss: usize,
+    d: *mut f32,
+    ds: usize,
+    na: usize,
+    nb: usize,
+    nt: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
+        // SAFETY: the active level is at most the detected one: AVX-512F is present.
+        return unsafe {
+            if nt {
+                x86::f32_avx512::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::f32_avx512::<false>(s, ss, d, ds, na, nb)
+            }
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 is present.
-        return unsafe { x86::f32_avx2(s, ss, d, ds, na, nb) };
+        return unsafe {
+            if nt {
+                x86::f32_avx2::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::f32_avx2::<false>(s, ss, d, ds, na, nb)
+            }
+        };
     }
+    let _ = nt;
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, |x: f32| x) }
 }
 
@@ -219,11 +337,47 @@ unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, 
 /// # Safety
 /// As [`copy_f32`].
 unsafe fn copy_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize, na: usize, nb: usize) {
+    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false) }
+}
+
+/// As [`copy_bf16`], with `nt` as in [`copy_f32_nt`] (16-byte alignment).
+///
+/// # Safety
+/// As [`copy_f32`].
+unsafe fn copy_bf16_nt(
+    s: *const u16,
+    ss: usize,
+    d: *mut u16,
+    ds: usize,
+    na: usize,
+    nb: usize,
+    nt: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
+        return unsafe {
+            if nt {
+                x86::bf16_avx512::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::bf16_avx512::<false>(s, ss, d, ds, na, nb)
+            }
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: as above.
-        return unsafe { x86::bf16_avx2(s, ss, d, ds, na, nb) };
+        return unsafe {
+            if nt {
+                x86::bf16_avx2_16::<true>(s, ss, d, ds, na, nb)
+            } else {
+                x86::bf16_avx2_16::<false>(s, ss, d, ds, na, nb)
+            }
+        };
     }
+    let _ = nt;
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, quiet) }
 }
 
@@ -276,7 +430,7 @@ mod x86 {
     /// # Safety
     /// AVX2 present; as [`super::copy_f32`].
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn f32_avx2(
+    pub(super) unsafe fn f32_avx2<const NT: bool>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
@@ -289,16 +443,91 @@ mod x86 {
             for b in (0..b8).step_by(8) {
                 // SAFETY: rows b..b+8 of `s` at columns a..a+8, rows a..a+8 of `d` at
                 // columns b..b+8: inside the window (a + 8 ≤ na, b + 8 ≤ nb).
-                unsafe { block_f32(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe { block_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, |x: f32| x) }
     }
 
+    /// [`super::copy_f32_nt`] with 16 × 16 AVX-512 register transposes over the full blocks
+    /// (one 64-byte store per destination row and block), the rest by [`f32_avx2`].
+    ///
+    /// # Safety
+    /// AVX-512F present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte aligned).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn f32_avx512<const NT: bool>(
+        s: *const f32,
+        ss: usize,
+        d: *mut f32,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a16, b16) = (na & !15, nb & !15);
+        for a in (0..a16).step_by(16) {
+            for b in (0..b16).step_by(16) {
+                // SAFETY: rows b..b+16 of `s` at columns a..a+16, rows a..a+16 of `d` at
+                // columns b..b+16: inside the window.
+                unsafe { block16_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: the two strips left: rows a16.. of `d` (all columns), and rows ..a16 at
+        // columns b16.. (b16 a multiple of 16: aligned as `d` is).
+        unsafe {
+            f32_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
+            f32_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+        }
+    }
+
+    /// `d[i][j] = s[j][i]` for a 16 × 16 block.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn block16_f32<const NT: bool>(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+        unsafe {
+            let r: [__m512; 16] = core::array::from_fn(|i| _mm512_loadu_ps(s.add(i * ss)));
+            // Within each 128-bit lane: pairs of rows interleaved, then groups of four rows.
+            let t: [__m512; 16] = core::array::from_fn(|i| {
+                let (x, y) = (r[i & !1], r[i | 1]);
+                if i & 1 == 0 {
+                    _mm512_unpacklo_ps(x, y)
+                } else {
+                    _mm512_unpackhi_ps(x, y)
+                }
+            });
+            // u[4j + m], lane k: rows 4j..4j+4 at column 4k + m.
+            let u: [__m512; 16] = core::array::from_fn(|i| {
+                let (j, m) = (i / 4, i % 4);
+                let (x, y) = (t[4 * j + m / 2], t[4 * j + 2 + m / 2]);
+                if m % 2 == 0 {
+                    _mm512_shuffle_ps::<0x44>(x, y)
+                } else {
+                    _mm512_shuffle_ps::<0xEE>(x, y)
+                }
+            });
+            let w = |i: usize, v: __m512| {
+                if NT {
+                    _mm512_stream_ps(d.add(i * ds), v)
+                } else {
+                    _mm512_storeu_ps(d.add(i * ds), v)
+                }
+            };
+            for m in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x88>(u[m], u[4 + m]);
+                let w0 = _mm512_shuffle_f32x4::<0xDD>(u[m], u[4 + m]);
+                let v1 = _mm512_shuffle_f32x4::<0x88>(u[8 + m], u[12 + m]);
+                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + m], u[12 + m]);
+                w(m, _mm512_shuffle_f32x4::<0x88>(v0, v1));
+                w(4 + m, _mm512_shuffle_f32x4::<0x88>(w0, w1));
+                w(8 + m, _mm512_shuffle_f32x4::<0xDD>(v0, v1));
+                w(12 + m, _mm512_shuffle_f32x4::<0xDD>(w0, w1));
+            }
+        }
+    }
+
     /// `d[i][j] = s[j][i]` for an 8 × 8 block.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn block_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+    unsafe fn block_f32<const NT: bool>(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
         unsafe {
             let r = |i: usize| _mm256_loadu_ps(s.add(i * ss));
             let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
@@ -319,7 +548,13 @@ mod x86 {
             let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
             let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
             let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let w = |i: usize, v: __m256| _mm256_storeu_ps(d.add(i * ds), v);
+            let w = |i: usize, v: __m256| {
+                if NT {
+                    _mm256_stream_ps(d.add(i * ds), v)
+                } else {
+                    _mm256_storeu_ps(d.add(i * ds), v)
+                }
+            };
             w(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
             w(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
             w(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
@@ -336,7 +571,7 @@ mod x86 {
     /// # Safety
     /// AVX2 present; as [`super::copy_f32`].
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn bf16_avx2(
+    pub(super) unsafe fn bf16_avx2<const NT: bool>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -348,16 +583,210 @@ mod x86 {
         for a in (0..a8).step_by(8) {
             for b in (0..b8).step_by(8) {
                 // SAFETY: as in `f32_avx2`.
-                unsafe { block_bf16(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe { block_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
             }
         }
         unsafe { super::blocked(s, ss, d, ds, na, nb, a8, b8, super::quiet) }
     }
 
+    /// [`super::copy_bf16_nt`] with 16 × 16 AVX2 register transposes of 16-bit values over the
+    /// full blocks (one 32-byte store per destination row and block), the rest by
+    /// [`bf16_avx2`].
+    ///
+    /// # Safety
+    /// AVX2 present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 32-byte aligned).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn bf16_avx2_16<const NT: bool>(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a16, b16) = (na & !15, nb & !15);
+        for a in (0..a16).step_by(16) {
+            for b in (0..b16).step_by(16) {
+                // SAFETY: as in `f32_avx512`.
+                unsafe { block16_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: as in `f32_avx512`.
+        unsafe {
+            bf16_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
+            bf16_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+        }
+    }
+
+    /// [`super::copy_bf16_nt`] with 32 × 32 AVX-512BW register transposes of 16-bit values
+    /// over the full blocks (one 64-byte store per destination row and block), the rest by
+    /// [`bf16_avx2_16`].
+    ///
+    /// # Safety
+    /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
+    /// aligned).
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    pub(super) unsafe fn bf16_avx512<const NT: bool>(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
+        let (a32, b32) = (na & !31, nb & !31);
+        for a in (0..a32).step_by(32) {
+            for b in (0..b32).step_by(32) {
+                // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
+                unsafe { block32_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+            }
+        }
+        // SAFETY: as in `f32_avx512` (b32 a multiple of 32: 64-byte aligned as `d` is).
+        unsafe {
+            bf16_avx2_16::<NT>(s.add(a32), ss, d.add(a32 * ds), ds, na - a32, nb);
+            bf16_avx2_16::<NT>(s.add(b32 * ss), ss, d.add(b32), ds, a32, nb - b32);
+        }
+    }
+
+    /// `d[i][j] = quiet(s[j][i])` for a 32 × 32 block of 16-bit values: the 8 × 8 steps of
+    /// [`block_bf16`] in each 128-bit lane of rows 0..8, 8..16, 16..24, 24..32, then the lanes
+    /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    #[inline]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn block32_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+        unsafe {
+            let abs = _mm512_set1_epi16(0x7FFF);
+            let mut top = _mm512_setzero_si512();
+            let mut group = |s: *const u16| -> [__m512i; 8] {
+                let r: [__m512i; 8] =
+                    core::array::from_fn(|i| _mm512_loadu_si512(s.add(i * ss) as *const _));
+                for v in &r {
+                    top = _mm512_max_epu16(top, _mm512_and_si512(*v, abs));
+                }
+                let a: [__m512i; 8] = core::array::from_fn(|i| {
+                    let (x, y) = (r[i & !1], r[i | 1]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi16(x, y)
+                    } else {
+                        _mm512_unpackhi_epi16(x, y)
+                    }
+                });
+                let b: [__m512i; 8] = core::array::from_fn(|i| {
+                    let base = [0, 0, 1, 1, 4, 4, 5, 5][i];
+                    let (x, y) = (a[base], a[base + 2]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi32(x, y)
+                    } else {
+                        _mm512_unpackhi_epi32(x, y)
+                    }
+                });
+                core::array::from_fn(|i| {
+                    let (x, y) = (b[i / 2], b[i / 2 + 4]);
+                    if i & 1 == 0 {
+                        _mm512_unpacklo_epi64(x, y)
+                    } else {
+                        _mm512_unpackhi_epi64(x, y)
+                    }
+                })
+            };
+            let x = [
+                group(s),
+                group(s.add(8 * ss)),
+                group(s.add(16 * ss)),
+                group(s.add(24 * ss)),
+            ];
+            let nan = _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0;
+            let (inf, bit) = (_mm512_set1_epi16(0x7F80), _mm512_set1_epi16(0x0040));
+            let w = |i: usize, v: __m512i| {
+                let v = if nan {
+                    let m = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, abs), inf);
+                    _mm512_mask_blend_epi16(m, v, _mm512_or_si512(v, bit))
+                } else {
+                    v
+                };
+                if NT {
+                    _mm512_stream_si512(d.add(i * ds) as *mut _, v)
+                } else {
+                    _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
+                }
+            };
+            for c in 0..8 {
+                let v0 = _mm512_shuffle_i32x4::<0x88>(x[0][c], x[1][c]);
+                let w0 = _mm512_shuffle_i32x4::<0xDD>(x[0][c], x[1][c]);
+                let v1 = _mm512_shuffle_i32x4::<0x88>(x[2][c], x[3][c]);
+                let w1 = _mm512_shuffle_i32x4::<0xDD>(x[2][c], x[3][c]);
+                w(c, _mm512_shuffle_i32x4::<0x88>(v0, v1));
+                w(8 + c, _mm512_shuffle_i32x4::<0x88>(w0, w1));
+                w(16 + c, _mm512_shuffle_i32x4::<0xDD>(v0, v1));
+                w(24 + c, _mm512_shuffle_i32x4::<0xDD>(w0, w1));
+            }
+        }
+    }
+
+    /// `d[i][j] = quiet(s[j][i])` for a 16 × 16 block of 16-bit values: the 8 × 8 steps of
+    /// [`block_bf16`] in each 128-bit lane of rows 0..8 and 8..16, then the lanes paired.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn block16_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+        unsafe {
+            let half = |s: *const u16| -> [__m256i; 8] {
+                let r: [__m256i; 8] =
+                    core::array::from_fn(|i| _mm256_loadu_si256(s.add(i * ss) as *const __m256i));
+                let a: [__m256i; 8] = core::array::from_fn(|i| {
+                    let (x, y) = (r[i & !1], r[i | 1]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi16(x, y)
+                    } else {
+                        _mm256_unpackhi_epi16(x, y)
+                    }
+                });
+                // b[2k], b[2k + 1] from a[k'] and a[k' + 2], as in `block_bf16`.
+                let b: [__m256i; 8] = core::array::from_fn(|i| {
+                    let base = [0, 0, 1, 1, 4, 4, 5, 5][i];
+                    let (x, y) = (a[base], a[base + 2]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi32(x, y)
+                    } else {
+                        _mm256_unpackhi_epi32(x, y)
+                    }
+                });
+                core::array::from_fn(|i| {
+                    let (x, y) = (b[i / 2], b[i / 2 + 4]);
+                    if i & 1 == 0 {
+                        _mm256_unpacklo_epi64(x, y)
+                    } else {
+                        _mm256_unpackhi_epi64(x, y)
+                    }
+                })
+            };
+            let (x, y) = (half(s), half(s.add(8 * ss)));
+            let (abs, inf, bit) = (
+                _mm256_set1_epi16(0x7FFF),
+                _mm256_set1_epi16(0x7F80),
+                _mm256_set1_epi16(0x0040),
+            );
+            let w = |i: usize, v: __m256i| {
+                let nan = _mm256_cmpgt_epi16(_mm256_and_si256(v, abs), inf);
+                let v = _mm256_or_si256(v, _mm256_and_si256(nan, bit));
+                if NT {
+                    _mm256_stream_si256(d.add(i * ds) as *mut __m256i, v)
+                } else {
+                    _mm256_storeu_si256(d.add(i * ds) as *mut __m256i, v)
+                }
+            };
+            for c in 0..8 {
+                w(c, _mm256_permute2x128_si256::<0x20>(x[c], y[c]));
+                w(c + 8, _mm256_permute2x128_si256::<0x31>(x[c], y[c]));
+            }
+        }
+    }
+
     /// `d[i][j] = quiet(s[j][i])` for an 8 × 8 block of 16-bit values.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn block_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+    unsafe fn block_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
         unsafe {
             let r = |i: usize| _mm_loadu_si128(s.add(i * ss) as *const __m128i);
             let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
@@ -386,7 +815,11 @@ mod x86 {
             let w = |i: usize, v: __m128i| {
                 let nan = _mm_cmpgt_epi16(_mm_and_si128(v, abs), inf);
                 let v = _mm_or_si128(v, _mm_and_si128(nan, bit));
-                _mm_storeu_si128(d.add(i * ds) as *mut __m128i, v)
+                if NT {
+                    _mm_stream_si128(d.add(i * ds) as *mut __m128i, v)
+                } else {
+                    _mm_storeu_si128(d.add(i * ds) as *mut __m128i, v)
+                }
             };
             w(0, _mm_unpacklo_epi64(b0, b4));
             w(1, _mm_unpackhi_epi64(b0, b4));
