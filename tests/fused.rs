@@ -874,7 +874,33 @@ fn softmax_rows_bits() {
         bits_match(&format!("softmax bf16→f32 {tag}"), programs, || {
             softmax_bf16(&xb).unwrap()
         });
+        // ±inf, -0.0, huge values and (with two rows or more) a row of -inf: the same bits,
+        // a NaN matching any NaN (arithmetic NaN payloads are unspecified).
+        let sp = specials(&x, c);
+        direct_same_bits(&format!("softmax specials {tag}"), programs, true, || {
+            tessera_kernels::softmax(&sp).unwrap()
+        });
     }
+}
+
+/// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
+/// has more than one row.
+fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
+    let mut v = x.to_vec().unwrap();
+    for (j, e) in v.iter_mut().enumerate() {
+        *e = match j % 97 {
+            3 => f32::INFINITY,
+            11 => f32::NEG_INFINITY,
+            17 => -0.0,
+            29 => 1e30,
+            41 => -1e30,
+            _ => *e,
+        };
+    }
+    if v.len() > c {
+        v[..c].fill(f32::NEG_INFINITY);
+    }
+    Tensor::from_vec(v, x.shape()).unwrap()
 }
 
 /// Layernorm and rmsnorm (f32, bf16 in and out, bf16 in and f32 out) on the norm row loop
@@ -898,6 +924,13 @@ fn norm_rows_bits() {
         });
         bits_match(&format!("rmsnorm {tag}"), programs, || {
             tessera_kernels::rmsnorm(&x, &g).unwrap()
+        });
+        let sp = specials(&x, c);
+        direct_same_bits(&format!("layernorm specials {tag}"), programs, true, || {
+            tessera_kernels::layernorm(&sp, &g, &b).unwrap()
+        });
+        direct_same_bits(&format!("rmsnorm specials {tag}"), programs, true, || {
+            tessera_kernels::rmsnorm(&sp, &g).unwrap()
         });
         let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
         let gb = Tensor::<bf16>::randn(&[c], s + 5);
