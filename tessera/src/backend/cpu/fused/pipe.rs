@@ -3,7 +3,7 @@
 //! from the two inputs in registers (bf16 widened there, exactly) and written straight to the
 //! output, rounded to bf16 when the output is bf16, with no chunk slot in between.
 
-use super::chunk::{bf16_bits, bin_f};
+use super::chunk::{bf16_bits, bin_f, round_bf16};
 use super::plan::{COp, Group, Pipe};
 use super::run::window;
 use crate::backend::Buffer;
@@ -86,8 +86,10 @@ pub(crate) fn run(
                     }
                 }
                 (_, Some(o), _) => {
+                    // bf16 operands give a bf16 value, rounded before it is widened to the f32
+                    // output (`plan::binary_pipe` routes this case to the general loop today).
                     for ((o, x), y) in o.iter_mut().zip(u16s(a, ia)).zip(u16s(b, ib)) {
-                        *o = f(wide(x), wide(y));
+                        *o = round_bf16(f(wide(x), wide(y)));
                     }
                 }
                 (_, _, Some(o)) => {
