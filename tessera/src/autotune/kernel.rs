@@ -31,6 +31,9 @@ type Decision = (u64, usize, Vec<u64>, Option<Arc<Program>>);
 /// A kernel's buffers have fixed ranks, so the flattened dims name one set of views.
 type SeenDims = (u64, usize, SmallVec<[usize; 8]>, Option<Arc<Program>>);
 
+/// The most view-dim sets a memo remembers (a launch scans them all).
+const SEEN_MAX: usize = 64;
+
 struct MemoInner {
     decisions: Vec<Decision>,
     seen: Vec<SeenDims>,
@@ -201,7 +204,14 @@ pub(crate) fn select_kernel(
         return Ok(d.3.clone());
     }
     let chosen = decide(memo, name, graph_text, tag, compiled, i, bufs, m)?;
-    memo.lock().seen.push((
+    let mut inner = memo.lock();
+    // Entries of older generations are never found again, and the list is scanned on every
+    // launch: keep it short (a dropped entry is decided again, from `decisions`).
+    inner.seen.retain(|d| d.0 == generation_now);
+    if inner.seen.len() >= SEEN_MAX {
+        inner.seen.remove(0);
+    }
+    inner.seen.push((
         generation_now,
         i,
         bufs.iter().flat_map(|b| b.dims()).copied().collect(),
