@@ -126,8 +126,63 @@ unsafe fn rows_avx2(x: &[f32], fe: &[f32], g: Geom, oh0: usize, out: &mut [f32],
 
 #[inline(always)]
 fn rows_body(x: &[f32], fe: &[f32], g: Geom, oh0: usize, out: &mut [f32], n: usize) {
-    for (q, row) in out.chunks_exact_mut(n).enumerate() {
-        one_row(x, fe, g, oh0 + q, row);
+    let paired = out.len() / (2 * n) * 2;
+    let (two, rest) = out.split_at_mut(paired * n);
+    for (q, two) in two.chunks_exact_mut(2 * n).enumerate() {
+        two_rows(x, fe, g, oh0 + 2 * q, two, n);
+    }
+    if !rest.is_empty() {
+        one_row(x, fe, g, oh0 + paired, rest);
+    }
+}
+
+/// `acc[k] = acc[k] + xs[k]·fs[k]` for `k < B`.
+#[inline(always)]
+fn tap(acc: &mut [f32; B], xs: &[f32; B], fs: &[f32]) {
+    let fs: &[f32; B] = fs[..B].try_into().unwrap();
+    for k in 0..B {
+        acc[k] = acc[k] + xs[k] * fs[k];
+    }
+}
+
+/// Output rows `oh` and `oh + 1` (`out`: both, `n` floats each), blocks of `B` floats: input
+/// row `oh + q` is read once for both, as tap row `q` of the first and `q − 1` of the
+/// second, so each accumulator still takes its taps in `(i, j)` order; the tail as
+/// [`one_row`].
+#[inline(always)]
+fn two_rows(x: &[f32], fe: &[f32], g: Geom, oh: usize, out: &mut [f32], n: usize) {
+    let (c, fl, rs, kw) = (g.c, g.c + B, g.w * g.c, g.kw);
+    let mut t0 = 0;
+    while t0 + B <= n {
+        let m = t0 % c;
+        let (mut a, mut b) = ([0f32; B], [0f32; B]);
+        let xs = |q: usize, j: usize| -> &[f32; B] {
+            x[(oh + q) * rs + t0 + j * c..][..B].try_into().unwrap()
+        };
+        let fs = |i: usize, j: usize| &fe[(i * kw + j) * fl + m..];
+        if g.kh > 0 {
+            for j in 0..kw {
+                tap(&mut a, xs(0, j), fs(0, j));
+            }
+            for q in 1..g.kh {
+                for j in 0..kw {
+                    let v = xs(q, j);
+                    tap(&mut a, v, fs(q, j));
+                    tap(&mut b, v, fs(q - 1, j));
+                }
+            }
+            for j in 0..kw {
+                tap(&mut b, xs(g.kh, j), fs(g.kh - 1, j));
+            }
+        }
+        out[t0..t0 + B].copy_from_slice(&a);
+        out[n + t0..n + t0 + B].copy_from_slice(&b);
+        t0 += B;
+    }
+    if t0 < n {
+        let (first, second) = out.split_at_mut(n);
+        tail(x, fe, g, oh, t0, &mut first[t0..]);
+        tail(x, fe, g, oh + 1, t0, &mut second[t0..]);
     }
 }
 
@@ -154,17 +209,23 @@ fn one_row(x: &[f32], fe: &[f32], g: Geom, oh: usize, out: &mut [f32]) {
         t0 += B;
     }
     if t0 < n {
-        let (m, len) = (t0 % c, n - t0);
-        let acc = &mut out[t0..];
-        acc.fill(0.0);
-        for i in 0..g.kh {
-            let xr = &x[(oh + i) * rs + t0..];
-            for j in 0..g.kw {
-                let xs = &xr[j * c..][..len];
-                let fs = &fe[(i * g.kw + j) * fl + m..][..len];
-                for ((a, xv), fv) in acc.iter_mut().zip(xs).zip(fs) {
-                    *a = *a + xv * fv;
-                }
+        tail(x, fe, g, oh, t0, &mut out[t0..]);
+    }
+}
+
+/// Output row `oh` from float `t0` to its end (`acc`, fewer than `B` floats).
+#[inline(always)]
+fn tail(x: &[f32], fe: &[f32], g: Geom, oh: usize, t0: usize, acc: &mut [f32]) {
+    let (c, fl, rs) = (g.c, g.c + B, g.w * g.c);
+    let (m, len) = (t0 % c, acc.len());
+    acc.fill(0.0);
+    for i in 0..g.kh {
+        let xr = &x[(oh + i) * rs + t0..];
+        for j in 0..g.kw {
+            let xs = &xr[j * c..][..len];
+            let fs = &fe[(i * g.kw + j) * fl + m..][..len];
+            for ((a, xv), fv) in acc.iter_mut().zip(xs).zip(fs) {
+                *a = *a + xv * fv;
             }
         }
     }
