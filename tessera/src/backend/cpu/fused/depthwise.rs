@@ -141,7 +141,7 @@ fn rows_body(x: &[f32], fe: &[f32], g: Geom, oh0: usize, out: &mut [f32], n: usi
 fn tap(acc: &mut [f32; B], xs: &[f32; B], fs: &[f32]) {
     let fs: &[f32; B] = fs[..B].try_into().unwrap();
     for k in 0..B {
-        acc[k] = acc[k] + xs[k] * fs[k];
+        acc[k] += xs[k] * fs[k];
     }
 }
 
@@ -201,7 +201,7 @@ fn one_row(x: &[f32], fe: &[f32], g: Geom, oh: usize, out: &mut [f32]) {
                 let xs: &[f32; B] = xr[j * c..][..B].try_into().unwrap();
                 let fs: &[f32; B] = fe[(i * g.kw + j) * fl + m..][..B].try_into().unwrap();
                 for k in 0..B {
-                    acc[k] = acc[k] + xs[k] * fs[k];
+                    acc[k] += xs[k] * fs[k];
                 }
             }
         }
@@ -225,7 +225,7 @@ fn tail(x: &[f32], fe: &[f32], g: Geom, oh: usize, t0: usize, acc: &mut [f32]) {
             let xs = &xr[j * c..][..len];
             let fs = &fe[(i * g.kw + j) * fl + m..][..len];
             for ((a, xv), fv) in acc.iter_mut().zip(xs).zip(fs) {
-                *a = *a + xv * fv;
+                *a += xv * fv;
             }
         }
     }
