@@ -3,8 +3,9 @@
 //! row `oh` (`OW·C` floats) and, for tap `(i, j)`, the input span `x[oh + i, j.., ..]` of the
 //! same length contiguous, with the filter tap repeating every `C` floats; each tap's filter
 //! row is laid out once per launch, repeated to `C + 64` floats, so the taps of any 64-float
-//! block of the output row start at offset `block % C` there. Each block keeps 64
-//! accumulators in registers and adds the taps in the kernel's `(i, j)` order, per element
+//! block of the output row start at offset `block % C` there. Output rows go in pairs
+//! ([`two_rows`]: each input row loaded once for both), a block keeping 64 accumulators per
+//! row in registers and adding the taps in the kernel's `(i, j)` order, per element
 //! `acc = acc + x·f` from `+0.0` with a separate multiply and add (no FMA): the interpreter's
 //! ops in its order, so the result is bit for bit its own at every SIMD level (the vector
 //! width only changes how many elements run side by side).
