@@ -5,6 +5,7 @@
 use tessera::backend::cpu::simd;
 use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
+use tessera::{Arg, TileDef};
 use tessera_workspace::reference::{self, rel_error};
 
 /// `every_simd_level_agrees` forces the process-wide SIMD level: it holds this for writing,
@@ -495,21 +496,90 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
 #[test]
 fn depthwise_conv_agrees() {
     let _level = level_guard();
-    for (i, &(h, w, ch, k)) in [
-        (10, 12, 8, 3),
-        (1, 1, 1, 1),
-        (17, 9, 70, 3),
-        (6, 40, 130, 5),
+    depthwise_bits();
+}
+
+// The library's depthwise kernel with its tap loops swapped (`j` outside `i`): it sums the
+// taps in another order, so it must not run on the direct depthwise path.
+tessera::tile! {
+    fn depthwise_ji<const BH: i64 = 4, const BW: i64 = 16, const BC: i64 = 64>(x: In<f32, 3>, f: In<f32, 3>, y: Out<f32, 3>)
+        grid = (cdiv(y.dim(0), BH), cdiv(y.dim(1), BW), cdiv(y.dim(2), BC))
+    {
+        let h0 = program_id(0) * BH;
+        let w0 = program_id(1) * BW;
+        let c0 = program_id(2) * BC;
+        for r in range(0, BH, 1) {
+            let mut acc = zeros::<f32>([BW, BC]);
+            for j in range(0, f.dim(1), 1) {
+                for i in range(0, f.dim(0), 1) {
+                    let xv = load(x, [h0 + r + i, w0 + j, c0], [BW, BC]);
+                    let fv = load(f, [i, j, c0], [BC]);
+                    acc = acc + xv * expand(fv, 0);
+                }
+            }
+            store(y, [h0 + r, w0, c0], acc);
+        }
+    }
+}
+
+/// `depthwise_conv2d` on the direct depthwise path (`fused::depthwise_launches` moves) against
+/// the interpreter, bit for bit: ragged heights, widths and channel counts (3, 70, 130: not
+/// multiples of 8, 16 or 64), images as small as the filter, 1×1, 3×3, 5×5 and non-square
+/// filters, the default knobs and other tiles; the kernel with its tap loops swapped
+/// declines the path and still agrees.
+fn depthwise_bits() {
+    let counter = fused::depthwise_launches;
+    for (i, &(h, w, ch, kh, kw)) in [
+        (10, 12, 8, 3, 3),
+        (1, 1, 1, 1, 1),
+        (17, 9, 70, 3, 3),
+        (6, 40, 130, 5, 5),
+        (3, 3, 3, 3, 3),
+        (5, 5, 130, 5, 5),
+        (3, 29, 70, 3, 3),
+        (40, 5, 3, 5, 5),
+        (33, 21, 64, 3, 5),
+        (70, 18, 130, 5, 3),
+        (9, 9, 16, 1, 1),
     ]
     .iter()
     .enumerate()
     {
         let x = Tensor::<f32>::randn(&[h, w, ch], 300 + i as u64);
-        let f = Tensor::<f32>::randn(&[k.min(h), k.min(w), ch], 310 + i as u64);
-        agree(
-            &format!("depthwise [{h}, {w}, {ch}] k={k}"),
-            F32_TOL,
-            || tessera_kernels::depthwise_conv2d(&x, &f).unwrap(),
+        let f = Tensor::<f32>::randn(&[kh, kw, ch], 350 + i as u64);
+        let tag = format!("depthwise [{h}, {w}, {ch}] * [{kh}, {kw}]");
+        bits_match(&tag, counter, || {
+            tessera_kernels::depthwise_conv2d(&x, &f).unwrap()
+        });
+        let launch = |def: &'static TileDef, knobs: &[(&str, i64)]| {
+            let mut y = Tensor::<f32>::zeros(&[h - kh + 1, w - kw + 1, ch]).unwrap();
+            let mut args = [
+                Arg::In(x.arg()),
+                Arg::In(f.arg()),
+                Arg::Out(y.arg_mut().unwrap()),
+            ];
+            def.launch(knobs, &mut args).unwrap();
+            y
+        };
+        let dw = &tessera_kernels::conv::depthwise_conv2d::DEF;
+        for knobs in [
+            [("BH", 1), ("BW", 8), ("BC", 16)],
+            [("BH", 8), ("BW", 64), ("BC", 128)],
+        ] {
+            bits_match(&format!("{tag} {knobs:?}"), counter, || launch(dw, &knobs));
+        }
+        let before = counter();
+        let swapped = launch(&depthwise_ji::DEF, &[]);
+        assert_eq!(
+            counter(),
+            before,
+            "{tag}: the swapped tap loops ran the direct path"
+        );
+        let slow = fused::with_interpreter(|| launch(&depthwise_ji::DEF, &[]));
+        assert_eq!(
+            swapped.to_vec().unwrap(),
+            slow.to_vec().unwrap(),
+            "{tag} swapped"
         );
     }
 }
@@ -1137,7 +1207,7 @@ fn every_simd_level_agrees() {
         elementwise_kernels_and_chains_agree_f32_and_bf16();
         column_reductions_and_transposes_agree_f32_and_bf16();
         direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
-        depthwise_conv_agrees();
+        depthwise_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

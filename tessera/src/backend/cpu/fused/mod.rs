@@ -33,6 +33,8 @@
 
 mod chunk;
 mod colreduce;
+mod depthwise;
+mod dwmatch;
 mod inplace;
 mod norm;
 mod pipe;
@@ -59,6 +61,7 @@ thread_local! {
     static WHOLE: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static CHAINS: Cell<u64> = const { Cell::new(0) };
+    static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -227,6 +230,46 @@ pub fn direct_chains() -> u64 {
     CHAINS.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran as one direct depthwise convolution
+/// (a kernel matched as the library's `depthwise_conv2d` at compile time, with f32
+/// `x [H, W, C]`, `f [KH, KW, C]`, `y [H-KH+1, W-KW+1, C]` or a smaller `y`): register blocks
+/// along each output row, bit for bit the interpreter's result.
+///
+/// ```
+/// tessera::tile! {
+///     fn dw<const BH: i64 = 4, const BW: i64 = 16, const BC: i64 = 64>(x: In<f32, 3>, f: In<f32, 3>, y: Out<f32, 3>)
+///         grid = (cdiv(y.dim(0), BH), cdiv(y.dim(1), BW), cdiv(y.dim(2), BC))
+///     {
+///         let h0 = program_id(0) * BH;
+///         let w0 = program_id(1) * BW;
+///         let c0 = program_id(2) * BC;
+///         for r in range(0, BH, 1) {
+///             let mut acc = zeros::<f32>([BW, BC]);
+///             for i in range(0, f.dim(0), 1) {
+///                 for j in range(0, f.dim(1), 1) {
+///                     let xv = load(x, [h0 + r + i, w0 + j, c0], [BW, BC]);
+///                     let fv = load(f, [i, j, c0], [BC]);
+///                     acc = acc + xv * expand(fv, 0);
+///                 }
+///             }
+///             store(y, [h0 + r, w0, c0], acc);
+///         }
+///     }
+/// }
+///
+/// use tessera::{Arg, Tensor};
+/// let x = Tensor::<f32>::randn(&[9, 11, 5], 1);
+/// let f = Tensor::<f32>::randn(&[3, 3, 5], 2);
+/// let mut y = Tensor::<f32>::zeros(&[7, 9, 5])?;
+/// let before = tessera::backend::cpu::fused::depthwise_launches();
+/// dw::DEF.launch(&[], &mut [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)])?;
+/// assert!(tessera::backend::cpu::fused::depthwise_launches() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn depthwise_launches() -> u64 {
+    DEPTHWISE.with(|c| c.get())
+}
+
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
 /// cover every element, and so were never zeroed first.
 ///
@@ -254,6 +297,8 @@ pub(crate) struct Fused {
     direct: (bool, bool, bool),
     /// The plan's transpose when all its other steps are scalar (see [`Fused::whole`]).
     whole: Option<transpose::Transpose>,
+    /// The kernel is the library's depthwise convolution (`depthwise`).
+    depthwise: Option<dwmatch::Depthwise>,
 }
 
 impl Fused {
@@ -282,6 +327,7 @@ impl Fused {
             stored,
             direct,
             whole,
+            depthwise: dwmatch::depthwise(k),
         })
     }
 
@@ -395,6 +441,12 @@ impl Fused {
                 pid / (grid[0] * grid[1]),
             ]
         };
+        if let Some(d) = &self.depthwise
+            && depthwise::run(d, args)
+        {
+            DEPTHWISE.with(bump);
+            return true;
+        }
         if let Some(t) = self.whole(k, args, total, ids) {
             WHOLE.with(bump);
             transpose::run_whole(t, args);

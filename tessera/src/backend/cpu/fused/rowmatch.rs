@@ -49,7 +49,7 @@ pub(crate) struct Norm {
 
 /// Where a value comes from.
 #[derive(Clone, Copy)]
-enum Def {
+pub(super) enum Def {
     /// Result `n` of an instruction.
     Res(Inst, usize),
     /// Carried value `n` of a loop, as its body sees it.
@@ -58,14 +58,14 @@ enum Def {
     Iv(Inst),
 }
 
-struct Ir<'k> {
-    k: &'k Kernel,
-    def: HashMap<TValue, Def>,
-    stores: Vec<Inst>,
+pub(super) struct Ir<'k> {
+    pub(super) k: &'k Kernel,
+    pub(super) def: HashMap<TValue, Def>,
+    pub(super) stores: Vec<Inst>,
 }
 
 impl<'k> Ir<'k> {
-    fn new(k: &'k Kernel) -> Ir<'k> {
+    pub(super) fn new(k: &'k Kernel) -> Ir<'k> {
         let mut ir = Ir {
             k,
             def: HashMap::new(),
@@ -109,7 +109,7 @@ impl<'k> Ir<'k> {
     }
 
     /// The op defining `v` (aliases looked through), if an instruction's only result.
-    fn op(&self, v: TValue) -> Option<&'k Op> {
+    pub(super) fn op(&self, v: TValue) -> Option<&'k Op> {
         match self.def.get(&self.root(v))? {
             Def::Res(i, 0) => Some(&self.k.inst(*i).op),
             _ => None,
@@ -121,7 +121,7 @@ impl<'k> Ir<'k> {
     }
 
     /// `v` is an f32 binary op `op` of operands `(a, b)`.
-    fn bin(&self, v: TValue, op: BinaryOp) -> Option<(TValue, TValue)> {
+    pub(super) fn bin(&self, v: TValue, op: BinaryOp) -> Option<(TValue, TValue)> {
         match self.op(v)? {
             Op::Binary(o, a, b) if *o == op && self.dtype(self.root(v)) == DType::F32 => {
                 Some((*a, *b))
@@ -156,7 +156,7 @@ impl<'k> Ir<'k> {
         }
     }
 
-    fn konst(&self, v: TValue) -> Option<f64> {
+    pub(super) fn konst(&self, v: TValue) -> Option<f64> {
         match self.op(v)? {
             Op::Const(x) => Some(*x),
             _ => None,
@@ -258,7 +258,7 @@ impl<'k> Ir<'k> {
     }
 
     /// `v` is an f32 `full(x)` tile.
-    fn full(&self, v: TValue, x: f64) -> bool {
+    pub(super) fn full(&self, v: TValue, x: f64) -> bool {
         matches!(self.op(v), Some(Op::Full(y)) if y.to_bits() == x.to_bits())
             && self.dtype(self.root(v)) == DType::F32
     }
