@@ -221,7 +221,7 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     // in its cache line, and the first `lead` columns (up to the first line boundary) take
     // plain stores.
     let lead = (64 - dp % 64) % 64 / size;
-    let nt = (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
+    let nt = dp % size == 0 && (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
     let lead = if nt { lead } else { 0 };
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the

@@ -41,13 +41,16 @@ pub fn gemm_bf16(
     c: &mut [f32],
     ldc: usize,
 ) {
-    gemm_bf16_impl(true, m, n, k, a, lda, b, ldb, c, ldc)
+    gemm_bf16_impl(dot_enabled(), m, n, k, a, lda, b, ldb, c, ldc)
 }
 
-/// [`gemm_bf16`] with the native path optionally disabled (tests).
+/// [`gemm_bf16`] with the choice made by the caller: `dot` runs `vdpbf16ps` where the CPU
+/// has it ([`has_vdpbf16ps`]), else the widening path. A launch decides on its launching
+/// thread and passes that decision to the blocks its rayon workers run (`matmul::block`),
+/// where this thread's [`without_dot`] may say otherwise.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_bf16_impl(
-    allow_native: bool,
+    dot: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -66,7 +69,7 @@ pub(crate) fn gemm_bf16_impl(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if allow_native && dot_enabled() {
+    if dot && has_vdpbf16ps() {
         // SAFETY: bounds checked by `check_args`; AVX-512 BF16 detected.
         unsafe {
             super::x86::bf16::gemm(
@@ -83,7 +86,7 @@ pub(crate) fn gemm_bf16_impl(
         }
         return;
     }
-    let _ = allow_native;
+    let _ = dot;
     widen_fallback(m, n, k, a, lda, b, ldb, c, ldc);
 }
 

@@ -29,9 +29,9 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use bf16::gemm_bf16_dot_raw;
 pub use bf16::{bf16_to_f32, dot_enabled, f32_to_bf16, gemm_bf16, has_vdpbf16ps, without_dot};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use bf16::{gemm_bf16_dot_raw, gemm_bf16_impl};
 
 /// Instruction-set level picked at runtime for the micro-kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

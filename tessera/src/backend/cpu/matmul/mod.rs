@@ -10,9 +10,11 @@
 //!
 //! bf16 operands of a `fast` kernel (the default policy) on a thread where
 //! [`gemm::dot_enabled`] (AVX-512 BF16 CPU, AVX-512 level) are not widened: the product runs
-//! on `vdpbf16ps` ([`gemm::gemm_bf16`]), which adds two products of consecutive k per step, so
-//! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|`);
-//! [`dot_launches`] counts those launches.
+//! on `vdpbf16ps` (as [`gemm::gemm_bf16`] does), which adds two products of consecutive k per step, so
+//! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|` for
+//! inputs and partial sums outside the subnormal range: the instruction reads subnormal bf16
+//! inputs as zero and flushes subnormal results to ±0); [`dot_launches`] counts those
+//! launches.
 //!
 //! Every other result is bit for bit the interpreter's: `dot` adds products one FMA at a time
 //! in increasing k, and so does every f32 micro-kernel, whatever the blocking; lanes of padded
@@ -275,7 +277,10 @@ pub(crate) fn block(lp: &KLoop, ops: &Operands, acc: &mut [f32], at: [i64; 4]) {
     }
     let (tr, tc) = ((r0 as i64 - row) as usize, (c0 as i64 - col) as usize);
     if let Some((a16, b16)) = ops.bf16 {
-        gemm::gemm_bf16(
+        // `ops.bf16` is the launching thread's decision for `vdpbf16ps`: this block may run
+        // on another thread.
+        gemm::gemm_bf16_impl(
+            true,
             r1 - r0,
             c1 - c0,
             k1 - k0,
