@@ -683,6 +683,29 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
+/// A direct group's load (first member) and store (last member): (parameter, index, rank)
+/// of each.
+#[inline(always)]
+fn direct_io(g: &Group) -> Option<((usize, &[u32], usize), (usize, &[u32], usize))> {
+    match (&g.members.first()?.op, &g.members.last()?.op) {
+        (
+            COp::Load {
+                param: pi,
+                idx: ii,
+                rank: ri,
+                ..
+            },
+            COp::Store {
+                param: po,
+                idx: io,
+                rank: ro,
+                ..
+            },
+        ) => Some(((*pi, ii, *ri), (*po, io, *ro))),
+        _ => None,
+    }
+}
+
 /// A [`Group::direct`] chunk (see [`direct_run`]). `false` (nothing done) unless both
 /// windows cover all `w` columns.
 #[inline(always)]
@@ -697,29 +720,12 @@ fn direct(
     c0: usize,
     w: usize,
 ) -> bool {
-    let (
-        Some(COp::Load {
-            param: pi,
-            idx: ii,
-            rank: ri,
-            ..
-        }),
-        Some(COp::Store {
-            param: po,
-            idx: io,
-            rank: ro,
-            ..
-        }),
-    ) = (
-        g.members.first().map(|m| &m.op),
-        g.members.last().map(|m| &m.op),
-    )
-    else {
+    let Some(((pi, ii, ri), (po, io, ro))) = direct_io(g) else {
         return false;
     };
-    let (bi, bo) = (&args[*pi], &args[*po]);
-    let (at_i, lo_i, hi_i) = window(bi, ii, sc, *ri, r, c0, w);
-    let (at_o, lo_o, hi_o) = window(bo, io, sc, *ro, r, c0, w);
+    let (bi, bo) = (&args[pi], &args[po]);
+    let (at_i, lo_i, hi_i) = window(bi, ii, sc, ri, r, c0, w);
+    let (at_o, lo_o, hi_o) = window(bo, io, sc, ro, r, c0, w);
     if (lo_i, hi_i, lo_o, hi_o) != (0, w, 0, w) {
         return false;
     }
@@ -793,27 +799,10 @@ fn direct_rows(
     r: usize,
     left: usize,
 ) -> usize {
-    let (
-        Some(COp::Load {
-            param: pi,
-            idx: ii,
-            rank: 2,
-            ..
-        }),
-        Some(COp::Store {
-            param: po,
-            idx: io,
-            rank: 2,
-            ..
-        }),
-    ) = (
-        g.members.first().map(|m| &m.op),
-        g.members.last().map(|m| &m.op),
-    )
-    else {
+    let Some(((pi, ii, 2), (po, io, 2))) = direct_io(g) else {
         return 0;
     };
-    let (bi, bo) = (&args[*pi], &args[*po]);
+    let (bi, bo) = (&args[pi], &args[po]);
     let (di, dout) = (bi.dims(), bo.dims());
     let (Some(&w), Some(&wi)) = (dout.last(), di.last()) else {
         return 0;
