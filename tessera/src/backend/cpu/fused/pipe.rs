@@ -57,7 +57,7 @@ pub(crate) fn run(
     };
     let wide = |x: &u16| f32::from_bits((*x as u32) << 16);
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
-    let (of, ob) = match o.dtype {
+    let (of, mut ob) = match o.dtype {
         DType::F32 => {
             assert!((io + w) * 4 <= o.len, "fused store out of bounds");
             // SAFETY: in bounds; programs of a launch write disjoint elements.
@@ -71,6 +71,13 @@ pub(crate) fn run(
             (None, Some(s))
         }
     };
+    // bf16 in and out: widened, combined and narrowed in registers (`bf16io::binary`).
+    if a.dtype == DType::BF16
+        && let Some(o) = ob.as_deref_mut()
+        && super::bf16io::binary(p.op, u16s(a, ia), u16s(b, ib), o)
+    {
+        return true;
+    }
     macro_rules! lanes {
         ($f:expr) => {{
             let f = $f;
