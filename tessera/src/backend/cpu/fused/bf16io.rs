@@ -1,5 +1,5 @@
 //! bf16 storage read and written at the active SIMD level: widening (`bits << 16`, exact),
-//! narrowing (round to nearest even, a NaN made quiet: [`chunk::bf16_bits`], the
+//! narrowing (round to nearest even, a NaN made quiet: [`bf16_bits`], the
 //! interpreter's `half::bf16::from_f32`), rounding f32 values to bf16 precision in place, and
 //! a bf16 `add`/`sub`/`mul`/`div` over two inputs with each element widened, combined and
 //! narrowed in registers. AVX-512BW runs 16 lanes (`vpmovzxwd` widen, integer rounding add and
