@@ -1055,6 +1055,112 @@ fn binary_elementwise_bits() {
 }
 
 #[tessera::kernel]
+fn sub_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    x - y
+}
+
+#[tessera::kernel]
+fn mul_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    x * y
+}
+
+/// bf16 values that stress widening and narrowing: NaNs (quiet, signalling, negative),
+/// ±inf, ±0, subnormals, the largest finite values (sums round to inf), values whose products
+/// are subnormal, and pairs whose sums fall exactly halfway between two bf16 values (ties of
+/// both parities: 1 + 2⁻⁸, 1.0078125 + 2⁻⁸, -3 - 2⁻⁷).
+fn bf16_specials() -> Vec<bf16> {
+    [
+        0x7FC1u16, 0x7F81, 0xFF85, 0xFFC0, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x0001, 0x807F, 0x0040,
+        0x8003, 0x0080, 0x7F7F, 0xFF7F, 0x1E00, 0x9E40, 0x3F80, 0x3F81, 0x3B80, 0xC040, 0xBC00,
+    ]
+    .into_iter()
+    .map(bf16::from_bits)
+    .collect()
+}
+
+/// bf16 storage read and written by the fast path's widening and narrowing loops
+/// (`add`/`sub`/`mul`/`div` of two bf16 tensors, rmsnorm, layernorm and softmax with bf16
+/// output, a unary chain) against the interpreter, bit for bit (a NaN matching any NaN:
+/// arithmetic NaN payloads are unspecified), on inputs dense with [`bf16_specials`] and
+/// widths that leave every tail length of a 16- or 32-lane loop.
+#[test]
+fn bf16_storage_matches_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    bf16_storage_bits();
+}
+
+fn bf16_storage_bits() {
+    let sp = bf16_specials();
+    let shapes = [
+        (1, 1),
+        (3, 17),
+        (5, 31),
+        (7, 33),
+        (2, 47),
+        (4, 1030),
+        (37, 300),
+        (1, 4099),
+        (64, 1024),
+    ];
+    let launches = fused::launches;
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1700 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        // Specials at a fifth of the elements or more (`with_specials` adds
+        // `len · (1 + n/500)` of them), so they meet each other and random values.
+        let dense = |seed: u64| {
+            let x = with_specials(r, c, seed, &sp);
+            let mut v = x.as_slice().unwrap().to_vec();
+            let mut k = seed;
+            for e in v.iter_mut() {
+                k = k
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if (k >> 60) < 4 {
+                    *e = sp[(k >> 33) as usize % sp.len()];
+                }
+            }
+            Tensor::from_vec(v, &[r, c]).unwrap()
+        };
+        let (x, y) = (dense(s + 1), dense(s + 2));
+        direct_same_bits(&format!("add bf16 {tag}"), launches, true, || {
+            add_bf16(&x, &y).unwrap()
+        });
+        direct_same_bits(&format!("sub bf16 {tag}"), launches, true, || {
+            sub_bf16(&x, &y).unwrap()
+        });
+        direct_same_bits(&format!("mul bf16 {tag}"), launches, true, || {
+            mul_bf16(&x, &y).unwrap()
+        });
+        direct_same_bits(&format!("div bf16 {tag}"), launches, true, || {
+            div_bf16(&x, &y).unwrap()
+        });
+        direct_same_bits(&format!("unary chain bf16 {tag}"), launches, true, || {
+            unary_chain_bf16(&x).unwrap()
+        });
+        // Row loops: random rows with a few specials (a NaN or inf makes its whole row NaN).
+        let xr = with_specials(r, c, s + 3, &sp[10..16]);
+        let g = with_specials(1, c, s + 4, &sp[12..16])
+            .reshape(&[c])
+            .unwrap();
+        let b = Tensor::<bf16>::randn(&[c], s + 5);
+        let rows = fused::norm_programs;
+        direct_same_bits(&format!("rmsnorm bf16 {tag}"), rows, true, || {
+            tessera_kernels::rmsnorm(&xr, &g).unwrap()
+        });
+        direct_same_bits(&format!("layernorm bf16 {tag}"), rows, true, || {
+            tessera_kernels::layernorm(&xr, &g, &b).unwrap()
+        });
+        direct_same_bits(
+            &format!("softmax bf16 {tag}"),
+            fused::softmax_programs,
+            true,
+            || tessera_kernels::softmax(&xr).unwrap(),
+        );
+    }
+}
+
+#[tessera::kernel]
 fn tanh_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
     tanh(x)
 }
@@ -1213,6 +1319,7 @@ fn every_simd_level_agrees() {
         norm_rows_bits();
         binary_elementwise_bits();
         unary_chains_bits();
+        bf16_storage_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);
         let b = Tensor::<f32>::randn(&[k, n], 501);

@@ -169,7 +169,7 @@ pub(crate) fn round_bf16(x: f32) -> f32 {
 
 #[inline(always)]
 pub(crate) fn round_bf16_slice(v: &mut [f32]) {
-    v.iter_mut().for_each(|x| *x = round_bf16(*x));
+    super::bf16io::round(v);
 }
 
 /// Reads `o.len()` elements at element offset `at` of `buf`, widened to f32.
@@ -184,9 +184,7 @@ pub(crate) fn load(buf: &Buffer, at: usize, o: &mut [f32]) {
             assert!((at + n) * 2 <= buf.len, "fused load out of bounds");
             // SAFETY: in bounds (checked above); bf16 storage is u16 bit patterns.
             let s = unsafe { std::slice::from_raw_parts((buf.ptr as *const u16).add(at), n) };
-            for (o, x) in o.iter_mut().zip(s) {
-                *o = f32::from_bits((*x as u32) << 16);
-            }
+            super::bf16io::widen(s, o);
         }
         _ => {
             assert!((at + n) * 4 <= buf.len, "fused load out of bounds");
@@ -207,11 +205,7 @@ pub(crate) fn store(buf: &Buffer, at: usize, v: V, lo: usize, hi: usize) {
             // SAFETY: in bounds (checked above); programs of a launch write disjoint elements.
             let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut u16).add(at), n) };
             match v {
-                V::S(s) => {
-                    for (o, x) in d.iter_mut().zip(&s[lo..hi]) {
-                        *o = bf16_bits(*x) as u16;
-                    }
-                }
+                V::S(s) => super::bf16io::narrow(&s[lo..hi], d),
                 V::K(x) => d.fill(bf16_bits(x) as u16),
             }
         }
@@ -239,6 +233,9 @@ pub(crate) fn f32s(buf: &Buffer, at: usize, n: usize) -> &[f32] {
     unsafe { std::slice::from_raw_parts((buf.ptr as *const f32).add(at), n) }
 }
 
+/// Elements per piece of [`write`]'s bf16 output (computed, then rounded or narrowed).
+const WRITE_PIECE: usize = 256;
+
 /// Writes `f(j)` for `j in 0..n` at element offset `at` of `buf` (f32 or bf16), rounded to
 /// bf16 first when `round` (a bf16 tensor always rounds).
 #[inline(always)]
@@ -248,8 +245,13 @@ pub(crate) fn write(buf: &Buffer, at: usize, n: usize, round: bool, f: impl Fn(u
             assert!((at + n) * 2 <= buf.len, "fused store out of bounds");
             // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
             let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut u16).add(at), n) };
-            for (j, o) in d.iter_mut().enumerate() {
-                *o = bf16_bits(f(j)) as u16;
+            // Pieces of `f` computed into a stack buffer (L1), then narrowed.
+            let mut t = [0f32; WRITE_PIECE];
+            for (k, d) in d.chunks_mut(WRITE_PIECE).enumerate() {
+                let t = &mut t[..d.len()];
+                let j0 = k * WRITE_PIECE;
+                t.iter_mut().enumerate().for_each(|(j, o)| *o = f(j0 + j));
+                super::bf16io::narrow(t, d);
             }
         }
         _ => {
@@ -257,8 +259,10 @@ pub(crate) fn write(buf: &Buffer, at: usize, n: usize, round: bool, f: impl Fn(u
             // SAFETY: as above, f32 storage.
             let d = unsafe { std::slice::from_raw_parts_mut((buf.ptr as *mut f32).add(at), n) };
             if round {
-                for (j, o) in d.iter_mut().enumerate() {
-                    *o = round_bf16(f(j));
+                for (k, d) in d.chunks_mut(WRITE_PIECE).enumerate() {
+                    let j0 = k * WRITE_PIECE;
+                    d.iter_mut().enumerate().for_each(|(j, o)| *o = f(j0 + j));
+                    super::bf16io::round(d);
                 }
             } else {
                 for (j, o) in d.iter_mut().enumerate() {

@@ -31,6 +31,7 @@
 //! assert_eq!(fused::launches(), before);
 //! ```
 
+mod bf16io;
 mod chunk;
 mod colreduce;
 mod depthwise;

@@ -38,6 +38,21 @@ pub(crate) fn run(
     let (Some((a, ia)), Some((b, ib)), Some((o, io))) = (at(p.a), at(p.b), at(p.store)) else {
         return false;
     };
+    // The inputs' windows `AHEAD` rows on, asked for now when a window is not a whole row:
+    // a tile narrower than its tensor reads short strided runs, which the hardware
+    // prefetcher alone streams too late.
+    for m in [p.a, p.b] {
+        if let COp::Load {
+            param, idx, rank, ..
+        } = &g.members[m].op
+        {
+            let buf = &args[*param];
+            let (at, lo, hi) = window(buf, idx, sc, *rank, r + AHEAD, c0, w);
+            if (lo, hi) == (0, w) && buf.dims().last() != Some(&w) {
+                prefetch(buf, at, w);
+            }
+        }
+    }
     let (a, b, o) = (&args[a], &args[b], &args[o]);
     let f32s = |b: &Buffer, at: usize| {
         assert!(
@@ -57,7 +72,7 @@ pub(crate) fn run(
     };
     let wide = |x: &u16| f32::from_bits((*x as u32) << 16);
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
-    let (of, ob) = match o.dtype {
+    let (of, mut ob) = match o.dtype {
         DType::F32 => {
             assert!((io + w) * 4 <= o.len, "fused store out of bounds");
             // SAFETY: in bounds; programs of a launch write disjoint elements.
@@ -71,6 +86,13 @@ pub(crate) fn run(
             (None, Some(s))
         }
     };
+    // bf16 in and out: widened, combined and narrowed in registers (`bf16io::binary`).
+    if a.dtype == DType::BF16
+        && let Some(o) = ob.as_deref_mut()
+        && super::bf16io::binary(p.op, u16s(a, ia), u16s(b, ib), o)
+    {
+        return true;
+    }
     macro_rules! lanes {
         ($f:expr) => {{
             let f = $f;
@@ -109,4 +131,33 @@ pub(crate) fn run(
         op => lanes!(|x: f32, y: f32| bin_f(op, x, y)),
     }
     true
+}
+
+/// Rows ahead of the current one whose inputs [`run`] prefetches.
+const AHEAD: usize = 2;
+
+/// Asks for the cache lines of elements `at .. at + n` of `buf` (a hint: nothing is read
+/// when they lie outside it).
+#[inline(always)]
+fn prefetch(buf: &Buffer, at: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let size = buf.dtype.size_bytes();
+        if (at + n) * size > buf.len {
+            return;
+        }
+        let p = buf.ptr as *const i8;
+        let mut off = at * size;
+        let end = (at + n) * size;
+        while off < end {
+            // SAFETY: a prefetch hint reads nothing and cannot fault; the address is inside
+            // the buffer (checked above).
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.add(off))
+            };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (buf, at, n);
 }

@@ -1,0 +1,555 @@
+//! bf16 storage read and written at the active SIMD level: widening (`bits << 16`, exact),
+//! narrowing (round to nearest even, a NaN made quiet: [`bf16_bits`], the
+//! interpreter's `half::bf16::from_f32`), rounding f32 values to bf16 precision in place, and
+//! a bf16 `add`/`sub`/`mul`/`div` over two inputs with each element widened, combined and
+//! narrowed in registers. AVX-512BW runs 16 lanes (`vpmovzxwd` widen, integer rounding add and
+//! a NaN blend, `vpmovdw` narrow, masked tails); AVX2 runs 8 lanes (16 per `vpackusdw`
+//! narrow) with a scalar tail; the portable build runs the scalar forms. The three give the
+//! same bits.
+
+use super::chunk::{bf16_bits, round_bf16};
+use tessera_ir::graph::BinaryOp;
+
+/// Which kernels run: chosen per call from the active level.
+#[derive(Clone, Copy, PartialEq)]
+enum Lvl {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+#[inline(always)]
+fn level() -> Lvl {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::backend::cpu::simd::{SimdLevel, active};
+        let a = active();
+        if a >= SimdLevel::Avx512 && std::arch::is_x86_feature_detected!("avx512bw") {
+            return Lvl::Avx512;
+        }
+        if a >= SimdLevel::Avx2 {
+            return Lvl::Avx2;
+        }
+    }
+    Lvl::Portable
+}
+
+/// `o[i]` = `s[i]` widened to f32 (exact), over `o.len()` elements.
+pub(crate) fn widen(s: &[u16], o: &mut [f32]) {
+    let n = o.len();
+    assert!(s.len() >= n, "bf16 widen out of bounds");
+    match level() {
+        // SAFETY: the level's features are present (`level`); `n` elements of both are in
+        // bounds (asserted).
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx512 => unsafe { x86::widen_512(s.as_ptr(), o.as_mut_ptr(), n) },
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx2 => unsafe { x86::widen_256(s.as_ptr(), o.as_mut_ptr(), n) },
+        Lvl::Portable => widen_portable(s, o),
+    }
+}
+
+fn widen_portable(s: &[u16], o: &mut [f32]) {
+    o.iter_mut()
+        .zip(s)
+        .for_each(|(o, x)| *o = f32::from_bits((*x as u32) << 16));
+}
+
+/// `o[i]` = the bf16 bits nearest `s[i]` ([`bf16_bits`]), over `o.len()` elements.
+pub(crate) fn narrow(s: &[f32], o: &mut [u16]) {
+    let n = o.len();
+    assert!(s.len() >= n, "bf16 narrow out of bounds");
+    match level() {
+        // SAFETY: as in `widen`.
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx512 => unsafe { x86::narrow_512(s.as_ptr(), o.as_mut_ptr(), n) },
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx2 => unsafe { x86::narrow_256(s.as_ptr(), o.as_mut_ptr(), n) },
+        Lvl::Portable => narrow_portable(s, o),
+    }
+}
+
+fn narrow_portable(s: &[f32], o: &mut [u16]) {
+    o.iter_mut()
+        .zip(s)
+        .for_each(|(o, x)| *o = bf16_bits(*x) as u16);
+}
+
+/// Each value of `v` rounded to bf16 precision ([`round_bf16`]), in place.
+pub(crate) fn round(v: &mut [f32]) {
+    let n = v.len();
+    match level() {
+        // SAFETY: as in `widen`; each lane is read before it is written.
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx512 => unsafe { x86::round_512(v.as_mut_ptr(), n) },
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx2 => unsafe { x86::round_256(v.as_mut_ptr(), n) },
+        Lvl::Portable => v.iter_mut().for_each(|x| *x = round_bf16(*x)),
+    }
+}
+
+/// `o[i]` = `op(a[i], b[i])` for bf16 `a`, `b`, `o`: both widened, combined in f32, the
+/// result narrowed. Runs `Add`, `Sub`, `Mul` and `Div`; `false` (nothing done) for another op.
+pub(crate) fn binary(op: BinaryOp, a: &[u16], b: &[u16], o: &mut [u16]) -> bool {
+    if !matches!(
+        op,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+    ) {
+        return false;
+    }
+    let n = o.len();
+    assert!(a.len() >= n && b.len() >= n, "bf16 binary out of bounds");
+    match level() {
+        // SAFETY: as in `widen`.
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx512 => unsafe { x86::binary_512(op, a.as_ptr(), b.as_ptr(), o.as_mut_ptr(), n) },
+        #[cfg(target_arch = "x86_64")]
+        Lvl::Avx2 => unsafe { x86::binary_256(op, a.as_ptr(), b.as_ptr(), o.as_mut_ptr(), n) },
+        Lvl::Portable => binary_portable(op, a, b, o),
+    }
+    true
+}
+
+fn binary_portable(op: BinaryOp, a: &[u16], b: &[u16], o: &mut [u16]) {
+    let w = |x: u16| f32::from_bits((x as u32) << 16);
+    for ((o, x), y) in o.iter_mut().zip(a).zip(b) {
+        *o = bf16_bits(scalar(op, w(*x), w(*y))) as u16;
+    }
+}
+
+/// The four ops of [`binary`] on one pair of f32 values.
+#[inline(always)]
+fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        _ => x / y,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{bf16_bits, round_bf16, scalar};
+    use core::arch::x86_64::*;
+    use tessera_ir::graph::BinaryOp;
+
+    /// The bf16 bits nearest each lane of `v`, one per 32-bit lane: `(b + 0x7FFF + lsb) >> 16`
+    /// (lsb: bit 16 of `b`), and `(b >> 16) | 0x40` for a NaN.
+    #[inline(always)]
+    unsafe fn bits_512(v: __m512) -> __m512i {
+        unsafe {
+            let b = _mm512_castps_si512(v);
+            let hi = _mm512_srli_epi32::<16>(b);
+            let lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+            let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+            let r = _mm512_srli_epi32::<16>(r);
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40))
+        }
+    }
+
+    /// 16 bf16 values at `p` (`k` selects the lanes read; others read as 0), widened.
+    #[inline(always)]
+    unsafe fn load_512(p: *const u16, k: __mmask16) -> __m512 {
+        unsafe {
+            let h = if k == 0xFFFF {
+                _mm256_loadu_si256(p as *const __m256i)
+            } else {
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(k as __mmask32, p as *const i16))
+            };
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        }
+    }
+
+    /// Narrows the 16 lanes of `v` to `p` (`k` selects the lanes written).
+    #[inline(always)]
+    unsafe fn store_512(p: *mut u16, k: __mmask16, v: __m512) {
+        unsafe {
+            let r = bits_512(v);
+            if k == 0xFFFF {
+                _mm256_storeu_si256(p as *mut __m256i, _mm512_cvtepi32_epi16(r));
+            } else {
+                _mm512_mask_cvtepi32_storeu_epi16(p as *mut i16, k, r);
+            }
+        }
+    }
+
+    /// The lane mask of the first `m` (< 16) lanes.
+    #[inline(always)]
+    fn tail(m: usize) -> __mmask16 {
+        ((1u32 << m) - 1) as __mmask16
+    }
+
+    /// `p[i]` as f32 into `o[i]`, `i < n`.
+    ///
+    /// # Safety
+    /// AVX-512F and BW present; `n` elements readable at `s` and writable at `o`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn widen_512(s: *const u16, o: *mut f32, n: usize) {
+        unsafe {
+            let mut i = 0;
+            while i + 16 <= n {
+                _mm512_storeu_ps(o.add(i), load_512(s.add(i), 0xFFFF));
+                i += 16;
+            }
+            if i < n {
+                let k = tail(n - i);
+                _mm512_mask_storeu_ps(o.add(i), k, load_512(s.add(i), k));
+            }
+        }
+    }
+
+    /// `s[i]` narrowed into `o[i]`, `i < n`.
+    ///
+    /// # Safety
+    /// As [`widen_512`].
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn narrow_512(s: *const f32, o: *mut u16, n: usize) {
+        unsafe {
+            let mut i = 0;
+            while i + 16 <= n {
+                store_512(o.add(i), 0xFFFF, _mm512_loadu_ps(s.add(i)));
+                i += 16;
+            }
+            if i < n {
+                let k = tail(n - i);
+                store_512(o.add(i), k, _mm512_maskz_loadu_ps(k, s.add(i)));
+            }
+        }
+    }
+
+    /// Rounds `v[i]` to bf16 precision, `i < n`.
+    ///
+    /// # Safety
+    /// As [`widen_512`], `n` elements read and written at `v`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn round_512(v: *mut f32, n: usize) {
+        unsafe {
+            let r = |x: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits_512(x)));
+            let mut i = 0;
+            while i + 16 <= n {
+                _mm512_storeu_ps(v.add(i), r(_mm512_loadu_ps(v.add(i))));
+                i += 16;
+            }
+            if i < n {
+                let k = tail(n - i);
+                _mm512_mask_storeu_ps(v.add(i), k, r(_mm512_maskz_loadu_ps(k, v.add(i))));
+            }
+        }
+    }
+
+    /// `o[i]` = `op(a[i], b[i])` in bf16, `i < n` (`op` one of [`super::binary`]'s).
+    ///
+    /// # Safety
+    /// As [`widen_512`], for `a` and `b` read and `o` written.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn binary_512(
+        op: BinaryOp,
+        a: *const u16,
+        b: *const u16,
+        o: *mut u16,
+        n: usize,
+    ) {
+        #[inline(always)]
+        unsafe fn lanes(
+            a: *const u16,
+            b: *const u16,
+            o: *mut u16,
+            n: usize,
+            f: impl Fn(__m512, __m512) -> __m512,
+        ) {
+            unsafe {
+                let mut i = 0;
+                while i + 16 <= n {
+                    let (x, y) = (load_512(a.add(i), 0xFFFF), load_512(b.add(i), 0xFFFF));
+                    store_512(o.add(i), 0xFFFF, f(x, y));
+                    i += 16;
+                }
+                if i < n {
+                    let k = tail(n - i);
+                    let (x, y) = (load_512(a.add(i), k), load_512(b.add(i), k));
+                    store_512(o.add(i), k, f(x, y));
+                }
+            }
+        }
+        unsafe {
+            match op {
+                BinaryOp::Add => lanes(a, b, o, n, |x, y| _mm512_add_ps(x, y)),
+                BinaryOp::Sub => lanes(a, b, o, n, |x, y| _mm512_sub_ps(x, y)),
+                BinaryOp::Mul => lanes(a, b, o, n, |x, y| _mm512_mul_ps(x, y)),
+                _ => lanes(a, b, o, n, |x, y| _mm512_div_ps(x, y)),
+            }
+        }
+    }
+
+    /// As [`bits_512`] on 8 lanes.
+    #[inline(always)]
+    unsafe fn bits_256(v: __m256) -> __m256i {
+        unsafe {
+            let b = _mm256_castps_si256(v);
+            let hi = _mm256_srli_epi32::<16>(b);
+            let lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+            let r = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+            let r = _mm256_srli_epi32::<16>(r);
+            let q = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+            let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+            _mm256_blendv_epi8(r, q, nan)
+        }
+    }
+
+    /// 8 bf16 values at `p`, widened.
+    #[inline(always)]
+    unsafe fn load_256(p: *const u16) -> __m256 {
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+    }
+
+    /// Narrows `v0` (lanes 0..8) and `v1` (8..16) to 16 bf16 values at `p`.
+    #[inline(always)]
+    unsafe fn store_256(p: *mut u16, v0: __m256, v1: __m256) {
+        unsafe {
+            // Every 32-bit lane is at most 0xFFFF: the unsigned saturating pack keeps it;
+            // the pack interleaves 128-bit halves, which the permute puts back in order.
+            let pk = _mm256_packus_epi32(bits_256(v0), bits_256(v1));
+            let pk = _mm256_permute4x64_epi64::<0b11_01_10_00>(pk);
+            _mm256_storeu_si256(p as *mut __m256i, pk);
+        }
+    }
+
+    /// As [`widen_512`] with AVX2.
+    ///
+    /// # Safety
+    /// AVX2 present; as [`widen_512`] otherwise.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn widen_256(s: *const u16, o: *mut f32, n: usize) {
+        unsafe {
+            let mut i = 0;
+            while i + 8 <= n {
+                _mm256_storeu_ps(o.add(i), load_256(s.add(i)));
+                i += 8;
+            }
+            for j in i..n {
+                *o.add(j) = f32::from_bits((*s.add(j) as u32) << 16);
+            }
+        }
+    }
+
+    /// As [`narrow_512`] with AVX2.
+    ///
+    /// # Safety
+    /// As [`widen_256`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn narrow_256(s: *const f32, o: *mut u16, n: usize) {
+        unsafe {
+            let mut i = 0;
+            while i + 16 <= n {
+                store_256(
+                    o.add(i),
+                    _mm256_loadu_ps(s.add(i)),
+                    _mm256_loadu_ps(s.add(i + 8)),
+                );
+                i += 16;
+            }
+            for j in i..n {
+                *o.add(j) = bf16_bits(*s.add(j)) as u16;
+            }
+        }
+    }
+
+    /// As [`round_512`] with AVX2.
+    ///
+    /// # Safety
+    /// As [`widen_256`], `n` elements read and written at `v`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn round_256(v: *mut f32, n: usize) {
+        unsafe {
+            let mut i = 0;
+            while i + 8 <= n {
+                let r = bits_256(_mm256_loadu_ps(v.add(i)));
+                _mm256_storeu_ps(v.add(i), _mm256_castsi256_ps(_mm256_slli_epi32::<16>(r)));
+                i += 8;
+            }
+            for j in i..n {
+                *v.add(j) = round_bf16(*v.add(j));
+            }
+        }
+    }
+
+    /// As [`binary_512`] with AVX2.
+    ///
+    /// # Safety
+    /// As [`widen_256`], for `a` and `b` read and `o` written.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn binary_256(
+        op: BinaryOp,
+        a: *const u16,
+        b: *const u16,
+        o: *mut u16,
+        n: usize,
+    ) {
+        #[inline(always)]
+        unsafe fn lanes(
+            op: BinaryOp,
+            a: *const u16,
+            b: *const u16,
+            o: *mut u16,
+            n: usize,
+            f: impl Fn(__m256, __m256) -> __m256,
+        ) {
+            unsafe {
+                let mut i = 0;
+                while i + 16 <= n {
+                    let v0 = f(load_256(a.add(i)), load_256(b.add(i)));
+                    let v1 = f(load_256(a.add(i + 8)), load_256(b.add(i + 8)));
+                    store_256(o.add(i), v0, v1);
+                    i += 16;
+                }
+                let w = |x: u16| f32::from_bits((x as u32) << 16);
+                for j in i..n {
+                    *o.add(j) = bf16_bits(scalar(op, w(*a.add(j)), w(*b.add(j)))) as u16;
+                }
+            }
+        }
+        unsafe {
+            match op {
+                BinaryOp::Add => lanes(op, a, b, o, n, |x, y| _mm256_add_ps(x, y)),
+                BinaryOp::Sub => lanes(op, a, b, o, n, |x, y| _mm256_sub_ps(x, y)),
+                BinaryOp::Mul => lanes(op, a, b, o, n, |x, y| _mm256_mul_ps(x, y)),
+                _ => lanes(op, a, b, o, n, |x, y| _mm256_div_ps(x, y)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// f32 bit patterns around every bf16 rounding boundary: each upper half with lower
+    /// halves 0, 1, just below, at and above the tie, and all ones (every NaN payload class,
+    /// ±inf, subnormals and ties of both parities among them).
+    fn patterns() -> Vec<f32> {
+        let lows = [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234];
+        (0..=0xFFFFu32)
+            .flat_map(|hi| lows.iter().map(move |lo| f32::from_bits(hi << 16 | lo)))
+            .collect()
+    }
+
+    /// Each kernel available on this CPU (the portable loop always), with `n` from 0 to 40
+    /// over the start of the patterns and once over all of them (every tail length).
+    fn each_level(mut check: impl FnMut(&str, Lvl)) {
+        check("portable", Lvl::Portable);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                check("avx2", Lvl::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                check("avx512", Lvl::Avx512);
+            }
+        }
+    }
+
+    fn narrow_at(l: Lvl, s: &[f32], o: &mut [u16]) {
+        let n = o.len();
+        match l {
+            #[cfg(target_arch = "x86_64")]
+            Lvl::Avx512 => unsafe { x86::narrow_512(s.as_ptr(), o.as_mut_ptr(), n) },
+            #[cfg(target_arch = "x86_64")]
+            Lvl::Avx2 => unsafe { x86::narrow_256(s.as_ptr(), o.as_mut_ptr(), n) },
+            Lvl::Portable => narrow_portable(s, o),
+        }
+    }
+
+    #[test]
+    fn narrow_and_round_give_half_from_f32_bits() {
+        let p = patterns();
+        let want: Vec<u16> = p
+            .iter()
+            .map(|x| half::bf16::from_f32(*x).to_bits())
+            .collect();
+        each_level(|name, l| {
+            let mut lens: Vec<usize> = (0..=40).collect();
+            lens.push(p.len());
+            for n in lens {
+                let mut o = vec![0xAAAAu16; n + 3];
+                narrow_at(l, &p[..n], &mut o[..n]);
+                assert_eq!(&o[..n], &want[..n], "{name}: narrow of {n}");
+                assert!(
+                    o[n..].iter().all(|v| *v == 0xAAAA),
+                    "{name}: wrote past {n}"
+                );
+            }
+            let mut v = p.clone();
+            let n = v.len();
+            match l {
+                #[cfg(target_arch = "x86_64")]
+                Lvl::Avx512 => unsafe { x86::round_512(v.as_mut_ptr(), n - 5) },
+                #[cfg(target_arch = "x86_64")]
+                Lvl::Avx2 => unsafe { x86::round_256(v.as_mut_ptr(), n - 5) },
+                Lvl::Portable => v[..n - 5].iter_mut().for_each(|x| *x = round_bf16(*x)),
+            }
+            for (i, x) in v.iter().enumerate() {
+                let w = if i < n - 5 {
+                    (want[i] as u32) << 16
+                } else {
+                    p[i].to_bits()
+                };
+                assert_eq!(x.to_bits(), w, "{name}: round at {i}");
+            }
+        });
+    }
+
+    #[test]
+    fn widen_is_exact_and_binary_rounds_once() {
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let w = |x: u16| f32::from_bits((x as u32) << 16);
+        // A second operand: the patterns reversed and shifted, so NaNs, infinities,
+        // subnormals and ordinary values meet each other.
+        let other: Vec<u16> = all.iter().map(|x| x.rotate_left(5) ^ 0x0101).collect();
+        each_level(|name, l| {
+            for n in (0..=40).chain([all.len()]) {
+                let mut o = vec![1.5f32; n + 3];
+                match l {
+                    #[cfg(target_arch = "x86_64")]
+                    Lvl::Avx512 => unsafe { x86::widen_512(all.as_ptr(), o.as_mut_ptr(), n) },
+                    #[cfg(target_arch = "x86_64")]
+                    Lvl::Avx2 => unsafe { x86::widen_256(all.as_ptr(), o.as_mut_ptr(), n) },
+                    Lvl::Portable => widen_portable(&all[..n], &mut o[..n]),
+                }
+                for i in 0..n {
+                    assert_eq!(o[i].to_bits(), w(all[i]).to_bits(), "{name}: widen {i}");
+                }
+                assert!(o[n..].iter().all(|v| *v == 1.5), "{name}: wrote past {n}");
+                for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+                    let mut o = vec![0xAAAAu16; n + 3];
+                    let (a, b, d) = (all.as_ptr(), other.as_ptr(), o.as_mut_ptr());
+                    match l {
+                        #[cfg(target_arch = "x86_64")]
+                        Lvl::Avx512 => unsafe { x86::binary_512(op, a, b, d, n) },
+                        #[cfg(target_arch = "x86_64")]
+                        Lvl::Avx2 => unsafe { x86::binary_256(op, a, b, d, n) },
+                        Lvl::Portable => binary_portable(op, &all[..n], &other[..n], &mut o[..n]),
+                    }
+                    for i in 0..n {
+                        let r = scalar(op, w(all[i]), w(other[i]));
+                        let want = half::bf16::from_f32(r).to_bits();
+                        // Both NaN: x86 keeps one operand's payload, which either order may
+                        // pick; NaN-ness is what must agree.
+                        let ok = o[i] == want || (r.is_nan() && w(o[i]).is_nan());
+                        assert!(ok, "{name}: {op:?} at {i}: {:#x} vs {want:#x}", o[i]);
+                    }
+                    assert!(
+                        o[n..].iter().all(|v| *v == 0xAAAA),
+                        "{name}: wrote past {n}"
+                    );
+                }
+            }
+        });
+    }
+}
