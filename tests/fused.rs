@@ -497,6 +497,63 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
 fn depthwise_conv_agrees() {
     let _level = level_guard();
     depthwise_bits();
+    depthwise_taps_bits();
+}
+
+/// The 3×3 depthwise kernel with its taps in registers (`fused::depthwise_tap_launches`
+/// moves: channel counts that are multiples of 16, so every SIMD level takes it) against the
+/// interpreter, bit for bit: output heights that leave 1 to 3 rows after the groups of 4 (and
+/// of 2 at AVX2), one-pixel and one-row outputs, widths around the 16-pixel runs, several
+/// channel blocks, inputs larger than the output needs, and inputs with NaN, ±inf, -0.0 and
+/// ±1e30.
+fn depthwise_taps_bits() {
+    let counter = fused::depthwise_tap_launches;
+    for (i, &(h, w, ch)) in [
+        (3, 3, 16),
+        (4, 3, 16),
+        (23, 19, 32),
+        (7, 40, 48),
+        (10, 18, 64),
+        (9, 35, 128),
+        (6, 5, 80),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let seed = 900 + 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[h, w, ch], seed);
+        let f = Tensor::<f32>::randn(&[3, 3, ch], seed + 1);
+        let xs = specials(&x, w * ch);
+        let mut fv = f.to_vec().unwrap();
+        fv[ch + 1] = f32::NAN;
+        fv[2 * ch] = -0.0;
+        let fs = Tensor::from_vec(fv, &[3, 3, ch]).unwrap();
+        for (x, f, kind) in [
+            (&x, &f, "randn"),
+            (&xs, &f, "specials"),
+            (&x, &fs, "filter"),
+        ] {
+            let tag = format!("depthwise taps [{h}, {w}, {ch}] {kind}");
+            bits_match(&tag, counter, || {
+                tessera_kernels::depthwise_conv2d(x, f).unwrap()
+            });
+        }
+        // An output smaller than the input allows: the taps stop short of `x`'s edges.
+        let (oh, ow) = ((h - 2).div_ceil(2), (w - 2).div_ceil(2));
+        let tag = format!("depthwise taps [{h}, {w}, {ch}] into [{oh}, {ow}]");
+        bits_match(&tag, counter, || {
+            let mut y = Tensor::<f32>::zeros(&[oh, ow, ch]).unwrap();
+            let mut args = [
+                Arg::In(x.arg()),
+                Arg::In(f.arg()),
+                Arg::Out(y.arg_mut().unwrap()),
+            ];
+            tessera_kernels::conv::depthwise_conv2d::DEF
+                .launch(&[], &mut args)
+                .unwrap();
+            y
+        });
+    }
 }
 
 // The library's depthwise kernel with its tap loops swapped (`j` outside `i`): it sums the
@@ -1208,6 +1265,7 @@ fn every_simd_level_agrees() {
         column_reductions_and_transposes_agree_f32_and_bf16();
         direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
         depthwise_bits();
+        depthwise_taps_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

@@ -35,6 +35,7 @@ mod chunk;
 mod colreduce;
 mod depthwise;
 mod dwmatch;
+mod dwtaps;
 mod inplace;
 mod norm;
 mod pipe;
@@ -268,6 +269,45 @@ pub fn direct_chains() -> u64 {
 /// ```
 pub fn depthwise_launches() -> u64 {
     DEPTHWISE.with(|c| c.get())
+}
+
+/// How many of the [`depthwise_launches`] on this thread ran the 3×3 kernel that holds its
+/// nine filter taps in registers (a 3×3 filter and a channel count that is a multiple of the
+/// active SIMD level's vector width: 16 floats at AVX-512, 8 at AVX2, 4 otherwise).
+///
+/// ```
+/// tessera::tile! {
+///     fn dw<const BH: i64 = 4, const BW: i64 = 16, const BC: i64 = 64>(x: In<f32, 3>, f: In<f32, 3>, y: Out<f32, 3>)
+///         grid = (cdiv(y.dim(0), BH), cdiv(y.dim(1), BW), cdiv(y.dim(2), BC))
+///     {
+///         let h0 = program_id(0) * BH;
+///         let w0 = program_id(1) * BW;
+///         let c0 = program_id(2) * BC;
+///         for r in range(0, BH, 1) {
+///             let mut acc = zeros::<f32>([BW, BC]);
+///             for i in range(0, f.dim(0), 1) {
+///                 for j in range(0, f.dim(1), 1) {
+///                     let xv = load(x, [h0 + r + i, w0 + j, c0], [BW, BC]);
+///                     let fv = load(f, [i, j, c0], [BC]);
+///                     acc = acc + xv * expand(fv, 0);
+///                 }
+///             }
+///             store(y, [h0 + r, w0, c0], acc);
+///         }
+///     }
+/// }
+///
+/// use tessera::{Arg, Tensor};
+/// let x = Tensor::<f32>::randn(&[9, 11, 64], 1);
+/// let f = Tensor::<f32>::randn(&[3, 3, 64], 2);
+/// let mut y = Tensor::<f32>::zeros(&[7, 9, 64])?;
+/// let before = tessera::backend::cpu::fused::depthwise_tap_launches();
+/// dw::DEF.launch(&[], &mut [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)])?;
+/// assert!(tessera::backend::cpu::fused::depthwise_tap_launches() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn depthwise_tap_launches() -> u64 {
+    depthwise::tap_launches()
 }
 
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
