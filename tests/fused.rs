@@ -31,6 +31,11 @@ fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
 }
 
 #[tessera::kernel]
+fn chain_mixed(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    tanh(y / x) * y - 0.5
+}
+
+#[tessera::kernel]
 fn col_mean(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
     x.mean(0)
 }
@@ -1220,6 +1225,54 @@ fn unary_chains_bits() {
     }
 }
 
+/// Operand chains: `gelu(x * y + 1.0)` (`fused::operand_chains` moves) and
+/// `tanh(y / x) * y - 0.5` (whichever path its plan takes) against the interpreter, bit for
+/// bit, on the row shapes (tails of every
+/// vector width, rows longer than a chunk) with NaN, ±inf, -0.0 and large values in `x` and
+/// `y`.
+#[test]
+fn operand_chains_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    operand_chains_bits();
+}
+
+fn operand_chains_bits() {
+    let mut shapes = row_shapes();
+    shapes.push((1, 5000));
+    shapes.push((3, 2100));
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1e30,
+        -1e30,
+    ];
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1700 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s);
+        let xs = with_specials(r, c, s + 1, &specials);
+        let mut yv = Tensor::<f32>::randn(&[c], s + 2).to_vec().unwrap();
+        yv[c / 2] = f32::INFINITY;
+        yv[c - 1] = f32::NAN;
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        for (x, kind) in [(&x, "randn"), (&xs, "specials")] {
+            bits_match(
+                &format!("chain {kind} {tag}"),
+                fused::operand_chains,
+                || chain(x, &y).unwrap(),
+            );
+            bits_match(
+                &format!("mixed chain {kind} {tag}"),
+                fused::launches,
+                || chain_mixed(x, &y).unwrap(),
+            );
+        }
+    }
+}
+
 /// Kernels that differ from the matched patterns keep the general paths (the row loop
 /// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
 /// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
@@ -1270,6 +1323,7 @@ fn every_simd_level_agrees() {
         softmax_rows_bits();
         norm_rows_bits();
         binary_elementwise_bits();
+        operand_chains_bits();
         unary_chains_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);

@@ -31,6 +31,7 @@
 //! assert_eq!(fused::launches(), before);
 //! ```
 
+mod chain;
 mod chunk;
 mod colreduce;
 mod depthwise;
@@ -62,6 +63,7 @@ thread_local! {
     static WHOLE: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static CHAINS: Cell<u64> = const { Cell::new(0) };
+    static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
@@ -231,6 +233,32 @@ pub fn direct_chains() -> u64 {
     CHAINS.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran a plan with a fused operand chain (a
+/// `load → unary and binary ops → store` group of f32 tensors whose binary ops take the
+/// running value and a broadcast row or a scalar, `plan::Group::chain`), which computes each
+/// chunk whose load and store windows cover it straight into the output, in one pass over
+/// the input.
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+///     gelu(x * y + 1.0)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let y = Tensor::<f32>::randn(&[5], 2);
+/// let before = tessera::backend::cpu::fused::operand_chains();
+/// let z = chain(&x, &y)?;
+/// assert_eq!(z.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::operand_chains() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn operand_chains() -> u64 {
+    OPERAND_CHAINS.with(|c| c.get())
+}
+
 /// How many fast-path launches made on this thread ran as one direct depthwise convolution
 /// (a kernel matched as the library's `depthwise_conv2d` at compile time, with f32
 /// `x [H, W, C]`, `f [KH, KW, C]`, `y [H-KH+1, W-KW+1, C]` or a smaller `y`): register blocks
@@ -335,6 +363,8 @@ pub(crate) struct Fused {
     /// (counted per launch: [`direct_transposes`], [`direct_column_reductions`],
     /// [`direct_chains`]).
     direct: (bool, bool, bool),
+    /// Whether the plan has an operand chain ([`operand_chains`]).
+    chain: bool,
     /// The plan's transpose when all its other steps are scalar (see [`Fused::whole`]).
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
@@ -361,11 +391,13 @@ impl Fused {
             has(|s| matches!(s, plan::Step::ColReduce(_))),
             has(|s| matches!(s, plan::Step::Group(g) if g.direct.is_some())),
         );
+        let chain = has(|s| matches!(s, plan::Step::Group(g) if g.chain.is_some()));
         let whole = transpose::whole(&plan.steps);
         Ok(Fused {
             plan,
             stored,
             direct,
+            chain,
             whole,
             depthwise: dwmatch::depthwise(k),
         })
@@ -464,6 +496,9 @@ impl Fused {
         }
         if self.direct.2 {
             CHAINS.with(bump);
+        }
+        if self.chain {
+            OPERAND_CHAINS.with(bump);
         }
         let path = self.plan.rows(args);
         match path {
