@@ -1,8 +1,9 @@
 //! `load → elementwise ops → store` groups of f32 tensors whose binary ops take the running
 //! value and a broadcast operand (a materialised tile such as a `[C]` row, or a scalar), such
 //! as `gelu(x * y + 1.0)` ([`super::plan::Group::chain`]). Where the load's and the store's
-//! windows cover the chunk, the chunk runs in one pass: a vector of input lanes is loaded,
-//! every op of the chain applied to it in registers (unary ops through `vmath::lanes`, the
+//! windows cover the chunk, the chunk runs in one pass: a block of 64 input floats (32 at
+//! AVX2, 16 on the baseline ISA: four vector registers) is loaded, every op of the chain
+//! applied to it while it is in registers or L1 (unary ops through `vmath::lanes`, the
 //! element kernels of `vmath`'s slice functions with the flavour those use at the active SIMD
 //! level), and the result stored. Each op is the interpreter's, in the same order, so the
 //! result is its own bit for bit.
@@ -218,7 +219,7 @@ pub(crate) unsafe fn run(
     lanes::<Plain, 16>(ops, ks, x, y)
 }
 
-/// [`lanes`] built with AVX-512F: 16 lanes, `vmath`'s FMA flavour.
+/// [`lanes`] built with AVX-512F: blocks of 64 floats, `vmath`'s FMA flavour.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA.
@@ -228,7 +229,7 @@ unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     lanes::<Fused, 64>(ops, ks, x, y)
 }
 
-/// [`lanes`] built with AVX2: 8 lanes, `vmath`'s FMA flavour.
+/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -238,7 +239,7 @@ unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     lanes::<Fused, 32>(ops, ks, x, y)
 }
 
-/// `y[j] = ops(x[j])` in blocks of `L` lanes, each block's value kept in a register through
+/// `y[j] = ops(x[j])` in blocks of `L` floats, each block kept on the stack (L1) or in registers through
 /// every op; the last partial block padded with zeros (its extra lanes are dropped).
 #[inline(always)]
 fn lanes<A: Arith, const L: usize>(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
