@@ -29,6 +29,10 @@ pub(crate) fn tap_launches() -> u64 {
     TAPS.with(|t| t.get())
 }
 
+/// Outputs of fewer floats than this run on the calling thread ([`dwtaps`]): splitting them
+/// over the pool costs more than it saves.
+const PAR_MIN: usize = 1 << 16;
+
 /// Floats per register block of an output row.
 const B: usize = 64;
 
@@ -84,7 +88,7 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
     if g.kh == dwtaps::K && g.kw == dwtaps::K && c % dwtaps::lanes(level) == 0 {
         let w = g.w;
         let threads = rayon::current_num_threads();
-        if threads == 1 || oh == 1 {
+        if threads == 1 || oh * n < PAR_MIN {
             dwtaps::rows(level, x, f, (w, c), 0, y, ow);
         } else {
             let per = oh.div_ceil(threads * 4).max(1);
