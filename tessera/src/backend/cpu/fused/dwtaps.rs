@@ -175,6 +175,7 @@ unsafe fn band<const R: usize, const L: usize>(
 /// `x` and `y` point at the pixel's block in the first input and output rows (strides `rs`,
 /// `n`), `c` floats between columns, all in bounds.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // `j` indexes the taps of two rows and the input columns.
 unsafe fn pixel<const R: usize, const L: usize>(
     x: *const f32,
     rs: usize,
