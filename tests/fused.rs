@@ -31,6 +31,11 @@ fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
 }
 
 #[tessera::kernel]
+fn chain_mixed(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    tanh(y / x) * y - 0.5
+}
+
+#[tessera::kernel]
 fn col_mean(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
     x.mean(0)
 }
@@ -497,6 +502,63 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
 fn depthwise_conv_agrees() {
     let _level = level_guard();
     depthwise_bits();
+    depthwise_taps_bits();
+}
+
+/// The 3×3 depthwise kernel with its taps in registers (`fused::depthwise_tap_launches`
+/// moves: channel counts that are multiples of 16, so every SIMD level takes it) against the
+/// interpreter, bit for bit: output heights that leave 1 to 3 rows after the groups of 4 (and
+/// of 2 at AVX2), one-pixel and one-row outputs, widths around the 16-pixel runs, several
+/// channel blocks, inputs larger than the output needs, and inputs with NaN, ±inf, -0.0 and
+/// ±1e30.
+fn depthwise_taps_bits() {
+    let counter = fused::depthwise_tap_launches;
+    for (i, &(h, w, ch)) in [
+        (3, 3, 16),
+        (4, 3, 16),
+        (23, 19, 32),
+        (7, 40, 48),
+        (10, 18, 64),
+        (9, 35, 128),
+        (6, 5, 80),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let seed = 900 + 10 * i as u64;
+        let x = Tensor::<f32>::randn(&[h, w, ch], seed);
+        let f = Tensor::<f32>::randn(&[3, 3, ch], seed + 1);
+        let xs = specials(&x, w * ch);
+        let mut fv = f.to_vec().unwrap();
+        fv[ch + 1] = f32::NAN;
+        fv[2 * ch] = -0.0;
+        let fs = Tensor::from_vec(fv, &[3, 3, ch]).unwrap();
+        for (x, f, kind) in [
+            (&x, &f, "randn"),
+            (&xs, &f, "specials"),
+            (&x, &fs, "filter"),
+        ] {
+            let tag = format!("depthwise taps [{h}, {w}, {ch}] {kind}");
+            bits_match(&tag, counter, || {
+                tessera_kernels::depthwise_conv2d(x, f).unwrap()
+            });
+        }
+        // An output smaller than the input allows: the taps stop short of `x`'s edges.
+        let (oh, ow) = ((h - 2).div_ceil(2), (w - 2).div_ceil(2));
+        let tag = format!("depthwise taps [{h}, {w}, {ch}] into [{oh}, {ow}]");
+        bits_match(&tag, counter, || {
+            let mut y = Tensor::<f32>::zeros(&[oh, ow, ch]).unwrap();
+            let mut args = [
+                Arg::In(x.arg()),
+                Arg::In(f.arg()),
+                Arg::Out(y.arg_mut().unwrap()),
+            ];
+            tessera_kernels::conv::depthwise_conv2d::DEF
+                .launch(&[], &mut args)
+                .unwrap();
+            y
+        });
+    }
 }
 
 // The library's depthwise kernel with its tap loops swapped (`j` outside `i`): it sums the
@@ -1269,6 +1331,54 @@ fn unary_chains_bits() {
     }
 }
 
+/// Operand chains: `gelu(x * y + 1.0)` (`fused::operand_chains` moves) and
+/// `tanh(y / x) * y - 0.5` (whichever path its plan takes) against the interpreter, bit for
+/// bit, on the row shapes (tails of every
+/// vector width, rows longer than a chunk) with NaN, ±inf, -0.0 and large values in `x` and
+/// `y`.
+#[test]
+fn operand_chains_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    operand_chains_bits();
+}
+
+fn operand_chains_bits() {
+    let mut shapes = row_shapes();
+    shapes.push((1, 5000));
+    shapes.push((3, 2100));
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1e30,
+        -1e30,
+    ];
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1700 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s);
+        let xs = with_specials(r, c, s + 1, &specials);
+        let mut yv = Tensor::<f32>::randn(&[c], s + 2).to_vec().unwrap();
+        yv[c / 2] = f32::INFINITY;
+        yv[c - 1] = f32::NAN;
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        for (x, kind) in [(&x, "randn"), (&xs, "specials")] {
+            bits_match(
+                &format!("chain {kind} {tag}"),
+                fused::operand_chains,
+                || chain(x, &y).unwrap(),
+            );
+            bits_match(
+                &format!("mixed chain {kind} {tag}"),
+                fused::launches,
+                || chain_mixed(x, &y).unwrap(),
+            );
+        }
+    }
+}
+
 /// Kernels that differ from the matched patterns keep the general paths (the row loop
 /// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
 /// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
@@ -1314,10 +1424,12 @@ fn every_simd_level_agrees() {
         column_reductions_and_transposes_agree_f32_and_bf16();
         direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
         depthwise_bits();
+        depthwise_taps_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
         binary_elementwise_bits();
+        operand_chains_bits();
         unary_chains_bits();
         bf16_storage_bits();
         let (m, k, n) = (37, 300, 45);

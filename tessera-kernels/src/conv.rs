@@ -87,7 +87,9 @@ pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>>
         Tensor::<f32>::zeros_on(&[xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]], x.device())?;
     let mut args = [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)];
     if x.device().is_cpu() {
-        depthwise_conv2d::DEF.launch_tuned(&depthwise_space(), &mut args)?;
+        // The space is built once per process (64 points of knob names).
+        static SPACE: std::sync::OnceLock<TileSpace> = std::sync::OnceLock::new();
+        depthwise_conv2d::DEF.launch_tuned(SPACE.get_or_init(depthwise_space), &mut args)?;
     } else {
         depthwise_conv2d::DEF.launch(&[], &mut args)?;
     }

@@ -1,7 +1,7 @@
 //! The tuner behind `TileDef::launch_tuned`: knob assignments of a `tile!` kernel.
 
 use super::engine::{self, Job, Runner};
-use super::{Mode, TileSpace, borrowed, fnv, generation, lookup, store, try_mode};
+use super::{Mode, TileSpace, borrowed, generation, lookup, store, try_mode};
 use crate::Result;
 use crate::backend::{Buffer, cpu::Program};
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ pub(crate) type Knobs = Vec<(String, i64)>;
 /// Compiles the program for knob overrides (defaults for the rest).
 type ProgramFor<'a> = &'a dyn Fn(&[(&str, i64)]) -> Result<Arc<Program>>;
 
-/// A memoised decision: (generation, shape, space hash) → knobs.
+/// A memoised decision: (generation, shape, [`space_key`]) → knobs.
 type Decision = (u64, Vec<u64>, u64, Knobs);
 
 /// Per-definition memo of decisions.
@@ -42,6 +42,33 @@ fn parse(t: &str) -> Option<Vec<(String, i64)>> {
         .collect()
 }
 
+/// A hash of the defaults and the space's points (names and values, in order): what the
+/// candidate list is built from, without building it, so a memoised launch allocates no
+/// candidate names.
+fn space_key(defaults: &[(&'static str, i64)], space: &TileSpace) -> u64 {
+    fn eat(h: &mut u64, bytes: &[u8]) {
+        for b in bytes {
+            *h = (*h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn knob(h: &mut u64, n: &str, v: i64) {
+        eat(h, n.as_bytes());
+        eat(h, &[0xff]);
+        eat(h, &v.to_le_bytes());
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for (n, v) in defaults {
+        knob(&mut h, n, *v);
+    }
+    for p in &space.points {
+        eat(&mut h, &[0xfe]);
+        for (n, v) in p {
+            knob(&mut h, n, *v);
+        }
+    }
+    h
+}
+
 /// Chooses the knobs of a `tile!` launch on `bufs` (its real arguments; outputs writable):
 /// memo → cache → nearest shape → tuning (in `full` mode). Returns the full assignment.
 #[allow(clippy::too_many_arguments)]
@@ -63,20 +90,11 @@ pub(crate) fn tune_tile(
             })
             .collect()
     };
-    let default = full(&[]);
     let m = try_mode()?;
     if m == Mode::Off {
-        return Ok(default);
+        return Ok(full(&[]));
     }
-    let mut cands = vec![default.clone()];
-    for p in &space.points {
-        let f = full(p);
-        if !cands.contains(&f) {
-            cands.push(f);
-        }
-    }
-    let names: Vec<String> = cands.iter().map(|c| text(c)).collect();
-    let space_hash = fnv(names.join(";").as_bytes());
+    let space_hash = space_key(defaults, space);
     let shape: Vec<u64> = bufs
         .iter()
         .flat_map(|b| b.dims().iter().map(|&d| d as u64))
@@ -91,6 +109,15 @@ pub(crate) fn tune_tile(
             return Ok(x.3.clone());
         }
     }
+    let default = full(&[]);
+    let mut cands = vec![default.clone()];
+    for p in &space.points {
+        let f = full(p);
+        if !cands.contains(&f) {
+            cands.push(f);
+        }
+    }
+    let names: Vec<String> = cands.iter().map(|c| text(c)).collect();
     let dtypes: Vec<&str> = bufs.iter().map(|b| b.dtype.name()).collect();
     let family = format!(
         "{name}#{sig:016x}/{}/t{}",

@@ -8,13 +8,30 @@
 //! row in registers and adding the taps in the kernel's `(i, j)` order, per element
 //! `acc = acc + x·f` from `+0.0` with a separate multiply and add (no FMA): the interpreter's
 //! ops in its order, so the result is bit for bit its own at every SIMD level (the vector
-//! width only changes how many elements run side by side).
+//! width only changes how many elements run side by side). A 3×3 filter over a channel count
+//! that is a multiple of the vector width runs [`dwtaps`] instead (the taps held in
+//! registers), with the same per-element arithmetic.
 
 use super::dwmatch::Depthwise;
+use super::dwtaps;
 use crate::backend::Buffer;
 use crate::backend::cpu::simd::{self, SimdLevel};
 use rayon::prelude::*;
 use tessera_ir::DType;
+
+thread_local! {
+    /// Launches on this thread that ran the 3×3 kernel with its taps in registers.
+    static TAPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many launches on this thread ran [`dwtaps`] (see `super::depthwise_tap_launches`).
+pub(crate) fn tap_launches() -> u64 {
+    TAPS.with(|t| t.get())
+}
+
+/// Outputs of fewer floats than this run on the calling thread ([`dwtaps`]): splitting them
+/// over the pool costs more than it saves.
+const PAR_MIN: usize = 1 << 16;
 
 /// Floats per register block of an output row.
 const B: usize = 64;
@@ -67,6 +84,21 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
             std::slice::from_raw_parts_mut(yb.ptr as *mut f32, yb.len / 4),
         )
     };
+    let level = simd::active();
+    if g.kh == dwtaps::K && g.kw == dwtaps::K && c % dwtaps::lanes(level) == 0 {
+        let w = g.w;
+        let threads = rayon::current_num_threads();
+        if threads == 1 || oh * n < PAR_MIN {
+            dwtaps::rows(level, x, f, (w, c), 0, y, ow);
+        } else {
+            let per = oh.div_ceil(threads * 4).max(1);
+            y.par_chunks_mut(per * n)
+                .enumerate()
+                .for_each(|(t, out)| dwtaps::rows(level, x, f, (w, c), t * per, out, ow));
+        }
+        TAPS.with(|t| t.set(t.get() + 1));
+        return true;
+    }
     // Each tap's filter row repeated to `C + B` floats.
     let fl = c + B;
     let mut fe = vec![0f32; g.kh * g.kw * fl];
@@ -75,7 +107,6 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
             *v = f[t * c + m % c];
         }
     }
-    let level = simd::active();
     let threads = rayon::current_num_threads();
     if threads == 1 || oh == 1 {
         rows(level, x, &fe, g, 0, y, n);

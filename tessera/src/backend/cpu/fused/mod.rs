@@ -32,10 +32,12 @@
 //! ```
 
 mod bf16io;
+mod chain;
 mod chunk;
 mod colreduce;
 mod depthwise;
 mod dwmatch;
+mod dwtaps;
 mod inplace;
 mod norm;
 mod pipe;
@@ -62,6 +64,7 @@ thread_local! {
     static WHOLE: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
     static CHAINS: Cell<u64> = const { Cell::new(0) };
+    static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
@@ -231,6 +234,32 @@ pub fn direct_chains() -> u64 {
     CHAINS.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran a plan with a fused operand chain (a
+/// `load → unary and binary ops → store` group of f32 tensors whose binary ops take the
+/// running value and a broadcast row or a scalar, `plan::Group::chain`), which computes each
+/// chunk whose load and store windows cover it straight into the output, in one pass over
+/// the input.
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+///     gelu(x * y + 1.0)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let y = Tensor::<f32>::randn(&[5], 2);
+/// let before = tessera::backend::cpu::fused::operand_chains();
+/// let z = chain(&x, &y)?;
+/// assert_eq!(z.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::operand_chains() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn operand_chains() -> u64 {
+    OPERAND_CHAINS.with(|c| c.get())
+}
+
 /// How many fast-path launches made on this thread ran as one direct depthwise convolution
 /// (a kernel matched as the library's `depthwise_conv2d` at compile time, with f32
 /// `x [H, W, C]`, `f [KH, KW, C]`, `y [H-KH+1, W-KW+1, C]` or a smaller `y`): register blocks
@@ -271,6 +300,45 @@ pub fn depthwise_launches() -> u64 {
     DEPTHWISE.with(|c| c.get())
 }
 
+/// How many of the [`depthwise_launches`] on this thread ran the 3×3 kernel that holds its
+/// nine filter taps in registers (a 3×3 filter and a channel count that is a multiple of the
+/// active SIMD level's vector width: 16 floats at AVX-512, 8 at AVX2, 4 otherwise).
+///
+/// ```
+/// tessera::tile! {
+///     fn dw<const BH: i64 = 4, const BW: i64 = 16, const BC: i64 = 64>(x: In<f32, 3>, f: In<f32, 3>, y: Out<f32, 3>)
+///         grid = (cdiv(y.dim(0), BH), cdiv(y.dim(1), BW), cdiv(y.dim(2), BC))
+///     {
+///         let h0 = program_id(0) * BH;
+///         let w0 = program_id(1) * BW;
+///         let c0 = program_id(2) * BC;
+///         for r in range(0, BH, 1) {
+///             let mut acc = zeros::<f32>([BW, BC]);
+///             for i in range(0, f.dim(0), 1) {
+///                 for j in range(0, f.dim(1), 1) {
+///                     let xv = load(x, [h0 + r + i, w0 + j, c0], [BW, BC]);
+///                     let fv = load(f, [i, j, c0], [BC]);
+///                     acc = acc + xv * expand(fv, 0);
+///                 }
+///             }
+///             store(y, [h0 + r, w0, c0], acc);
+///         }
+///     }
+/// }
+///
+/// use tessera::{Arg, Tensor};
+/// let x = Tensor::<f32>::randn(&[9, 11, 64], 1);
+/// let f = Tensor::<f32>::randn(&[3, 3, 64], 2);
+/// let mut y = Tensor::<f32>::zeros(&[7, 9, 64])?;
+/// let before = tessera::backend::cpu::fused::depthwise_tap_launches();
+/// dw::DEF.launch(&[], &mut [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)])?;
+/// assert!(tessera::backend::cpu::fused::depthwise_tap_launches() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn depthwise_tap_launches() -> u64 {
+    depthwise::tap_launches()
+}
+
 /// How many kernel outputs made on this thread were written by a fast-path launch proven to
 /// cover every element, and so were never zeroed first.
 ///
@@ -296,6 +364,8 @@ pub(crate) struct Fused {
     /// (counted per launch: [`direct_transposes`], [`direct_column_reductions`],
     /// [`direct_chains`]).
     direct: (bool, bool, bool),
+    /// Whether the plan has an operand chain ([`operand_chains`]).
+    chain: bool,
     /// The plan's transpose when all its other steps are scalar (see [`Fused::whole`]).
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
@@ -322,11 +392,13 @@ impl Fused {
             has(|s| matches!(s, plan::Step::ColReduce(_))),
             has(|s| matches!(s, plan::Step::Group(g) if g.direct.is_some())),
         );
+        let chain = has(|s| matches!(s, plan::Step::Group(g) if g.chain.is_some()));
         let whole = transpose::whole(&plan.steps);
         Ok(Fused {
             plan,
             stored,
             direct,
+            chain,
             whole,
             depthwise: dwmatch::depthwise(k),
         })
@@ -425,6 +497,9 @@ impl Fused {
         }
         if self.direct.2 {
             CHAINS.with(bump);
+        }
+        if self.chain {
+            OPERAND_CHAINS.with(bump);
         }
         let path = self.plan.rows(args);
         match path {

@@ -131,6 +131,11 @@ pub(crate) struct Group {
     /// where all three windows cover the chunk, the runner computes each output element from
     /// the inputs in registers (`super::pipe`).
     pub binary: Option<Pipe>,
+    /// The group is `load → unary and binary ops → store` of f32 tensors, each binary op
+    /// taking the running value and a materialised tile or a scalar (`gelu(x * y + 1.0)`):
+    /// where the load's and the store's windows cover the chunk, the runner computes it in
+    /// pieces straight into the output (`super::chain`).
+    pub chain: Option<super::chain::Chain>,
 }
 
 /// One step of a [`Group::direct`] chain, run in place over f32 values.
@@ -1020,6 +1025,11 @@ impl Compiler<'_> {
         } else {
             None
         };
+        let chain = if store_only && direct.is_none() && binary.is_none() {
+            super::chain::recognise(k, &out)
+        } else {
+            None
+        };
         Ok(Group {
             rows: g.shape.0,
             cols: g.shape.1,
@@ -1027,6 +1037,7 @@ impl Compiler<'_> {
             store_only,
             direct,
             binary,
+            chain,
         })
     }
 }

@@ -261,7 +261,7 @@ fn cast1(from: Kind, to: DType, x: f32) -> f32 {
 /// `cur[k]` holds `w` readable values for every chunk slot `k` read (set by the member that
 /// wrote the slot in this chunk); the slot read is not the one being written.
 #[inline(always)]
-unsafe fn read<'a>(
+pub(crate) unsafe fn read<'a>(
     src: Src,
     cur: *const *const f32,
     mat: *const f32,
@@ -453,6 +453,13 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
             }
             if let Some(p) = &g.binary
                 && super::pipe::run(p, g, args, sc, r, c0, w)
+            {
+                c0 += w;
+                continue;
+            }
+            // SAFETY: `mat` holds this program's materialised tiles (sized by `Scratch::fit`).
+            if let Some(ch) = &g.chain
+                && unsafe { super::chain::run(ch, g, args, sc, matp, r, c0, w) }
             {
                 c0 += w;
                 continue;

@@ -26,10 +26,11 @@
 
 #[macro_use]
 mod dispatch;
-mod arith;
+pub(crate) mod arith;
 mod erf;
 mod exp;
 mod gelu;
+pub(crate) mod lanes;
 mod log;
 mod reduce;
 mod sigmoid;

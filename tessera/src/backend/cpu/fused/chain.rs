@@ -1,0 +1,321 @@
+//! `load → elementwise ops → store` groups of f32 tensors whose binary ops take the running
+//! value and a broadcast operand (a materialised tile such as a `[C]` row, or a scalar), such
+//! as `gelu(x * y + 1.0)` ([`super::plan::Group::chain`]). Where the load's and the store's
+//! windows cover the chunk, the chunk runs in one pass: a block of 64 input floats (32 at
+//! AVX2, 16 on the baseline ISA: four vector registers) is loaded, every op of the chain
+//! applied to it while it is in registers or L1 (unary ops through `vmath::lanes`, the
+//! element kernels of `vmath`'s slice functions with the flavour those use at the active SIMD
+//! level), and the result stored. Each op is the interpreter's, in the same order, so the
+//! result is its own bit for bit.
+
+use super::chunk::{self, V};
+use super::plan::{COp, Group, Kind, Member, Src};
+use super::run::{read, window};
+use crate::backend::Buffer;
+use crate::backend::cpu::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::vmath::arith::Fused;
+use crate::backend::cpu::vmath::{
+    self,
+    arith::{Arith, Plain},
+};
+use tessera_ir::DType;
+use tessera_ir::graph::{BinaryOp, UnaryOp};
+use tessera_ir::tile::Kernel;
+
+/// The most ops a chain may have.
+const MAX_OPS: usize = 8;
+
+/// How far ahead of the block being computed its input is prefetched, in floats.
+const AHEAD: usize = 1024;
+
+/// Asks for the cache line at `p` (an address past the input's end is harmless: a prefetch
+/// never faults).
+#[inline(always)]
+fn prefetch(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// One op on the running value.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Op {
+    /// `v = op(v)`.
+    Unary(UnaryOp),
+    /// `v = v op k` (`left`) or `v = k op v`, with `k` read from a materialised tile or a
+    /// scalar slot (never a chunk slot).
+    Binary { op: BinaryOp, k: Src, left: bool },
+}
+
+/// A recognised chain: its ops after the load, and the members that load and store it.
+#[derive(Clone, Debug)]
+pub(crate) struct Chain {
+    pub ops: Vec<Op>,
+    pub load: usize,
+    pub store: usize,
+}
+
+/// The chain of a store-only group, when it is one: a load of an f32 tensor, float unary and
+/// binary ops and f32 → f32 casts each reading the previous op's result (and, for a binary
+/// op, a materialised tile or a scalar), a store of the last result into an f32 tensor;
+/// nothing rounded or materialised, and at least one binary op (chains of unary ops alone
+/// are `Group::direct`'s).
+pub(crate) fn recognise(k: &Kernel, members: &[Member]) -> Option<Chain> {
+    let (first, rest) = members.split_first()?;
+    let (last, mid) = rest.split_last()?;
+    let f32_param = |p: usize| k.params[p].dtype == DType::F32;
+    let COp::Load { param, dst, .. } = &first.op else {
+        return None;
+    };
+    if !f32_param(*param) {
+        return None;
+    }
+    let mut cur = *dst;
+    let mut ops = Vec::new();
+    for m in std::iter::once(first).chain(mid).chain([last]) {
+        if m.round_bf16 || m.mat.is_some() {
+            return None;
+        }
+    }
+    let on = |s: &Src, cur: u16| matches!(s, Src::Chunk(x) if *x == cur);
+    let other = |s: &Src| matches!(s, Src::Mat { .. } | Src::Scalar(_));
+    for m in mid {
+        match &m.op {
+            COp::Unary { op, a, dst } if on(a, cur) => {
+                ops.push(Op::Unary(*op));
+                cur = *dst;
+            }
+            COp::Binary {
+                op,
+                kind: Kind::F,
+                a,
+                b,
+                dst,
+            } if on(a, cur) && other(b) => {
+                ops.push(Op::Binary {
+                    op: *op,
+                    k: *b,
+                    left: true,
+                });
+                cur = *dst;
+            }
+            COp::Binary {
+                op,
+                kind: Kind::F,
+                a,
+                b,
+                dst,
+            } if on(b, cur) && other(a) => {
+                ops.push(Op::Binary {
+                    op: *op,
+                    k: *a,
+                    left: false,
+                });
+                cur = *dst;
+            }
+            COp::Cast {
+                a,
+                to: DType::F32,
+                from: Kind::F,
+                dst,
+            } if on(a, cur) => cur = *dst,
+            _ => return None,
+        }
+    }
+    let COp::Store {
+        param,
+        src: Src::Chunk(s),
+        ..
+    } = &last.op
+    else {
+        return None;
+    };
+    let binary = ops.iter().any(|o| matches!(o, Op::Binary { .. }));
+    (f32_param(*param) && *s == cur && binary && ops.len() <= MAX_OPS).then_some(Chain {
+        ops,
+        load: 0,
+        store: members.len() - 1,
+    })
+}
+
+/// Runs columns `c0 .. c0 + w` of row `r`; `false` (nothing done) unless the load's and the
+/// store's windows cover all `w` columns.
+///
+/// # Safety
+/// `mat` is the worker's materialised tiles, sized by the plan, holding this program's
+/// values of every tile the chain reads.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn run(
+    ch: &Chain,
+    g: &Group,
+    args: &[Buffer],
+    sc: &[f64],
+    mat: *const f32,
+    r: usize,
+    c0: usize,
+    w: usize,
+) -> bool {
+    let at = |m: usize| -> Option<(usize, usize)> {
+        let (COp::Load {
+            param, idx, rank, ..
+        }
+        | COp::Store {
+            param, idx, rank, ..
+        }) = &g.members[m].op
+        else {
+            return None;
+        };
+        let (at, lo, hi) = window(&args[*param], idx, sc, *rank, r, c0, w);
+        ((lo, hi) == (0, w)).then_some((*param, at))
+    };
+    let (Some((pi, ii)), Some((po, io))) = (at(ch.load), at(ch.store)) else {
+        return false;
+    };
+    let (bi, bo) = (&args[pi], &args[po]);
+    assert!(
+        bi.dtype == DType::F32
+            && bo.dtype == DType::F32
+            && (ii + w) * 4 <= bi.len
+            && (io + w) * 4 <= bo.len,
+        "fused chain out of bounds"
+    );
+    // SAFETY: in bounds (checked above); loaded tensors are not written during the launch,
+    // the output is never a loaded parameter (`plan::compile`), and programs of a launch
+    // write disjoint elements.
+    let (x, y) = unsafe {
+        (
+            std::slice::from_raw_parts((bi.ptr as *const f32).add(ii), w),
+            std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(io), w),
+        )
+    };
+    // Each binary op's operand over the whole chunk (a slice of a tile, or one value).
+    let mut ks = [V::K(0.0); MAX_OPS];
+    for (k, op) in ks.iter_mut().zip(&ch.ops) {
+        if let Op::Binary { k: src, .. } = op {
+            // SAFETY: `src` is a materialised tile or a scalar slot (`recognise`), read with
+            // the plan's sizes; no chunk slot is read, so no slot table is needed.
+            *k = unsafe { read(*src, std::ptr::null(), mat, sc, r, c0, w) };
+        }
+    }
+    let (ops, ks) = (&ch.ops[..], &ks[..ch.ops.len()]);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let level = simd::active();
+        if level >= SimdLevel::Avx512 {
+            // SAFETY: the active level is at most the detected one: AVX-512F and FMA.
+            return unsafe { lanes_avx512(ops, ks, x, y) };
+        }
+        if level >= SimdLevel::Avx2 {
+            // SAFETY: as above, AVX2 and FMA.
+            return unsafe { lanes_avx2(ops, ks, x, y) };
+        }
+    }
+    lanes::<Plain, 16>(ops, ks, x, y)
+}
+
+/// [`lanes`] built with AVX-512F: blocks of 64 floats, `vmath`'s FMA flavour.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    lanes::<Fused, 64>(ops, ks, x, y)
+}
+
+/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    lanes::<Fused, 32>(ops, ks, x, y)
+}
+
+/// `y[j] = ops(x[j])` in blocks of `L` floats, each block kept on the stack (L1) or in registers through
+/// every op; the last partial block padded with zeros (its extra lanes are dropped).
+#[inline(always)]
+fn lanes<A: Arith, const L: usize>(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    let w = x.len();
+    let mut i = 0;
+    while i + L <= w {
+        if i % 16 == 0 {
+            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
+        }
+        let mut v: [f32; L] = x[i..i + L].try_into().unwrap();
+        block::<A, L, true>(ops, ks, i, &mut v, L);
+        y[i..i + L].copy_from_slice(&v);
+        i += L;
+    }
+    if i < w {
+        let n = w - i;
+        let mut v = [0f32; L];
+        v[..n].copy_from_slice(&x[i..]);
+        block::<A, L, false>(ops, ks, i, &mut v, n);
+        y[i..].copy_from_slice(&v[..n]);
+    }
+    true
+}
+
+/// Every op of the chain on the lanes of columns `i..i + n` (`n = L` when `FULL`; else lanes
+/// past `n` take zero operands and are dropped): a function, not a closure, so that it is
+/// built inline with the caller's target features.
+#[inline(always)]
+fn block<A: Arith, const L: usize, const FULL: bool>(
+    ops: &[Op],
+    ks: &[V],
+    i: usize,
+    v: &mut [f32; L],
+    n: usize,
+) {
+    for (op, k) in ops.iter().zip(ks) {
+        match op {
+            Op::Unary(u) => vmath::lanes::unary::<A, L>(*u, v),
+            Op::Binary { op, left, .. } => {
+                let kv: [f32; L] = match *k {
+                    V::S(s) if FULL => s[i..i + L].try_into().unwrap(),
+                    V::S(s) => {
+                        let mut kv = [0f32; L];
+                        kv[..n].copy_from_slice(&s[i..i + n]);
+                        kv
+                    }
+                    V::K(c) => [c; L],
+                };
+                binary::<L>(*op, *left, &kv, v)
+            }
+        }
+    }
+}
+
+/// `v = v op k` (`left`) or `k op v`, lane by lane.
+#[inline(always)]
+fn binary<const L: usize>(op: BinaryOp, left: bool, kv: &[f32; L], v: &mut [f32; L]) {
+    macro_rules! each {
+        ($f:expr) => {{
+            let f = $f;
+            if left {
+                for j in 0..L {
+                    v[j] = f(v[j], kv[j]);
+                }
+            } else {
+                for j in 0..L {
+                    v[j] = f(kv[j], v[j]);
+                }
+            }
+        }};
+    }
+    match op {
+        BinaryOp::Add => each!(|x: f32, y: f32| x + y),
+        BinaryOp::Sub => each!(|x: f32, y: f32| x - y),
+        BinaryOp::Mul => each!(|x: f32, y: f32| x * y),
+        BinaryOp::Div => each!(|x: f32, y: f32| x / y),
+        op => each!(|x: f32, y: f32| chunk::bin_f(op, x, y)),
+    }
+}
