@@ -931,7 +931,11 @@ fn kahan_matmul_stays_on_the_interpreter() {
 }
 
 /// Runs `f` on the fast path (checking with `counter` that the path under test ran) and on
-/// the interpreter: bit for bit the same output.
+/// the interpreter: bit for bit the same output, except that any two NaNs match (the payload
+/// and sign of an arithmetic NaN are unspecified: x86 returns a negative default NaN where
+/// LLVM's constant folding returns a positive one, and which operand's NaN a binary op keeps
+/// depends on the operand order the compiler picked; the release build of this test saw
+/// `chain bf16 [300, 1]` differ only there).
 fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tensor<T>) {
     let before = counter();
     let fast = f();
@@ -946,7 +950,8 @@ fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tens
             .collect()
     };
     let (a, b) = (bits(&fast), bits(&slow));
-    if let Some(j) = (0..a.len()).find(|&j| a[j] != b[j]) {
+    let nan = |x: u64| f64::from_bits(x).is_nan();
+    if let Some(j) = (0..a.len()).find(|&j| a[j] != b[j] && !(nan(a[j]) && nan(b[j]))) {
         panic!(
             "{name}: fast path and interpreter differ first at element {j}: {} vs {}",
             f64::from_bits(a[j]),
