@@ -158,9 +158,10 @@ fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
 }
 
 /// Runs a [`KLoop::plain`] kernel: `out = A·B` as one GEMM over the whole output, split into
-/// column strips (or row strips when `m > n`), one per rayon thread, each zeroed and then
-/// accumulated in place (two strips per thread measured slower: each strip packs all of the
-/// other operand). `false` (nothing written) when `out` is not `[m, n]` f32 writable.
+/// column strips (or row strips when `m > n`), one per rayon thread, each written by the
+/// GEMM's first k-block without being read (the bits of zeroing it, then accumulating; two
+/// strips per thread measured slower: each strip packs all of the other operand). `false`
+/// (nothing written) when `out` is not `[m, n]` f32 writable.
 pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let (m, k, n) = (ops.m, ops.k, ops.n);
     if out.dtype != DType::F32
@@ -200,10 +201,10 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
         // B hold `m × k` and `k × n` elements (`operands`).
         unsafe {
             let base = c.0.add(r0 * n + c0);
-            for r in 0..r1 - r0 {
-                std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
-            }
             if k == 0 {
+                for r in 0..r1 - r0 {
+                    std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
+                }
                 return;
             }
             #[cfg(target_arch = "x86_64")]
@@ -218,6 +219,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
                     n,
                     base,
                     n,
+                    true,
                 );
                 return;
             }
@@ -232,6 +234,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
                 n,
                 base,
                 n,
+                true,
             );
         }
     };
