@@ -55,6 +55,38 @@ impl Ahead {
     }
 }
 
+/// Prefetch the `rows × cols` elements of `T` at `p` (row stride `ld` elements), a C tile
+/// that a micro-kernel reads later, into L1 (`l1`) or L2. Only addresses are formed.
+#[inline(always)]
+pub(crate) fn tile<T>(p: *const T, rows: usize, cols: usize, ld: usize, l1: bool) {
+    let size = std::mem::size_of::<T>();
+    for r in 0..rows {
+        let row = p.wrapping_add(r * ld) as usize;
+        let (first, last) = (row & !63, (row + cols * size - 1) & !63);
+        let mut line = first;
+        while line <= last {
+            if l1 {
+                prefetch_l1(line as *const u8);
+            } else {
+                prefetch_l2(line as *const u8);
+            }
+            line += 64;
+        }
+    }
+}
+
+/// Ask for the cache line at `p` in L1 (a hint: never faults, reads nothing).
+#[inline(always)]
+fn prefetch_l1(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as `prefetch_l2`.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Ask for the cache line at `p` in L2 (a hint: never faults, reads nothing).
 #[inline(always)]
 fn prefetch_l2(p: *const u8) {

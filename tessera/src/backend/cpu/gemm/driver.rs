@@ -1,6 +1,6 @@
 //! The BLIS-style five-loop driver, generic over the micro-kernel.
 
-use super::ahead::Ahead;
+use super::ahead::{self, Ahead};
 use super::scratch::with_scratch;
 
 /// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
@@ -170,6 +170,20 @@ unsafe fn block<K: Kernel>(
                 let mr = mr_.min(mc - ir);
                 let ap = abuf.add(ir * kc);
                 next.part(t, tiles);
+                if !overwrite {
+                    // The micro-kernel's FMA chains start from C: fetch the next tile's C
+                    // into L2 while this one computes (into L1, C rows `ldc` apart can evict
+                    // the B panel where they share cache sets).
+                    let (ni, nj) = if ir + mr_ < mc {
+                        (ir + mr_, jr)
+                    } else {
+                        (0, jr + nr_)
+                    };
+                    if nj < nc {
+                        let (rows, cols) = (mr_.min(mc - ni), nr_.min(nc - nj));
+                        ahead::tile(c.wrapping_add(ni * ldc + nj), rows, cols, ldc, false);
+                    }
+                }
                 t += 1;
                 K::run(mr, nr, kc, ap, bp, c.add(ir * ldc + jr), ldc, overwrite);
                 ir += mr_;

@@ -9,7 +9,7 @@
 
 use core::arch::x86_64::*;
 
-use super::super::ahead::Ahead;
+use super::super::ahead::{self, Ahead};
 use super::super::pack::{edge_load, edge_store};
 use super::super::scratch::with_scratch;
 
@@ -133,18 +133,33 @@ unsafe fn tile<const M: usize>(
     overwrite: bool,
 ) {
     unsafe {
+        if !overwrite {
+            // C is read after the k loop: fetch it meanwhile.
+            ahead::tile(c, M, NR, ldc, true);
+        }
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc2 {
-            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp as *const _));
-            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
-            for i in 0..M {
-                let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ap.add(i) as i32));
-                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
-                acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
-            }
-            ap = ap.add(MR);
-            bp = bp.add(NR);
+        macro_rules! step {
+            ($ap:expr, $bp:expr) => {{
+                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512($bp as *const _));
+                let b1: __m512bh =
+                    core::mem::transmute(_mm512_loadu_si512($bp.add(16) as *const _));
+                for i in 0..M {
+                    let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*$ap.add(i) as i32));
+                    acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+                    acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+                }
+            }};
+        }
+        let (mut ap, mut bp, mut p) = (a, b, kc2);
+        while p >= 2 {
+            step!(ap, bp);
+            step!(ap.add(MR), bp.add(NR));
+            ap = ap.add(2 * MR);
+            bp = bp.add(2 * NR);
+            p -= 2;
+        }
+        if p == 1 {
+            step!(ap, bp);
         }
         for (i, row) in acc.iter().enumerate() {
             let cr = c.add(i * ldc);
