@@ -67,9 +67,11 @@ pub(crate) unsafe fn gemm<K: Kernel>(
         let kblocks = k.div_ceil(KC);
         let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
-        if m <= mc_max {
-            // All rows of A fit one packed block: pack it once per k-block, and B a chunk
-            // at a time that stays in L2 while the micro-kernels read it.
+        if m > mr_ && m <= mc_max {
+            // All rows of A fit one packed block (of more than one micro-panel: with one, each
+            // packed B panel is read once and long sequential rows of B pack faster): pack it
+            // once per k-block, and B a chunk at a time that stays in L2 while the
+            // micro-kernels read it.
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
             let a_len = m.div_ceil(mr_) * mr_ * kc_max;
             let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
