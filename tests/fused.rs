@@ -648,8 +648,8 @@ fn depthwise_bits() {
 
 /// Outputs a fast-path launch provably writes whole are not zeroed first
 /// (`fused::covered_outputs` counts them): every elementwise, row-wise, column-reduction and
-/// transpose class, f32 and bf16, ragged shapes included; an interpreter launch and a matmul
-/// (the interpreter's GEMM) zero theirs. Whether the unzeroed outputs hold the right values is
+/// transpose class, f32 and bf16, ragged shapes included, and a plain matmul (its direct GEMM
+/// writes the whole output); an interpreter launch zeroes its output. Whether the unzeroed outputs hold the right values is
 /// what the `agree` tests above check (fresh allocations reuse freed, non-zero memory).
 #[test]
 fn outputs_written_whole_are_not_zeroed_first() {
@@ -694,12 +694,19 @@ fn outputs_written_whole_are_not_zeroed_first() {
     let a = Tensor::<f32>::randn(&[37, 300], 590);
     let b = Tensor::<f32>::randn(&[300, 20], 591);
     let before = fused::covered_outputs();
-    tessera_kernels::matmul(&a, &b).unwrap();
+    let direct = tessera_kernels::matmul(&a, &b).unwrap();
     assert_eq!(
         fused::covered_outputs(),
-        before,
-        "matmul output must be zeroed"
+        before + 1,
+        "a plain matmul's direct GEMM writes its whole output"
     );
+    let interp = fused::with_interpreter(|| tessera_kernels::matmul(&a, &b).unwrap());
+    assert_eq!(
+        fused::covered_outputs(),
+        before + 1,
+        "an interpreter matmul must zero its output"
+    );
+    assert_eq!(direct.as_slice().unwrap(), interp.as_slice().unwrap());
 }
 
 /// A policy the fast path does not implement is left to the interpreter, never approximated.

@@ -44,12 +44,24 @@ impl Program {
     }
 
     /// Whether launching this program with `args` writes every element of parameter
-    /// `param` (the fused path runs them and proves it covers that output; see
-    /// `fused::Fused::covers`).
+    /// `param` (the fused path runs them and proves it covers that output, see
+    /// `fused::Fused::covers`; or, without a fused path, a plain matmul's direct GEMM writes
+    /// its whole output, see `matmul::writes_whole`).
     pub fn covers(&self, args: &[Buffer], param: usize) -> bool {
-        self.fused
-            .as_ref()
-            .is_some_and(|f| f.covers(&self.kernel, args, param))
+        match &self.fused {
+            Some(f) => f.covers(&self.kernel, args, param),
+            None => {
+                args.len() == self.kernel.params.len()
+                    && self.kloop.as_ref().is_some_and(|lp| {
+                        lp.plain == Some(param) && matmul::writes_whole(lp, args) && {
+                            let shapes: Vec<Vec<usize>> =
+                                args.iter().map(|a| a.dims().to_vec()).collect();
+                            super::grid_of(&self.kernel, &shapes)
+                                .is_ok_and(|g| g.iter().all(|&d| d > 0))
+                        }
+                    })
+            }
+        }
     }
 
     /// Runs one program; `direct`: the launch's operands for the direct GEMM path of

@@ -82,6 +82,7 @@ pub(crate) fn gemm_bf16_impl(
                 ldb,
                 c.as_mut_ptr(),
                 ldc,
+                false,
             );
         }
         return;
@@ -147,7 +148,8 @@ pub fn without_dot<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// `vdpbf16ps` GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero.
+/// `vdpbf16ps` GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero;
+/// with `overwrite`, `C = A·B` without reading C (the bits adding to a zeroed C gives).
 ///
 /// # Safety
 /// The pointers address matrices of the given shapes and strides (`lda >= k`, `ldb >= n`,
@@ -165,10 +167,11 @@ pub(crate) unsafe fn gemm_bf16_dot_raw(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     debug_assert!(has_vdpbf16ps());
     // SAFETY: the caller's contract.
-    unsafe { super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc) }
+    unsafe { super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite) }
 }
 
 /// Widen `A`/`B` to dense `f32` (in blocks of k, to bound memory) and call `gemm_f32`.

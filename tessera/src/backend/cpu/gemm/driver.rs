@@ -1,5 +1,6 @@
 //! The BLIS-style five-loop driver, generic over the micro-kernel.
 
+use super::ahead::{self, Ahead};
 use super::scratch::with_scratch;
 
 /// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
@@ -8,6 +9,9 @@ pub(crate) const KC: usize = 256;
 pub(crate) const MC_TARGET: usize = 144;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
+/// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
+/// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it).
+pub(crate) const NC_SMALL: usize = 256;
 
 /// A register-blocked micro-kernel plus its packing routines.
 ///
@@ -22,7 +26,10 @@ pub(crate) unsafe trait Kernel {
     unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
-    /// `C[0..mr, 0..nr] += Apanel · Bpanel` for packed panels of depth `kc`.
+    /// `C[0..mr, 0..nr] += Apanel · Bpanel` for packed panels of depth `kc`; with
+    /// `overwrite`, `C[0..mr, 0..nr] = Apanel · Bpanel` (the accumulators start at `+0.0`
+    /// instead of C's values, which are not read).
+    #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         mr: usize,
         nr: usize,
@@ -31,10 +38,12 @@ pub(crate) unsafe trait Kernel {
         b: *const f32,
         c: *mut f32,
         ldc: usize,
+        overwrite: bool,
     );
 }
 
-/// `C += A·B` with raw pointers; all dimensions non-zero.
+/// `C += A·B` (or, with `overwrite`, `C = A·B` without reading C) with raw pointers; all
+/// dimensions non-zero. `overwrite` gives the bits that zeroing C and accumulating would.
 ///
 /// # Safety
 /// Pointers must address matrices of the given shapes/strides; the kernel's
@@ -50,6 +59,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
@@ -57,8 +67,44 @@ pub(crate) unsafe fn gemm<K: Kernel>(
         let kblocks = k.div_ceil(KC);
         let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
+        if m > mr_ && m <= mc_max {
+            // All rows of A fit one packed block (of more than one micro-panel: with one, each
+            // packed B panel is read once and long sequential rows of B pack faster): pack it
+            // once per k-block, and B a chunk at a time that stays in L2 while the
+            // micro-kernels read it.
+            let nc_max = (NC_SMALL / nr_).max(1) * nr_;
+            let a_len = m.div_ceil(mr_) * mr_ * kc_max;
+            let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
+            with_scratch(a_len, b_len, |abuf, bbuf| {
+                let mut pc = 0;
+                while pc < k {
+                    let kc = kc_max.min(k - pc);
+                    let first = overwrite && pc == 0;
+                    K::pack_a(m, kc, a.add(pc), lda, abuf);
+                    let mut jc = 0;
+                    while jc < n {
+                        let nc = nc_max.min(n - jc);
+                        K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                        // The chunk packed next: B's next columns, or the next k-block's first.
+                        let next = if jc + nc < n {
+                            let cols = nc_max.min(n - jc - nc);
+                            Ahead::new(b.wrapping_add(pc * ldb + jc + nc), kc, cols, ldb)
+                        } else if pc + kc < k {
+                            let rows = kc_max.min(k - pc - kc);
+                            Ahead::new(b.wrapping_add((pc + kc) * ldb), rows, nc_max.min(n), ldb)
+                        } else {
+                            Ahead::NONE
+                        };
+                        block::<K>(m, nc, kc, abuf, bbuf, c.add(jc), ldc, first, next);
+                        jc += nc;
+                    }
+                    pc += kc;
+                }
+            });
+            return;
+        }
         let nc_max = (NC_TARGET / nr_).max(1) * nr_;
-        let a_len = m.min(mc_max).div_ceil(mr_) * mr_ * kc_max;
+        let a_len = mc_max * kc_max;
         let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
 
         with_scratch(a_len, b_len, |abuf, bbuf| {
@@ -68,25 +114,23 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                 let mut pc = 0;
                 while pc < k {
                     let kc = kc_max.min(k - pc);
+                    let first = overwrite && pc == 0;
                     K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
                     let mut ic = 0;
                     while ic < m {
                         let mc = mc_max.min(m - ic);
                         K::pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
-                        let mut jr = 0;
-                        while jr < nc {
-                            let nr = nr_.min(nc - jr);
-                            let bp = bbuf.add(jr * kc);
-                            let mut ir = 0;
-                            while ir < mc {
-                                let mr = mr_.min(mc - ir);
-                                let ap = abuf.add(ir * kc);
-                                let cp = c.add((ic + ir) * ldc + jc + jr);
-                                K::run(mr, nr, kc, ap, bp, cp, ldc);
-                                ir += mr_;
-                            }
-                            jr += nr_;
-                        }
+                        block::<K>(
+                            mc,
+                            nc,
+                            kc,
+                            abuf,
+                            bbuf,
+                            c.add(ic * ldc + jc),
+                            ldc,
+                            first,
+                            Ahead::NONE,
+                        );
                         ic += mc;
                     }
                     pc += kc;
@@ -94,5 +138,59 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                 jc += nc;
             }
         })
+    }
+}
+
+/// The two inner loops: every micro-tile of the `mc × nc` block of C at `c` from packed A
+/// (`abuf`, `mc` rows) and packed B (`bbuf`, `nc` columns), both of depth `kc`.
+///
+/// # Safety
+/// As [`gemm`], with `abuf`/`bbuf` holding the packed blocks.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn block<K: Kernel>(
+    mc: usize,
+    nc: usize,
+    kc: usize,
+    abuf: *const f32,
+    bbuf: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+    next: Ahead,
+) {
+    unsafe {
+        let (mr_, nr_) = (K::MR, K::NR);
+        let tiles = nc.div_ceil(nr_) * mc.div_ceil(mr_);
+        let mut t = 0;
+        let mut jr = 0;
+        while jr < nc {
+            let nr = nr_.min(nc - jr);
+            let bp = bbuf.add(jr * kc);
+            let mut ir = 0;
+            while ir < mc {
+                let mr = mr_.min(mc - ir);
+                let ap = abuf.add(ir * kc);
+                next.part(t, tiles);
+                if !overwrite {
+                    // The micro-kernel's FMA chains start from C: fetch the next tile's C
+                    // into L2 while this one computes (into L1, C rows `ldc` apart can evict
+                    // the B panel where they share cache sets).
+                    let (ni, nj) = if ir + mr_ < mc {
+                        (ir + mr_, jr)
+                    } else {
+                        (0, jr + nr_)
+                    };
+                    if nj < nc {
+                        let (rows, cols) = (mr_.min(mc - ni), nr_.min(nc - nj));
+                        ahead::tile(c.wrapping_add(ni * ldc + nj), rows, cols, ldc, false);
+                    }
+                }
+                t += 1;
+                K::run(mr, nr, kc, ap, bp, c.add(ir * ldc + jr), ldc, overwrite);
+                ir += mr_;
+            }
+            jr += nr_;
+        }
     }
 }

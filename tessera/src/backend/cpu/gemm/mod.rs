@@ -17,6 +17,7 @@
 //! The entry points always *accumulate* (`C += A·B`), which is what the block
 //! programs of the CPU backend need when they loop over K in chunks.
 
+mod ahead;
 mod bf16;
 mod driver;
 mod pack;
@@ -127,12 +128,14 @@ pub fn gemm_f32_with(
             ldb,
             c.as_mut_ptr(),
             ldc,
+            false,
         )
     }
 }
 
 /// [`gemm_f32_with`] on raw pointers, for callers that split one `C` among threads
-/// (`super::matmul`): `C += A·B` with every dimension non-zero.
+/// (`super::matmul`): `C += A·B` with every dimension non-zero; with `overwrite`,
+/// `C = A·B` without reading C (bit for bit what zeroing C and accumulating gives).
 ///
 /// # Safety
 /// The pointers address matrices of the given shapes and strides (`lda >= k`, `ldb >= n`,
@@ -149,6 +152,7 @@ pub(crate) unsafe fn gemm_f32_raw(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     let isa = clamp_isa(isa);
     if m <= rows::ROWS_MAX {
@@ -156,8 +160,10 @@ pub(crate) unsafe fn gemm_f32_raw(
         unsafe {
             match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 | Isa::Avx512 => rows::gemm_avx2(m, n, k, a, lda, b, ldb, c, ldc),
-                _ => rows::gemm_portable(m, n, k, a, lda, b, ldb, c, ldc),
+                Isa::Avx2 | Isa::Avx512 => {
+                    rows::gemm_avx2(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+                }
+                _ => rows::gemm_portable(m, n, k, a, lda, b, ldb, c, ldc, overwrite),
             }
         }
         return;
@@ -167,10 +173,16 @@ pub(crate) unsafe fn gemm_f32_raw(
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => driver::gemm::<x86::Avx512Kernel>(m, n, k, a, lda, b, ldb, c, ldc),
+            Isa::Avx512 => {
+                driver::gemm::<x86::Avx512Kernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+            }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => driver::gemm::<x86::Avx2Kernel>(m, n, k, a, lda, b, ldb, c, ldc),
-            _ => driver::gemm::<portable::PortableKernel>(m, n, k, a, lda, b, ldb, c, ldc),
+            Isa::Avx2 => {
+                driver::gemm::<x86::Avx2Kernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+            }
+            _ => {
+                driver::gemm::<portable::PortableKernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+            }
         }
     }
 }

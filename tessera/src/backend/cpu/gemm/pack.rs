@@ -97,7 +97,8 @@ pub(crate) unsafe fn pack_b<const NR: usize>(
 }
 
 /// Copy the valid `mr × nr` part of the `C` tile at `c` (stride `ldc`) into a
-/// zeroed `MR × NR` stack tile (row stride `NR`), for partial micro-tiles.
+/// zeroed `MR × NR` stack tile (row stride `NR`), for partial micro-tiles; with `skip`,
+/// C is not read (the tile stays zero).
 ///
 /// # Safety
 /// `c` must address `mr × nr` elements with stride `ldc`, `mr <= MR`, `nr <= NR`.
@@ -107,9 +108,13 @@ pub(crate) unsafe fn edge_load<const MR: usize, const NR: usize>(
     nr: usize,
     c: *const f32,
     ldc: usize,
+    skip: bool,
 ) -> [[f32; NR]; MR] {
     unsafe {
         let mut tmp = [[0.0f32; NR]; MR];
+        if skip {
+            return tmp;
+        }
         for (r, row) in tmp.iter_mut().enumerate().take(mr) {
             for (j, v) in row.iter_mut().enumerate().take(nr) {
                 *v = *c.add(r * ldc + j);

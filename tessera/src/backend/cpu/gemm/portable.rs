@@ -13,10 +13,14 @@ pub(crate) struct PortableKernel;
 /// over k in order, starting from C's value (the `dot` order every ISA shares; `mul_add` is
 /// an instruction where the target has FMA, a correctly rounded library call elsewhere).
 #[inline(always)]
-unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, overwrite: bool) {
     unsafe {
+        // With `overwrite` they start at `+0.0`, as from a zeroed C.
         let mut acc = [[0.0f32; NR]; MR];
         for (i, row) in acc.iter_mut().enumerate() {
+            if overwrite {
+                break;
+            }
             let cr = c.add(i * ldc);
             for (j, v) in row.iter_mut().enumerate() {
                 *v = *cr.add(j);
@@ -61,13 +65,14 @@ unsafe impl Kernel for PortableKernel {
         b: *const f32,
         c: *mut f32,
         ldc: usize,
+        overwrite: bool,
     ) {
         unsafe {
             if mr == MR && nr == NR {
-                full(kc, a, b, c, ldc)
+                full(kc, a, b, c, ldc, overwrite)
             } else {
-                let mut t = edge_load::<MR, NR>(mr, nr, c, ldc);
-                full(kc, a, b, t.as_mut_ptr() as *mut f32, NR);
+                let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
+                full(kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
                 edge_store::<MR, NR>(mr, nr, c, ldc, &t);
             }
         }

@@ -12,6 +12,8 @@ pub(crate) const ROWS_MAX: usize = 2;
 /// Columns of `C` one pass keeps in registers (four AVX2 vectors).
 const COLS: usize = 32;
 
+/// With `overwrite`, `C = A·B`: C is not read, the chains start at `+0.0`.
+///
 /// # Safety
 /// Pointers address matrices of the given shapes and strides; `m <= ROWS_MAX`.
 #[allow(clippy::too_many_arguments)]
@@ -26,6 +28,7 @@ unsafe fn body(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     unsafe {
         for i in 0..m {
@@ -34,8 +37,10 @@ unsafe fn body(
             let mut j = 0;
             while j + COLS <= n {
                 let mut acc = [0.0f32; COLS];
-                for (t, v) in acc.iter_mut().enumerate() {
-                    *v = *cr.add(j + t);
+                if !overwrite {
+                    for (t, v) in acc.iter_mut().enumerate() {
+                        *v = *cr.add(j + t);
+                    }
                 }
                 for p in 0..k {
                     let x = *ar.add(p);
@@ -51,7 +56,7 @@ unsafe fn body(
             }
             // Ragged columns: one at a time, same chain.
             while j < n {
-                let mut v = *cr.add(j);
+                let mut v = if overwrite { 0.0 } else { *cr.add(j) };
                 for p in 0..k {
                     v = (*ar.add(p)).mul_add(*b.add(p * ldb + j), v);
                 }
@@ -79,8 +84,9 @@ pub(crate) unsafe fn gemm_avx2(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
-    unsafe { body(m, n, k, a, lda, b, ldb, c, ldc) }
+    unsafe { body(m, n, k, a, lda, b, ldb, c, ldc, overwrite) }
 }
 
 /// The baseline build (`mul_add` is an instruction where the target has FMA, a correctly
@@ -99,6 +105,7 @@ pub(crate) unsafe fn gemm_portable(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
-    unsafe { body(m, n, k, a, lda, b, ldb, c, ldc) }
+    unsafe { body(m, n, k, a, lda, b, ldb, c, ldc, overwrite) }
 }

@@ -344,3 +344,139 @@ fn every_isa_is_one_fma_chain_in_k_order() {
         }
     }
 }
+
+/// `overwrite` (what `matmul::whole` uses) writes C without reading it: bit for bit what
+/// zeroing C and accumulating gives, on every ISA and blocking path (two-row, small-m chunks
+/// of B over several k-blocks, several row blocks), padding untouched.
+#[test]
+fn overwrite_is_zeroed_accumulate_all_isas() {
+    let mut rng = Rng(0x0E11);
+    for &(m, n, k, pad) in &[
+        (1, 70, 40, 0),
+        (2, 300, 33, 3),
+        (3, 33, 19, 1),
+        (13, 600, 300, 2),
+        (64, 290, 513, 0),
+        (150, 70, 300, 5),
+    ] {
+        let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+        let a = rng.vec((m - 1) * lda + k);
+        let b = rng.vec((k - 1) * ldb + n);
+        // C holds garbage (NaN among it): none of it may reach the result.
+        let mut garbage = rng.vec(m * ldc);
+        for x in garbage.iter_mut().step_by(7) {
+            *x = f32::NAN;
+        }
+        for isa in all_isas() {
+            let mut want = garbage.clone();
+            for i in 0..m {
+                want[i * ldc..i * ldc + n].fill(0.0);
+            }
+            gemm_f32_with(isa, m, n, k, &a, lda, &b, ldb, &mut want, ldc);
+            let mut c = garbage.clone();
+            // SAFETY: the slices hold the described matrices.
+            unsafe {
+                gemm_f32_raw(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    c.as_mut_ptr(),
+                    ldc,
+                    true,
+                )
+            };
+            let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{isa:?} {m}x{n}x{k} pad {pad}: overwrite differs");
+        }
+    }
+}
+
+/// The `vdpbf16ps` GEMM's `overwrite` matches zeroing C and accumulating, bit for bit (odd
+/// strides: k-pairs read unaligned; full and partial row panels; several B chunks and
+/// k-blocks; the row-blocked path).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_overwrite_is_zeroed_accumulate() {
+    if !has_vdpbf16ps() {
+        return;
+    }
+    let mut rng = Rng(0xB0F);
+    for &(m, n, k, pad) in &[
+        (1, 33, 9, 1),
+        (12, 40, 17, 1),
+        (13, 600, 301, 0),
+        (40, 290, 1100, 3),
+        (150, 70, 64, 1),
+    ] {
+        let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
+        let a = bf16_vec(&mut rng, (m - 1) * lda + k);
+        let b = bf16_vec(&mut rng, (k - 1) * ldb + n);
+        let mut garbage = rng.vec(m * ldc);
+        for x in garbage.iter_mut().step_by(5) {
+            *x = f32::NAN;
+        }
+        let run = |c: &mut [f32], overwrite: bool| {
+            // SAFETY: the slices hold the described matrices; the CPU has AVX-512 BF16.
+            unsafe {
+                gemm_bf16_dot_raw(
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    c.as_mut_ptr(),
+                    ldc,
+                    overwrite,
+                )
+            }
+        };
+        let mut want = garbage.clone();
+        for i in 0..m {
+            want[i * ldc..i * ldc + n].fill(0.0);
+        }
+        run(&mut want, false);
+        let mut c = garbage.clone();
+        run(&mut c, true);
+        let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{m}x{n}x{k} pad {pad}: overwrite differs");
+        // And the result is the product (within the pairwise-sum bound).
+        let mut c0 = vec![0.0f32; m * ldc];
+        for i in 0..m {
+            c0[i * ldc + n..(i + 1) * ldc].copy_from_slice(&garbage[i * ldc + n..(i + 1) * ldc]);
+        }
+        let af: Vec<f32> = a.iter().map(|&x| bf16_to_f32(x)).collect();
+        let bf: Vec<f32> = b.iter().map(|&x| bf16_to_f32(x)).collect();
+        let r = reference(m, n, k, &af, lda, &bf, ldb, &c0, ldc);
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|p| (af[i * lda + p] as f64 * bf[p * ldb + j] as f64).abs())
+                    .sum();
+                let err = (c[i * ldc + j] as f64 - r[i * ldc + j]).abs();
+                assert!(err <= (k + 2) as f64 * f32::EPSILON as f64 * s, "({i},{j})");
+            }
+        }
+    }
+}
+
+/// As documented (`gemm_bf16`, `matmul`): `vdpbf16ps` reads a subnormal bf16 input as zero,
+/// while the widening path multiplies it exactly.
+#[test]
+fn bf16_dot_reads_subnormal_inputs_as_zero() {
+    // 2^-133 (the smallest positive bf16 subnormal) times 2^100: 2^-33, a normal f32.
+    let (a, b) = ([0x0001u16, 0], [0x7180u16, 0]);
+    let mut widened = [0.0f32];
+    bf16::gemm_bf16_impl(false, 1, 1, 2, &a, 2, &b, 1, &mut widened, 1);
+    assert_eq!(widened[0], 2f32.powi(-33));
+    let mut dot = [0.0f32];
+    bf16::gemm_bf16_impl(true, 1, 1, 2, &a, 2, &b, 1, &mut dot, 1);
+    let want = if has_vdpbf16ps() { 0.0 } else { 2f32.powi(-33) };
+    assert_eq!(dot[0], want);
+}

@@ -83,18 +83,8 @@ pub(crate) struct Operands<'a> {
 /// by `fused::with_interpreter`, an argument whose dtype or rank differs from the loop's
 /// loads, or A and B disagreeing on K: then the interpreter's padding semantics apply).
 pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a>> {
-    if super::fused::interpreting() {
-        return None;
-    }
+    let (m, k, n) = dims(lp, args)?;
     let (a, b) = (&args[lp.pa], &args[lp.pb]);
-    if a.dtype != lp.dtype || b.dtype != lp.dtype || a.rank != 2 || b.rank != 2 {
-        return None;
-    }
-    let (m, k, n) = (a.shape[0], a.shape[1], b.shape[1]);
-    let size = lp.dtype.size_bytes();
-    if b.shape[0] != k || a.len < m * k * size || b.len < k * n * size {
-        return None;
-    }
     LAUNCHES.with(|c| c.set(c.get() + 1));
     if lp.pairwise && gemm::dot_enabled() {
         DOT_LAUNCHES.with(|c| c.set(c.get() + 1));
@@ -123,6 +113,39 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
         k,
         n,
     })
+}
+
+/// `(m, k, n)` of a launch that takes the direct path ([`operands`] is `Some`), else `None`.
+fn dims(lp: &KLoop, args: &[Buffer]) -> Option<(usize, usize, usize)> {
+    if super::fused::interpreting() {
+        return None;
+    }
+    let (a, b) = (&args[lp.pa], &args[lp.pb]);
+    if a.dtype != lp.dtype || b.dtype != lp.dtype || a.rank != 2 || b.rank != 2 {
+        return None;
+    }
+    let (m, k, n) = (a.shape[0], a.shape[1], b.shape[1]);
+    let size = lp.dtype.size_bytes();
+    if b.shape[0] != k || a.len < m * k * size || b.len < k * n * size {
+        return None;
+    }
+    Some((m, k, n))
+}
+
+/// Whether [`whole`] can write `out` as the `[m, n]` product (f32, writable, that shape).
+fn fits(out: &Buffer, m: usize, n: usize) -> bool {
+    out.dtype == DType::F32
+        && out.writable
+        && out.dims() == [m, n]
+        && out.len >= m * n * std::mem::size_of::<f32>()
+}
+
+/// Whether launching `lp`'s kernel with `args` (one per parameter) computes it with [`whole`],
+/// which writes every element of the output parameter [`KLoop::plain`]: `cpu::launch` takes
+/// that path whenever the kernel has no fused path, its grid is not empty and this holds.
+pub(crate) fn writes_whole(lp: &KLoop, args: &[Buffer]) -> bool {
+    lp.plain
+        .is_some_and(|out| dims(lp, args).is_some_and(|(m, _, n)| fits(&args[out], m, n)))
 }
 
 /// The `len` elements of `buf` as f32: borrowed when they are f32, else widened (exact).
@@ -158,16 +181,13 @@ fn widen(buf: &Buffer, len: usize) -> Cow<'_, [f32]> {
 }
 
 /// Runs a [`KLoop::plain`] kernel: `out = A·B` as one GEMM over the whole output, split into
-/// column strips (or row strips when `m > n`), one per rayon thread, each zeroed and then
-/// accumulated in place (two strips per thread measured slower: each strip packs all of the
-/// other operand). `false` (nothing written) when `out` is not `[m, n]` f32 writable.
+/// column strips (or row strips when `m > n`), one per rayon thread, each written by the
+/// GEMM's first k-block without being read (the bits of zeroing it, then accumulating; two
+/// strips per thread measured slower: each strip packs all of the other operand). `false`
+/// (nothing written) when `out` is not `[m, n]` f32 writable.
 pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let (m, k, n) = (ops.m, ops.k, ops.n);
-    if out.dtype != DType::F32
-        || !out.writable
-        || out.dims() != [m, n]
-        || out.len < m * n * std::mem::size_of::<f32>()
-    {
+    if !fits(out, m, n) {
         return false;
     }
     if m == 0 || n == 0 {
@@ -200,10 +220,10 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
         // B hold `m × k` and `k × n` elements (`operands`).
         unsafe {
             let base = c.0.add(r0 * n + c0);
-            for r in 0..r1 - r0 {
-                std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
-            }
             if k == 0 {
+                for r in 0..r1 - r0 {
+                    std::ptr::write_bytes(base.add(r * n), 0, c1 - c0);
+                }
                 return;
             }
             #[cfg(target_arch = "x86_64")]
@@ -218,6 +238,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
                     n,
                     base,
                     n,
+                    true,
                 );
                 return;
             }
@@ -232,6 +253,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
                 n,
                 base,
                 n,
+                true,
             );
         }
     };

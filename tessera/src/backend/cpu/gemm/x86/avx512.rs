@@ -14,13 +14,24 @@ pub(crate) struct Avx512Kernel;
 /// `C[0..M, 0..32] += Apanel · Bpanel` (one FMA chain per element from C's value); A panel
 /// stride is always `MR`.
 #[inline(always)]
-unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+unsafe fn tile<const M: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
     unsafe {
         // The accumulators start from C, so every element is one FMA chain over k in order
         // (C = fma(a_k, b_k, C) for k = 0, 1, ...) whatever the blocking: the CPU's `dot`
         // order, shared with the PTX FFMA paths (`tessera_ir::tile::Op::Dot`).
+        // With `overwrite` they start at `+0.0`, as from a zeroed C.
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
         for (i, row) in acc.iter_mut().enumerate() {
+            if overwrite {
+                break;
+            }
             let cr = c.add(i * ldc);
             row[0] = _mm512_loadu_ps(cr);
             row[1] = _mm512_loadu_ps(cr.add(16));
@@ -61,21 +72,30 @@ unsafe fn tile<const M: usize>(kc: usize, a: *const f32, b: *const f32, c: *mut 
 }
 
 #[inline(always)]
-unsafe fn tile_rows(mr: usize, kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+unsafe fn tile_rows(
+    mr: usize,
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
     unsafe {
         match mr {
-            8 => tile::<8>(kc, a, b, c, ldc),
-            7 => tile::<7>(kc, a, b, c, ldc),
-            6 => tile::<6>(kc, a, b, c, ldc),
-            5 => tile::<5>(kc, a, b, c, ldc),
-            4 => tile::<4>(kc, a, b, c, ldc),
-            3 => tile::<3>(kc, a, b, c, ldc),
-            2 => tile::<2>(kc, a, b, c, ldc),
-            _ => tile::<1>(kc, a, b, c, ldc),
+            8 => tile::<8>(kc, a, b, c, ldc, overwrite),
+            7 => tile::<7>(kc, a, b, c, ldc, overwrite),
+            6 => tile::<6>(kc, a, b, c, ldc, overwrite),
+            5 => tile::<5>(kc, a, b, c, ldc, overwrite),
+            4 => tile::<4>(kc, a, b, c, ldc, overwrite),
+            3 => tile::<3>(kc, a, b, c, ldc, overwrite),
+            2 => tile::<2>(kc, a, b, c, ldc, overwrite),
+            _ => tile::<1>(kc, a, b, c, ldc, overwrite),
         }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn run_avx512(
     mr: usize,
@@ -85,13 +105,14 @@ unsafe fn run_avx512(
     b: *const f32,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     unsafe {
         if nr == NR {
-            tile_rows(mr, kc, a, b, c, ldc)
+            tile_rows(mr, kc, a, b, c, ldc, overwrite)
         } else {
-            let mut t = edge_load::<MR, NR>(mr, nr, c, ldc);
-            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR);
+            let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
+            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
             edge_store::<MR, NR>(mr, nr, c, ldc, &t);
         }
     }
@@ -128,7 +149,8 @@ unsafe impl Kernel for Avx512Kernel {
         b: *const f32,
         c: *mut f32,
         ldc: usize,
+        overwrite: bool,
     ) {
-        unsafe { run_avx512(mr, nr, kc, a, b, c, ldc) }
+        unsafe { run_avx512(mr, nr, kc, a, b, c, ldc, overwrite) }
     }
 }

@@ -9,6 +9,7 @@
 
 use core::arch::x86_64::*;
 
+use super::super::ahead::{self, Ahead};
 use super::super::pack::{edge_load, edge_store};
 use super::super::scratch::with_scratch;
 
@@ -19,6 +20,8 @@ const KC2: usize = 256;
 /// Rows of A per packed block (a multiple of `MR`).
 const MC: usize = 144;
 const NC: usize = 4096;
+/// Columns of B per packed chunk when all rows of A fit one block (the chunk stays in L2).
+const NC_SMALL: usize = 256;
 
 #[inline(always)]
 fn pair(lo: u16, hi: u16) -> u32 {
@@ -34,11 +37,33 @@ unsafe fn pack_a(mc: usize, kc: usize, a: *const u16, lda: usize, dst: *mut u32)
         let mut out = dst;
         while i < mc {
             let rows = MR.min(mc - i);
+            // Full panels, four pairs at a time: three 4×4 transposes of u32 pairs (the
+            // element-wise loop below compiles to scatters, which are slow).
+            let quads = if rows == MR { kc / 8 } else { 0 };
+            for q in 0..quads {
+                let p2 = 4 * q;
+                for blk in 0..MR / 4 {
+                    let s = a.add((i + 4 * blk) * lda + 2 * p2);
+                    let r0 = _mm_loadu_si128(s as *const __m128i);
+                    let r1 = _mm_loadu_si128(s.add(lda) as *const __m128i);
+                    let r2 = _mm_loadu_si128(s.add(2 * lda) as *const __m128i);
+                    let r3 = _mm_loadu_si128(s.add(3 * lda) as *const __m128i);
+                    let t0 = _mm_unpacklo_epi32(r0, r1);
+                    let t1 = _mm_unpacklo_epi32(r2, r3);
+                    let t2 = _mm_unpackhi_epi32(r0, r1);
+                    let t3 = _mm_unpackhi_epi32(r2, r3);
+                    let o = out.add(p2 * MR + 4 * blk);
+                    _mm_storeu_si128(o as *mut __m128i, _mm_unpacklo_epi64(t0, t1));
+                    _mm_storeu_si128(o.add(MR) as *mut __m128i, _mm_unpackhi_epi64(t0, t1));
+                    _mm_storeu_si128(o.add(2 * MR) as *mut __m128i, _mm_unpacklo_epi64(t2, t3));
+                    _mm_storeu_si128(o.add(3 * MR) as *mut __m128i, _mm_unpackhi_epi64(t2, t3));
+                }
+            }
             for r in 0..MR {
                 let o = out.add(r);
                 if r < rows {
                     let s = a.add((i + r) * lda);
-                    for p2 in 0..kc / 2 {
+                    for p2 in 4 * quads..kc / 2 {
                         *o.add(p2 * MR) = pair(*s.add(2 * p2), *s.add(2 * p2 + 1));
                     }
                     if kc % 2 == 1 {
@@ -95,56 +120,134 @@ unsafe fn pack_b(kc: usize, nc: usize, b: *const u16, ldb: usize, dst: *mut u32)
     }
 }
 
-/// `C[0..M, 0..32] += A·B` over `kc2` packed k-pairs.
+/// `C[0..M, 0..32] += A·B` over `kc2` packed k-pairs; with `overwrite`, `C = +0.0 + A·B`
+/// (C not read; the same bits as adding to a zeroed C).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
-unsafe fn tile<const M: usize>(kc2: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize) {
+unsafe fn tile<const M: usize>(
+    kc2: usize,
+    a: *const u32,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
     unsafe {
+        if !overwrite {
+            // C is read after the k loop: fetch it meanwhile.
+            ahead::tile(c, M, NR, ldc, true);
+        }
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc2 {
-            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp as *const _));
-            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
-            for i in 0..M {
-                let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*ap.add(i) as i32));
-                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
-                acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
-            }
-            ap = ap.add(MR);
-            bp = bp.add(NR);
+        macro_rules! step {
+            ($ap:expr, $bp:expr) => {{
+                let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512($bp as *const _));
+                let b1: __m512bh =
+                    core::mem::transmute(_mm512_loadu_si512($bp.add(16) as *const _));
+                for i in 0..M {
+                    let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*$ap.add(i) as i32));
+                    acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+                    acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+                }
+            }};
+        }
+        let (mut ap, mut bp, mut p) = (a, b, kc2);
+        while p >= 2 {
+            step!(ap, bp);
+            step!(ap.add(MR), bp.add(NR));
+            ap = ap.add(2 * MR);
+            bp = bp.add(2 * NR);
+            p -= 2;
+        }
+        if p == 1 {
+            step!(ap, bp);
         }
         for (i, row) in acc.iter().enumerate() {
             let cr = c.add(i * ldc);
-            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), row[0]));
-            _mm512_storeu_ps(
-                cr.add(16),
-                _mm512_add_ps(_mm512_loadu_ps(cr.add(16)), row[1]),
-            );
+            let (c0, c1) = if overwrite {
+                (_mm512_setzero_ps(), _mm512_setzero_ps())
+            } else {
+                (_mm512_loadu_ps(cr), _mm512_loadu_ps(cr.add(16)))
+            };
+            _mm512_storeu_ps(cr, _mm512_add_ps(c0, row[0]));
+            _mm512_storeu_ps(cr.add(16), _mm512_add_ps(c1, row[1]));
         }
     }
 }
 
 #[inline(always)]
-unsafe fn tile_rows(mr: usize, kc2: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_rows(
+    mr: usize,
+    kc2: usize,
+    a: *const u32,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
     unsafe {
         match mr {
-            12 => tile::<12>(kc2, a, b, c, ldc),
-            11 => tile::<11>(kc2, a, b, c, ldc),
-            10 => tile::<10>(kc2, a, b, c, ldc),
-            9 => tile::<9>(kc2, a, b, c, ldc),
-            8 => tile::<8>(kc2, a, b, c, ldc),
-            7 => tile::<7>(kc2, a, b, c, ldc),
-            6 => tile::<6>(kc2, a, b, c, ldc),
-            5 => tile::<5>(kc2, a, b, c, ldc),
-            4 => tile::<4>(kc2, a, b, c, ldc),
-            3 => tile::<3>(kc2, a, b, c, ldc),
-            2 => tile::<2>(kc2, a, b, c, ldc),
-            _ => tile::<1>(kc2, a, b, c, ldc),
+            12 => tile::<12>(kc2, a, b, c, ldc, overwrite),
+            11 => tile::<11>(kc2, a, b, c, ldc, overwrite),
+            10 => tile::<10>(kc2, a, b, c, ldc, overwrite),
+            9 => tile::<9>(kc2, a, b, c, ldc, overwrite),
+            8 => tile::<8>(kc2, a, b, c, ldc, overwrite),
+            7 => tile::<7>(kc2, a, b, c, ldc, overwrite),
+            6 => tile::<6>(kc2, a, b, c, ldc, overwrite),
+            5 => tile::<5>(kc2, a, b, c, ldc, overwrite),
+            4 => tile::<4>(kc2, a, b, c, ldc, overwrite),
+            3 => tile::<3>(kc2, a, b, c, ldc, overwrite),
+            2 => tile::<2>(kc2, a, b, c, ldc, overwrite),
+            _ => tile::<1>(kc2, a, b, c, ldc, overwrite),
         }
     }
 }
 
-/// Blocked `C += A·B` for bf16 inputs.
+/// Every micro-tile of the `mc × nc` block of C at `c` from packed A (`abuf`) and packed B
+/// (`bbuf`), both of `kc2` k-pairs, prefetching `next` a part per micro-tile.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    mc: usize,
+    nc: usize,
+    kc2: usize,
+    abuf: *const u32,
+    bbuf: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+    next: Ahead,
+) {
+    unsafe {
+        let tiles = nc.div_ceil(NR) * mc.div_ceil(MR);
+        let mut t = 0;
+        let mut jr = 0;
+        while jr < nc {
+            let nr = NR.min(nc - jr);
+            let bp = bbuf.add(jr * kc2);
+            let mut ir = 0;
+            while ir < mc {
+                let mr = MR.min(mc - ir);
+                let ap = abuf.add(ir * kc2);
+                let cp = c.add(ir * ldc + jr);
+                next.part(t, tiles);
+                t += 1;
+                if nr == NR {
+                    tile_rows(mr, kc2, ap, bp, cp, ldc, overwrite);
+                } else {
+                    let mut t = edge_load::<MR, NR>(mr, nr, cp, ldc, overwrite);
+                    tile_rows(mr, kc2, ap, bp, t.as_mut_ptr() as *mut f32, NR, overwrite);
+                    edge_store::<MR, NR>(mr, nr, cp, ldc, &t);
+                }
+                ir += MR;
+            }
+            jr += NR;
+        }
+    }
+}
+
+/// Blocked `C += A·B` for bf16 inputs; with `overwrite`, `C = A·B` without reading C (the
+/// bits that adding to a zeroed C gives).
 ///
 /// # Safety
 /// Pointers must address matrices of the given shapes/strides (all dims > 0)
@@ -161,6 +264,7 @@ pub(crate) unsafe fn gemm(
     ldb: usize,
     c: *mut f32,
     ldc: usize,
+    overwrite: bool,
 ) {
     unsafe {
         let kc_target = 2 * KC2;
@@ -168,7 +272,42 @@ pub(crate) unsafe fn gemm(
         // Even block depth so that only the last block can have an odd k.
         let kc_max = k.div_ceil(kblocks).div_ceil(2) * 2;
         let kc2_max = kc_max / 2;
-        let a_len = m.min(MC).div_ceil(MR) * MR * kc2_max;
+        if m <= MC {
+            // All rows of A fit one packed block: pack it once per k-block, and B a chunk
+            // at a time that stays in L2 while the micro-kernels read it.
+            let a_len = m.div_ceil(MR) * MR * kc2_max;
+            let b_len = n.min(NC_SMALL).div_ceil(NR) * NR * kc2_max;
+            with_scratch(a_len, b_len, |abuf, bbuf| {
+                let (abuf, bbuf) = (abuf as *mut u32, bbuf as *mut u32);
+                let mut pc = 0;
+                while pc < k {
+                    let kc = kc_max.min(k - pc);
+                    let kc2 = kc.div_ceil(2);
+                    let first = overwrite && pc == 0;
+                    pack_a(m, kc, a.add(pc), lda, abuf);
+                    let mut jc = 0;
+                    while jc < n {
+                        let nc = NC_SMALL.min(n - jc);
+                        pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                        // The chunk packed next: B's next columns, or the next k-block's first.
+                        let next = if jc + nc < n {
+                            let cols = NC_SMALL.min(n - jc - nc);
+                            Ahead::new(b.wrapping_add(pc * ldb + jc + nc), kc, cols, ldb)
+                        } else if pc + kc < k {
+                            let rows = kc_max.min(k - pc - kc);
+                            Ahead::new(b.wrapping_add((pc + kc) * ldb), rows, NC_SMALL.min(n), ldb)
+                        } else {
+                            Ahead::NONE
+                        };
+                        block(m, nc, kc2, abuf, bbuf, c.add(jc), ldc, first, next);
+                        jc += nc;
+                    }
+                    pc += kc;
+                }
+            });
+            return;
+        }
+        let a_len = MC * kc2_max;
         let b_len = n.min(NC).div_ceil(NR) * NR * kc2_max;
         with_scratch(a_len, b_len, |abuf, bbuf| {
             let (abuf, bbuf) = (abuf as *mut u32, bbuf as *mut u32);
@@ -179,31 +318,23 @@ pub(crate) unsafe fn gemm(
                 while pc < k {
                     let kc = kc_max.min(k - pc);
                     let kc2 = kc.div_ceil(2);
+                    let first = overwrite && pc == 0;
                     pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
                     let mut ic = 0;
                     while ic < m {
                         let mc = MC.min(m - ic);
                         pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
-                        let mut jr = 0;
-                        while jr < nc {
-                            let nr = NR.min(nc - jr);
-                            let bp = bbuf.add(jr * kc2);
-                            let mut ir = 0;
-                            while ir < mc {
-                                let mr = MR.min(mc - ir);
-                                let ap = abuf.add(ir * kc2);
-                                let cp = c.add((ic + ir) * ldc + jc + jr);
-                                if nr == NR {
-                                    tile_rows(mr, kc2, ap, bp, cp, ldc);
-                                } else {
-                                    let mut t = edge_load::<MR, NR>(mr, nr, cp, ldc);
-                                    tile_rows(mr, kc2, ap, bp, t.as_mut_ptr() as *mut f32, NR);
-                                    edge_store::<MR, NR>(mr, nr, cp, ldc, &t);
-                                }
-                                ir += MR;
-                            }
-                            jr += NR;
-                        }
+                        block(
+                            mc,
+                            nc,
+                            kc2,
+                            abuf,
+                            bbuf,
+                            c.add(ic * ldc + jc),
+                            ldc,
+                            first,
+                            Ahead::NONE,
+                        );
                         ic += mc;
                     }
                     pc += kc;
