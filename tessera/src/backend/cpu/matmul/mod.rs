@@ -214,6 +214,8 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
         } else {
             ((lo, hi), (0, n))
         };
+        // The closure captures the whole `SendPtr` (which is `Send`), not its raw pointer field.
+        #[allow(clippy::redundant_locals)]
         let c = c;
         // SAFETY: `out` holds `m × n` f32 (checked above) that no input aliases; strips are
         // disjoint, so each job alone accesses its rows `r0..r1` and columns `c0..c1`; A and
