@@ -3,8 +3,9 @@
 //! `[4096, 1024]`, `[1024, 4096]`, `[37, 300]` and a shape four times the last-level cache, with
 //! one and two threads. Memory-bound kernels are reported in GB/s (bytes read + written,
 //! counted once) and as a ratio to a `copy_from_slice` of the same bytes in the same run
-//! (into a buffer it keeps); at `[4096, 1024]` and the shape beyond the LLC each `#[kernel]`
-//! also gets a `… → reused out` row, launched with `launch_into` into an output it keeps;
+//! (into a buffer it keeps); at `[4096, 1024]` and the shape beyond the LLC each kernel also
+//! gets a `… → reused out` row, launched into an output it keeps (`launch_into`, or
+//! `depthwise_conv2d_into` for the depthwise `tile!` kernel);
 //! GEMMs in GFLOP/s and as a ratio to faer. Launch overhead (a `[1, 1]` and a `[37, 300]`
 //! launch, fast path and interpreter) is in µs.
 //!
@@ -326,8 +327,10 @@ fn depthwise_case(r: usize, c: usize) -> Case<'static> {
         name: "depthwise 3x3",
         bytes: 4 * (h * w * ch + out),
         run: Box::new(move || drop(tessera_kernels::depthwise_conv2d(x, f).unwrap())),
-        // A `tile!` kernel: its output is an argument, made per launch by the library call.
-        reused: None,
+        reused: reused(
+            move || tessera_kernels::depthwise_conv2d(x, f),
+            move |o| tessera_kernels::conv::depthwise_conv2d_into(x, f, o),
+        ),
     }
 }
 
@@ -539,7 +542,8 @@ fn write_docs(rows: &[Row]) {
          a fresh output tensor per launch (its memory comes from the allocator each time: above \
          glibc's mmap threshold, at most 32 MiB, a new mapping whose pages the OS faults in and \
          zeroes on first write); a `→ reused out` row times the same kernel launched with \
-         `KernelDef::launch_into` into one output tensor kept across launches, as the copy keeps \
+         `KernelDef::launch_into` (the depthwise convolution: `depthwise_conv2d_into`) into one \
+         output tensor kept across launches, as the copy keeps \
          its destination. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
          per whole launch, and how many times slower the interpreter is; \
          \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Best of ≥ 5 runs per case.\n\n\

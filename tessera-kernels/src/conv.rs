@@ -75,6 +75,49 @@ pub fn depthwise_space() -> TileSpace {
 /// # Ok::<(), tessera::Error>(())
 /// ```
 pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>> {
+    let shape = depthwise_shape(x, f)?;
+    let mut y = Tensor::<f32>::zeros_on(&shape, x.device())?;
+    launch_depthwise(x, f, &mut y)?;
+    Ok(y)
+}
+
+/// [`depthwise_conv2d`] writing into `y`, which must have the result's shape
+/// `[H-KH+1, W-KW+1, C]` (else [`tessera::Error::ShapeMismatch`] naming `y`) and live on the
+/// inputs' device. The program stores every element of `y` (whatever it held is overwritten),
+/// so a loop that keeps `y` allocates nothing per launch: no fresh output whose pages the OS
+/// maps and zeroes again on every call, which costs more than the convolution itself once
+/// `y` is larger than glibc's 32 MiB mmap threshold.
+///
+/// ```
+/// use tessera::Tensor;
+/// let x = Tensor::<f32>::randn(&[10, 12, 16], 1);
+/// let f = Tensor::<f32>::randn(&[3, 3, 16], 2);
+/// let mut y = Tensor::<f32>::full(&[8, 10, 16], f32::NAN)?;
+/// tessera_kernels::conv::depthwise_conv2d_into(&x, &f, &mut y)?;
+/// assert_eq!(y, tessera_kernels::depthwise_conv2d(&x, &f)?);
+/// let mut wrong = Tensor::<f32>::zeros(&[10, 8, 16])?;
+/// let e = tessera_kernels::conv::depthwise_conv2d_into(&x, &f, &mut wrong).unwrap_err();
+/// assert!(e.to_string().contains("[8, 10, 16]"), "{e}");
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn depthwise_conv2d_into(x: &Tensor<f32>, f: &Tensor<f32>, y: &mut Tensor<f32>) -> Result<()> {
+    let shape = depthwise_shape(x, f)?;
+    if y.shape() != shape.as_slice() {
+        return Err(tessera::Error::ShapeMismatch {
+            kernel: "depthwise_conv2d".into(),
+            param: "y".into(),
+            message: format!(
+                "must have the result's shape {shape:?}, got {:?}",
+                y.shape()
+            ),
+        });
+    }
+    launch_depthwise(x, f, y)
+}
+
+/// The output shape `[H-KH+1, W-KW+1, C]` of `x: [H, W, C]` by `f: [KH, KW, C]`, or the
+/// error naming both shapes.
+fn depthwise_shape(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<[usize; 3]> {
     let (xs, fs) = (x.shape(), f.shape());
     if xs.len() != 3 || fs.len() != 3 || xs[2] != fs[2] || fs[0] > xs[0] || fs[1] > xs[1] {
         return Err(tessera::Error::ShapeMismatch {
@@ -83,17 +126,21 @@ pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>>
             message: format!("must be [KH ≤ H, KW ≤ W, C] for x {xs:?}, got {fs:?}"),
         });
     }
-    let mut y =
-        Tensor::<f32>::zeros_on(&[xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]], x.device())?;
+    Ok([xs[0] - fs[0] + 1, xs[1] - fs[1] + 1, xs[2]])
+}
+
+/// Runs the program on `x`, `f` into `y` (shapes checked): the autotuner's knobs on the CPU,
+/// the default knobs' precompiled PTX on a device.
+fn launch_depthwise(x: &Tensor<f32>, f: &Tensor<f32>, y: &mut Tensor<f32>) -> Result<()> {
     let mut args = [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)];
     if x.device().is_cpu() {
         // The space is built once per process (64 points of knob names).
         static SPACE: std::sync::OnceLock<TileSpace> = std::sync::OnceLock::new();
         depthwise_conv2d::DEF.launch_tuned(SPACE.get_or_init(depthwise_space), &mut args)?;
+        Ok(())
     } else {
-        depthwise_conv2d::DEF.launch(&[], &mut args)?;
+        depthwise_conv2d::DEF.launch(&[], &mut args)
     }
-    Ok(y)
 }
 
 pub use tessera::ir::graph::Conv2d;

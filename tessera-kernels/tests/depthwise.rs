@@ -74,3 +74,38 @@ fn bad_filter_is_an_error() {
     let f = Tensor::<f32>::randn(&[3, 3, 5], 2);
     assert!(tessera_kernels::depthwise_conv2d(&x, &f).is_err());
 }
+
+#[test]
+fn into_a_kept_output_overwrites_it_bit_for_bit() {
+    // Channel counts on the nine-taps path (multiples of 16) and off it, odd heights/widths;
+    // `y` starts as NaN and as the previous shape's result, so nothing it held may survive.
+    for (i, &(h, w, c)) in [(9, 13, 16), (5, 40, 48), (12, 7, 5), (3, 3, 64)]
+        .iter()
+        .enumerate()
+    {
+        let x = Tensor::<f32>::randn(&[h, w, c], 40 + i as u64);
+        let f = Tensor::<f32>::randn(&[3, 3, c], 50 + i as u64);
+        let want = tessera_kernels::depthwise_conv2d(&x, &f).unwrap();
+        let mut y = Tensor::<f32>::full(want.shape(), f32::NAN).unwrap();
+        for _ in 0..2 {
+            tessera_kernels::conv::depthwise_conv2d_into(&x, &f, &mut y).unwrap();
+            let bits = |t: &Tensor<f32>| -> Vec<u32> {
+                t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
+            };
+            assert_eq!(bits(&y), bits(&want), "[{h}, {w}, {c}]");
+        }
+    }
+    let x = Tensor::<f32>::randn(&[6, 7, 8], 1);
+    let f = Tensor::<f32>::randn(&[3, 3, 8], 2);
+    let mut wrong = Tensor::<f32>::zeros(&[5, 4, 8]).unwrap();
+    let e = tessera_kernels::conv::depthwise_conv2d_into(&x, &f, &mut wrong).unwrap_err();
+    assert!(
+        e.to_string().contains("[4, 5, 8]") && e.to_string().contains("[5, 4, 8]"),
+        "{e}"
+    );
+    assert_eq!(
+        wrong.to_vec().unwrap(),
+        vec![0.0; 160],
+        "a refused `y` is left as it was"
+    );
+}
