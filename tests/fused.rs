@@ -918,8 +918,12 @@ fn softmax_rows_match_the_interpreter_bit_for_bit() {
 }
 
 fn softmax_rows_bits() {
+    softmax_rows_bits_on(&row_shapes());
+}
+
+fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
     let programs = fused::softmax_programs;
-    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
         let s = 900 + 10 * i as u64;
         let tag = format!("[{r}, {c}]");
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -953,6 +957,22 @@ fn softmax_rows_bits() {
     }
 }
 
+/// Row shapes whose f32 output is past the row loops' non-temporal threshold (4 MiB): a
+/// ragged width (rows start off a cache line, so each row has plain-store head and tail) and
+/// rows of two chunks.
+fn large_row_shapes() -> Vec<(usize, usize)> {
+    vec![(1024, 1031), (520, 2048)]
+}
+
+/// Softmax, layernorm and rmsnorm with outputs large enough for non-temporal stores against
+/// the interpreter, bit for bit.
+#[test]
+fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    softmax_rows_bits_on(&large_row_shapes());
+    norm_rows_bits_on(&large_row_shapes());
+}
+
 /// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
 /// has more than one row.
 fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
@@ -982,8 +1002,12 @@ fn norm_rows_match_the_interpreter_bit_for_bit() {
 }
 
 fn norm_rows_bits() {
+    norm_rows_bits_on(&row_shapes());
+}
+
+fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
     let programs = fused::norm_programs;
-    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
         let s = 1000 + 10 * i as u64;
         let tag = format!("[{r}, {c}]");
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -1211,6 +1235,8 @@ fn every_simd_level_agrees() {
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
+        softmax_rows_bits_on(&large_row_shapes());
+        norm_rows_bits_on(&large_row_shapes());
         binary_elementwise_bits();
         unary_chains_bits();
         let (m, k, n) = (37, 300, 45);

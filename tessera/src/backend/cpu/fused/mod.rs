@@ -43,6 +43,7 @@ mod rect;
 mod rowmatch;
 mod run;
 mod softmax;
+mod stream;
 mod transpose;
 mod uses;
 

@@ -8,8 +8,8 @@
 //! adds nothing to a lane of `vmath::sum`, so only the row's own columns are computed.
 
 use super::super::vmath;
-use super::chunk;
 use super::rowmatch::Norm;
+use super::{chunk, stream};
 use crate::backend::Buffer;
 use tessera_ir::DType;
 
@@ -23,8 +23,8 @@ pub(crate) fn run(
     rows: usize,
     n: usize,
 ) {
-    // The row, a chunk of squares, γ and β (widened).
-    let need = 4 * n + nm.rows.bc;
+    // The row, a chunk of squares, γ and β (widened), the output row.
+    let need = 5 * n + nm.rows.bc;
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -71,12 +71,14 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     let (x, out) = (&args[nm.rows.x], &args[nm.rows.out]);
     let (br, bc) = (nm.rows.br, nm.rows.bc);
     let (xw, rest) = buf.split_at_mut(n);
-    let (q, rest) = rest.split_at_mut(bc);
-    let (gw, bw) = rest.split_at_mut(n);
+    let (_, rest) = rest.split_at_mut(bc);
+    let (gw, rest) = rest.split_at_mut(n);
+    let (bw, ow) = rest.split_at_mut(n);
     let g = widen(&args[nm.gamma], 0, n, gw);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw));
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
+    let nt = stream::wanted(out, round);
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     for row in r0..r1 {
@@ -91,32 +93,39 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
         } else {
             0.0
         };
+        // Per chunk, `vmath::sum` of the squares (deviations or values), with no chunk of
+        // squares written.
         let mut ss = 0.0f32;
         for c0 in (0..n).step_by(bc) {
-            let c1 = (c0 + bc).min(n);
-            let q = &mut q[..c1 - c0];
-            if nm.layer {
-                for (o, v) in q.iter_mut().zip(&xs[c0..c1]) {
+            let xc = &xs[c0..(c0 + bc).min(n)];
+            ss += if nm.layer {
+                vmath::sum_map(xc, |v| {
                     let d = v - mean;
-                    *o = d * d;
-                }
+                    d * d
+                })
             } else {
-                for (o, v) in q.iter_mut().zip(&xs[c0..c1]) {
-                    *o = v * v;
-                }
-            }
-            ss += vmath::sum(q);
+                vmath::sum_map(xc, |v| v * v)
+            };
         }
         let mut rstd = [ss / nf + nm.eps];
         vmath::rsqrt(&mut rstd);
         let rstd = rstd[0];
+        let ow = &mut *ow;
         match (nm.layer, b) {
-            (true, Some(b)) => {
-                chunk::write(out, at, n, round, |j| ((xs[j] - mean) * rstd) * g[j] + b[j])
+            (true, Some(b)) => stream::write(out, at, n, round, nt, ow, |j| {
+                ((xs[j] - mean) * rstd) * g[j] + b[j]
+            }),
+            (true, None) => stream::write(out, at, n, round, nt, ow, |j| {
+                ((xs[j] - mean) * rstd) * g[j]
+            }),
+            (false, Some(b)) => {
+                stream::write(out, at, n, round, nt, ow, |j| (xs[j] * rstd) * g[j] + b[j])
             }
-            (true, None) => chunk::write(out, at, n, round, |j| ((xs[j] - mean) * rstd) * g[j]),
-            (false, Some(b)) => chunk::write(out, at, n, round, |j| (xs[j] * rstd) * g[j] + b[j]),
-            (false, None) => chunk::write(out, at, n, round, |j| (xs[j] * rstd) * g[j]),
+            (false, None) => stream::write(out, at, n, round, nt, ow, |j| (xs[j] * rstd) * g[j]),
         }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        stream::fence();
     }
 }

@@ -29,6 +29,7 @@ mod dispatch;
 mod arith;
 mod erf;
 mod exp;
+mod exp16;
 mod gelu;
 mod log;
 mod reduce;
@@ -38,6 +39,10 @@ mod tanh;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use exp16::{FAST_LO as EXP16_FAST_LO, exp16, exp16_in_range};
+pub(crate) use reduce::{L as SUM_LANES, sum_lanes, sum_map};
 
 elementwise!(k_exp, exp::exp1);
 elementwise!(k_log, log::log1);
