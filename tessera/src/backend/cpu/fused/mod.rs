@@ -37,6 +37,8 @@ mod depthwise;
 mod dwmatch;
 mod inplace;
 mod norm;
+#[cfg(target_arch = "x86_64")]
+mod norm512;
 mod pipe;
 mod plan;
 mod rect;

@@ -41,23 +41,6 @@ pub(crate) fn sum_body<A: Arith>(x: &[f32]) -> f32 {
     tree(acc, |a, b| a + b)
 }
 
-/// [`sum_body`] over `f(v)` for each `v` of `x`: the bits of `sum` over a slice holding the
-/// `f(v)`, with no such slice written (`f` inlined into the loop).
-#[inline(always)]
-pub(crate) fn sum_map(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let (chunks, tail) = x.as_chunks::<L>();
-    let mut acc = [0.0f32; L];
-    for c in chunks {
-        for i in 0..L {
-            acc[i] += f(c[i]);
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(tail) {
-        *a += f(v);
-    }
-    tree(acc, |a, b| a + b)
-}
-
 /// The pairwise combination `sum` ends with, of its [`L`] lane accumulators.
 #[inline(always)]
 pub(crate) fn sum_lanes(acc: [f32; L]) -> f32 {
