@@ -992,8 +992,12 @@ fn softmax_rows_match_the_interpreter_bit_for_bit() {
 }
 
 fn softmax_rows_bits() {
+    softmax_rows_bits_on(&row_shapes());
+}
+
+fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
     let programs = fused::softmax_programs;
-    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
         let s = 900 + 10 * i as u64;
         let tag = format!("[{r}, {c}]");
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -1027,6 +1031,41 @@ fn softmax_rows_bits() {
     }
 }
 
+/// The largest cache of CPU 0 in bytes (Linux sysfs), else 32 MiB: the row loops' threshold
+/// for non-temporal stores is 3/8 of it.
+fn llc_bytes() -> usize {
+    (0..8)
+        .filter_map(|i| {
+            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+            let s = std::fs::read_to_string(p).ok()?;
+            let s = s.trim();
+            let (n, m) = match s.strip_suffix('K') {
+                Some(n) => (n, 1 << 10),
+                None => (s.strip_suffix('M')?, 1 << 20),
+            };
+            Some(n.parse::<usize>().ok()? * m)
+        })
+        .max()
+        .unwrap_or(32 << 20)
+}
+
+/// Row shapes whose f32 output is past the row loops' non-temporal threshold: a ragged width
+/// (rows start off a cache line, so each row has plain-store head and tail) and rows of two
+/// chunks.
+fn large_row_shapes() -> Vec<(usize, usize)> {
+    let rows = |c: usize| (llc_bytes() / 8 * 3).div_ceil(4 * c) + 1;
+    vec![(rows(1031), 1031), (rows(2048), 2048)]
+}
+
+/// Softmax, layernorm and rmsnorm with outputs large enough for non-temporal stores against
+/// the interpreter, bit for bit.
+#[test]
+fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    softmax_rows_bits_on(&large_row_shapes());
+    norm_rows_bits_on(&large_row_shapes());
+}
+
 /// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
 /// has more than one row.
 fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
@@ -1056,8 +1095,12 @@ fn norm_rows_match_the_interpreter_bit_for_bit() {
 }
 
 fn norm_rows_bits() {
+    norm_rows_bits_on(&row_shapes());
+}
+
+fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
     let programs = fused::norm_programs;
-    for (i, &(r, c)) in row_shapes().iter().enumerate() {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
         let s = 1000 + 10 * i as u64;
         let tag = format!("[{r}, {c}]");
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
@@ -1440,6 +1483,8 @@ fn every_simd_level_agrees() {
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
+        softmax_rows_bits_on(&large_row_shapes()[..1]);
+        norm_rows_bits_on(&large_row_shapes()[..1]);
         binary_elementwise_bits();
         operand_chains_bits();
         unary_chains_bits();

@@ -35,8 +35,9 @@ pub enum SimdLevel {
     Portable,
     /// x86-64 AVX2 with FMA (8 f32 lanes, fused multiply-add).
     Avx2,
-    /// x86-64 AVX-512F (+AVX2, FMA): used by `vmath` and the f32 GEMM micro-kernel; the fused
-    /// executor's own loops run their AVX2 build at this level.
+    /// x86-64 AVX-512F (+AVX2, FMA): used by `vmath`, the f32 GEMM micro-kernel and the f32
+    /// passes of the softmax and norm row loops; the fused executor's other loops run their
+    /// AVX2 build at this level.
     Avx512,
 }
 

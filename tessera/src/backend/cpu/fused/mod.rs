@@ -40,12 +40,15 @@ mod dwmatch;
 mod dwtaps;
 mod inplace;
 mod norm;
+#[cfg(target_arch = "x86_64")]
+mod norm512;
 mod pipe;
 mod plan;
 mod rect;
 mod rowmatch;
 mod run;
 mod softmax;
+mod stream;
 mod transpose;
 mod uses;
 

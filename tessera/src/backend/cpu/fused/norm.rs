@@ -2,14 +2,16 @@
 //! read once from memory (a bf16 row widened into a row buffer) and then walked in L1 for
 //! the mean (`vmath::sum` per chunk of `bc` columns, added in column order), the sum of
 //! squared deviations (or squares) and the write `((x − mean)·rstd)·γ (+ β)`, with the
-//! interpreter's arithmetic op for op (no software prefetch: asking for the next row's lines
-//! at the start of a row measured slower than the hardware prefetcher alone). Lanes
-//! past the row end of the interpreter's chunks read `+0` (or are selected to `+0`), which
-//! adds nothing to a lane of `vmath::sum`, so only the row's own columns are computed.
+//! interpreter's arithmetic op for op. Lanes past the row end of the interpreter's chunks
+//! read `+0` (or are selected to `+0`), which adds nothing to a lane of `vmath::sum`, so only
+//! the row's own columns are computed. At the AVX-512 level the sums and an f32 output row
+//! run in `norm512` (the same bits); its pass over the squared deviations of an f32 row asks
+//! for the next row's lines as it goes (spread over the pass, not at the start of the row),
+//! and a large f32 output takes non-temporal stores (`stream`).
 
 use super::super::vmath;
-use super::chunk;
 use super::rowmatch::Norm;
+use super::{chunk, stream};
 use crate::backend::Buffer;
 use tessera_ir::DType;
 
@@ -23,8 +25,8 @@ pub(crate) fn run(
     rows: usize,
     n: usize,
 ) {
-    // The row, a chunk of squares, γ and β (widened).
-    let need = 4 * n + nm.rows.bc;
+    // The row, a chunk of squares, γ and β (widened), the output row.
+    let need = 5 * n + nm.rows.bc;
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -72,16 +74,34 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     let (br, bc) = (nm.rows.br, nm.rows.bc);
     let (xw, rest) = buf.split_at_mut(n);
     let (q, rest) = rest.split_at_mut(bc);
-    let (gw, bw) = rest.split_at_mut(n);
+    let (gw, rest) = rest.split_at_mut(n);
+    let (bw, ow) = rest.split_at_mut(n);
     let g = widen(&args[nm.gamma], 0, n, gw);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw));
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
+    let nt = stream::wanted(out, round);
+    #[cfg(target_arch = "x86_64")]
+    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     for row in r0..r1 {
         let at = row * n;
         let xs = widen(x, at, n, xw);
+        #[cfg(target_arch = "x86_64")]
+        if z {
+            // SAFETY: the active level is at most the detected one: AVX-512F is present.
+            let ahead = (x.dtype == DType::F32).then(|| xs.as_ptr().wrapping_add(n));
+            let (mean, rstd) = unsafe { stats_avx512(nm, xs, bc, nf, ahead) };
+            if out.dtype == DType::F32 && !round {
+                // SAFETY: as above; `g` and `b` are `[n]`; `nt` is `stream::wanted` of
+                // `out`, fenced below.
+                unsafe { super::norm512::write(out, at, xs, (mean, rstd), g, b, nt) };
+            } else {
+                write(out, at, xs, (mean, rstd), (g, b), round, nt, ow);
+            }
+            continue;
+        }
         let mean = if nm.layer {
             let mut acc = 0.0f32;
             for c0 in (0..n).step_by(bc) {
@@ -109,14 +129,72 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
         }
         let mut rstd = [ss / nf + nm.eps];
         vmath::rsqrt(&mut rstd);
-        let rstd = rstd[0];
-        match (nm.layer, b) {
-            (true, Some(b)) => {
-                chunk::write(out, at, n, round, |j| ((xs[j] - mean) * rstd) * g[j] + b[j])
-            }
-            (true, None) => chunk::write(out, at, n, round, |j| ((xs[j] - mean) * rstd) * g[j]),
-            (false, Some(b)) => chunk::write(out, at, n, round, |j| (xs[j] * rstd) * g[j] + b[j]),
-            (false, None) => chunk::write(out, at, n, round, |j| (xs[j] * rstd) * g[j]),
+        write(out, at, xs, (mean, rstd[0]), (g, b), round, nt, ow);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        stream::fence();
+    }
+}
+
+/// The row's mean (`0` for rmsnorm) and `rstd`, as the portable loops compute them, with the
+/// sums of [`super::norm512::sum`].
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn stats_avx512(
+    nm: &Norm,
+    xs: &[f32],
+    bc: usize,
+    nf: f32,
+    ahead: Option<*const f32>,
+) -> (f32, f32) {
+    use super::norm512::sum;
+    let n = xs.len();
+    let mean = if nm.layer {
+        let mut acc = 0.0f32;
+        for c0 in (0..n).step_by(bc) {
+            // SAFETY: the caller's level.
+            acc += unsafe { sum::<false>(&xs[c0..(c0 + bc).min(n)], 0.0, None) };
         }
+        acc / nf
+    } else {
+        0.0
+    };
+    let mut ss = 0.0f32;
+    for c0 in (0..n).step_by(bc) {
+        // SAFETY: as above.
+        let ahead = ahead.map(|p| p.wrapping_add(c0));
+        ss += unsafe { sum::<true>(&xs[c0..(c0 + bc).min(n)], mean, ahead) };
+    }
+    let mut rstd = [ss / nf + nm.eps];
+    vmath::rsqrt(&mut rstd);
+    (mean, rstd[0])
+}
+
+/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`) through
+/// `stream::write`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn write(
+    out: &Buffer,
+    at: usize,
+    xs: &[f32],
+    (mean, rstd): (f32, f32),
+    (g, b): (&[f32], Option<&[f32]>),
+    round: bool,
+    nt: bool,
+    ow: &mut [f32],
+) {
+    let n = xs.len();
+    match b {
+        Some(b) => stream::write(out, at, n, round, nt, ow, |j| {
+            ((xs[j] - mean) * rstd) * g[j] + b[j]
+        }),
+        None => stream::write(out, at, n, round, nt, ow, |j| {
+            ((xs[j] - mean) * rstd) * g[j]
+        }),
     }
 }

@@ -7,11 +7,14 @@
 //! kept one, so a row of one chunk (the common case: `bc` is 1024) takes one `exp` per
 //! element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
 //! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed.
+//! the row's own columns are computed. At the AVX-512 level an f32 chunk's subtract, `exp` and
+//! sum run as one pass over registers (`exp_sum_avx512`, the same bits); a large f32 output
+//! is written with non-temporal stores (`stream`).
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
 use super::rowmatch::Softmax;
+use super::stream;
 use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
@@ -28,8 +31,8 @@ pub(crate) fn run(
 ) {
     let bc = sm.rows.bc;
     let chunks = n.div_ceil(bc);
-    // Exponentials of the row, a widened chunk, each chunk's running max.
-    let need = n + bc + chunks;
+    // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
+    let need = n + bc + chunks + bc;
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -63,8 +66,13 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
     let (e, rest) = buf.split_at_mut(n);
-    let (xw, mk) = rest.split_at_mut(bc);
+    let (xw, rest) = rest.split_at_mut(bc);
+    let (mk, ow) = rest.split_at_mut(n.div_ceil(bc));
     let round = sm.rows.round_bf16;
+    let nt = stream::wanted(out, round);
+    #[cfg(target_arch = "x86_64")]
+    let z = x.dtype == DType::F32
+        && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     for row in r0..r1 {
@@ -84,15 +92,46 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
             // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
             // nothing writes until the next call.
             let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-            let mn = bin_f(BinaryOp::Max, m, vmath::max(xs));
+            #[cfg(target_arch = "x86_64")]
+            let (cm, lo) = if z {
+                // SAFETY: the active level is at most the detected one: AVX-512F is present.
+                unsafe { max_min_avx512(xs) }
+            } else {
+                (vmath::max(xs), f32::NEG_INFINITY)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let cm = vmath::max(xs);
+            let mn = bin_f(BinaryOp::Max, m, cm);
             let mut scale = [m - mn];
-            vmath::exp(&mut scale);
+            if k == 0 && !scale[0].is_nan() {
+                // `m` is `-inf`, so `m − mn` is `-inf`, whose `exp` is `+0`.
+                scale[0] = 0.0;
+            } else {
+                vmath::exp(&mut scale);
+            }
             let es = &mut e[c0..c1];
+            let s1 = s * scale[0];
+            #[cfg(target_arch = "x86_64")]
+            if z {
+                // SAFETY: the active level is at most the detected one: AVX-512F is present.
+                // Every `x − mn` in `[-86, 0]` (finite, no NaN): no lane needs a range check.
+                let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
+                s = s1
+                    + unsafe {
+                        if tame {
+                            exp_sum_avx512::<false>(xs, mn, es)
+                        } else {
+                            exp_sum_avx512::<true>(xs, mn, es)
+                        }
+                    };
+                m = mn;
+                mk[k] = mn;
+                continue;
+            }
             for (o, v) in es.iter_mut().zip(xs) {
                 *o = v - mn;
             }
             vmath::exp(es);
-            let s1 = s * scale[0];
             s = s1 + vmath::sum(es);
             m = mn;
             mk[k] = mn;
@@ -111,7 +150,125 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
                 vmath::exp(es);
             }
             let es = &*es;
-            chunk::write(out, at + c0, c1 - c0, round, |j| es[j] * inv);
+            #[cfg(target_arch = "x86_64")]
+            if z && nt {
+                // SAFETY: AVX-512F is present (`z`); `nt` is `stream::wanted` of `out`, fenced
+                // below.
+                unsafe { stream::scale_avx512(out, at + c0, es, inv) };
+                continue;
+            }
+            stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        stream::fence();
+    }
+}
+
+/// `vmath::max(xs)`, bit for bit (32 lanes in two registers, the same steps and final tree),
+/// and the least value of `xs` (unspecified when `xs` holds a NaN).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
+    use core::arch::x86_64::*;
+    #[inline(always)]
+    fn step(m: f32, v: f32) -> f32 {
+        #[allow(clippy::eq_op)]
+        let take = v > m || v != v;
+        if take { v } else { m }
+    }
+    let n = xs.len();
+    let full = n / 32 * 32;
+    let (mut a0, mut a1) = (
+        _mm512_set1_ps(f32::NEG_INFINITY),
+        _mm512_set1_ps(f32::NEG_INFINITY),
+    );
+    let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
+    for j in (0..full).step_by(32) {
+        // SAFETY: `j + 32 <= n`.
+        let (v0, v1) = unsafe {
+            (
+                _mm512_loadu_ps(xs.as_ptr().add(j)),
+                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
+            )
+        };
+        let t0 =
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v0, a0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
+        let t1 =
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v1, a1) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
+        a0 = _mm512_mask_mov_ps(a0, t0, v0);
+        a1 = _mm512_mask_mov_ps(a1, t1, v1);
+        l0 = _mm512_min_ps(l0, v0);
+        l1 = _mm512_min_ps(l1, v1);
+    }
+    let mut acc = [0.0f32; vmath::SUM_LANES];
+    // SAFETY: `acc` holds 32 f32.
+    unsafe {
+        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
+        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
+    }
+    let mut lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
+    for (a, &v) in acc.iter_mut().zip(&xs[full..]) {
+        *a = step(*a, v);
+        lo = lo.min(v);
+    }
+    let mut w = acc.len();
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            acc[i] = step(acc[i], acc[i + w]);
+        }
+    }
+    (acc[0], lo)
+}
+
+/// `es[j] = exp(xs[j] − m)` (`es` at least as long as `xs`) and returns `vmath::sum` of those
+/// values, bit for bit, in one pass: 32 lanes in two registers as `vmath::sum` keeps them.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn exp_sum_avx512<const CHECK: bool>(xs: &[f32], m: f32, es: &mut [f32]) -> f32 {
+    use core::arch::x86_64::*;
+    let n = xs.len();
+    let es = &mut es[..n];
+    let full = n / 32 * 32;
+    let mv = _mm512_set1_ps(m);
+    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for j in (0..full).step_by(32) {
+        // SAFETY: `j + 32 <= n` for both slices; the level is the caller's.
+        unsafe {
+            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
+            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
+            let (e0, e1) = if CHECK {
+                (vmath::exp16(d0), vmath::exp16(d1))
+            } else {
+                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
+            };
+            _mm512_storeu_ps(es.as_mut_ptr().add(j), e0);
+            _mm512_storeu_ps(es.as_mut_ptr().add(j + 16), e1);
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+        }
+    }
+    let mut acc = [0.0f32; vmath::SUM_LANES];
+    // SAFETY: `acc` holds 32 f32.
+    unsafe {
+        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
+        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
+    }
+    let t = &mut es[full..];
+    for (o, v) in t.iter_mut().zip(&xs[full..]) {
+        *o = v - m;
+    }
+    vmath::exp(t);
+    for (a, v) in acc.iter_mut().zip(&*t) {
+        *a += v;
+    }
+    vmath::sum_lanes(acc)
 }

@@ -219,7 +219,8 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     let pass = band(t.bf16);
     // Non-temporal stores need aligned rows: every destination row starts at the same offset
     // in its cache line, and the first `lead` columns (up to the first line boundary) take
-    // plain stores.
+    // plain stores. From 1 MiB (f32, one thread, 1 MiB L2: plain stores measured faster up to
+    // 768 KiB, non-temporal ones from 896 KiB, 2× faster from 1 MiB to 16 MiB).
     let lead = (64 - dp % 64) % 64 / size;
     let nt = dp % size == 0 && (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
     let lead = if nt { lead } else { 0 };

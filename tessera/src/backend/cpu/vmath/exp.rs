@@ -5,12 +5,21 @@
 
 use super::arith::Arith;
 
-const LOG2E: f32 = core::f32::consts::LOG2_E;
+pub(super) const LOG2E: f32 = core::f32::consts::LOG2_E;
 /// ln 2 split: `LN2_HI` has 9 significant bits, so `n * LN2_HI` is exact.
-const LN2_HI: f32 = 0.693_359_375;
-const LN2_LO: f32 = -2.121_944_4e-4;
+pub(super) const LN2_HI: f32 = 0.693_359_375;
+pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
 /// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
-const SHIFTER: f32 = 12_582_912.0;
+pub(super) const SHIFTER: f32 = 12_582_912.0;
+/// The polynomial's coefficients, highest degree first (Horner order).
+pub(super) const POLY: [f32; 6] = [
+    1.987_569_2e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
 /// Inputs are clamped to this range (exp(89) overflows, exp(-104) underflows
 /// to zero), which keeps every intermediate integer small.
 pub(crate) const EXP_HI: f32 = 89.0;
@@ -20,12 +29,12 @@ pub(crate) const EXP_LO: f32 = -104.0;
 /// FMA-throughput bound, so the fewest operations win).
 #[inline(always)]
 fn exp_poly<A: Arith>(r: f32) -> f32 {
-    let mut p = 1.987_569_2e-4;
-    p = A::fma(p, r, 1.398_199_9e-3);
-    p = A::fma(p, r, 8.333_452e-3);
-    p = A::fma(p, r, 4.166_579_6e-2);
-    p = A::fma(p, r, 1.666_666_5e-1);
-    p = A::fma(p, r, 5.000_000_1e-1);
+    let mut p = POLY[0];
+    p = A::fma(p, r, POLY[1]);
+    p = A::fma(p, r, POLY[2]);
+    p = A::fma(p, r, POLY[3]);
+    p = A::fma(p, r, POLY[4]);
+    p = A::fma(p, r, POLY[5]);
     A::fma(p, r * r, r) + 1.0
 }
 

@@ -29,6 +29,7 @@ mod dispatch;
 pub(crate) mod arith;
 mod erf;
 mod exp;
+mod exp16;
 mod gelu;
 pub(crate) mod lanes;
 mod log;
@@ -39,6 +40,10 @@ mod tanh;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use exp16::{FAST_LO as EXP16_FAST_LO, exp16, exp16_in_range};
+pub(crate) use reduce::{L as SUM_LANES, sum_lanes};
 
 elementwise!(k_exp, exp::exp1);
 elementwise!(k_log, log::log1);

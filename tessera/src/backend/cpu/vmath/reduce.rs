@@ -8,7 +8,7 @@
 use super::arith::Arith;
 
 /// Lanes for `sum` / `max`: 4 AVX registers (8 SSE registers).
-const L: usize = 32;
+pub(crate) const L: usize = 32;
 /// Lanes for `sum_kahan` (sum + compensation arrays = 8 AVX registers).
 const LK: usize = 32;
 
@@ -38,6 +38,12 @@ pub(crate) fn sum_body<A: Arith>(x: &[f32]) -> f32 {
     for (a, &v) in acc.iter_mut().zip(tail) {
         *a += v;
     }
+    tree(acc, |a, b| a + b)
+}
+
+/// The pairwise combination `sum` ends with, of its [`L`] lane accumulators.
+#[inline(always)]
+pub(crate) fn sum_lanes(acc: [f32; L]) -> f32 {
     tree(acc, |a, b| a + b)
 }
 

@@ -1,0 +1,136 @@
+//! Non-temporal row stores for the row loops (`softmax`, `norm`): a row computed in an L1
+//! buffer is copied to a large f32 output with streaming stores, which neither read the
+//! output's lines first nor evict the input from the caches.
+
+use crate::backend::Buffer;
+use tessera_ir::DType;
+
+/// Outputs of at least 3/8 of the last-level cache take non-temporal stores (measured on a
+/// 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB, non-temporal ones
+/// faster at 16 MiB, where input and output no longer fit the cache together).
+fn nt_bytes() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| llc_bytes() / 8 * 3)
+}
+
+/// The largest cache of CPU 0 in bytes (Linux sysfs), else 32 MiB.
+fn llc_bytes() -> usize {
+    (0..8)
+        .filter_map(|i| {
+            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+            let s = std::fs::read_to_string(p).ok()?;
+            let s = s.trim();
+            let (n, m) = match s.strip_suffix('K') {
+                Some(n) => (n, 1 << 10),
+                None => (s.strip_suffix('M')?, 1 << 20),
+            };
+            Some(n.parse::<usize>().ok()? * m)
+        })
+        .max()
+        .unwrap_or(32 << 20)
+}
+
+/// Whether the row loops write `out` with [`copy`]: an unrounded f32 output of at least
+/// [`nt_bytes`], at the AVX2 level or higher.
+pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        out.dtype == DType::F32
+            && !round
+            && out.len >= nt_bytes()
+            && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (out, round);
+        false
+    }
+}
+
+/// Copies `s` to element offset `at` of the f32 tensor `out`: plain stores up to the first
+/// 32-byte boundary and for the last partial vector, streaming stores between.
+///
+/// # Safety
+/// [`wanted`] returned true for `out` (AVX is present); nothing else accesses those elements
+/// before [`fence`] runs on this thread.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+pub(crate) unsafe fn copy(out: &Buffer, at: usize, s: &[f32]) {
+    use core::arch::x86_64::*;
+    let n = s.len();
+    assert!((at + n) * 4 <= out.len, "fused store out of bounds");
+    // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
+    let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), n) };
+    let head = (d.as_ptr().align_offset(32)).min(n);
+    d[..head].copy_from_slice(&s[..head]);
+    let body = (n - head) / 8 * 8;
+    for j in (head..head + body).step_by(8) {
+        // SAFETY: `j + 8 <= n`; `d[j]` is 32-byte aligned.
+        unsafe { _mm256_stream_ps(d.as_mut_ptr().add(j), _mm256_loadu_ps(s.as_ptr().add(j))) };
+    }
+    d[head + body..].copy_from_slice(&s[head + body..]);
+}
+
+/// `es[j]·inv` to element offset `at` of the f32 tensor `out`, with streaming stores between
+/// the first 64-byte boundary and the last whole vector.
+///
+/// # Safety
+/// As [`copy`]; the CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn scale_avx512(out: &Buffer, at: usize, es: &[f32], inv: f32) {
+    use core::arch::x86_64::*;
+    let n = es.len();
+    assert!((at + n) * 4 <= out.len, "fused store out of bounds");
+    // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
+    let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), n) };
+    let head = (d.as_ptr().align_offset(64)).min(n);
+    for (o, e) in d[..head].iter_mut().zip(es) {
+        *o = e * inv;
+    }
+    let body = (n - head) / 16 * 16;
+    let v = _mm512_set1_ps(inv);
+    for j in (head..head + body).step_by(16) {
+        // SAFETY: `j + 16 <= n`; `d[j]` is 64-byte aligned.
+        unsafe {
+            let e = _mm512_loadu_ps(es.as_ptr().add(j));
+            _mm512_stream_ps(d.as_mut_ptr().add(j), _mm512_mul_ps(e, v));
+        }
+    }
+    for (o, e) in d[head + body..].iter_mut().zip(&es[head + body..]) {
+        *o = e * inv;
+    }
+}
+
+/// Orders this thread's streaming stores before whatever follows (the end of a launch).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fence() {
+    // SAFETY: SSE is part of x86_64.
+    unsafe { core::arch::x86_64::_mm_sfence() };
+}
+
+/// [`super::chunk::write`] of `f(j)` for `j in 0..n` at element offset `at` of `out`; with
+/// `nt` ([`wanted`]) the values go through `buf` (at least `n` long) and [`copy`].
+#[inline(always)]
+pub(crate) fn write(
+    out: &Buffer,
+    at: usize,
+    n: usize,
+    round: bool,
+    nt: bool,
+    buf: &mut [f32],
+    f: impl Fn(usize) -> f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        let b = &mut buf[..n];
+        for (j, o) in b.iter_mut().enumerate() {
+            *o = f(j);
+        }
+        // SAFETY: the caller's `nt` is [`wanted`] of `out`, and it calls [`fence`] before the
+        // program returns.
+        return unsafe { copy(out, at, b) };
+    }
+    let _ = (nt, buf);
+    super::chunk::write(out, at, n, round, f)
+}
