@@ -2,7 +2,9 @@
 //! chains, column reductions, transposes, depthwise convolution, f32 and bf16 GEMM) on
 //! `[4096, 1024]`, `[1024, 4096]`, `[37, 300]` and a shape four times the last-level cache, with
 //! one and two threads. Memory-bound kernels are reported in GB/s (bytes read + written,
-//! counted once) and as a ratio to a `copy_from_slice` of the same bytes in the same run;
+//! counted once) and as a ratio to a `copy_from_slice` of the same bytes in the same run
+//! (into a buffer it keeps); at `[4096, 1024]` and the shape beyond the LLC each `#[kernel]`
+//! also gets a `… → reused out` row, launched with `launch_into` into an output it keeps;
 //! GEMMs in GFLOP/s and as a ratio to faer. Launch overhead (a `[1, 1]` and a `[37, 300]`
 //! launch, fast path and interpreter) is in µs.
 //!
@@ -141,11 +143,28 @@ struct Row {
     yardstick: &'static str,
 }
 
-/// A memory-bound case: a launch closure and the bytes it must move.
+/// A memory-bound case: a launch closure and the bytes it must move, and for a `#[kernel]`
+/// the maker of a launch into an output it keeps (see [`reused`]).
 struct Case<'a> {
     name: &'static str,
     bytes: usize,
     run: Box<dyn Fn() + Send + Sync + 'a>,
+    reused: Option<Reused>,
+}
+
+/// Makes a launch closure that writes into one output tensor it keeps (allocated by a first,
+/// fresh launch; freed with the closure).
+type Reused = Box<dyn Fn() -> Box<dyn FnMut() + Send> + Send + Sync>;
+
+/// A [`Reused`] from a fresh launch and the same launch with `KernelDef::launch_into`.
+fn reused<T: Element>(
+    fresh: impl Fn() -> tessera::Result<Tensor<T>> + Send + Sync + 'static,
+    into: impl Fn(&mut Tensor<T>) -> tessera::Result<()> + Send + Sync + Copy + 'static,
+) -> Option<Reused> {
+    Some(Box::new(move || {
+        let mut out = fresh().unwrap();
+        Box::new(move || into(&mut out).unwrap())
+    }))
 }
 
 fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
@@ -156,43 +175,85 @@ fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
     let xb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 4)));
     let yb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 5)));
     let gb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[c], 6)));
-    let case = |name, bytes, run: Box<dyn Fn() + Send + Sync>| Case { name, bytes, run };
+    let case = |name, bytes, run: Box<dyn Fn() + Send + Sync>, reused| Case {
+        name,
+        bytes,
+        run,
+        reused,
+    };
+    use tessera_kernels as k;
     let f32_cases = vec![
         case(
             "softmax",
             2 * f4,
             Box::new(move || drop(tessera_kernels::softmax(x).unwrap())),
+            reused(
+                move || k::softmax(x),
+                move |o| k::softmax::KERNEL.launch_into(&[x.arg()], o),
+            ),
         ),
         case(
             "layernorm",
             2 * f4,
             Box::new(move || drop(tessera_kernels::layernorm(x, g, g).unwrap())),
+            reused(
+                move || k::layernorm(x, g, g),
+                move |o| k::layernorm::KERNEL.launch_into(&[x.arg(), g.arg(), g.arg()], o),
+            ),
         ),
         case(
             "rmsnorm",
             2 * f4,
             Box::new(move || drop(tessera_kernels::rmsnorm(x, g).unwrap())),
+            reused(
+                move || k::rmsnorm(x, g),
+                move |o| k::rmsnorm::KERNEL.launch_into(&[x.arg(), g.arg()], o),
+            ),
         ),
         case(
             "gelu",
             2 * f4,
             Box::new(move || drop(tessera_kernels::gelu(x).unwrap())),
+            reused(
+                move || k::gelu(x),
+                move |o| k::gelu::KERNEL.launch_into(&[x.arg()], o),
+            ),
         ),
         case(
             "add",
             3 * f4,
             Box::new(move || drop(tessera_kernels::add(x, y).unwrap())),
+            reused(
+                move || k::add(x, y),
+                move |o| k::add::KERNEL.launch_into(&[x.arg(), y.arg()], o),
+            ),
         ),
         case(
             "mul+add+gelu",
             2 * f4,
             Box::new(move || drop(chain(x, g).unwrap())),
+            reused(
+                move || chain(x, g),
+                move |o| chain::KERNEL.launch_into(&[x.arg(), g.arg()], o),
+            ),
         ),
-        case("col_mean", f4, Box::new(move || drop(col_mean(x).unwrap()))),
+        case(
+            "col_mean",
+            f4,
+            Box::new(move || drop(col_mean(x).unwrap())),
+            reused(
+                move || col_mean(x),
+                move |o| col_mean::KERNEL.launch_into(&[x.arg()], o),
+            ),
+        ),
         case(
             "transpose",
             2 * f4,
             Box::new(move || drop(transpose_f32(x).unwrap())),
+            reused(
+                move || transpose_f32(x),
+                move |o| transpose_f32::KERNEL.launch_into(&[x.arg()], o),
+            ),
         ),
     ];
     let bf16_cases = vec![
@@ -200,31 +261,55 @@ fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
             "softmax bf16→f32",
             b2 + f4,
             Box::new(move || drop(softmax_bf16(xb).unwrap())),
+            reused(
+                move || softmax_bf16(xb),
+                move |o| softmax_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
         ),
         case(
             "rmsnorm bf16→f32",
             b2 + f4,
             Box::new(move || drop(rmsnorm_bf16(xb, gb).unwrap())),
+            reused(
+                move || rmsnorm_bf16(xb, gb),
+                move |o| rmsnorm_bf16::KERNEL.launch_into(&[xb.arg(), gb.arg()], o),
+            ),
         ),
         case(
             "gelu bf16",
             2 * b2,
             Box::new(move || drop(gelu_bf16(xb).unwrap())),
+            reused(
+                move || gelu_bf16(xb),
+                move |o| gelu_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
         ),
         case(
             "add bf16",
             3 * b2,
             Box::new(move || drop(add_bf16(xb, yb).unwrap())),
+            reused(
+                move || add_bf16(xb, yb),
+                move |o| add_bf16::KERNEL.launch_into(&[xb.arg(), yb.arg()], o),
+            ),
         ),
         case(
             "col_sum bf16",
             b2,
             Box::new(move || drop(col_sum_bf16(xb).unwrap())),
+            reused(
+                move || col_sum_bf16(xb),
+                move |o| col_sum_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
         ),
         case(
             "transpose bf16",
             2 * b2,
             Box::new(move || drop(transpose_bf16(xb).unwrap())),
+            reused(
+                move || transpose_bf16(xb),
+                move |o| transpose_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
         ),
     ];
     vec![("f32", f32_cases), ("bf16", bf16_cases)]
@@ -241,12 +326,16 @@ fn depthwise_case(r: usize, c: usize) -> Case<'static> {
         name: "depthwise 3x3",
         bytes: 4 * (h * w * ch + out),
         run: Box::new(move || drop(tessera_kernels::depthwise_conv2d(x, f).unwrap())),
+        // A `tile!` kernel: its output is an argument, made per launch by the library call.
+        reused: None,
     }
 }
 
 fn summary_memory(rows: &mut Vec<Row>) {
     for (r, c) in shapes() {
         let shape = format!("[{r}, {c}]");
+        // `→ reused out` rows at `[4096, 1024]` and beyond the LLC.
+        let reuse = (r, c) == (4096, 1024) || 4 * r * c > llc_bytes();
         let mut groups = memory_cases(r, c);
         groups.push(("f32", vec![depthwise_case(r, c)]));
         for t in THREADS {
@@ -265,6 +354,20 @@ fn summary_memory(rows: &mut Vec<Row>) {
                         ratio: gbs / copy,
                         yardstick: "memcpy",
                     });
+                    if let Some(make) = case.reused.as_ref().filter(|_| reuse) {
+                        let mut run = make();
+                        let s = p.install(|| best(&mut run));
+                        let gbs = case.bytes as f64 / s / 1e9;
+                        rows.push(Row {
+                            kernel: format!("{} → reused out", case.name),
+                            shape: shape.clone(),
+                            threads: t,
+                            value: gbs,
+                            unit: "GB/s",
+                            ratio: gbs / copy,
+                            yardstick: "memcpy",
+                        });
+                    }
                 }
             }
         }
@@ -432,7 +535,12 @@ fn write_docs(rows: &[Row]) {
          writes the same table in a few minutes). \
          Memory-bound kernels: GB/s of the bytes they must read and write (each counted once) and \
          the ratio to a `copy_from_slice` of the same bytes on the same number of threads in the \
-         same run. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
+         same run (into a destination it keeps). A plain row times the library call, which returns \
+         a fresh output tensor per launch (its memory comes from the allocator each time: above \
+         glibc's mmap threshold, at most 32 MiB, a new mapping whose pages the OS faults in and \
+         zeroes on first write); a `→ reused out` row times the same kernel launched with \
+         `KernelDef::launch_into` into one output tensor kept across launches, as the copy keeps \
+         its destination. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
          per whole launch, and how many times slower the interpreter is; \
          \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Best of ≥ 5 runs per case.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \

@@ -10,9 +10,13 @@
 //! faer, on the rayon pool's threads; `matmul_bf16` the same product of bf16 operands
 //! (`matmul_bf16_f32`: `vdpbf16ps` where the CPU has it), `matmul_bf16_widen` that launch with
 //! `vdpbf16ps` disabled (`gemm::without_dot`: operands widened to f32); `gemm_f32` and
-//! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output).
+//! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output), `memcpy_kept` the
+//! copy into a buffer kept across launches (what `benches/cpu.rs`'s memcpy yardstick times).
+//! `--into` (anywhere on the line) launches the memory-bound kernels (not depthwise) with
+//! `KernelDef::launch_into` into one output tensor kept across launches instead of returning a
+//! fresh one: `-- add 8192 4096 20 --into`.
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
-//! the calling thread); for gelu also the launch's work (a copy of the input and
+//! the calling thread) and the process's minor page faults per launch; for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
 use std::time::Instant;
 use tessera::Tensor;
@@ -49,7 +53,10 @@ fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
 }
 
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
+    let mut a: Vec<String> = std::env::args().collect();
+    // `--into`: launch into an output kept across launches (`KernelDef::launch_into`).
+    let into = a.iter().any(|s| s == "--into");
+    a.retain(|s| s != "--into");
     let name = a.get(1).map_or("gelu", |s| s.as_str()).to_string();
     let r: usize = a.get(2).map_or(37, |s| s.parse().unwrap());
     let c: usize = a.get(3).map_or(300, |s| s.parse().unwrap());
@@ -93,6 +100,19 @@ fn main() {
         (Vec::new(), Vec::new())
     };
     let mut craw = vec![0.0f32; if name.starts_with("gemm") { r * c } else { 0 }];
+    let mut kept = vec![0.0f32; if name == "memcpy_kept" { r * c } else { 0 }];
+    // The kept outputs of `--into` (made by the warm-up launch).
+    let (mut o32, mut ob): (Option<Tensor<f32>>, Option<Tensor<bf16>>) = (None, None);
+    // A launch returning a fresh output, or with `--into` one writing into the kept one.
+    macro_rules! go {
+        ($slot:ident, $fresh:expr, $def:expr, [$($arg:expr),*]) => {
+            match (&mut $slot, into) {
+                (Some(o), true) => $def.launch_into(&[$($arg.arg()),*], o).unwrap(),
+                (None, true) => $slot = Some($fresh.unwrap()),
+                (_, false) => drop($fresh.unwrap()),
+            }
+        };
+    }
     let mut run = || match name.as_str() {
         "gemm_bf16" => {
             tessera::backend::cpu::gemm::gemm_bf16(r, c, c, &xbits, c, &wbits, c, &mut craw, c)
@@ -123,21 +143,67 @@ fn main() {
                 faer::Par::rayon(threads)
             },
         ),
-        "gelu" => drop(tessera_kernels::gelu(&x).unwrap()),
-        "softmax" => drop(tessera_kernels::softmax(&x).unwrap()),
-        "layernorm" => drop(tessera_kernels::layernorm(&x, &g, &g).unwrap()),
-        "rmsnorm" => drop(tessera_kernels::rmsnorm(&x, &g).unwrap()),
-        "add" => drop(tessera_kernels::add(&x, &x).unwrap()),
-        "softmax_bf16" => drop(tessera_kernels::softmax(&xb).unwrap()),
-        "layernorm_bf16" => drop(tessera_kernels::layernorm(&xb, &gb, &gb).unwrap()),
-        "rmsnorm_bf16" => drop(tessera_kernels::rmsnorm(&xb, &gb).unwrap()),
-        "add_bf16" => drop(tessera_kernels::add(&xb, &xb).unwrap()),
-        "col_mean" => drop(col_mean(&x).unwrap()),
-        "transpose" => drop(transpose_f32(&x).unwrap()),
-        "col_sum_bf16" => drop(col_sum_bf16(&xb).unwrap()),
-        "transpose_bf16" => drop(transpose_bf16(&xb).unwrap()),
-        "gelu_bf16" => drop(gelu_bf16(&xb).unwrap()),
-        "chain" => drop(chain(&x, &g).unwrap()),
+        "gelu" => go!(
+            o32,
+            tessera_kernels::gelu(&x),
+            tessera_kernels::gelu::KERNEL,
+            [x]
+        ),
+        "softmax" => go!(
+            o32,
+            tessera_kernels::softmax(&x),
+            tessera_kernels::softmax::KERNEL,
+            [x]
+        ),
+        "layernorm" => go!(
+            o32,
+            tessera_kernels::layernorm(&x, &g, &g),
+            tessera_kernels::layernorm::KERNEL,
+            [x, g, g]
+        ),
+        "rmsnorm" => go!(
+            o32,
+            tessera_kernels::rmsnorm(&x, &g),
+            tessera_kernels::rmsnorm::KERNEL,
+            [x, g]
+        ),
+        "add" => go!(
+            o32,
+            tessera_kernels::add(&x, &x),
+            tessera_kernels::add::KERNEL,
+            [x, x]
+        ),
+        "softmax_bf16" => go!(
+            ob,
+            tessera_kernels::softmax(&xb),
+            tessera_kernels::softmax::KERNEL,
+            [xb]
+        ),
+        "layernorm_bf16" => go!(
+            ob,
+            tessera_kernels::layernorm(&xb, &gb, &gb),
+            tessera_kernels::layernorm::KERNEL,
+            [xb, gb, gb]
+        ),
+        "rmsnorm_bf16" => go!(
+            ob,
+            tessera_kernels::rmsnorm(&xb, &gb),
+            tessera_kernels::rmsnorm::KERNEL,
+            [xb, gb]
+        ),
+        "add_bf16" => go!(
+            ob,
+            tessera_kernels::add(&xb, &xb),
+            tessera_kernels::add::KERNEL,
+            [xb, xb]
+        ),
+        "col_mean" => go!(o32, col_mean(&x), col_mean::KERNEL, [x]),
+        "transpose" => go!(o32, transpose_f32(&x), transpose_f32::KERNEL, [x]),
+        "col_sum_bf16" => go!(o32, col_sum_bf16(&xb), col_sum_bf16::KERNEL, [xb]),
+        "transpose_bf16" => go!(ob, transpose_bf16(&xb), transpose_bf16::KERNEL, [xb]),
+        "gelu_bf16" => go!(ob, gelu_bf16(&xb), gelu_bf16::KERNEL, [xb]),
+        "chain" => go!(o32, chain(&x, &g), chain::KERNEL, [x, g]),
+        // A `tile!` kernel: no `--into` form.
         "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
         "matmul_bf16" => drop(tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()),
@@ -146,15 +212,18 @@ fn main() {
         })),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
+        // The same copy into a buffer kept across launches (what `benches/cpu.rs` times).
+        "memcpy_kept" => kept.copy_from_slice(x.as_slice().unwrap()),
         _ => panic!("unknown kernel {name}"),
     };
     run();
-    let (t, cpu) = (Instant::now(), thread_cpu_ns());
+    let (t, cpu, faults) = (Instant::now(), thread_cpu_ns(), minor_faults());
     for _ in 0..n {
         run();
     }
     let s = t.elapsed().as_secs_f64() / n as f64;
     let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
+    let faults = (minor_faults() - faults) as f64 / n as f64;
     // Bytes read + written, each once (as `benches/cpu.rs` counts them).
     let n = (r * c) as f64;
     let bytes = match name.as_str() {
@@ -179,7 +248,7 @@ fn main() {
         return;
     }
     println!(
-        "{name} [{r}, {c}]: wall {:.2} µs ({:.2} GB/s), this thread's CPU time {:.2} µs ({:.2} GB/s)",
+        "{name} [{r}, {c}]: wall {:.2} µs ({:.2} GB/s), this thread's CPU time {:.2} µs ({:.2} GB/s), {faults:.1} minor page faults per launch",
         s * 1e6,
         bytes / s / 1e9,
         c_s * 1e6,
@@ -214,6 +283,19 @@ fn thread_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Minor page faults of the whole process so far (Linux `/proc/self/stat` field 10; 0
+/// elsewhere): the pages the kernel mapped (and zeroed) on first touch.
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the parenthesised command name, which may hold spaces.
+            let rest = &s[s.rfind(')')? + 2..];
+            rest.split_whitespace().nth(7)?.parse().ok()
+        })
         .unwrap_or(0)
 }
 

@@ -2,7 +2,9 @@
 //! picks the one for given argument types (what `name::KERNEL` is for a generic kernel).
 
 use super::KernelDef;
+use crate::tensor::{Element, Tensor, TensorRef};
 use crate::{Error, Result};
+use smallvec::SmallVec;
 use tessera_ir::DType;
 
 /// One instantiation of a generic kernel: its parameters' element types and its definition.
@@ -73,5 +75,32 @@ impl KernelFamily {
                     ),
                 }
             })
+    }
+
+    /// [`KernelDef::launch_into`] on the instantiation for the arguments' element types
+    /// ([`Self::for_params`]): the result is written into `out`, reusing its host memory on
+    /// the CPU.
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    ///
+    /// #[tessera::kernel]
+    /// fn scale<T: Float>(x: Tensor<T, (N,)>, y: Tensor<T, (N,)>) -> Tensor<T, (N,)> {
+    ///     x * y
+    /// }
+    ///
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+    /// let mut out = Tensor::<f32>::zeros(&[3])?;
+    /// scale::KERNEL.launch_into(&[x.arg(), x.arg()], &mut out)?;
+    /// assert_eq!(out, scale(&x, &x)?);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn launch_into<T: Element>(
+        &self,
+        args: &[TensorRef<'_>],
+        out: &mut Tensor<T>,
+    ) -> Result<()> {
+        let dtypes: SmallVec<[DType; 4]> = args.iter().map(|a| a.dtype()).collect();
+        self.for_params(&dtypes)?.launch_into(args, out)
     }
 }

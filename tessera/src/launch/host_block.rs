@@ -1,7 +1,9 @@
 //! Host memory for a CPU launch's outputs, aligned to the element size, so the final output
 //! becomes the returned tensor's `Vec<T>` without a copy.
 //!
-//! A block starts zeroed ([`HostBlock::zeroed`]) or uninitialised ([`HostBlock::uninit`]).
+//! A block starts zeroed ([`HostBlock::zeroed`]) or uninitialised ([`HostBlock::uninit`]), or
+//! borrows memory the caller owns ([`HostBlock::borrowed`]: the storage of the tensor that
+//! `KernelDef::launch_into` writes into), which it treats as uninitialised and never frees.
 //! An uninitialised block is never read: [`HostBlock::as_bytes`] and [`HostBlock::into_vec`]
 //! check that it was zeroed ([`HostBlock::zero`]) or declared fully written by a launch
 //! ([`HostBlock::assume_init`]) first, and kernels never load an output they have not
@@ -29,6 +31,8 @@ pub(crate) struct HostBlock {
     /// Every byte has been written (zeroed at allocation, by [`HostBlock::zero`], or by a
     /// launch that covers the whole block).
     init: bool,
+    /// Allocated here (freed on drop); `false` for [`HostBlock::borrowed`] memory.
+    owned: bool,
 }
 
 // SAFETY: a uniquely owned heap block of plain bytes.
@@ -71,7 +75,34 @@ impl HostBlock {
             ptr,
             layout,
             init: zeroed || bytes == 0,
+            owned: true,
         })
+    }
+
+    /// A block over `bytes`, memory the caller owns: the launch writes its output there. It
+    /// counts as uninitialised (a launch zeroes it unless it provably writes every byte, as
+    /// for a fresh block, whatever `bytes` held before), is never freed and never becomes a
+    /// `Vec` ([`HostBlock::into_vec`] hands it back as `Err`).
+    ///
+    /// # Safety
+    /// `bytes` must stay valid, and be neither read nor written other than through this
+    /// block, until the block is dropped; its address must be a multiple of `align` (a power
+    /// of two).
+    pub unsafe fn borrowed(bytes: &mut [u8], align: usize) -> crate::Result<HostBlock> {
+        let oom = crate::Error::OutOfMemory { bytes: bytes.len() };
+        let layout = Layout::from_size_align(bytes.len(), align.max(1)).map_err(|_| oom)?;
+        debug_assert_eq!(bytes.as_ptr() as usize % layout.align(), 0);
+        Ok(HostBlock {
+            ptr: NonNull::from(bytes).cast(),
+            layout,
+            init: layout.size() == 0,
+            owned: false,
+        })
+    }
+
+    /// Whether the block borrows its caller's memory ([`HostBlock::borrowed`]).
+    pub fn is_borrowed(&self) -> bool {
+        !self.owned
     }
 
     /// Whether every byte is initialised.
@@ -113,12 +144,14 @@ impl HostBlock {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
     }
 
-    /// The block as a `Vec<T>` of `len` elements, without a copy, when its layout is exactly
-    /// `T`'s array layout; else `Err(self)`. Panics on a block not yet initialised.
+    /// The block as a `Vec<T>` of `len` elements, without a copy, when it was allocated here
+    /// and its layout is exactly `T`'s array layout; else `Err(self)`. Panics on a block not
+    /// yet initialised.
     pub fn into_vec<T: bytemuck::Pod>(self, len: usize) -> Result<Vec<T>, HostBlock> {
         assert!(self.init, "an uninitialised launch output was read");
         let size = std::mem::size_of::<T>();
-        if size == 0
+        if !self.owned
+            || size == 0
             || len == 0
             || self.layout.size() != len * size
             || self.layout.align() != std::mem::align_of::<T>()
@@ -162,7 +195,7 @@ fn huge_page_range(addr: usize, bytes: usize) -> Option<(usize, usize)> {
 
 impl Drop for HostBlock {
     fn drop(&mut self) {
-        if self.layout.size() != 0 {
+        if self.owned && self.layout.size() != 0 {
             // SAFETY: allocated in `alloc` with this layout.
             unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
         }
@@ -205,6 +238,29 @@ mod tests {
         let b = HostBlock::uninit(8, 4).unwrap();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.as_bytes().len()));
         assert!(r.is_err(), "reading an uninitialised block must panic");
+    }
+
+    #[test]
+    fn a_borrowed_block_is_uninitialised_and_stays_its_owners() {
+        let mut v = vec![7.5f32; 3];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+        // SAFETY: `v` outlives the block and is not touched while it lives.
+        let mut b = unsafe { HostBlock::borrowed(bytes, 4) }.unwrap();
+        assert!(b.is_borrowed() && !b.is_init());
+        b.zero();
+        assert_eq!(b.as_bytes(), &[0u8; 12]);
+        // SAFETY: 12 bytes are borrowed.
+        unsafe { b.as_mut_ptr().add(8).cast::<f32>().write(-1.25) };
+        let b = b
+            .into_vec::<f32>(3)
+            .err()
+            .expect("borrowed memory is no Vec");
+        drop(b);
+        assert_eq!(v, [0.0, 0.0, -1.25]);
+        let mut e: Vec<f32> = Vec::new();
+        // SAFETY: an empty slice.
+        let b = unsafe { HostBlock::borrowed(bytemuck::cast_slice_mut(&mut e), 4) }.unwrap();
+        assert!(b.is_init() && b.as_bytes().is_empty());
     }
 
     #[test]

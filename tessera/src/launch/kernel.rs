@@ -99,10 +99,19 @@ struct Plan {
 /// The outputs of a CPU plan's kernels, in kernel order: `(value, shape, memory, empty)`.
 type Outputs = SmallVec<[(u32, Vec<usize>, HostBlock, bool); 4]>;
 
-/// A launch's result: host memory (CPU) or a device block.
+/// A launch's result: host memory (CPU), a device block, or the caller's tensor
+/// ([`KernelDef::launch_into`] on the CPU: the result is already there).
 enum Output {
     Host(Vec<usize>, HostBlock),
     Device(Vec<usize>, DeviceBuffer),
+    Into,
+}
+
+/// The tensor [`KernelDef::launch_into`] writes into: its shape (checked against the
+/// launch's result) and its elements' bytes when it is in host memory.
+struct Dest<'o> {
+    shape: &'o [usize],
+    host: Option<&'o mut [u8]>,
 }
 
 impl KernelDef {
@@ -494,6 +503,59 @@ impl KernelDef {
         self.launch_scalars_checked(args)
     }
 
+    /// [`Self::launch`] writing its result into `out`, which must already have the result's
+    /// shape and element type (else [`Error::ShapeMismatch`] or [`Error::DTypeMismatch`]
+    /// naming the kernel and `out`, before anything runs).
+    ///
+    /// When the launch runs on the CPU and `out` is in host memory, the launch writes into
+    /// `out`'s elements in place of a fresh output block: no allocation, and no page of it
+    /// mapped and zeroed by the OS again (a fresh block of more than 32 MiB is a new `mmap` on
+    /// every launch). The result is bit for bit [`Self::launch`]'s: whatever `out` held is
+    /// never read, and an output the kernel cannot prove it writes in full is zeroed first,
+    /// as a fresh block is. Intermediate values of a multi-kernel plan are still allocated
+    /// per launch. On error `out` keeps its shape and element type; its elements may have
+    /// been partly written.
+    ///
+    /// When the launch runs on a device (a GPU or the simulator: arguments there, or
+    /// [`Device::default`] is one), or `out` is in a device's memory while the launch runs on
+    /// the CPU, nothing is reused: the launch runs as [`Self::launch`] does and its result
+    /// replaces `out` (which then lives where the result does).
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    ///
+    /// #[tessera::kernel]
+    /// fn axpy(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    ///     x * 2.0 + y
+    /// }
+    /// let x = Tensor::<f32>::randn(&[3, 5], 1);
+    /// let y = Tensor::<f32>::randn(&[3, 5], 2);
+    /// let mut out = Tensor::<f32>::full(&[3, 5], f32::NAN)?;
+    /// axpy::KERNEL.launch_into(&[x.arg(), y.arg()], &mut out)?;
+    /// assert_eq!(out, axpy(&x, &y)?);
+    /// let mut wrong = Tensor::<f32>::zeros(&[5, 3])?;
+    /// let e = axpy::KERNEL.launch_into(&[x.arg(), y.arg()], &mut wrong).unwrap_err();
+    /// assert!(e.to_string().contains("[3, 5]"), "{e}");
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    pub fn launch_into<T: Element>(
+        &'static self,
+        args: &[TensorRef<'_>],
+        out: &mut Tensor<T>,
+    ) -> Result<()> {
+        self.check_scalars(args)?;
+        let (shape, host) = out.host_parts_mut();
+        let dest = Dest {
+            shape,
+            host: host.map(bytemuck::cast_slice_mut::<T, u8>),
+        };
+        match self.execute(args, T::DTYPE, Some(dest))? {
+            Output::Into => {}
+            o => *out = Self::tensor_of(o)?,
+        }
+        Ok(())
+    }
+
     /// [`Self::launch`] for the function `#[kernel]` generates, whose scalar arguments were
     /// checked on the host before their upload (`crate::scalar_arg`): no second check, so no
     /// download on a device.
@@ -502,7 +564,12 @@ impl KernelDef {
         &'static self,
         args: &[TensorRef<'_>],
     ) -> Result<Tensor<T>> {
-        match self.execute(args, T::DTYPE)? {
+        Self::tensor_of(self.execute(args, T::DTYPE, None)?)
+    }
+
+    /// The tensor of a launch's fresh result.
+    fn tensor_of<T: Element>(o: Output) -> Result<Tensor<T>> {
+        match o {
             Output::Host(shape, mem) => {
                 // The byte size was checked when the output was allocated.
                 let numel = size::elements(&shape);
@@ -522,13 +589,20 @@ impl KernelDef {
                 Ok(Tensor::from_host(shape, data))
             }
             Output::Device(shape, buf) => Ok(Tensor::from_device(shape, buf)),
+            Output::Into => unreachable!("a launch without a destination writes a fresh output"),
         }
     }
 
-    /// [`Self::launch`] with the output's element type `out` as a value. A launch that ran a
-    /// schedule borrowed from a nearby shape is queued for refinement ([`autotune::refine`])
-    /// with a copy of `args`.
-    fn execute(&'static self, args: &[TensorRef<'_>], out: DType) -> Result<Output> {
+    /// [`Self::launch`] with the output's element type `out` as a value, and with `dest`
+    /// ([`Self::launch_into`]) the tensor whose shape the result must have and whose host
+    /// bytes a CPU launch writes ([`Output::Into`]). A launch that ran a schedule borrowed from
+    /// a nearby shape is queued for refinement ([`autotune::refine`]) with a copy of `args`.
+    fn execute(
+        &'static self,
+        args: &[TensorRef<'_>],
+        out: DType,
+        dest: Option<Dest<'_>>,
+    ) -> Result<Output> {
         let l = self.launchable()?;
         let g = &l.graph;
         let name = self.name;
@@ -543,12 +617,27 @@ impl KernelDef {
         if out_dtype != out {
             return Err(Error::DTypeMismatch {
                 kernel: name.into(),
-                param: "return value".into(),
+                param: if dest.is_some() {
+                    "out"
+                } else {
+                    "return value"
+                }
+                .into(),
                 expected: out_dtype.to_string(),
                 got: out.to_string(),
             });
         }
         let syms = bind_symbols(name, g, args)?;
+        if let Some(d) = &dest {
+            let want = eval_shape(&g.ty(g.output).shape.0, &syms);
+            if d.shape != want.as_slice() {
+                return Err(Error::ShapeMismatch {
+                    kernel: name.into(),
+                    param: "out".into(),
+                    message: format!("must have the result's shape {want:?}, got {:?}", d.shape),
+                });
+            }
+        }
         let device = launch_device(name, args.iter().map(|a| a.device()), |i| {
             g.value_name(g.params[i])
         })?;
@@ -571,8 +660,13 @@ impl KernelDef {
                     self.fusion_choice(ready, args, &syms)?
                 }
             };
-            let (shape, mem) = self.run_plan(&plan, args, &syms, true)?;
-            Output::Host(shape, mem)
+            let into = dest.and_then(|d| d.host);
+            let (shape, mem) = self.run_plan(&plan, args, &syms, true, into)?;
+            if mem.is_borrowed() {
+                Output::Into
+            } else {
+                Output::Host(shape, mem)
+            }
         } else {
             let l = match &scoped {
                 Some(s) => s.device.get_or_init(|| Launchable {
@@ -594,7 +688,7 @@ impl KernelDef {
                 let copies: Vec<ArgCopy> = args.iter().map(ArgCopy::of).collect();
                 move || {
                     let refs: Vec<TensorRef<'_>> = copies.iter().map(ArgCopy::arg).collect();
-                    self.execute(&refs, out).map(drop)
+                    self.execute(&refs, out, None).map(drop)
                 }
             });
             super::report::restore(ran);
@@ -626,7 +720,7 @@ impl KernelDef {
                 )
             })
             .collect();
-        self.execute(&moved, out)
+        self.execute(&moved, out, None)
     }
 
     /// The plan the autotuner picks for these arguments (the default plan unless a fusion
@@ -679,13 +773,16 @@ impl KernelDef {
     }
 
     /// Runs every kernel of `plan` on the CPU in order; returns the output's shape and memory.
-    /// With `tune`, each kernel runs the autotuner's pick for its shapes.
+    /// With `tune`, each kernel runs the autotuner's pick for its shapes. With `into` (the
+    /// result's bytes, `launch_into`), the final output is written there
+    /// ([`HostBlock::borrowed`]) instead of a fresh block.
     fn run_plan(
         &self,
         plan: &Plan,
         args: &[TensorRef<'_>],
         syms: &Syms<'_>,
         tune: bool,
+        mut into: Option<&mut [u8]>,
     ) -> Result<(Vec<usize>, HostBlock)> {
         let g = &plan.compiled.graph;
         // Memory for each kernel's output, aligned to its element size (the final one becomes
@@ -700,7 +797,14 @@ impl KernelDef {
             let shape = eval_shape(&g.ty(v).shape.0, syms);
             let size = g.ty(v).dtype.size_bytes();
             let bytes = self.value_bytes(g, v, &shape)?;
-            owned.push((v.0, shape, HostBlock::uninit(bytes, size)?, bytes == 0));
+            let mem = match into.take_if(|b| v == g.output && b.len() == bytes) {
+                // SAFETY: `launch_into` holds the tensor these bytes belong to mutably
+                // borrowed until this launch's result (this block) is dropped, and its
+                // elements are `size`-aligned (the output's element type, checked).
+                Some(b) => unsafe { HostBlock::borrowed(b, size)? },
+                None => HostBlock::uninit(bytes, size)?,
+            };
+            owned.push((v.0, shape, mem, bytes == 0));
         }
         let find = |owned: &Outputs, v: u32| {
             owned
@@ -1060,7 +1164,9 @@ struct PlanRunner<'a, 'g> {
 impl autotune::Runner for PlanRunner<'_, '_> {
     fn run(&mut self, i: usize) -> Result<()> {
         let plan = self.def.plan(self.ready, self.depths[i])?;
-        let (shape, mem) = self.def.run_plan(&plan, self.args, self.syms, false)?;
+        let (shape, mem) = self
+            .def
+            .run_plan(&plan, self.args, self.syms, false, None)?;
         let g = &plan.compiled.graph;
         self.out_bytes = size::elements(&shape) * g.ty(g.output).dtype.size_bytes();
         self.out = Some(mem);

@@ -274,6 +274,15 @@ impl<T: Element> Tensor<T> {
         }
     }
 
+    /// The shape, and the elements when the tensor is in host memory (what
+    /// `KernelDef::launch_into` writes into).
+    pub(crate) fn host_parts_mut(&mut self) -> (&[usize], Option<&mut [T]>) {
+        match &mut self.storage {
+            Storage::Host(v) => (&self.shape, Some(v)),
+            Storage::Device(_) => (&self.shape, None),
+        }
+    }
+
     /// A tensor over a device buffer the launcher filled.
     pub(crate) fn from_device(shape: Vec<usize>, buffer: DeviceBuffer) -> Self {
         debug_assert_eq!(
