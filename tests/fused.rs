@@ -992,6 +992,38 @@ fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     norm_rows_bits_on(&large_row_shapes());
 }
 
+/// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
+/// the direct unary chain over whole rows, a broadcast chain on the chunk loop) against the
+/// interpreter, bit for bit; the ragged width puts the streamed runs' starts and ends off
+/// 32-byte boundaries.
+#[test]
+fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    elementwise_bits_on(&large_row_shapes());
+}
+
+fn elementwise_bits_on(shapes: &[(usize, usize)]) {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1400 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        let row = Tensor::<f32>::randn(&[c], s + 3);
+        bits_match(&format!("add {tag}"), fused::launches, || {
+            tessera_kernels::add(&x, &y).unwrap()
+        });
+        bits_match(&format!("sub {tag}"), fused::launches, || {
+            sub_f32(&x, &y).unwrap()
+        });
+        bits_match(&format!("gelu {tag}"), fused::direct_chains, || {
+            tessera_kernels::gelu(&x).unwrap()
+        });
+        bits_match(&format!("mul+add+gelu {tag}"), fused::launches, || {
+            chain(&x, &row).unwrap()
+        });
+    }
+}
+
 /// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
 /// has more than one row.
 fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
@@ -1256,6 +1288,7 @@ fn every_simd_level_agrees() {
         norm_rows_bits();
         softmax_rows_bits_on(&large_row_shapes()[..1]);
         norm_rows_bits_on(&large_row_shapes()[..1]);
+        elementwise_bits_on(&large_row_shapes()[..1]);
         binary_elementwise_bits();
         unary_chains_bits();
         let (m, k, n) = (37, 300, 45);

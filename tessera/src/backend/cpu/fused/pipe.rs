@@ -3,7 +3,7 @@
 //! from the two inputs in registers (bf16 widened there, exactly) and written straight to the
 //! output, rounded to bf16 when the output is bf16, with no chunk slot in between.
 
-use super::chunk::{bf16_bits, bin_f, round_bf16};
+use super::chunk::{V, bf16_bits, bin_f, round_bf16};
 use super::plan::{COp, Group, Pipe};
 use super::run::window;
 use crate::backend::Buffer;
@@ -57,7 +57,11 @@ pub(crate) fn run(
     };
     let wide = |x: &u16| f32::from_bits((*x as u32) << 16);
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
+    // f32 values for an output past `stream::wanted`'s threshold are streamed from an L1
+    // buffer (the caller fences).
+    let nt = a.dtype == DType::F32 && super::stream::wanted(o, false);
     let (of, ob) = match o.dtype {
+        _ if nt => (None, None),
         DType::F32 => {
             assert!((io + w) * 4 <= o.len, "fused store out of bounds");
             // SAFETY: in bounds; programs of a launch write disjoint elements.
@@ -75,6 +79,17 @@ pub(crate) fn run(
         ($f:expr) => {{
             let f = $f;
             match (a.dtype, of, ob) {
+                (DType::F32, None, None) => {
+                    let (x, y) = (f32s(a, ia), f32s(b, ib));
+                    let mut t = [0f32; 256];
+                    for k in (0..w).step_by(256) {
+                        let m = (w - k).min(256);
+                        for ((t, x), y) in t[..m].iter_mut().zip(&x[k..]).zip(&y[k..]) {
+                            *t = f(*x, *y);
+                        }
+                        super::stream::store(o, io + k, V::S(&t[..m]), 0, m);
+                    }
+                }
                 (DType::F32, Some(o), _) => {
                     for ((o, x), y) in o.iter_mut().zip(f32s(a, ia)).zip(f32s(b, ib)) {
                         *o = f(*x, *y);

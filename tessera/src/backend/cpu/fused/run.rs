@@ -332,9 +332,22 @@ pub(crate) fn window(
     (base + (col_start + lo as i64) as usize, lo, hi)
 }
 
+/// Runs a group ([`group_at_level`]). A store to a tensor past [`super::stream::wanted`]'s
+/// threshold is streamed ([`super::stream::store`]); this thread's streaming stores are
+/// fenced before the group returns.
+fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_at_level(g, s, args);
+    #[cfg(target_arch = "x86_64")]
+    if g.members.iter().any(
+        |m| matches!(&m.op, COp::Store { param, .. } if super::stream::wanted(&args[*param], false)),
+    ) {
+        super::stream::fence();
+    }
+}
+
 /// Runs a group with the loops built for the active SIMD level
 /// ([`crate::backend::cpu::simd::active`]).
-fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+fn group_at_level(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
@@ -504,7 +517,7 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         let buf = &args[*param];
                         let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
                         if hi > lo {
-                            chunk::store(buf, at, rd(*src), lo, hi);
+                            super::stream::store(buf, at, rd(*src), lo, hi);
                         }
                         None
                     }
@@ -734,9 +747,11 @@ fn direct(
 }
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
-/// `bo` from `at_o`. An f32 output receives the widened input and the steps run there; a
-/// bf16 output is written from `buf` (f32, the ops run there) piece by piece, its last
-/// rounding left to the store, which rounds the same way (rounding twice changes nothing).
+/// `bo` from `at_o`. An f32 output below [`super::stream::wanted`]'s threshold receives the
+/// widened input and the steps run there; a larger f32 output and a bf16 output are written
+/// from `buf` (f32, the ops run there) piece by piece with [`super::stream::store`]
+/// (streaming stores for the former), a bf16 output's last rounding left to the store,
+/// which rounds the same way (rounding twice changes nothing).
 #[inline(always)]
 fn direct_run(
     ops: &[DirectStep],
@@ -755,7 +770,7 @@ fn direct_run(
             }
         }
     };
-    if bo.dtype == DType::F32 {
+    if bo.dtype == DType::F32 && !super::stream::wanted(bo, false) {
         assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
         // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
         // and the output is never a loaded parameter (`plan::compile`).
@@ -765,7 +780,7 @@ fn direct_run(
         return;
     }
     let ops = match ops.split_last() {
-        Some((DirectStep::Round, rest)) => rest,
+        Some((DirectStep::Round, rest)) if bo.dtype == DType::BF16 => rest,
         _ => ops,
     };
     let piece = buf.len().min(CHUNK);
@@ -775,7 +790,7 @@ fn direct_run(
         let v = &mut buf[..m];
         chunk::load(bi, at_i + k, v);
         steps(ops, v);
-        chunk::store(bo, at_o + k, chunk::V::S(v), 0, m);
+        super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m);
         k += m;
     }
 }

@@ -1,6 +1,7 @@
-//! Non-temporal row stores for the row loops (`softmax`, `norm`): a row computed in an L1
-//! buffer is copied to a large f32 output with streaming stores, which neither read the
-//! output's lines first nor evict the input from the caches.
+//! Non-temporal stores for the row loops (`softmax`, `norm`) and the chunk program's stores
+//! (`run`, `pipe`): values computed in an L1 buffer are copied to a large f32 output with
+//! streaming stores, which neither read the output's lines first nor evict the input from
+//! the caches.
 
 use crate::backend::Buffer;
 use tessera_ir::DType;
@@ -30,7 +31,7 @@ fn llc_bytes() -> usize {
         .unwrap_or(32 << 20)
 }
 
-/// Whether the row loops write `out` with [`copy`]: an unrounded f32 output of at least
+/// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least
 /// [`nt_bytes`], at the AVX2 level or higher.
 pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -107,6 +108,22 @@ pub(crate) unsafe fn scale_avx512(out: &Buffer, at: usize, es: &[f32], inv: f32)
 pub(crate) fn fence() {
     // SAFETY: SSE is part of x86_64.
     unsafe { core::arch::x86_64::_mm_sfence() };
+}
+
+/// [`super::chunk::store`], through [`copy`] when `v` is a slice and [`wanted`] holds for
+/// `buf` (unrounded: the values are already what the tensor holds). The caller runs
+/// [`fence`] before its program returns when [`wanted`] holds.
+#[inline(always)]
+pub(crate) fn store(buf: &Buffer, at: usize, v: super::chunk::V, lo: usize, hi: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let super::chunk::V::S(s) = v
+        && wanted(buf, false)
+    {
+        // SAFETY: `wanted` holds (AVX is present); the caller fences before its program
+        // returns.
+        return unsafe { copy(buf, at, &s[lo..hi]) };
+    }
+    super::chunk::store(buf, at, v, lo, hi)
 }
 
 /// [`super::chunk::write`] of `f(j)` for `j in 0..n` at element offset `at` of `out`; with
