@@ -994,12 +994,21 @@ fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
 
 /// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
 /// the direct unary chain over whole rows, a broadcast chain on the chunk loop) against the
-/// interpreter, bit for bit; the ragged width puts the streamed runs' starts and ends off
-/// 32-byte boundaries.
+/// interpreter, bit for bit; ragged widths put the runs' starts and ends off 32-byte
+/// boundaries.
 #[test]
 fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    elementwise_bits_on(&large_row_shapes());
+    let mut shapes = large_row_shapes();
+    shapes.push(large_whole_tile_rows());
+    elementwise_bits_on(&shapes);
+}
+
+/// A ragged width narrower than a `[_, 1024]` tile, rows past the non-temporal threshold: the
+/// programs write whole rows (streamed, rows off 32-byte boundaries).
+fn large_whole_tile_rows() -> (usize, usize) {
+    let c = 1001;
+    ((llc_bytes() / 8 * 3).div_ceil(4 * c) + 1, c)
 }
 
 fn elementwise_bits_on(shapes: &[(usize, usize)]) {
@@ -1288,7 +1297,7 @@ fn every_simd_level_agrees() {
         norm_rows_bits();
         softmax_rows_bits_on(&large_row_shapes()[..1]);
         norm_rows_bits_on(&large_row_shapes()[..1]);
-        elementwise_bits_on(&large_row_shapes()[..1]);
+        elementwise_bits_on(&[large_whole_tile_rows(), large_row_shapes()[0]]);
         binary_elementwise_bits();
         unary_chains_bits();
         let (m, k, n) = (37, 300, 45);

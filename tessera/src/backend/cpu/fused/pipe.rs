@@ -57,9 +57,11 @@ pub(crate) fn run(
     };
     let wide = |x: &u16| f32::from_bits((*x as u32) << 16);
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
-    // f32 values for an output past `stream::wanted`'s threshold are streamed from an L1
-    // buffer (the caller fences).
-    let nt = a.dtype == DType::F32 && super::stream::wanted(o, false);
+    // f32 values for whole rows of an output past `stream::wanted`'s threshold are streamed
+    // from an L1 buffer (the caller fences).
+    let nt = a.dtype == DType::F32
+        && super::stream::wanted(o, false)
+        && super::stream::whole_rows(o, io, w);
     let (of, ob) = match o.dtype {
         _ if nt => (None, None),
         DType::F32 => {

@@ -457,6 +457,9 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         let mut c0 = c_lo;
         while c0 < c_hi {
             let w = (c_hi - c0).min(wmax);
+            if r + 1 < rows {
+                next_row_lines(g, args, sc, r + 1, c0, w);
+            }
             if let Some(ops) = &g.direct
                 // SAFETY: as for `direct_rows` above.
                 && direct(g, ops, args, sc, unsafe { std::slice::from_raw_parts_mut(chp, SLOT) }, r, c0, w)
@@ -696,6 +699,30 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
+/// Asks for the large loaded tensors' lines of chunk `c0 .. c0 + w` of row `r`
+/// ([`super::stream::prefetch`]) where that chunk does not follow row `r - 1`'s in memory:
+/// a tile's rows narrower than a tensor's lie a page or more apart, where the hardware
+/// prefetchers stop.
+#[inline(always)]
+fn next_row_lines(g: &Group, args: &[Buffer], sc: &[f64], r: usize, c0: usize, w: usize) {
+    for m in &g.members {
+        if let COp::Load {
+            param,
+            idx,
+            rank: 2,
+            ..
+        } = &m.op
+        {
+            let b = &args[*param];
+            let (at, lo, hi) = window(b, idx, sc, 2, r, c0, w);
+            let (before, lo0, hi0) = window(b, idx, sc, 2, r - 1, c0, w);
+            if hi > lo && before + (hi0 - lo0) != at {
+                super::stream::prefetch(b, at, hi - lo);
+            }
+        }
+    }
+}
+
 /// A direct group's load (first member) and store (last member): (parameter, index, rank)
 /// of each.
 #[inline(always)]
@@ -747,8 +774,9 @@ fn direct(
 }
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
-/// `bo` from `at_o`. An f32 output below [`super::stream::wanted`]'s threshold receives the
-/// widened input and the steps run there; a larger f32 output and a bf16 output are written
+/// `bo` from `at_o`. An f32 output below [`super::stream::wanted`]'s threshold or written
+/// in part rows ([`super::stream::whole_rows`]) receives the widened input and the steps run
+/// there; a larger f32 output written in whole rows and a bf16 output are written
 /// from `buf` (f32, the ops run there) piece by piece with [`super::stream::store`]
 /// (streaming stores for the former), a bf16 output's last rounding left to the store,
 /// which rounds the same way (rounding twice changes nothing).
@@ -770,7 +798,9 @@ fn direct_run(
             }
         }
     };
-    if bo.dtype == DType::F32 && !super::stream::wanted(bo, false) {
+    if bo.dtype == DType::F32
+        && !(super::stream::wanted(bo, false) && super::stream::whole_rows(bo, at_o, n))
+    {
         assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
         // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
         // and the output is never a loaded parameter (`plan::compile`).
