@@ -59,9 +59,7 @@ pub(crate) fn run(
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
     // f32 values for whole rows of an output past `stream::wanted`'s threshold are streamed
     // from an L1 buffer (the caller fences).
-    let nt = a.dtype == DType::F32
-        && super::stream::wanted(o, false)
-        && super::stream::whole_rows(o, io, w);
+    let nt = a.dtype == DType::F32 && super::stream::streams(o, io, w);
     let (of, ob) = match o.dtype {
         _ if nt => (None, None),
         DType::F32 => {
@@ -89,7 +87,7 @@ pub(crate) fn run(
                         for ((t, x), y) in t[..m].iter_mut().zip(&x[k..]).zip(&y[k..]) {
                             *t = f(*x, *y);
                         }
-                        super::stream::store(o, io + k, V::S(&t[..m]), 0, m);
+                        super::stream::store(o, io + k, V::S(&t[..m]), 0, m, true);
                     }
                 }
                 (DType::F32, Some(o), _) => {

@@ -520,7 +520,8 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         let buf = &args[*param];
                         let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
                         if hi > lo {
-                            super::stream::store(buf, at, rd(*src), lo, hi);
+                            let nt = super::stream::streams(buf, at, hi - lo);
+                            super::stream::store(buf, at, rd(*src), lo, hi, nt);
                         }
                         None
                     }
@@ -774,9 +775,8 @@ fn direct(
 }
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
-/// `bo` from `at_o`. An f32 output below [`super::stream::wanted`]'s threshold or written
-/// in part rows ([`super::stream::whole_rows`]) receives the widened input and the steps run
-/// there; a larger f32 output written in whole rows and a bf16 output are written
+/// `bo` from `at_o`. An f32 output that [`super::stream::streams`] declines receives the widened input and the steps run
+/// there; other f32 outputs and bf16 outputs are written
 /// from `buf` (f32, the ops run there) piece by piece with [`super::stream::store`]
 /// (streaming stores for the former), a bf16 output's last rounding left to the store,
 /// which rounds the same way (rounding twice changes nothing).
@@ -798,9 +798,8 @@ fn direct_run(
             }
         }
     };
-    if bo.dtype == DType::F32
-        && !(super::stream::wanted(bo, false) && super::stream::whole_rows(bo, at_o, n))
-    {
+    let nt = super::stream::streams(bo, at_o, n);
+    if bo.dtype == DType::F32 && !nt {
         assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
         // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
         // and the output is never a loaded parameter (`plan::compile`).
@@ -820,7 +819,7 @@ fn direct_run(
         let v = &mut buf[..m];
         chunk::load(bi, at_i + k, v);
         steps(ops, v);
-        super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m);
+        super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m, nt);
         k += m;
     }
 }

@@ -139,21 +139,26 @@ pub(crate) fn fence() {
     unsafe { core::arch::x86_64::_mm_sfence() };
 }
 
-/// [`super::chunk::store`], through [`copy`] when `v` is a slice, [`wanted`] holds for
-/// `buf` (unrounded: the values are already what the tensor holds) and the elements are
-/// [`whole_rows`]. The caller runs
-/// [`fence`] before its program returns when [`wanted`] holds.
+/// Whether a launch writes elements `at .. at + n` of `out` with [`copy`]: [`wanted`]
+/// (unrounded: the values are already what the tensor holds) and [`whole_rows`].
+pub(crate) fn streams(out: &Buffer, at: usize, n: usize) -> bool {
+    wanted(out, false) && whole_rows(out, at, n)
+}
+
+/// [`super::chunk::store`], through [`copy`] when `v` is a slice and `nt` ([`streams`] of
+/// the run this piece belongs to). The caller runs [`fence`] before its program returns
+/// when [`wanted`] holds for `buf`.
 #[inline(always)]
-pub(crate) fn store(buf: &Buffer, at: usize, v: super::chunk::V, lo: usize, hi: usize) {
+pub(crate) fn store(buf: &Buffer, at: usize, v: super::chunk::V, lo: usize, hi: usize, nt: bool) {
     #[cfg(target_arch = "x86_64")]
     if let super::chunk::V::S(s) = v
-        && wanted(buf, false)
-        && whole_rows(buf, at, hi - lo)
+        && nt
     {
-        // SAFETY: `wanted` holds (AVX is present); the caller fences before its program
-        // returns.
+        // SAFETY: `nt` implies `wanted` (AVX is present); the caller fences before its
+        // program returns.
         return unsafe { copy(buf, at, &s[lo..hi]) };
     }
+    let _ = nt;
     super::chunk::store(buf, at, v, lo, hi)
 }
 
