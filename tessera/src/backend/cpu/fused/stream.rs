@@ -109,7 +109,7 @@ pub(crate) unsafe fn scale_avx512(out: &Buffer, at: usize, es: &[f32], inv: f32)
 /// away (`[8192, 4096]` f32 in `[8, 1024]` tiles), faster where runs follow one another.
 pub(crate) fn whole_rows(buf: &Buffer, at: usize, n: usize) -> bool {
     let row = buf.dims().last().copied().unwrap_or(1).max(1);
-    n > 0 && at % row == 0 && n % row == 0
+    n > 0 && at.is_multiple_of(row) && n.is_multiple_of(row)
 }
 
 /// Asks for the cache lines of elements `at .. at + n` of `buf` when `buf` is at least
