@@ -106,7 +106,8 @@ pub(crate) unsafe fn scale_avx512(out: &Buffer, at: usize, es: &[f32], inv: f32)
 /// Whether elements `at .. at + n` of `buf` are whole rows (last-axis runs) of it: such
 /// runs of a launch's programs follow one another in memory. Streaming stores measured
 /// slower than plain ones where each run is part of a row and the next run a page or more
-/// away (`[8192, 4096]` f32 in `[8, 1024]` tiles), faster where runs follow one another.
+/// away (`[8192, 4096]` f32 in tiles narrower than a row), faster where runs follow one
+/// another.
 pub(crate) fn whole_rows(buf: &Buffer, at: usize, n: usize) -> bool {
     let row = buf.dims().last().copied().unwrap_or(1).max(1);
     n > 0 && at.is_multiple_of(row) && n.is_multiple_of(row)
