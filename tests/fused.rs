@@ -1066,6 +1066,47 @@ fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     norm_rows_bits_on(&large_row_shapes());
 }
 
+/// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
+/// the direct unary chain over whole rows, a broadcast chain on the chunk loop) against the
+/// interpreter, bit for bit; ragged widths put the runs' starts and ends off 32-byte
+/// boundaries.
+#[test]
+fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let mut shapes = large_row_shapes();
+    shapes.push(large_whole_tile_rows());
+    elementwise_bits_on(&shapes);
+}
+
+/// A ragged width narrower than a `[_, 1024]` tile, rows past the non-temporal threshold: the
+/// programs write whole rows (streamed, rows off 32-byte boundaries).
+fn large_whole_tile_rows() -> (usize, usize) {
+    let c = 1001;
+    ((llc_bytes() / 8 * 3).div_ceil(4 * c) + 1, c)
+}
+
+fn elementwise_bits_on(shapes: &[(usize, usize)]) {
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1400 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = Tensor::<f32>::randn(&[r, c], s + 1);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        let row = Tensor::<f32>::randn(&[c], s + 3);
+        bits_match(&format!("add {tag}"), fused::launches, || {
+            tessera_kernels::add(&x, &y).unwrap()
+        });
+        bits_match(&format!("sub {tag}"), fused::launches, || {
+            sub_f32(&x, &y).unwrap()
+        });
+        bits_match(&format!("gelu {tag}"), fused::direct_chains, || {
+            tessera_kernels::gelu(&x).unwrap()
+        });
+        bits_match(&format!("mul+add+gelu {tag}"), fused::launches, || {
+            chain(&x, &row).unwrap()
+        });
+    }
+}
+
 /// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
 /// has more than one row.
 fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
@@ -1485,6 +1526,7 @@ fn every_simd_level_agrees() {
         norm_rows_bits();
         softmax_rows_bits_on(&large_row_shapes()[..1]);
         norm_rows_bits_on(&large_row_shapes()[..1]);
+        elementwise_bits_on(&[large_whole_tile_rows(), large_row_shapes()[0]]);
         binary_elementwise_bits();
         operand_chains_bits();
         unary_chains_bits();

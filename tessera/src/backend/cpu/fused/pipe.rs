@@ -3,7 +3,7 @@
 //! from the two inputs in registers (bf16 widened there, exactly) and written straight to the
 //! output, rounded to bf16 when the output is bf16, with no chunk slot in between.
 
-use super::chunk::{bf16_bits, bin_f, round_bf16};
+use super::chunk::{V, bf16_bits, bin_f, round_bf16};
 use super::plan::{COp, Group, Pipe};
 use super::run::window;
 use crate::backend::Buffer;
@@ -49,7 +49,7 @@ pub(crate) fn run(
             let buf = &args[*param];
             let (at, lo, hi) = window(buf, idx, sc, *rank, r + AHEAD, c0, w);
             if (lo, hi) == (0, w) && buf.dims().last() != Some(&w) {
-                prefetch(buf, at, w);
+                super::stream::prefetch_lines(buf, at, w);
             }
         }
     }
@@ -72,7 +72,11 @@ pub(crate) fn run(
     };
     let wide = |x: &u16| f32::from_bits((*x as u32) << 16);
     // The output; the plan made it f32 or bf16 and never a loaded parameter.
+    // f32 values for whole rows of an output past `stream::wanted`'s threshold are streamed
+    // from an L1 buffer (the caller fences).
+    let nt = a.dtype == DType::F32 && super::stream::streams(o, io, w);
     let (of, mut ob) = match o.dtype {
+        _ if nt => (None, None),
         DType::F32 => {
             assert!((io + w) * 4 <= o.len, "fused store out of bounds");
             // SAFETY: in bounds; programs of a launch write disjoint elements.
@@ -97,6 +101,17 @@ pub(crate) fn run(
         ($f:expr) => {{
             let f = $f;
             match (a.dtype, of, ob) {
+                (DType::F32, None, None) => {
+                    let (x, y) = (f32s(a, ia), f32s(b, ib));
+                    let mut t = [0f32; 256];
+                    for k in (0..w).step_by(256) {
+                        let m = (w - k).min(256);
+                        for ((t, x), y) in t[..m].iter_mut().zip(&x[k..]).zip(&y[k..]) {
+                            *t = f(*x, *y);
+                        }
+                        super::stream::store(o, io + k, V::S(&t[..m]), 0, m, true);
+                    }
+                }
                 (DType::F32, Some(o), _) => {
                     for ((o, x), y) in o.iter_mut().zip(f32s(a, ia)).zip(f32s(b, ib)) {
                         *o = f(*x, *y);
@@ -135,29 +150,3 @@ pub(crate) fn run(
 
 /// Rows ahead of the current one whose inputs [`run`] prefetches.
 const AHEAD: usize = 2;
-
-/// Asks for the cache lines of elements `at .. at + n` of `buf` (a hint: nothing is read
-/// when they lie outside it).
-#[inline(always)]
-fn prefetch(buf: &Buffer, at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let size = buf.dtype.size_bytes();
-        if (at + n) * size > buf.len {
-            return;
-        }
-        let p = buf.ptr as *const i8;
-        let mut off = at * size;
-        let end = (at + n) * size;
-        while off < end {
-            // SAFETY: a prefetch hint reads nothing and cannot fault; the address is inside
-            // the buffer (checked above).
-            unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.add(off))
-            };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (buf, at, n);
-}

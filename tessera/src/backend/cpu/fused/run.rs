@@ -332,9 +332,22 @@ pub(crate) fn window(
     (base + (col_start + lo as i64) as usize, lo, hi)
 }
 
+/// Runs a group ([`group_at_level`]). A store to a tensor past [`super::stream::wanted`]'s
+/// threshold is streamed ([`super::stream::store`]); this thread's streaming stores are
+/// fenced before the group returns.
+fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+    group_at_level(g, s, args);
+    #[cfg(target_arch = "x86_64")]
+    if g.members.iter().any(
+        |m| matches!(&m.op, COp::Store { param, .. } if super::stream::wanted(&args[*param], false)),
+    ) {
+        super::stream::fence();
+    }
+}
+
 /// Runs a group with the loops built for the active SIMD level
 /// ([`crate::backend::cpu::simd::active`]).
-fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
+fn group_at_level(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
@@ -444,6 +457,9 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
         let mut c0 = c_lo;
         while c0 < c_hi {
             let w = (c_hi - c0).min(wmax);
+            if r + 1 < rows {
+                next_row_lines(g, args, sc, r + 1, c0, w);
+            }
             if let Some(ops) = &g.direct
                 // SAFETY: as for `direct_rows` above.
                 && direct(g, ops, args, sc, unsafe { std::slice::from_raw_parts_mut(chp, SLOT) }, r, c0, w)
@@ -511,7 +527,8 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
                         let buf = &args[*param];
                         let (at, lo, hi) = window(buf, idx, sc, *rank, r, c0, w);
                         if hi > lo {
-                            chunk::store(buf, at, rd(*src), lo, hi);
+                            let nt = super::stream::streams(buf, at, hi - lo);
+                            super::stream::store(buf, at, rd(*src), lo, hi, nt);
                         }
                         None
                     }
@@ -690,6 +707,30 @@ fn group_body(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     }
 }
 
+/// Asks for the large loaded tensors' lines of chunk `c0 .. c0 + w` of row `r`
+/// ([`super::stream::prefetch`]) where that chunk does not follow row `r - 1`'s in memory:
+/// a tile's rows narrower than a tensor's lie a page or more apart, where the hardware
+/// prefetchers stop.
+#[inline(always)]
+fn next_row_lines(g: &Group, args: &[Buffer], sc: &[f64], r: usize, c0: usize, w: usize) {
+    for m in &g.members {
+        if let COp::Load {
+            param,
+            idx,
+            rank: 2,
+            ..
+        } = &m.op
+        {
+            let b = &args[*param];
+            let (at, lo, hi) = window(b, idx, sc, 2, r, c0, w);
+            let (before, lo0, hi0) = window(b, idx, sc, 2, r - 1, c0, w);
+            if hi > lo && before + (hi0 - lo0) != at {
+                super::stream::prefetch(b, at, hi - lo);
+            }
+        }
+    }
+}
+
 /// A direct group's load (first member) and store (last member): (parameter, index, rank)
 /// of each.
 #[inline(always)]
@@ -741,9 +782,11 @@ fn direct(
 }
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
-/// `bo` from `at_o`. An f32 output receives the widened input and the steps run there; a
-/// bf16 output is written from `buf` (f32, the ops run there) piece by piece, its last
-/// rounding left to the store, which rounds the same way (rounding twice changes nothing).
+/// `bo` from `at_o`. An f32 output that [`super::stream::streams`] declines receives the widened input and the steps run
+/// there; other f32 outputs and bf16 outputs are written
+/// from `buf` (f32, the ops run there) piece by piece with [`super::stream::store`]
+/// (streaming stores for the former), a bf16 output's last rounding left to the store,
+/// which rounds the same way (rounding twice changes nothing).
 #[inline(always)]
 fn direct_run(
     ops: &[DirectStep],
@@ -762,7 +805,8 @@ fn direct_run(
             }
         }
     };
-    if bo.dtype == DType::F32 {
+    let nt = super::stream::streams(bo, at_o, n);
+    if bo.dtype == DType::F32 && !nt {
         assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
         // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
         // and the output is never a loaded parameter (`plan::compile`).
@@ -772,7 +816,7 @@ fn direct_run(
         return;
     }
     let ops = match ops.split_last() {
-        Some((DirectStep::Round, rest)) => rest,
+        Some((DirectStep::Round, rest)) if bo.dtype == DType::BF16 => rest,
         _ => ops,
     };
     let piece = buf.len().min(CHUNK);
@@ -782,7 +826,7 @@ fn direct_run(
         let v = &mut buf[..m];
         chunk::load(bi, at_i + k, v);
         steps(ops, v);
-        chunk::store(bo, at_o + k, chunk::V::S(v), 0, m);
+        super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m, nt);
         k += m;
     }
 }

@@ -1,6 +1,7 @@
-//! Non-temporal row stores for the row loops (`softmax`, `norm`): a row computed in an L1
-//! buffer is copied to a large f32 output with streaming stores, which neither read the
-//! output's lines first nor evict the input from the caches.
+//! Non-temporal stores for the row loops (`softmax`, `norm`) and the chunk program's stores
+//! (`run`, `pipe`): values computed in an L1 buffer are copied to a large f32 output with
+//! streaming stores, which neither read the output's lines first nor evict the input from
+//! the caches.
 
 use crate::backend::Buffer;
 use tessera_ir::DType;
@@ -30,7 +31,7 @@ fn llc_bytes() -> usize {
         .unwrap_or(32 << 20)
 }
 
-/// Whether the row loops write `out` with [`copy`]: an unrounded f32 output of at least
+/// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least
 /// [`nt_bytes`], at the AVX2 level or higher.
 pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -102,11 +103,73 @@ pub(crate) unsafe fn scale_avx512(out: &Buffer, at: usize, es: &[f32], inv: f32)
     }
 }
 
+/// Whether elements `at .. at + n` of `buf` are whole rows (last-axis runs) of it: such
+/// runs of a launch's programs follow one another in memory. Streaming stores measured
+/// slower than plain ones where each run is part of a row and the next run a page or more
+/// away (`[8192, 4096]` f32 in tiles narrower than a row), faster where runs follow one
+/// another.
+pub(crate) fn whole_rows(buf: &Buffer, at: usize, n: usize) -> bool {
+    let row = buf.dims().last().copied().unwrap_or(1).max(1);
+    n > 0 && at.is_multiple_of(row) && n.is_multiple_of(row)
+}
+
+/// Asks for the cache lines of elements `at .. at + n` of `buf` when `buf` is at least
+/// [`nt_bytes`] long (see [`prefetch_lines`]).
+#[inline(always)]
+pub(crate) fn prefetch(buf: &Buffer, at: usize, n: usize) {
+    if buf.len >= nt_bytes() {
+        prefetch_lines(buf, at, n);
+    }
+}
+
+/// Asks for the cache lines of elements `at .. at + n` of `buf` (a hint: no access is made,
+/// and none outside the buffer is asked for).
+#[inline(always)]
+pub(crate) fn prefetch_lines(buf: &Buffer, at: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let size = buf.dtype.size_bytes();
+        if (at + n) * size <= buf.len {
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let p = buf.ptr.wrapping_add(at * size) as *const i8;
+            for b in (0..n * size).step_by(64) {
+                // SAFETY: a prefetch never faults; the address is inside `buf`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b)) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (buf, at, n);
+}
+
 /// Orders this thread's streaming stores before whatever follows (the end of a launch).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn fence() {
     // SAFETY: SSE is part of x86_64.
     unsafe { core::arch::x86_64::_mm_sfence() };
+}
+
+/// Whether a launch writes elements `at .. at + n` of `out` with [`copy`]: [`wanted`]
+/// (unrounded: the values are already what the tensor holds) and [`whole_rows`].
+pub(crate) fn streams(out: &Buffer, at: usize, n: usize) -> bool {
+    wanted(out, false) && whole_rows(out, at, n)
+}
+
+/// [`super::chunk::store`], through [`copy`] when `v` is a slice and `nt` ([`streams`] of
+/// the run this piece belongs to). The caller runs [`fence`] before its program returns
+/// when [`wanted`] holds for `buf`.
+#[inline(always)]
+pub(crate) fn store(buf: &Buffer, at: usize, v: super::chunk::V, lo: usize, hi: usize, nt: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if let super::chunk::V::S(s) = v
+        && nt
+    {
+        // SAFETY: `nt` implies `wanted` (AVX is present); the caller fences before its
+        // program returns.
+        return unsafe { copy(buf, at, &s[lo..hi]) };
+    }
+    let _ = nt;
+    super::chunk::store(buf, at, v, lo, hi)
 }
 
 /// [`super::chunk::write`] of `f(j)` for `j in 0..n` at element offset `at` of `out`; with
