@@ -81,7 +81,7 @@ pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>>
     Ok(y)
 }
 
-/// [`depthwise_conv2d`] writing into `y`, which must have the result's shape
+/// [`depthwise_conv2d()`] writing into `y`, which must have the result's shape
 /// `[H-KH+1, W-KW+1, C]` (else [`tessera::Error::ShapeMismatch`] naming `y`) and live on the
 /// inputs' device. The program stores every element of `y` (whatever it held is overwritten),
 /// so a loop that keeps `y` allocates nothing per launch: no fresh output whose pages the OS
