@@ -21,6 +21,7 @@ use criterion::{Criterion, Throughput};
 use faer::{Accum, Mat, Par};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
+use tessera::backend::cpu::cache::last_level_bytes;
 use tessera::backend::cpu::fused;
 use tessera::prelude::*;
 
@@ -71,26 +72,9 @@ fn transpose_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (C, R)> {
 
 const THREADS: [usize; 2] = [1, 2];
 
-/// Last-level cache size in bytes (sysfs, else 32 MiB).
-fn llc_bytes() -> usize {
-    (0..8)
-        .filter_map(|i| {
-            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
-            let s = std::fs::read_to_string(p).ok()?;
-            let s = s.trim();
-            let (n, m) = match s.strip_suffix('K') {
-                Some(n) => (n, 1 << 10),
-                None => (s.strip_suffix('M')?, 1 << 20),
-            };
-            Some(n.parse::<usize>().ok()? * m)
-        })
-        .max()
-        .unwrap_or(32 << 20)
-}
-
 /// The shapes: two square-ish, a ragged small one, and one whose f32 input is 4× the LLC.
 fn shapes() -> Vec<(usize, usize)> {
-    let big_rows = (4 * llc_bytes() / 4).div_ceil(4096);
+    let big_rows = (4 * last_level_bytes() / 4).div_ceil(4096);
     vec![(4096, 1024), (1024, 4096), (37, 300), (big_rows, 4096)]
 }
 
@@ -338,7 +322,7 @@ fn summary_memory(rows: &mut Vec<Row>) {
     for (r, c) in shapes() {
         let shape = format!("[{r}, {c}]");
         // `→ reused out` rows at `[4096, 1024]` and beyond the LLC.
-        let reuse = (r, c) == (4096, 1024) || 4 * r * c > llc_bytes();
+        let reuse = (r, c) == (4096, 1024) || 4 * r * c > last_level_bytes();
         let mut groups = memory_cases(r, c);
         groups.push(("f32", vec![depthwise_case(r, c)]));
         for t in THREADS {

@@ -1031,29 +1031,12 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
-/// The largest cache of CPU 0 in bytes (Linux sysfs), else 32 MiB: the row loops' threshold
-/// for non-temporal stores is 3/8 of it.
-fn llc_bytes() -> usize {
-    (0..8)
-        .filter_map(|i| {
-            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
-            let s = std::fs::read_to_string(p).ok()?;
-            let s = s.trim();
-            let (n, m) = match s.strip_suffix('K') {
-                Some(n) => (n, 1 << 10),
-                None => (s.strip_suffix('M')?, 1 << 20),
-            };
-            Some(n.parse::<usize>().ok()? * m)
-        })
-        .max()
-        .unwrap_or(32 << 20)
-}
-
 /// Row shapes whose f32 output is past the row loops' non-temporal threshold: a ragged width
 /// (rows start off a cache line, so each row has plain-store head and tail) and rows of two
 /// chunks.
 fn large_row_shapes() -> Vec<(usize, usize)> {
-    let rows = |c: usize| (llc_bytes() / 8 * 3).div_ceil(4 * c) + 1;
+    let rows =
+        |c: usize| (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1;
     vec![(rows(1031), 1031), (rows(2048), 2048)]
 }
 
@@ -1082,7 +1065,10 @@ fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
 /// programs write whole rows (streamed, rows off 32-byte boundaries).
 fn large_whole_tile_rows() -> (usize, usize) {
     let c = 1001;
-    ((llc_bytes() / 8 * 3).div_ceil(4 * c) + 1, c)
+    (
+        (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1,
+        c,
+    )
 }
 
 fn elementwise_bits_on(shapes: &[(usize, usize)]) {

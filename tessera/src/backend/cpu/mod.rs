@@ -13,6 +13,7 @@
 //! kernel stores `A·B` unchanged into an f32 output, else each block's loop, with the
 //! epilogue interpreted.
 
+pub mod cache;
 mod elementwise;
 mod exec;
 mod fft;

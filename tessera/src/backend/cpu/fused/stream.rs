@@ -10,25 +10,7 @@ use tessera_ir::DType;
 /// 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB, non-temporal ones
 /// faster at 16 MiB, where input and output no longer fit the cache together).
 fn nt_bytes() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| llc_bytes() / 8 * 3)
-}
-
-/// The largest cache of CPU 0 in bytes (Linux sysfs), else 32 MiB.
-fn llc_bytes() -> usize {
-    (0..8)
-        .filter_map(|i| {
-            let p = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
-            let s = std::fs::read_to_string(p).ok()?;
-            let s = s.trim();
-            let (n, m) = match s.strip_suffix('K') {
-                Some(n) => (n, 1 << 10),
-                None => (s.strip_suffix('M')?, 1 << 20),
-            };
-            Some(n.parse::<usize>().ok()? * m)
-        })
-        .max()
-        .unwrap_or(32 << 20)
+    crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
 
 /// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least
