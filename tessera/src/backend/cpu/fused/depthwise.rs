@@ -84,16 +84,17 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
             std::slice::from_raw_parts_mut(yb.ptr as *mut f32, yb.len / 4),
         )
     };
-    // Each tap's filter row repeated to `C + B` floats.
-    let fl = c + B;
+    let level = simd::active();
+    let taps = g.kh == dwtaps::K && g.kw == dwtaps::K && n >= dwtaps::lanes(level);
+    // Each tap's filter row repeated to `C + 16` floats for `dwtaps`, `C + B` for `rows`.
+    let fl = c + if taps { 16 } else { B };
     let mut fe = vec![0f32; g.kh * g.kw * fl];
-    for (t, row) in fe.chunks_exact_mut(fl).enumerate() {
-        for (m, v) in row.iter_mut().enumerate() {
-            *v = f[t * c + m % c];
+    for (row, tap) in fe.chunks_exact_mut(fl).zip(f.chunks_exact(c)) {
+        for piece in row.chunks_mut(c) {
+            piece.copy_from_slice(&tap[..piece.len()]);
         }
     }
-    let level = simd::active();
-    if g.kh == dwtaps::K && g.kw == dwtaps::K && n >= dwtaps::lanes(level) {
+    if taps {
         let nt = super::stream::wanted(yb, false);
         let band = |oh0| dwtaps::Band {
             x,
