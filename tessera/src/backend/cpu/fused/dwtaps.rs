@@ -12,16 +12,21 @@
 //!
 //! The vectors of a band start at the first float of its first output row that is aligned
 //! to the vector (so every store, and every load whose row shares that phase, touches one
-//! cache line); the floats before it and after the last whole vector are computed as one vector
-//! overlapping the row's start or end, stored element by element. While a band runs, the
-//! input rows of the next band that it does not share are prefetched into L2, spread over
-//! its vectors. A large output (`nt`, see `stream::wanted`) is written with streaming stores
-//! where every vector store is aligned (`n` a multiple of `L`).
+//! cache line); the floats before it and after the last whole vector are computed as one
+//! vector overlapping the row's start or end, stored element by element. While a band runs,
+//! the input rows of the next band that it does not share are prefetched into L2, spread
+//! over its vectors (when they are at most `PREFETCH_MAX` floats). A large output (`nt`, see
+//! `stream::wanted`) is written with streaming stores where every vector store is aligned
+//! (`n` a multiple of `L`).
 
 use crate::backend::cpu::simd::SimdLevel;
 
 /// The filter size this module computes.
 pub(crate) const K: usize = 3;
+
+/// The most floats of a next band's input rows that a band prefetches (256 KiB, a quarter
+/// of a 1 MiB L2).
+const PREFETCH_MAX: usize = 1 << 16;
 
 /// Lanes per vector at `level` (one register: 16 at AVX-512, 8 at AVX2, 4 otherwise).
 pub(crate) fn lanes(level: SimdLevel) -> usize {
@@ -125,8 +130,13 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
     let mut r = 0;
     while r < nrows {
         let oh = b.oh0 + r;
-        // The next band's input rows this one does not read: rows `oh + R + 2 ..` of `x`.
-        let ahead = b.x.len().saturating_sub((oh + R + 2) * rs).min(R * rs);
+        // The next band's input rows this one does not read: rows `oh + R + 2 ..` of `x`
+        // (none when they would not fit in L2 beside this band's).
+        let ahead = if R * rs <= PREFETCH_MAX {
+            b.x.len().saturating_sub((oh + R + 2) * rs).min(R * rs)
+        } else {
+            0
+        };
         // SAFETY: rows `r..` of `out`, their taps in `x` (the caller's extents).
         let (x, y) = unsafe { (xp.add(oh * rs), op.add(r * n)) };
         if r + R <= nrows {
