@@ -12,9 +12,9 @@
 //! `vdpbf16ps` disabled (`gemm::without_dot`: operands widened to f32); `gemm_f32` and
 //! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output), `memcpy_kept` the
 //! copy into a buffer kept across launches (what `benches/cpu.rs`'s memcpy yardstick times).
-//! `--into` (anywhere on the line) launches the memory-bound kernels (not depthwise) with
-//! `KernelDef::launch_into` into one output tensor kept across launches instead of returning a
-//! fresh one: `-- add 8192 4096 20 --into`.
+//! `--into` (anywhere on the line) launches the memory-bound kernels with
+//! `KernelDef::launch_into` (depthwise: `depthwise_conv2d_into`) into one output tensor kept
+//! across launches instead of returning a fresh one: `-- add 8192 4096 20 --into`.
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread) and the process's minor page faults per launch; for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
@@ -203,8 +203,12 @@ fn main() {
         "transpose_bf16" => go!(ob, transpose_bf16(&xb), transpose_bf16::KERNEL, [xb]),
         "gelu_bf16" => go!(ob, gelu_bf16(&xb), gelu_bf16::KERNEL, [xb]),
         "chain" => go!(o32, chain(&x, &g), chain::KERNEL, [x, g]),
-        // A `tile!` kernel: no `--into` form.
-        "depthwise" => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
+        // A `tile!` kernel: `--into` runs `depthwise_conv2d_into`.
+        "depthwise" => match (&mut o32, into) {
+            (Some(o), true) => tessera_kernels::conv::depthwise_conv2d_into(&dx, &df, o).unwrap(),
+            (None, true) => o32 = Some(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
+            (_, false) => drop(tessera_kernels::depthwise_conv2d(&dx, &df).unwrap()),
+        },
         "matmul" => drop(tessera_kernels::matmul(&x, &w).unwrap()),
         "matmul_bf16" => drop(tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()),
         "matmul_bf16_widen" => drop(tessera::backend::cpu::gemm::without_dot(|| {

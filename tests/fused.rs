@@ -505,11 +505,12 @@ fn depthwise_conv_agrees() {
     depthwise_taps_bits();
 }
 
-/// The 3×3 depthwise kernel with its taps in registers (`fused::depthwise_tap_launches`
-/// moves: channel counts that are multiples of 16, so every SIMD level takes it) against the
-/// interpreter, bit for bit: output heights that leave 1 to 3 rows after the groups of 4 (and
-/// of 2 at AVX2), one-pixel and one-row outputs, widths around the 16-pixel runs, several
-/// channel blocks, inputs larger than the output needs, and inputs with NaN, ±inf, -0.0 and
+/// The 3×3 depthwise kernel in bands of output rows (`fused::depthwise_tap_launches` moves:
+/// every shape here has output rows of at least 16 floats, so every SIMD level takes it)
+/// against the interpreter, bit for bit: output heights that leave 1 to 7 rows after the
+/// bands of 8 (4 at AVX2, 2 portable), one-pixel and one-row outputs, ragged channel counts
+/// (1, 3, 70, 130: rows not a whole number of vectors), the bench's `[37, 300]` image
+/// (`[37, 4, 64]`), inputs larger than the output needs, and inputs with NaN, ±inf, -0.0 and
 /// ±1e30.
 fn depthwise_taps_bits() {
     let counter = fused::depthwise_tap_launches;
@@ -521,6 +522,12 @@ fn depthwise_taps_bits() {
         (10, 18, 64),
         (9, 35, 128),
         (6, 5, 80),
+        (37, 4, 64),
+        (17, 9, 70),
+        (13, 21, 3),
+        (12, 40, 1),
+        (5, 6, 130),
+        (20, 3, 16),
     ]
     .iter()
     .enumerate()
@@ -559,6 +566,31 @@ fn depthwise_taps_bits() {
             y
         });
     }
+}
+
+/// A 3×3 depthwise convolution whose output is past the non-temporal threshold (streamed
+/// stores), fresh and into a kept output, against the interpreter, bit for bit.
+#[test]
+fn depthwise_streamed_to_a_large_output_matches_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    depthwise_large_bits();
+}
+
+fn depthwise_large_bits() {
+    let (w, ch) = (34, 64);
+    let oh =
+        (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * (w - 2) * ch) + 1;
+    let x = Tensor::<f32>::randn(&[oh + 2, w, ch], 990);
+    let f = Tensor::<f32>::randn(&[3, 3, ch], 991);
+    let counter = fused::depthwise_tap_launches;
+    bits_match("depthwise large", counter, || {
+        tessera_kernels::depthwise_conv2d(&x, &f).unwrap()
+    });
+    bits_match("depthwise large into", counter, || {
+        let mut y = Tensor::<f32>::full(&[oh, w - 2, ch], f32::NAN).unwrap();
+        tessera_kernels::conv::depthwise_conv2d_into(&x, &f, &mut y).unwrap();
+        y
+    });
 }
 
 // The library's depthwise kernel with its tap loops swapped (`j` outside `i`): it sums the
@@ -1507,6 +1539,7 @@ fn every_simd_level_agrees() {
         direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
         depthwise_bits();
         depthwise_taps_bits();
+        depthwise_large_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

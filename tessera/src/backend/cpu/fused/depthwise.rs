@@ -8,9 +8,9 @@
 //! row in registers and adding the taps in the kernel's `(i, j)` order, per element
 //! `acc = acc + x·f` from `+0.0` with a separate multiply and add (no FMA): the interpreter's
 //! ops in its order, so the result is bit for bit its own at every SIMD level (the vector
-//! width only changes how many elements run side by side). A 3×3 filter over a channel count
-//! that is a multiple of the vector width runs [`dwtaps`] instead (the taps held in
-//! registers), with the same per-element arithmetic.
+//! width only changes how many elements run side by side). A 3×3 filter whose output rows
+//! hold at least one vector runs [`dwtaps`] instead (bands of output rows, each input vector
+//! loaded once for all of them), with the same per-element arithmetic.
 
 use super::dwmatch::Depthwise;
 use super::dwtaps;
@@ -85,27 +85,39 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
         )
     };
     let level = simd::active();
-    if g.kh == dwtaps::K && g.kw == dwtaps::K && c % dwtaps::lanes(level) == 0 {
-        let w = g.w;
+    let taps = g.kh == dwtaps::K && g.kw == dwtaps::K && n >= dwtaps::lanes(level);
+    // Each tap's filter row repeated to `C + 16` floats for `dwtaps`, `C + B` for `rows`.
+    let fl = c + if taps { 16 } else { B };
+    let mut fe = vec![0f32; g.kh * g.kw * fl];
+    for (row, tap) in fe.chunks_exact_mut(fl).zip(f.chunks_exact(c)) {
+        for piece in row.chunks_mut(c) {
+            piece.copy_from_slice(&tap[..piece.len()]);
+        }
+    }
+    if taps {
+        let nt = super::stream::wanted(yb, false);
+        let band = |oh0| dwtaps::Band {
+            x,
+            fe: &fe,
+            fl,
+            w: g.w,
+            c,
+            oh0,
+            ow,
+            nt,
+        };
         let threads = rayon::current_num_threads();
         if threads == 1 || oh * n < PAR_MIN {
-            dwtaps::rows(level, x, f, (w, c), 0, y, ow);
+            dwtaps::rows(level, &band(0), y);
         } else {
-            let per = oh.div_ceil(threads * 4).max(1);
+            // Pieces of whole bands of 8 rows, four per thread.
+            let per = oh.div_ceil(threads * 4).next_multiple_of(8);
             y.par_chunks_mut(per * n)
                 .enumerate()
-                .for_each(|(t, out)| dwtaps::rows(level, x, f, (w, c), t * per, out, ow));
+                .for_each(|(t, out)| dwtaps::rows(level, &band(t * per), out));
         }
         TAPS.with(|t| t.set(t.get() + 1));
         return true;
-    }
-    // Each tap's filter row repeated to `C + B` floats.
-    let fl = c + B;
-    let mut fe = vec![0f32; g.kh * g.kw * fl];
-    for (t, row) in fe.chunks_exact_mut(fl).enumerate() {
-        for (m, v) in row.iter_mut().enumerate() {
-            *v = f[t * c + m % c];
-        }
     }
     let threads = rayon::current_num_threads();
     if threads == 1 || oh == 1 {

@@ -1,21 +1,34 @@
-//! The depthwise convolution's 3×3 case with its filter taps held in registers: for a block
-//! of `L` channels (`C` a multiple of `L`) the 9 tap vectors are loaded once and reused along
-//! a run of output pixels, and `R` output rows are computed together, so each input vector
-//! loaded (input row `q`, pixel `w + j`) feeds every output row it is a tap of. Per element
-//! it computes what [`super::depthwise`] does (`acc = acc + x·f` from `+0.0`, a separate
-//! multiply and add, the taps in `(i, j)` order): input rows go in ascending order and, within
-//! one, the columns `j` ascending, so each accumulator still takes tap `(i, j)` after every
-//! tap before it.
+//! The depthwise convolution's 3×3 case, one pass over `R` output rows at a time. In
+//! channels-last layout output row `oh` is `n = OW·C` contiguous floats and, for tap
+//! `(i, j)`, the inputs it needs are the `n` contiguous floats from `x[oh + i, j, 0]`; the
+//! filter is laid out with each tap's `C` floats repeated (rows of `fl ≥ C + L` floats,
+//! [`super::depthwise`]), so the taps of the `L` outputs from float `t` of a row are the
+//! `L` floats from `t mod C` of each tap's row, for any `C`. A band of `R` rows walks its
+//! rows' floats in vectors of `L`: the nine tap vectors are loaded, then input rows
+//! `q = 0..R + 2` in order, each one's three columns in order, each input vector added to
+//! every output row `r` it is tap `(q − r, j)` of. Per element it computes what
+//! [`super::depthwise`] does (`acc = acc + x·f` from `+0.0`, a separate multiply and add, the
+//! taps in `(i, j)` order), so the result is the interpreter's bit for bit at every level.
+//!
+//! The vectors of a band start at the first float of its first output row that is aligned
+//! to the vector (so every store, and every load whose row shares that phase, touches one
+//! cache line); the floats before it and after the last whole vector are computed as one
+//! vector overlapping the row's start or end, stored element by element. While a band runs,
+//! the input rows of the next band that it does not share are prefetched into L2, spread
+//! over its vectors (when they are at most `PREFETCH_MAX` floats). A large output (`nt`, see
+//! `stream::wanted`) is written with streaming stores where every vector store is aligned
+//! (`n` a multiple of `L`).
 
 use crate::backend::cpu::simd::SimdLevel;
-
-/// Output pixels per run sharing one load of the taps (their input rows stay in L1).
-const RUN: usize = 16;
 
 /// The filter size this module computes.
 pub(crate) const K: usize = 3;
 
-/// Lanes per channel block at `level` (one register: 16 at AVX-512, 8 at AVX2, 4 otherwise).
+/// The most floats of a next band's input rows that a band prefetches (256 KiB, a quarter
+/// of a 1 MiB L2).
+const PREFETCH_MAX: usize = 1 << 16;
+
+/// Lanes per vector at `level` (one register: 16 at AVX-512, 8 at AVX2, 4 otherwise).
 pub(crate) fn lanes(level: SimdLevel) -> usize {
     match level {
         SimdLevel::Avx512 => 16,
@@ -24,26 +37,37 @@ pub(crate) fn lanes(level: SimdLevel) -> usize {
     }
 }
 
-/// Output rows `oh0..` into `out` (whole rows of `ow·c` floats) of the 3×3 convolution of `x`
-/// (rows of `w·c` floats) by `f` (`[3, 3, c]`), `c` a multiple of [`lanes`]`(level)`; every
-/// tap of every output element lies inside `x` (the caller checked).
-pub(crate) fn rows(
-    level: SimdLevel,
-    x: &[f32],
-    f: &[f32],
-    (w, c): (usize, usize),
-    oh0: usize,
-    out: &mut [f32],
-    ow: usize,
-) {
-    let n = ow * c;
-    let nrows = out.len() / n;
+/// The output rows `oh0..` written into `out` and where they come from.
+pub(crate) struct Band<'a> {
+    /// The input, rows of `w·c` floats.
+    pub x: &'a [f32],
+    /// The filter's nine taps (in `(i, j)` order), each `c` floats repeated to `fl ≥ c + 16`.
+    pub fe: &'a [f32],
+    /// The filter rows' length in `fe`.
+    pub fl: usize,
+    /// Input width and channels.
+    pub w: usize,
+    pub c: usize,
+    /// The first output row.
+    pub oh0: usize,
+    /// Output width (`out` is whole rows of `ow·c` floats).
+    pub ow: usize,
+    /// Streaming stores (the caller checked `stream::wanted` for the output).
+    pub nt: bool,
+}
+
+/// Output rows `b.oh0..` into `out` at `level`; `ow·c` is at least [`lanes`]`(level)` and
+/// every tap of every output element lies inside `x` (the caller checked).
+pub(crate) fn rows(level: SimdLevel, b: &Band, out: &mut [f32]) {
+    let n = b.ow * b.c;
+    let nrows = out.len() / n.max(1);
     assert!(
-        nrows * n == out.len()
-            && c % lanes(level) == 0
-            && f.len() >= K * K * c
-            && ow + K - 1 <= w
-            && (oh0 + nrows + K - 1) * w * c <= x.len(),
+        n >= lanes(level)
+            && nrows * n == out.len()
+            && b.fl >= b.c + 16
+            && b.fe.len() >= K * K * b.fl
+            && b.ow + K - 1 <= b.w
+            && (b.oh0 + nrows + K - 1) * b.w * b.c <= b.x.len(),
         "depthwise taps out of bounds"
     );
     #[cfg(target_arch = "x86_64")]
@@ -51,156 +75,356 @@ pub(crate) fn rows(
         if level >= SimdLevel::Avx512 {
             // SAFETY: the active level is at most the detected one: AVX-512F is present;
             // the extents were checked above.
-            return unsafe { rows_avx512(x, f, w * c, c, oh0, out, ow) };
+            return unsafe { rows_avx512(b, out) };
         }
         if level >= SimdLevel::Avx2 {
             // SAFETY: as above, AVX2 is present.
-            return unsafe { rows_avx2(x, f, w * c, c, oh0, out, ow) };
+            return unsafe { rows_avx2(b, out) };
         }
     }
     // SAFETY: the extents were checked above.
-    unsafe { rows_body::<2, 4>(x, f, w * c, c, oh0, out, ow) }
+    unsafe { rows_body::<2, 4>(b, out) }
 }
 
-/// [`rows_body`] built with AVX-512F: 16 lanes, 4 output rows at a time.
+/// [`rows_body`] built with AVX-512F: 16 lanes, 8 output rows at a time.
 ///
 /// # Safety
 /// The CPU must support AVX-512F; the extents as [`rows`] checks them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
-unsafe fn rows_avx512(
-    x: &[f32],
-    f: &[f32],
-    rs: usize,
-    c: usize,
-    oh0: usize,
-    out: &mut [f32],
-    ow: usize,
-) {
-    unsafe { rows_body::<4, 16>(x, f, rs, c, oh0, out, ow) }
+unsafe fn rows_avx512(b: &Band, out: &mut [f32]) {
+    unsafe { rows_body::<8, 16>(b, out) }
 }
 
-/// [`rows_body`] built with AVX2: 8 lanes, 2 output rows at a time.
+/// [`rows_body`] built with AVX2: 8 lanes, 4 output rows at a time.
 ///
 /// # Safety
 /// The CPU must support AVX2; the extents as [`rows`] checks them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn rows_avx2(
-    x: &[f32],
-    f: &[f32],
-    rs: usize,
-    c: usize,
-    oh0: usize,
-    out: &mut [f32],
-    ow: usize,
-) {
-    unsafe { rows_body::<2, 8>(x, f, rs, c, oh0, out, ow) }
+unsafe fn rows_avx2(b: &Band, out: &mut [f32]) {
+    unsafe { rows_body::<4, 8>(b, out) }
 }
 
-/// Groups of `R` output rows, then the remaining rows one at a time.
+/// Bands of `R` output rows, then the remaining rows one at a time; streaming stores when
+/// `b.nt` and every row starts at the same offset within a vector (`n` a multiple of `L`),
+/// fenced before returning.
 ///
 /// # Safety
-/// As [`rows`] checks: `out` whole rows of `ow·c` floats, `c % L == 0`, every tap in `x`.
+/// As [`rows`] checks.
 #[inline(always)]
-unsafe fn rows_body<const R: usize, const L: usize>(
-    x: &[f32],
-    f: &[f32],
-    rs: usize,
-    c: usize,
-    oh0: usize,
-    out: &mut [f32],
-    ow: usize,
-) {
-    let n = ow * c;
+unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
+    let (c, rs) = (b.c, b.w * b.c);
+    let n = b.ow * c;
     let nrows = out.len() / n;
-    let (xp, fp, op) = (x.as_ptr(), f.as_ptr(), out.as_mut_ptr());
+    let nt = b.nt && n.is_multiple_of(L) && L >= 8;
+    let g = Geom {
+        fe: b.fe.as_ptr(),
+        fl: b.fl,
+        rs,
+        c,
+        n,
+        step: L % c,
+    };
+    let (xp, op) = (b.x.as_ptr(), out.as_mut_ptr());
     let mut r = 0;
-    while r + R <= nrows {
-        // SAFETY: rows `r..r + R` of `out`, their taps in `x` (the caller's extents).
-        unsafe { band::<R, L>(xp.add((oh0 + r) * rs), fp, rs, c, op.add(r * n), n, ow) };
-        r += R;
-    }
     while r < nrows {
-        // SAFETY: as above, one row.
-        unsafe { band::<1, L>(xp.add((oh0 + r) * rs), fp, rs, c, op.add(r * n), n, ow) };
-        r += 1;
-    }
-}
-
-/// `R` output rows starting at `y` (row stride `n`) from the input rows starting at `x` (row
-/// stride `rs`): runs of [`RUN`] pixels, in each every channel block with its taps loaded once.
-///
-/// # Safety
-/// `y` holds `R` rows of `ow·c` floats `n` apart; `x` holds `R + 2` rows, `rs` apart, of at
-/// least `(ow + 2)·c` floats; `f` holds `9·c` floats; `c % L == 0`.
-#[inline(always)]
-unsafe fn band<const R: usize, const L: usize>(
-    x: *const f32,
-    f: *const f32,
-    rs: usize,
-    c: usize,
-    y: *mut f32,
-    n: usize,
-    ow: usize,
-) {
-    let mut p0 = 0;
-    while p0 < ow {
-        let p1 = (p0 + RUN).min(ow);
-        let mut cb = 0;
-        while cb < c {
-            let mut taps = [[[0f32; L]; K]; K];
-            for (i, row) in taps.iter_mut().enumerate() {
-                for (j, t) in row.iter_mut().enumerate() {
-                    // SAFETY: tap `(i, j)`'s channels `cb..cb + L` of `f`.
-                    *t = unsafe { *(f.add((i * K + j) * c + cb) as *const [f32; L]) };
+        let oh = b.oh0 + r;
+        // The next band's input rows this one does not read: rows `oh + R + 2 ..` of `x`
+        // (none when they would not fit in L2 beside this band's).
+        let ahead = if R * rs <= PREFETCH_MAX {
+            b.x.len().saturating_sub((oh + R + 2) * rs).min(R * rs)
+        } else {
+            0
+        };
+        // SAFETY: rows `r..` of `out`, their taps in `x` (the caller's extents).
+        let (x, y) = unsafe { (xp.add(oh * rs), op.add(r * n)) };
+        if r + R <= nrows {
+            // SAFETY: as above, `R` rows.
+            unsafe {
+                if nt {
+                    band::<R, L, true>(&g, x, y, ahead)
+                } else {
+                    band::<R, L, false>(&g, x, y, ahead)
                 }
             }
-            for p in p0..p1 {
-                let at = p * c + cb;
-                // SAFETY: output pixel `p`'s block and its taps (the caller's extents).
-                unsafe { pixel::<R, L>(x.add(at), rs, c, &taps, y.add(at), n) };
+            r += R;
+        } else {
+            // SAFETY: as above, one row.
+            unsafe {
+                if nt {
+                    band::<1, L, true>(&g, x, y, 0)
+                } else {
+                    band::<1, L, false>(&g, x, y, 0)
+                }
             }
-            cb += L;
+            r += 1;
         }
-        p0 = p1;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        super::stream::fence();
     }
 }
 
-/// One channel block of one output pixel in `R` rows: input rows `q = 0..R + 2` in order,
-/// each one's three columns in order, each vector added to every output row `r` it is tap
-/// `(q − r, j)` of.
-///
-/// # Safety
-/// `x` and `y` point at the pixel's block in the first input and output rows (strides `rs`,
-/// `n`), `c` floats between columns, all in bounds.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // `j` indexes the taps of two rows and the input columns.
-unsafe fn pixel<const R: usize, const L: usize>(
-    x: *const f32,
+/// A launch's extents as [`band`] reads them.
+struct Geom {
+    /// The repeated filter taps and their rows' length.
+    fe: *const f32,
+    fl: usize,
+    /// Input row stride, channels, output row length.
     rs: usize,
     c: usize,
-    taps: &[[[f32; L]; K]; K],
-    y: *mut f32,
     n: usize,
+    /// `L mod c`: how far a vector moves the filter offset.
+    step: usize,
+}
+
+/// `R` output rows from `y` (rows `g.n` apart) from the input rows from `x` (rows `g.rs`
+/// apart): the floats before the first vector-aligned one, the aligned vectors, the floats
+/// after the last one; `ahead` floats of `x` from row `R + 2` on are prefetched meanwhile.
+///
+/// # Safety
+/// `y` holds `R` rows of `g.n ≥ L` floats; `x` holds `R + 2` rows of `g.n + 2·g.c` floats
+/// and `ahead` more from row `R + 2`; `g.fe` holds nine rows of `g.fl ≥ g.c + L` floats;
+/// with `NT`, every row of `y` starts at the same offset within `L` floats and the CPU has
+/// AVX-512F (`L = 16`) or AVX (`L = 8`).
+#[inline(always)]
+unsafe fn band<const R: usize, const L: usize, const NT: bool>(
+    g: &Geom,
+    x: *const f32,
+    y: *mut f32,
+    ahead: usize,
 ) {
+    let n = g.n;
+    // Floats before the first vector-aligned one (none where that is not known).
+    let head = Some(y.align_offset(4 * L)).filter(|&h| h < L).unwrap_or(0);
+    if head > 0 {
+        // SAFETY: `L ≤ n` floats from 0.
+        unsafe { block::<R, L, false>(g, x, y, 0, 0, (0, head)) };
+    }
+    let mut t = head;
+    let mut m = t % g.c;
+    // Prefetch `per` lines per vector, `ahead` floats from row `R + 2` in all.
+    let iters = ((n - t) / L).max(1);
+    let per = (ahead / 16).div_ceil(iters);
+    let pf = x.wrapping_add((R + 2) * g.rs);
+    let mut at = 0;
+    while t + L <= n {
+        for _ in 0..per {
+            if at < ahead {
+                prefetch(pf.wrapping_add(at));
+                at += 16;
+            }
+        }
+        // SAFETY: `t + L ≤ n`; with `NT`, `y + t` is aligned (`head` and the caller).
+        unsafe { block::<R, L, NT>(g, x, y, t, m, (0, L)) };
+        t += L;
+        m += g.step;
+        if m >= g.c {
+            m -= g.c;
+        }
+    }
+    if t < n {
+        let s = n - L;
+        // SAFETY: floats `n - L..n`.
+        unsafe { block::<R, L, false>(g, x, y, s, s % g.c, (t - s, L)) };
+    }
+}
+
+/// Asks for the line at `p` in L2.
+#[inline(always)]
+fn prefetch(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults.
+    unsafe {
+        use core::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Floats `t..t + L` of `R` output rows (filter offset `m = t mod c`), stored from `lo` to
+/// `hi` within the vector: input rows `q = 0..R + 2` in order, each one's three columns in
+/// order, each vector added to every output row `r` it is tap `(q − r, j)` of.
+///
+/// # Safety
+/// As [`band`], with `t + L ≤ g.n`, `m < g.c`, and with `NT` the stores aligned.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `j` indexes the taps of two rows and the input columns.
+unsafe fn block<const R: usize, const L: usize, const NT: bool>(
+    g: &Geom,
+    x: *const f32,
+    y: *mut f32,
+    t: usize,
+    m: usize,
+    (lo, hi): (usize, usize),
+) {
+    let mut taps = [[[0f32; L]; K]; K];
+    for (i, row) in taps.iter_mut().enumerate() {
+        for (j, tap) in row.iter_mut().enumerate() {
+            // SAFETY: tap `(i, j)`'s floats `m..m + L < fl`.
+            *tap = unsafe { *(g.fe.add((i * K + j) * g.fl + m) as *const [f32; L]) };
+        }
+    }
     let mut acc = [[0f32; L]; R];
     for q in 0..R + K - 1 {
         for j in 0..K {
-            // SAFETY: input row `q`, column `j` of this block (in bounds by the caller).
-            let v = unsafe { *(x.add(q * rs + j * c) as *const [f32; L]) };
+            // SAFETY: input row `q`, floats `t + j·c ..` (in bounds by the caller).
+            let v = unsafe { *(x.add(q * g.rs + j * g.c + t) as *const [f32; L]) };
             for (r, a) in acc.iter_mut().enumerate() {
                 if q >= r && q - r < K {
-                    let t = &taps[q - r][j];
+                    let tap = &taps[q - r][j];
                     for k in 0..L {
-                        a[k] += v[k] * t[k];
+                        a[k] += v[k] * tap[k];
                     }
                 }
             }
         }
     }
     for (r, a) in acc.iter().enumerate() {
-        // SAFETY: output row `r`'s block.
-        unsafe { *(y.add(r * n) as *mut [f32; L]) = *a };
+        // SAFETY: output row `r`, floats `t..t + L`.
+        let p = unsafe { y.add(r * g.n + t) };
+        if lo == 0 && hi == L {
+            unsafe { put::<L, NT>(p, a) };
+        } else {
+            for k in lo..hi {
+                unsafe { *p.add(k) = a[k] };
+            }
+        }
+    }
+}
+
+/// Stores `a` at `p`: a streaming store with `NT`.
+///
+/// # Safety
+/// `p` holds `L` floats; with `NT`, `p` is `4·L`-byte aligned and the CPU has AVX-512F
+/// (`L = 16`) or AVX (`L = 8`).
+#[inline(always)]
+unsafe fn put<const L: usize, const NT: bool>(p: *mut f32, a: &[f32; L]) {
+    #[cfg(target_arch = "x86_64")]
+    if NT {
+        use core::arch::x86_64::*;
+        // SAFETY: the caller's alignment and features.
+        unsafe {
+            if L == 16 {
+                return _mm512_stream_ps(p, _mm512_loadu_ps(a.as_ptr()));
+            }
+            if L == 8 {
+                return _mm256_stream_ps(p, _mm256_loadu_ps(a.as_ptr()));
+            }
+        }
+    }
+    // SAFETY: `p` holds `L` floats.
+    unsafe { *(p as *mut [f32; L]) = *a };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::simd;
+
+    /// `y[h, w, ch] = Σ x[h + i, w + j, ch] · f[i, j, ch]`, each term added to `+0.0` in
+    /// `(i, j)` order with a separate multiply and add (the interpreter's arithmetic).
+    fn reference(x: &[f32], f: &[f32], (h, w, c): (usize, usize, usize)) -> Vec<f32> {
+        let (oh, ow) = (h - 2, w - 2);
+        let mut y = vec![0f32; oh * ow * c];
+        for a in 0..oh {
+            for b in 0..ow {
+                for ch in 0..c {
+                    let mut acc = 0f32;
+                    for i in 0..K {
+                        for j in 0..K {
+                            acc += x[((a + i) * w + b + j) * c + ch] * f[(i * K + j) * c + ch];
+                        }
+                    }
+                    y[(a * ow + b) * c + ch] = acc;
+                }
+            }
+        }
+        y
+    }
+
+    /// Every SIMD level, input and output at every offset within a 64-byte line, streaming
+    /// stores on and off, ragged channel counts (rows not a whole number of vectors),
+    /// heights leaving 1 to 7 rows after the bands, rows of exactly one vector, and inputs
+    /// with NaN, ±inf and -0.0: the same bits as the scalar reference (any NaN for a NaN).
+    #[test]
+    fn bands_match_the_scalar_reference_at_every_alignment() {
+        let mut s = 7u64;
+        let mut rnd = move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        for &(h, w, c) in &[
+            (3, 3, 16),
+            (10, 18, 64),
+            (17, 6, 70),
+            (12, 40, 3),
+            (20, 7, 1),
+            (9, 10, 2),
+            (5, 4, 130),
+            (11, 3, 8),
+        ] {
+            let mut x: Vec<f32> = (0..h * w * c).map(|_| rnd()).collect();
+            for (k, v) in x.iter_mut().enumerate() {
+                match k % 53 {
+                    5 => *v = f32::INFINITY,
+                    13 => *v = f32::NEG_INFINITY,
+                    21 => *v = -0.0,
+                    34 => *v = f32::NAN,
+                    _ => {}
+                }
+            }
+            let mut f: Vec<f32> = (0..K * K * c).map(|_| rnd()).collect();
+            f[c / 2] = -0.0;
+            let want = reference(&x, &f, (h, w, c));
+            let (oh, ow) = (h - 2, w - 2);
+            let fl = c + 16;
+            let fe: Vec<f32> = (0..K * K * fl)
+                .map(|k| f[k / fl * c + k % fl % c])
+                .collect();
+            for level in simd::supported() {
+                if ow * c < lanes(level) {
+                    continue;
+                }
+                for (xo, yo, nt) in (0..16).flat_map(|o| [(o, (o * 5) % 16, false), (o, o, true)]) {
+                    let nt = nt && level >= SimdLevel::Avx2;
+                    let mut xs = vec![0f32; x.len() + 32];
+                    let xa = xs.as_ptr().align_offset(64) + xo;
+                    xs[xa..xa + x.len()].copy_from_slice(&x);
+                    let mut ys = vec![f32::NAN; want.len() + 32];
+                    let ya = ys.as_ptr().align_offset(64) + yo;
+                    let band = Band {
+                        x: &xs[xa..xa + x.len()],
+                        fe: &fe,
+                        fl,
+                        w,
+                        c,
+                        oh0: 0,
+                        ow,
+                        nt,
+                    };
+                    rows(level, &band, &mut ys[ya..ya + oh * ow * c]);
+                    let outside = ys[..ya].iter().chain(&ys[ya + want.len()..]);
+                    assert!(
+                        outside.into_iter().all(|v| v.is_nan()),
+                        "[{h}, {w}, {c}] wrote outside"
+                    );
+                    let got = &ys[ya..ya + want.len()];
+                    let same =
+                        |a: f32, b: f32| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan();
+                    if let Some(k) = (0..want.len()).find(|&k| !same(got[k], want[k])) {
+                        panic!(
+                            "[{h}, {w}, {c}] {level:?} x+{xo} y+{yo} nt {nt}: element {k} is {} not {}",
+                            got[k], want[k]
+                        );
+                    }
+                }
+            }
+        }
     }
 }
