@@ -38,7 +38,9 @@ mod colreduce;
 mod depthwise;
 mod dwmatch;
 mod dwtaps;
+mod flat;
 mod inplace;
+mod lut;
 mod norm;
 #[cfg(target_arch = "x86_64")]
 mod norm512;
@@ -69,6 +71,7 @@ thread_local! {
     static CHAINS: Cell<u64> = const { Cell::new(0) };
     static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
+    static FLAT: Cell<u64> = const { Cell::new(0) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -237,6 +240,30 @@ pub fn direct_chains() -> u64 {
     CHAINS.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran as one pass over whole tensors: an
+/// elementwise kernel (a unary chain such as `gelu`, or a binary op such as `add`) whose
+/// programs together compute every element of an output shaped like its inputs, run as
+/// contiguous ranges of the flat tensors split among the threads, whatever the tile shape.
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn act(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+///     gelu(x)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let before = tessera::backend::cpu::fused::flat_elementwise();
+/// let y = act(&x)?;
+/// assert_eq!(y.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::flat_elementwise() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn flat_elementwise() -> u64 {
+    FLAT.with(|c| c.get())
+}
+
 /// How many fast-path launches made on this thread ran a plan with a fused operand chain (a
 /// `load → unary and binary ops → store` group of f32 tensors whose binary ops take the
 /// running value and a broadcast row or a scalar, `plan::Group::chain`), which computes each
@@ -373,6 +400,8 @@ pub(crate) struct Fused {
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
     depthwise: Option<dwmatch::Depthwise>,
+    /// The plan's step index of a group [`flat::run`] may run over whole tensors.
+    flat: Option<usize>,
 }
 
 impl Fused {
@@ -397,6 +426,7 @@ impl Fused {
         );
         let chain = has(|s| matches!(s, plan::Step::Group(g) if g.chain.is_some()));
         let whole = transpose::whole(&plan.steps);
+        let flat = flat::find(&plan.steps);
         Ok(Fused {
             plan,
             stored,
@@ -404,6 +434,7 @@ impl Fused {
             chain,
             whole,
             depthwise: dwmatch::depthwise(k),
+            flat,
         })
     }
 
@@ -529,6 +560,15 @@ impl Fused {
         if let Some(t) = self.whole(k, args, total, ids) {
             WHOLE.with(bump);
             transpose::run_whole(t, args);
+            return true;
+        }
+        if let Some(i) = self.flat
+            && let plan::Step::Group(g) = &self.plan.steps[i]
+            && let Some(o) = flat::shaped(g, args)
+            && self.covers(k, args, o)
+        {
+            FLAT.with(bump);
+            flat::run(g, args);
             return true;
         }
         let block = |pid: usize| {

@@ -136,6 +136,8 @@ pub(crate) struct Group {
     /// where the load's and the store's windows cover the chunk, the runner computes it in
     /// pieces straight into the output (`super::chain`).
     pub chain: Option<super::chain::Chain>,
+    /// The tables of [`Group::direct`] over bf16 inputs (`super::lut`), built on first use.
+    pub lut: super::lut::Lut,
 }
 
 /// One step of a [`Group::direct`] chain, run in place over f32 values.
@@ -1038,6 +1040,7 @@ impl Compiler<'_> {
             direct,
             binary,
             chain,
+            lut: Default::default(),
         })
     }
 }
