@@ -72,6 +72,8 @@ thread_local! {
     static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
     static FLAT: Cell<u64> = const { Cell::new(0) };
+    static FLAT_STREAMED: Cell<u64> = const { Cell::new(0) };
+    static NO_FLAT: Cell<bool> = const { Cell::new(false) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -86,6 +88,21 @@ pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
     let old = INTERPRET.with(|c| c.replace(true));
     let r = f();
     INTERPRET.with(|c| c.set(old));
+    r
+}
+
+/// Runs `f` with whole-tensor elementwise launches ([`flat_elementwise`]) off on this
+/// thread: such kernels run tile by tile on the chunk program's loops (which the tests check
+/// too).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::without_flat(|| 1 + 1);
+/// assert_eq!(n, 2);
+/// ```
+pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
+    let old = NO_FLAT.with(|c| c.replace(true));
+    let r = f();
+    NO_FLAT.with(|c| c.set(old));
     r
 }
 
@@ -262,6 +279,18 @@ pub fn direct_chains() -> u64 {
 /// ```
 pub fn flat_elementwise() -> u64 {
     FLAT.with(|c| c.get())
+}
+
+/// How many of [`flat_elementwise`]'s launches on this thread wrote their output with
+/// non-temporal stores (an f32 or bf16 output of at least 3/8 of the last-level cache, at
+/// the AVX2 level or higher).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::flat_streamed();
+/// assert!(tessera::backend::cpu::fused::flat_streamed() >= n);
+/// ```
+pub fn flat_streamed() -> u64 {
+    FLAT_STREAMED.with(|c| c.get())
 }
 
 /// How many fast-path launches made on this thread ran a plan with a fused operand chain (a
@@ -563,11 +592,15 @@ impl Fused {
             return true;
         }
         if let Some(i) = self.flat
+            && !NO_FLAT.with(|c| c.get())
             && let plan::Step::Group(g) = &self.plan.steps[i]
             && let Some(o) = flat::shaped(g, args)
             && self.covers(k, args, o)
         {
             FLAT.with(bump);
+            if stream::large(&args[o]) {
+                FLAT_STREAMED.with(bump);
+            }
             flat::run(g, args);
             return true;
         }
