@@ -11,17 +11,30 @@ use super::chunk::{self, bf16_bits};
 use super::plan::DirectStep;
 use std::sync::OnceLock;
 
-/// The tables of one chain (f32 output, bf16 output), each built on first use.
+/// The tables of one chain (f32 output, bf16 output) per SIMD level, each built on first use
+/// at that level: `vmath` computes with separate multiplies and adds at the portable level
+/// and with FMA above it, so one input's result may differ between levels in its last bit.
 #[derive(Clone, Default)]
 pub(crate) struct Lut {
-    f32: OnceLock<Box<[u32; 1 << 16]>>,
-    bf16: OnceLock<Box<[u16; 1 << 16]>>,
+    f32: [OnceLock<Box<[u32; 1 << 16]>>; 3],
+    bf16: [OnceLock<Box<[u16; 1 << 16]>>; 3],
 }
 
 impl std::fmt::Debug for Lut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (a, b) = (self.f32.get().is_some(), self.bf16.get().is_some());
-        write!(f, "Lut {{ f32: {a}, bf16: {b} }}")
+        let a = self.f32.each_ref().map(|t| t.get().is_some());
+        let b = self.bf16.each_ref().map(|t| t.get().is_some());
+        write!(f, "Lut {{ f32: {a:?}, bf16: {b:?} }}")
+    }
+}
+
+/// The active SIMD level's index in [`Lut`]'s arrays.
+fn level() -> usize {
+    use crate::backend::cpu::simd::{SimdLevel, active};
+    match active() {
+        SimdLevel::Portable => 0,
+        SimdLevel::Avx2 => 1,
+        _ => 2,
     }
 }
 
@@ -43,19 +56,19 @@ fn all(ops: &[DirectStep]) -> Vec<f32> {
 }
 
 impl Lut {
-    /// The table of `ops` for an f32 output: entry `x` holds the result's f32 bits for the
-    /// bf16 input bits `x`.
+    /// The table of `ops` at the active level for an f32 output: entry `x` holds the result's
+    /// f32 bits for the bf16 input bits `x`.
     pub fn f32(&self, ops: &[DirectStep]) -> &[u32; 1 << 16] {
-        self.f32.get_or_init(|| {
+        self.f32[level()].get_or_init(|| {
             let v: Box<[u32]> = all(ops).iter().map(|x| x.to_bits()).collect();
             v.try_into().expect("65 536 entries")
         })
     }
 
-    /// The table of `ops` for a bf16 output: entry `x` holds the result narrowed
-    /// ([`bf16_bits`]) for the bf16 input bits `x`.
+    /// The table of `ops` at the active level for a bf16 output: entry `x` holds the result
+    /// narrowed ([`bf16_bits`]) for the bf16 input bits `x`.
     pub fn bf16(&self, ops: &[DirectStep]) -> &[u16; 1 << 16] {
-        self.bf16.get_or_init(|| {
+        self.bf16[level()].get_or_init(|| {
             let v: Box<[u16]> = all(ops).iter().map(|x| bf16_bits(*x) as u16).collect();
             v.try_into().expect("65 536 entries")
         })
