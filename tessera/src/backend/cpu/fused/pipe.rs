@@ -105,10 +105,13 @@ fn span_f(
             *t = f(*x, *y);
         }
     };
-    // SAFETY (for `put_f32` / `put_u16` below): with `nt` the caller's contract (`large`,
-    // fenced).
+    // SAFETY (for `out_f32`, `out_u16`, `put_f32` and `put_u16` below): the caller's
+    // elements of the output, which no other program or range of the launch touches and no
+    // input aliases (`plan::compile`); with `nt` the caller's contract (`large`, fenced).
     match (a.dtype, o.dtype) {
-        (DType::F32, DType::F32) if !nt => zip(out_f32(o, io, n), f32s(a, ia, n), f32s(b, ib, n)),
+        (DType::F32, DType::F32) if !nt => {
+            zip(unsafe { out_f32(o, io, n) }, f32s(a, ia, n), f32s(b, ib, n))
+        }
         (DType::F32, DType::F32) => {
             let mut t = [0f32; PIECE];
             for k in (0..n).step_by(PIECE) {
@@ -126,13 +129,15 @@ fn span_f(
                     super::bf16io::narrow(&t[..m], &mut h[..m]);
                     unsafe { put_u16(o, io + k, &h[..m], true) };
                 } else {
-                    super::bf16io::narrow(&t[..m], out_u16(o, io + k, m));
+                    super::bf16io::narrow(&t[..m], unsafe { out_u16(o, io + k, m) });
                 }
             }
         }
         // bf16 in and out: widened, combined and narrowed in registers (`bf16io::binary`).
         (_, DType::BF16) if super::bf16io::has_binary(op) && !nt => {
-            super::bf16io::binary(op, u16s(a, ia, n), u16s(b, ib, n), out_u16(o, io, n));
+            super::bf16io::binary(op, u16s(a, ia, n), u16s(b, ib, n), unsafe {
+                out_u16(o, io, n)
+            });
         }
         (_, DType::BF16) if super::bf16io::has_binary(op) => {
             let mut h = [0u16; PIECE];
@@ -159,7 +164,7 @@ fn span_f(
                         super::bf16io::narrow(t, &mut h[..m]);
                         unsafe { put_u16(o, io + k, &h[..m], true) };
                     } else {
-                        super::bf16io::narrow(t, out_u16(o, io + k, m));
+                        super::bf16io::narrow(t, unsafe { out_u16(o, io + k, m) });
                     }
                 } else {
                     super::bf16io::round(t);

@@ -812,7 +812,9 @@ pub(crate) fn direct_run(
         if bo.dtype == DType::BF16 {
             let t = lut.bf16(ops);
             if !nt {
-                return super::lut::look_u16(t, s, out_u16(bo, at_o, n));
+                // SAFETY: this program's or range's output elements (disjoint within a launch;
+                // the output is never a loaded parameter, `plan::compile`).
+                return super::lut::look_u16(t, s, unsafe { out_u16(bo, at_o, n) });
             }
             let mut h = [0u16; CHUNK];
             for k in (0..n).step_by(piece) {
@@ -824,7 +826,8 @@ pub(crate) fn direct_run(
         } else {
             let t = lut.f32(ops);
             if !nt {
-                return super::lut::look_f32(t, s, out_f32(bo, at_o, n));
+                // SAFETY: as above.
+                return super::lut::look_f32(t, s, unsafe { out_f32(bo, at_o, n) });
             }
             for k in (0..n).step_by(piece) {
                 let m = (n - k).min(piece);
@@ -836,7 +839,8 @@ pub(crate) fn direct_run(
         return;
     }
     if bo.dtype == DType::F32 && !nt {
-        let o = out_f32(bo, at_o, n);
+        // SAFETY: as above.
+        let o = unsafe { out_f32(bo, at_o, n) };
         chunk::load(bi, at_i, o);
         super::lut::steps(ops, o);
         return;

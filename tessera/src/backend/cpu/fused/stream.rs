@@ -97,7 +97,7 @@ pub(crate) unsafe fn put_f32(out: &Buffer, at: usize, s: &[f32], nt: bool) {
 /// ([`copy_u16`]) when `nt`.
 ///
 /// # Safety
-/// With `nt`, as [`copy_u16`].
+/// As [`out_u16`]; with `nt`, as [`copy_u16`].
 #[inline(always)]
 pub(crate) unsafe fn put_u16(out: &Buffer, at: usize, s: &[u16], nt: bool) {
     #[cfg(target_arch = "x86_64")]
@@ -106,24 +106,32 @@ pub(crate) unsafe fn put_u16(out: &Buffer, at: usize, s: &[u16], nt: bool) {
         return unsafe { copy_u16(out, at, s) };
     }
     let _ = nt;
-    out_u16(out, at, s.len()).copy_from_slice(s)
+    // SAFETY: the caller's elements (put_u16's contract).
+    unsafe { out_u16(out, at, s.len()) }.copy_from_slice(s)
 }
 
 /// The `n` bf16 elements at element offset `at` of the bf16 tensor `out`, to write.
+///
+/// # Safety
+/// Nothing else reads or writes those elements while the slice lives (programs and ranges
+/// of a launch write disjoint elements, and an output is never a loaded parameter:
+/// `plan::compile`).
 #[inline(always)]
-pub(crate) fn out_u16(out: &Buffer, at: usize, n: usize) -> &mut [u16] {
+pub(crate) unsafe fn out_u16<'a>(out: &Buffer, at: usize, n: usize) -> &'a mut [u16] {
     assert!(
         out.dtype == DType::BF16 && (at + n) * 2 <= out.len,
         "fused store out of bounds"
     );
-    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements, and an
-    // output is never a loaded parameter (`plan::compile`).
+    // SAFETY: in bounds (checked above); exclusive by the caller's contract.
     unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut u16).add(at), n) }
 }
 
 /// The `n` f32 elements at element offset `at` of the f32 tensor `out`, to write.
+///
+/// # Safety
+/// As [`out_u16`].
 #[inline(always)]
-pub(crate) fn out_f32(out: &Buffer, at: usize, n: usize) -> &mut [f32] {
+pub(crate) unsafe fn out_f32<'a>(out: &Buffer, at: usize, n: usize) -> &'a mut [f32] {
     assert!(
         out.dtype == DType::F32 && (at + n) * 4 <= out.len,
         "fused store out of bounds"
