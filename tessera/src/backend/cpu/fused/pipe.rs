@@ -1,7 +1,8 @@
 //! `load, load → binary → store` groups (an elementwise kernel such as `add`,
 //! [`super::plan::Group::binary`]) as one loop per chunk: each output element is computed
 //! from the two inputs in registers (bf16 widened there, exactly) and written straight to the
-//! output, rounded to bf16 when the output is bf16, with no chunk slot in between.
+//! output, rounded to bf16 when the output is bf16, with no chunk slot in between. The loop
+//! ([`span`]) also runs the whole-tensor pass ([`super::flat`]).
 
 use super::chunk::bin_f;
 use super::plan::{COp, Group, Pipe};
