@@ -29,6 +29,13 @@ pub(crate) fn find(steps: &[Step]) -> Option<usize> {
     if !g.store_only || (g.direct.is_none() && g.binary.is_none()) {
         return None;
     }
+    let loads = g
+        .members
+        .iter()
+        .filter(|m| matches!(m.op, COp::Load { .. }));
+    if loads.count() > 2 {
+        return None;
+    }
     let mut at: Option<&[u32]> = None;
     for m in &g.members {
         if let COp::Load { idx, rank, .. } | COp::Store { idx, rank, .. } = &m.op {
@@ -41,12 +48,17 @@ pub(crate) fn find(steps: &[Step]) -> Option<usize> {
     found
 }
 
-/// The parameters `g` loads and the one it stores.
-fn params(g: &Group) -> (Vec<usize>, Option<usize>) {
-    let (mut loads, mut store) = (Vec::new(), None);
+/// The parameters `g` loads (at most two: a direct chain's one, a pipe's two) and the one it
+/// stores.
+fn params(g: &Group) -> ([Option<usize>; 2], Option<usize>) {
+    let (mut loads, mut store) = ([None; 2], None);
+    let mut k = 0;
     for m in &g.members {
         match &m.op {
-            COp::Load { param, .. } => loads.push(*param),
+            COp::Load { param, .. } if k < 2 => {
+                loads[k] = Some(*param);
+                k += 1;
+            }
             COp::Store { param, .. } => store = Some(*param),
             _ => {}
         }
@@ -63,7 +75,8 @@ pub(crate) fn shaped(g: &Group, args: &[Buffer]) -> Option<usize> {
     let d = o.dims();
     let n: usize = d.iter().product();
     let exact = |b: &Buffer| b.dims() == d && n * b.dtype.size_bytes() == b.len;
-    (d.len() == 2 && exact(o) && loads.iter().all(|p| exact(&args[*p]))).then_some(store?)
+    let inputs = loads.iter().flatten().all(|p| exact(&args[*p]));
+    (d.len() == 2 && exact(o) && inputs).then_some(store?)
 }
 
 /// Elements per call of the direct chain's loop.
@@ -118,7 +131,8 @@ fn span_body(g: &Group, args: &[Buffer], lo: usize, n: usize) {
     let nt = super::stream::large(out);
     if let Some(ops) = &g.direct {
         let mut buf = [0f32; super::plan::CHUNK];
-        let i = &args[loads[0]];
+        let Some(i) = loads[0] else { return };
+        let i = &args[i];
         // Pieces of `PIECE` elements: an f32 chain written in place runs its steps over
         // values still in L1.
         for k in (lo..lo + n).step_by(PIECE) {
