@@ -87,6 +87,10 @@ fn main() {
     let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
     let threads = rayon::current_num_threads();
     let xb = Tensor::<bf16>::randn(&[r, c], 4);
+    // The second operand of add / add_bf16 (a distinct tensor, as `benches/cpu.rs` adds).
+    let elementwise = name.starts_with("add");
+    let y = Tensor::<f32>::randn(&[if elementwise { r } else { 1 }, c], 8);
+    let yb = Tensor::<bf16>::randn(&[if elementwise { r } else { 1 }, c], 9);
     let gb = Tensor::<bf16>::randn(&[c], 7);
     let wb = Tensor::<bf16>::randn(&[if gemm { c } else { 1 }, c], 7);
     let (dh, dw) = (r, (c / 64).max(3));
@@ -169,9 +173,9 @@ fn main() {
         ),
         "add" => go!(
             o32,
-            tessera_kernels::add(&x, &x),
+            tessera_kernels::add(&x, &y),
             tessera_kernels::add::KERNEL,
-            [x, x]
+            [x, y]
         ),
         "softmax_bf16" => go!(
             ob,
@@ -193,9 +197,9 @@ fn main() {
         ),
         "add_bf16" => go!(
             ob,
-            tessera_kernels::add(&xb, &xb),
+            tessera_kernels::add(&xb, &yb),
             tessera_kernels::add::KERNEL,
-            [xb, xb]
+            [xb, yb]
         ),
         "col_mean" => go!(o32, col_mean(&x), col_mean::KERNEL, [x]),
         "transpose" => go!(o32, transpose_f32(&x), transpose_f32::KERNEL, [x]),

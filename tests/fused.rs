@@ -980,6 +980,11 @@ fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tens
     let fast = f();
     assert!(counter() > before, "{name}: the row loop did not run");
     let slow = fused::with_interpreter(&f);
+    assert_same_bits(name, &fast, &slow);
+}
+
+/// `fast` and `slow` hold the same bits, any two NaNs matching (see [`bits_match`]).
+fn assert_same_bits<T: Element>(name: &str, fast: &Tensor<T>, slow: &Tensor<T>) {
     assert_eq!(fast.shape(), slow.shape(), "{name}");
     let bits = |t: &Tensor<T>| -> Vec<u64> {
         t.to_f64_vec()
@@ -988,7 +993,7 @@ fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tens
             .map(|x| x.to_bits())
             .collect()
     };
-    let (a, b) = (bits(&fast), bits(&slow));
+    let (a, b) = (bits(fast), bits(slow));
     let nan = |x: u64| f64::from_bits(x).is_nan();
     if let Some(j) = (0..a.len()).find(|&j| a[j] != b[j] && !(nan(a[j]) && nan(b[j]))) {
         panic!(
@@ -1547,6 +1552,8 @@ fn every_simd_level_agrees() {
         norm_rows_bits_on(&large_row_shapes()[..1]);
         elementwise_bits_on(&[large_whole_tile_rows(), large_row_shapes()[0]]);
         binary_elementwise_bits();
+        flat_elementwise_bits(&[((37, 300), false), ((256, 256), false), ((9, 1025), false)]);
+        flat_elementwise_bits(&large_flat_shapes());
         operand_chains_bits();
         unary_chains_bits();
         bf16_storage_bits();
@@ -1601,5 +1608,126 @@ fn simd_env_var_is_honoured_and_validated() {
             "TESSERA_CPU_SIMD={value}: {}",
             String::from_utf8_lossy(&out.stdout)
         );
+    }
+}
+
+#[tessera::kernel]
+fn add_bf16_f32(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    (x + y).cast::<f32>()
+}
+
+#[tessera::kernel]
+fn mul_f32_bf16(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<bf16, (R, C)> {
+    (x * y).cast::<bf16>()
+}
+
+#[tessera::kernel]
+fn max_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    maximum(x, y)
+}
+
+#[tessera::kernel]
+fn gelu_bf16_f32(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    gelu(x.cast::<f32>())
+}
+
+#[tessera::kernel]
+fn tanh_gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    tanh(gelu(x))
+}
+
+/// `[r, c]` bf16 values walking the bit patterns with an odd stride: every one of the 65 536
+/// patterns (NaNs of both signs and payloads, ±inf, ±0, subnormals) once per 65 536 elements.
+fn bf16_patterns(r: usize, c: usize, seed: u64) -> Tensor<bf16> {
+    let v = (0..r * c)
+        .map(|j| bf16::from_bits((j as u64 * 40503 + seed) as u16))
+        .collect();
+    Tensor::from_vec(v, &[r, c]).unwrap()
+}
+
+/// Runs `f` on the whole-tensor path (`fused::flat_elementwise`, streamed exactly when
+/// `streamed` at the AVX2 level or higher: `fused::flat_streamed`) and tile by tile
+/// (`fused::without_flat`), each against the interpreter bit for bit.
+fn flat_and_tiles<T: Element>(name: &str, streamed: bool, f: impl Fn() -> Tensor<T>) {
+    let slow = fused::with_interpreter(&f);
+    let (flat, nt) = (fused::flat_elementwise(), fused::flat_streamed());
+    let fast = f();
+    assert!(fused::flat_elementwise() > flat, "{name}: not run whole");
+    let want = streamed && simd::active() >= simd::SimdLevel::Avx2;
+    assert_eq!(fused::flat_streamed() > nt, want, "{name}: streamed");
+    assert_same_bits(name, &fast, &slow);
+    let (flat, launches) = (fused::flat_elementwise(), fused::launches());
+    let tiles = fused::without_flat(&f);
+    assert!(
+        fused::launches() > launches,
+        "{name}: the fast path did not run"
+    );
+    assert_eq!(fused::flat_elementwise(), flat, "{name}: tiles ran whole");
+    assert_same_bits(&format!("{name} (tiles)"), &tiles, &slow);
+}
+
+/// Binary ops (f32, bf16, bf16 → f32, f32 → bf16, a bf16 op without a vector loop) and unary
+/// chains (f32; bf16 input through the table with bf16 and f32 outputs) on the whole-tensor
+/// path and tile by tile against the interpreter, bit for bit: the row shapes, one holding
+/// every bf16 pattern, and outputs past the non-temporal threshold at a ragged 1001-column
+/// width (bf16 and f32 outputs streamed).
+#[test]
+fn flat_elementwise_matches_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let mut shapes: Vec<_> = row_shapes().into_iter().map(|s| (s, false)).collect();
+    shapes.push(((256, 256), false));
+    flat_elementwise_bits(&shapes);
+    flat_elementwise_bits(&large_flat_shapes());
+}
+
+/// A 1001-column shape whose bf16 output passes the non-temporal threshold (so f32 ones do
+/// too).
+fn large_flat_shapes() -> Vec<((usize, usize), bool)> {
+    let c = 1001;
+    let r = (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(2 * c) + 1;
+    vec![((r, c), true)]
+}
+
+fn flat_elementwise_bits(shapes: &[((usize, usize), bool)]) {
+    let sp = bf16_specials();
+    for (i, &((r, c), nt)) in shapes.iter().enumerate() {
+        let s = 2100 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = specials(&Tensor::<f32>::randn(&[r, c], s + 1), c);
+        let y = Tensor::<f32>::randn(&[r, c], s + 2);
+        let xb = bf16_patterns(r, c, s);
+        let yb = with_specials(r, c, s + 3, &sp);
+        flat_and_tiles(&format!("add {tag}"), nt, || {
+            tessera_kernels::add(&x, &y).unwrap()
+        });
+        flat_and_tiles(&format!("mul f32 -> bf16 {tag}"), nt, || {
+            mul_f32_bf16(&x, &y).unwrap()
+        });
+        flat_and_tiles(&format!("add bf16 {tag}"), nt, || {
+            add_bf16(&xb, &yb).unwrap()
+        });
+        flat_and_tiles(&format!("add bf16 -> f32 {tag}"), nt, || {
+            add_bf16_f32(&xb, &yb).unwrap()
+        });
+        flat_and_tiles(&format!("gelu bf16 {tag}"), nt, || gelu_bf16(&xb).unwrap());
+        if nt {
+            // The large shape: the streamed stores above; the ops below are the same loops.
+            continue;
+        }
+        flat_and_tiles(&format!("gelu {tag}"), nt, || {
+            tessera_kernels::gelu(&x).unwrap()
+        });
+        flat_and_tiles(&format!("div bf16 {tag}"), nt, || {
+            div_bf16(&yb, &xb).unwrap()
+        });
+        flat_and_tiles(&format!("max bf16 {tag}"), nt, || {
+            max_bf16(&xb, &yb).unwrap()
+        });
+        flat_and_tiles(&format!("gelu bf16 -> f32 {tag}"), nt, || {
+            gelu_bf16_f32(&xb).unwrap()
+        });
+        flat_and_tiles(&format!("tanh(gelu) bf16 {tag}"), nt, || {
+            tanh_gelu_bf16(&yb).unwrap()
+        });
     }
 }

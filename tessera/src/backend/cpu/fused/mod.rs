@@ -38,7 +38,9 @@ mod colreduce;
 mod depthwise;
 mod dwmatch;
 mod dwtaps;
+mod flat;
 mod inplace;
+mod lut;
 mod norm;
 #[cfg(target_arch = "x86_64")]
 mod norm512;
@@ -69,6 +71,9 @@ thread_local! {
     static CHAINS: Cell<u64> = const { Cell::new(0) };
     static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
+    static FLAT: Cell<u64> = const { Cell::new(0) };
+    static FLAT_STREAMED: Cell<u64> = const { Cell::new(0) };
+    static NO_FLAT: Cell<bool> = const { Cell::new(false) };
     static SCRATCH: RefCell<run::Scratch> = RefCell::new(run::Scratch::default());
 }
 
@@ -83,6 +88,21 @@ pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
     let old = INTERPRET.with(|c| c.replace(true));
     let r = f();
     INTERPRET.with(|c| c.set(old));
+    r
+}
+
+/// Runs `f` with whole-tensor elementwise launches ([`flat_elementwise`]) off on this
+/// thread: such kernels run tile by tile on the chunk program's loops (which the tests check
+/// too).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::without_flat(|| 1 + 1);
+/// assert_eq!(n, 2);
+/// ```
+pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
+    let old = NO_FLAT.with(|c| c.replace(true));
+    let r = f();
+    NO_FLAT.with(|c| c.set(old));
     r
 }
 
@@ -237,6 +257,42 @@ pub fn direct_chains() -> u64 {
     CHAINS.with(|c| c.get())
 }
 
+/// How many fast-path launches made on this thread ran as one pass over whole tensors: an
+/// elementwise kernel (a unary chain such as `gelu`, or a binary op such as `add`) whose
+/// programs together compute every element of an output shaped like its inputs, run as
+/// contiguous ranges of the flat tensors split among the threads, whatever the tile shape.
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn act(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+///     gelu(x)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[3, 5], 1);
+/// let before = tessera::backend::cpu::fused::flat_elementwise();
+/// let y = act(&x)?;
+/// assert_eq!(y.shape(), &[3, 5]);
+/// assert!(tessera::backend::cpu::fused::flat_elementwise() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn flat_elementwise() -> u64 {
+    FLAT.with(|c| c.get())
+}
+
+/// How many of [`flat_elementwise`]'s launches on this thread wrote their output with
+/// non-temporal stores (an f32 or bf16 output of at least 3/8 of the last-level cache, at
+/// the AVX2 level or higher).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::flat_streamed();
+/// assert!(tessera::backend::cpu::fused::flat_streamed() >= n);
+/// ```
+pub fn flat_streamed() -> u64 {
+    FLAT_STREAMED.with(|c| c.get())
+}
+
 /// How many fast-path launches made on this thread ran a plan with a fused operand chain (a
 /// `load → unary and binary ops → store` group of f32 tensors whose binary ops take the
 /// running value and a broadcast row or a scalar, `plan::Group::chain`), which computes each
@@ -373,6 +429,8 @@ pub(crate) struct Fused {
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
     depthwise: Option<dwmatch::Depthwise>,
+    /// The plan's step index of a group [`flat::run`] may run over whole tensors.
+    flat: Option<usize>,
 }
 
 impl Fused {
@@ -397,6 +455,7 @@ impl Fused {
         );
         let chain = has(|s| matches!(s, plan::Step::Group(g) if g.chain.is_some()));
         let whole = transpose::whole(&plan.steps);
+        let flat = flat::find(&plan.steps);
         Ok(Fused {
             plan,
             stored,
@@ -404,6 +463,7 @@ impl Fused {
             chain,
             whole,
             depthwise: dwmatch::depthwise(k),
+            flat,
         })
     }
 
@@ -529,6 +589,19 @@ impl Fused {
         if let Some(t) = self.whole(k, args, total, ids) {
             WHOLE.with(bump);
             transpose::run_whole(t, args);
+            return true;
+        }
+        if let Some(i) = self.flat
+            && !NO_FLAT.with(|c| c.get())
+            && let plan::Step::Group(g) = &self.plan.steps[i]
+            && let Some(o) = flat::shaped(g, args)
+            && self.covers(k, args, o)
+        {
+            FLAT.with(bump);
+            if stream::large(&args[o]) {
+                FLAT_STREAMED.with(bump);
+            }
+            flat::run(g, args);
             return true;
         }
         let block = |pid: usize| {

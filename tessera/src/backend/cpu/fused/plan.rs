@@ -122,7 +122,7 @@ pub(crate) struct Group {
     /// No reductions and nothing materialised: stores are the group's only effect, so rows
     /// and columns outside every store's in-bounds window need not be computed.
     pub store_only: bool,
-    /// The group is `load → in-place unary ops → store` of f32 or bf16 tensors (an
+    /// The group is `load → unary ops and float casts → store` of f32 or bf16 tensors (an
     /// elementwise kernel such as `gelu`): where both windows cover the chunk, the runner
     /// widens the input into the output (f32) or into one f32 chunk (bf16 output), applies
     /// these steps there and, for a bf16 output, narrows the chunk into it.
@@ -136,6 +136,8 @@ pub(crate) struct Group {
     /// where the load's and the store's windows cover the chunk, the runner computes it in
     /// pieces straight into the output (`super::chain`).
     pub chain: Option<super::chain::Chain>,
+    /// The tables of [`Group::direct`] over bf16 inputs (`super::lut`), built on first use.
+    pub lut: super::lut::Lut,
 }
 
 /// One step of a [`Group::direct`] chain, run in place over f32 values.
@@ -1038,13 +1040,14 @@ impl Compiler<'_> {
             direct,
             binary,
             chain,
+            lut: Default::default(),
         })
     }
 }
 
-/// The steps of a `load → unary… → store` chain on one chunk slot with f32 or bf16 storage
+/// The steps of a `load → unary… → store` chain with f32 or bf16 storage
 /// on each end (see [`Group::direct`]): each unary op, then a rounding where its result is a
-/// bf16 value; a float cast in place is a rounding when it yields bf16 and no step otherwise.
+/// bf16 value; a float cast is a rounding when it yields bf16 and no step otherwise.
 fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<DirectStep>> {
     let (first, rest) = members.split_first()?;
     let (last, mid) = rest.split_last()?;
@@ -1063,12 +1066,14 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<DirectStep>> {
         return None;
     };
     let float_param = |p: usize| matches!(k.params[p].dtype, DType::F32 | DType::BF16);
-    if so != s || !float_param(*pi) || !float_param(*po) {
+    if !float_param(*pi) || !float_param(*po) {
         return None;
     }
     if first.round_bf16 || first.mat.is_some() {
         return None;
     }
+    // Each op reads the slot the one before it wrote (`cur`), and the store reads the last.
+    let mut cur = *s;
     let mut ops = Vec::new();
     for m in mid {
         if m.mat.is_some() {
@@ -1079,26 +1084,31 @@ fn direct_chain(k: &Kernel, members: &[Member]) -> Option<Vec<DirectStep>> {
                 op,
                 a: Src::Chunk(a),
                 dst,
-            } if a == s && dst == s => ops.push(DirectStep::Unary(*op)),
+            } if *a == cur => {
+                ops.push(DirectStep::Unary(*op));
+                cur = *dst;
+            }
             COp::Cast {
                 a: Src::Chunk(a),
                 to: DType::F32 | DType::BF16,
                 from: Kind::F,
                 dst,
-            } if a == s && dst == s => {}
+            } if *a == cur => cur = *dst,
             _ => return None,
         }
         if m.round_bf16 {
             ops.push(DirectStep::Round);
         }
     }
-    Some(ops)
+    (*so == cur).then_some(ops)
 }
 
 /// The [`Pipe`] of a `load, load → binary → (casts) → store` group: the loads of two tensors
 /// of one dtype (f32 or bf16) in two chunk slots, a float binary op of both, casts between f32
 /// and bf16, a store of the result; nothing materialised, and nothing rounded unless the
-/// stored tensor is bf16 (whose store rounds the same way once more, changing nothing).
+/// stored tensor is bf16 (whose store rounds the same way once more, changing nothing) or the
+/// operands are (the op's result is then a rounded bf16 value, which no later rounding
+/// changes).
 fn binary_pipe(k: &Kernel, members: &[Member]) -> Option<Pipe> {
     let [la, lb, bin, rest @ ..] = members else {
         return None;
@@ -1132,8 +1142,13 @@ fn binary_pipe(k: &Kernel, members: &[Member]) -> Option<Pipe> {
     if sa == sb || dt(*pa) != dt(*pb) || [la, lb].iter().any(|m| m.round_bf16 || m.mat.is_some()) {
         return None;
     }
+    // bf16 operands give a bf16 value (the op rounds), which later casts leave as it is.
+    let bf16_in = dt(*pa) == DType::BF16;
+    if bf16_in && !bin.round_bf16 {
+        return None;
+    }
     for m in std::iter::once(bin).chain(casts) {
-        if m.mat.is_some() || (m.round_bf16 && !bf16_out) {
+        if m.mat.is_some() || (m.round_bf16 && !bf16_out && !bf16_in) {
             return None;
         }
     }

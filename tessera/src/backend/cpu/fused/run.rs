@@ -332,15 +332,16 @@ pub(crate) fn window(
     (base + (col_start + lo as i64) as usize, lo, hi)
 }
 
-/// Runs a group ([`group_at_level`]). A store to a tensor past [`super::stream::wanted`]'s
+/// Runs a group ([`group_at_level`]). A store to a tensor past [`super::stream::large`]'s
 /// threshold is streamed ([`super::stream::store`]); this thread's streaming stores are
 /// fenced before the group returns.
 fn group(g: &Group, s: &mut Scratch, args: &[Buffer]) {
     group_at_level(g, s, args);
     #[cfg(target_arch = "x86_64")]
-    if g.members.iter().any(
-        |m| matches!(&m.op, COp::Store { param, .. } if super::stream::wanted(&args[*param], false)),
-    ) {
+    if g.members
+        .iter()
+        .any(|m| matches!(&m.op, COp::Store { param, .. } if super::stream::large(&args[*param])))
+    {
         super::stream::fence();
     }
 }
@@ -777,42 +778,71 @@ fn direct(
     if (lo_i, hi_i, lo_o, hi_o) != (0, w, 0, w) {
         return false;
     }
-    direct_run(ops, bi, at_i, bo, at_o, w, buf);
+    let nt = super::stream::streams(bo, at_o, w);
+    direct_run(ops, &g.lut, bi, at_i, bo, at_o, w, buf, nt);
     true
 }
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
-/// `bo` from `at_o`. An f32 output that [`super::stream::streams`] declines receives the widened input and the steps run
-/// there; other f32 outputs and bf16 outputs are written
-/// from `buf` (f32, the ops run there) piece by piece with [`super::stream::store`]
-/// (streaming stores for the former), a bf16 output's last rounding left to the store,
-/// which rounds the same way (rounding twice changes nothing).
+/// `bo` from `at_o`, streamed when `nt` ([`super::stream::large`] of `bo`; the caller
+/// fences). A bf16 input is looked up in the chain's table ([`super::lut`]). Otherwise an f32
+/// output written without `nt` receives the widened input and the steps run there; other
+/// outputs are written from `buf` (f32, the ops run there) piece by piece with
+/// [`super::stream::store`], a bf16 output's last rounding left to the store, which rounds
+/// the same way (rounding twice changes nothing).
 #[inline(always)]
-fn direct_run(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn direct_run(
     ops: &[DirectStep],
+    lut: &super::lut::Lut,
     bi: &Buffer,
     at_i: usize,
     bo: &Buffer,
     at_o: usize,
     n: usize,
     buf: &mut [f32],
+    nt: bool,
 ) {
-    let steps = |ops: &[DirectStep], v: &mut [f32]| {
-        for op in ops {
-            match op {
-                DirectStep::Unary(u) => chunk::unary(*u, v),
-                DirectStep::Round => chunk::round_bf16_slice(v),
+    use super::stream::{out_f32, out_u16, put_f32, put_u16};
+    if bi.dtype == DType::BF16 {
+        assert!((at_i + n) * 2 <= bi.len, "fused load out of bounds");
+        // SAFETY: in bounds (checked above); bf16 storage, not written during the launch.
+        let s = unsafe { std::slice::from_raw_parts((bi.ptr as *const u16).add(at_i), n) };
+        let piece = buf.len().min(CHUNK);
+        if bo.dtype == DType::BF16 {
+            let t = lut.bf16(ops);
+            if !nt {
+                // SAFETY: this program's or range's output elements (disjoint within a launch;
+                // the output is never a loaded parameter, `plan::compile`).
+                return super::lut::look_u16(t, s, unsafe { out_u16(bo, at_o, n) });
+            }
+            let mut h = [0u16; CHUNK];
+            for k in (0..n).step_by(piece) {
+                let m = (n - k).min(piece);
+                super::lut::look_u16(t, &s[k..k + m], &mut h[..m]);
+                // SAFETY: `nt`: the caller's contract (`large`, fenced).
+                unsafe { put_u16(bo, at_o + k, &h[..m], true) };
+            }
+        } else {
+            let t = lut.f32(ops);
+            if !nt {
+                // SAFETY: as above.
+                return super::lut::look_f32(t, s, unsafe { out_f32(bo, at_o, n) });
+            }
+            for k in (0..n).step_by(piece) {
+                let m = (n - k).min(piece);
+                super::lut::look_f32(t, &s[k..k + m], &mut buf[..m]);
+                // SAFETY: as above.
+                unsafe { put_f32(bo, at_o + k, &buf[..m], true) };
             }
         }
-    };
-    let nt = super::stream::streams(bo, at_o, n);
+        return;
+    }
     if bo.dtype == DType::F32 && !nt {
-        assert!((at_o + n) * 4 <= bo.len, "fused store out of bounds");
-        // SAFETY: in bounds (checked above); programs of a launch write disjoint elements,
-        // and the output is never a loaded parameter (`plan::compile`).
-        let o = unsafe { std::slice::from_raw_parts_mut((bo.ptr as *mut f32).add(at_o), n) };
+        // SAFETY: as above.
+        let o = unsafe { out_f32(bo, at_o, n) };
         chunk::load(bi, at_i, o);
-        steps(ops, o);
+        super::lut::steps(ops, o);
         return;
     }
     let ops = match ops.split_last() {
@@ -825,7 +855,7 @@ fn direct_run(
         let m = (n - k).min(piece);
         let v = &mut buf[..m];
         chunk::load(bi, at_i + k, v);
-        steps(ops, v);
+        super::lut::steps(ops, v);
         super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m, nt);
         k += m;
     }
@@ -879,7 +909,8 @@ fn direct_rows(
     if k < 2 {
         return 0;
     }
-    direct_run(ops, bi, at_i, bo, at_o, k * w, buf);
+    let nt = super::stream::streams(bo, at_o, k * w);
+    direct_run(ops, &g.lut, bi, at_i, bo, at_o, k * w, buf, nt);
     k
 }
 

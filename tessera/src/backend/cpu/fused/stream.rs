@@ -30,11 +30,121 @@ pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
     }
 }
 
+/// Whether stores to `out` may stream ([`copy`], [`copy_u16`]): an f32 or bf16 output of at
+/// least [`nt_bytes`], at the AVX2 level or higher (values already rounded to what the tensor
+/// holds).
+pub(crate) fn large(out: &Buffer) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matches!(out.dtype, DType::F32 | DType::BF16)
+            && out.len >= nt_bytes()
+            && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = out;
+        false
+    }
+}
+
+/// Copies the bf16 bits `s` to element offset `at` of the bf16 tensor `out`: plain stores up
+/// to the first 32-byte boundary and for the last partial vector, streaming stores between.
+///
+/// # Safety
+/// [`large`] returned true for `out` (AVX is present); nothing else accesses those elements
+/// before [`fence`] runs on this thread.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+pub(crate) unsafe fn copy_u16(out: &Buffer, at: usize, s: &[u16]) {
+    use core::arch::x86_64::*;
+    let n = s.len();
+    assert!(
+        out.dtype == DType::BF16 && (at + n) * 2 <= out.len,
+        "fused store out of bounds"
+    );
+    // SAFETY: in bounds (checked above); programs of a launch write disjoint elements.
+    let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut u16).add(at), n) };
+    let head = (d.as_ptr().align_offset(32)).min(n);
+    d[..head].copy_from_slice(&s[..head]);
+    let body = (n - head) / 16 * 16;
+    for j in (head..head + body).step_by(16) {
+        // SAFETY: `j + 16 <= n`; `d[j]` is 32-byte aligned.
+        unsafe {
+            let v = _mm256_loadu_si256(s.as_ptr().add(j) as *const __m256i);
+            _mm256_stream_si256(d.as_mut_ptr().add(j) as *mut __m256i, v);
+        }
+    }
+    d[head + body..].copy_from_slice(&s[head + body..]);
+}
+
+/// Writes the f32 values `s` at element offset `at` of the f32 tensor `out`, streamed
+/// ([`copy`]) when `nt`.
+///
+/// # Safety
+/// With `nt`, as [`copy`].
+#[inline(always)]
+pub(crate) unsafe fn put_f32(out: &Buffer, at: usize, s: &[f32], nt: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        // SAFETY: the caller's contract.
+        return unsafe { copy(out, at, s) };
+    }
+    let _ = nt;
+    super::chunk::store(out, at, super::chunk::V::S(s), 0, s.len())
+}
+
+/// Writes the bf16 bits `s` at element offset `at` of the bf16 tensor `out`, streamed
+/// ([`copy_u16`]) when `nt`.
+///
+/// # Safety
+/// As [`out_u16`]; with `nt`, as [`copy_u16`].
+#[inline(always)]
+pub(crate) unsafe fn put_u16(out: &Buffer, at: usize, s: &[u16], nt: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        // SAFETY: the caller's contract.
+        return unsafe { copy_u16(out, at, s) };
+    }
+    let _ = nt;
+    // SAFETY: the caller's elements (put_u16's contract).
+    unsafe { out_u16(out, at, s.len()) }.copy_from_slice(s)
+}
+
+/// The `n` bf16 elements at element offset `at` of the bf16 tensor `out`, to write.
+///
+/// # Safety
+/// Nothing else reads or writes those elements while the slice lives (programs and ranges
+/// of a launch write disjoint elements, and an output is never a loaded parameter:
+/// `plan::compile`).
+#[inline(always)]
+pub(crate) unsafe fn out_u16<'a>(out: &Buffer, at: usize, n: usize) -> &'a mut [u16] {
+    assert!(
+        out.dtype == DType::BF16 && (at + n) * 2 <= out.len,
+        "fused store out of bounds"
+    );
+    // SAFETY: in bounds (checked above); exclusive by the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut u16).add(at), n) }
+}
+
+/// The `n` f32 elements at element offset `at` of the f32 tensor `out`, to write.
+///
+/// # Safety
+/// As [`out_u16`].
+#[inline(always)]
+pub(crate) unsafe fn out_f32<'a>(out: &Buffer, at: usize, n: usize) -> &'a mut [f32] {
+    assert!(
+        out.dtype == DType::F32 && (at + n) * 4 <= out.len,
+        "fused store out of bounds"
+    );
+    // SAFETY: as in `out_u16`.
+    unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), n) }
+}
+
 /// Copies `s` to element offset `at` of the f32 tensor `out`: plain stores up to the first
 /// 32-byte boundary and for the last partial vector, streaming stores between.
 ///
 /// # Safety
-/// [`wanted`] returned true for `out` (AVX is present); nothing else accesses those elements
+/// [`wanted`] or [`large`] returned true for `out` (AVX is present); nothing else accesses those elements
 /// before [`fence`] runs on this thread.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
@@ -131,22 +241,35 @@ pub(crate) fn fence() {
     unsafe { core::arch::x86_64::_mm_sfence() };
 }
 
-/// Whether a launch writes elements `at .. at + n` of `out` with [`copy`]: [`wanted`]
-/// (unrounded: the values are already what the tensor holds) and [`whole_rows`].
+/// Whether a launch writes elements `at .. at + n` of `out` with [`copy`] or [`copy_u16`]:
+/// [`large`] and [`whole_rows`].
 pub(crate) fn streams(out: &Buffer, at: usize, n: usize) -> bool {
-    wanted(out, false) && whole_rows(out, at, n)
+    large(out) && whole_rows(out, at, n)
 }
 
-/// [`super::chunk::store`], through [`copy`] when `v` is a slice and `nt` ([`streams`] of
-/// the run this piece belongs to). The caller runs [`fence`] before its program returns
-/// when [`wanted`] holds for `buf`.
+/// [`super::chunk::store`], through [`copy`] (f32) or a narrowing into an L1 buffer and
+/// [`copy_u16`] (bf16, in pieces of [`super::plan::CHUNK`]) when `v` is a slice and `nt`
+/// ([`streams`] of the run this piece belongs to). The caller runs [`fence`] before its
+/// program returns when [`large`] holds for `buf`.
 #[inline(always)]
 pub(crate) fn store(buf: &Buffer, at: usize, v: super::chunk::V, lo: usize, hi: usize, nt: bool) {
     #[cfg(target_arch = "x86_64")]
     if let super::chunk::V::S(s) = v
         && nt
     {
-        // SAFETY: `nt` implies `wanted` (AVX is present); the caller fences before its
+        if buf.dtype == DType::BF16 {
+            const P: usize = super::plan::CHUNK;
+            let mut t = [0u16; P];
+            for k in (lo..hi).step_by(P) {
+                let m = (hi - k).min(P);
+                super::bf16io::narrow(&s[k..k + m], &mut t[..m]);
+                // SAFETY: `nt` implies `large` (AVX is present); the caller fences before
+                // its program returns.
+                unsafe { copy_u16(buf, at + (k - lo), &t[..m]) };
+            }
+            return;
+        }
+        // SAFETY: `nt` implies `large` (AVX is present); the caller fences before its
         // program returns.
         return unsafe { copy(buf, at, &s[lo..hi]) };
     }
