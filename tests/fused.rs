@@ -1028,6 +1028,13 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
         direct_same_bits(&format!("softmax specials {tag}"), programs, true, || {
             tessera_kernels::softmax(&sp).unwrap()
         });
+        let spb = to_bf16(&sp);
+        direct_same_bits(
+            &format!("softmax bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || softmax_bf16(&spb).unwrap(),
+        );
     }
 }
 
@@ -1113,6 +1120,17 @@ fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
     Tensor::from_vec(v, x.shape()).unwrap()
 }
 
+/// `x` rounded to bf16 (infinities, `-0` and NaN kept as such).
+fn to_bf16(x: &Tensor<f32>) -> Tensor<bf16> {
+    let v = x
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    Tensor::from_vec(v, x.shape()).unwrap()
+}
+
 /// Layernorm and rmsnorm (f32, bf16 in and out, bf16 in and f32 out) on the norm row loop
 /// against the interpreter.
 #[test]
@@ -1161,6 +1179,20 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("rmsnorm bf16→f32 {tag}"), programs, || {
             rmsnorm_bf16(&xb, &gb).unwrap()
         });
+        // The specials in bf16 (widened in registers by the AVX-512 first pass).
+        let spb = to_bf16(&sp);
+        direct_same_bits(
+            &format!("layernorm bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || layernorm_bf16(&spb, &gb, &bb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("rmsnorm bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || rmsnorm_bf16(&spb, &gb).unwrap(),
+        );
     }
 }
 

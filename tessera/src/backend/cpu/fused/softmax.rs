@@ -7,9 +7,10 @@
 //! kept one, so a row of one chunk (the common case: `bc` is 1024) takes one `exp` per
 //! element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
 //! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level an f32 chunk's subtract, `exp` and
-//! sum run as one pass over registers (`exp_sum_avx512`, the same bits); a large f32 output
-//! is written with non-temporal stores (`stream`).
+//! the row's own columns are computed. At the AVX-512 level a chunk's subtract, `exp` and
+//! sum (of the f32 input, or of the bf16 input widened into a chunk buffer) run as one pass
+//! over registers (`exp_sum_avx512`, the same bits); a large f32 output is written with
+//! non-temporal stores (`stream`).
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
@@ -71,8 +72,7 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     let round = sm.rows.round_bf16;
     let nt = stream::wanted(out, round);
     #[cfg(target_arch = "x86_64")]
-    let z = x.dtype == DType::F32
-        && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
+    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     for row in r0..r1 {
