@@ -166,8 +166,10 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     }
 }
 
-/// `vmath::max(xs)`, bit for bit (32 lanes in two registers, the same steps and final tree),
-/// and the least value of `xs` (unspecified when `xs` holds a NaN).
+/// `vmath::max(xs)`, bit for bit but for NaN payloads (32 lanes in two registers, the same
+/// steps and final tree; a lane's steps are one `vmaxps` each, with the lanes that met a NaN
+/// recorded in a mask and set to NaN after the loop), and the least value of `xs`
+/// (unspecified when `xs` holds a NaN).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA.
@@ -188,6 +190,8 @@ unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
         _mm512_set1_ps(f32::NEG_INFINITY),
     );
     let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
+    // Lanes that met a NaN (kept apart so that the max chain is one `vmaxps` per step).
+    let (mut n0, mut n1): (__mmask16, __mmask16) = (0, 0);
     for j in (0..full).step_by(32) {
         // SAFETY: `j + 32 <= n`.
         let (v0, v1) = unsafe {
@@ -196,15 +200,18 @@ unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
                 _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
             )
         };
-        let t0 =
-            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v0, a0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
-        let t1 =
-            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v1, a1) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
-        a0 = _mm512_mask_mov_ps(a0, t0, v0);
-        a1 = _mm512_mask_mov_ps(a1, t1, v1);
+        // `vmaxps(v, a)` is `v > a ? v : a` (`a` when either is NaN): `step` but for a NaN
+        // `v`, which the masks record.
+        a0 = _mm512_max_ps(v0, a0);
+        a1 = _mm512_max_ps(v1, a1);
+        n0 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
+        n1 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
         l0 = _mm512_min_ps(l0, v0);
         l1 = _mm512_min_ps(l1, v1);
     }
+    // A lane that met a NaN holds NaN from then on under `step` (payloads aside).
+    a0 = _mm512_mask_mov_ps(a0, n0, _mm512_set1_ps(f32::NAN));
+    a1 = _mm512_mask_mov_ps(a1, n1, _mm512_set1_ps(f32::NAN));
     let mut acc = [0.0f32; vmath::SUM_LANES];
     // SAFETY: `acc` holds 32 f32.
     unsafe {
