@@ -4,10 +4,11 @@
 //! squared deviations (or squares) and the write `((x − mean)·rstd)·γ (+ β)`, with the
 //! interpreter's arithmetic op for op. Lanes past the row end of the interpreter's chunks
 //! read `+0` (or are selected to `+0`), which adds nothing to a lane of `vmath::sum`, so only
-//! the row's own columns are computed. At the AVX-512 level the sums and an f32 output row
-//! run in `norm512` (the same bits); its pass over the squared deviations of an f32 row asks
-//! for the next row's lines as it goes (spread over the pass, not at the start of the row),
-//! and a large f32 output takes non-temporal stores (`stream`).
+//! the row's own columns are computed. At the AVX-512 level the rows run in
+//! `rows_avx512` with the sums of `norm512` (the same bits): a bf16 row is widened in
+//! registers by its first pass, an f32 layernorm row of at most `PIPE_N` values shares its
+//! squared-deviation pass with the next row's mean, the passes ask for the next rows' lines
+//! as they go, and a large f32 output takes non-temporal stores (`stream`).
 
 use super::super::vmath;
 use super::rowmatch::Norm;

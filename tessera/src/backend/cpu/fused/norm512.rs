@@ -1,8 +1,10 @@
-//! AVX-512 loops of the norm row loop (`norm`) over an f32 row in L1: the 32-lane sums of
-//! `vmath::sum` (of the values, or of the squared deviations without a buffer of squares) and
-//! the f32 output row `((x − mean)·rstd)·γ (+ β)`, plain or non-temporal stores. The same
-//! operations in the same order as the portable loops, so the same bits (rmsnorm passes
-//! `mean = 0`: `x − 0 = x` exactly, `-0` included).
+//! AVX-512 loops of the norm row loop (`norm`): the 32-lane sums of `vmath::sum` over a row
+//! (of the values, or of the squared deviations without a buffer of squares; an f32 row, or
+//! a bf16 row widened in registers and kept as f32 in the row buffer), with the lane
+//! accumulators and the final tree in registers, one row's squares together with the next
+//! row's values, and the f32 output row `((x − mean)·rstd)·γ (+ β)`, plain or non-temporal
+//! stores. The same operations in the same order as the portable loops, so the same bits
+//! (rmsnorm passes `mean = 0`: `x − 0 = x` exactly, `-0` included).
 
 use crate::backend::Buffer;
 use core::arch::x86_64::*;
