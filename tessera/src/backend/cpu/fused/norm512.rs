@@ -15,7 +15,7 @@ use core::arch::x86_64::*;
 /// # Safety
 /// Those elements are readable; the CPU supports AVX-512F.
 #[inline(always)]
-unsafe fn load<const BF: bool>(p: *const u8, j: usize) -> __m512 {
+pub(crate) unsafe fn load<const BF: bool>(p: *const u8, j: usize) -> __m512 {
     // SAFETY: the caller's.
     unsafe {
         if BF {
