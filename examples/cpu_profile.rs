@@ -1,7 +1,8 @@
 //! Times one library kernel's launches on the CPU (for profiling the launch path):
 //! `RAYON_NUM_THREADS=1 cargo run --release --example cpu_profile -- gelu 37 300 2000`
 //! (kernels: gelu, softmax, layernorm, rmsnorm, add, their bf16 forms softmax_bf16,
-//! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), col_mean, transpose, col_sum_bf16,
+//! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), softmax_bf16_f32 and
+//! rmsnorm_bf16_f32 (bf16 in, f32 out, as `benches/cpu.rs`), col_mean, transpose, col_sum_bf16,
 //! transpose_bf16, gelu_bf16 (bf16 in and out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
 //! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
@@ -45,6 +46,16 @@ fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
 #[tessera::kernel]
 fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
     gelu(x * y + 1.0)
+}
+
+#[tessera::kernel]
+fn softmax_bf16_f32(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
+}
+
+#[tessera::kernel]
+fn rmsnorm_bf16_f32(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (R, C)> {
+    rmsnorm(x, g, 1e-6)
 }
 
 #[tessera::kernel]
@@ -203,6 +214,13 @@ fn main() {
         ),
         "col_mean" => go!(o32, col_mean(&x), col_mean::KERNEL, [x]),
         "transpose" => go!(o32, transpose_f32(&x), transpose_f32::KERNEL, [x]),
+        "softmax_bf16_f32" => go!(o32, softmax_bf16_f32(&xb), softmax_bf16_f32::KERNEL, [xb]),
+        "rmsnorm_bf16_f32" => go!(
+            o32,
+            rmsnorm_bf16_f32(&xb, &gb),
+            rmsnorm_bf16_f32::KERNEL,
+            [xb, gb]
+        ),
         "col_sum_bf16" => go!(o32, col_sum_bf16(&xb), col_sum_bf16::KERNEL, [xb]),
         "transpose_bf16" => go!(ob, transpose_bf16(&xb), transpose_bf16::KERNEL, [xb]),
         "gelu_bf16" => go!(ob, gelu_bf16(&xb), gelu_bf16::KERNEL, [xb]),
@@ -238,6 +256,7 @@ fn main() {
         "add" => 12.0 * n,
         "add_bf16" => 6.0 * n,
         "softmax_bf16" | "layernorm_bf16" | "rmsnorm_bf16" => 4.0 * n,
+        "softmax_bf16_f32" | "rmsnorm_bf16_f32" => 6.0 * n,
         "col_mean" => 4.0 * n,
         "col_sum_bf16" => 2.0 * n,
         "transpose_bf16" | "gelu_bf16" => 4.0 * n,

@@ -1059,12 +1059,20 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("softmax bf16→f32 {tag}"), programs, || {
             softmax_bf16(&xb).unwrap()
         });
-        // ±inf, -0.0, huge values and (with two rows or more) a row of -inf: the same bits,
-        // a NaN matching any NaN (arithmetic NaN payloads are unspecified).
+        // ±inf, -0.0, huge values, (with two rows or more) a row of -inf and (with three or
+        // more) a NaN: the same bits, a NaN matching any NaN (arithmetic NaN payloads are
+        // unspecified).
         let sp = specials(&x, c);
         direct_same_bits(&format!("softmax specials {tag}"), programs, true, || {
             tessera_kernels::softmax(&sp).unwrap()
         });
+        let spb = to_bf16(&sp);
+        direct_same_bits(
+            &format!("softmax bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || softmax_bf16(&spb).unwrap(),
+        );
     }
 }
 
@@ -1130,8 +1138,8 @@ fn elementwise_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
-/// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, and its first row all -inf when it
-/// has more than one row.
+/// `x` (`[r, c]`) with ±inf, -0.0 and ±1e30 sprinkled in, its first row all -inf when it
+/// has more than one row, and a NaN in its second row when it has three or more.
 fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
     let mut v = x.to_vec().unwrap();
     for (j, e) in v.iter_mut().enumerate() {
@@ -1147,6 +1155,21 @@ fn specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
     if v.len() > c {
         v[..c].fill(f32::NEG_INFINITY);
     }
+    // With three rows or more, a NaN in the second row.
+    if v.len() > 2 * c {
+        v[c + c / 2] = f32::NAN;
+    }
+    Tensor::from_vec(v, x.shape()).unwrap()
+}
+
+/// `x` rounded to bf16 (infinities, `-0` and NaN kept as such).
+fn to_bf16(x: &Tensor<f32>) -> Tensor<bf16> {
+    let v = x
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
     Tensor::from_vec(v, x.shape()).unwrap()
 }
 
@@ -1198,6 +1221,20 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("rmsnorm bf16→f32 {tag}"), programs, || {
             rmsnorm_bf16(&xb, &gb).unwrap()
         });
+        // The specials in bf16 (widened in registers by the AVX-512 first pass).
+        let spb = to_bf16(&sp);
+        direct_same_bits(
+            &format!("layernorm bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || layernorm_bf16(&spb, &gb, &bb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("rmsnorm bf16→f32 specials {tag}"),
+            programs,
+            true,
+            || rmsnorm_bf16(&spb, &gb).unwrap(),
+        );
     }
 }
 

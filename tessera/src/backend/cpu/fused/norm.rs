@@ -4,10 +4,11 @@
 //! squared deviations (or squares) and the write `((x − mean)·rstd)·γ (+ β)`, with the
 //! interpreter's arithmetic op for op. Lanes past the row end of the interpreter's chunks
 //! read `+0` (or are selected to `+0`), which adds nothing to a lane of `vmath::sum`, so only
-//! the row's own columns are computed. At the AVX-512 level the sums and an f32 output row
-//! run in `norm512` (the same bits); its pass over the squared deviations of an f32 row asks
-//! for the next row's lines as it goes (spread over the pass, not at the start of the row),
-//! and a large f32 output takes non-temporal stores (`stream`).
+//! the row's own columns are computed. At the AVX-512 level the rows run in
+//! `rows_avx512` with the sums of `norm512` (the same bits): a bf16 row is widened in
+//! registers by its first pass, an f32 layernorm row of at most `PIPE_N` values shares its
+//! squared-deviation pass with the next row's mean, the passes ask for the next rows' lines
+//! as they go, and a large f32 output takes non-temporal stores (`stream`).
 
 use super::super::vmath;
 use super::rowmatch::Norm;
@@ -81,27 +82,21 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
     let nt = stream::wanted(out, round);
-    #[cfg(target_arch = "x86_64")]
-    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
+        // SAFETY: the active level is at most the detected one: AVX-512F is present; `g`
+        // and `b` are `[n]`; `nt` is `stream::wanted` of `out`, fenced here.
+        unsafe { rows_avx512(nm, (x, out), (r0, r1, rows), n, (g, b), (xw, ow), nt) };
+        if nt {
+            stream::fence();
+        }
+        return;
+    }
     for row in r0..r1 {
         let at = row * n;
         let xs = widen(x, at, n, xw);
-        #[cfg(target_arch = "x86_64")]
-        if z {
-            // SAFETY: the active level is at most the detected one: AVX-512F is present.
-            let ahead = (x.dtype == DType::F32).then(|| xs.as_ptr().wrapping_add(n));
-            let (mean, rstd) = unsafe { stats_avx512(nm, xs, bc, nf, ahead) };
-            if out.dtype == DType::F32 && !round {
-                // SAFETY: as above; `g` and `b` are `[n]`; `nt` is `stream::wanted` of
-                // `out`, fenced below.
-                unsafe { super::norm512::write(out, at, xs, (mean, rstd), g, b, nt) };
-            } else {
-                write(out, at, xs, (mean, rstd), (g, b), round, nt, ow);
-            }
-            continue;
-        }
         let mean = if nm.layer {
             let mut acc = 0.0f32;
             for c0 in (0..n).step_by(bc) {
@@ -137,41 +132,145 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     }
 }
 
-/// The row's mean (`0` for rmsnorm) and `rstd`, as the portable loops compute them, with the
-/// sums of [`super::norm512::sum`].
+/// The longest f32 layernorm row [`rows_avx512`] pipelines: rows `r .. r + 3` (the last two
+/// on their way in), `γ` and `β` fit a 32 KiB L1 data cache.
+#[cfg(target_arch = "x86_64")]
+const PIPE_N: usize = 1280;
+
+/// The rows `r0 .. r1` of [`body`] at the AVX-512 level, the same bits with the sums of
+/// [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16 row
+/// is widened into `xw` in registers by its first pass (the mean's, or rmsnorm's squares),
+/// which asks for the next row's lines as it goes. An f32 row's pass over its squared
+/// deviations (or squares) asks for the next row's lines, except for a layernorm row of at
+/// most [`PIPE_N`] values: there that pass also takes the next row's mean sums
+/// (`norm512::sq_and_sum`, four independent chains of adds in place of two passes of two),
+/// and the row's write asks for the lines of the row three on.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA.
+/// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `n` values; `xw` holds
+/// `n`; with `nt` ([`stream::wanted`] of `out`) the caller fences before the program
+/// returns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn stats_avx512(
+unsafe fn rows_avx512(
     nm: &Norm,
-    xs: &[f32],
-    bc: usize,
-    nf: f32,
-    ahead: Option<*const f32>,
-) -> (f32, f32) {
-    use super::norm512::sum;
-    let n = xs.len();
-    let mean = if nm.layer {
-        let mut acc = 0.0f32;
-        for c0 in (0..n).step_by(bc) {
-            // SAFETY: the caller's level.
-            acc += unsafe { sum::<false>(&xs[c0..(c0 + bc).min(n)], 0.0, None) };
+    (x, out): (&Buffer, &Buffer),
+    (r0, r1, rows): (usize, usize, usize),
+    n: usize,
+    (g, b): (&[f32], Option<&[f32]>),
+    (xw, ow): (&mut [f32], &mut [f32]),
+    nt: bool,
+) {
+    use super::norm512::{self, Pass, sq_and_sum, sum};
+    let bc = nm.rows.bc;
+    let nf = n as i32 as f32;
+    let size = x.dtype.size_bytes();
+    assert!(
+        rows * n * size <= x.len && xw.len() >= n && g.len() >= n,
+        "fused load out of bounds"
+    );
+    let f32in = x.dtype == DType::F32;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
+    let xwp = xw.as_mut_ptr();
+    // A pass over `row` (its values, or `xw`'s with `own` false) that asks for the lines
+    // of row `next` while it is in the tensor (else for its own).
+    let pass = |row: usize, own: bool, mean: f32, next: usize| {
+        let src = if own { row_ptr(row) } else { xwp as *const u8 };
+        Pass {
+            src,
+            mean,
+            keep: xwp,
+            ahead: if next < rows { row_ptr(next) } else { src },
         }
-        acc / nf
+    };
+    // Chunk sums of a pass (`sum::<SQ, BF, AHEAD>`), added in column order.
+    macro_rules! sums {
+        ($sq:literal, $bf:literal, $ahead:literal, $p:expr) => {{
+            let p = $p;
+            let mut s = 0.0f32;
+            for c0 in (0..n).step_by(bc) {
+                // SAFETY: the caller's level; the row and `xw` hold `n` values (asserted).
+                s += unsafe { sum::<$sq, $bf, $ahead>(p, c0, (c0 + bc).min(n)) };
+            }
+            s
+        }};
+    }
+    // An f32 layernorm row of at most `PIPE_N` values walks its squared deviations with the
+    // next row's mean sums, and its write asks for the lines of the row three on.
+    let pipe = nm.layer && f32in && n <= PIPE_N;
+    let mut next_mean = if pipe && r0 < r1 {
+        sums!(false, false, true, pass(r0, true, 0.0, r0 + 1)) / nf
     } else {
         0.0
     };
-    let mut ss = 0.0f32;
-    for c0 in (0..n).step_by(bc) {
-        // SAFETY: as above.
-        let ahead = ahead.map(|p| p.wrapping_add(c0));
-        ss += unsafe { sum::<true>(&xs[c0..(c0 + bc).min(n)], mean, ahead) };
+    for row in r0..r1 {
+        let (mean, ss) = match (nm.layer, f32in) {
+            (true, true) if pipe && row + 1 < r1 => {
+                let mean = next_mean;
+                let (p, q) = (
+                    pass(row, true, mean, row),
+                    pass(row + 1, true, 0.0, row + 1),
+                );
+                let (mut s, mut t) = (0.0f32, 0.0f32);
+                for c0 in (0..n).step_by(bc) {
+                    // SAFETY: the caller's level; both rows are in bounds (asserted).
+                    let (u, v) = unsafe { sq_and_sum(p, q, c0, (c0 + bc).min(n)) };
+                    s += u;
+                    t += v;
+                }
+                next_mean = t / nf;
+                (mean, s)
+            }
+            (true, true) => {
+                let mean = if pipe {
+                    next_mean
+                } else {
+                    sums!(false, false, false, pass(row, true, 0.0, row)) / nf
+                };
+                (
+                    mean,
+                    sums!(true, false, true, pass(row, true, mean, row + 1)),
+                )
+            }
+            (false, true) => (0.0, sums!(true, false, true, pass(row, true, 0.0, row + 1))),
+            (true, false) => {
+                let mean = sums!(false, true, true, pass(row, true, 0.0, row + 1)) / nf;
+                (mean, sums!(true, false, false, pass(row, false, mean, row)))
+            }
+            (false, false) => (0.0, sums!(true, true, true, pass(row, true, 0.0, row + 1))),
+        };
+        // `vmath::rsqrt`'s `1 / sqrt`.
+        let rstd = 1.0 / (ss / nf + nm.eps).sqrt();
+        let vals = if f32in {
+            row_ptr(row) as *const f32
+        } else {
+            xwp as *const f32
+        };
+        // SAFETY: the f32 row (in the tensor, asserted) or `xw`'s, `n` values.
+        let xs = unsafe { std::slice::from_raw_parts(vals, n) };
+        let at = row * n;
+        if out.dtype == DType::F32 && !nm.rows.round_bf16 {
+            // SAFETY: the caller's level; `g` and `b` hold `n` values; `nt` as the caller's.
+            unsafe {
+                if pipe && row + 3 < rows {
+                    norm512::write::<true>(out, at, xs, (mean, rstd), (g, b), nt, row_ptr(row + 3))
+                } else {
+                    norm512::write::<false>(out, at, xs, (mean, rstd), (g, b), nt, row_ptr(row))
+                }
+            }
+        } else {
+            write(
+                out,
+                at,
+                xs,
+                (mean, rstd),
+                (g, b),
+                nm.rows.round_bf16,
+                nt,
+                ow,
+            );
+        }
     }
-    let mut rstd = [ss / nf + nm.eps];
-    vmath::rsqrt(&mut rstd);
-    (mean, rstd[0])
 }
 
 /// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`) through

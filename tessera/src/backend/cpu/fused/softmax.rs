@@ -7,9 +7,11 @@
 //! kept one, so a row of one chunk (the common case: `bc` is 1024) takes one `exp` per
 //! element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
 //! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level an f32 chunk's subtract, `exp` and
-//! sum run as one pass over registers (`exp_sum_avx512`, the same bits); a large f32 output
-//! is written with non-temporal stores (`stream`).
+//! the row's own columns are computed. At the AVX-512 level a chunk's max is one `vmaxps`
+//! chain per lane (`max_min_avx512`; a bf16 chunk is widened in registers there and kept in
+//! the chunk buffer), and its subtract, `exp` and sum run as one pass over registers
+//! (`exp_sum_avx512`, the same bits); a large f32 output is written with non-temporal
+//! stores (`stream`).
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
@@ -71,8 +73,7 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     let round = sm.rows.round_bf16;
     let nt = stream::wanted(out, round);
     #[cfg(target_arch = "x86_64")]
-    let z = x.dtype == DType::F32
-        && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
+    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     for row in r0..r1 {
@@ -89,16 +90,40 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
         let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
+            #[cfg(target_arch = "x86_64")]
+            let (xs, (cm, lo)) = if z && x.dtype == DType::BF16 {
+                assert!((at + c1) * 2 <= x.len, "fused load out of bounds");
+                let p = x.ptr.wrapping_add((at + c0) * 2) as *const u8;
+                // SAFETY: AVX-512F is present; `c1 - c0` bf16 values from `p` are in the
+                // input (asserted) and `xw` holds `bc >= c1 - c0` values; the widened chunk
+                // in `xw` is not written again until the next chunk.
+                unsafe {
+                    let r = max_min_avx512::<true>(p, c1 - c0, xw.as_mut_ptr());
+                    (std::slice::from_raw_parts(xw.as_ptr(), c1 - c0), r)
+                }
+            } else {
+                // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
+                // nothing writes until the next call.
+                let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
+                let r = if z {
+                    // SAFETY: the active level is at most the detected one: AVX-512F is
+                    // present; `xs` holds `c1 - c0` values.
+                    unsafe {
+                        max_min_avx512::<false>(
+                            xs.as_ptr() as *const u8,
+                            xs.len(),
+                            std::ptr::null_mut(),
+                        )
+                    }
+                } else {
+                    (vmath::max(xs), f32::NEG_INFINITY)
+                };
+                (xs, r)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
             // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
             // nothing writes until the next call.
             let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-            #[cfg(target_arch = "x86_64")]
-            let (cm, lo) = if z {
-                // SAFETY: the active level is at most the detected one: AVX-512F is present.
-                unsafe { max_min_avx512(xs) }
-            } else {
-                (vmath::max(xs), f32::NEG_INFINITY)
-            };
             #[cfg(not(target_arch = "x86_64"))]
             let cm = vmath::max(xs);
             let mn = bin_f(BinaryOp::Max, m, cm);
@@ -166,14 +191,18 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     }
 }
 
-/// `vmath::max(xs)`, bit for bit (32 lanes in two registers, the same steps and final tree),
-/// and the least value of `xs` (unspecified when `xs` holds a NaN).
+/// For the `n` values from `p` (f32, or bf16 bit patterns widened in registers and also
+/// stored to `keep` with `BF`): `vmath::max` of them, bit for bit but for NaN payloads (32 lanes in two registers, the same
+/// steps and final tree; a lane's steps are one `vmaxps` each, with the lanes that met a NaN
+/// recorded in a mask and set to NaN after the loop), and the least value
+/// (unspecified when there is a NaN).
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA.
+/// The CPU must support AVX-512F, AVX2 and FMA; `n` values from `p` are readable (and, with
+/// `BF`, `n` writable at `keep`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
+unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
     use core::arch::x86_64::*;
     #[inline(always)]
     fn step(m: f32, v: f32) -> f32 {
@@ -181,30 +210,37 @@ unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
         let take = v > m || v != v;
         if take { v } else { m }
     }
-    let n = xs.len();
+    use super::norm512::load;
     let full = n / 32 * 32;
     let (mut a0, mut a1) = (
         _mm512_set1_ps(f32::NEG_INFINITY),
         _mm512_set1_ps(f32::NEG_INFINITY),
     );
     let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
+    // Lanes that met a NaN (kept apart so that the max chain is one `vmaxps` per step).
+    let (mut n0, mut n1): (__mmask16, __mmask16) = (0, 0);
     for j in (0..full).step_by(32) {
         // SAFETY: `j + 32 <= n`.
-        let (v0, v1) = unsafe {
-            (
-                _mm512_loadu_ps(xs.as_ptr().add(j)),
-                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
-            )
-        };
-        let t0 =
-            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v0, a0) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
-        let t1 =
-            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v1, a1) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
-        a0 = _mm512_mask_mov_ps(a0, t0, v0);
-        a1 = _mm512_mask_mov_ps(a1, t1, v1);
+        let (v0, v1) = unsafe { (load::<BF>(p, j), load::<BF>(p, j + 16)) };
+        if BF {
+            // SAFETY: `keep` holds `n` values.
+            unsafe {
+                _mm512_storeu_ps(keep.add(j), v0);
+                _mm512_storeu_ps(keep.add(j + 16), v1);
+            }
+        }
+        // `vmaxps(v, a)` is `v > a ? v : a` (`a` when either is NaN): `step` but for a NaN
+        // `v`, which the masks record.
+        a0 = _mm512_max_ps(v0, a0);
+        a1 = _mm512_max_ps(v1, a1);
+        n0 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
+        n1 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
         l0 = _mm512_min_ps(l0, v0);
         l1 = _mm512_min_ps(l1, v1);
     }
+    // A lane that met a NaN holds NaN from then on under `step` (payloads aside).
+    a0 = _mm512_mask_mov_ps(a0, n0, _mm512_set1_ps(f32::NAN));
+    a1 = _mm512_mask_mov_ps(a1, n1, _mm512_set1_ps(f32::NAN));
     let mut acc = [0.0f32; vmath::SUM_LANES];
     // SAFETY: `acc` holds 32 f32.
     unsafe {
@@ -212,7 +248,18 @@ unsafe fn max_min_avx512(xs: &[f32]) -> (f32, f32) {
         _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
     }
     let mut lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
-    for (a, &v) in acc.iter_mut().zip(&xs[full..]) {
+    for (i, a) in acc.iter_mut().enumerate().take(n - full) {
+        let j = full + i;
+        // SAFETY: `j < n`; with `BF`, `keep` holds `n` values.
+        let v = unsafe {
+            if BF {
+                let v = f32::from_bits((*(p as *const u16).add(j) as u32) << 16);
+                *keep.add(j) = v;
+                v
+            } else {
+                *(p as *const f32).add(j)
+            }
+        };
         *a = step(*a, v);
         lo = lo.min(v);
     }
