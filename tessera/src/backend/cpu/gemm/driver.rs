@@ -5,7 +5,8 @@ use super::scratch::with_scratch;
 
 /// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
 pub(crate) const KC: usize = 256;
-/// Rows of `A` packed per block (the packed `MC × KC` block stays in L2).
+/// Rows of `A` per block (the `MC × KC` block of `A` stays in L2 while every column panel
+/// of the packed `B` block reads it).
 pub(crate) const MC_TARGET: usize = 144;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
@@ -13,7 +14,7 @@ pub(crate) const NC_TARGET: usize = 4096;
 /// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it).
 pub(crate) const NC_SMALL: usize = 256;
 
-/// A register-blocked micro-kernel plus its packing routines.
+/// A register-blocked micro-kernel plus its `B` packing routine (`A` is read in place).
 ///
 /// # Safety
 /// Implementors must only be used when the CPU supports their instructions.
@@ -22,19 +23,19 @@ pub(crate) unsafe trait Kernel {
     const MR: usize;
     /// Columns of the micro-tile.
     const NR: usize;
-    /// Pack `mc × kc` of `A` into `MR`-row panels (see `pack::pack_a`).
-    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
-    /// `C[0..mr, 0..nr] += Apanel · Bpanel` for packed panels of depth `kc`; with
-    /// `overwrite`, `C[0..mr, 0..nr] = Apanel · Bpanel` (the accumulators start at `+0.0`
-    /// instead of C's values, which are not read).
+    /// `C[0..mr, 0..nr] += A · Bpanel` for the `mr × kc` block of `A` at `a` (row stride
+    /// `lda`, read in place) and a packed panel of depth `kc`; with `overwrite`,
+    /// `C[0..mr, 0..nr] = A · Bpanel` (the accumulators start at `+0.0` instead of C's
+    /// values, which are not read).
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         mr: usize,
         nr: usize,
         kc: usize,
         a: *const f32,
+        lda: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
@@ -68,19 +69,16 @@ pub(crate) unsafe fn gemm<K: Kernel>(
         let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
         if m > mr_ && m <= mc_max {
-            // All rows of A fit one packed block (of more than one micro-panel: with one, each
-            // packed B panel is read once and long sequential rows of B pack faster): pack it
-            // once per k-block, and B a chunk at a time that stays in L2 while the
-            // micro-kernels read it.
+            // All rows of A fit one block (of more than one micro-tile: with one, each packed
+            // B panel is read once and long sequential rows of B pack faster): B is packed a
+            // chunk at a time that stays in L2 while the micro-kernels read it.
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
-            let a_len = m.div_ceil(mr_) * mr_ * kc_max;
             let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
-            with_scratch(a_len, b_len, |abuf, bbuf| {
+            with_scratch(0, b_len, |_, bbuf| {
                 let mut pc = 0;
                 while pc < k {
                     let kc = kc_max.min(k - pc);
                     let first = overwrite && pc == 0;
-                    K::pack_a(m, kc, a.add(pc), lda, abuf);
                     let mut jc = 0;
                     while jc < n {
                         let nc = nc_max.min(n - jc);
@@ -95,7 +93,8 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         } else {
                             Ahead::NONE
                         };
-                        block::<K>(m, nc, kc, abuf, bbuf, c.add(jc), ldc, first, next);
+                        let ak = a.add(pc);
+                        block::<K>(m, nc, kc, ak, lda, bbuf, c.add(jc), ldc, first, next);
                         jc += nc;
                     }
                     pc += kc;
@@ -104,10 +103,9 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             return;
         }
         let nc_max = (NC_TARGET / nr_).max(1) * nr_;
-        let a_len = mc_max * kc_max;
         let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
 
-        with_scratch(a_len, b_len, |abuf, bbuf| {
+        with_scratch(0, b_len, |_, bbuf| {
             let mut jc = 0;
             while jc < n {
                 let nc = nc_max.min(n - jc);
@@ -119,12 +117,12 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                     let mut ic = 0;
                     while ic < m {
                         let mc = mc_max.min(m - ic);
-                        K::pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
                         block::<K>(
                             mc,
                             nc,
                             kc,
-                            abuf,
+                            a.add(ic * lda + pc),
+                            lda,
                             bbuf,
                             c.add(ic * ldc + jc),
                             ldc,
@@ -141,18 +139,20 @@ pub(crate) unsafe fn gemm<K: Kernel>(
     }
 }
 
-/// The two inner loops: every micro-tile of the `mc × nc` block of C at `c` from packed A
-/// (`abuf`, `mc` rows) and packed B (`bbuf`, `nc` columns), both of depth `kc`.
+/// The two inner loops: every micro-tile of the `mc × nc` block of C at `c` from the
+/// `mc × kc` block of A at `a` (row stride `lda`) and packed B (`bbuf`, `nc` columns of
+/// depth `kc`).
 ///
 /// # Safety
-/// As [`gemm`], with `abuf`/`bbuf` holding the packed blocks.
+/// As [`gemm`], with `bbuf` holding the packed block.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn block<K: Kernel>(
     mc: usize,
     nc: usize,
     kc: usize,
-    abuf: *const f32,
+    a: *const f32,
+    lda: usize,
     bbuf: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -170,7 +170,7 @@ unsafe fn block<K: Kernel>(
             let mut ir = 0;
             while ir < mc {
                 let mr = mr_.min(mc - ir);
-                let ap = abuf.add(ir * kc);
+                let ap = a.add(ir * lda);
                 next.part(t, tiles);
                 if !overwrite {
                     // The micro-kernel's FMA chains start from C: fetch the next tile's C
@@ -187,7 +187,17 @@ unsafe fn block<K: Kernel>(
                     }
                 }
                 t += 1;
-                K::run(mr, nr, kc, ap, bp, c.add(ir * ldc + jr), ldc, overwrite);
+                K::run(
+                    mr,
+                    nr,
+                    kc,
+                    ap,
+                    lda,
+                    bp,
+                    c.add(ir * ldc + jr),
+                    ldc,
+                    overwrite,
+                );
                 ir += mr_;
             }
             jr += nr_;

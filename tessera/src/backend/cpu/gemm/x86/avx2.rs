@@ -1,9 +1,9 @@
-//! AVX2 + FMA micro-kernel: 6×16 tile, 12 `ymm` accumulators.
+//! AVX2 + FMA micro-kernel: 6×16 tile, 12 `ymm` accumulators, `A` read in place.
 
 use core::arch::x86_64::*;
 
 use super::super::driver::Kernel;
-use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::super::pack::{edge_load, edge_store, pack_b};
 
 const MR: usize = 6;
 const NR: usize = 16;
@@ -11,11 +11,12 @@ const NR: usize = 16;
 /// 6×16 AVX2/FMA kernel (rows `M < 6` use narrower instantiations).
 pub(crate) struct Avx2Kernel;
 
-/// `C[0..M, 0..16] += Apanel · Bpanel`; A panel stride is always `MR`.
+/// `C[0..M, 0..16] += A · Bpanel`, reading the `M` rows of `A` in place (row stride `lda`).
 #[inline(always)]
 unsafe fn tile<const M: usize>(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -40,7 +41,7 @@ unsafe fn tile<const M: usize>(
                 let b0 = _mm256_loadu_ps($bp);
                 let b1 = _mm256_loadu_ps($bp.add(8));
                 for i in 0..M {
-                    let ai = _mm256_broadcast_ss(&*$ap.add(i));
+                    let ai = _mm256_broadcast_ss(&*$ap.add(i * lda));
                     acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
                     acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
                 }
@@ -49,16 +50,16 @@ unsafe fn tile<const M: usize>(
         let (mut ap, mut bp, mut p) = (a, b, kc);
         while p >= 4 {
             step!(ap, bp);
-            step!(ap.add(MR), bp.add(NR));
-            step!(ap.add(2 * MR), bp.add(2 * NR));
-            step!(ap.add(3 * MR), bp.add(3 * NR));
-            ap = ap.add(4 * MR);
+            step!(ap.add(1), bp.add(NR));
+            step!(ap.add(2), bp.add(2 * NR));
+            step!(ap.add(3), bp.add(3 * NR));
+            ap = ap.add(4);
             bp = bp.add(4 * NR);
             p -= 4;
         }
         while p > 0 {
             step!(ap, bp);
-            ap = ap.add(MR);
+            ap = ap.add(1);
             bp = bp.add(NR);
             p -= 1;
         }
@@ -75,6 +76,7 @@ unsafe fn tile_rows(
     mr: usize,
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -82,12 +84,12 @@ unsafe fn tile_rows(
 ) {
     unsafe {
         match mr {
-            6 => tile::<6>(kc, a, b, c, ldc, overwrite),
-            5 => tile::<5>(kc, a, b, c, ldc, overwrite),
-            4 => tile::<4>(kc, a, b, c, ldc, overwrite),
-            3 => tile::<3>(kc, a, b, c, ldc, overwrite),
-            2 => tile::<2>(kc, a, b, c, ldc, overwrite),
-            _ => tile::<1>(kc, a, b, c, ldc, overwrite),
+            6 => tile::<6>(kc, a, lda, b, c, ldc, overwrite),
+            5 => tile::<5>(kc, a, lda, b, c, ldc, overwrite),
+            4 => tile::<4>(kc, a, lda, b, c, ldc, overwrite),
+            3 => tile::<3>(kc, a, lda, b, c, ldc, overwrite),
+            2 => tile::<2>(kc, a, lda, b, c, ldc, overwrite),
+            _ => tile::<1>(kc, a, lda, b, c, ldc, overwrite),
         }
     }
 }
@@ -99,6 +101,7 @@ unsafe fn run_avx2(
     nr: usize,
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -106,18 +109,13 @@ unsafe fn run_avx2(
 ) {
     unsafe {
         if nr == NR {
-            tile_rows(mr, kc, a, b, c, ldc, overwrite)
+            tile_rows(mr, kc, a, lda, b, c, ldc, overwrite)
         } else {
             let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+            tile_rows(mr, kc, a, lda, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
             edge_store::<MR, NR>(mr, nr, c, ldc, &t);
         }
     }
-}
-
-#[target_feature(enable = "avx2,fma")]
-unsafe fn pack_a_avx2(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
-    unsafe { pack_a::<MR>(mc, kc, a, lda, dst) }
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -130,10 +128,6 @@ unsafe impl Kernel for Avx2Kernel {
     const MR: usize = MR;
     const NR: usize = NR;
 
-    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
-        unsafe { pack_a_avx2(mc, kc, a, lda, dst) }
-    }
-
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
         unsafe { pack_b_avx2(kc, nc, b, ldb, dst) }
     }
@@ -143,11 +137,12 @@ unsafe impl Kernel for Avx2Kernel {
         nr: usize,
         kc: usize,
         a: *const f32,
+        lda: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        unsafe { run_avx2(mr, nr, kc, a, b, c, ldc, overwrite) }
+        unsafe { run_avx2(mr, nr, kc, a, lda, b, c, ldc, overwrite) }
     }
 }

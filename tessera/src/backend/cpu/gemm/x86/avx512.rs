@@ -1,9 +1,9 @@
-//! AVX-512F micro-kernel: 8×32 tile, 16 `zmm` accumulators.
+//! AVX-512F micro-kernel: 8×32 tile, 16 `zmm` accumulators, `A` read in place.
 
 use core::arch::x86_64::*;
 
 use super::super::driver::Kernel;
-use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::super::pack::{edge_load, edge_store, pack_b};
 
 const MR: usize = 8;
 const NR: usize = 32;
@@ -11,12 +11,13 @@ const NR: usize = 32;
 /// 8×32 AVX-512 kernel (rows `M < 8` use narrower instantiations).
 pub(crate) struct Avx512Kernel;
 
-/// `C[0..M, 0..32] += Apanel · Bpanel` (one FMA chain per element from C's value); A panel
-/// stride is always `MR`.
+/// `C[0..M, 0..32] += A · Bpanel` (one FMA chain per element from C's value), reading the
+/// `M` rows of `A` in place (row stride `lda`).
 #[inline(always)]
 unsafe fn tile<const M: usize>(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -36,12 +37,13 @@ unsafe fn tile<const M: usize>(
             row[0] = _mm512_loadu_ps(cr);
             row[1] = _mm512_loadu_ps(cr.add(16));
         }
+        // Row `i` of A at `a + i * lda`: broadcast `A[i][p]` straight from its row.
         macro_rules! step {
             ($ap:expr, $bp:expr) => {{
                 let b0 = _mm512_loadu_ps($bp);
                 let b1 = _mm512_loadu_ps($bp.add(16));
                 for i in 0..M {
-                    let ai = _mm512_set1_ps(*$ap.add(i));
+                    let ai = _mm512_set1_ps(*$ap.add(i * lda));
                     acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
                     acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
                 }
@@ -50,16 +52,16 @@ unsafe fn tile<const M: usize>(
         let (mut ap, mut bp, mut p) = (a, b, kc);
         while p >= 4 {
             step!(ap, bp);
-            step!(ap.add(MR), bp.add(NR));
-            step!(ap.add(2 * MR), bp.add(2 * NR));
-            step!(ap.add(3 * MR), bp.add(3 * NR));
-            ap = ap.add(4 * MR);
+            step!(ap.add(1), bp.add(NR));
+            step!(ap.add(2), bp.add(2 * NR));
+            step!(ap.add(3), bp.add(3 * NR));
+            ap = ap.add(4);
             bp = bp.add(4 * NR);
             p -= 4;
         }
         while p > 0 {
             step!(ap, bp);
-            ap = ap.add(MR);
+            ap = ap.add(1);
             bp = bp.add(NR);
             p -= 1;
         }
@@ -76,6 +78,7 @@ unsafe fn tile_rows(
     mr: usize,
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -83,14 +86,14 @@ unsafe fn tile_rows(
 ) {
     unsafe {
         match mr {
-            8 => tile::<8>(kc, a, b, c, ldc, overwrite),
-            7 => tile::<7>(kc, a, b, c, ldc, overwrite),
-            6 => tile::<6>(kc, a, b, c, ldc, overwrite),
-            5 => tile::<5>(kc, a, b, c, ldc, overwrite),
-            4 => tile::<4>(kc, a, b, c, ldc, overwrite),
-            3 => tile::<3>(kc, a, b, c, ldc, overwrite),
-            2 => tile::<2>(kc, a, b, c, ldc, overwrite),
-            _ => tile::<1>(kc, a, b, c, ldc, overwrite),
+            8 => tile::<8>(kc, a, lda, b, c, ldc, overwrite),
+            7 => tile::<7>(kc, a, lda, b, c, ldc, overwrite),
+            6 => tile::<6>(kc, a, lda, b, c, ldc, overwrite),
+            5 => tile::<5>(kc, a, lda, b, c, ldc, overwrite),
+            4 => tile::<4>(kc, a, lda, b, c, ldc, overwrite),
+            3 => tile::<3>(kc, a, lda, b, c, ldc, overwrite),
+            2 => tile::<2>(kc, a, lda, b, c, ldc, overwrite),
+            _ => tile::<1>(kc, a, lda, b, c, ldc, overwrite),
         }
     }
 }
@@ -102,6 +105,7 @@ unsafe fn run_avx512(
     nr: usize,
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -109,18 +113,13 @@ unsafe fn run_avx512(
 ) {
     unsafe {
         if nr == NR {
-            tile_rows(mr, kc, a, b, c, ldc, overwrite)
+            tile_rows(mr, kc, a, lda, b, c, ldc, overwrite)
         } else {
             let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+            tile_rows(mr, kc, a, lda, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
             edge_store::<MR, NR>(mr, nr, c, ldc, &t);
         }
     }
-}
-
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn pack_a_avx512(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
-    unsafe { pack_a::<MR>(mc, kc, a, lda, dst) }
 }
 
 #[target_feature(enable = "avx512f,fma")]
@@ -133,10 +132,6 @@ unsafe impl Kernel for Avx512Kernel {
     const MR: usize = MR;
     const NR: usize = NR;
 
-    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
-        unsafe { pack_a_avx512(mc, kc, a, lda, dst) }
-    }
-
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
         unsafe { pack_b_avx512(kc, nc, b, ldb, dst) }
     }
@@ -146,11 +141,12 @@ unsafe impl Kernel for Avx512Kernel {
         nr: usize,
         kc: usize,
         a: *const f32,
+        lda: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        unsafe { run_avx512(mr, nr, kc, a, b, c, ldc, overwrite) }
+        unsafe { run_avx512(mr, nr, kc, a, lda, b, c, ldc, overwrite) }
     }
 }
