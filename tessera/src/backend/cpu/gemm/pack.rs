@@ -1,11 +1,55 @@
-//! Packing of `B` into `NR`-column panels, and the stack tiles of partial micro-tiles.
+//! Packing of `A` into `MR`-row panels and `B` into `NR`-column panels, and the stack
+//! tiles of partial micro-tiles.
 //!
-//! Packed layout (k-major, zero padded to full panels): B panel `j`:
-//! `dst[j*kc*NR + p*NR + c] = B[p][j*NR + c]`. `A` is not packed: the micro-kernels
-//! broadcast its elements from its rows in place.
+//! Packed layouts (both k-major, zero padded to full panels):
+//! * A panel `i`: `dst[i*kc*MR + p*MR + r] = A[i*MR + r][p]`
+//! * B panel `j`: `dst[j*kc*NR + p*NR + c] = B[p][j*NR + c]`
+//!
+//! The micro-kernels read `A` either packed or in place (see `driver`).
 //!
 //! The functions are `#[inline(always)]` so that each kernel can instantiate
 //! them inside a `#[target_feature]` wrapper and get vectorised copies.
+
+/// Pack the `mc × kc` block of `A` at `a` (row stride `lda`) into `mr`-row panels.
+///
+/// # Safety
+/// `a` must address `mc` rows of `kc` readable elements with stride `lda`;
+/// `dst` must hold `mc.div_ceil(mr) * mr * kc` writable elements.
+#[inline(always)]
+pub(crate) unsafe fn pack_a<const MR: usize>(
+    mc: usize,
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    dst: *mut f32,
+) {
+    unsafe {
+        let mut i = 0;
+        let mut out = dst;
+        while i < mc {
+            let rows = MR.min(mc - i);
+            let src = a.add(i * lda);
+            if rows == MR {
+                // Full panel: read MR rows in lock-step, write MR-wide columns.
+                for p in 0..kc {
+                    let o = out.add(p * MR);
+                    for r in 0..MR {
+                        *o.add(r) = *src.add(r * lda + p);
+                    }
+                }
+            } else {
+                for p in 0..kc {
+                    let o = out.add(p * MR);
+                    for r in 0..MR {
+                        *o.add(r) = if r < rows { *src.add(r * lda + p) } else { 0.0 };
+                    }
+                }
+            }
+            out = out.add(MR * kc);
+            i += MR;
+        }
+    }
+}
 
 /// Pack the `kc × nc` block of `B` at `b` (row stride `ldb`) into `nr`-column panels.
 ///

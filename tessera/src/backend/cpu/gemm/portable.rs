@@ -1,7 +1,7 @@
 //! Portable micro-kernel in plain Rust (any target; LLVM auto-vectorises it).
 
 use super::driver::Kernel;
-use super::pack::{edge_load, edge_store, pack_b};
+use super::pack::{edge_load, edge_store, pack_a, pack_b};
 
 const MR: usize = 4;
 const NR: usize = 16;
@@ -9,15 +9,16 @@ const NR: usize = 16;
 /// 4×16 kernel written without intrinsics.
 pub(crate) struct PortableKernel;
 
-/// `C[0..M, 0..NR] += A·B` with the `M` rows of `A` read in place (row stride `lda`) and
-/// `B` a packed panel: every element one fused-multiply-add chain over k in order, starting
+/// `C[0..M, 0..NR] += A·B` with `A[i][p]` at `a + i * ars + p * aks` (a packed panel or
+/// rows in place) and `B` a packed panel: every element one fused-multiply-add chain over k in order, starting
 /// from C's value (the `dot` order every ISA shares; `mul_add` is an instruction where the
 /// target has FMA, a correctly rounded library call elsewhere).
 #[inline(always)]
 unsafe fn full<const M: usize>(
     kc: usize,
     a: *const f32,
-    lda: usize,
+    ars: usize,
+    aks: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -38,7 +39,7 @@ unsafe fn full<const M: usize>(
         for p in 0..kc {
             let bp = &*(b.add(p * NR) as *const [f32; NR]);
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = *a.add(i * lda + p);
+                let ai = *a.add(i * ars + p * aks);
                 for (v, &bj) in row.iter_mut().zip(bp) {
                     *v = ai.mul_add(bj, *v);
                 }
@@ -60,7 +61,8 @@ unsafe fn rows(
     mr: usize,
     kc: usize,
     a: *const f32,
-    lda: usize,
+    ars: usize,
+    aks: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -68,10 +70,10 @@ unsafe fn rows(
 ) {
     unsafe {
         match mr {
-            4 => full::<4>(kc, a, lda, b, c, ldc, overwrite),
-            3 => full::<3>(kc, a, lda, b, c, ldc, overwrite),
-            2 => full::<2>(kc, a, lda, b, c, ldc, overwrite),
-            _ => full::<1>(kc, a, lda, b, c, ldc, overwrite),
+            4 => full::<4>(kc, a, ars, aks, b, c, ldc, overwrite),
+            3 => full::<3>(kc, a, ars, aks, b, c, ldc, overwrite),
+            2 => full::<2>(kc, a, ars, aks, b, c, ldc, overwrite),
+            _ => full::<1>(kc, a, ars, aks, b, c, ldc, overwrite),
         }
     }
 }
@@ -80,6 +82,10 @@ unsafe fn rows(
 unsafe impl Kernel for PortableKernel {
     const MR: usize = MR;
     const NR: usize = NR;
+
+    unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32) {
+        unsafe { pack_a::<MR>(mc, kc, a, lda, dst) }
+    }
 
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
         unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
@@ -90,7 +96,8 @@ unsafe impl Kernel for PortableKernel {
         nr: usize,
         kc: usize,
         a: *const f32,
-        lda: usize,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
@@ -98,10 +105,20 @@ unsafe impl Kernel for PortableKernel {
     ) {
         unsafe {
             if nr == NR {
-                rows(mr, kc, a, lda, b, c, ldc, overwrite)
+                rows(mr, kc, a, ars, aks, b, c, ldc, overwrite)
             } else {
                 let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-                rows(mr, kc, a, lda, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+                rows(
+                    mr,
+                    kc,
+                    a,
+                    ars,
+                    aks,
+                    b,
+                    t.as_mut_ptr() as *mut f32,
+                    NR,
+                    overwrite,
+                );
                 edge_store::<MR, NR>(mr, nr, c, ldc, &t);
             }
         }
