@@ -13,6 +13,7 @@ pub(crate) struct PortableKernel;
 /// rows in place) and `B` a packed panel: every element one fused-multiply-add chain over k in order, starting
 /// from C's value (the `dot` order every ISA shares; `mul_add` is an instruction where the
 /// target has FMA, a correctly rounded library call elsewhere).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn full<const M: usize>(
     kc: usize,

@@ -74,6 +74,8 @@ unsafe fn tile<const M: usize, const A_PANEL: bool>(
     }
 }
 
+/// [`tile`] for the `mr <= MR` rows of a micro-tile.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn tile_rows(
     mr: usize,
