@@ -79,14 +79,15 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
             step!(ap.add(2 * aks), bs.add(2 * ldb), bd.wrapping_add(2 * NR));
             step!(ap.add(3 * aks), bs.add(3 * ldb), bd.wrapping_add(3 * NR));
             ap = ap.add(4 * aks);
-            bs = bs.add(4 * ldb);
+            // In place, the row after the block's last may lie past the end of B.
+            bs = bs.wrapping_add(4 * ldb);
             bd = bd.wrapping_add(4 * NR);
             p -= 4;
         }
         while p > 0 {
             step!(ap, bs, bd);
             ap = ap.add(aks);
-            bs = bs.add(ldb);
+            bs = bs.wrapping_add(ldb);
             bd = bd.wrapping_add(NR);
             p -= 1;
         }
