@@ -5,8 +5,14 @@ use super::scratch::with_scratch;
 
 /// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
 pub(crate) const KC: usize = 256;
-/// Rows of `A` packed per block (the packed `MC × KC` block stays in L2).
+/// Rows of `A` per block (the `MC × KC` block of `A` stays in L2 while every column panel
+/// of the packed `B` block reads it).
 pub(crate) const MC_TARGET: usize = 144;
+/// Most bytes that the `KC` rows of a block of `B` span (`KC × ldb` elements) for the first
+/// micro-tile of each panel to pack it while computing (`Kernel::run_pack`): the rows then
+/// sit in L2 close together, and the strided walk down a panel costs less than a separate
+/// packing pass; farther apart, the walk waits on memory and the separate pass is faster.
+pub(crate) const FUSE_BYTES: usize = 256 << 10;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
 /// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
@@ -26,20 +32,46 @@ pub(crate) unsafe trait Kernel {
     unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
-    /// `C[0..mr, 0..nr] += Apanel · Bpanel` for packed panels of depth `kc`; with
-    /// `overwrite`, `C[0..mr, 0..nr] = Apanel · Bpanel` (the accumulators start at `+0.0`
-    /// instead of C's values, which are not read).
+    /// `C[0..mr, 0..nr] += A · Bpanel` for the `mr × kc` block of `A` at `a` (element
+    /// `(i, p)` at `a + i * ars + p * aks`: `(lda, 1)` in place, `(1, MR)` a packed panel)
+    /// and a packed panel of depth `kc`; with `overwrite`,
+    /// `C[0..mr, 0..nr] = A · Bpanel` (the accumulators start at `+0.0` instead of C's
+    /// values, which are not read).
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         mr: usize,
         nr: usize,
         kc: usize,
         a: *const f32,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     );
+    /// [`Kernel::run`] for a full-width panel (`nr == NR`) whose `kc × NR` block of `B` is
+    /// read in place at `b` (row stride `ldb`) and written packed to `bp` on the way, for
+    /// the panel's later micro-tiles. The default packs first, then runs.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_pack(
+        mr: usize,
+        kc: usize,
+        a: *const f32,
+        ars: usize,
+        aks: usize,
+        b: *const f32,
+        ldb: usize,
+        bp: *mut f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        unsafe {
+            Self::pack_b(kc, Self::NR, b, ldb, bp);
+            Self::run(mr, Self::NR, kc, a, ars, aks, bp, c, ldc, overwrite)
+        }
+    }
 }
 
 /// `C += A·B` (or, with `overwrite`, `C = A·B` without reading C) with raw pointers; all
@@ -68,9 +100,10 @@ pub(crate) unsafe fn gemm<K: Kernel>(
         let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
         if m > mr_ && m <= mc_max {
-            // All rows of A fit one packed block (of more than one micro-panel: with one, each
-            // packed B panel is read once and long sequential rows of B pack faster): pack it
-            // once per k-block, and B a chunk at a time that stays in L2 while the
+            // All rows of A fit one block (of more than one micro-tile: with one, each packed
+            // B panel is read once and long sequential rows of B pack faster): pack it once
+            // per k-block (every chunk of B reuses it; read in place it measured ~3 % slower
+            // at m = 64, k = n = 4096), and B a chunk at a time that stays in L2 while the
             // micro-kernels read it.
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
             let a_len = m.div_ceil(mr_) * mr_ * kc_max;
@@ -95,7 +128,8 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         } else {
                             Ahead::NONE
                         };
-                        block::<K>(m, nc, kc, abuf, bbuf, c.add(jc), ldc, first, next);
+                        let ak = ASrc::Packed(abuf);
+                        block::<K>(m, nc, kc, ak, None, bbuf, c.add(jc), ldc, first, next);
                         jc += nc;
                     }
                     pc += kc;
@@ -103,11 +137,14 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             });
             return;
         }
+        // A is read in place (its `MC × KC` block stays in L2 while the column panels of B
+        // use it). B is packed a `KC × NC` block at a time, in one pass that reads eight
+        // rows of B together, or, when those rows lie close together (`FUSE_BYTES`) and A has
+        // more than one micro-tile of rows, by each panel's first micro-tile as it computes.
         let nc_max = (NC_TARGET / nr_).max(1) * nr_;
-        let a_len = mc_max * kc_max;
         let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
-
-        with_scratch(a_len, b_len, |abuf, bbuf| {
+        let fuse = m > mr_ && kc_max * ldb * size_of::<f32>() <= FUSE_BYTES;
+        with_scratch(0, b_len, |_, bbuf| {
             let mut jc = 0;
             while jc < n {
                 let nc = nc_max.min(n - jc);
@@ -115,22 +152,18 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                 while pc < k {
                     let kc = kc_max.min(k - pc);
                     let first = overwrite && pc == 0;
-                    K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                    let bk = b.add(pc * ldb + jc);
+                    if !fuse {
+                        K::pack_b(kc, nc, bk, ldb, bbuf);
+                    }
                     let mut ic = 0;
                     while ic < m {
                         let mc = mc_max.min(m - ic);
-                        K::pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
-                        block::<K>(
-                            mc,
-                            nc,
-                            kc,
-                            abuf,
-                            bbuf,
-                            c.add(ic * ldc + jc),
-                            ldc,
-                            first,
-                            Ahead::NONE,
-                        );
+                        let ak = ASrc::InPlace(a.add(ic * lda + pc), lda);
+                        // With `fuse`, the first row block packs B as it goes.
+                        let src = (fuse && ic == 0).then_some((bk, ldb));
+                        let ck = c.add(ic * ldc + jc);
+                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, Ahead::NONE);
                         ic += mc;
                     }
                     pc += kc;
@@ -141,19 +174,32 @@ pub(crate) unsafe fn gemm<K: Kernel>(
     }
 }
 
-/// The two inner loops: every micro-tile of the `mc × nc` block of C at `c` from packed A
-/// (`abuf`, `mc` rows) and packed B (`bbuf`, `nc` columns), both of depth `kc`.
+/// Where a block's rows of `A` are read from.
+#[derive(Clone, Copy)]
+enum ASrc {
+    /// In place: the block's first element and `A`'s row stride.
+    InPlace(*const f32, usize),
+    /// `MR`-row panels packed by [`Kernel::pack_a`] at this address.
+    Packed(*const f32),
+}
+
+/// The two inner loops: every micro-tile of the `mc × nc` block of C at `c` from the
+/// `mc × kc` block of A at `a` (row stride `lda`) and packed B (`bbuf`, `nc` columns of
+/// depth `kc`). With `src` (the `kc × nc` block of B in place and its row stride), `bbuf`
+/// is packed here: each panel's first micro-tile packs it while computing
+/// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles).
 ///
 /// # Safety
-/// As [`gemm`], with `abuf`/`bbuf` holding the packed blocks.
+/// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn block<K: Kernel>(
     mc: usize,
     nc: usize,
     kc: usize,
-    abuf: *const f32,
-    bbuf: *const f32,
+    asrc: ASrc,
+    src: Option<(*const f32, usize)>,
+    bbuf: *mut f32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
@@ -167,10 +213,17 @@ unsafe fn block<K: Kernel>(
         while jr < nc {
             let nr = nr_.min(nc - jr);
             let bp = bbuf.add(jr * kc);
+            let pack = src.map(|(b, ldb)| (b.add(jr), ldb));
+            if let Some((b, ldb)) = pack.filter(|_| nr < nr_) {
+                K::pack_b(kc, nr, b, ldb, bp);
+            }
             let mut ir = 0;
             while ir < mc {
                 let mr = mr_.min(mc - ir);
-                let ap = abuf.add(ir * kc);
+                let (ap, ars, aks) = match asrc {
+                    ASrc::InPlace(a, lda) => (a.add(ir * lda), lda, 1),
+                    ASrc::Packed(a) => (a.add(ir * kc), 1, mr_),
+                };
                 next.part(t, tiles);
                 if !overwrite {
                     // The micro-kernel's FMA chains start from C: fetch the next tile's C
@@ -187,7 +240,13 @@ unsafe fn block<K: Kernel>(
                     }
                 }
                 t += 1;
-                K::run(mr, nr, kc, ap, bp, c.add(ir * ldc + jr), ldc, overwrite);
+                let ct = c.add(ir * ldc + jr);
+                match pack {
+                    Some((b, ldb)) if ir == 0 && nr == nr_ => {
+                        K::run_pack(mr, kc, ap, ars, aks, b, ldb, bp, ct, ldc, overwrite)
+                    }
+                    _ => K::run(mr, nr, kc, ap, ars, aks, bp, ct, ldc, overwrite),
+                }
                 ir += mr_;
             }
             jr += nr_;

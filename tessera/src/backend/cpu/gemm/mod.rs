@@ -1,7 +1,10 @@
 //! Single-threaded, cache-blocked SIMD GEMM for the Tessera CPU backend.
 //!
-//! Design follows BLIS / faer: `B` is packed into `NR`-column panels and `A`
-//! into `MR`-row panels (both k-major), with `KC`/`MC`/`NC` cache blocking.
+//! Design follows BLIS / faer: `B` is packed into `NR`-column panels (k-major) with
+//! `KC`/`MC`/`NC` cache blocking. `A` is read in place, its elements broadcast from its
+//! rows by the micro-kernel (as faer's kernels do), except when all its rows fit one block:
+//! then it is packed into `MR`-row panels once per k-block (see `driver`).
+//!
 //! A register-blocked micro-kernel is selected once at runtime:
 //!
 //! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers,
@@ -10,7 +13,7 @@
 //!
 //! Products of at most two rows (`rows`) skip packing: `B` is streamed in place.
 //!
-//! Packing buffers live in a `thread_local!` scratch and are reused, so a
+//! The packing buffer lives in a `thread_local!` scratch and is reused, so a
 //! steady-state call performs no heap allocation. The module depends only on
 //! `std`.
 //!

@@ -1,8 +1,11 @@
-//! Packing of `A` into `MR`-row panels and `B` into `NR`-column panels.
+//! Packing of `A` into `MR`-row panels and `B` into `NR`-column panels, and the stack
+//! tiles of partial micro-tiles.
 //!
 //! Packed layouts (both k-major, zero padded to full panels):
 //! * A panel `i`: `dst[i*kc*MR + p*MR + r] = A[i*MR + r][p]`
 //! * B panel `j`: `dst[j*kc*NR + p*NR + c] = B[p][j*NR + c]`
+//!
+//! The micro-kernels read `A` either packed or in place (see `driver`).
 //!
 //! The functions are `#[inline(always)]` so that each kernel can instantiate
 //! them inside a `#[target_feature]` wrapper and get vectorised copies.

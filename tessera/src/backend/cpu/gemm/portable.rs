@@ -9,14 +9,25 @@ const NR: usize = 16;
 /// 4×16 kernel written without intrinsics.
 pub(crate) struct PortableKernel;
 
-/// `C[0..MR, 0..NR] += A·B` on packed panels: every element one fused-multiply-add chain
-/// over k in order, starting from C's value (the `dot` order every ISA shares; `mul_add` is
-/// an instruction where the target has FMA, a correctly rounded library call elsewhere).
+/// `C[0..M, 0..NR] += A·B` with `A[i][p]` at `a + i * ars + p * aks` (a packed panel or
+/// rows in place) and `B` a packed panel: every element one fused-multiply-add chain over k in order, starting
+/// from C's value (the `dot` order every ISA shares; `mul_add` is an instruction where the
+/// target has FMA, a correctly rounded library call elsewhere).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, overwrite: bool) {
+unsafe fn full<const M: usize>(
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    aks: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
     unsafe {
         // With `overwrite` they start at `+0.0`, as from a zeroed C.
-        let mut acc = [[0.0f32; NR]; MR];
+        let mut acc = [[0.0f32; NR]; M];
         for (i, row) in acc.iter_mut().enumerate() {
             if overwrite {
                 break;
@@ -27,11 +38,11 @@ unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize,
             }
         }
         for p in 0..kc {
-            let ap = &*(a.add(p * MR) as *const [f32; MR]);
             let bp = &*(b.add(p * NR) as *const [f32; NR]);
-            for i in 0..MR {
-                for j in 0..NR {
-                    acc[i][j] = ap[i].mul_add(bp[j], acc[i][j]);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = *a.add(i * ars + p * aks);
+                for (v, &bj) in row.iter_mut().zip(bp) {
+                    *v = ai.mul_add(bj, *v);
                 }
             }
         }
@@ -40,6 +51,30 @@ unsafe fn full(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize,
             for (j, v) in row.iter().enumerate() {
                 *cr.add(j) = *v;
             }
+        }
+    }
+}
+
+/// [`full`] for the `mr <= MR` rows of a micro-tile.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rows(
+    mr: usize,
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    aks: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    unsafe {
+        match mr {
+            4 => full::<4>(kc, a, ars, aks, b, c, ldc, overwrite),
+            3 => full::<3>(kc, a, ars, aks, b, c, ldc, overwrite),
+            2 => full::<2>(kc, a, ars, aks, b, c, ldc, overwrite),
+            _ => full::<1>(kc, a, ars, aks, b, c, ldc, overwrite),
         }
     }
 }
@@ -62,17 +97,29 @@ unsafe impl Kernel for PortableKernel {
         nr: usize,
         kc: usize,
         a: *const f32,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
         unsafe {
-            if mr == MR && nr == NR {
-                full(kc, a, b, c, ldc, overwrite)
+            if nr == NR {
+                rows(mr, kc, a, ars, aks, b, c, ldc, overwrite)
             } else {
                 let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-                full(kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+                rows(
+                    mr,
+                    kc,
+                    a,
+                    ars,
+                    aks,
+                    b,
+                    t.as_mut_ptr() as *mut f32,
+                    NR,
+                    overwrite,
+                );
                 edge_store::<MR, NR>(mr, nr, c, ldc, &t);
             }
         }

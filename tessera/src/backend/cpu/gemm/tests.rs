@@ -324,6 +324,13 @@ fn every_isa_is_one_fma_chain_in_k_order() {
         (7, 33, 19),
         (9, 17, 300),
         (16, 48, 513),
+        // More rows than one block: A read in place; B packed by each panel's first
+        // micro-tile (rows of B close together), a partial last panel, a partial row block.
+        (150, 100, 300),
+        // The same with B's rows far apart: B packed in a separate pass.
+        (150, 600, 300),
+        // Three k-blocks and three row blocks, B packed by the micro-tiles.
+        (300, 45, 513),
     ] {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
@@ -358,6 +365,8 @@ fn overwrite_is_zeroed_accumulate_all_isas() {
         (13, 600, 300, 2),
         (64, 290, 513, 0),
         (150, 70, 300, 5),
+        (150, 600, 300, 1),
+        (300, 45, 513, 2),
     ] {
         let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
         let a = rng.vec((m - 1) * lda + k);

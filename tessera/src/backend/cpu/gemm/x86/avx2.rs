@@ -1,4 +1,4 @@
-//! AVX2 + FMA micro-kernel: 6×16 tile, 12 `ymm` accumulators.
+//! AVX2 + FMA micro-kernel: 6×16 tile, 12 `ymm` accumulators; `A` packed or in place.
 
 use core::arch::x86_64::*;
 
@@ -11,17 +11,21 @@ const NR: usize = 16;
 /// 6×16 AVX2/FMA kernel (rows `M < 6` use narrower instantiations).
 pub(crate) struct Avx2Kernel;
 
-/// `C[0..M, 0..16] += Apanel · Bpanel`; A panel stride is always `MR`.
+/// `C[0..M, 0..16] += A · Bpanel`, reading the `M` rows of `A` from a packed `MR`-row panel
+/// (`A_PANEL`) or in place (row stride `lda`).
 #[inline(always)]
-unsafe fn tile<const M: usize>(
+unsafe fn tile<const M: usize, const A_PANEL: bool>(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
 ) {
     unsafe {
+        // Constant strides for a packed panel of A (`A_PANEL`) or in-place rows.
+        let (ars, aks) = if A_PANEL { (1, MR) } else { (lda, 1) };
         // The accumulators start from C, so every element is one FMA chain over k in order
         // (C = fma(a_k, b_k, C) for k = 0, 1, ...) whatever the blocking: the CPU's `dot`
         // order, shared with the PTX FFMA paths (`tessera_ir::tile::Op::Dot`).
@@ -40,7 +44,7 @@ unsafe fn tile<const M: usize>(
                 let b0 = _mm256_loadu_ps($bp);
                 let b1 = _mm256_loadu_ps($bp.add(8));
                 for i in 0..M {
-                    let ai = _mm256_broadcast_ss(&*$ap.add(i));
+                    let ai = _mm256_broadcast_ss(&*$ap.add(i * ars));
                     acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
                     acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
                 }
@@ -49,16 +53,16 @@ unsafe fn tile<const M: usize>(
         let (mut ap, mut bp, mut p) = (a, b, kc);
         while p >= 4 {
             step!(ap, bp);
-            step!(ap.add(MR), bp.add(NR));
-            step!(ap.add(2 * MR), bp.add(2 * NR));
-            step!(ap.add(3 * MR), bp.add(3 * NR));
-            ap = ap.add(4 * MR);
+            step!(ap.add(aks), bp.add(NR));
+            step!(ap.add(2 * aks), bp.add(2 * NR));
+            step!(ap.add(3 * aks), bp.add(3 * NR));
+            ap = ap.add(4 * aks);
             bp = bp.add(4 * NR);
             p -= 4;
         }
         while p > 0 {
             step!(ap, bp);
-            ap = ap.add(MR);
+            ap = ap.add(aks);
             bp = bp.add(NR);
             p -= 1;
         }
@@ -70,25 +74,35 @@ unsafe fn tile<const M: usize>(
     }
 }
 
+/// [`tile`] for the `mr <= MR` rows of a micro-tile.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn tile_rows(
     mr: usize,
     kc: usize,
     a: *const f32,
+    ars: usize,
+    aks: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
 ) {
     unsafe {
-        match mr {
-            6 => tile::<6>(kc, a, b, c, ldc, overwrite),
-            5 => tile::<5>(kc, a, b, c, ldc, overwrite),
-            4 => tile::<4>(kc, a, b, c, ldc, overwrite),
-            3 => tile::<3>(kc, a, b, c, ldc, overwrite),
-            2 => tile::<2>(kc, a, b, c, ldc, overwrite),
-            _ => tile::<1>(kc, a, b, c, ldc, overwrite),
+        // A packed panel has `aks == MR`, rows in place `aks == 1`.
+        macro_rules! rows {
+            ($panel:literal) => {
+                match mr {
+                    6 => tile::<6, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                    5 => tile::<5, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                    4 => tile::<4, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                    3 => tile::<3, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                    2 => tile::<2, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                    _ => tile::<1, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                }
+            };
         }
+        if aks == 1 { rows!(false) } else { rows!(true) }
     }
 }
 
@@ -99,6 +113,8 @@ unsafe fn run_avx2(
     nr: usize,
     kc: usize,
     a: *const f32,
+    ars: usize,
+    aks: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -106,10 +122,20 @@ unsafe fn run_avx2(
 ) {
     unsafe {
         if nr == NR {
-            tile_rows(mr, kc, a, b, c, ldc, overwrite)
+            tile_rows(mr, kc, a, ars, aks, b, c, ldc, overwrite)
         } else {
             let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+            tile_rows(
+                mr,
+                kc,
+                a,
+                ars,
+                aks,
+                b,
+                t.as_mut_ptr() as *mut f32,
+                NR,
+                overwrite,
+            );
             edge_store::<MR, NR>(mr, nr, c, ldc, &t);
         }
     }
@@ -143,11 +169,13 @@ unsafe impl Kernel for Avx2Kernel {
         nr: usize,
         kc: usize,
         a: *const f32,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        unsafe { run_avx2(mr, nr, kc, a, b, c, ldc, overwrite) }
+        unsafe { run_avx2(mr, nr, kc, a, ars, aks, b, c, ldc, overwrite) }
     }
 }

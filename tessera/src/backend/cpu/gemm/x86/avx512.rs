@@ -1,6 +1,8 @@
-//! AVX-512F micro-kernel: 8×32 tile, 16 `zmm` accumulators.
+//! AVX-512F micro-kernel: 8×32 tile, 16 `zmm` accumulators; `A` packed or in place, `B`
+//! packed or packed on the way (`Kernel::run_pack`).
 
 use core::arch::x86_64::*;
+use core::ptr::null_mut;
 
 use super::super::driver::Kernel;
 use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
@@ -11,13 +13,22 @@ const NR: usize = 32;
 /// 8×32 AVX-512 kernel (rows `M < 8` use narrower instantiations).
 pub(crate) struct Avx512Kernel;
 
-/// `C[0..M, 0..32] += Apanel · Bpanel` (one FMA chain per element from C's value); A panel
-/// stride is always `MR`.
+/// Rows of `B` ahead of the current one that a packing micro-tile prefetches into L1.
+const PACK_AHEAD: usize = 16;
+
+/// `C[0..M, 0..32] += A · B` (one FMA chain per element from C's value), reading the `M`
+/// rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row stride `lda`), and
+/// `B` from a packed panel (`PACK` false: `b` with row stride `NR`) or in place (`PACK`: `b`
+/// with row stride `ldb`), then each row of `B` is also stored to the packed panel at `bp`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn tile<const M: usize>(
+unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
+    ldb: usize,
+    bp: *mut f32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
@@ -36,31 +47,48 @@ unsafe fn tile<const M: usize>(
             row[0] = _mm512_loadu_ps(cr);
             row[1] = _mm512_loadu_ps(cr.add(16));
         }
+        let ldb = if PACK { ldb } else { NR };
+        // Constant strides for a packed panel of A (`A_PANEL`) or in-place rows.
+        let (ars, aks) = if A_PANEL { (1, MR) } else { (lda, 1) };
+        // `A[i][p]` at `ap + i * ars` for the step's `ap`: broadcast to all lanes.
         macro_rules! step {
-            ($ap:expr, $bp:expr) => {{
-                let b0 = _mm512_loadu_ps($bp);
-                let b1 = _mm512_loadu_ps($bp.add(16));
+            ($ap:expr, $bs:expr, $bd:expr) => {{
+                let b0 = _mm512_loadu_ps($bs);
+                let b1 = _mm512_loadu_ps($bs.add(16));
+                if PACK {
+                    _mm512_storeu_ps($bd, b0);
+                    _mm512_storeu_ps($bd.add(16), b1);
+                    // The row's first, middle and last bytes: its two or three lines.
+                    let ahead = $bs.wrapping_add(PACK_AHEAD * ldb) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(ahead);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(4 * NR - 1));
+                }
                 for i in 0..M {
-                    let ai = _mm512_set1_ps(*$ap.add(i));
+                    let ai = _mm512_set1_ps(*$ap.add(i * ars));
                     acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
                     acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
                 }
             }};
         }
-        let (mut ap, mut bp, mut p) = (a, b, kc);
+        // `bd` is only written with `PACK`.
+        let (mut ap, mut bs, mut bd, mut p) = (a, b, bp, kc);
         while p >= 4 {
-            step!(ap, bp);
-            step!(ap.add(MR), bp.add(NR));
-            step!(ap.add(2 * MR), bp.add(2 * NR));
-            step!(ap.add(3 * MR), bp.add(3 * NR));
-            ap = ap.add(4 * MR);
-            bp = bp.add(4 * NR);
+            step!(ap, bs, bd);
+            step!(ap.add(aks), bs.add(ldb), bd.wrapping_add(NR));
+            step!(ap.add(2 * aks), bs.add(2 * ldb), bd.wrapping_add(2 * NR));
+            step!(ap.add(3 * aks), bs.add(3 * ldb), bd.wrapping_add(3 * NR));
+            ap = ap.add(4 * aks);
+            // In place, the row after the block's last may lie past the end of B.
+            bs = bs.wrapping_add(4 * ldb);
+            bd = bd.wrapping_add(4 * NR);
             p -= 4;
         }
         while p > 0 {
-            step!(ap, bp);
-            ap = ap.add(MR);
-            bp = bp.add(NR);
+            step!(ap, bs, bd);
+            ap = ap.add(aks);
+            bs = bs.wrapping_add(ldb);
+            bd = bd.wrapping_add(NR);
             p -= 1;
         }
         for (i, row) in acc.iter().enumerate() {
@@ -71,27 +99,39 @@ unsafe fn tile<const M: usize>(
     }
 }
 
+/// [`tile`] for the `mr <= MR` rows of a micro-tile.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn tile_rows(
+unsafe fn tile_rows<const PACK: bool>(
     mr: usize,
     kc: usize,
     a: *const f32,
+    ars: usize,
+    aks: usize,
     b: *const f32,
+    ldb: usize,
+    bp: *mut f32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
 ) {
     unsafe {
-        match mr {
-            8 => tile::<8>(kc, a, b, c, ldc, overwrite),
-            7 => tile::<7>(kc, a, b, c, ldc, overwrite),
-            6 => tile::<6>(kc, a, b, c, ldc, overwrite),
-            5 => tile::<5>(kc, a, b, c, ldc, overwrite),
-            4 => tile::<4>(kc, a, b, c, ldc, overwrite),
-            3 => tile::<3>(kc, a, b, c, ldc, overwrite),
-            2 => tile::<2>(kc, a, b, c, ldc, overwrite),
-            _ => tile::<1>(kc, a, b, c, ldc, overwrite),
+        // A packed panel has `aks == MR`, rows in place `aks == 1`.
+        macro_rules! rows {
+            ($panel:literal) => {
+                match mr {
+                    8 => tile::<8, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    7 => tile::<7, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    6 => tile::<6, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    5 => tile::<5, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    4 => tile::<4, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    3 => tile::<3, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    2 => tile::<2, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                    _ => tile::<1, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                }
+            };
         }
+        if aks == 1 { rows!(false) } else { rows!(true) }
     }
 }
 
@@ -102,6 +142,8 @@ unsafe fn run_avx512(
     nr: usize,
     kc: usize,
     a: *const f32,
+    ars: usize,
+    aks: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -109,13 +151,32 @@ unsafe fn run_avx512(
 ) {
     unsafe {
         if nr == NR {
-            tile_rows(mr, kc, a, b, c, ldc, overwrite)
+            tile_rows::<false>(mr, kc, a, ars, aks, b, NR, null_mut(), c, ldc, overwrite)
         } else {
             let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            tile_rows(mr, kc, a, b, t.as_mut_ptr() as *mut f32, NR, overwrite);
+            let ct = t.as_mut_ptr() as *mut f32;
+            tile_rows::<false>(mr, kc, a, ars, aks, b, NR, null_mut(), ct, NR, overwrite);
             edge_store::<MR, NR>(mr, nr, c, ldc, &t);
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn run_pack_avx512(
+    mr: usize,
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    aks: usize,
+    b: *const f32,
+    ldb: usize,
+    bp: *mut f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    unsafe { tile_rows::<true>(mr, kc, a, ars, aks, b, ldb, bp, c, ldc, overwrite) }
 }
 
 #[target_feature(enable = "avx512f,fma")]
@@ -146,11 +207,29 @@ unsafe impl Kernel for Avx512Kernel {
         nr: usize,
         kc: usize,
         a: *const f32,
+        ars: usize,
+        aks: usize,
         b: *const f32,
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        unsafe { run_avx512(mr, nr, kc, a, b, c, ldc, overwrite) }
+        unsafe { run_avx512(mr, nr, kc, a, ars, aks, b, c, ldc, overwrite) }
+    }
+
+    unsafe fn run_pack(
+        mr: usize,
+        kc: usize,
+        a: *const f32,
+        ars: usize,
+        aks: usize,
+        b: *const f32,
+        ldb: usize,
+        bp: *mut f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        unsafe { run_pack_avx512(mr, kc, a, ars, aks, b, ldb, bp, c, ldc, overwrite) }
     }
 }
