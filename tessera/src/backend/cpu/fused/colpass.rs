@@ -3,7 +3,7 @@
 //! rows, `other` for rows past the tensor) is computed for all the tensor's columns at once,
 //! walking whole tensor rows (sequential reads) instead of each program's `BC`-column strip
 //! of every row (short runs 4 KiB or more apart, which the hardware prefetchers follow
-//! poorly). A program's iteration whose tile starts at a multiple of `rows` then copies its
+//! poorly), runs of tile rows split among threads. A program's iteration whose tile starts at a multiple of `rows` then copies its
 //! columns' partials from the table ([`Parts::part`]) and adds them into its accumulator as
 //! before, so every operation and its order per column are the interpreter's.
 
@@ -107,22 +107,25 @@ pub(crate) fn with<R>(
     })
 }
 
-/// Fills the table: columns split among rayon's threads (multiples of 16), each walking all
-/// the tensor's rows over its columns in strips of at most [`STRIP`].
+/// Fills the table: runs of blocks (tile rows) split among rayon's threads, four runs per
+/// thread (a late thread's share is taken by the others), each run walking its rows whole,
+/// in strips of at most [`STRIP`] columns.
 fn fill(c: &ColReduce, buf: &Buffer, p: &Parts) {
+    let blocks = p.r.div_ceil(p.rows);
     let threads = rayon::current_num_threads();
     let per = if threads == 1 || p.r * p.cols < 1 << 16 {
-        p.cols
+        blocks
     } else {
-        p.cols.div_ceil(threads).next_multiple_of(16)
+        blocks.div_ceil(4 * threads)
     };
     let go = |i: usize| {
-        let (a, b) = (i * per, ((i + 1) * per).min(p.cols));
-        for s in (a..b).step_by(STRIP) {
-            strip(c, buf, p, s, (s + STRIP).min(b));
+        for k in i * per..((i + 1) * per).min(blocks) {
+            for j in (0..p.cols).step_by(STRIP) {
+                strip(c, buf, p, k, j, (j + STRIP).min(p.cols));
+            }
         }
     };
-    let n = p.cols.div_ceil(per);
+    let n = blocks.div_ceil(per);
     if n == 1 {
         go(0);
     } else {
@@ -131,32 +134,28 @@ fn fill(c: &ColReduce, buf: &Buffer, p: &Parts) {
     }
 }
 
-/// Columns `j0 .. j1` of every block of the table.
-fn strip(c: &ColReduce, buf: &Buffer, p: &Parts, j0: usize, j1: usize) {
+/// Columns `j0 .. j1` of block `k` of the table.
+fn strip(c: &ColReduce, buf: &Buffer, p: &Parts, k: usize, j0: usize, j1: usize) {
     let id = match c.op {
         TileReduce::Sum => 0.0,
         TileReduce::Max => f32::NEG_INFINITY,
     };
-    for k in 0..p.r.div_ceil(p.rows) {
-        let u0 = k * p.rows;
-        let n = p.rows.min(p.r - u0);
-        // SAFETY: block k < blocks, columns j0..j1 ≤ cols of the table (`with`), which no
-        // other thread writes (threads take disjoint columns).
-        let part = unsafe {
-            std::slice::from_raw_parts_mut((p.ptr as *mut f32).add(k * p.cols + j0), j1 - j0)
-        };
-        part.fill(id);
-        let at = u0 * p.cols + j0;
-        // SAFETY: rows u0..u0 + n and columns j0..j1 lie inside the `[r, cols]` tensor
-        // (its length checked in `with`); loaded tensors are not written during a launch.
-        unsafe { super::colreduce::combine(c, buf, at, p.cols, n, part) };
-        match c.op {
-            TileReduce::Sum => {
-                (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v += c.other))
-            }
-            TileReduce::Max => {
-                (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
-            }
+    let u0 = k * p.rows;
+    let n = p.rows.min(p.r - u0);
+    // SAFETY: block k < blocks, columns j0..j1 ≤ cols of the table (`with`), which no
+    // other thread writes (threads take disjoint blocks).
+    let part = unsafe {
+        std::slice::from_raw_parts_mut((p.ptr as *mut f32).add(k * p.cols + j0), j1 - j0)
+    };
+    part.fill(id);
+    let at = u0 * p.cols + j0;
+    // SAFETY: rows u0..u0 + n and columns j0..j1 lie inside the `[r, cols]` tensor (its
+    // length checked in `with`); loaded tensors are not written during a launch.
+    unsafe { super::colreduce::combine(c, buf, at, p.cols, n, part) };
+    match c.op {
+        TileReduce::Sum => (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v += c.other)),
+        TileReduce::Max => {
+            (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
         }
     }
 }
