@@ -343,7 +343,7 @@ fn rows(
     } else {
         // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds (asserted above);
         // loaded tensors are not written during a launch.
-        unsafe { combine(c, buf, at, w.stride, r1 - r0, pm) };
+        unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
     }
     if c0 > 0 || c1 < c.cols {
         for _ in r0..r1 {
@@ -371,9 +371,12 @@ pub(crate) fn max_nan(a: f32, x: f32) -> f32 {
 /// `part[j] = f(part[j], x[u][j])` for rows `u < n` of the tensor `buf` starting at element
 /// `at` (rows `stride` elements apart), `j < part.len()`, rows in order, four rows per pass
 /// over `part`, at the active SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
+/// With `ahead` > 0, the AVX-512 sum also prefetches into L2 the rows `ahead` rows on, of
+/// the `avail` (≥ `n`) rows from `at` that lie in the tensor.
 ///
 /// # Safety
 /// Those rows and columns are inside `buf`, which nothing writes meanwhile.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn combine(
     c: &ColReduce,
     buf: &Buffer,
@@ -381,6 +384,8 @@ pub(crate) unsafe fn combine(
     stride: usize,
     n: usize,
     part: &mut [f32],
+    ahead: usize,
+    avail: usize,
 ) {
     let size = if c.bf16 { 2 } else { 4 };
     let x = (buf.ptr as *const u8).wrapping_add(at * size);
@@ -392,9 +397,9 @@ pub(crate) unsafe fn combine(
         // caller's contract.
         return unsafe {
             if c.bf16 {
-                x86::sum_avx512::<true>(x, stride * size, n, part)
+                x86::sum_avx512::<true>(x, stride * size, n, part, ahead, avail)
             } else {
-                x86::sum_avx512::<false>(x, stride * size, n, part)
+                x86::sum_avx512::<false>(x, stride * size, n, part, ahead, avail)
             }
         };
     }
@@ -403,6 +408,7 @@ pub(crate) unsafe fn combine(
         // SAFETY: AVX2 and FMA present; the caller's contract.
         return unsafe { combine_avx2(c, x, stride, n, part) };
     }
+    let _ = (ahead, avail);
     unsafe { combine_body(c, x, stride, n, part) }
 }
 
@@ -464,7 +470,8 @@ mod x86 {
     use core::arch::x86_64::*;
 
     /// [`super::combine`] of a sum with AVX-512F: 16 columns per vector, four rows per pass
-    /// over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`).
+    /// over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`); with `ahead`
+    /// > 0 each pass prefetches the same columns of the rows `ahead` rows on (below `avail`).
     ///
     /// # Safety
     /// AVX-512F present; rows `u < n` at `x + u · sb` bytes hold `part.len()` readable
@@ -475,6 +482,8 @@ mod x86 {
         sb: usize,
         n: usize,
         part: &mut [f32],
+        ahead: usize,
+        avail: usize,
     ) {
         let m = part.len();
         let m16 = m & !15;
@@ -506,7 +515,19 @@ mod x86 {
                 let r0 = x.add(u * sb);
                 let (r1, r2, r3) = (r0.add(sb), r0.add(2 * sb), r0.add(3 * sb));
                 let mut j = 0;
+                // The rows `ahead` rows on, up to the last readable one, into L2.
+                let q = x.wrapping_add((u + ahead) * sb);
+                let pf = (ahead > 0).then(|| avail.saturating_sub(u + ahead).min(4));
                 while j < m16 {
+                    if let Some(k) = pf
+                        && (!BF || j % 32 == 0)
+                    {
+                        let e = if BF { 2 * j } else { 4 * j };
+                        for i in 0..k {
+                            // A prefetch never faults; the row is inside the tensor.
+                            _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e) as *const i8);
+                        }
+                    }
                     let mut v = _mm512_loadu_ps(pp.add(j));
                     v = _mm512_add_ps(v, ld!(r0, j));
                     v = _mm512_add_ps(v, ld!(r1, j));
