@@ -54,7 +54,7 @@ impl Parts {
             && c.rows == self.rows
             && r0 >= 0
             && (r0 as usize) < self.r
-            && r0 as usize % self.rows == 0
+            && (r0 as usize).is_multiple_of(self.rows)
             && c0 >= 0
             && c0 as usize + n <= self.cols;
         if !ok {
