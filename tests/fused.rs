@@ -436,6 +436,10 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         (1024, 520),
         (17, 4099),
         (2048, 300),
+        (9, 1025),
+        (17, 2048),
+        (300, 1),
+        (130, 1000),
     ];
     let f_specials = [
         f32::NAN,
@@ -480,20 +484,39 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                     transpose_bf16(&xb).unwrap()
                 });
             });
-            direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
-            direct_same_bits(&format!("col mean {tag}"), cr, true, || {
-                col_mean(&x).unwrap()
-            });
-            direct_same_bits(&format!("col max {tag}"), cr, true, || col_max(&x).unwrap());
-            direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
-                col_sum_bf16(&xb).unwrap()
-            });
-            direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
-                col_mean_bf16(&xb).unwrap()
-            });
-            direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
-                col_max_bf16(&xb).unwrap()
-            });
+            // Column reductions on one thread and on two (the whole-row pass splits the
+            // columns among threads); more than one program's columns (256 each) take the
+            // whole-row pass (`fused::column_passes`).
+            for pool in [1, 2] {
+                let p = rayon::ThreadPoolBuilder::new()
+                    .num_threads(pool)
+                    .build()
+                    .unwrap();
+                let passes = p.install(|| {
+                    let before = fused::column_passes();
+                    let tag = format!("{tag} {pool} threads");
+                    direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
+                    direct_same_bits(&format!("col mean {tag}"), cr, true, || {
+                        col_mean(&x).unwrap()
+                    });
+                    direct_same_bits(&format!("col max {tag}"), cr, true, || col_max(&x).unwrap());
+                    direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
+                        col_sum_bf16(&xb).unwrap()
+                    });
+                    direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
+                        col_mean_bf16(&xb).unwrap()
+                    });
+                    direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
+                        col_max_bf16(&xb).unwrap()
+                    });
+                    fused::column_passes() - before
+                });
+                assert_eq!(
+                    passes,
+                    if c > 256 { 6 } else { 0 },
+                    "[{r}, {c}]: whole-row column passes on {pool} threads"
+                );
+            }
         }
     }
 }

@@ -14,6 +14,7 @@
 //! the reduction's identity, rows outside the tensor reading the load's `other`, then
 //! `acc + part`), so the result is bit for bit the same.
 
+use super::colpass::Parts;
 use super::plan::{COp, Copy, Group, Kind, Src, Step};
 use super::rect::rect;
 use super::uses::mat_uses;
@@ -192,7 +193,13 @@ fn load_reduce(g: &Group) -> Option<(&super::plan::Member, &super::plan::Member)
 }
 
 /// Runs one program's loop.
-pub(crate) fn run(c: &ColReduce, sc: &mut [f64], mat: &mut [f32], args: &[Buffer]) {
+pub(crate) fn run(
+    c: &ColReduce,
+    sc: &mut [f64],
+    mat: &mut [f32],
+    parts: Option<&Parts>,
+    args: &[Buffer],
+) {
     let n = c.cols;
     mat.copy_within(c.init..c.init + n, c.acc);
     let (lo, hi) = (sc[c.lo as usize] as i64, sc[c.hi as usize] as i64);
@@ -209,26 +216,33 @@ pub(crate) fn run(c: &ColReduce, sc: &mut [f64], mat: &mut [f32], args: &[Buffer
                 std::slice::from_raw_parts_mut(p.add(c.part), n),
             )
         };
-        block(c, sc, args, acc, part);
+        block(c, sc, parts, args, acc, part);
         x += c.step;
     }
 }
 
 /// One iteration: `part` from the identity over the block's rows, then into `acc`.
-fn block(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
+fn block(
+    c: &ColReduce,
+    sc: &[f64],
+    parts: Option<&Parts>,
+    args: &[Buffer],
+    acc: &mut [f32],
+    part: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if c.bf16 && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
     {
         // SAFETY: the active level is at most the detected one: AVX-512F, AVX2 and FMA are
         // present.
-        return unsafe { block_avx512(c, sc, args, acc, part) };
+        return unsafe { block_avx512(c, sc, parts, args, acc, part) };
     }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
-        return unsafe { block_avx2(c, sc, args, acc, part) };
+        return unsafe { block_avx2(c, sc, parts, args, acc, part) };
     }
-    block_body(c, sc, args, acc, part)
+    block_body(c, sc, parts, args, acc, part)
 }
 
 /// [`block_body`] built with AVX-512F, for bf16 tensors (16 columns per vector: a row is
@@ -241,11 +255,12 @@ fn block(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut
 unsafe fn block_avx512(
     c: &ColReduce,
     sc: &[f64],
+    parts: Option<&Parts>,
     args: &[Buffer],
     acc: &mut [f32],
     part: &mut [f32],
 ) {
-    block_body(c, sc, args, acc, part)
+    block_body(c, sc, parts, args, acc, part)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -253,18 +268,26 @@ unsafe fn block_avx512(
 unsafe fn block_avx2(
     c: &ColReduce,
     sc: &[f64],
+    parts: Option<&Parts>,
     args: &[Buffer],
     acc: &mut [f32],
     part: &mut [f32],
 ) {
-    block_body(c, sc, args, acc, part)
+    block_body(c, sc, parts, args, acc, part)
 }
 
 #[inline(always)]
-fn block_body(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
+fn block_body(
+    c: &ColReduce,
+    sc: &[f64],
+    parts: Option<&Parts>,
+    args: &[Buffer],
+    acc: &mut [f32],
+    part: &mut [f32],
+) {
     match c.op {
-        TileReduce::Sum => rows(c, sc, args, part, 0.0, |p, x| p + x),
-        TileReduce::Max => rows(c, sc, args, part, f32::NEG_INFINITY, max_nan),
+        TileReduce::Sum => rows(c, sc, parts, args, part, 0.0, |p, x| p + x),
+        TileReduce::Max => rows(c, sc, parts, args, part, f32::NEG_INFINITY, max_nan),
     }
     match c.op {
         TileReduce::Sum => acc.iter_mut().zip(&*part).for_each(|(a, p)| *a += *p),
@@ -281,6 +304,7 @@ fn block_body(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part:
 fn rows(
     c: &ColReduce,
     sc: &[f64],
+    parts: Option<&Parts>,
     args: &[Buffer],
     part: &mut [f32],
     id: f32,
@@ -307,18 +331,114 @@ fn rows(
         let (m, r) = rest.split_at_mut(c1 - c0);
         (l, m, r)
     };
-    let at = |u: usize| (w.base + (u * w.stride + c0) as i64) as usize;
-    let m = c1 - c0;
-    let mut u = r0;
+    let at = (w.base + (r0 * w.stride + c0) as i64) as usize;
+    let r_pos = sc[c.idx[c.idx.len() - 2] as usize] as i64;
+    let c_pos = sc[c.idx[c.idx.len() - 1] as usize] as i64;
+    let table = parts
+        .filter(|_| r0 == 0 && c.idx.len() == 2)
+        .and_then(|p| p.part(c, buf, r_pos, c_pos + c0 as i64, c1 - c0));
+    if let Some(t) = table {
+        // The pass combined these rows and, past the tensor's end, `other` (as below).
+        pm.copy_from_slice(t);
+    } else {
+        // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds (asserted above);
+        // loaded tensors are not written during a launch.
+        unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
+    }
+    if c0 > 0 || c1 < c.cols {
+        for _ in r0..r1 {
+            other(pl);
+            other(pr);
+        }
+    }
+    if table.is_some() {
+        (r1..c.rows).for_each(|_| {
+            other(pl);
+            other(pr);
+        });
+    } else {
+        (r1..c.rows).for_each(|_| other(part));
+    }
+}
+
+/// The max of two values, NaN if either is NaN (the interpreter's rule).
+#[inline(always)]
+pub(crate) fn max_nan(a: f32, x: f32) -> f32 {
+    let m = a.max(x);
+    if a.is_nan() | x.is_nan() { f32::NAN } else { m }
+}
+
+/// `part[j] = f(part[j], x[u][j])` for rows `u < n` of the tensor `buf` starting at element
+/// `at` (rows `stride` elements apart), `j < part.len()`, rows in order, four rows per pass
+/// over `part`, at the active SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
+/// With `ahead` > 0, the AVX-512 sum also prefetches into L2 the rows `ahead` rows on, of
+/// the `avail` (≥ `n`) rows from `at` that lie in the tensor.
+///
+/// # Safety
+/// Those rows and columns are inside `buf`, which nothing writes meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn combine(
+    c: &ColReduce,
+    buf: &Buffer,
+    at: usize,
+    stride: usize,
+    n: usize,
+    part: &mut [f32],
+    ahead: usize,
+    avail: usize,
+) {
+    let size = if c.bf16 { 2 } else { 4 };
+    let x = (buf.ptr as *const u8).wrapping_add(at * size);
+    #[cfg(target_arch = "x86_64")]
+    if c.op == TileReduce::Sum
+        && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+    {
+        // SAFETY: AVX-512F present (the active level is at most the detected one); the
+        // caller's contract.
+        return unsafe {
+            if c.bf16 {
+                x86::sum_avx512::<true>(x, stride * size, n, part, ahead, avail)
+            } else {
+                x86::sum_avx512::<false>(x, stride * size, n, part, ahead, avail)
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
+        // SAFETY: AVX2 and FMA present; the caller's contract.
+        return unsafe { combine_avx2(c, x, stride, n, part) };
+    }
+    let _ = (ahead, avail);
+    unsafe { combine_body(c, x, stride, n, part) }
+}
+
+/// [`combine_body`] built with AVX2.
+///
+/// # Safety
+/// AVX2 and FMA present; as [`combine`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn combine_avx2(c: &ColReduce, x: *const u8, stride: usize, n: usize, part: &mut [f32]) {
+    unsafe { combine_body(c, x, stride, n, part) }
+}
+
+/// [`combine`] over the rows at `x` (its first element's address).
+///
+/// # Safety
+/// As [`combine`].
+#[inline(always)]
+unsafe fn combine_body(c: &ColReduce, x: *const u8, stride: usize, n: usize, pm: &mut [f32]) {
+    let m = pm.len();
+    let mut u = 0;
     // Four rows per pass over the strip: ((p + x0) + x1) + x2) + x3, the order row by row.
     macro_rules! pass {
-        ($t:ty, $widen:expr) => {{
+        ($t:ty, $widen:expr, $f:expr) => {{
+            let f = $f;
             let row = |u: usize| -> &[$t] {
-                // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds
-                // (asserted above); loaded tensors are not written during a launch.
-                unsafe { std::slice::from_raw_parts((buf.ptr as *const $t).add(at(u)), m) }
+                // SAFETY: the caller's contract.
+                unsafe { std::slice::from_raw_parts((x as *const $t).add(u * stride), m) }
             };
-            while u + 4 <= r1 {
+            while u + 4 <= n {
                 let (x0, x1, x2, x3) = (row(u), row(u + 1), row(u + 2), row(u + 3));
                 for j in 0..m {
                     let p = f(f(pm[j], $widen(x0[j])), $widen(x1[j]));
@@ -326,7 +446,7 @@ fn rows(
                 }
                 u += 4;
             }
-            while u < r1 {
+            while u < n {
                 let x0 = row(u);
                 for j in 0..m {
                     pm[j] = f(pm[j], $widen(x0[j]));
@@ -335,23 +455,106 @@ fn rows(
             }
         }};
     }
-    if c.bf16 {
-        pass!(u16, |x: u16| f32::from_bits((x as u32) << 16));
-    } else {
-        pass!(f32, |x: f32| x);
+    let bf = |x: u16| f32::from_bits((x as u32) << 16);
+    let id = |x: f32| x;
+    match (c.op, c.bf16) {
+        (TileReduce::Sum, true) => pass!(u16, bf, |p: f32, x: f32| p + x),
+        (TileReduce::Sum, false) => pass!(f32, id, |p: f32, x: f32| p + x),
+        (TileReduce::Max, true) => pass!(u16, bf, max_nan),
+        (TileReduce::Max, false) => pass!(f32, id, max_nan),
     }
-    if c0 > 0 || c1 < c.cols {
-        for _ in r0..r1 {
-            other(pl);
-            other(pr);
-        }
-    }
-    (r1..c.rows).for_each(|_| other(part));
 }
 
-/// The max of two values, NaN if either is NaN (the interpreter's rule).
-#[inline(always)]
-fn max_nan(a: f32, x: f32) -> f32 {
-    let m = a.max(x);
-    if a.is_nan() | x.is_nan() { f32::NAN } else { m }
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    /// [`super::combine`] of a sum with AVX-512F: 16 columns per vector, four rows per pass
+    /// over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`); with `ahead`
+    /// > 0 each pass prefetches the same columns of the rows `ahead` rows on (below `avail`).
+    ///
+    /// # Safety
+    /// AVX-512F present; rows `u < n` at `x + u · sb` bytes hold `part.len()` readable
+    /// elements each.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn sum_avx512<const BF: bool>(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        part: &mut [f32],
+        ahead: usize,
+        avail: usize,
+    ) {
+        let m = part.len();
+        let m16 = m & !15;
+        let pp = part.as_mut_ptr();
+        macro_rules! ld {
+            ($r:expr, $j:expr) => {
+                if BF {
+                    let v = _mm256_loadu_si256($r.add(2 * $j) as *const __m256i);
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+                } else {
+                    _mm512_loadu_ps($r.add(4 * $j) as *const f32)
+                }
+            };
+        }
+        macro_rules! sc {
+            ($r:expr, $j:expr) => {
+                if BF {
+                    f32::from_bits((*($r.add(2 * $j) as *const u16) as u32) << 16)
+                } else {
+                    *($r.add(4 * $j) as *const f32)
+                }
+            };
+        }
+        let mut u = 0;
+        // SAFETY (all accesses): rows u < n, columns j < m (the caller's contract); `pp`
+        // holds m values.
+        unsafe {
+            while u + 4 <= n {
+                let r0 = x.add(u * sb);
+                let (r1, r2, r3) = (r0.add(sb), r0.add(2 * sb), r0.add(3 * sb));
+                let mut j = 0;
+                // The rows `ahead` rows on, up to the last readable one, into L2.
+                let q = x.wrapping_add((u + ahead) * sb);
+                let pf = (ahead > 0).then(|| avail.saturating_sub(u + ahead).min(4));
+                while j < m16 {
+                    if let Some(k) = pf
+                        && (!BF || j % 32 == 0)
+                    {
+                        let e = if BF { 2 * j } else { 4 * j };
+                        for i in 0..k {
+                            // A prefetch never faults; the row is inside the tensor.
+                            _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e) as *const i8);
+                        }
+                    }
+                    let mut v = _mm512_loadu_ps(pp.add(j));
+                    v = _mm512_add_ps(v, ld!(r0, j));
+                    v = _mm512_add_ps(v, ld!(r1, j));
+                    v = _mm512_add_ps(v, ld!(r2, j));
+                    v = _mm512_add_ps(v, ld!(r3, j));
+                    _mm512_storeu_ps(pp.add(j), v);
+                    j += 16;
+                }
+                for j in m16..m {
+                    *pp.add(j) =
+                        (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                }
+                u += 4;
+            }
+            while u < n {
+                let r0 = x.add(u * sb);
+                let mut j = 0;
+                while j < m16 {
+                    let v = _mm512_add_ps(_mm512_loadu_ps(pp.add(j)), ld!(r0, j));
+                    _mm512_storeu_ps(pp.add(j), v);
+                    j += 16;
+                }
+                for j in m16..m {
+                    *pp.add(j) += sc!(r0, j);
+                }
+                u += 1;
+            }
+        }
+    }
 }

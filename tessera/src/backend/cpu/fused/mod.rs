@@ -34,6 +34,7 @@
 mod bf16io;
 mod chain;
 mod chunk;
+mod colpass;
 mod colreduce;
 mod depthwise;
 mod dwmatch;
@@ -68,6 +69,7 @@ thread_local! {
     static TRANSPOSES: Cell<u64> = const { Cell::new(0) };
     static WHOLE: Cell<u64> = const { Cell::new(0) };
     static COLREDUCES: Cell<u64> = const { Cell::new(0) };
+    static COLPASSES: Cell<u64> = const { Cell::new(0) };
     static CHAINS: Cell<u64> = const { Cell::new(0) };
     static OPERAND_CHAINS: Cell<u64> = const { Cell::new(0) };
     static DEPTHWISE: Cell<u64> = const { Cell::new(0) };
@@ -221,6 +223,29 @@ pub fn direct_transposes() -> u64 {
 /// ```
 pub fn whole_transposes() -> u64 {
     WHOLE.with(|c| c.get())
+}
+
+/// How many fast-path launches made on this thread computed their column reduction's
+/// partials for all programs in one pass over whole rows of the tensor before running the
+/// programs (a plan with one column reduction, its programs splitting the columns).
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+///     x.sum(0)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[100, 1000], 1);
+/// let before = tessera::backend::cpu::fused::column_passes();
+/// let y = col_sum(&x)?;
+/// assert_eq!(y.shape(), &[1000]);
+/// assert!(tessera::backend::cpu::fused::column_passes() > before);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn column_passes() -> u64 {
+    COLPASSES.with(|c| c.get())
 }
 
 /// How many fast-path launches made on this thread ran their column-reduction loop as one
@@ -431,6 +456,9 @@ pub(crate) struct Fused {
     depthwise: Option<dwmatch::Depthwise>,
     /// The plan's step index of a group [`flat::run`] may run over whole tensors.
     flat: Option<usize>,
+    /// The plan's column reduction when it has exactly one (its launches compute the
+    /// partials of all programs in one pass: `colpass`).
+    colreduce: Option<colreduce::ColReduce>,
 }
 
 impl Fused {
@@ -456,6 +484,14 @@ impl Fused {
         let chain = has(|s| matches!(s, plan::Step::Group(g) if g.chain.is_some()));
         let whole = transpose::whole(&plan.steps);
         let flat = flat::find(&plan.steps);
+        let mut crs = plan.steps.iter().filter_map(|s| match s {
+            plan::Step::ColReduce(c) => Some(c.clone()),
+            _ => None,
+        });
+        let colreduce = match (crs.next(), crs.next()) {
+            (Some(c), None) => Some(c),
+            _ => None,
+        };
         Ok(Fused {
             plan,
             stored,
@@ -464,6 +500,7 @@ impl Fused {
             whole,
             depthwise: dwmatch::depthwise(k),
             flat,
+            colreduce,
         })
     }
 
@@ -604,17 +641,38 @@ impl Fused {
             flat::run(g, args);
             return true;
         }
+        match &self.colreduce {
+            Some(c) => colpass::with(c, args, total, |parts| {
+                if parts.is_some() {
+                    COLPASSES.with(bump);
+                }
+                self.programs(path, total, ids, parts, args)
+            }),
+            None => self.programs(path, total, ids, None, args),
+        }
+        true
+    }
+
+    /// Runs programs `0 .. total` (`ids` their grid coordinates), on rayon's threads when
+    /// there are several, with the launch's column-reduction partials `parts`.
+    fn programs(
+        &self,
+        path: run::Path,
+        total: usize,
+        ids: impl Fn(usize) -> [usize; 3] + Sync,
+        parts: Option<colpass::Parts>,
+        args: &[Buffer],
+    ) {
+        let go = |s: &mut run::Scratch, pid: usize| {
+            s.fit(&self.plan);
+            s.parts = parts;
+            run::run_block(&self.plan, path, s, ids(pid), args);
+            s.parts = None;
+        };
         let block = |pid: usize| {
             SCRATCH.with(|s| match s.try_borrow_mut() {
-                Ok(mut s) => {
-                    s.fit(&self.plan);
-                    run::run_block(&self.plan, path, &mut s, ids(pid), args);
-                }
-                Err(_) => {
-                    let mut s = run::Scratch::default();
-                    s.fit(&self.plan);
-                    run::run_block(&self.plan, path, &mut s, ids(pid), args);
-                }
+                Ok(mut s) => go(&mut s, pid),
+                Err(_) => go(&mut run::Scratch::default(), pid),
             })
         };
         if total == 1 || rayon::current_num_threads() == 1 {
@@ -626,6 +684,5 @@ impl Fused {
                 (t * per..((t + 1) * per).min(total)).for_each(block);
             });
         }
-        true
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct Scratch {
     cur: Vec<*const f32>,
     /// The row loops' buffers (`super::softmax`, `super::norm`), grown on first use.
     row: Vec<f32>,
+    /// The current launch's column-reduction partials (`super::colpass`), if any.
+    pub parts: Option<super::colpass::Parts>,
 }
 
 impl Scratch {
@@ -117,7 +119,9 @@ fn steps(list: &[Step], s: &mut Scratch, ids: [usize; 3], args: &[Buffer]) {
             }
             Step::Group(g) => group(g, s, args),
             Step::Transpose(t) => super::transpose::run(t, &s.sc, args),
-            Step::ColReduce(c) => super::colreduce::run(c, &mut s.sc, &mut s.mat, args),
+            Step::ColReduce(c) => {
+                super::colreduce::run(c, &mut s.sc, &mut s.mat, s.parts.as_ref(), args)
+            }
             Step::Trans {
                 src,
                 rows,
