@@ -3,9 +3,9 @@
 //! an f32 output, or the bf16 bits stored to a bf16 one) is computed once per plan, by the
 //! same steps the chunk loop runs on the widened values, and a launch looks each input up.
 //! The results are the chunk loop's bit for bit, whatever the ops cost per element. Plain
-//! loads: `vpgatherdd` measured slower on this Zen 4 (gelu bf16 `[4096, 1024]` into a kept
-//! output, one thread: 1.21 ms with 16-lane gathers, 1.10 with 8-lane ones, 0.91 with one
-//! scalar load per element).
+//! loads: `vpgatherdd` measured slower on this machine, an AMD EPYC of family 26 (Zen 5)
+//! (gelu bf16 `[4096, 1024]` into a kept output, one thread: 1.21 ms with 16-lane gathers,
+//! 1.10 with 8-lane ones, 0.91 with one scalar load per element).
 
 use super::chunk::{self, bf16_bits};
 use super::plan::DirectStep;
