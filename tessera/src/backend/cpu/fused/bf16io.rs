@@ -90,8 +90,6 @@ pub(crate) fn round(v: &mut [f32]) {
     }
 }
 
-/// `o[i]` = `op(a[i], b[i])` for bf16 `a`, `b`, `o`: both widened, combined in f32, the
-/// result narrowed. Runs `Add`, `Sub`, `Mul` and `Div`; `false` (nothing done) for another op.
 /// Whether [`binary`] runs `op`.
 pub(crate) fn has_binary(op: BinaryOp) -> bool {
     matches!(
@@ -100,6 +98,8 @@ pub(crate) fn has_binary(op: BinaryOp) -> bool {
     )
 }
 
+/// `o[i]` = `op(a[i], b[i])` for bf16 `a`, `b`, `o`: both widened, combined in f32, the
+/// result narrowed. Runs `Add`, `Sub`, `Mul` and `Div`; `false` (nothing done) for another op.
 pub(crate) fn binary(op: BinaryOp, a: &[u16], b: &[u16], o: &mut [u16]) -> bool {
     if !has_binary(op) {
         return false;

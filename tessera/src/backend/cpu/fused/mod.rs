@@ -87,10 +87,7 @@ thread_local! {
 /// assert_eq!(n, 2);
 /// ```
 pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
-    let old = INTERPRET.with(|c| c.replace(true));
-    let r = f();
-    INTERPRET.with(|c| c.set(old));
-    r
+    with_flag(&INTERPRET, f)
 }
 
 /// Runs `f` with whole-tensor elementwise launches ([`flat_elementwise`]) off on this
@@ -102,10 +99,20 @@ pub fn with_interpreter<R>(f: impl FnOnce() -> R) -> R {
 /// assert_eq!(n, 2);
 /// ```
 pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
-    let old = NO_FLAT.with(|c| c.replace(true));
-    let r = f();
-    NO_FLAT.with(|c| c.set(old));
-    r
+    with_flag(&NO_FLAT, f)
+}
+
+/// Runs `f` with this thread's `flag` set, restoring its old value afterwards, also when `f`
+/// panics (a test harness that catches the panic keeps using the thread).
+fn with_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static std::thread::LocalKey<Cell<bool>>, bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            self.0.with(|c| c.set(self.1));
+        }
+    }
+    let _restore = Restore(flag, flag.with(|c| c.replace(true)));
+    f()
 }
 
 /// Whether launches on this thread must run the interpreter ([`with_interpreter`]); the
@@ -684,5 +691,25 @@ impl Fused {
                 (t * per..((t + 1) * per).min(total)).for_each(block);
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_switches_are_restored_when_their_closure_panics() {
+        let a = std::panic::catch_unwind(|| with_interpreter(|| panic!("inside")));
+        let b = std::panic::catch_unwind(|| without_flat(|| panic!("inside")));
+        assert!(a.is_err() && b.is_err());
+        assert!(!interpreting());
+        assert!(!NO_FLAT.with(|c| c.get()));
+        // Nested switches restore the outer value, not `false`.
+        with_interpreter(|| {
+            assert!(with_interpreter(interpreting));
+            assert!(interpreting());
+        });
+        assert!(!interpreting());
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Design follows BLIS / faer: `B` is packed into `NR`-column panels (k-major) with
 //! `KC`/`MC`/`NC` cache blocking. `A` is read in place, its elements broadcast from its
-//! rows by the micro-kernel (as faer's kernels do), except when all its rows fit one block:
-//! then it is packed into `MR`-row panels once per k-block (see `driver`).
+//! rows by the micro-kernel (as faer's kernels do), except when it has more rows than one
+//! micro-tile (`MR`) and all of them fit one block (`MC`): then it is packed into `MR`-row
+//! panels once per k-block (see `driver`).
 //!
 //! A register-blocked micro-kernel is selected once at runtime:
 //!
