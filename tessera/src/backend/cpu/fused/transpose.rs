@@ -197,9 +197,9 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
     found
 }
 
-/// Source rows per pass of [`run_whole`]: 64 f32 or 128 bf16 (four 64-byte lines in each
-/// destination row, the fastest measured with non-temporal stores: fewer rows write shorter
-/// runs into each destination row, which the memory takes slower).
+/// Source rows per pass of [`run_whole`]: 64 f32 or 128 bf16 (four 64-byte lines into each
+/// destination row per pass, the fastest measured with non-temporal stores: with 32 f32 or
+/// 64 bf16 rows the shorter runs into each destination row drain ≈ 1.2–1.4× slower).
 fn band(bf16: bool) -> usize {
     if bf16 { 128 } else { 64 }
 }
@@ -244,8 +244,8 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     };
     // The source columns before the first cache-line boundary (the same in every row when a
     // row is a whole number of lines): the blocks start after them, so each block's row
-    // loads are whole lines (a tensor's buffer starts 16 bytes past a page boundary; loads
-    // split across two lines measured 1.5× slower).
+    // loads are whole lines (glibc's large allocations start 16 bytes past a page boundary;
+    // blocks loading rows split across two lines measured 1.5× slower).
     let skew = if (c * size) % 64 == 0 && sp % size == 0 {
         ((64 - sp % 64) % 64 / size).min(c)
     } else {
@@ -443,7 +443,8 @@ unsafe fn blocked<T: std::marker::Copy>(
 }
 
 /// How many 16-column steps ahead [`x86::f32_avx512`] prefetches the source rows of its
-/// blocks (measured on `[4096, 1024]` and `[1024, 4096]`: 2–4 best, none 10–20% slower).
+/// blocks (`bf16_avx512`: one 32-column step): measured on `[4096, 1024]` and
+/// `[1024, 4096]`, 2–4 steps ≈ 10–20% faster than none (bf16 `[1024, 4096]` ≈ 15%).
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 4;
 
