@@ -489,7 +489,13 @@ mod x86 {
     ) {
         let (a8, b8) = (na & !7, nb & !7);
         for a in (0..a8).step_by(8) {
+            // One prefetch per 64-byte line, as far ahead in columns as `f32_avx512`'s.
+            let ahead = a + 16 * AHEAD;
             for b in (0..b8).step_by(8) {
+                if a % 16 == 0 && ahead < na {
+                    // SAFETY: rows b..b+8 of `s` at column `ahead` < na: inside the window.
+                    unsafe { prefetch_rows::<_, 8>(s.add(b * ss + ahead), ss) };
+                }
                 // SAFETY: rows b..b+8 of `s` at columns a..a+8, rows a..a+8 of `d` at
                 // columns b..b+8: inside the window (a + 8 ≤ na, b + 8 ≤ nb).
                 unsafe { block_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
@@ -660,7 +666,13 @@ mod x86 {
     ) {
         let (a16, b16) = (na & !15, nb & !15);
         for a in (0..a16).step_by(16) {
+            // One prefetch per 64-byte line, one line ahead (as `bf16_avx512`).
+            let ahead = a + 32;
             for b in (0..b16).step_by(16) {
+                if a % 32 == 0 && ahead < na {
+                    // SAFETY: rows b..b+16 of `s` at column `ahead` < na: inside the window.
+                    unsafe { prefetch_rows::<_, 16>(s.add(b * ss + ahead), ss) };
+                }
                 // SAFETY: as in `f32_avx512`.
                 unsafe { block16_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
             }
