@@ -450,8 +450,8 @@ unsafe fn blocked<T: std::marker::Copy>(
     }
 }
 
-/// How many 16-column steps ahead [`x86::f32_avx512`] prefetches the source rows of its
-/// blocks (`bf16_avx512`: one 32-column step): measured on `[4096, 1024]` and
+/// How many 16-column steps ahead [`x86::f32_avx512`] (and `f32_avx2`, once per line)
+/// prefetches the source rows of its blocks (`bf16_avx512`, `bf16_avx2_16`: one line): measured on `[4096, 1024]` and
 /// `[1024, 4096]`, 2–4 steps ≈ 10–20% faster than none (bf16 `[1024, 4096]` ≈ 15%).
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 4;
