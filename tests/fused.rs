@@ -440,6 +440,10 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         (17, 2048),
         (300, 1),
         (130, 1000),
+        // Rows of whole cache lines on both sides, large enough for non-temporal stores:
+        // the whole-tensor transpose starts its blocks at the source's first line boundary.
+        (1056, 544),
+        (4099, 17),
     ];
     let f_specials = [
         f32::NAN,
