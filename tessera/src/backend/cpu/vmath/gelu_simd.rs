@@ -1,0 +1,152 @@
+//! The slice kernels of [`super::gelu`] (`portable`, `avx2`, `avx512`, `run`, as the
+//! `elementwise!` modules of the other functions) and [`block`] for `vmath::lanes`.
+//!
+//! The AVX2 and AVX-512 kernels evaluate [`gelu1`]'s central polynomial on a whole vector,
+//! each coefficient picked per lane by one `vpermps` from a register holding its 8 interval
+//! values, and run [`tail`] (lane by lane, built with the same features) only for a vector
+//! with a lane at `|x| >= A0` or NaN, blending it into those lanes. Every lane gets
+//! `gelu1::<Fused>`'s IEEE operations, so the result is its bits.
+
+#[cfg(target_arch = "x86_64")]
+use super::arith::Fused;
+use super::arith::{Arith, Plain};
+use super::gelu::gelu1;
+#[cfg(target_arch = "x86_64")]
+use super::gelu::{A0, CT, S, tail};
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+/// Portable instantiation (baseline ISA, separate mul/add).
+#[inline(never)]
+pub(crate) fn portable(x: &mut [f32]) {
+    super::dispatch::map(x, gelu1::<Plain>)
+}
+
+/// AVX-512F instantiation: 16 lanes per step.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn avx512(x: &mut [f32]) {
+    let tab: [__m512; 8] = core::array::from_fn(|k| {
+        // SAFETY: `CT[k]` holds 8 floats.
+        _mm512_zextps256_ps512(unsafe { _mm256_loadu_ps(CT[k].as_ptr()) })
+    });
+    let mut it = x.chunks_exact_mut(16);
+    for c in &mut it {
+        // SAFETY: `c` holds 16 floats.
+        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), gelu16(_mm512_loadu_ps(c.as_ptr()), &tab)) };
+    }
+    for e in it.into_remainder() {
+        *e = gelu1::<Fused>(*e);
+    }
+}
+
+/// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]` in its low 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
+    let ax = _mm512_abs_ps(x);
+    let v = _mm512_mul_ps(ax, _mm512_set1_ps(S));
+    let j = _mm512_cvttps_epi32(v);
+    let u = _mm512_sub_ps(v, _mm512_add_ps(_mm512_cvtepi32_ps(j), _mm512_set1_ps(0.5)));
+    let mut c = _mm512_permutexvar_ps(j, tab[7]);
+    for k in (0..7).rev() {
+        c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
+    }
+    let neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
+    let r = _mm512_mask_blend_ps(neg, _mm512_fnmadd_ps(x, c, x), _mm512_mul_ps(x, c));
+    let far = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(ax, _mm512_set1_ps(A0));
+    if far == 0 {
+        return r;
+    }
+    let mut t = [0f32; 16];
+    // SAFETY: `t` holds 16 floats.
+    unsafe { _mm512_storeu_ps(t.as_mut_ptr(), x) };
+    for e in t.iter_mut() {
+        *e = tail::<Fused>(*e);
+    }
+    // SAFETY: as above.
+    _mm512_mask_blend_ps(far, r, unsafe { _mm512_loadu_ps(t.as_ptr()) })
+}
+
+/// AVX2+FMA instantiation: 8 lanes per step.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn avx2(x: &mut [f32]) {
+    // SAFETY: `CT[k]` holds 8 floats.
+    let tab: [__m256; 8] = core::array::from_fn(|k| unsafe { _mm256_loadu_ps(CT[k].as_ptr()) });
+    let mut it = x.chunks_exact_mut(8);
+    for c in &mut it {
+        // SAFETY: `c` holds 8 floats.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), gelu8(_mm256_loadu_ps(c.as_ptr()), &tab)) };
+    }
+    for e in it.into_remainder() {
+        *e = gelu1::<Fused>(*e);
+    }
+}
+
+/// `gelu1::<Fused>` on 8 lanes; `tab[k]` holds `CT[k]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn gelu8(x: __m256, tab: &[__m256; 8]) -> __m256 {
+    let ax = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF)));
+    let v = _mm256_mul_ps(ax, _mm256_set1_ps(S));
+    let j = _mm256_cvttps_epi32(v);
+    let u = _mm256_sub_ps(v, _mm256_add_ps(_mm256_cvtepi32_ps(j), _mm256_set1_ps(0.5)));
+    let mut c = _mm256_permutevar8x32_ps(tab[7], j);
+    for k in (0..7).rev() {
+        c = _mm256_fmadd_ps(c, u, _mm256_permutevar8x32_ps(tab[k], j));
+    }
+    // The sign bit of `x` picks `x c` (negative) or `x - x c`.
+    let r = _mm256_blendv_ps(_mm256_fnmadd_ps(x, c, x), _mm256_mul_ps(x, c), x);
+    let far = _mm256_cmp_ps::<_CMP_NLT_UQ>(ax, _mm256_set1_ps(A0));
+    if _mm256_movemask_ps(far) == 0 {
+        return r;
+    }
+    let mut t = [0f32; 8];
+    // SAFETY: `t` holds 8 floats.
+    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), x) };
+    for e in t.iter_mut() {
+        *e = tail::<Fused>(*e);
+    }
+    // SAFETY: as above.
+    _mm256_blendv_ps(r, unsafe { _mm256_loadu_ps(t.as_ptr()) }, far)
+}
+
+/// Best available instantiation for this CPU.
+#[inline]
+pub(crate) fn run(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time.
+            return unsafe { avx512(x) };
+        }
+        if super::dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { avx2(x) };
+        }
+    }
+    portable(x)
+}
+
+/// `v[k] = gelu1::<A>(v[k])` for a block of lanes (`vmath::lanes`): with the FMA flavour
+/// (the one the AVX2 and AVX-512 levels use) through [`run`]'s vector kernels, else lane by lane.
+#[inline(always)]
+pub(crate) fn block<A: Arith, const L: usize>(v: &mut [f32; L]) {
+    #[cfg(target_arch = "x86_64")]
+    if A::FUSED && super::dispatch::has_avx2_fma() {
+        // `run` picks AVX-512 or AVX2; both give `gelu1::<Fused>`'s bits.
+        return run(v);
+    }
+    for e in v.iter_mut() {
+        *e = gelu1::<A>(*e);
+    }
+}
