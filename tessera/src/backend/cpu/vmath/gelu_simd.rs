@@ -2,17 +2,19 @@
 //! `elementwise!` modules of the other functions) and [`block`] for `vmath::lanes`.
 //!
 //! The AVX2 and AVX-512 kernels evaluate [`gelu1`]'s central polynomial on a whole vector,
-//! each coefficient picked per lane by one `vpermps` from a register holding its 8 interval
-//! values, and run [`tail`] (lane by lane, built with the same features) only for a vector
-//! with a lane at `|x| >= A0` or NaN, blending it into those lanes. Every lane gets
-//! `gelu1::<Fused>`'s IEEE operations, so the result is its bits.
+//! each coefficient picked per lane by one `vpermps` from a register holding its 16
+//! interval values (AVX-512) or from one of two registers holding 8 each (AVX2: one permute
+//! when no lane has `|x| >= 4`, else two and a blend), put `x` itself in the lanes at
+//! `x >= POS_END`, and run [`tail`] (lane by lane, built with the same features) only for a
+//! vector with a lane at `x <= NEG_END` or NaN, blending it into those lanes. Every lane
+//! gets `gelu1::<Fused>`'s IEEE operations, so the result is its bits.
 
 #[cfg(target_arch = "x86_64")]
 use super::arith::Fused;
 use super::arith::{Arith, Plain};
 use super::gelu::gelu1;
 #[cfg(target_arch = "x86_64")]
-use super::gelu::{A0, CT, S, tail};
+use super::gelu::{CT, NEG_END, POS_END, S, tail};
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
@@ -29,10 +31,8 @@ pub(crate) fn portable(x: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn avx512(x: &mut [f32]) {
-    let tab: [__m512; 8] = core::array::from_fn(|k| {
-        // SAFETY: `CT[k]` holds 8 floats.
-        _mm512_zextps256_ps512(unsafe { _mm256_loadu_ps(CT[k].as_ptr()) })
-    });
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
     let mut it = x.chunks_exact_mut(16);
     for c in &mut it {
         // SAFETY: `c` holds 16 floats.
@@ -43,7 +43,7 @@ pub(crate) unsafe fn avx512(x: &mut [f32]) {
     }
 }
 
-/// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]` in its low 8 lanes.
+/// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
@@ -58,7 +58,9 @@ fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
     }
     let neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
     let r = _mm512_mask_blend_ps(neg, _mm512_fnmadd_ps(x, c, x), _mm512_mul_ps(x, c));
-    let far = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(ax, _mm512_set1_ps(A0));
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
+    let r = _mm512_mask_mov_ps(r, big, x);
+    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
     if far == 0 {
         return r;
     }
@@ -79,8 +81,13 @@ fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn avx2(x: &mut [f32]) {
-    // SAFETY: `CT[k]` holds 8 floats.
-    let tab: [__m256; 8] = core::array::from_fn(|k| unsafe { _mm256_loadu_ps(CT[k].as_ptr()) });
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [[__m256; 2]; 8] = core::array::from_fn(|k| unsafe {
+        [
+            _mm256_loadu_ps(CT[k].as_ptr()),
+            _mm256_loadu_ps(CT[k].as_ptr().add(8)),
+        ]
+    });
     let mut it = x.chunks_exact_mut(8);
     for c in &mut it {
         // SAFETY: `c` holds 8 floats.
@@ -91,22 +98,43 @@ pub(crate) unsafe fn avx2(x: &mut [f32]) {
     }
 }
 
-/// `gelu1::<Fused>` on 8 lanes; `tab[k]` holds `CT[k]`.
+/// `gelu1::<Fused>` on 8 lanes; `tab[k]` holds `CT[k]`'s two halves.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn gelu8(x: __m256, tab: &[__m256; 8]) -> __m256 {
+fn gelu8(x: __m256, tab: &[[__m256; 2]; 8]) -> __m256 {
     let ax = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF)));
     let v = _mm256_mul_ps(ax, _mm256_set1_ps(S));
     let j = _mm256_cvttps_epi32(v);
     let u = _mm256_sub_ps(v, _mm256_add_ps(_mm256_cvtepi32_ps(j), _mm256_set1_ps(0.5)));
-    let mut c = _mm256_permutevar8x32_ps(tab[7], j);
-    for k in (0..7).rev() {
-        c = _mm256_fmadd_ps(c, u, _mm256_permutevar8x32_ps(tab[k], j));
-    }
+    let c = if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_set1_ps(8.0))) == 0 {
+        // Every lane's interval is below 8 (or its lane is dropped below).
+        let mut c = _mm256_permutevar8x32_ps(tab[7][0], j);
+        for k in (0..7).rev() {
+            c = _mm256_fmadd_ps(c, u, _mm256_permutevar8x32_ps(tab[k][0], j));
+        }
+        c
+    } else {
+        // Bit 3 of `j`, moved into the sign bit, picks the upper half.
+        let hi = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(j));
+        let pick = |t: &[__m256; 2]| {
+            _mm256_blendv_ps(
+                _mm256_permutevar8x32_ps(t[0], j),
+                _mm256_permutevar8x32_ps(t[1], j),
+                hi,
+            )
+        };
+        let mut c = pick(&tab[7]);
+        for k in (0..7).rev() {
+            c = _mm256_fmadd_ps(c, u, pick(&tab[k]));
+        }
+        c
+    };
     // The sign bit of `x` picks `x c` (negative) or `x - x c`.
     let r = _mm256_blendv_ps(_mm256_fnmadd_ps(x, c, x), _mm256_mul_ps(x, c), x);
-    let far = _mm256_cmp_ps::<_CMP_NLT_UQ>(ax, _mm256_set1_ps(A0));
+    let big = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(POS_END));
+    let r = _mm256_blendv_ps(r, x, big);
+    let far = _mm256_cmp_ps::<_CMP_NGT_UQ>(x, _mm256_set1_ps(NEG_END));
     if _mm256_movemask_ps(far) == 0 {
         return r;
     }
