@@ -289,6 +289,11 @@ fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
 }
 
 #[tessera::kernel]
+fn tanh_gelu_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    tanh(gelu(x))
+}
+
+#[tessera::kernel]
 fn unary_chain3(x: Tensor<f32, (B, R, C)>) -> Tensor<f32, (B, R, C)> {
     tanh(sigmoid(x))
 }
@@ -1616,6 +1621,14 @@ fn gelu_ranges_bits() {
         assert_same_bits(&format!("gelu {tag}"), &fast, &g);
         let tiles = fused::without_flat(|| tessera_kernels::gelu(&x).unwrap());
         assert_same_bits(&format!("gelu tiles {tag}"), &tiles, &g);
+        let tg = fused::with_interpreter(|| tanh_gelu_f32(&x).unwrap());
+        assert_same_bits(
+            &format!("tanh(gelu) {tag}"),
+            &tanh_gelu_f32(&x).unwrap(),
+            &tg,
+        );
+        let tiles = fused::without_flat(|| tanh_gelu_f32(&x).unwrap());
+        assert_same_bits(&format!("tanh(gelu) tiles {tag}"), &tiles, &tg);
         bits_match(&format!("gelu(x*y+1) {tag}"), fused::launches, || {
             chain(&x, &y).unwrap()
         });

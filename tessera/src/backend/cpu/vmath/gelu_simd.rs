@@ -24,6 +24,14 @@ pub(crate) fn portable(x: &mut [f32]) {
     super::dispatch::map(x, gelu1::<Plain>)
 }
 
+/// [`portable`] from `src` into `dst` (same lengths).
+#[inline(never)]
+fn portable_into(src: &[f32], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = gelu1::<Plain>(*s);
+    }
+}
+
 /// AVX-512F instantiation: 16 lanes per step.
 ///
 /// # Safety
@@ -31,15 +39,30 @@ pub(crate) fn portable(x: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn avx512(x: &mut [f32]) {
+    // SAFETY: `x` is `n` floats, read before written at each index.
+    unsafe { avx512_map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
+}
+
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`, 16 lanes per step.
+///
+/// # Safety
+/// As [`avx512`]; `src` readable and `dst` writable for `n` floats, either the same pointer
+/// or not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn avx512_map(src: *const f32, dst: *mut f32, n: usize) {
     // SAFETY: `CT[k]` holds 16 floats.
     let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
-    let mut it = x.chunks_exact_mut(16);
-    for c in &mut it {
-        // SAFETY: `c` holds 16 floats.
-        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), gelu16(_mm512_loadu_ps(c.as_ptr()), &tab)) };
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n` (the caller's contract).
+        unsafe { _mm512_storeu_ps(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), &tab)) };
+        i += 16;
     }
-    for e in it.into_remainder() {
-        *e = gelu1::<Fused>(*e);
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { *dst.add(i) = gelu1::<Fused>(*src.add(i)) };
+        i += 1;
     }
 }
 
@@ -81,6 +104,18 @@ fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn avx2(x: &mut [f32]) {
+    // SAFETY: `x` is `n` floats, read before written at each index.
+    unsafe { avx2_map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
+}
+
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`, 8 lanes per step.
+///
+/// # Safety
+/// As [`avx2`]; `src` readable and `dst` writable for `n` floats, either the same pointer or
+/// not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_map(src: *const f32, dst: *mut f32, n: usize) {
     // SAFETY: `CT[k]` holds 16 floats.
     let tab: [[__m256; 2]; 8] = core::array::from_fn(|k| unsafe {
         [
@@ -88,13 +123,16 @@ pub(crate) unsafe fn avx2(x: &mut [f32]) {
             _mm256_loadu_ps(CT[k].as_ptr().add(8)),
         ]
     });
-    let mut it = x.chunks_exact_mut(8);
-    for c in &mut it {
-        // SAFETY: `c` holds 8 floats.
-        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), gelu8(_mm256_loadu_ps(c.as_ptr()), &tab)) };
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n` (the caller's contract).
+        unsafe { _mm256_storeu_ps(dst.add(i), gelu8(_mm256_loadu_ps(src.add(i)), &tab)) };
+        i += 8;
     }
-    for e in it.into_remainder() {
-        *e = gelu1::<Fused>(*e);
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { *dst.add(i) = gelu1::<Fused>(*src.add(i)) };
+        i += 1;
     }
 }
 
@@ -163,6 +201,27 @@ pub(crate) fn run(x: &mut [f32]) {
         }
     }
     portable(x)
+}
+
+/// `dst[i] = gelu(src[i])`, [`run`]'s bits, reading `src` in the loop (no copy first).
+///
+/// # Panics
+/// If the lengths differ.
+pub(crate) fn run_into(src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "gelu_into lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time; two distinct slices
+            // of `n` floats (a `&mut` never overlaps a `&`).
+            return unsafe { avx512_map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        }
+        if super::dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time; as above.
+            return unsafe { avx2_map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        }
+    }
+    portable_into(src, dst)
 }
 
 /// `v[k] = gelu1::<A>(v[k])` for a block of lanes (`vmath::lanes`): with the FMA flavour

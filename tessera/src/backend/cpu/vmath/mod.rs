@@ -116,6 +116,14 @@ pub fn gelu(x: &mut [f32]) {
     k_gelu::run(x)
 }
 
+/// `dst[i] = gelu(src[i])`: [`gelu`]'s bits, without first copying `src` into `dst`.
+///
+/// # Panics
+/// If the lengths differ.
+pub(crate) fn gelu_into(src: &[f32], dst: &mut [f32]) {
+    k_gelu::run_into(src, dst)
+}
+
 /// In place IEEE square root (correctly rounded).
 pub fn sqrt(x: &mut [f32]) {
     k_sqrt::run(x)

@@ -377,6 +377,25 @@ fn gelu_interval_edges() {
     }
 }
 
+/// `gelu_into` (source read in the loop) gives `gelu`'s bits at every length and offset.
+#[test]
+fn gelu_into_matches_gelu() {
+    let mut rng = Rng(41);
+    let src: Vec<f32> = (0..200).map(|_| rng.uniform(-12.0, 12.0)).collect();
+    for off in 0..4 {
+        for n in 0..=150 {
+            let s = &src[off..off + n];
+            let mut want = s.to_vec();
+            gelu(&mut want);
+            let mut got = vec![f32::NAN; n];
+            gelu_into(s, &mut got);
+            for i in 0..n {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "n={n} off={off} i={i}");
+            }
+        }
+    }
+}
+
 #[test]
 fn sqrt_rsqrt_accuracy() {
     let x = inputs(
