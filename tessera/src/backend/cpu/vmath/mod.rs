@@ -13,6 +13,11 @@
 //! * as a portable fallback (baseline ISA, e.g. SSE2 on x86_64, NEON on
 //!   aarch64), which is also what non-x86 targets use.
 //!
+//! `gelu` is the exception: its scalar body picks per-interval polynomial coefficients from a
+//! table, which the AVX2 and AVX-512 builds do with register permutes in explicit intrinsics
+//! (`gelu_simd.rs`), running the rare `exp` form only for vectors that need it; every lane
+//! still gets the scalar body's operations, so the bits are the same.
+//!
 //! Accuracy (measured against f64 references on random inputs; see the
 //! tests): `exp`, `log`, `tanh`, `sigmoid`, `erf` within a few ulp, `gelu`
 //! relative error below 1e-6 for all normal results including the negative
