@@ -289,6 +289,11 @@ fn elementwise_kernels_and_chains_agree_f32_and_bf16() {
 }
 
 #[tessera::kernel]
+fn tanh_gelu_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    tanh(gelu(x))
+}
+
+#[tessera::kernel]
 fn unary_chain3(x: Tensor<f32, (B, R, C)>) -> Tensor<f32, (B, R, C)> {
     tanh(sigmoid(x))
 }
@@ -1562,6 +1567,100 @@ fn operand_chains_bits() {
     }
 }
 
+/// Inputs of `vmath::gelu`'s three forms: `randn · 5` (about 18% of the lanes at
+/// `x <= -4.5`, the `exp` form, and 5% at `x >= 8`, mixed in a vector with central-range
+/// lanes), every central interval's edges `±k/2` (k = 1..=16) and their neighbouring floats,
+/// subnormals, `±0`, `±inf`, NaN and huge values; `[r, c]` row-major.
+fn gelu_inputs(r: usize, c: usize, seed: u64) -> Tensor<f32> {
+    let mut v: Vec<f32> = Tensor::<f32>::randn(&[r, c], seed)
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(|x| 5.0 * x)
+        .collect();
+    let mut edges = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e-45,
+        -1e-45,
+        -3e-39,
+        1e30,
+        -1e30,
+        -14.4,
+        -20.0,
+    ];
+    for k in 1..=16 {
+        let e = k as f32 / 2.0;
+        for d in [-2i32, -1, 0, 1, 2] {
+            let x = f32::from_bits((e.to_bits() as i32 + d) as u32);
+            edges.extend([x, -x]);
+        }
+    }
+    let n = v.len();
+    for (i, e) in edges.into_iter().enumerate() {
+        // Spread over the tensor: every 7th element (then wrapping), so vectors mix them
+        // with `randn · 5` lanes.
+        v[(7 * i + seed as usize) % n] = e;
+    }
+    Tensor::from_vec(v, &[r, c]).unwrap()
+}
+
+/// gelu (whole-tensor pass and tile loop), `gelu(x * y + 1)` (operand chain) and gelu into
+/// bf16 on [`gelu_inputs`] against the interpreter, bit for bit, and gelu against the f64
+/// reference (relative error below 1e-6 where the result is normal).
+fn gelu_ranges_bits() {
+    for (i, &(r, c)) in [(37, 300), (1, 1), (9, 1025), (300, 1), (4, 17)]
+        .iter()
+        .enumerate()
+    {
+        let s = 2900 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = gelu_inputs(r, c, s);
+        let y = Tensor::<f32>::randn(&[c], s + 1);
+        let g = fused::with_interpreter(|| tessera_kernels::gelu(&x).unwrap());
+        let fast = tessera_kernels::gelu(&x).unwrap();
+        assert_same_bits(&format!("gelu {tag}"), &fast, &g);
+        let tiles = fused::without_flat(|| tessera_kernels::gelu(&x).unwrap());
+        assert_same_bits(&format!("gelu tiles {tag}"), &tiles, &g);
+        let tg = fused::with_interpreter(|| tanh_gelu_f32(&x).unwrap());
+        assert_same_bits(
+            &format!("tanh(gelu) {tag}"),
+            &tanh_gelu_f32(&x).unwrap(),
+            &tg,
+        );
+        let tiles = fused::without_flat(|| tanh_gelu_f32(&x).unwrap());
+        assert_same_bits(&format!("tanh(gelu) tiles {tag}"), &tiles, &tg);
+        bits_match(&format!("gelu(x*y+1) {tag}"), fused::launches, || {
+            chain(&x, &y).unwrap()
+        });
+        let xb = to_bf16(&x);
+        bits_match(&format!("gelu bf16 {tag}"), fused::launches, || {
+            gelu_bf16(&xb).unwrap()
+        });
+        for (&a, &b) in x.to_vec().unwrap().iter().zip(&g.to_vec().unwrap()) {
+            let want = reference::gelu(a as f64);
+            if a.is_nan() {
+                assert!(b.is_nan(), "gelu({a}) = {b}, want NaN");
+            } else if a.is_infinite() {
+                assert_eq!(b, a.max(0.0), "gelu({a})");
+            } else if want.abs() >= f32::MIN_POSITIVE as f64 {
+                let e = ((b as f64 - want) / want).abs();
+                assert!(e <= 1e-6, "gelu({a:e}) = {b:e}, want {want:e}: rel {e:e}");
+            }
+        }
+    }
+}
+
+/// [`gelu_ranges_bits`] at the detected SIMD level (every level: `every_simd_level_agrees`).
+#[test]
+fn gelu_central_and_tail_forms_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    gelu_ranges_bits();
+}
+
 /// Kernels that differ from the matched patterns keep the general paths (the row loop
 /// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
 /// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and
@@ -1619,6 +1718,7 @@ fn every_simd_level_agrees() {
         flat_elementwise_bits(&[((37, 300), false), ((256, 256), false), ((9, 1025), false)]);
         flat_elementwise_bits(&large_flat_shapes());
         operand_chains_bits();
+        gelu_ranges_bits();
         unary_chains_bits();
         bf16_storage_bits();
         let (m, k, n) = (37, 300, 45);

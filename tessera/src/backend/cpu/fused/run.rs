@@ -5,7 +5,7 @@ use super::chunk::{self, V};
 use super::plan::{CHUNK, COp, Copy, DirectStep, Group, Kind, Plan, SLOT, SOp, Src, Step};
 use crate::backend::Buffer;
 use tessera_ir::DType;
-use tessera_ir::graph::BinaryOp;
+use tessera_ir::graph::{BinaryOp, UnaryOp};
 use tessera_ir::tile::TileReduce;
 
 /// A worker's scratch: scalar slots, materialised tiles, chunk slots, reduction accumulators,
@@ -845,8 +845,8 @@ pub(crate) fn direct_run(
     if bo.dtype == DType::F32 && !nt {
         // SAFETY: as above.
         let o = unsafe { out_f32(bo, at_o, n) };
-        chunk::load(bi, at_i, o);
-        super::lut::steps(ops, o);
+        let rest = load_first(ops, bi, at_i, o);
+        super::lut::steps(rest, o);
         return;
     }
     let ops = match ops.split_last() {
@@ -858,11 +858,37 @@ pub(crate) fn direct_run(
     while k < n {
         let m = (n - k).min(piece);
         let v = &mut buf[..m];
-        chunk::load(bi, at_i + k, v);
-        super::lut::steps(ops, v);
+        let rest = load_first(ops, bi, at_i + k, v);
+        super::lut::steps(rest, v);
         super::stream::store(bo, at_o + k, chunk::V::S(v), 0, m, nt);
         k += m;
     }
+}
+
+/// Fills `o` with f32 input `bi`'s elements from `at` with the chain's first step applied,
+/// and returns the steps left: a leading gelu of an f32 input reads the input in
+/// `vmath::gelu_into`'s loop (the same bits as loading, then `vmath::gelu` in place), other
+/// chains load (widen) the input as is and return every step.
+#[inline(always)]
+fn load_first<'a>(
+    ops: &'a [DirectStep],
+    bi: &Buffer,
+    at: usize,
+    o: &mut [f32],
+) -> &'a [DirectStep] {
+    let n = o.len();
+    if let (DType::F32, Some((DirectStep::Unary(UnaryOp::Gelu), rest))) =
+        (bi.dtype, ops.split_first())
+    {
+        assert!((at + n) * 4 <= bi.len, "fused load out of bounds");
+        // SAFETY: in bounds (checked above); f32 storage, not written during the launch (the
+        // output is never a loaded parameter, `plan::compile`), so it does not overlap `o`.
+        let s = unsafe { std::slice::from_raw_parts((bi.ptr as *const f32).add(at), n) };
+        crate::backend::cpu::vmath::gelu_into(s, o);
+        return rest;
+    }
+    chunk::load(bi, at, o);
+    ops
 }
 
 /// A direct group over whole tensor rows: when row `r`'s load and store windows each span a

@@ -8,6 +8,8 @@
 
 /// Multiply-add primitives used by the kernels.
 pub(crate) trait Arith {
+    /// True for [`Fused`] (the flavour of the AVX2 and AVX-512 levels).
+    const FUSED: bool;
     /// `a * b + c` (fused in [`Fused`], two roundings in [`Plain`]).
     fn fma(a: f32, b: f32, c: f32) -> f32;
     /// Exact product: returns `(p, e)` with `p = fl(a*b)` and `a*b = p + e`
@@ -25,6 +27,7 @@ pub(crate) struct Plain;
 pub(crate) struct Fused;
 
 impl Arith for Plain {
+    const FUSED: bool = false;
     #[inline(always)]
     fn fma(a: f32, b: f32, c: f32) -> f32 {
         a * b + c
@@ -47,6 +50,7 @@ impl Arith for Plain {
 }
 
 impl Arith for Fused {
+    const FUSED: bool = true;
     #[inline(always)]
     fn fma(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)

@@ -27,7 +27,7 @@ pub(crate) fn unary<A: Arith, const L: usize>(op: UnaryOp, v: &mut [f32; L]) {
         UnaryOp::Rsqrt => each!(super::sqrt::rsqrt1::<A>),
         UnaryOp::Tanh => each!(super::tanh::tanh1::<A>),
         UnaryOp::Sigmoid => each!(super::sigmoid::sigmoid1::<A>),
-        UnaryOp::Gelu => each!(super::gelu::gelu1::<A>),
+        UnaryOp::Gelu => super::gelu_simd::block::<A, L>(v),
     }
 }
 

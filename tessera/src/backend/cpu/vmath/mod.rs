@@ -13,6 +13,11 @@
 //! * as a portable fallback (baseline ISA, e.g. SSE2 on x86_64, NEON on
 //!   aarch64), which is also what non-x86 targets use.
 //!
+//! `gelu` is the exception: its scalar body picks per-interval polynomial coefficients from a
+//! table, which the AVX2 and AVX-512 builds do with register permutes in explicit intrinsics
+//! (`gelu_simd.rs`), running the rare `exp` form only for vectors that need it; every lane
+//! still gets the scalar body's operations, so the bits are the same.
+//!
 //! Accuracy (measured against f64 references on random inputs; see the
 //! tests): `exp`, `log`, `tanh`, `sigmoid`, `erf` within a few ulp, `gelu`
 //! relative error below 1e-6 for all normal results including the negative
@@ -31,6 +36,7 @@ mod erf;
 mod exp;
 mod exp16;
 mod gelu;
+mod gelu_simd;
 pub(crate) mod lanes;
 mod log;
 mod reduce;
@@ -50,7 +56,7 @@ elementwise!(k_log, log::log1);
 elementwise!(k_tanh, tanh::tanh1);
 elementwise!(k_sigmoid, sigmoid::sigmoid1);
 elementwise!(k_erf, erf::erf1);
-elementwise!(k_gelu, gelu::gelu1);
+use gelu_simd as k_gelu;
 elementwise!(k_sqrt, sqrt::sqrt1);
 elementwise!(k_rsqrt, sqrt::rsqrt1);
 reduction!(k_sum, reduce::sum_body);
@@ -113,6 +119,14 @@ pub fn erf(x: &mut [f32]) {
 /// `gelu(+inf) = +inf`, `gelu(-inf) = -0`.
 pub fn gelu(x: &mut [f32]) {
     k_gelu::run(x)
+}
+
+/// `dst[i] = gelu(src[i])`: [`gelu`]'s bits, without first copying `src` into `dst`.
+///
+/// # Panics
+/// If the lengths differ.
+pub(crate) fn gelu_into(src: &[f32], dst: &mut [f32]) {
+    k_gelu::run_into(src, dst)
 }
 
 /// In place IEEE square root (correctly rounded).

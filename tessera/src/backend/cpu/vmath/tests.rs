@@ -344,6 +344,58 @@ fn gelu_accuracy() {
     check("gelu", variants!(k_gelu, gelu), &x, gelu_ref, &ok);
 }
 
+/// The central range's interval edges `k/2` (k = 0..=16: `-4.5` is the switch to the `exp`
+/// form, `8` to `gelu(x) = x`) and their neighbouring floats, both signs, in vectors mixed
+/// with lanes of the other forms: within the accuracy spec, and each element's bits equal
+/// to the kernel applied to that element alone (the scalar remainder path).
+#[test]
+fn gelu_interval_edges() {
+    let mut x = Vec::new();
+    for k in 0..=16 {
+        let e = k as f32 / 2.0;
+        for d in -3i32..=3 {
+            let v = f32::from_bits((e.to_bits() as i32 + d).max(0) as u32);
+            x.extend([v, -v, 9.0 - v, v - 7.5, v + 2.0, -v - 1.0]);
+        }
+    }
+    let ok = |ulp: f64, rel: f64, sub: bool, aref: f64| {
+        if sub {
+            sub_ok(ulp, 1e-6, aref)
+        } else {
+            rel <= 1e-6
+        }
+    };
+    check("gelu", variants!(k_gelu, gelu), &x, gelu_ref, &ok);
+    for (vname, f) in variants!(k_gelu, gelu) {
+        let mut y = x.clone();
+        f(&mut y);
+        for (&a, &b) in x.iter().zip(&y) {
+            let mut one = [a];
+            f(&mut one);
+            assert_eq!(one[0].to_bits(), b.to_bits(), "{vname} gelu({a:e})");
+        }
+    }
+}
+
+/// `gelu_into` (source read in the loop) gives `gelu`'s bits at every length and offset.
+#[test]
+fn gelu_into_matches_gelu() {
+    let mut rng = Rng(41);
+    let src: Vec<f32> = (0..200).map(|_| rng.uniform(-12.0, 12.0)).collect();
+    for off in 0..4 {
+        for n in 0..=150 {
+            let s = &src[off..off + n];
+            let mut want = s.to_vec();
+            gelu(&mut want);
+            let mut got = vec![f32::NAN; n];
+            gelu_into(s, &mut got);
+            for i in 0..n {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "n={n} off={off} i={i}");
+            }
+        }
+    }
+}
+
 #[test]
 fn sqrt_rsqrt_accuracy() {
     let x = inputs(

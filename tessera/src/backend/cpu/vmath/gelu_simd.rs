@@ -1,0 +1,239 @@
+//! The slice kernels of [`super::gelu`] (`portable`, `avx2`, `avx512`, `run`, as the
+//! `elementwise!` modules of the other functions) and [`block`] for `vmath::lanes`.
+//!
+//! The AVX2 and AVX-512 kernels evaluate [`gelu1`]'s central polynomial on a whole vector,
+//! each coefficient picked per lane by one `vpermps` from a register holding its 16
+//! interval values (AVX-512) or from one of two registers holding 8 each (AVX2: one permute
+//! when no lane has `|x| >= 4`, else two and a blend), put `x` itself in the lanes at
+//! `x >= POS_END`, and run [`tail`] (lane by lane, built with the same features) only for a
+//! vector with a lane at `x <= NEG_END` or NaN, blending it into those lanes. Every lane
+//! gets `gelu1::<Fused>`'s IEEE operations, so the result is its bits.
+
+#[cfg(target_arch = "x86_64")]
+use super::arith::Fused;
+use super::arith::{Arith, Plain};
+use super::gelu::gelu1;
+#[cfg(target_arch = "x86_64")]
+use super::gelu::{CT, NEG_END, POS_END, S, tail};
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+/// Portable instantiation (baseline ISA, separate mul/add).
+#[inline(never)]
+pub(crate) fn portable(x: &mut [f32]) {
+    super::dispatch::map(x, gelu1::<Plain>)
+}
+
+/// [`portable`] from `src` into `dst` (same lengths).
+#[inline(never)]
+fn portable_into(src: &[f32], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = gelu1::<Plain>(*s);
+    }
+}
+
+/// AVX-512F instantiation: 16 lanes per step.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn avx512(x: &mut [f32]) {
+    // SAFETY: `x` is `n` floats, read before written at each index.
+    unsafe { avx512_map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
+}
+
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`, 16 lanes per step.
+///
+/// # Safety
+/// As [`avx512`]; `src` readable and `dst` writable for `n` floats, either the same pointer
+/// or not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn avx512_map(src: *const f32, dst: *mut f32, n: usize) {
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n` (the caller's contract).
+        unsafe { _mm512_storeu_ps(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), &tab)) };
+        i += 16;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { *dst.add(i) = gelu1::<Fused>(*src.add(i)) };
+        i += 1;
+    }
+}
+
+/// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
+    let ax = _mm512_abs_ps(x);
+    let v = _mm512_mul_ps(ax, _mm512_set1_ps(S));
+    let j = _mm512_cvttps_epi32(v);
+    let u = _mm512_sub_ps(v, _mm512_add_ps(_mm512_cvtepi32_ps(j), _mm512_set1_ps(0.5)));
+    let mut c = _mm512_permutexvar_ps(j, tab[7]);
+    for k in (0..7).rev() {
+        c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
+    }
+    let neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
+    let r = _mm512_mask_blend_ps(neg, _mm512_fnmadd_ps(x, c, x), _mm512_mul_ps(x, c));
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
+    let r = _mm512_mask_mov_ps(r, big, x);
+    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
+    if far == 0 {
+        return r;
+    }
+    let mut t = [0f32; 16];
+    // SAFETY: `t` holds 16 floats.
+    unsafe { _mm512_storeu_ps(t.as_mut_ptr(), x) };
+    for e in t.iter_mut() {
+        *e = tail::<Fused>(*e);
+    }
+    // SAFETY: as above.
+    _mm512_mask_blend_ps(far, r, unsafe { _mm512_loadu_ps(t.as_ptr()) })
+}
+
+/// AVX2+FMA instantiation: 8 lanes per step.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn avx2(x: &mut [f32]) {
+    // SAFETY: `x` is `n` floats, read before written at each index.
+    unsafe { avx2_map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
+}
+
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`, 8 lanes per step.
+///
+/// # Safety
+/// As [`avx2`]; `src` readable and `dst` writable for `n` floats, either the same pointer or
+/// not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_map(src: *const f32, dst: *mut f32, n: usize) {
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [[__m256; 2]; 8] = core::array::from_fn(|k| unsafe {
+        [
+            _mm256_loadu_ps(CT[k].as_ptr()),
+            _mm256_loadu_ps(CT[k].as_ptr().add(8)),
+        ]
+    });
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n` (the caller's contract).
+        unsafe { _mm256_storeu_ps(dst.add(i), gelu8(_mm256_loadu_ps(src.add(i)), &tab)) };
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { *dst.add(i) = gelu1::<Fused>(*src.add(i)) };
+        i += 1;
+    }
+}
+
+/// `gelu1::<Fused>` on 8 lanes; `tab[k]` holds `CT[k]`'s two halves.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn gelu8(x: __m256, tab: &[[__m256; 2]; 8]) -> __m256 {
+    let ax = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF)));
+    let v = _mm256_mul_ps(ax, _mm256_set1_ps(S));
+    let j = _mm256_cvttps_epi32(v);
+    let u = _mm256_sub_ps(v, _mm256_add_ps(_mm256_cvtepi32_ps(j), _mm256_set1_ps(0.5)));
+    let c = if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_set1_ps(8.0))) == 0 {
+        // Every lane's interval is below 8 (or its lane is dropped below).
+        let mut c = _mm256_permutevar8x32_ps(tab[7][0], j);
+        for k in (0..7).rev() {
+            c = _mm256_fmadd_ps(c, u, _mm256_permutevar8x32_ps(tab[k][0], j));
+        }
+        c
+    } else {
+        // Bit 3 of `j`, moved into the sign bit, picks the upper half.
+        let hi = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(j));
+        let pick = |t: &[__m256; 2]| {
+            _mm256_blendv_ps(
+                _mm256_permutevar8x32_ps(t[0], j),
+                _mm256_permutevar8x32_ps(t[1], j),
+                hi,
+            )
+        };
+        let mut c = pick(&tab[7]);
+        for k in (0..7).rev() {
+            c = _mm256_fmadd_ps(c, u, pick(&tab[k]));
+        }
+        c
+    };
+    // The sign bit of `x` picks `x c` (negative) or `x - x c`.
+    let r = _mm256_blendv_ps(_mm256_fnmadd_ps(x, c, x), _mm256_mul_ps(x, c), x);
+    let big = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(POS_END));
+    let r = _mm256_blendv_ps(r, x, big);
+    let far = _mm256_cmp_ps::<_CMP_NGT_UQ>(x, _mm256_set1_ps(NEG_END));
+    if _mm256_movemask_ps(far) == 0 {
+        return r;
+    }
+    let mut t = [0f32; 8];
+    // SAFETY: `t` holds 8 floats.
+    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), x) };
+    for e in t.iter_mut() {
+        *e = tail::<Fused>(*e);
+    }
+    // SAFETY: as above.
+    _mm256_blendv_ps(r, unsafe { _mm256_loadu_ps(t.as_ptr()) }, far)
+}
+
+/// Best available instantiation for this CPU.
+#[inline]
+pub(crate) fn run(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time.
+            return unsafe { avx512(x) };
+        }
+        if super::dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { avx2(x) };
+        }
+    }
+    portable(x)
+}
+
+/// `dst[i] = gelu(src[i])`, [`run`]'s bits, reading `src` in the loop (no copy first).
+///
+/// # Panics
+/// If the lengths differ.
+pub(crate) fn run_into(src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "gelu_into lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time; two distinct slices
+            // of `n` floats (a `&mut` never overlaps a `&`).
+            return unsafe { avx512_map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        }
+        if super::dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time; as above.
+            return unsafe { avx2_map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        }
+    }
+    portable_into(src, dst)
+}
+
+/// `v[k] = gelu1::<A>(v[k])` for a block of lanes (`vmath::lanes`): with the FMA flavour
+/// (the one the AVX2 and AVX-512 levels use) through [`run`]'s vector kernels, else lane by lane.
+#[inline(always)]
+pub(crate) fn block<A: Arith, const L: usize>(v: &mut [f32; L]) {
+    #[cfg(target_arch = "x86_64")]
+    if A::FUSED && super::dispatch::has_avx2_fma() {
+        // `run` picks AVX-512 or AVX2; both give `gelu1::<Fused>`'s bits.
+        return run(v);
+    }
+    for e in v.iter_mut() {
+        *e = gelu1::<A>(*e);
+    }
+}
