@@ -3,16 +3,22 @@
 use super::ahead::{self, Ahead};
 use super::scratch::with_scratch;
 
-/// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
+/// Depth of a packed k-block when all of `A`'s rows fit one block or one micro-tile (`B`
+/// micro-panel `KC × NR` stays in L1).
 pub(crate) const KC: usize = 256;
+/// Depth of a k-block when `A` has more rows than one block (`MC`) and is read in place:
+/// each micro-tile's accumulators load and store C half as often as with `KC`, and its
+/// `KC_WIDE × NR` micro-panel of B (64 KiB with the 8×32 tile) is read from L2; `KC` is kept
+/// where A has few rows (`512` measured slower at `m = 8` and `m = 64`, `k = n = 4096`).
+pub(crate) const KC_WIDE: usize = 512;
 /// Rows of `A` per block (the `MC × KC` block of `A` stays in L2 while every column panel
 /// of the packed `B` block reads it).
 pub(crate) const MC_TARGET: usize = 144;
-/// Most bytes that the `KC` rows of a block of `B` span (`KC × ldb` elements) for the first
+/// Most bytes that the rows of a k-block of `B` span (`kc × ldb` elements) for the first
 /// micro-tile of each panel to pack it while computing (`Kernel::run_pack`): the rows then
 /// sit in L2 close together, and the strided walk down a panel costs less than a separate
 /// packing pass; farther apart, the walk waits on memory and the separate pass is faster.
-pub(crate) const FUSE_BYTES: usize = 256 << 10;
+pub(crate) const FUSE_BYTES: usize = 1 << 20;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
 /// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
@@ -95,10 +101,10 @@ pub(crate) unsafe fn gemm<K: Kernel>(
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
-        // Balance the k-blocks so the last one is not tiny.
-        let kblocks = k.div_ceil(KC);
-        let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
+        // Balance the k-blocks so the last one is not tiny.
+        let kblocks = k.div_ceil(if m > mc_max { KC_WIDE } else { KC });
+        let kc_max = k.div_ceil(kblocks);
         if m > mr_ && m <= mc_max {
             // All rows of A fit one block (of more than one micro-tile: with one, each packed
             // B panel is read once and long sequential rows of B pack faster): pack it once
