@@ -3,16 +3,22 @@
 use super::ahead::{self, Ahead};
 use super::scratch::with_scratch;
 
-/// Depth of a packed k-block (`B` micro-panel `KC × NR` stays in L1).
+/// Depth of a packed k-block when all of `A`'s rows fit one block or one micro-tile (`B`
+/// micro-panel `KC × NR` stays in L1).
 pub(crate) const KC: usize = 256;
+/// Depth of a k-block when `A` has more rows than one block (`MC`) and is read in place:
+/// each micro-tile's accumulators load and store C half as often as with `KC`, and its
+/// `KC_WIDE × NR` micro-panel of B (64 KiB with the 8×32 tile) is read from L2; `KC` is kept
+/// where A has few rows (`512` measured slower at `m = 8` and `m = 64`, `k = n = 4096`).
+pub(crate) const KC_WIDE: usize = 512;
 /// Rows of `A` per block (the `MC × KC` block of `A` stays in L2 while every column panel
 /// of the packed `B` block reads it).
 pub(crate) const MC_TARGET: usize = 144;
-/// Most bytes that the `KC` rows of a block of `B` span (`KC × ldb` elements) for the first
+/// Most bytes that the rows of a k-block of `B` span (`kc × ldb` elements) for the first
 /// micro-tile of each panel to pack it while computing (`Kernel::run_pack`): the rows then
 /// sit in L2 close together, and the strided walk down a panel costs less than a separate
 /// packing pass; farther apart, the walk waits on memory and the separate pass is faster.
-pub(crate) const FUSE_BYTES: usize = 256 << 10;
+pub(crate) const FUSE_BYTES: usize = 1 << 20;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
 /// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
@@ -32,46 +38,45 @@ pub(crate) unsafe trait Kernel {
     unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
-    /// `C[0..mr, 0..nr] += A · Bpanel` for the `mr × kc` block of `A` at `a` (element
-    /// `(i, p)` at `a + i * ars + p * aks`: `(lda, 1)` in place, `(1, MR)` a packed panel)
-    /// and a packed panel of depth `kc`; with `overwrite`,
-    /// `C[0..mr, 0..nr] = A · Bpanel` (the accumulators start at `+0.0` instead of C's
-    /// values, which are not read).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run(
-        mr: usize,
-        nr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    );
-    /// [`Kernel::run`] for a full-width panel (`nr == NR`) whose `kc × NR` block of `B` is
-    /// read in place at `b` (row stride `ldb`) and written packed to `bp` on the way, for
+    /// `C[0..mr, 0..nr] += A · Bpanel` for the micro-tile `t` (see [`Tile`]) whose `t.b` is a
+    /// packed panel of depth `t.kc`; with `t.overwrite`, `C[0..mr, 0..nr] = A · Bpanel` (the
+    /// accumulators start at `+0.0` instead of C's values, which are not read).
+    unsafe fn run(t: Tile);
+    /// [`Kernel::run`] for a full-width tile (`t.nr == NR`) whose `kc × NR` block of `B` is
+    /// read in place at `t.b` (row stride `ldb`) and written packed to `bp` on the way, for
     /// the panel's later micro-tiles. The default packs first, then runs.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run_pack(
-        mr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        ldb: usize,
-        bp: *mut f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
+    unsafe fn run_pack(t: Tile, ldb: usize, bp: *mut f32) {
         unsafe {
-            Self::pack_b(kc, Self::NR, b, ldb, bp);
-            Self::run(mr, Self::NR, kc, a, ars, aks, bp, c, ldc, overwrite)
+            Self::pack_b(t.kc, Self::NR, t.b, ldb, bp);
+            Self::run(Tile { b: bp, ..t })
         }
     }
+}
+
+/// The operands of one micro-tile: `C[0..mr, 0..nr] (+)= A · B` over `kc` steps of k.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    /// Rows (at most the kernel's `MR`).
+    pub(crate) mr: usize,
+    /// Columns (at most the kernel's `NR`).
+    pub(crate) nr: usize,
+    /// Depth.
+    pub(crate) kc: usize,
+    /// `A`'s element `(i, p)` is at `a + i * ars + p * aks`: `(lda, 1)` in place, `(1, MR)`
+    /// a packed panel.
+    pub(crate) a: *const f32,
+    /// `A`'s row stride.
+    pub(crate) ars: usize,
+    /// `A`'s k stride.
+    pub(crate) aks: usize,
+    /// `B`: a packed panel (row stride `NR`), or, for [`Kernel::run_pack`], `B` in place.
+    pub(crate) b: *const f32,
+    /// The C tile.
+    pub(crate) c: *mut f32,
+    /// C's row stride.
+    pub(crate) ldc: usize,
+    /// `C =` instead of `C +=`: C is not read.
+    pub(crate) overwrite: bool,
 }
 
 /// `C += A·B` (or, with `overwrite`, `C = A·B` without reading C) with raw pointers; all
@@ -95,10 +100,10 @@ pub(crate) unsafe fn gemm<K: Kernel>(
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
-        // Balance the k-blocks so the last one is not tiny.
-        let kblocks = k.div_ceil(KC);
-        let kc_max = k.div_ceil(kblocks);
         let mc_max = (MC_TARGET / mr_).max(1) * mr_;
+        // Balance the k-blocks so the last one is not tiny.
+        let kblocks = k.div_ceil(if m > mc_max { KC_WIDE } else { KC });
+        let kc_max = k.div_ceil(kblocks);
         if m > mr_ && m <= mc_max {
             // All rows of A fit one block (of more than one micro-tile: with one, each packed
             // B panel is read once and long sequential rows of B pack faster): pack it once
@@ -240,12 +245,23 @@ unsafe fn block<K: Kernel>(
                     }
                 }
                 t += 1;
-                let ct = c.add(ir * ldc + jr);
+                let tile = Tile {
+                    mr,
+                    nr,
+                    kc,
+                    a: ap,
+                    ars,
+                    aks,
+                    b: bp,
+                    c: c.add(ir * ldc + jr),
+                    ldc,
+                    overwrite,
+                };
                 match pack {
                     Some((b, ldb)) if ir == 0 && nr == nr_ => {
-                        K::run_pack(mr, kc, ap, ars, aks, b, ldb, bp, ct, ldc, overwrite)
+                        K::run_pack(Tile { b, ..tile }, ldb, bp)
                     }
-                    _ => K::run(mr, nr, kc, ap, ars, aks, bp, ct, ldc, overwrite),
+                    _ => K::run(tile),
                 }
                 ir += mr_;
             }

@@ -1,6 +1,6 @@
 //! Portable micro-kernel in plain Rust (any target; LLVM auto-vectorises it).
 
-use super::driver::Kernel;
+use super::driver::{Kernel, Tile};
 use super::pack::{edge_load, edge_store, pack_a, pack_b};
 
 const MR: usize = 4;
@@ -9,22 +9,24 @@ const NR: usize = 16;
 /// 4×16 kernel written without intrinsics.
 pub(crate) struct PortableKernel;
 
-/// `C[0..M, 0..NR] += A·B` with `A[i][p]` at `a + i * ars + p * aks` (a packed panel or
-/// rows in place) and `B` a packed panel: every element one fused-multiply-add chain over k in order, starting
-/// from C's value (the `dot` order every ISA shares; `mul_add` is an instruction where the
-/// target has FMA, a correctly rounded library call elsewhere).
-#[allow(clippy::too_many_arguments)]
+/// `C[0..M, 0..NR] += A·B` for the micro-tile `t`, with `A[i][p]` at `a + i * ars + p * aks`
+/// (a packed panel or rows in place) and `B` a packed panel: every element one
+/// fused-multiply-add chain over k in order, starting from C's value (the `dot` order every
+/// ISA shares; `mul_add` is an instruction where the target has FMA, a correctly rounded
+/// library call elsewhere).
 #[inline(always)]
-unsafe fn full<const M: usize>(
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn full<const M: usize>(t: &Tile) {
+    let Tile {
+        kc,
+        a,
+        ars,
+        aks,
+        b,
+        c,
+        ldc,
+        overwrite,
+        ..
+    } = *t;
     unsafe {
         // With `overwrite` they start at `+0.0`, as from a zeroed C.
         let mut acc = [[0.0f32; NR]; M];
@@ -55,26 +57,15 @@ unsafe fn full<const M: usize>(
     }
 }
 
-/// [`full`] for the `mr <= MR` rows of a micro-tile.
-#[allow(clippy::too_many_arguments)]
+/// [`full`] for the `t.mr <= MR` rows of a micro-tile.
 #[inline(always)]
-unsafe fn rows(
-    mr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn rows(t: &Tile) {
     unsafe {
-        match mr {
-            4 => full::<4>(kc, a, ars, aks, b, c, ldc, overwrite),
-            3 => full::<3>(kc, a, ars, aks, b, c, ldc, overwrite),
-            2 => full::<2>(kc, a, ars, aks, b, c, ldc, overwrite),
-            _ => full::<1>(kc, a, ars, aks, b, c, ldc, overwrite),
+        match t.mr {
+            4 => full::<4>(t),
+            3 => full::<3>(t),
+            2 => full::<2>(t),
+            _ => full::<1>(t),
         }
     }
 }
@@ -92,35 +83,15 @@ unsafe impl Kernel for PortableKernel {
         unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
     }
 
-    unsafe fn run(
-        mr: usize,
-        nr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
+    unsafe fn run(t: Tile) {
         unsafe {
-            if nr == NR {
-                rows(mr, kc, a, ars, aks, b, c, ldc, overwrite)
+            if t.nr == NR {
+                rows(&t)
             } else {
-                let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-                rows(
-                    mr,
-                    kc,
-                    a,
-                    ars,
-                    aks,
-                    b,
-                    t.as_mut_ptr() as *mut f32,
-                    NR,
-                    overwrite,
-                );
-                edge_store::<MR, NR>(mr, nr, c, ldc, &t);
+                let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
+                let c = e.as_mut_ptr() as *mut f32;
+                rows(&Tile { c, ldc: NR, ..t });
+                edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
             }
         }
     }

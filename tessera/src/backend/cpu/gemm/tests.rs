@@ -147,6 +147,8 @@ fn large_and_deep() {
         // k spans several KC blocks; m spans several MC blocks.
         check(isa, 300, 129, 600, 3, 77);
         check(isa, 5, 4200, 9, 1, 78); // n spans two NC blocks
+        // Three `KC_WIDE` k-blocks over two row blocks, B packed by the micro-tiles.
+        check(isa, 160, 300, 1100, 2, 79);
     }
 }
 
@@ -329,8 +331,13 @@ fn every_isa_is_one_fma_chain_in_k_order() {
         (150, 100, 300),
         // The same with B's rows far apart: B packed in a separate pass.
         (150, 600, 300),
-        // Three k-blocks and three row blocks, B packed by the micro-tiles.
+        // Two k-blocks (`KC_WIDE`) and three row blocks, B packed by the micro-tiles.
         (300, 45, 513),
+        // Three uneven `KC_WIDE` k-blocks, two row blocks, B packed by the micro-tiles (a
+        // k-block of B spans under `FUSE_BYTES`), a partial last panel.
+        (150, 300, 1100),
+        // Two k-blocks whose B spans more than `FUSE_BYTES`: the separate packing pass.
+        (150, 700, 1030),
     ] {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
@@ -367,6 +374,8 @@ fn overwrite_is_zeroed_accumulate_all_isas() {
         (150, 70, 300, 5),
         (150, 600, 300, 1),
         (300, 45, 513, 2),
+        (150, 300, 1100, 3),
+        (150, 700, 1030, 1),
     ] {
         let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
         let a = rng.vec((m - 1) * lda + k);

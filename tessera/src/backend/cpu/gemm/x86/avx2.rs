@@ -2,7 +2,7 @@
 
 use core::arch::x86_64::*;
 
-use super::super::driver::Kernel;
+use super::super::driver::{Kernel, Tile};
 use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
 
 const MR: usize = 6;
@@ -11,18 +11,20 @@ const NR: usize = 16;
 /// 6×16 AVX2/FMA kernel (rows `M < 6` use narrower instantiations).
 pub(crate) struct Avx2Kernel;
 
-/// `C[0..M, 0..16] += A · Bpanel`, reading the `M` rows of `A` from a packed `MR`-row panel
-/// (`A_PANEL`) or in place (row stride `lda`).
+/// `C[0..M, 0..16] += A · Bpanel` for the micro-tile `t`, reading the `M` rows of `A` from a
+/// packed `MR`-row panel (`A_PANEL`) or in place (row stride `t.ars`).
 #[inline(always)]
-unsafe fn tile<const M: usize, const A_PANEL: bool>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn tile<const M: usize, const A_PANEL: bool>(t: &Tile) {
+    let Tile {
+        kc,
+        a,
+        ars: lda,
+        b,
+        c,
+        ldc,
+        overwrite,
+        ..
+    } = *t;
     unsafe {
         // Constant strides for a packed panel of A (`A_PANEL`) or in-place rows.
         let (ars, aks) = if A_PANEL { (1, MR) } else { (lda, 1) };
@@ -74,69 +76,41 @@ unsafe fn tile<const M: usize, const A_PANEL: bool>(
     }
 }
 
-/// [`tile`] for the `mr <= MR` rows of a micro-tile.
-#[allow(clippy::too_many_arguments)]
+/// [`tile`] for the `t.mr <= MR` rows of a micro-tile.
 #[inline(always)]
-unsafe fn tile_rows(
-    mr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn tile_rows(t: &Tile) {
     unsafe {
         // A packed panel has `aks == MR`, rows in place `aks == 1`.
         macro_rules! rows {
             ($panel:literal) => {
-                match mr {
-                    6 => tile::<6, $panel>(kc, a, ars, b, c, ldc, overwrite),
-                    5 => tile::<5, $panel>(kc, a, ars, b, c, ldc, overwrite),
-                    4 => tile::<4, $panel>(kc, a, ars, b, c, ldc, overwrite),
-                    3 => tile::<3, $panel>(kc, a, ars, b, c, ldc, overwrite),
-                    2 => tile::<2, $panel>(kc, a, ars, b, c, ldc, overwrite),
-                    _ => tile::<1, $panel>(kc, a, ars, b, c, ldc, overwrite),
+                match t.mr {
+                    6 => tile::<6, $panel>(t),
+                    5 => tile::<5, $panel>(t),
+                    4 => tile::<4, $panel>(t),
+                    3 => tile::<3, $panel>(t),
+                    2 => tile::<2, $panel>(t),
+                    _ => tile::<1, $panel>(t),
                 }
             };
         }
-        if aks == 1 { rows!(false) } else { rows!(true) }
+        if t.aks == 1 {
+            rows!(false)
+        } else {
+            rows!(true)
+        }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2(
-    mr: usize,
-    nr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn run_avx2(t: Tile) {
     unsafe {
-        if nr == NR {
-            tile_rows(mr, kc, a, ars, aks, b, c, ldc, overwrite)
+        if t.nr == NR {
+            tile_rows(&t)
         } else {
-            let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            tile_rows(
-                mr,
-                kc,
-                a,
-                ars,
-                aks,
-                b,
-                t.as_mut_ptr() as *mut f32,
-                NR,
-                overwrite,
-            );
-            edge_store::<MR, NR>(mr, nr, c, ldc, &t);
+            let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
+            let c = e.as_mut_ptr() as *mut f32;
+            tile_rows(&Tile { c, ldc: NR, ..t });
+            edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
         }
     }
 }
@@ -164,18 +138,7 @@ unsafe impl Kernel for Avx2Kernel {
         unsafe { pack_b_avx2(kc, nc, b, ldb, dst) }
     }
 
-    unsafe fn run(
-        mr: usize,
-        nr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
-        unsafe { run_avx2(mr, nr, kc, a, ars, aks, b, c, ldc, overwrite) }
+    unsafe fn run(t: Tile) {
+        unsafe { run_avx2(t) }
     }
 }

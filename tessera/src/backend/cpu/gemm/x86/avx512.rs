@@ -4,7 +4,7 @@
 use core::arch::x86_64::*;
 use core::ptr::null_mut;
 
-use super::super::driver::Kernel;
+use super::super::driver::{Kernel, Tile};
 use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
 
 const MR: usize = 8;
@@ -16,23 +16,27 @@ pub(crate) struct Avx512Kernel;
 /// Rows of `B` ahead of the current one that a packing micro-tile prefetches into L1.
 const PACK_AHEAD: usize = 16;
 
-/// `C[0..M, 0..32] += A · B` (one FMA chain per element from C's value), reading the `M`
-/// rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row stride `lda`), and
-/// `B` from a packed panel (`PACK` false: `b` with row stride `NR`) or in place (`PACK`: `b`
-/// with row stride `ldb`), then each row of `B` is also stored to the packed panel at `bp`.
-#[allow(clippy::too_many_arguments)]
+/// `C[0..M, 0..32] += A · B` (one FMA chain per element from C's value) for the micro-tile
+/// `t`, reading the `M` rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row
+/// stride `t.ars`), and `B` from a packed panel (`PACK` false: `t.b` with row stride `NR`) or
+/// in place (`PACK`: `t.b` with row stride `ldb`), then each row of `B` is also stored to the
+/// packed panel at `bp`.
 #[inline(always)]
 unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
-    kc: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
+    t: &Tile,
     ldb: usize,
     bp: *mut f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
 ) {
+    let Tile {
+        kc,
+        a,
+        ars: lda,
+        b,
+        c,
+        ldc,
+        overwrite,
+        ..
+    } = *t;
     unsafe {
         // The accumulators start from C, so every element is one FMA chain over k in order
         // (C = fma(a_k, b_k, C) for k = 0, 1, ...) whatever the blocking: the CPU's `dot`
@@ -99,84 +103,50 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
     }
 }
 
-/// [`tile`] for the `mr <= MR` rows of a micro-tile.
-#[allow(clippy::too_many_arguments)]
+/// [`tile`] for the `t.mr <= MR` rows of a micro-tile.
 #[inline(always)]
-unsafe fn tile_rows<const PACK: bool>(
-    mr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    ldb: usize,
-    bp: *mut f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
+unsafe fn tile_rows<const PACK: bool>(t: &Tile, ldb: usize, bp: *mut f32) {
     unsafe {
         // A packed panel has `aks == MR`, rows in place `aks == 1`.
         macro_rules! rows {
             ($panel:literal) => {
-                match mr {
-                    8 => tile::<8, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    7 => tile::<7, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    6 => tile::<6, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    5 => tile::<5, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    4 => tile::<4, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    3 => tile::<3, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    2 => tile::<2, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
-                    _ => tile::<1, PACK, $panel>(kc, a, ars, b, ldb, bp, c, ldc, overwrite),
+                match t.mr {
+                    8 => tile::<8, PACK, $panel>(t, ldb, bp),
+                    7 => tile::<7, PACK, $panel>(t, ldb, bp),
+                    6 => tile::<6, PACK, $panel>(t, ldb, bp),
+                    5 => tile::<5, PACK, $panel>(t, ldb, bp),
+                    4 => tile::<4, PACK, $panel>(t, ldb, bp),
+                    3 => tile::<3, PACK, $panel>(t, ldb, bp),
+                    2 => tile::<2, PACK, $panel>(t, ldb, bp),
+                    _ => tile::<1, PACK, $panel>(t, ldb, bp),
                 }
             };
         }
-        if aks == 1 { rows!(false) } else { rows!(true) }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn run_avx512(
-    mr: usize,
-    nr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
-    unsafe {
-        if nr == NR {
-            tile_rows::<false>(mr, kc, a, ars, aks, b, NR, null_mut(), c, ldc, overwrite)
+        if t.aks == 1 {
+            rows!(false)
         } else {
-            let mut t = edge_load::<MR, NR>(mr, nr, c, ldc, overwrite);
-            let ct = t.as_mut_ptr() as *mut f32;
-            tile_rows::<false>(mr, kc, a, ars, aks, b, NR, null_mut(), ct, NR, overwrite);
-            edge_store::<MR, NR>(mr, nr, c, ldc, &t);
+            rows!(true)
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn run_pack_avx512(
-    mr: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    aks: usize,
-    b: *const f32,
-    ldb: usize,
-    bp: *mut f32,
-    c: *mut f32,
-    ldc: usize,
-    overwrite: bool,
-) {
-    unsafe { tile_rows::<true>(mr, kc, a, ars, aks, b, ldb, bp, c, ldc, overwrite) }
+unsafe fn run_avx512(t: Tile) {
+    unsafe {
+        if t.nr == NR {
+            tile_rows::<false>(&t, NR, null_mut())
+        } else {
+            let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
+            let c = e.as_mut_ptr() as *mut f32;
+            tile_rows::<false>(&Tile { c, ldc: NR, ..t }, NR, null_mut());
+            edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn run_pack_avx512(t: Tile, ldb: usize, bp: *mut f32) {
+    unsafe { tile_rows::<true>(&t, ldb, bp) }
 }
 
 #[target_feature(enable = "avx512f,fma")]
@@ -202,34 +172,11 @@ unsafe impl Kernel for Avx512Kernel {
         unsafe { pack_b_avx512(kc, nc, b, ldb, dst) }
     }
 
-    unsafe fn run(
-        mr: usize,
-        nr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
-        unsafe { run_avx512(mr, nr, kc, a, ars, aks, b, c, ldc, overwrite) }
+    unsafe fn run(t: Tile) {
+        unsafe { run_avx512(t) }
     }
 
-    unsafe fn run_pack(
-        mr: usize,
-        kc: usize,
-        a: *const f32,
-        ars: usize,
-        aks: usize,
-        b: *const f32,
-        ldb: usize,
-        bp: *mut f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
-        unsafe { run_pack_avx512(mr, kc, a, ars, aks, b, ldb, bp, c, ldc, overwrite) }
+    unsafe fn run_pack(t: Tile, ldb: usize, bp: *mut f32) {
+        unsafe { run_pack_avx512(t, ldb, bp) }
     }
 }
