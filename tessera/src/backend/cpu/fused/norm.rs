@@ -73,10 +73,11 @@ fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32]) -> &'a [f32] 
 fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
     let (x, out) = (&args[nm.rows.x], &args[nm.rows.out]);
     let (br, bc) = (nm.rows.br, nm.rows.bc);
-    let (xw, rest) = buf.split_at_mut(n);
+    // Three rows (the row and the output row of the loops below, or the pipeline's rows),
+    // a chunk of squares, γ and β.
+    let (x3, rest) = buf.split_at_mut(3 * n);
     let (q, rest) = rest.split_at_mut(bc);
-    let (gw, rest) = rest.split_at_mut(n);
-    let (bw, ow) = rest.split_at_mut(n);
+    let (gw, bw) = rest.split_at_mut(n);
     let g = widen(&args[nm.gamma], 0, n, gw);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw));
     let nf = n as i32 as f32;
@@ -88,12 +89,21 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `g`
         // and `b` are `[n]`; `nt` is `stream::wanted` of `out`, fenced here.
-        unsafe { rows_avx512(nm, (x, out), (r0, r1, rows), n, (g, b), (xw, ow), nt) };
+        unsafe {
+            if out.dtype == DType::F32 && !round {
+                super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, nt)
+            } else {
+                let (xw, rest) = x3.split_at_mut(n);
+                rows_avx512(nm, (x, out), (r0, r1, rows), n, (g, b), (xw, &mut rest[..n]), nt)
+            }
+        };
         if nt {
             stream::fence();
         }
         return;
     }
+    let (xw, rest) = x3.split_at_mut(n);
+    let ow = &mut rest[..n];
     for row in r0..r1 {
         let at = row * n;
         let xs = widen(x, at, n, xw);

@@ -57,7 +57,7 @@ fn widen16(v: __m256i) -> __m512 {
 /// `vmath::sum_lanes` of the 32 lanes `a0 ‖ a1`: the same pairwise tree (lane `i` plus lane
 /// `i + w` for `w = 16, 8, 4, 2, 1`), in registers.
 #[inline(always)]
-fn tree(a0: __m512, a1: __m512) -> f32 {
+pub(crate) fn tree(a0: __m512, a1: __m512) -> f32 {
     // SAFETY: only called from functions built with AVX-512F, AVX2 and FMA.
     unsafe {
         let t = _mm512_add_ps(a0, a1);
@@ -101,7 +101,7 @@ pub(crate) struct Pass {
 /// # Safety
 /// As [`sum`], for columns `j .. j + 32`.
 #[inline(always)]
-unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
+pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
     p: &Pass,
     m: __m512,
     j: usize,
@@ -135,7 +135,7 @@ unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
 /// # Safety
 /// As [`sum`], for columns `j .. j + t`.
 #[inline(always)]
-unsafe fn tail<const SQ: bool, const BF: bool>(
+pub(crate) unsafe fn tail<const SQ: bool, const BF: bool>(
     p: &Pass,
     m: __m512,
     j: usize,

@@ -10,7 +10,13 @@ use tessera_ir::DType;
 /// 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB, non-temporal ones
 /// faster at 16 MiB, where input and output no longer fit the cache together).
 fn nt_bytes() -> usize {
-    crate::backend::cpu::cache::last_level_bytes() / 8 * 3
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("TESSERA_NT_BYTES_TMP")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(crate::backend::cpu::cache::last_level_bytes() / 8 * 3)
+    })
 }
 
 /// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least

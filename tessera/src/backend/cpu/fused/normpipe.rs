@@ -1,0 +1,309 @@
+//! The AVX-512 norm rows into an f32 output as one software pipeline (`norm::rows_avx512`):
+//! each pass over the columns reads row `t` from memory (its mean sums for layernorm, its
+//! sums of squares for rmsnorm; a bf16 row widened and kept in a row buffer), takes the
+//! squared deviations of row `t − 1` from L1 (layernorm) and writes the output row of row
+//! `t − 1` (rmsnorm) or `t − 2` (layernorm). The memory reads are then spread over every
+//! pass instead of waiting in one pass out of three, and the adds of the independent sums
+//! overlap. Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree in
+//! registers, chunks added in column order) and every output value the interpreter's
+//! `((x − mean)·rstd)·γ (+ β)`, so the bits are the other loops'.
+
+use super::norm512::{Pass, step, tail, tree};
+use core::arch::x86_64::*;
+
+/// The row a pass writes: its f32 values, mean and `rstd`, and the output row.
+#[derive(Clone, Copy)]
+pub(crate) struct Write {
+    pub xs: *const f32,
+    pub mean: f32,
+    pub rstd: f32,
+    pub out: *mut f32,
+}
+
+/// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
+/// width `bc` of the sums, and whether the body of an output row takes streaming stores.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows {
+    pub g: *const f32,
+    pub b: *const f32,
+    pub n: usize,
+    pub bc: usize,
+    pub nt: bool,
+}
+
+/// Output values `j .. j + 16` of `w` where `k` (a lane mask) is set; streamed (`d[j]`
+/// 64-byte aligned, `k` full) with `NT`.
+///
+/// # Safety
+/// Those lanes are in bounds of `w.xs`, `w.out`, `r.g` (and `r.b`); the CPU supports
+/// AVX-512F.
+#[inline(always)]
+unsafe fn put<const NT: bool>(r: &Rows, w: &Write, j: usize, k: __mmask16) {
+    // SAFETY: the caller's; masked loads read only the set lanes.
+    unsafe {
+        let (mv, rv) = (_mm512_set1_ps(w.mean), _mm512_set1_ps(w.rstd));
+        let x = _mm512_maskz_loadu_ps(k, w.xs.add(j));
+        let y = _mm512_mul_ps(
+            _mm512_mul_ps(_mm512_sub_ps(x, mv), rv),
+            _mm512_maskz_loadu_ps(k, r.g.add(j)),
+        );
+        let y = if r.b.is_null() {
+            y
+        } else {
+            _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, r.b.add(j)))
+        };
+        if NT {
+            _mm512_stream_ps(w.out.add(j), y);
+        } else {
+            _mm512_mask_storeu_ps(w.out.add(j), k, y);
+        }
+    }
+}
+
+/// Output values `j .. j + 32` of `w` (full vectors), streamed with `r.nt`.
+///
+/// # Safety
+/// As [`put`], for 32 lanes; with `r.nt`, `w.out + j` is 64-byte aligned.
+#[inline(always)]
+unsafe fn put32(r: &Rows, w: &Write, j: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        if r.nt {
+            put::<true>(r, w, j, !0);
+            put::<true>(r, w, j + 16, !0);
+        } else {
+            put::<false>(r, w, j, !0);
+            put::<false>(r, w, j + 16, !0);
+        }
+    }
+}
+
+/// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
+/// their squares about `i.mean`; bf16 with `BF`, widened and stored to `i.keep`; the lines
+/// of `i.ahead` asked for as it goes), with `MID` the sums of the squared deviations of the
+/// f32 row `m` about `m.mean`, in one loop. Returns the two sums (`0` for a stage not run),
+/// each `norm512::sum`'s bits over the row's chunks, added in column order.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; the rows (and `keep`) hold `r.n` values.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const MID: bool>(
+    r: &Rows,
+    i: Pass,
+    m: Pass,
+) -> (f32, f32) {
+    let n = r.n;
+    let (mi, mm) = (_mm512_set1_ps(i.mean), _mm512_set1_ps(m.mean));
+    let (mut si, mut sm) = (0.0f32, 0.0f32);
+    let z = _mm512_setzero_ps();
+    let mut c0 = 0;
+    while c0 < n {
+        let c1 = (c0 + r.bc).min(n);
+        let full = c0 + (c1 - c0) / 32 * 32;
+        let (mut a, mut b) = ((z, z), (z, z));
+        let mut j = c0;
+        while j < full {
+            // SAFETY: `j + 32 <= n`; the caller's level and bounds.
+            unsafe {
+                if IN {
+                    a = step::<SQ, BF, true>(&i, mi, j, a);
+                }
+                if MID {
+                    b = step::<true, false, false>(&m, mm, j, b);
+                }
+            }
+            j += 32;
+        }
+        if full < c1 {
+            // SAFETY: the columns `full .. c1` are in bounds.
+            unsafe {
+                if IN {
+                    a = tail::<SQ, BF>(&i, mi, full, c1 - full, a);
+                }
+                if MID {
+                    b = tail::<true, false>(&m, mm, full, c1 - full, b);
+                }
+            }
+        }
+        if IN {
+            si += tree(a.0, a.1);
+        }
+        if MID {
+            sm += tree(b.0, b.1);
+        }
+        c0 = c1;
+    }
+    (si, sm)
+}
+
+/// The output row `w`: `((x − mean)·rstd)·γ (+ β)` for its `r.n` values, with `r.nt`
+/// streaming stores from its first 64-byte boundary to its last whole vector and masked
+/// plain stores around them.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `w.xs`, `γ`, `β` and the output row hold
+/// `r.n` values; with `r.nt`, nothing else accesses the output row before `stream::fence`
+/// runs on this thread.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn write(r: &Rows, w: Write) {
+    let n = r.n;
+    let head = if r.nt {
+        w.out.align_offset(64).min(n).min(15)
+    } else {
+        0
+    };
+    let mut j = head;
+    // SAFETY: every lane written is below `n`; `j` stays 64-byte aligned with `r.nt`.
+    unsafe {
+        while j + 32 <= n {
+            put32(r, &w, j);
+            j += 32;
+        }
+        while j + 16 <= n {
+            if r.nt {
+                put::<true>(r, &w, j, !0);
+            } else {
+                put::<false>(r, &w, j, !0);
+            }
+            j += 16;
+        }
+        if j < n {
+            put::<false>(r, &w, j, ((1u32 << (n - j)) - 1) as u16);
+        }
+        if head > 0 {
+            // The line before the first boundary, as one aligned vector whose last `head`
+            // lanes are the row's first values: a store that crossed into the next line would
+            // touch a line that streaming stores are writing.
+            let w0 = Write {
+                xs: w.xs.wrapping_sub(16 - head),
+                out: w.out.wrapping_sub(16 - head),
+                ..w
+            };
+            let r0 = Rows {
+                g: r.g.wrapping_sub(16 - head),
+                b: if r.b.is_null() {
+                    r.b
+                } else {
+                    r.b.wrapping_sub(16 - head)
+                },
+                ..*r
+            };
+            put::<false>(&r0, &w0, 0, (0xffffu32 << (16 - head)) as u16);
+        }
+    }
+}
+
+/// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded) as the pipeline of
+/// [`pass`]: pass `t` reads row `t` from memory (asking for row `t + 1`'s lines), takes row
+/// `t − 1`'s squared deviations (layernorm) and writes row `t − 1` (rmsnorm) or `t − 2`
+/// (layernorm). A bf16 row is kept widened in `keep` (three rows, by row index mod 3) for
+/// its later passes.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
+/// `out`) the caller fences before the program returns.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn rows(
+    nm: &super::rowmatch::Norm,
+    (x, out): (&crate::backend::Buffer, &crate::backend::Buffer),
+    (r0, r1, rows): (usize, usize, usize),
+    n: usize,
+    (g, b): (&[f32], Option<&[f32]>),
+    keep: &mut [f32],
+    nt: bool,
+) {
+    use tessera_ir::DType;
+    let size = x.dtype.size_bytes();
+    assert!(
+        r1 <= rows
+            && rows * n * size <= x.len
+            && rows * n * 4 <= out.len
+            && out.dtype == DType::F32
+            && keep.len() >= 3 * n
+            && g.len() >= n
+            && b.is_none_or(|b| b.len() >= n),
+        "fused norm rows out of bounds"
+    );
+    let (layer, f32in) = (nm.layer, x.dtype == DType::F32);
+    let nf = n as i32 as f32;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
+    let kp = keep.as_mut_ptr();
+    let kept = |row: usize| kp.wrapping_add(row % 3 * n);
+    let vals = |row: usize| {
+        if f32in {
+            row_ptr(row) as *const f32
+        } else {
+            kept(row) as *const f32
+        }
+    };
+    let r = Rows {
+        g: g.as_ptr(),
+        b: b.map_or(std::ptr::null(), |b| b.as_ptr()),
+        n,
+        bc: nm.rows.bc,
+        nt,
+    };
+    // Layernorm's squared deviations lag its mean sums by one row.
+    let lag = usize::from(layer);
+    // Each row's mean and `rstd`, by row index mod 3.
+    let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+    for t in r0..r1 + lag {
+        let (hi, hm) = (t < r1, layer && t > r0);
+        let ip = Pass {
+            src: row_ptr(t),
+            mean: 0.0,
+            keep: kept(t),
+            ahead: if t + 1 < rows { row_ptr(t + 1) } else { row_ptr(t) },
+        };
+        let prev = t.wrapping_sub(1);
+        let mp = Pass {
+            src: vals(prev) as *const u8,
+            mean: mean[prev % 3],
+            keep: kp,
+            ahead: std::ptr::null(),
+        };
+        // SAFETY: the caller's level; every row a stage runs on is in `r0 .. r1` (so in
+        // the tensors, asserted), its kept row written by an earlier pass.
+        macro_rules! go {
+            ($sq:literal, $bf:literal) => {
+                unsafe {
+                    match (hi, hm) {
+                        (true, false) => sums::<true, $sq, $bf, false>(&r, ip, mp),
+                        (true, true) => sums::<true, $sq, $bf, true>(&r, ip, mp),
+                        (false, true) => sums::<false, $sq, $bf, true>(&r, ip, mp),
+                        (false, false) => (0.0, 0.0),
+                    }
+                }
+            };
+        }
+        let (si, sm) = match (layer, f32in) {
+            (true, true) => go!(false, false),
+            (true, false) => go!(false, true),
+            (false, true) => go!(true, false),
+            (false, false) => go!(true, true),
+        };
+        // `vmath::rsqrt`'s `1 / sqrt`.
+        let done = if layer {
+            if hi {
+                mean[t % 3] = si / nf;
+            }
+            if !hm {
+                continue;
+            }
+            rstd[prev % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
+            prev
+        } else {
+            mean[t % 3] = 0.0;
+            rstd[t % 3] = 1.0 / (si / nf + nm.eps).sqrt();
+            t
+        };
+        let w = Write {
+            xs: vals(done),
+            mean: mean[done % 3],
+            rstd: rstd[done % 3],
+            out: (out.ptr as *mut f32).wrapping_add(done * n),
+        };
+        // SAFETY: as above; `done` is in `r0 .. r1`.
+        unsafe { write(&r, w) };
+    }
+}
