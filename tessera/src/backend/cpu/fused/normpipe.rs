@@ -1,11 +1,16 @@
-//! The AVX-512 norm rows into an f32 output as one software pipeline (`norm::rows_avx512`):
-//! each pass over the columns reads row `t` from memory (its mean sums for layernorm, its
-//! sums of squares for rmsnorm; a bf16 row widened and kept in a row buffer), takes the
-//! squared deviations of row `t − 1` from L1 (layernorm) and writes the output row of row
-//! `t − 1` (rmsnorm) or `t − 2` (layernorm). The memory reads are then spread over every
-//! pass instead of waiting in one pass out of three, and the adds of the independent sums
-//! overlap. Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree in
-//! registers, chunks added in column order) and every output value the interpreter's
+//! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row:
+//! a pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
+//! squares for rmsnorm; a bf16 row widened and kept in a row buffer; the lines of row
+//! `t + 1` asked for as it goes) and, for layernorm, takes the squared deviations of row
+//! `t − 1` (in L1) in the same loop, so the adds of the two rows' sums overlap the wait on
+//! memory; then the write of the row whose `rstd` is now known (`t`, or `t − 1` for
+//! layernorm), with streaming stores into a large output. Writing in the memory pass as
+//! well measured slower (streaming stores mixed with the loads that miss). The output row's
+//! columns before its first 64-byte boundary take one masked store of the aligned vector
+//! that ends there: a masked store of the unaligned vector that starts the row reaches into
+//! the first streamed line and measured 2–3× slower (rmsnorm bf16→f32 `[4096, 1024]`
+//! 52 → 19 GB/s). Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree
+//! in registers, chunks added in column order) and every output value the interpreter's
 //! `((x − mean)·rstd)·γ (+ β)`, so the bits are the other loops'.
 
 use super::norm512::{Pass, step, tail, tree};
@@ -146,13 +151,28 @@ pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const 
 /// runs on this thread.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn write(r: &Rows, w: Write) {
-    let n = r.n;
-    let head = if r.nt {
-        w.out.align_offset(64).min(n).min(15)
+    let head = head(r, &w);
+    // SAFETY: the caller's.
+    unsafe { finish(r, &w, head, head) }
+}
+
+/// The columns before the output row's first 64-byte boundary (streamed rows).
+fn head(r: &Rows, w: &Write) -> usize {
+    if r.nt {
+        w.out.align_offset(64).min(r.n).min(15)
     } else {
         0
-    };
-    let mut j = head;
+    }
+}
+
+/// [`write`] of the columns from `j` (64-byte aligned with `r.nt`) and the `head` first ones.
+///
+/// # Safety
+/// As [`write`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn finish(r: &Rows, w: &Write, mut j: usize, head: usize) {
+    let n = r.n;
+    let w = *w;
     // SAFETY: every lane written is below `n`; `j` stays 64-byte aligned with `r.nt`.
     unsafe {
         while j + 32 <= n {
@@ -193,11 +213,10 @@ pub(crate) unsafe fn write(r: &Rows, w: Write) {
     }
 }
 
-/// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded) as the pipeline of
-/// [`pass`]: pass `t` reads row `t` from memory (asking for row `t + 1`'s lines), takes row
-/// `t − 1`'s squared deviations (layernorm) and writes row `t − 1` (rmsnorm) or `t − 2`
-/// (layernorm). A bf16 row is kept widened in `keep` (three rows, by row index mod 3) for
-/// its later passes.
+/// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
+/// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines) and, for layernorm,
+/// takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm) or
+/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
@@ -228,7 +247,10 @@ pub(crate) unsafe fn rows(
     let nf = n as i32 as f32;
     let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
     let kp = keep.as_mut_ptr();
-    let kept = |row: usize| kp.wrapping_add(row % 3 * n);
+    // A bf16 row is kept until its write: one row (rmsnorm) or two (layernorm's squared
+    // deviations and write follow the next row's mean sums).
+    let ring = 1 + usize::from(nm.layer);
+    let kept = |row: usize| kp.wrapping_add(row % ring * n);
     let vals = |row: usize| {
         if f32in {
             row_ptr(row) as *const f32
@@ -253,7 +275,11 @@ pub(crate) unsafe fn rows(
             src: row_ptr(t),
             mean: 0.0,
             keep: kept(t),
-            ahead: if t + 1 < rows { row_ptr(t + 1) } else { row_ptr(t) },
+            ahead: if t + 1 < rows {
+                row_ptr(t + 1)
+            } else {
+                row_ptr(t)
+            },
         };
         let prev = t.wrapping_sub(1);
         let mp = Pass {
@@ -293,6 +319,9 @@ pub(crate) unsafe fn rows(
             rstd[prev % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
             prev
         } else {
+            if !hi {
+                continue;
+            }
             mean[t % 3] = 0.0;
             rstd[t % 3] = 1.0 / (si / nf + nm.eps).sqrt();
             t

@@ -10,13 +10,7 @@ use tessera_ir::DType;
 /// 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB, non-temporal ones
 /// faster at 16 MiB, where input and output no longer fit the cache together).
 fn nt_bytes() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("TESSERA_NT_BYTES_TMP")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(crate::backend::cpu::cache::last_level_bytes() / 8 * 3)
-    })
+    crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
 
 /// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least
@@ -54,7 +48,8 @@ pub(crate) fn large(out: &Buffer) -> bool {
 }
 
 /// Copies the bf16 bits `s` to element offset `at` of the bf16 tensor `out`: plain stores up
-/// to the first 32-byte boundary and for the last partial vector, streaming stores between.
+/// to the first 64-byte boundary and after the last whole cache line, streaming stores of
+/// whole lines between (see [`copy`]).
 ///
 /// # Safety
 /// [`large`] returned true for `out` (AVX is present); nothing else accesses those elements
@@ -70,9 +65,9 @@ pub(crate) unsafe fn copy_u16(out: &Buffer, at: usize, s: &[u16]) {
     );
     // SAFETY: in bounds (checked above); programs of a launch write disjoint elements.
     let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut u16).add(at), n) };
-    let head = (d.as_ptr().align_offset(32)).min(n);
+    let head = (d.as_ptr().align_offset(64)).min(n);
     d[..head].copy_from_slice(&s[..head]);
-    let body = (n - head) / 16 * 16;
+    let body = (n - head) / 32 * 32;
     for j in (head..head + body).step_by(16) {
         // SAFETY: `j + 16 <= n`; `d[j]` is 32-byte aligned.
         unsafe {
@@ -147,7 +142,12 @@ pub(crate) unsafe fn out_f32<'a>(out: &Buffer, at: usize, n: usize) -> &'a mut [
 }
 
 /// Copies `s` to element offset `at` of the f32 tensor `out`: plain stores up to the first
-/// 32-byte boundary and for the last partial vector, streaming stores between.
+/// 64-byte boundary and after the last whole cache line, streaming stores of whole lines
+/// between. No line takes both kinds of store: a plain store into a line whose other half
+/// was just streamed measured 1.6× slower over a whole `[4096, 1024]` add (pieces of 1024
+/// values into an output 48 bytes past a line boundary, the streamed half-line then the
+/// plain rest on every piece boundary), and an output's offset within a line is whatever
+/// `malloc` gave it.
 ///
 /// # Safety
 /// [`wanted`] or [`large`] returned true for `out` (AVX is present); nothing else accesses those elements
@@ -160,9 +160,9 @@ pub(crate) unsafe fn copy(out: &Buffer, at: usize, s: &[f32]) {
     assert!((at + n) * 4 <= out.len, "fused store out of bounds");
     // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
     let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), n) };
-    let head = (d.as_ptr().align_offset(32)).min(n);
+    let head = (d.as_ptr().align_offset(64)).min(n);
     d[..head].copy_from_slice(&s[..head]);
-    let body = (n - head) / 8 * 8;
+    let body = (n - head) / 16 * 16;
     for j in (head..head + body).step_by(8) {
         // SAFETY: `j + 8 <= n`; `d[j]` is 32-byte aligned.
         unsafe { _mm256_stream_ps(d.as_mut_ptr().add(j), _mm256_loadu_ps(s.as_ptr().add(j))) };
