@@ -245,7 +245,7 @@ pub(crate) unsafe fn rows(
     );
     let (layer, f32in) = (nm.layer, x.dtype == DType::F32);
     let nf = n as i32 as f32;
-    let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row.wrapping_mul(n * size)) as *const u8;
     let kp = keep.as_mut_ptr();
     // A bf16 row is kept until its write: one row (rmsnorm) or two (layernorm's squared
     // deviations and write follow the next row's mean sums).
