@@ -308,3 +308,70 @@ pub(crate) fn write(
     let _ = (nt, buf);
     super::chunk::write(out, at, n, round, f)
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// A one-row f32 or bf16 buffer over `len` bytes at `ptr`.
+    fn buffer(dtype: DType, ptr: *mut u8, len: usize) -> Buffer {
+        let n = len / dtype.size_bytes();
+        Buffer {
+            dtype,
+            shape: [1, n, 1],
+            rank: 2,
+            ptr,
+            len,
+            writable: true,
+        }
+    }
+
+    /// [`copy`] and [`copy_u16`] write exactly their elements at every offset within a cache
+    /// line and every length up to three lines and a bit.
+    #[test]
+    fn copies_write_their_elements_at_every_line_offset() {
+        if !std::is_x86_feature_detected!("avx") {
+            return;
+        }
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        for n in 0..60 {
+            for off in 0..32 {
+                let src: Vec<f32> = (0..n).map(|j| (seed as usize + 7 * j) as f32).collect();
+                let mut out = vec![-1.0f32; 128];
+                let at = out.as_ptr().align_offset(64);
+                let b = buffer(DType::F32, out.as_mut_ptr() as *mut u8, 4 * out.len());
+                if off < 16 {
+                    // SAFETY: AVX is present; the elements are in `out`; fenced below.
+                    unsafe { copy(&b, at + off, &src) };
+                    fence();
+                    for (j, &v) in out.iter().enumerate() {
+                        let want = if (at + off..at + off + n).contains(&j) {
+                            src[j - at - off]
+                        } else {
+                            -1.0
+                        };
+                        assert_eq!(v, want, "f32 n {n} offset {off} element {j} (seed {seed})");
+                    }
+                }
+                let srcu: Vec<u16> = src.iter().map(|&v| v as u16).collect();
+                let mut outu = vec![0xffffu16; 192];
+                let atu = outu.as_ptr().align_offset(64);
+                let b = buffer(DType::BF16, outu.as_mut_ptr() as *mut u8, 2 * outu.len());
+                // SAFETY: as above.
+                unsafe { copy_u16(&b, atu + off, &srcu) };
+                fence();
+                for (j, &v) in outu.iter().enumerate() {
+                    let want = if (atu + off..atu + off + n).contains(&j) {
+                        srcu[j - atu - off]
+                    } else {
+                        0xffff
+                    };
+                    assert_eq!(v, want, "bf16 n {n} offset {off} element {j} (seed {seed})");
+                }
+            }
+        }
+    }
+}
