@@ -1117,6 +1117,22 @@ fn large_row_shapes() -> Vec<(usize, usize)> {
     vec![(rows(1031), 1031), (rows(2048), 2048)]
 }
 
+/// Layernorm and rmsnorm (f32, bf16, bf16→f32, specials) on one thread and on two against
+/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, and a
+/// streamed output (the f32 rows pipeline each row's memory pass with the previous row's
+/// squared deviations within a program).
+#[test]
+fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    for threads in [1, 2] {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        p.install(|| norm_rows_bits_on(&[(37, 300), (9, 1025), (17, 2048), large_row_shapes()[0]]));
+    }
+}
+
 /// Softmax, layernorm and rmsnorm with outputs large enough for non-temporal stores against
 /// the interpreter, bit for bit.
 #[test]

@@ -45,6 +45,8 @@ mod lut;
 mod norm;
 #[cfg(target_arch = "x86_64")]
 mod norm512;
+#[cfg(target_arch = "x86_64")]
+mod normpipe;
 mod pipe;
 mod plan;
 mod rect;

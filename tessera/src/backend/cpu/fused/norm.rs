@@ -4,11 +4,12 @@
 //! squared deviations (or squares) and the write `((x − mean)·rstd)·γ (+ β)`, with the
 //! interpreter's arithmetic op for op. Lanes past the row end of the interpreter's chunks
 //! read `+0` (or are selected to `+0`), which adds nothing to a lane of `vmath::sum`, so only
-//! the row's own columns are computed. At the AVX-512 level the rows run in
-//! `rows_avx512` with the sums of `norm512` (the same bits): a bf16 row is widened in
-//! registers by its first pass, an f32 layernorm row of at most `PIPE_N` values shares its
-//! squared-deviation pass with the next row's mean, the passes ask for the next rows' lines
-//! as they go, and a large f32 output takes non-temporal stores (`stream`).
+//! the row's own columns are computed. At the AVX-512 level the rows into an unrounded f32
+//! output run in `normpipe::rows` (each row's memory pass shares its loop with the previous
+//! row's squared deviations), the others in `rows_avx512`, both with the sums of `norm512`
+//! (the same bits): a bf16 row is widened in registers by its first pass, the passes that
+//! read a row from memory ask for the next row's lines as they go, and a large f32 output
+//! takes non-temporal stores (`stream`).
 
 use super::super::vmath;
 use super::rowmatch::Norm;
@@ -73,10 +74,11 @@ fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32]) -> &'a [f32] 
 fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
     let (x, out) = (&args[nm.rows.x], &args[nm.rows.out]);
     let (br, bc) = (nm.rows.br, nm.rows.bc);
-    let (xw, rest) = buf.split_at_mut(n);
+    // Three rows (the row and the output row of the loops below, or the pipeline's rows),
+    // a chunk of squares, γ and β.
+    let (x3, rest) = buf.split_at_mut(3 * n);
     let (q, rest) = rest.split_at_mut(bc);
-    let (gw, rest) = rest.split_at_mut(n);
-    let (bw, ow) = rest.split_at_mut(n);
+    let (gw, bw) = rest.split_at_mut(n);
     let g = widen(&args[nm.gamma], 0, n, gw);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw));
     let nf = n as i32 as f32;
@@ -88,12 +90,29 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `g`
         // and `b` are `[n]`; `nt` is `stream::wanted` of `out`, fenced here.
-        unsafe { rows_avx512(nm, (x, out), (r0, r1, rows), n, (g, b), (xw, ow), nt) };
+        unsafe {
+            if out.dtype == DType::F32 && !round {
+                super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, nt)
+            } else {
+                let (xw, rest) = x3.split_at_mut(n);
+                rows_avx512(
+                    nm,
+                    (x, out),
+                    (r0, r1, rows),
+                    n,
+                    (g, b),
+                    (xw, &mut rest[..n]),
+                    nt,
+                )
+            }
+        };
         if nt {
             stream::fence();
         }
         return;
     }
+    let (xw, rest) = x3.split_at_mut(n);
+    let ow = &mut rest[..n];
     for row in r0..r1 {
         let at = row * n;
         let xs = widen(x, at, n, xw);
@@ -132,19 +151,12 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     }
 }
 
-/// The longest f32 layernorm row [`rows_avx512`] pipelines: rows `r .. r + 3` (the last two
-/// on their way in), `γ` and `β` fit a 32 KiB L1 data cache.
-#[cfg(target_arch = "x86_64")]
-const PIPE_N: usize = 1280;
-
-/// The rows `r0 .. r1` of [`body`] at the AVX-512 level, the same bits with the sums of
-/// [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16 row
-/// is widened into `xw` in registers by its first pass (the mean's, or rmsnorm's squares),
-/// which asks for the next row's lines as it goes. An f32 row's pass over its squared
-/// deviations (or squares) asks for the next row's lines, except for a layernorm row of at
-/// most [`PIPE_N`] values: there that pass also takes the next row's mean sums
-/// (`norm512::sq_and_sum`, four independent chains of adds in place of two passes of two),
-/// and the row's write asks for the lines of the row three on.
+/// The rows `r0 .. r1` of [`body`] at the AVX-512 level into a bf16 or bf16-rounded output
+/// (an unrounded f32 output takes [`super::normpipe::rows`]), the same bits with the sums
+/// of [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16
+/// row is widened into `xw` in registers by its first pass (the mean's, or rmsnorm's
+/// squares); the pass over its squared deviations (or squares) asks for the next row's
+/// lines.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `n` values; `xw` holds
@@ -161,7 +173,7 @@ unsafe fn rows_avx512(
     (xw, ow): (&mut [f32], &mut [f32]),
     nt: bool,
 ) {
-    use super::norm512::{self, Pass, sq_and_sum, sum};
+    use super::norm512::{Pass, sum};
     let bc = nm.rows.bc;
     let nf = n as i32 as f32;
     let size = x.dtype.size_bytes();
@@ -195,38 +207,10 @@ unsafe fn rows_avx512(
             s
         }};
     }
-    // An f32 layernorm row of at most `PIPE_N` values walks its squared deviations with the
-    // next row's mean sums, and its write asks for the lines of the row three on.
-    let pipe = nm.layer && f32in && n <= PIPE_N;
-    let mut next_mean = if pipe && r0 < r1 {
-        sums!(false, false, true, pass(r0, true, 0.0, r0 + 1)) / nf
-    } else {
-        0.0
-    };
     for row in r0..r1 {
         let (mean, ss) = match (nm.layer, f32in) {
-            (true, true) if pipe && row + 1 < r1 => {
-                let mean = next_mean;
-                let (p, q) = (
-                    pass(row, true, mean, row),
-                    pass(row + 1, true, 0.0, row + 1),
-                );
-                let (mut s, mut t) = (0.0f32, 0.0f32);
-                for c0 in (0..n).step_by(bc) {
-                    // SAFETY: the caller's level; both rows are in bounds (asserted).
-                    let (u, v) = unsafe { sq_and_sum(p, q, c0, (c0 + bc).min(n)) };
-                    s += u;
-                    t += v;
-                }
-                next_mean = t / nf;
-                (mean, s)
-            }
             (true, true) => {
-                let mean = if pipe {
-                    next_mean
-                } else {
-                    sums!(false, false, false, pass(row, true, 0.0, row)) / nf
-                };
+                let mean = sums!(false, false, false, pass(row, true, 0.0, row)) / nf;
                 (
                     mean,
                     sums!(true, false, true, pass(row, true, mean, row + 1)),
@@ -248,28 +232,16 @@ unsafe fn rows_avx512(
         };
         // SAFETY: the f32 row (in the tensor, asserted) or `xw`'s, `n` values.
         let xs = unsafe { std::slice::from_raw_parts(vals, n) };
-        let at = row * n;
-        if out.dtype == DType::F32 && !nm.rows.round_bf16 {
-            // SAFETY: the caller's level; `g` and `b` hold `n` values; `nt` as the caller's.
-            unsafe {
-                if pipe && row + 3 < rows {
-                    norm512::write::<true>(out, at, xs, (mean, rstd), (g, b), nt, row_ptr(row + 3))
-                } else {
-                    norm512::write::<false>(out, at, xs, (mean, rstd), (g, b), nt, row_ptr(row))
-                }
-            }
-        } else {
-            write(
-                out,
-                at,
-                xs,
-                (mean, rstd),
-                (g, b),
-                nm.rows.round_bf16,
-                nt,
-                ow,
-            );
-        }
+        write(
+            out,
+            row * n,
+            xs,
+            (mean, rstd),
+            (g, b),
+            nm.rows.round_bf16,
+            nt,
+            ow,
+        );
     }
 }
 

@@ -1,12 +1,10 @@
-//! AVX-512 loops of the norm row loop (`norm`): the 32-lane sums of `vmath::sum` over a row
-//! (of the values, or of the squared deviations without a buffer of squares; an f32 row, or
-//! a bf16 row widened in registers and kept as f32 in the row buffer), with the lane
-//! accumulators and the final tree in registers, one row's squares together with the next
-//! row's values, and the f32 output row `((x − mean)·rstd)·γ (+ β)`, plain or non-temporal
-//! stores. The same operations in the same order as the portable loops, so the same bits
-//! (rmsnorm passes `mean = 0`: `x − 0 = x` exactly, `-0` included).
+//! AVX-512 loops of the norm row loop (`norm`, `normpipe`): the 32-lane sums of
+//! `vmath::sum` over a row (of the values, or of the squared deviations without a buffer of
+//! squares; an f32 row, or a bf16 row widened in registers and kept as f32 in the row
+//! buffer), with the lane accumulators and the final tree in registers, and the steps they
+//! are made of. The same operations in the same order as the portable loops, so the same
+//! bits (rmsnorm passes `mean = 0`: `x − 0 = x` exactly, `-0` included).
 
-use crate::backend::Buffer;
 use core::arch::x86_64::*;
 
 /// Elements `j .. j + 16` of the row at `p` (f32 values, or bf16 bit patterns with `BF`)
@@ -57,7 +55,7 @@ fn widen16(v: __m256i) -> __m512 {
 /// `vmath::sum_lanes` of the 32 lanes `a0 ‖ a1`: the same pairwise tree (lane `i` plus lane
 /// `i + w` for `w = 16, 8, 4, 2, 1`), in registers.
 #[inline(always)]
-fn tree(a0: __m512, a1: __m512) -> f32 {
+pub(crate) fn tree(a0: __m512, a1: __m512) -> f32 {
     // SAFETY: only called from functions built with AVX-512F, AVX2 and FMA.
     unsafe {
         let t = _mm512_add_ps(a0, a1);
@@ -101,7 +99,7 @@ pub(crate) struct Pass {
 /// # Safety
 /// As [`sum`], for columns `j .. j + 32`.
 #[inline(always)]
-unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
+pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
     p: &Pass,
     m: __m512,
     j: usize,
@@ -135,7 +133,7 @@ unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
 /// # Safety
 /// As [`sum`], for columns `j .. j + t`.
 #[inline(always)]
-unsafe fn tail<const SQ: bool, const BF: bool>(
+pub(crate) unsafe fn tail<const SQ: bool, const BF: bool>(
     p: &Pass,
     m: __m512,
     j: usize,
@@ -191,103 +189,4 @@ pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool>(
         a = unsafe { tail::<SQ, BF>(&p, m, full, c1 - full, a) };
     }
     tree(a.0, a.1)
-}
-
-/// [`sum`] of the squared deviations of the f32 row `p` and [`sum`] of the values of the f32
-/// row `q` (columns `c0 .. c1` of both) in one pass: four independent chains of adds.
-///
-/// # Safety
-/// As [`sum`], for both rows.
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn sq_and_sum(p: Pass, q: Pass, c0: usize, c1: usize) -> (f32, f32) {
-    let full = c0 + (c1 - c0) / 32 * 32;
-    let (mp, mq) = (_mm512_set1_ps(p.mean), _mm512_setzero_ps());
-    let mut a = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut b = a;
-    for j in (c0..full).step_by(32) {
-        // SAFETY: `j + 32 <= c1`.
-        unsafe {
-            a = step::<true, false, false>(&p, mp, j, a);
-            b = step::<false, false, false>(&q, mq, j, b);
-        }
-    }
-    if full < c1 {
-        // SAFETY: the columns `full .. c1` are in bounds.
-        unsafe {
-            a = tail::<true, false>(&p, mp, full, c1 - full, a);
-            b = tail::<false, false>(&q, mq, full, c1 - full, b);
-        }
-    }
-    (tree(a.0, a.1), tree(b.0, b.1))
-}
-
-/// `out[at + j] = ((xs[j] − mean)·rstd)·g[j] (+ b[j])` for the f32 tensor `out`; with `nt`,
-/// streaming stores from the first 64-byte boundary to the last whole vector.
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold at least `xs.len()`
-/// values; with `nt`, nothing else accesses those elements before `stream::fence` runs on
-/// this thread.
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn write<const AHEAD: bool>(
-    out: &Buffer,
-    at: usize,
-    xs: &[f32],
-    (mean, rstd): (f32, f32),
-    (g, b): (&[f32], Option<&[f32]>),
-    nt: bool,
-    ahead: *const u8,
-) {
-    let n = xs.len();
-    assert!(
-        (at + n) * 4 <= out.len && g.len() >= n && b.is_none_or(|b| b.len() >= n),
-        "fused store out of bounds"
-    );
-    // SAFETY: in bounds (checked above); programs of a launch write disjoint rows.
-    let d = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), n) };
-    let one = |j: usize| {
-        let y = ((xs[j] - mean) * rstd) * g[j];
-        match b {
-            Some(b) => y + b[j],
-            None => y,
-        }
-    };
-    let head = if nt {
-        d.as_ptr().align_offset(64).min(n)
-    } else {
-        0
-    };
-    for (j, o) in d[..head].iter_mut().enumerate() {
-        *o = one(j);
-    }
-    let body = (n - head) / 16 * 16;
-    let (mv, rv) = (_mm512_set1_ps(mean), _mm512_set1_ps(rstd));
-    if AHEAD {
-        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-    }
-    for j in (head..head + body).step_by(16) {
-        if AHEAD {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(j * 4 + 60) as *const i8);
-        }
-        // SAFETY: `j + 16 <= n` for every slice; with `nt`, `d[j]` is 64-byte aligned.
-        unsafe {
-            let x = _mm512_loadu_ps(xs.as_ptr().add(j));
-            let y = _mm512_mul_ps(
-                _mm512_mul_ps(_mm512_sub_ps(x, mv), rv),
-                _mm512_loadu_ps(g.as_ptr().add(j)),
-            );
-            let y = match b {
-                Some(b) => _mm512_add_ps(y, _mm512_loadu_ps(b.as_ptr().add(j))),
-                None => y,
-            };
-            if nt {
-                _mm512_stream_ps(d.as_mut_ptr().add(j), y);
-            } else {
-                _mm512_storeu_ps(d.as_mut_ptr().add(j), y);
-            }
-        }
-    }
-    for j in head + body..n {
-        d[j] = one(j);
-    }
 }

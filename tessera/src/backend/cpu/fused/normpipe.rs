@@ -1,0 +1,416 @@
+//! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row:
+//! a pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
+//! squares for rmsnorm; a bf16 row widened and kept in a row buffer; the lines of row
+//! `t + 1` asked for as it goes) and, for layernorm, takes the squared deviations of row
+//! `t − 1` (in L1) in the same loop, so the adds of the two rows' sums overlap the wait on
+//! memory; then the write of the row whose `rstd` is now known (`t`, or `t − 1` for
+//! layernorm), with streaming stores into a large output. Writing in the memory pass as
+//! well measured slower (streaming stores mixed with the loads that miss). The output row's
+//! columns before its first 64-byte boundary take one masked store of the aligned vector
+//! that ends there: a masked store of the unaligned vector that starts the row reaches into
+//! the first streamed line and measured 2–3× slower (rmsnorm bf16→f32 `[4096, 1024]`
+//! 52 → 19 GB/s). Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree
+//! in registers, chunks added in column order) and every output value the interpreter's
+//! `((x − mean)·rstd)·γ (+ β)`, so the bits are the other loops'.
+
+use super::norm512::{Pass, step, tail, tree};
+use core::arch::x86_64::*;
+
+/// The row a pass writes: its f32 values, mean and `rstd`, and the output row.
+#[derive(Clone, Copy)]
+pub(crate) struct Write {
+    pub xs: *const f32,
+    pub mean: f32,
+    pub rstd: f32,
+    pub out: *mut f32,
+}
+
+/// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
+/// width `bc` of the sums, and whether the body of an output row takes streaming stores.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows {
+    pub g: *const f32,
+    pub b: *const f32,
+    pub n: usize,
+    pub bc: usize,
+    pub nt: bool,
+}
+
+/// Output values `j .. j + 16` of `w` where `k` (a lane mask) is set; streamed (`d[j]`
+/// 64-byte aligned, `k` full) with `NT`.
+///
+/// # Safety
+/// Those lanes are in bounds of `w.xs`, `w.out`, `r.g` (and `r.b`); the CPU supports
+/// AVX-512F.
+#[inline(always)]
+unsafe fn put<const NT: bool>(r: &Rows, w: &Write, j: usize, k: __mmask16) {
+    // SAFETY: the caller's; masked loads read only the set lanes.
+    unsafe {
+        let (mv, rv) = (_mm512_set1_ps(w.mean), _mm512_set1_ps(w.rstd));
+        let x = _mm512_maskz_loadu_ps(k, w.xs.add(j));
+        let y = _mm512_mul_ps(
+            _mm512_mul_ps(_mm512_sub_ps(x, mv), rv),
+            _mm512_maskz_loadu_ps(k, r.g.add(j)),
+        );
+        let y = if r.b.is_null() {
+            y
+        } else {
+            _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, r.b.add(j)))
+        };
+        if NT {
+            _mm512_stream_ps(w.out.add(j), y);
+        } else {
+            _mm512_mask_storeu_ps(w.out.add(j), k, y);
+        }
+    }
+}
+
+/// Output values `j .. j + 32` of `w` (full vectors), streamed with `r.nt`.
+///
+/// # Safety
+/// As [`put`], for 32 lanes; with `r.nt`, `w.out + j` is 64-byte aligned.
+#[inline(always)]
+unsafe fn put32(r: &Rows, w: &Write, j: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        if r.nt {
+            put::<true>(r, w, j, !0);
+            put::<true>(r, w, j + 16, !0);
+        } else {
+            put::<false>(r, w, j, !0);
+            put::<false>(r, w, j + 16, !0);
+        }
+    }
+}
+
+/// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
+/// their squares about `i.mean`; bf16 with `BF`, widened and stored to `i.keep`; the lines
+/// of `i.ahead` asked for as it goes), with `MID` the sums of the squared deviations of the
+/// f32 row `m` about `m.mean`, in one loop. Returns the two sums (`0` for a stage not run),
+/// each `norm512::sum`'s bits over the row's chunks, added in column order.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; the rows (and `keep`) hold `r.n` values.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const MID: bool>(
+    r: &Rows,
+    i: Pass,
+    m: Pass,
+) -> (f32, f32) {
+    let n = r.n;
+    let (mi, mm) = (_mm512_set1_ps(i.mean), _mm512_set1_ps(m.mean));
+    let (mut si, mut sm) = (0.0f32, 0.0f32);
+    let z = _mm512_setzero_ps();
+    let mut c0 = 0;
+    while c0 < n {
+        let c1 = (c0 + r.bc).min(n);
+        let full = c0 + (c1 - c0) / 32 * 32;
+        let (mut a, mut b) = ((z, z), (z, z));
+        let mut j = c0;
+        while j < full {
+            // SAFETY: `j + 32 <= n`; the caller's level and bounds.
+            unsafe {
+                if IN {
+                    a = step::<SQ, BF, true>(&i, mi, j, a);
+                }
+                if MID {
+                    b = step::<true, false, false>(&m, mm, j, b);
+                }
+            }
+            j += 32;
+        }
+        if full < c1 {
+            // SAFETY: the columns `full .. c1` are in bounds.
+            unsafe {
+                if IN {
+                    a = tail::<SQ, BF>(&i, mi, full, c1 - full, a);
+                }
+                if MID {
+                    b = tail::<true, false>(&m, mm, full, c1 - full, b);
+                }
+            }
+        }
+        if IN {
+            si += tree(a.0, a.1);
+        }
+        if MID {
+            sm += tree(b.0, b.1);
+        }
+        c0 = c1;
+    }
+    (si, sm)
+}
+
+/// The output row `w`: `((x − mean)·rstd)·γ (+ β)` for its `r.n` values, with `r.nt`
+/// streaming stores from its first 64-byte boundary to its last whole vector and masked
+/// plain stores around them.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `w.xs`, `γ`, `β` and the output row hold
+/// `r.n` values; with `r.nt`, nothing else accesses the output row before `stream::fence`
+/// runs on this thread.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn write(r: &Rows, w: Write) {
+    let head = head(r, &w);
+    // SAFETY: the caller's.
+    unsafe { finish(r, &w, head, head) }
+}
+
+/// The columns before the output row's first 64-byte boundary (streamed rows).
+fn head(r: &Rows, w: &Write) -> usize {
+    if r.nt {
+        w.out.align_offset(64).min(r.n).min(15)
+    } else {
+        0
+    }
+}
+
+/// [`write`] of the columns from `j` (64-byte aligned with `r.nt`) and the `head` first ones.
+///
+/// # Safety
+/// As [`write`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn finish(r: &Rows, w: &Write, mut j: usize, head: usize) {
+    let n = r.n;
+    let w = *w;
+    // SAFETY: every lane written is below `n`; `j` stays 64-byte aligned with `r.nt`.
+    unsafe {
+        while j + 32 <= n {
+            put32(r, &w, j);
+            j += 32;
+        }
+        while j + 16 <= n {
+            if r.nt {
+                put::<true>(r, &w, j, !0);
+            } else {
+                put::<false>(r, &w, j, !0);
+            }
+            j += 16;
+        }
+        if j < n {
+            put::<false>(r, &w, j, ((1u32 << (n - j)) - 1) as u16);
+        }
+        if head > 0 {
+            // The line before the first boundary, as one aligned vector whose last `head`
+            // lanes are the row's first values: a store that crossed into the next line would
+            // touch a line that streaming stores are writing.
+            let w0 = Write {
+                xs: w.xs.wrapping_sub(16 - head),
+                out: w.out.wrapping_sub(16 - head),
+                ..w
+            };
+            let r0 = Rows {
+                g: r.g.wrapping_sub(16 - head),
+                b: if r.b.is_null() {
+                    r.b
+                } else {
+                    r.b.wrapping_sub(16 - head)
+                },
+                ..*r
+            };
+            put::<false>(&r0, &w0, 0, (0xffffu32 << (16 - head)) as u16);
+        }
+    }
+}
+
+/// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
+/// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines) and, for layernorm,
+/// takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm) or
+/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
+/// `out`) the caller fences before the program returns.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn rows(
+    nm: &super::rowmatch::Norm,
+    (x, out): (&crate::backend::Buffer, &crate::backend::Buffer),
+    (r0, r1, rows): (usize, usize, usize),
+    n: usize,
+    (g, b): (&[f32], Option<&[f32]>),
+    keep: &mut [f32],
+    nt: bool,
+) {
+    use tessera_ir::DType;
+    let size = x.dtype.size_bytes();
+    assert!(
+        r1 <= rows
+            && rows * n * size <= x.len
+            && rows * n * 4 <= out.len
+            && out.dtype == DType::F32
+            && keep.len() >= 3 * n
+            && g.len() >= n
+            && b.is_none_or(|b| b.len() >= n),
+        "fused norm rows out of bounds"
+    );
+    let (layer, f32in) = (nm.layer, x.dtype == DType::F32);
+    let nf = n as i32 as f32;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row.wrapping_mul(n * size)) as *const u8;
+    let kp = keep.as_mut_ptr();
+    // A bf16 row is kept until its write: one row (rmsnorm) or two (layernorm's squared
+    // deviations and write follow the next row's mean sums).
+    let ring = 1 + usize::from(nm.layer);
+    let kept = |row: usize| kp.wrapping_add(row % ring * n);
+    let vals = |row: usize| {
+        if f32in {
+            row_ptr(row) as *const f32
+        } else {
+            kept(row) as *const f32
+        }
+    };
+    let r = Rows {
+        g: g.as_ptr(),
+        b: b.map_or(std::ptr::null(), |b| b.as_ptr()),
+        n,
+        bc: nm.rows.bc,
+        nt,
+    };
+    // Layernorm's squared deviations lag its mean sums by one row.
+    let lag = usize::from(layer);
+    // Each row's mean and `rstd`, by row index mod 3.
+    let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+    for t in r0..r1 + lag {
+        let (hi, hm) = (t < r1, layer && t > r0);
+        let ip = Pass {
+            src: row_ptr(t),
+            mean: 0.0,
+            keep: kept(t),
+            ahead: if t + 1 < rows {
+                row_ptr(t + 1)
+            } else {
+                row_ptr(t)
+            },
+        };
+        let prev = t.wrapping_sub(1);
+        let mp = Pass {
+            src: vals(prev) as *const u8,
+            mean: mean[prev % 3],
+            keep: kp,
+            ahead: std::ptr::null(),
+        };
+        // SAFETY: the caller's level; every row a stage runs on is in `r0 .. r1` (so in
+        // the tensors, asserted), its kept row written by an earlier pass.
+        macro_rules! go {
+            ($sq:literal, $bf:literal) => {
+                unsafe {
+                    match (hi, hm) {
+                        (true, false) => sums::<true, $sq, $bf, false>(&r, ip, mp),
+                        (true, true) => sums::<true, $sq, $bf, true>(&r, ip, mp),
+                        (false, true) => sums::<false, $sq, $bf, true>(&r, ip, mp),
+                        (false, false) => (0.0, 0.0),
+                    }
+                }
+            };
+        }
+        let (si, sm) = match (layer, f32in) {
+            (true, true) => go!(false, false),
+            (true, false) => go!(false, true),
+            (false, true) => go!(true, false),
+            (false, false) => go!(true, true),
+        };
+        // `vmath::rsqrt`'s `1 / sqrt`.
+        let done = if layer {
+            if hi {
+                mean[t % 3] = si / nf;
+            }
+            if !hm {
+                continue;
+            }
+            rstd[prev % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
+            prev
+        } else {
+            if !hi {
+                continue;
+            }
+            mean[t % 3] = 0.0;
+            rstd[t % 3] = 1.0 / (si / nf + nm.eps).sqrt();
+            t
+        };
+        let w = Write {
+            xs: vals(done),
+            mean: mean[done % 3],
+            rstd: rstd[done % 3],
+            out: (out.ptr as *mut f32).wrapping_add(done * n),
+        };
+        // SAFETY: as above; `done` is in `r0 .. r1`.
+        unsafe { write(&r, w) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fresh pseudo-random values (a xorshift seeded from the clock; the seed is in every
+    /// failure message).
+    fn values(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                (*seed >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+            })
+            .collect()
+    }
+
+    /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output
+    /// row within a cache line, streamed or not, and writes nothing outside the row.
+    #[test]
+    fn write_matches_the_formula_at_every_line_offset() {
+        if !std::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        let mut seed = start;
+        for n in [1, 7, 15, 16, 17, 31, 33, 100, 1031] {
+            for off in 0..16 {
+                for (nt, beta) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let xs = values(&mut seed, n);
+                    let g = values(&mut seed, n);
+                    let b = values(&mut seed, n);
+                    let (mean, rstd) = (values(&mut seed, 1)[0], 0.37);
+                    let mut buf = vec![f32::from_bits(0x7fc0_1234); n + 48];
+                    let at = buf.as_ptr().align_offset(64) + off;
+                    let r = Rows {
+                        g: g.as_ptr(),
+                        b: if beta { b.as_ptr() } else { std::ptr::null() },
+                        n,
+                        bc: 1024,
+                        nt,
+                    };
+                    let w = Write {
+                        xs: xs.as_ptr(),
+                        mean,
+                        rstd,
+                        out: buf[at..].as_mut_ptr(),
+                    };
+                    // SAFETY: AVX-512F is present; every row holds `n` values; nothing else
+                    // touches `buf` before the fence.
+                    unsafe {
+                        write(&r, w);
+                        core::arch::x86_64::_mm_sfence();
+                    }
+                    for (j, &v) in buf.iter().enumerate() {
+                        let want = if (at..at + n).contains(&j) {
+                            let k = j - at;
+                            let y = ((xs[k] - mean) * rstd) * g[k];
+                            if beta { y + b[k] } else { y }
+                        } else {
+                            f32::from_bits(0x7fc0_1234)
+                        };
+                        assert_eq!(
+                            v.to_bits(),
+                            want.to_bits(),
+                            "n {n} offset {off} nt {nt} beta {beta} element {j} (seed {start})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
