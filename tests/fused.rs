@@ -2,6 +2,7 @@
 //! library kernel class, f32 and bf16 storage, on `[37, 300]`, `[1, 1]`, shapes wider than a
 //! chunk and seeded random shapes. Each case checks that the fast path really ran.
 
+use tessera::autotune::TileSpace;
 use tessera::backend::cpu::simd;
 use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
@@ -526,6 +527,133 @@ fn depthwise_conv_agrees() {
     let _level = level_guard();
     depthwise_bits();
     depthwise_taps_bits();
+    fresh_outputs_bits();
+}
+
+// Doubles `x` into the rows of `y` it shares with `x`: a `y` with more rows than `x` is
+// only partly written (the grid follows `x`).
+tessera::tile! {
+    fn twice_top<const BR: i64 = 4, const BC: i64 = 64>(x: In<f32, 2>, y: Out<f32, 2>)
+        grid = (cdiv(x.dim(0), BR), cdiv(x.dim(1), BC))
+    {
+        let i = program_id(0) * BR;
+        let j = program_id(1) * BC;
+        store(y, [i, j], load(x, [i, j], [BR, BC]) * 2.0);
+    }
+}
+
+/// Fresh outputs of `TileDef::launch_tuned_new` (`depthwise_conv2d`'s), on one and two
+/// threads: where the direct depthwise path writes the whole output (every shape here) it
+/// is proven covered (`fused::covered_outputs` moves) and not zeroed first, and equals the
+/// interpreter's bit for bit (each launch follows a freed NaN block of its output's size,
+/// which the allocator may hand back, so a stale element would show); the swapped-loop
+/// depthwise kernel (not the direct path) and `twice_top` into a taller output (rows its
+/// grid never reaches) are not proven covered, so their outputs are zeroed first: the
+/// swapped kernel equals the interpreter's, and `twice_top`'s unreached rows read `+0.0`.
+fn fresh_outputs_bits() {
+    let dspace = tessera_kernels::conv::depthwise_space();
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(h, w, ch, kh, kw)) in [
+                (10, 12, 8, 3, 3),
+                (17, 9, 70, 3, 3),
+                (42, 34, 64, 3, 3),
+                (6, 40, 130, 5, 5),
+                (1, 1, 1, 1, 1),
+                (3, 3, 16, 3, 3),
+                (300, 3, 16, 3, 3),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let x = Tensor::<f32>::randn(&[h, w, ch], 1300 + i as u64);
+                let f = Tensor::<f32>::randn(&[kh, kw, ch], 1350 + i as u64);
+                let xs = specials(&x, w * ch);
+                let shape = [h - kh + 1, w - kw + 1, ch];
+                let tag = format!("fresh depthwise [{h}, {w}, {ch}] * [{kh}, {kw}], {threads}T");
+                let fresh = |x: &Tensor<f32>| {
+                    drop(Tensor::<f32>::full(&shape, f32::NAN).unwrap());
+                    tessera_kernels::depthwise_conv2d(x, &f).unwrap()
+                };
+                for x in [&x, &xs] {
+                    let before = fused::covered_outputs();
+                    let fast = fresh(x);
+                    assert_eq!(
+                        fused::covered_outputs(),
+                        before + 1,
+                        "{tag}: output not proven covered"
+                    );
+                    let slow = fused::with_interpreter(|| fresh(x));
+                    assert_eq!(
+                        fused::covered_outputs(),
+                        before + 1,
+                        "{tag}: an interpreter launch must zero its output"
+                    );
+                    assert_same_bits(&tag, &fast, &slow);
+                }
+                let before = fused::covered_outputs();
+                let swapped = |_: ()| {
+                    drop(Tensor::<f32>::full(&shape, f32::NAN).unwrap());
+                    depthwise_ji::DEF
+                        .launch_tuned_new::<f32>(&dspace, &[x.arg(), f.arg()], &shape)
+                        .unwrap()
+                        .0
+                };
+                let fast = swapped(());
+                assert_eq!(
+                    fused::covered_outputs(),
+                    before,
+                    "{tag}: the swapped kernel's stores are not a proven cover"
+                );
+                let slow = fused::with_interpreter(|| swapped(()));
+                assert_same_bits(&format!("{tag} swapped"), &fast, &slow);
+            }
+            let space = TileSpace::grid(&[("BR", &[1, 4]), ("BC", &[32, 128])]);
+            for (i, &(r, c)) in [(37, 300), (1, 1), (9, 1025), (300, 1)].iter().enumerate() {
+                let x = Tensor::<f32>::randn(&[r, c], 1400 + i as u64);
+                let launch = |rows: usize| {
+                    drop(Tensor::<f32>::full(&[rows, c], f32::NAN).unwrap());
+                    twice_top::DEF
+                        .launch_tuned_new::<f32>(&space, &[x.arg()], &[rows, c])
+                        .unwrap()
+                        .0
+                };
+                let tag = format!("twice_top [{r}, {c}], {threads}T");
+                let before = fused::covered_outputs();
+                let same = launch(r);
+                assert_eq!(fused::covered_outputs(), before + 1, "{tag}: not covered");
+                let tall = launch(2 * r + 3);
+                assert_eq!(
+                    fused::covered_outputs(),
+                    before + 1,
+                    "{tag}: a taller output is not covered"
+                );
+                let (xv, sv, tv) = (
+                    x.to_vec().unwrap(),
+                    same.to_vec().unwrap(),
+                    tall.to_vec().unwrap(),
+                );
+                for k in 0..r * c {
+                    assert_eq!(sv[k].to_bits(), (2.0 * xv[k]).to_bits(), "{tag} at {k}");
+                    assert_eq!(
+                        tv[k].to_bits(),
+                        (2.0 * xv[k]).to_bits(),
+                        "{tag} tall at {k}"
+                    );
+                }
+                assert!(
+                    tv[r * c..].iter().all(|v| v.to_bits() == 0),
+                    "{tag}: rows the grid never reaches must read +0.0"
+                );
+                let slow = fused::with_interpreter(|| launch(2 * r + 3));
+                assert_same_bits(&format!("{tag} tall"), &tall, &slow);
+            }
+        });
+    }
 }
 
 /// The 3×3 depthwise kernel in bands of output rows (`fused::depthwise_tap_launches` moves:
@@ -1605,6 +1733,7 @@ fn every_simd_level_agrees() {
         depthwise_bits();
         depthwise_taps_bits();
         depthwise_large_bits();
+        fresh_outputs_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

@@ -525,6 +525,14 @@ impl Fused {
         if !self.runs(args) {
             return false;
         }
+        // A matched depthwise convolution whose arguments `depthwise::run` takes: that pass
+        // writes the whole output (`Fused::launch` tries it first).
+        if let Some(d) = &self.depthwise
+            && d.y == param
+            && depthwise::covers(d, args)
+        {
+            return true;
+        }
         let grid = grid(k, args);
         let dims = args[param].dims();
         let numel: usize = dims.iter().product();
