@@ -493,8 +493,9 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                     .num_threads(pool)
                     .build()
                     .unwrap();
-                let passes = p.install(|| {
+                let (passes, folds) = p.install(|| {
                     let before = fused::column_passes();
+                    let folded = fused::folded_column_loops();
                     let tag = format!("{tag} {pool} threads");
                     direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
                     direct_same_bits(&format!("col mean {tag}"), cr, true, || {
@@ -510,15 +511,135 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                     direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
                         col_max_bf16(&xb).unwrap()
                     });
-                    fused::column_passes() - before
+                    (
+                        fused::column_passes() - before,
+                        fused::folded_column_loops() - folded,
+                    )
                 });
                 assert_eq!(
                     passes,
                     if c > 256 { 6 } else { 0 },
                     "[{r}, {c}]: whole-row column passes on {pool} threads"
                 );
+                // Every program of a launch with the pass takes the folded accumulators.
+                assert_eq!(
+                    folds,
+                    if c > 256 {
+                        6 * c.div_ceil(256) as u64
+                    } else {
+                        0
+                    },
+                    "[{r}, {c}]: folded program loops on {pool} threads"
+                );
             }
         }
+    }
+}
+
+// Column sums as block programs: `col_sum_tile` is the loop the library's column sum lowers
+// to (the whole-row pass folds it); `col_sum_from_one` starts its accumulator at 1.0 and
+// `col_sum_skip_first` skips the first tile of rows, so the pass runs but their programs must
+// run their loops.
+tessera::tile! {
+    fn col_sum_tile<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_sum_from_one<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = full::<f32>([BC], 1.0);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_sum_skip_first<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(BR, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+/// The whole-row column pass (`fused::column_passes`) under block programs, on one and two
+/// threads, against the interpreter bit for bit: `col_sum_tile`'s programs take the folded
+/// accumulators (`fused::folded_column_loops` moves by its program count, also with other
+/// tile heights and widths), the two others' do not and run their loops. Ragged shapes
+/// (columns not a multiple of 16 or of the tile; rows not a multiple of the tile height) and
+/// inputs with NaN, ±inf and -0.0.
+#[test]
+fn column_pass_folds_only_the_loops_it_computed() {
+    let _level = level_guard();
+    column_pass_bits();
+}
+
+fn column_pass_bits() {
+    let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(r, c)) in [(130, 1000), (1031, 4100), (64, 300), (9, 1025), (700, 513)]
+                .iter()
+                .enumerate()
+            {
+                for (x, kind) in [
+                    (with_specials(r, c, 1500 + i as u64, &[]), "randn"),
+                    (with_specials(r, c, 1550 + i as u64, &specials), "specials"),
+                ] {
+                    let launch = |def: &'static TileDef, knobs: &[(&str, i64)]| {
+                        let mut y = Tensor::<f32>::full(&[c], f32::NAN).unwrap();
+                        let mut args = [Arg::In(x.arg()), Arg::Out(y.arg_mut().unwrap())];
+                        def.launch(knobs, &mut args).unwrap();
+                        y
+                    };
+                    for (def, name, knobs, folds) in [
+                        (&col_sum_tile::DEF, "tile", &[][..], c.div_ceil(256)),
+                        (
+                            &col_sum_tile::DEF,
+                            "tile 16x128",
+                            &[("BR", 16), ("BC", 128)][..],
+                            c.div_ceil(128),
+                        ),
+                        (&col_sum_from_one::DEF, "from one", &[][..], 0),
+                        (&col_sum_skip_first::DEF, "skip first", &[][..], 0),
+                    ] {
+                        let tag = format!("col sum {name} [{r}, {c}] {kind} {threads}T");
+                        let (passes, folded) =
+                            (fused::column_passes(), fused::folded_column_loops());
+                        let fast = launch(def, knobs);
+                        assert_eq!(fused::column_passes(), passes + 1, "{tag}: no column pass");
+                        assert_eq!(
+                            fused::folded_column_loops(),
+                            folded + folds as u64,
+                            "{tag}: folded program loops"
+                        );
+                        let slow = fused::with_interpreter(|| launch(def, knobs));
+                        assert_same_bits(&tag, &fast, &slow);
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -1734,6 +1855,7 @@ fn every_simd_level_agrees() {
         depthwise_taps_bits();
         depthwise_large_bits();
         fresh_outputs_bits();
+        column_pass_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
