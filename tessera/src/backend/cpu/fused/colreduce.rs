@@ -564,6 +564,25 @@ mod x86 {
                 }
             };
         }
+        // The columns before `j0` and from `m16` as one vector each, overlapping the row's
+        // first or last 16 columns, whose other lanes are added nothing (stored back as
+        // loaded); one column at a time in a row of fewer than 16.
+        let wide = m >= 16;
+        let head = (1u16 << j0.min(15)) - 1;
+        let tail = if wide && m16 < m {
+            !0u16 << (m16 - (m - 16))
+        } else {
+            0
+        };
+        macro_rules! edge {
+            ($rows:expr, $at:expr, $mask:expr) => {{
+                let mut v = _mm512_loadu_ps(pp.add($at));
+                for r in $rows {
+                    v = _mm512_mask_add_ps(v, $mask, v, ld!(r, $at));
+                }
+                _mm512_storeu_ps(pp.add($at), v);
+            }};
+        }
         let mut u = 0;
         // SAFETY (all accesses): rows u < n, columns j < m (the caller's contract); `pp`
         // holds m values.
@@ -571,9 +590,15 @@ mod x86 {
             while u + 4 <= n {
                 let r0 = x.add(u * sb);
                 let (r1, r2, r3) = (r0.add(sb), r0.add(2 * sb), r0.add(3 * sb));
-                for j in 0..j0 {
-                    *pp.add(j) =
-                        (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                if wide {
+                    if j0 > 0 {
+                        edge!([r0, r1, r2, r3], 0, head);
+                    }
+                } else {
+                    for j in 0..j0 {
+                        *pp.add(j) =
+                            (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                    }
                 }
                 // The rows `ahead` rows on, up to the last readable one, into L2.
                 let q = x.wrapping_add((u + ahead) * sb);
@@ -583,16 +608,28 @@ mod x86 {
                 } else {
                     quad::<BF, false>([r0, r1, r2, r3], pp, j0, m16, q, 0, sb);
                 }
-                for j in m16..m {
-                    *pp.add(j) =
-                        (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                if wide {
+                    if m16 < m {
+                        edge!([r0, r1, r2, r3], m - 16, tail);
+                    }
+                } else {
+                    for j in m16..m {
+                        *pp.add(j) =
+                            (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                    }
                 }
                 u += 4;
             }
             while u < n {
                 let r0 = x.add(u * sb);
-                for j in 0..j0 {
-                    *pp.add(j) += sc!(r0, j);
+                if wide {
+                    if j0 > 0 {
+                        edge!([r0], 0, head);
+                    }
+                } else {
+                    for j in 0..j0 {
+                        *pp.add(j) += sc!(r0, j);
+                    }
                 }
                 let mut j = j0;
                 while j < m16 {
@@ -600,8 +637,14 @@ mod x86 {
                     _mm512_storeu_ps(pp.add(j), v);
                     j += 16;
                 }
-                for j in m16..m {
-                    *pp.add(j) += sc!(r0, j);
+                if wide {
+                    if m16 < m {
+                        edge!([r0], m - 16, tail);
+                    }
+                } else {
+                    for j in m16..m {
+                        *pp.add(j) += sc!(r0, j);
+                    }
                 }
                 u += 1;
             }
