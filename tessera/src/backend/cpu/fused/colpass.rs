@@ -5,10 +5,10 @@
 //! poorly). Per column it is what a program's loop computes (`super::colreduce`): the
 //! accumulator starts at the reduction's identity and, for each `rows`-row tile in order,
 //! takes `acc = acc ⊕ part`, `part` the identity combined with the tile's rows in order
-//! (`other` for rows past the tensor). On several threads the tiles are split into one run
-//! per thread: the first run folds its tiles into the accumulators as it goes, the others
-//! keep each tile's partial in a table, folded in tile order on the launching thread once all
-//! runs are done. A program whose loop is the one folded here (its row index the loop counter
+//! (`other` for rows past the tensor). On several threads the tiles are split into runs,
+//! [`RUNS`] per thread: the first run folds its tiles into the accumulators as it goes, the
+//! others keep each tile's partial in a table, folded in tile order as the runs finish
+//! (see [`fill`]). A program whose loop is the one folded here (its row index the loop counter
 //! from 0 in steps of the tile height over every tile, its accumulator starting at the
 //! identity: `colreduce::folded` checks) copies its columns' accumulators instead of
 //! running the loop, so every operation and its order per column are the interpreter's.
@@ -20,6 +20,8 @@
 use super::colreduce::{ColReduce, max_nan};
 use crate::backend::Buffer;
 use std::cell::RefCell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ir::tile::TileReduce;
 
 thread_local! {
@@ -33,6 +35,10 @@ const AHEAD: usize = 8;
 
 /// Columns per strip of the pass (16 KiB of f32 partials: the strip stays in L1).
 const STRIP: usize = 4096;
+
+/// Runs of tiles per thread of a multi-thread pass (a thread that starts late, or is taken
+/// by other work, leaves the others more of them).
+const RUNS: usize = 4;
 
 /// Tensors of fewer elements than this run the pass on the calling thread.
 const PAR_MIN: usize = 1 << 16;
@@ -106,7 +112,7 @@ pub(crate) fn with<R>(
     let runs = if threads == 1 || r * cols < PAR_MIN {
         1
     } else {
-        threads.min(blocks)
+        (RUNS * threads).min(blocks)
     };
     let per = blocks.div_ceil(runs);
     let runs = blocks.div_ceil(per);
@@ -171,26 +177,50 @@ impl Layout {
     }
 }
 
-/// Runs the pass: `runs` runs of `per` tiles (rayon's threads take them), then the
-/// partials of runs 1 and on folded into the accumulators in tile order.
+/// Runs the pass: `runs` runs of `per` tiles (rayon's threads take them); run 0 folds its
+/// tiles into the accumulators as it goes, the others write their tiles' partials. The fold
+/// of the other runs' partials moves forward in run order as they finish: a run that finishes
+/// folds every finished run after the last folded one, unless another run is doing so (then
+/// the one folding may miss it: the launching thread folds whatever is left after the join).
 fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
     let blocks = l.r.div_ceil(c.rows);
     // SAFETY: row 0 of the table (`with` sized it), nothing else uses it yet.
     unsafe { l.row(0, 0, l.cols) }.fill(identity(c.op));
+    let done: Vec<AtomicBool> = (0..runs).map(|_| AtomicBool::new(false)).collect();
+    // How many runs are folded into the accumulators.
+    let folded = Mutex::new(0usize);
+    let advance = |f: &mut usize| {
+        while *f < runs && done[*f].load(Ordering::Acquire) {
+            // Run 0 folded its own tiles.
+            for k in (*f * l.per..((*f + 1) * l.per).min(blocks)).filter(|_| *f > 0) {
+                // SAFETY: run 0 is done (no other writer of row 0: the fold holds `folded`),
+                // and so is the run of tile k (its row is complete: `done` was stored with
+                // release and loaded with acquire).
+                let (acc, part) = unsafe { (l.row(0, 0, l.cols), l.row(2 + k - l.per, 0, l.cols)) };
+                fold(c.op, acc, part);
+            }
+            *f += 1;
+        }
+    };
     let go = |i: usize| {
         for k in i * l.per..((i + 1) * l.per).min(blocks) {
             for j in (0..l.cols).step_by(STRIP) {
                 let n = STRIP.min(l.cols - j);
                 if i == 0 {
-                    // SAFETY: rows 0 and 1 are run 0's only (runs write disjoint rows).
+                    // SAFETY: rows 0 and 1 are run 0's only until it is done (runs write
+                    // disjoint rows; the fold reads row 0 after run 0 is done).
                     let (acc, part) = unsafe { (l.row(0, j, n), l.row(1, 0, n)) };
                     strip(c, buf, l, k, j, part);
                     fold(c.op, acc, part);
                 } else {
-                    // SAFETY: tile k's row is run i's only.
+                    // SAFETY: tile k's row is run i's only until it is done.
                     strip(c, buf, l, k, j, unsafe { l.row(2 + k - l.per, j, n) });
                 }
             }
+        }
+        done[i].store(true, Ordering::Release);
+        if let Ok(mut f) = folded.try_lock() {
+            advance(&mut f);
         }
     };
     if runs == 1 {
@@ -199,11 +229,7 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
         use rayon::prelude::*;
         (0..runs).into_par_iter().for_each(go);
     }
-    for k in l.per..blocks {
-        // SAFETY: distinct rows of the table, every run done.
-        let (acc, part) = unsafe { (l.row(0, 0, l.cols), l.row(2 + k - l.per, 0, l.cols)) };
-        fold(c.op, acc, part);
-    }
+    advance(&mut folded.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
 /// The reduction's identity.
