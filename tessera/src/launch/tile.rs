@@ -400,6 +400,7 @@ impl TileDef {
     /// assert_eq!(y, want);
     /// # Ok::<(), tessera::Error>(())
     /// ```
+    #[allow(clippy::type_complexity)]
     pub fn launch_tuned_new<T: Element>(
         &'static self,
         space: &TileSpace,
@@ -489,6 +490,7 @@ impl TileDef {
     /// The knobs the autotuner picks from `space` for `bufs` (see [`Self::launch_tuned`]) and
     /// their program; clears the autotuner's borrowed-pick flag first, so
     /// `autotune::take_borrowed` afterwards says whether this pick was borrowed.
+    #[allow(clippy::type_complexity)]
     fn pick(
         &'static self,
         space: &TileSpace,

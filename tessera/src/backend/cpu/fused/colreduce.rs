@@ -675,7 +675,7 @@ mod x86 {
         // SAFETY: the caller's contract.
         unsafe {
             while j < m16 {
-                if PF && (!BF || (j - j0) % 32 == 0) {
+                if PF && (!BF || (j - j0).is_multiple_of(32)) {
                     for i in 0..k {
                         // A prefetch never faults; the row is inside the tensor.
                         _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e * j) as *const i8);
