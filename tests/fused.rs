@@ -2,6 +2,7 @@
 //! library kernel class, f32 and bf16 storage, on `[37, 300]`, `[1, 1]`, shapes wider than a
 //! chunk and seeded random shapes. Each case checks that the fast path really ran.
 
+use tessera::autotune::TileSpace;
 use tessera::backend::cpu::simd;
 use tessera::backend::cpu::{fused, matmul};
 use tessera::prelude::*;
@@ -501,8 +502,9 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                     .num_threads(pool)
                     .build()
                     .unwrap();
-                let passes = p.install(|| {
+                let (passes, folds) = p.install(|| {
                     let before = fused::column_passes();
+                    let folded = fused::folded_column_loops();
                     let tag = format!("{tag} {pool} threads");
                     direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
                     direct_same_bits(&format!("col mean {tag}"), cr, true, || {
@@ -518,15 +520,135 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                     direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
                         col_max_bf16(&xb).unwrap()
                     });
-                    fused::column_passes() - before
+                    (
+                        fused::column_passes() - before,
+                        fused::folded_column_loops() - folded,
+                    )
                 });
                 assert_eq!(
                     passes,
                     if c > 256 { 6 } else { 0 },
                     "[{r}, {c}]: whole-row column passes on {pool} threads"
                 );
+                // Every program of a launch with the pass takes the folded accumulators.
+                assert_eq!(
+                    folds,
+                    if c > 256 {
+                        6 * c.div_ceil(256) as u64
+                    } else {
+                        0
+                    },
+                    "[{r}, {c}]: folded program loops on {pool} threads"
+                );
             }
         }
+    }
+}
+
+// Column sums as block programs: `col_sum_tile` is the loop the library's column sum lowers
+// to (the whole-row pass folds it); `col_sum_from_one` starts its accumulator at 1.0 and
+// `col_sum_skip_first` skips the first tile of rows, so the pass runs but their programs must
+// run their loops.
+tessera::tile! {
+    fn col_sum_tile<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_sum_from_one<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = full::<f32>([BC], 1.0);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_sum_skip_first<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(BR, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC]), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+/// The whole-row column pass (`fused::column_passes`) under block programs, on one and two
+/// threads, against the interpreter bit for bit: `col_sum_tile`'s programs take the folded
+/// accumulators (`fused::folded_column_loops` moves by its program count, also with other
+/// tile heights and widths), the two others' do not and run their loops. Ragged shapes
+/// (columns not a multiple of 16 or of the tile; rows not a multiple of the tile height) and
+/// inputs with NaN, ±inf and -0.0.
+#[test]
+fn column_pass_folds_only_the_loops_it_computed() {
+    let _level = level_guard();
+    column_pass_bits();
+}
+
+fn column_pass_bits() {
+    let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(r, c)) in [(130, 1000), (1031, 4100), (64, 300), (9, 1025), (700, 513)]
+                .iter()
+                .enumerate()
+            {
+                for (x, kind) in [
+                    (with_specials(r, c, 1500 + i as u64, &[]), "randn"),
+                    (with_specials(r, c, 1550 + i as u64, &specials), "specials"),
+                ] {
+                    let launch = |def: &'static TileDef, knobs: &[(&str, i64)]| {
+                        let mut y = Tensor::<f32>::full(&[c], f32::NAN).unwrap();
+                        let mut args = [Arg::In(x.arg()), Arg::Out(y.arg_mut().unwrap())];
+                        def.launch(knobs, &mut args).unwrap();
+                        y
+                    };
+                    for (def, name, knobs, folds) in [
+                        (&col_sum_tile::DEF, "tile", &[][..], c.div_ceil(256)),
+                        (
+                            &col_sum_tile::DEF,
+                            "tile 16x128",
+                            &[("BR", 16), ("BC", 128)][..],
+                            c.div_ceil(128),
+                        ),
+                        (&col_sum_from_one::DEF, "from one", &[][..], 0),
+                        (&col_sum_skip_first::DEF, "skip first", &[][..], 0),
+                    ] {
+                        let tag = format!("col sum {name} [{r}, {c}] {kind} {threads}T");
+                        let (passes, folded) =
+                            (fused::column_passes(), fused::folded_column_loops());
+                        let fast = launch(def, knobs);
+                        assert_eq!(fused::column_passes(), passes + 1, "{tag}: no column pass");
+                        assert_eq!(
+                            fused::folded_column_loops(),
+                            folded + folds as u64,
+                            "{tag}: folded program loops"
+                        );
+                        let slow = fused::with_interpreter(|| launch(def, knobs));
+                        assert_same_bits(&tag, &fast, &slow);
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -535,6 +657,133 @@ fn depthwise_conv_agrees() {
     let _level = level_guard();
     depthwise_bits();
     depthwise_taps_bits();
+    fresh_outputs_bits();
+}
+
+// Doubles `x` into the rows of `y` it shares with `x`: a `y` with more rows than `x` is
+// only partly written (the grid follows `x`).
+tessera::tile! {
+    fn twice_top<const BR: i64 = 4, const BC: i64 = 64>(x: In<f32, 2>, y: Out<f32, 2>)
+        grid = (cdiv(x.dim(0), BR), cdiv(x.dim(1), BC))
+    {
+        let i = program_id(0) * BR;
+        let j = program_id(1) * BC;
+        store(y, [i, j], load(x, [i, j], [BR, BC]) * 2.0);
+    }
+}
+
+/// Fresh outputs of `TileDef::launch_tuned_new` (`depthwise_conv2d`'s), on one and two
+/// threads: where the direct depthwise path writes the whole output (every shape here) it
+/// is proven covered (`fused::covered_outputs` moves) and not zeroed first, and equals the
+/// interpreter's bit for bit (each launch follows a freed NaN block of its output's size,
+/// which the allocator may hand back, so a stale element would show); the swapped-loop
+/// depthwise kernel (not the direct path) and `twice_top` into a taller output (rows its
+/// grid never reaches) are not proven covered, so their outputs are zeroed first: the
+/// swapped kernel equals the interpreter's, and `twice_top`'s unreached rows read `+0.0`.
+fn fresh_outputs_bits() {
+    let dspace = tessera_kernels::conv::depthwise_space();
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(h, w, ch, kh, kw)) in [
+                (10, 12, 8, 3, 3),
+                (17, 9, 70, 3, 3),
+                (42, 34, 64, 3, 3),
+                (6, 40, 130, 5, 5),
+                (1, 1, 1, 1, 1),
+                (3, 3, 16, 3, 3),
+                (300, 3, 16, 3, 3),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let x = Tensor::<f32>::randn(&[h, w, ch], 1300 + i as u64);
+                let f = Tensor::<f32>::randn(&[kh, kw, ch], 1350 + i as u64);
+                let xs = specials(&x, w * ch);
+                let shape = [h - kh + 1, w - kw + 1, ch];
+                let tag = format!("fresh depthwise [{h}, {w}, {ch}] * [{kh}, {kw}], {threads}T");
+                let fresh = |x: &Tensor<f32>| {
+                    drop(Tensor::<f32>::full(&shape, f32::NAN).unwrap());
+                    tessera_kernels::depthwise_conv2d(x, &f).unwrap()
+                };
+                for x in [&x, &xs] {
+                    let before = fused::covered_outputs();
+                    let fast = fresh(x);
+                    assert_eq!(
+                        fused::covered_outputs(),
+                        before + 1,
+                        "{tag}: output not proven covered"
+                    );
+                    let slow = fused::with_interpreter(|| fresh(x));
+                    assert_eq!(
+                        fused::covered_outputs(),
+                        before + 1,
+                        "{tag}: an interpreter launch must zero its output"
+                    );
+                    assert_same_bits(&tag, &fast, &slow);
+                }
+                let before = fused::covered_outputs();
+                let swapped = |_: ()| {
+                    drop(Tensor::<f32>::full(&shape, f32::NAN).unwrap());
+                    depthwise_ji::DEF
+                        .launch_tuned_new::<f32>(&dspace, &[x.arg(), f.arg()], &shape)
+                        .unwrap()
+                        .0
+                };
+                let fast = swapped(());
+                assert_eq!(
+                    fused::covered_outputs(),
+                    before,
+                    "{tag}: the swapped kernel's stores are not a proven cover"
+                );
+                let slow = fused::with_interpreter(|| swapped(()));
+                assert_same_bits(&format!("{tag} swapped"), &fast, &slow);
+            }
+            let space = TileSpace::grid(&[("BR", &[1, 4]), ("BC", &[32, 128])]);
+            for (i, &(r, c)) in [(37, 300), (1, 1), (9, 1025), (300, 1)].iter().enumerate() {
+                let x = Tensor::<f32>::randn(&[r, c], 1400 + i as u64);
+                let launch = |rows: usize| {
+                    drop(Tensor::<f32>::full(&[rows, c], f32::NAN).unwrap());
+                    twice_top::DEF
+                        .launch_tuned_new::<f32>(&space, &[x.arg()], &[rows, c])
+                        .unwrap()
+                        .0
+                };
+                let tag = format!("twice_top [{r}, {c}], {threads}T");
+                let before = fused::covered_outputs();
+                let same = launch(r);
+                assert_eq!(fused::covered_outputs(), before + 1, "{tag}: not covered");
+                let tall = launch(2 * r + 3);
+                assert_eq!(
+                    fused::covered_outputs(),
+                    before + 1,
+                    "{tag}: a taller output is not covered"
+                );
+                let (xv, sv, tv) = (
+                    x.to_vec().unwrap(),
+                    same.to_vec().unwrap(),
+                    tall.to_vec().unwrap(),
+                );
+                for k in 0..r * c {
+                    assert_eq!(sv[k].to_bits(), (2.0 * xv[k]).to_bits(), "{tag} at {k}");
+                    assert_eq!(
+                        tv[k].to_bits(),
+                        (2.0 * xv[k]).to_bits(),
+                        "{tag} tall at {k}"
+                    );
+                }
+                assert!(
+                    tv[r * c..].iter().all(|v| v.to_bits() == 0),
+                    "{tag}: rows the grid never reaches must read +0.0"
+                );
+                let slow = fused::with_interpreter(|| launch(2 * r + 3));
+                assert_same_bits(&format!("{tag} tall"), &tall, &slow);
+            }
+        });
+    }
 }
 
 /// The 3×3 depthwise kernel in bands of output rows (`fused::depthwise_tap_launches` moves:
@@ -1724,6 +1973,8 @@ fn every_simd_level_agrees() {
         depthwise_bits();
         depthwise_taps_bits();
         depthwise_large_bits();
+        fresh_outputs_bits();
+        column_pass_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

@@ -76,9 +76,22 @@ pub fn depthwise_space() -> TileSpace {
 /// ```
 pub fn depthwise_conv2d(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<Tensor<f32>> {
     let shape = depthwise_shape(x, f)?;
+    if x.device().is_cpu() {
+        // The launch allocates `y` and writes it without zeroing it first when the program
+        // provably writes every element (`TileDef::launch_tuned_new`).
+        let (y, _) =
+            depthwise_conv2d::DEF.launch_tuned_new(space(), &[x.arg(), f.arg()], &shape)?;
+        return Ok(y);
+    }
     let mut y = Tensor::<f32>::zeros_on(&shape, x.device())?;
     launch_depthwise(x, f, &mut y)?;
     Ok(y)
+}
+
+/// The depthwise search space, built once per process (64 points of knob names).
+fn space() -> &'static TileSpace {
+    static SPACE: std::sync::OnceLock<TileSpace> = std::sync::OnceLock::new();
+    SPACE.get_or_init(depthwise_space)
 }
 
 /// [`depthwise_conv2d()`] writing into `y`, which must have the result's shape
@@ -134,9 +147,7 @@ fn depthwise_shape(x: &Tensor<f32>, f: &Tensor<f32>) -> Result<[usize; 3]> {
 fn launch_depthwise(x: &Tensor<f32>, f: &Tensor<f32>, y: &mut Tensor<f32>) -> Result<()> {
     let mut args = [Arg::In(x.arg()), Arg::In(f.arg()), Arg::Out(y.arg_mut()?)];
     if x.device().is_cpu() {
-        // The space is built once per process (64 points of knob names).
-        static SPACE: std::sync::OnceLock<TileSpace> = std::sync::OnceLock::new();
-        depthwise_conv2d::DEF.launch_tuned(SPACE.get_or_init(depthwise_space), &mut args)?;
+        depthwise_conv2d::DEF.launch_tuned(space(), &mut args)?;
         Ok(())
     } else {
         depthwise_conv2d::DEF.launch(&[], &mut args)

@@ -3,13 +3,14 @@
 //! cache's for other knobs.
 
 use super::gpu::{self, EmbeddedPtx};
+use super::host_block::HostBlock;
 use super::jit::{self, JitKey};
 use super::{Arg, ArgCopy, buffer, host_input, host_output, launch_device, refine_key};
 use crate::autotune::{self, TileSpace};
 use crate::backend::Buffer;
 use crate::backend::cpu;
 use crate::tensor::TensorRef;
-use crate::{Device, Error, Result};
+use crate::{Device, Element, Error, Result, Tensor};
 use std::sync::{Arc, Mutex, OnceLock};
 use tessera_ir::DType;
 use tessera_ir::schedule::Schedule;
@@ -344,19 +345,7 @@ impl TileDef {
             });
         }
         let bufs = self.bind(&default, args)?;
-        let sig = self.sig();
-        autotune::take_borrowed();
-        let knobs = autotune::tune_tile(
-            &self.tuned,
-            self.name,
-            sig,
-            self.knobs,
-            space,
-            &bufs,
-            &|k| self.program_for(k),
-        )?;
-        let refs: Vec<(&str, i64)> = knobs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        let program = self.program_for(&refs)?;
+        let (knobs, program) = self.pick(space, &bufs)?;
         cpu::launch(&program, &bufs)?;
         if autotune::take_borrowed() {
             let views: Vec<TensorRef<'_>> = args
@@ -376,26 +365,173 @@ impl TileDef {
                     ),
                 })
                 .collect();
-            let key = refine_key(self.name, &Device::Cpu, &views);
-            let bytes = views.iter().map(|a| a.len()).sum();
-            autotune::defer(key, bytes, || {
-                let outputs: Vec<bool> = args.iter().map(|a| matches!(a, Arg::Out(_))).collect();
-                let mut copies: Vec<ArgCopy> = views.iter().map(ArgCopy::of).collect();
-                let space = space.clone();
-                move || {
-                    let mut args = Vec::with_capacity(copies.len());
-                    for (c, &out) in copies.iter_mut().zip(&outputs) {
-                        args.push(if out {
-                            Arg::Out(c.arg_mut()?)
-                        } else {
-                            Arg::In(c.arg())
-                        });
-                    }
-                    self.launch_tuned(&space, &mut args).map(drop)
-                }
-            });
+            let outputs: Vec<bool> = args.iter().map(|a| matches!(a, Arg::Out(_))).collect();
+            self.refine(space, &views, outputs);
         }
         Ok(knobs)
+    }
+
+    /// [`Self::launch_tuned`] for a kernel whose last parameter is its only output: the
+    /// launch allocates that output itself, with shape `out` and `T`'s element type, runs the
+    /// autotuner's knobs on `inputs` (the other parameters, in order, in host memory) and
+    /// returns the output with the knobs used. The output's memory is not cleared first when
+    /// the chosen program provably writes every element of it (`cpu::Program::covers`, checked
+    /// for the knobs that run: tuning trials run on scratch outputs of their own); otherwise
+    /// it is zeroed before the launch, so the result is [`Self::launch_tuned`]'s into a
+    /// zeroed tensor, bit for bit, and no element is ever read before it is written.
+    ///
+    /// ```
+    /// use tessera::{Arg, Tensor, autotune::TileSpace};
+    /// tessera::tile! {
+    ///     fn twice<const BR: i64 = 4, const BC: i64 = 64>(x: In<f32, 2>, y: Out<f32, 2>)
+    ///         grid = (cdiv(x.dim(0), BR), cdiv(x.dim(1), BC))
+    ///     {
+    ///         let i = program_id(0) * BR;
+    ///         let j = program_id(1) * BC;
+    ///         store(y, [i, j], load(x, [i, j], [BR, BC]) * 2.0);
+    ///     }
+    /// }
+    /// let x = Tensor::<f32>::randn(&[33, 100], 1);
+    /// let space = TileSpace::grid(&[("BR", &[1, 4]), ("BC", &[32, 128])]);
+    /// let (y, knobs) = twice::DEF.launch_tuned_new::<f32>(&space, &[x.arg()], &[33, 100])?;
+    /// assert_eq!(knobs.len(), 2);
+    /// let mut want = Tensor::<f32>::zeros(&[33, 100])?;
+    /// twice::DEF.launch_tuned(&space, &mut [Arg::In(x.arg()), Arg::Out(want.arg_mut()?)])?;
+    /// assert_eq!(y, want);
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn launch_tuned_new<T: Element>(
+        &'static self,
+        space: &TileSpace,
+        inputs: &[TensorRef<'_>],
+        out: &[usize],
+    ) -> Result<(Tensor<T>, Vec<(String, i64)>)> {
+        let default = self.program_for(&[])?;
+        let k = &default.kernel;
+        let params: Vec<(String, DType, usize)> = k
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.dtype, p.rank))
+            .collect();
+        if let Some(d) = inputs.iter().map(|a| a.device()).find(|d| !d.is_cpu()) {
+            return Err(Error::Unsupported {
+                device: d.to_string(),
+                message: format!(
+                    "`{}`: tile! knobs are tuned on the CPU; on a device, launch with explicit knobs",
+                    self.name
+                ),
+            });
+        }
+        let shapes: Vec<(DType, &[usize])> = inputs
+            .iter()
+            .map(|t| (t.dtype(), t.shape()))
+            .chain(std::iter::once((T::DTYPE, out)))
+            .collect();
+        check_shapes(self.name, &params, &shapes)?;
+        let last = params.len() - 1;
+        let size = std::mem::size_of::<T>();
+        let bytes = crate::tensor::size::byte_len(&params[last].0, out, size)?;
+        let mut mem = HostBlock::uninit(bytes, std::mem::align_of::<T>())?;
+        let mut bufs = Vec::with_capacity(params.len());
+        for (p, t) in params.iter().zip(inputs) {
+            let b = host_input(self.name, &p.0, t.data())?;
+            bufs.push(buffer(
+                t.dtype(),
+                t.shape(),
+                b.as_ptr() as *mut u8,
+                b.len(),
+                false,
+            ));
+        }
+        bufs.push(buffer(T::DTYPE, out, mem.as_mut_ptr(), bytes, true));
+        let (knobs, program) = self.pick(space, &bufs)?;
+        // An empty output has nothing to write (its block is initialised as allocated).
+        if bytes > 0 {
+            let covered = program.covers(&bufs, last);
+            if !covered {
+                mem.zero();
+            }
+            cpu::launch(&program, &bufs)?;
+            if covered {
+                // SAFETY: the launch ran the fused path, which wrote every element of its last
+                // parameter (`Program::covers`), whose buffer is this whole block.
+                unsafe { mem.assume_init() };
+                cpu::fused::count_covered();
+            }
+        }
+        let numel = crate::tensor::size::elements(out);
+        let data: Vec<T> = match mem.into_vec::<T>(numel) {
+            Ok(v) => v,
+            Err(mem) => {
+                let mut data: Vec<T> = crate::tensor::size::try_with_capacity(numel)?;
+                data.extend(
+                    mem.as_bytes()[..numel * size]
+                        .chunks_exact(size)
+                        .map(bytemuck::pod_read_unaligned::<T>),
+                );
+                data
+            }
+        };
+        let y = Tensor::from_host(out.to_vec(), data);
+        if autotune::take_borrowed() {
+            let views: Vec<TensorRef<'_>> = inputs
+                .iter()
+                .copied()
+                .chain(std::iter::once(y.arg()))
+                .collect();
+            let mut outputs = vec![false; inputs.len()];
+            outputs.push(true);
+            self.refine(space, &views, outputs);
+        }
+        Ok((y, knobs))
+    }
+
+    /// The knobs the autotuner picks from `space` for `bufs` (see [`Self::launch_tuned`]) and
+    /// their program; clears the autotuner's borrowed-pick flag first, so
+    /// `autotune::take_borrowed` afterwards says whether this pick was borrowed.
+    #[allow(clippy::type_complexity)]
+    fn pick(
+        &'static self,
+        space: &TileSpace,
+        bufs: &[Buffer],
+    ) -> Result<(Vec<(String, i64)>, Arc<cpu::Program>)> {
+        autotune::take_borrowed();
+        let knobs = autotune::tune_tile(
+            &self.tuned,
+            self.name,
+            self.sig(),
+            self.knobs,
+            space,
+            bufs,
+            &|k| self.program_for(k),
+        )?;
+        let refs: Vec<(&str, i64)> = knobs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let program = self.program_for(&refs)?;
+        Ok((knobs, program))
+    }
+
+    /// Queues a launch whose knobs were borrowed from a nearby shape for refinement
+    /// (`autotune::defer`) with a copy of its arguments `views` (`outputs`: which are
+    /// outputs, each written by the launch, so its copy reads initialised memory).
+    fn refine(&'static self, space: &TileSpace, views: &[TensorRef<'_>], outputs: Vec<bool>) {
+        let key = refine_key(self.name, &Device::Cpu, views);
+        let bytes = views.iter().map(|a| a.len()).sum();
+        autotune::defer(key, bytes, || {
+            let mut copies: Vec<ArgCopy> = views.iter().map(ArgCopy::of).collect();
+            let space = space.clone();
+            move || {
+                let mut args = Vec::with_capacity(copies.len());
+                for (c, &out) in copies.iter_mut().zip(&outputs) {
+                    args.push(if out {
+                        Arg::Out(c.arg_mut()?)
+                    } else {
+                        Arg::In(c.arg())
+                    });
+                }
+                self.launch_tuned(&space, &mut args).map(drop)
+            }
+        });
     }
 
     /// Makes CPU backend buffers of `args` (checked against `program`'s parameters).
@@ -427,6 +563,23 @@ impl TileDef {
 
 /// Checks `args` against the parameters: count, then each one's dtype and rank.
 fn check_args(kernel: &str, params: &[(String, DType, usize)], args: &[Arg<'_>]) -> Result<()> {
+    let shapes: Vec<(DType, &[usize])> = args
+        .iter()
+        .map(|a| match a {
+            Arg::In(t) => (t.dtype(), t.shape()),
+            Arg::Out(t) => (t.dtype(), t.shape()),
+        })
+        .collect();
+    check_shapes(kernel, params, &shapes)
+}
+
+/// Checks the arguments' `(dtype, shape)` against the parameters: count, then each one's
+/// dtype and rank.
+fn check_shapes(
+    kernel: &str,
+    params: &[(String, DType, usize)],
+    args: &[(DType, &[usize])],
+) -> Result<()> {
     if args.len() != params.len() {
         return Err(Error::ArgCount {
             kernel: kernel.into(),
@@ -434,11 +587,7 @@ fn check_args(kernel: &str, params: &[(String, DType, usize)], args: &[Arg<'_>])
             got: args.len(),
         });
     }
-    for ((name, dtype, rank), a) in params.iter().zip(args) {
-        let (d, shape) = match a {
-            Arg::In(t) => (t.dtype(), t.shape()),
-            Arg::Out(t) => (t.dtype(), t.shape()),
-        };
+    for ((name, dtype, rank), &(d, shape)) in params.iter().zip(args) {
         if d != *dtype {
             return Err(Error::DTypeMismatch {
                 kernel: kernel.into(),

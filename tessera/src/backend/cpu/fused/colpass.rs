@@ -1,19 +1,31 @@
-//! The whole-launch pass of a column reduction: before a launch's programs run, the partial
-//! of every `rows`-row tile (`part` of [`super::colreduce`], from the identity over the tile's
-//! rows, `other` for rows past the tensor) is computed for all the tensor's columns at once,
-//! walking whole tensor rows (sequential reads) instead of each program's `BC`-column strip
-//! of every row (short runs 4 KiB or more apart, which the hardware prefetchers follow
-//! poorly), runs of tile rows split among threads. A program's iteration whose tile starts at a multiple of `rows` then copies its
-//! columns' partials from the table ([`Parts::part`]) and adds them into its accumulator as
-//! before, so every operation and its order per column are the interpreter's.
+//! The whole-launch pass of a column reduction: before a launch's programs run, each
+//! column's accumulator after the whole loop is computed for all the tensor's columns at
+//! once, walking whole tensor rows (sequential reads) instead of each program's `BC`-column
+//! strip of every row (short runs 4 KiB or more apart, which the hardware prefetchers follow
+//! poorly). Per column it is what a program's loop computes (`super::colreduce`): the
+//! accumulator starts at the reduction's identity and, for each `rows`-row tile in order,
+//! takes `acc = acc ⊕ part`, `part` the identity combined with the tile's rows in order
+//! (`other` for rows past the tensor). On several threads the tiles are split into runs,
+//! [`RUNS`] per thread: the first run folds its tiles into the accumulators as it goes, the
+//! others keep each tile's partial in a table, folded in tile order as the runs finish
+//! (see [`fill`]). A program whose loop is the one folded here (its row index the loop counter
+//! from 0 in steps of the tile height over every tile, its accumulator starting at the
+//! identity: `colreduce::folded` checks) copies its columns' accumulators instead of
+//! running the loop, so every operation and its order per column are the interpreter's.
+//!
+//! The accumulators and partials are laid out so that a vector of them starts at a cache line
+//! where a vector of the tensor's row does (`super::colreduce::combine` starts its vectors at
+//! the first such column, so neither its loads nor its stores split a cache line).
 
 use super::colreduce::{ColReduce, max_nan};
 use crate::backend::Buffer;
 use std::cell::RefCell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ir::tile::TileReduce;
 
 thread_local! {
-    /// The launching thread's partials table, reused across launches.
+    /// The launching thread's accumulators and partials, reused across launches.
     static TABLE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -24,8 +36,15 @@ const AHEAD: usize = 8;
 /// Columns per strip of the pass (16 KiB of f32 partials: the strip stays in L1).
 const STRIP: usize = 4096;
 
-/// The partials of one launch: `blocks × cols` f32, block `k` the tile of rows
-/// `k · rows ..` of parameter `param` (an `[r, cols]` tensor).
+/// Runs of tiles per thread of a multi-thread pass (a thread that starts late, or is taken
+/// by other work, leaves the others more of them).
+const RUNS: usize = 4;
+
+/// Tensors of fewer elements than this run the pass on the calling thread.
+const PAR_MIN: usize = 1 << 16;
+
+/// The folded accumulators of one launch: `cols` f32, column `j` the fold over every
+/// `rows`-row tile of parameter `param` (an `[r, cols]` tensor), in tile order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Parts {
     ptr: usize,
@@ -38,121 +57,207 @@ pub(crate) struct Parts {
 }
 
 impl Parts {
-    /// The partials of columns `c0 .. c0 + n` of the tile whose first row is `r0` (its
-    /// window `w.r.0 == 0` in the caller's terms), when the table holds that tile: `r0` a
-    /// multiple of the tile height inside the tensor, the columns inside the tensor.
-    pub(crate) fn part(
-        &self,
-        c: &ColReduce,
-        buf: &Buffer,
-        r0: i64,
-        c0: i64,
-        n: usize,
-    ) -> Option<&[f32]> {
+    /// How many tiles the pass folded: `r / rows` rounded up.
+    pub(crate) fn blocks(&self) -> usize {
+        self.r.div_ceil(self.rows)
+    }
+
+    /// The folded accumulators of columns `c0 .. c0 + n` of `buf` for reduction `c`, when the
+    /// table is of that tensor and tile height and the columns lie inside the tensor.
+    pub(crate) fn part_of(&self, c: &ColReduce, buf: &Buffer, c0: i64, n: usize) -> Option<&[f32]> {
         let ok = c.param == self.param
             && buf.ptr as usize == self.data
             && c.rows == self.rows
-            && r0 >= 0
-            && (r0 as usize) < self.r
-            && (r0 as usize).is_multiple_of(self.rows)
             && c0 >= 0
             && c0 as usize + n <= self.cols;
-        if !ok {
-            return None;
-        }
-        let at = r0 as usize / self.rows * self.cols + c0 as usize;
-        // SAFETY: the table holds `blocks · cols` values (`run`), block `r0 / rows` <
-        // `blocks`, columns inside `cols`; it lives until the launch that made it returns.
-        Some(unsafe { std::slice::from_raw_parts((self.ptr as *const f32).add(at), n) })
+        // SAFETY: the table holds `cols` accumulators from `ptr` (`with`), columns inside
+        // `cols` (checked); it lives until the launch that made it returns.
+        ok.then(|| unsafe {
+            std::slice::from_raw_parts((self.ptr as *const f32).add(c0 as usize), n)
+        })
     }
 }
 
-/// Computes the table for a launch of `total` programs whose plan has the one column
-/// reduction `c` (see the module docs) and runs `f` with it (`None`: no pass, the programs
-/// read their rows themselves).
+/// Whether a launch of `c` on `args` runs the pass (see [`with`]): a rank-2 index, a
+/// contiguous `[r, cols]` input of more columns than one program's tile, more than one
+/// program.
+fn shaped(c: &ColReduce, args: &[Buffer], total: usize) -> bool {
+    let buf = &args[c.param];
+    let dims = buf.dims();
+    let size = if c.bf16 { 2 } else { 4 };
+    dims.len() == 2
+        && total > 1
+        && dims[0] > 0
+        && dims[1] > c.cols
+        && dims[0] * dims[1] * size == buf.len
+        && c.idx.len() == 2
+}
+
+/// Computes the folded accumulators for a launch of `total` programs whose plan has the one
+/// column reduction `c` (see the module docs) and runs `f` with them (`None`: no pass, the
+/// programs read their rows themselves).
 pub(crate) fn with<R>(
     c: &ColReduce,
     args: &[Buffer],
     total: usize,
     f: impl FnOnce(Option<Parts>) -> R,
 ) -> R {
-    let buf = &args[c.param];
-    let dims = buf.dims();
-    let size = if c.bf16 { 2 } else { 4 };
-    // Only when the programs split the columns (one program already walks whole rows).
-    let shaped = dims.len() == 2
-        && total > 1
-        && dims[0] > 0
-        && dims[1] > c.cols
-        && dims[0] * dims[1] * size == buf.len
-        && c.idx.len() == 2;
-    if !shaped {
+    if !shaped(c, args, total) {
         return f(None);
     }
-    let (r, cols) = (dims[0], dims[1]);
+    let buf = &args[c.param];
+    let (r, cols) = (buf.dims()[0], buf.dims()[1]);
     let blocks = r.div_ceil(c.rows);
+    let threads = rayon::current_num_threads();
+    let runs = if threads == 1 || r * cols < PAR_MIN {
+        1
+    } else {
+        (RUNS * threads).min(blocks)
+    };
+    let per = blocks.div_ceil(runs);
+    let runs = blocks.div_ceil(per);
+    // Rows of the table, `stride` floats apart: the accumulators, run 0's partial strip, then
+    // the partials of the tiles of runs 1 and on.
+    let stride = cols.next_multiple_of(16);
+    let len = 16 + stride * (2 + blocks - per);
     TABLE.with(|t| match t.try_borrow_mut() {
         Ok(mut t) => {
-            if t.len() < blocks * cols {
-                t.resize(blocks * cols, 0.0);
+            if t.len() < len {
+                t.resize(len, 0.0);
             }
-            let p = Parts {
-                ptr: t.as_mut_ptr() as usize,
+            // The first float whose offset within 64 bytes is the tensor's first element's.
+            let size = if c.bf16 { 2 } else { 4 };
+            let phase = (buf.ptr as usize % (16 * size)) / size;
+            let base = t.as_mut_ptr() as usize;
+            let skip = (phase + 16 - (base / 4) % 16) % 16;
+            let l = Layout {
+                base: base + 4 * skip,
+                stride,
+                per,
+                r,
+                cols,
+            };
+            fill(c, buf, &l, runs);
+            f(Some(Parts {
+                ptr: l.base,
                 param: c.param,
                 data: buf.ptr as usize,
                 r,
                 cols,
                 rows: c.rows,
-            };
-            fill(c, buf, &p);
-            f(Some(p))
+            }))
         }
         Err(_) => f(None),
     })
 }
 
-/// Fills the table: runs of blocks (tile rows) split among rayon's threads, four runs per
-/// thread (a late thread's share is taken by the others), each run walking its rows whole,
-/// in strips of at most [`STRIP`] columns.
-fn fill(c: &ColReduce, buf: &Buffer, p: &Parts) {
-    let blocks = p.r.div_ceil(p.rows);
-    let threads = rayon::current_num_threads();
-    let per = if threads == 1 || p.r * p.cols < 1 << 16 {
-        blocks
-    } else {
-        blocks.div_ceil(4 * threads)
-    };
-    let go = |i: usize| {
-        for k in i * per..((i + 1) * per).min(blocks) {
-            for j in (0..p.cols).step_by(STRIP) {
-                strip(c, buf, p, k, j, (j + STRIP).min(p.cols));
-            }
+/// Where the pass writes (see `with`): addresses, so the runs can share it.
+#[derive(Clone, Copy)]
+struct Layout {
+    /// The accumulators' first float; run 0's partial strip is the next row, the partials of
+    /// tile `per + i` row `2 + i`.
+    base: usize,
+    stride: usize,
+    /// Tiles per run.
+    per: usize,
+    r: usize,
+    cols: usize,
+}
+
+impl Layout {
+    /// `n` floats of table row `row` from column `j`.
+    ///
+    /// # Safety
+    /// `row` and `j + n` inside the table `with` sized; no other live slice of them.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, row: usize, j: usize, n: usize) -> &mut [f32] {
+        unsafe {
+            std::slice::from_raw_parts_mut((self.base as *mut f32).add(row * self.stride + j), n)
         }
-    };
-    let n = blocks.div_ceil(per);
-    if n == 1 {
-        go(0);
-    } else {
-        use rayon::prelude::*;
-        (0..n).into_par_iter().for_each(go);
     }
 }
 
-/// Columns `j0 .. j1` of block `k` of the table.
-fn strip(c: &ColReduce, buf: &Buffer, p: &Parts, k: usize, j0: usize, j1: usize) {
-    let id = match c.op {
+/// Runs the pass: `runs` runs of `per` tiles (rayon's threads take them); run 0 folds its
+/// tiles into the accumulators as it goes, the others write their tiles' partials. The fold
+/// of the other runs' partials moves forward in run order as they finish: a run that finishes
+/// folds every finished run after the last folded one, unless another run is doing so (then
+/// the one folding may miss it: the launching thread folds whatever is left after the join).
+fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
+    let blocks = l.r.div_ceil(c.rows);
+    // SAFETY: row 0 of the table (`with` sized it), nothing else uses it yet.
+    unsafe { l.row(0, 0, l.cols) }.fill(identity(c.op));
+    let done: Vec<AtomicBool> = (0..runs).map(|_| AtomicBool::new(false)).collect();
+    // How many runs are folded into the accumulators.
+    let folded = Mutex::new(0usize);
+    let advance = |f: &mut usize| {
+        while *f < runs && done[*f].load(Ordering::Acquire) {
+            // Run 0 folded its own tiles.
+            for k in (*f * l.per..((*f + 1) * l.per).min(blocks)).filter(|_| *f > 0) {
+                // SAFETY: run 0 is done (no other writer of row 0: the fold holds `folded`),
+                // and so is the run of tile k (its row is complete: `done` was stored with
+                // release and loaded with acquire).
+                let (acc, part) = unsafe { (l.row(0, 0, l.cols), l.row(2 + k - l.per, 0, l.cols)) };
+                fold(c.op, acc, part);
+            }
+            *f += 1;
+        }
+    };
+    let go = |i: usize| {
+        for k in i * l.per..((i + 1) * l.per).min(blocks) {
+            for j in (0..l.cols).step_by(STRIP) {
+                let n = STRIP.min(l.cols - j);
+                if i == 0 {
+                    // SAFETY: rows 0 and 1 are run 0's only until it is done (runs write
+                    // disjoint rows; the fold reads row 0 after run 0 is done).
+                    let (acc, part) = unsafe { (l.row(0, j, n), l.row(1, 0, n)) };
+                    strip(c, buf, l, k, j, part);
+                    fold(c.op, acc, part);
+                } else {
+                    // SAFETY: tile k's row is run i's only until it is done.
+                    strip(c, buf, l, k, j, unsafe { l.row(2 + k - l.per, j, n) });
+                }
+            }
+        }
+        done[i].store(true, Ordering::Release);
+        if let Ok(mut f) = folded.try_lock() {
+            advance(&mut f);
+        }
+    };
+    if runs == 1 {
+        go(0);
+    } else {
+        use rayon::prelude::*;
+        (0..runs).into_par_iter().for_each(go);
+    }
+    advance(&mut folded.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+/// The reduction's identity.
+pub(crate) fn identity(op: TileReduce) -> f32 {
+    match op {
         TileReduce::Sum => 0.0,
         TileReduce::Max => f32::NEG_INFINITY,
-    };
-    let u0 = k * p.rows;
-    let n = p.rows.min(p.r - u0);
-    // SAFETY: block k < blocks, columns j0..j1 ≤ cols of the table (`with`), which no
-    // other thread writes (threads take disjoint blocks).
-    let part = unsafe {
-        std::slice::from_raw_parts_mut((p.ptr as *mut f32).add(k * p.cols + j0), j1 - j0)
-    };
-    part.fill(id);
-    let at = u0 * p.cols + j0;
+    }
+}
+
+/// `acc[j] = acc[j] ⊕ part[j]` (`+`, or [`max_nan`] for a max).
+fn fold(op: TileReduce, acc: &mut [f32], part: &[f32]) {
+    match op {
+        TileReduce::Sum => acc.iter_mut().zip(part).for_each(|(a, p)| *a += *p),
+        TileReduce::Max => acc
+            .iter_mut()
+            .zip(part)
+            .for_each(|(a, p)| *a = max_nan(*a, *p)),
+    }
+}
+
+/// `part` (`part.len()` columns from `j0`) = the partial of tile `k`: the identity combined
+/// with its rows in order, then `other` once per row past the tensor.
+fn strip(c: &ColReduce, buf: &Buffer, l: &Layout, k: usize, j0: usize, part: &mut [f32]) {
+    let u0 = k * c.rows;
+    let n = c.rows.min(l.r - u0);
+    part.fill(identity(c.op));
+    let at = u0 * l.cols + j0;
     // A bf16 tensor past the LLC: the rows two passes on are prefetched into L2 (measured at
     // `[8192, 4096]`, one thread: 2.8–3.3 → 2.2–2.6 ms; an f32 one measured both faster and
     // slower, an L3-resident one slower).
@@ -161,14 +266,14 @@ fn strip(c: &ColReduce, buf: &Buffer, p: &Parts, k: usize, j0: usize, j1: usize)
     } else {
         0
     };
-    // SAFETY: rows u0..u0 + n and columns j0..j1 lie inside the `[r, cols]` tensor (its
-    // length checked in `with`; rows to `r` prefetched); loaded tensors are not written
-    // during a launch.
-    unsafe { super::colreduce::combine(c, buf, at, p.cols, n, part, ahead, p.r - u0) };
+    // SAFETY: rows u0..u0 + n and columns j0..j0 + part.len() lie inside the `[r, cols]`
+    // tensor (its length checked in `shaped`; rows to `r` prefetched); loaded tensors are not
+    // written during a launch.
+    unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part, ahead, l.r - u0) };
     match c.op {
-        TileReduce::Sum => (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v += c.other)),
+        TileReduce::Sum => (n..c.rows).for_each(|_| part.iter_mut().for_each(|v| *v += c.other)),
         TileReduce::Max => {
-            (n..p.rows).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
+            (n..c.rows).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
         }
     }
 }

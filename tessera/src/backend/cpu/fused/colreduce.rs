@@ -23,6 +23,17 @@ use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 use tessera_ir::tile::{Kernel, TileReduce};
 
+thread_local! {
+    /// Program loops run on this thread that took the column pass's folded accumulators.
+    static FOLDED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many program loops on this thread took the column pass's folded accumulators
+/// (`super::folded_column_loops`).
+pub(crate) fn folded_loops() -> u64 {
+    FOLDED.with(|c| c.get())
+}
+
 /// A recognised column-reduction loop (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct ColReduce {
@@ -205,6 +216,11 @@ pub(crate) fn run(
     let (lo, hi) = (sc[c.lo as usize] as i64, sc[c.hi as usize] as i64);
     // The two strips are distinct materialised tiles (`plan::Compiler::mat_slot`).
     assert!(c.acc.max(c.part) + n <= mat.len() && c.acc.abs_diff(c.part) >= n);
+    if let Some(p) = parts
+        && folded(c, sc, &mut mat[c.acc..c.acc + n], p, args, lo, hi)
+    {
+        return;
+    }
     let mut x = lo;
     while x < hi {
         sc[c.iv as usize] = x as i32 as f64;
@@ -216,33 +232,92 @@ pub(crate) fn run(
                 std::slice::from_raw_parts_mut(p.add(c.part), n),
             )
         };
-        block(c, sc, parts, args, acc, part);
+        block(c, sc, args, acc, part);
         x += c.step;
     }
 }
 
-/// One iteration: `part` from the identity over the block's rows, then into `acc`.
-fn block(
+/// Whether a program's loop (`lo..hi`, accumulator `acc` holding its initial value) is the
+/// one [`colpass`](super::colpass) folded, as far as the program can tell: the row index is
+/// the loop counter, the column index is not, the loop runs from 0 in steps of the tile
+/// height over exactly the pass's tiles, every accumulator starts at the reduction's
+/// identity (bits), and the program's columns inside the tensor are in the table. Then the
+/// loop's result is written into `acc` without running it: the table's accumulators for
+/// those columns and, for columns past the tensor's edge (every row reads `other`), the same
+/// fold computed once; the loop counter is left at its last value. Otherwise nothing changes.
+fn folded(
     c: &ColReduce,
-    sc: &[f64],
-    parts: Option<&Parts>,
-    args: &[Buffer],
+    sc: &mut [f64],
     acc: &mut [f32],
-    part: &mut [f32],
-) {
+    p: &Parts,
+    args: &[Buffer],
+    lo: i64,
+    hi: i64,
+) -> bool {
+    let id = super::colpass::identity(c.op);
+    let shaped = c.idx.len() == 2
+        && c.idx[0] == c.iv
+        && c.idx[1] != c.iv
+        && lo == 0
+        && hi > 0
+        && c.step == c.rows as i64
+        && (hi as usize).div_ceil(c.rows) == p.blocks()
+        && acc.iter().all(|v| v.to_bits() == id.to_bits());
+    if !shaped {
+        return false;
+    }
+    let buf = &args[c.param];
+    let before = sc[c.iv as usize];
+    sc[c.iv as usize] = 0.0;
+    let w = rect(buf, &c.idx, sc, c.rows, c.cols);
+    let c_pos = sc[c.idx[1] as usize] as i64;
+    let table = if w.is_empty() || w.r.0 != 0 {
+        None
+    } else {
+        p.part_of(c, buf, c_pos + w.c.0 as i64, w.c.1 - w.c.0)
+    };
+    let Some(t) = table else {
+        sc[c.iv as usize] = before;
+        return false;
+    };
+    let (c0, c1) = w.c;
+    acc[c0..c1].copy_from_slice(t);
+    if c0 > 0 || c1 < c.cols {
+        let f = |a: f32, x: f32| match c.op {
+            TileReduce::Sum => a + x,
+            TileReduce::Max => max_nan(a, x),
+        };
+        let mut v = id;
+        for _ in 0..p.blocks() {
+            let mut q = id;
+            for _ in 0..c.rows {
+                q = f(q, c.other);
+            }
+            v = f(v, q);
+        }
+        acc[..c0].fill(v);
+        acc[c1..].fill(v);
+    }
+    sc[c.iv as usize] = ((p.blocks() - 1) * c.rows) as i32 as f64;
+    FOLDED.with(|c| c.set(c.get() + 1));
+    true
+}
+
+/// One iteration: `part` from the identity over the block's rows, then into `acc`.
+fn block(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if c.bf16 && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
     {
         // SAFETY: the active level is at most the detected one: AVX-512F, AVX2 and FMA are
         // present.
-        return unsafe { block_avx512(c, sc, parts, args, acc, part) };
+        return unsafe { block_avx512(c, sc, args, acc, part) };
     }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
-        return unsafe { block_avx2(c, sc, parts, args, acc, part) };
+        return unsafe { block_avx2(c, sc, args, acc, part) };
     }
-    block_body(c, sc, parts, args, acc, part)
+    block_body(c, sc, args, acc, part)
 }
 
 /// [`block_body`] built with AVX-512F, for bf16 tensors (16 columns per vector: a row is
@@ -255,12 +330,11 @@ fn block(
 unsafe fn block_avx512(
     c: &ColReduce,
     sc: &[f64],
-    parts: Option<&Parts>,
     args: &[Buffer],
     acc: &mut [f32],
     part: &mut [f32],
 ) {
-    block_body(c, sc, parts, args, acc, part)
+    block_body(c, sc, args, acc, part)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -268,26 +342,18 @@ unsafe fn block_avx512(
 unsafe fn block_avx2(
     c: &ColReduce,
     sc: &[f64],
-    parts: Option<&Parts>,
     args: &[Buffer],
     acc: &mut [f32],
     part: &mut [f32],
 ) {
-    block_body(c, sc, parts, args, acc, part)
+    block_body(c, sc, args, acc, part)
 }
 
 #[inline(always)]
-fn block_body(
-    c: &ColReduce,
-    sc: &[f64],
-    parts: Option<&Parts>,
-    args: &[Buffer],
-    acc: &mut [f32],
-    part: &mut [f32],
-) {
+fn block_body(c: &ColReduce, sc: &[f64], args: &[Buffer], acc: &mut [f32], part: &mut [f32]) {
     match c.op {
-        TileReduce::Sum => rows(c, sc, parts, args, part, 0.0, |p, x| p + x),
-        TileReduce::Max => rows(c, sc, parts, args, part, f32::NEG_INFINITY, max_nan),
+        TileReduce::Sum => rows(c, sc, args, part, 0.0, |p, x| p + x),
+        TileReduce::Max => rows(c, sc, args, part, f32::NEG_INFINITY, max_nan),
     }
     match c.op {
         TileReduce::Sum => acc.iter_mut().zip(&*part).for_each(|(a, p)| *a += *p),
@@ -304,7 +370,6 @@ fn block_body(
 fn rows(
     c: &ColReduce,
     sc: &[f64],
-    parts: Option<&Parts>,
     args: &[Buffer],
     part: &mut [f32],
     id: f32,
@@ -332,33 +397,16 @@ fn rows(
         (l, m, r)
     };
     let at = (w.base + (r0 * w.stride + c0) as i64) as usize;
-    let r_pos = sc[c.idx[c.idx.len() - 2] as usize] as i64;
-    let c_pos = sc[c.idx[c.idx.len() - 1] as usize] as i64;
-    let table = parts
-        .filter(|_| r0 == 0 && c.idx.len() == 2)
-        .and_then(|p| p.part(c, buf, r_pos, c_pos + c0 as i64, c1 - c0));
-    if let Some(t) = table {
-        // The pass combined these rows and, past the tensor's end, `other` (as below).
-        pm.copy_from_slice(t);
-    } else {
-        // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds (asserted above);
-        // loaded tensors are not written during a launch.
-        unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
-    }
+    // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds (asserted above);
+    // loaded tensors are not written during a launch.
+    unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
     if c0 > 0 || c1 < c.cols {
         for _ in r0..r1 {
             other(pl);
             other(pr);
         }
     }
-    if table.is_some() {
-        (r1..c.rows).for_each(|_| {
-            other(pl);
-            other(pr);
-        });
-    } else {
-        (r1..c.rows).for_each(|_| other(part));
-    }
+    (r1..c.rows).for_each(|_| other(part));
 }
 
 /// The max of two values, NaN if either is NaN (the interpreter's rule).
@@ -469,8 +517,8 @@ unsafe fn combine_body(c: &ColReduce, x: *const u8, stride: usize, n: usize, pm:
 mod x86 {
     use core::arch::x86_64::*;
 
-    /// [`super::combine`] of a sum with AVX-512F: 16 columns per vector, four rows per pass
-    /// over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`); with `ahead`
+    /// [`super::combine`] of a sum with AVX-512F: 16 columns per vector (from the first
+    /// column whose row vectors start cache lines, see below), four rows per pass over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`); with `ahead`
     /// > 0 each pass prefetches the same columns of the rows `ahead` rows on (below `avail`).
     ///
     /// # Safety
@@ -486,8 +534,17 @@ mod x86 {
         avail: usize,
     ) {
         let m = part.len();
-        let m16 = m & !15;
         let pp = part.as_mut_ptr();
+        // Vectors start at the first column where a row's vector starts a cache line (32
+        // bytes of bf16, 64 of f32) when every row shares that offset; the columns before it
+        // and after the last whole vector run one at a time.
+        let line = if BF { 32 } else { 64 };
+        let j0 = if sb.is_multiple_of(line) {
+            ((line - x as usize % line) % line / if BF { 2 } else { 4 }).min(m)
+        } else {
+            0
+        };
+        let m16 = j0 + ((m - j0) & !15);
         macro_rules! ld {
             ($r:expr, $j:expr) => {
                 if BF {
@@ -507,6 +564,25 @@ mod x86 {
                 }
             };
         }
+        // The columns before `j0` and from `m16` as one vector each, overlapping the row's
+        // first or last 16 columns, whose other lanes are added nothing (stored back as
+        // loaded); one column at a time in a row of fewer than 16.
+        let wide = m >= 16;
+        let head = (1u16 << j0.min(15)) - 1;
+        let tail = if wide && m16 < m {
+            !0u16 << (m16 - (m - 16))
+        } else {
+            0
+        };
+        macro_rules! edge {
+            ($rows:expr, $at:expr, $mask:expr) => {{
+                let mut v = _mm512_loadu_ps(pp.add($at));
+                for r in $rows {
+                    v = _mm512_mask_add_ps(v, $mask, v, ld!(r, $at));
+                }
+                _mm512_storeu_ps(pp.add($at), v);
+            }};
+        }
         let mut u = 0;
         // SAFETY (all accesses): rows u < n, columns j < m (the caller's contract); `pp`
         // holds m values.
@@ -514,46 +590,112 @@ mod x86 {
             while u + 4 <= n {
                 let r0 = x.add(u * sb);
                 let (r1, r2, r3) = (r0.add(sb), r0.add(2 * sb), r0.add(3 * sb));
-                let mut j = 0;
+                if wide {
+                    if j0 > 0 {
+                        edge!([r0, r1, r2, r3], 0, head);
+                    }
+                } else {
+                    for j in 0..j0 {
+                        *pp.add(j) =
+                            (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                    }
+                }
                 // The rows `ahead` rows on, up to the last readable one, into L2.
                 let q = x.wrapping_add((u + ahead) * sb);
-                let pf = (ahead > 0).then(|| avail.saturating_sub(u + ahead).min(4));
-                while j < m16 {
-                    if let Some(k) = pf
-                        && (!BF || j % 32 == 0)
-                    {
-                        let e = if BF { 2 * j } else { 4 * j };
-                        for i in 0..k {
-                            // A prefetch never faults; the row is inside the tensor.
-                            _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e) as *const i8);
-                        }
-                    }
-                    let mut v = _mm512_loadu_ps(pp.add(j));
-                    v = _mm512_add_ps(v, ld!(r0, j));
-                    v = _mm512_add_ps(v, ld!(r1, j));
-                    v = _mm512_add_ps(v, ld!(r2, j));
-                    v = _mm512_add_ps(v, ld!(r3, j));
-                    _mm512_storeu_ps(pp.add(j), v);
-                    j += 16;
+                let k = avail.saturating_sub(u + ahead).min(4);
+                if ahead > 0 && k > 0 {
+                    quad::<BF, true>([r0, r1, r2, r3], pp, j0, m16, q, k, sb);
+                } else {
+                    quad::<BF, false>([r0, r1, r2, r3], pp, j0, m16, q, 0, sb);
                 }
-                for j in m16..m {
-                    *pp.add(j) =
-                        (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                if wide {
+                    if m16 < m {
+                        edge!([r0, r1, r2, r3], m - 16, tail);
+                    }
+                } else {
+                    for j in m16..m {
+                        *pp.add(j) =
+                            (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
+                    }
                 }
                 u += 4;
             }
             while u < n {
                 let r0 = x.add(u * sb);
-                let mut j = 0;
+                if wide {
+                    if j0 > 0 {
+                        edge!([r0], 0, head);
+                    }
+                } else {
+                    for j in 0..j0 {
+                        *pp.add(j) += sc!(r0, j);
+                    }
+                }
+                let mut j = j0;
                 while j < m16 {
                     let v = _mm512_add_ps(_mm512_loadu_ps(pp.add(j)), ld!(r0, j));
                     _mm512_storeu_ps(pp.add(j), v);
                     j += 16;
                 }
-                for j in m16..m {
-                    *pp.add(j) += sc!(r0, j);
+                if wide {
+                    if m16 < m {
+                        edge!([r0], m - 16, tail);
+                    }
+                } else {
+                    for j in m16..m {
+                        *pp.add(j) += sc!(r0, j);
+                    }
                 }
                 u += 1;
+            }
+        }
+    }
+
+    /// `part[j] = (((part[j] + r0[j]) + r1[j]) + r2[j]) + r3[j]` for the vectors of columns
+    /// `j0 .. m16` (`pp`: `part`'s first value); with `PF`, every 16 f32 or 32 bf16 columns
+    /// also prefetches them in the `k` rows from `q` (`sb` bytes apart) into L2. Its own loop,
+    /// so the common one (no prefetch) keeps every pointer in a register.
+    ///
+    /// # Safety
+    /// As [`sum_avx512`]: the rows hold those columns, `pp` holds `m16` values; AVX-512F.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn quad<const BF: bool, const PF: bool>(
+        r: [*const u8; 4],
+        pp: *mut f32,
+        j0: usize,
+        m16: usize,
+        q: *const u8,
+        k: usize,
+        sb: usize,
+    ) {
+        let e = if BF { 2 } else { 4 };
+        let [r0, r1, r2, r3] = r;
+        let mut j = j0;
+        // SAFETY: the caller's contract.
+        unsafe {
+            while j < m16 {
+                if PF && (!BF || (j - j0).is_multiple_of(32)) {
+                    for i in 0..k {
+                        // A prefetch never faults; the row is inside the tensor.
+                        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e * j) as *const i8);
+                    }
+                }
+                let ld = |r: *const u8| {
+                    if BF {
+                        let v = _mm256_loadu_si256(r.add(2 * j) as *const __m256i);
+                        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+                    } else {
+                        _mm512_loadu_ps(r.add(4 * j) as *const f32)
+                    }
+                };
+                let mut v = _mm512_loadu_ps(pp.add(j));
+                v = _mm512_add_ps(v, ld(r0));
+                v = _mm512_add_ps(v, ld(r1));
+                v = _mm512_add_ps(v, ld(r2));
+                v = _mm512_add_ps(v, ld(r3));
+                _mm512_storeu_ps(pp.add(j), v);
+                j += 16;
             }
         }
     }

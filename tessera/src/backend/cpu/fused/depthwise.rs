@@ -52,25 +52,10 @@ struct Geom {
 /// tensors `x [H, W, C]`, `f [KH, KW, C]`, `y [OH, OW, C]` with `OH + KH ≤ H + 1` and
 /// `OW + KW ≤ W + 1` (every tap of every output element inside `x`).
 pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
+    let Some((g, [oh, ow, c])) = geometry(d, args) else {
+        return false;
+    };
     let (xb, fb, yb) = (&args[d.x], &args[d.f], &args[d.y]);
-    let (xd, fd, yd) = (xb.dims(), fb.dims(), yb.dims());
-    let whole = |b: &Buffer, d: &[usize]| {
-        b.dtype == DType::F32 && d.len() == 3 && d.iter().product::<usize>() * 4 == b.len
-    };
-    if !(whole(xb, xd) && whole(fb, fd) && whole(yb, yd)) {
-        return false;
-    }
-    let (oh, ow, c) = (yd[0], yd[1], yd[2]);
-    let g = Geom {
-        w: xd[1],
-        c,
-        kh: fd[0],
-        kw: fd[1],
-    };
-    let fits = xd[2] == c && fd[2] == c && oh + g.kh <= xd[0] + 1 && ow + g.kw <= g.w + 1;
-    if !fits {
-        return false;
-    }
     let n = ow * c;
     if oh * n == 0 {
         return true;
@@ -129,6 +114,37 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
             .for_each(|(t, out)| rows(level, x, &fe, g, t * per, out, n));
     }
     true
+}
+
+/// Whether [`run`] takes these arguments, and so writes every element of `y`.
+pub(crate) fn covers(d: &Depthwise, args: &[Buffer]) -> bool {
+    geometry(d, args).is_some()
+}
+
+/// The launch's extents and `y`'s dims `[OH, OW, C]` when the arguments are what [`run`]
+/// computes (see there), else `None`.
+fn geometry(d: &Depthwise, args: &[Buffer]) -> Option<(Geom, [usize; 3])> {
+    let (xb, fb, yb) = (&args[d.x], &args[d.f], &args[d.y]);
+    let (xd, fd, yd) = (xb.dims(), fb.dims(), yb.dims());
+    let whole = |b: &Buffer, d: &[usize]| {
+        b.dtype == DType::F32
+            && d.len() == 3
+            && d.iter()
+                .try_fold(4usize, |n, &e| n.checked_mul(e))
+                .is_some_and(|n| n == b.len)
+    };
+    if !(whole(xb, xd) && whole(fb, fd) && whole(yb, yd)) {
+        return None;
+    }
+    let (oh, ow, c) = (yd[0], yd[1], yd[2]);
+    let g = Geom {
+        w: xd[1],
+        c,
+        kh: fd[0],
+        kw: fd[1],
+    };
+    let fits = xd[2] == c && fd[2] == c && oh + g.kh <= xd[0] + 1 && ow + g.kw <= g.w + 1;
+    fits.then_some((g, [oh, ow, c]))
 }
 
 /// Output rows `oh0..` into `out` (whole rows of `n` floats) at the given SIMD level.

@@ -235,7 +235,7 @@ pub fn whole_transposes() -> u64 {
 }
 
 /// How many fast-path launches made on this thread computed their column reduction's
-/// partials for all programs in one pass over whole rows of the tensor before running the
+/// accumulators for all programs in one pass over whole rows of the tensor before running the
 /// programs (a plan with one column reduction, its programs splitting the columns).
 ///
 /// ```
@@ -255,6 +255,31 @@ pub fn whole_transposes() -> u64 {
 /// ```
 pub fn column_passes() -> u64 {
     COLPASSES.with(|c| c.get())
+}
+
+/// How many programs run on this thread took their column-reduction loop's result from the
+/// launch's whole-row pass ([`column_passes`]) instead of running the loop: the loop is the
+/// one the pass folded (row index the loop counter, from 0 in steps of the tile height over
+/// every tile of rows, the accumulator starting at the reduction's identity).
+///
+/// ```
+/// use tessera::prelude::*;
+///
+/// #[tessera::kernel]
+/// fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+///     x.sum(0)
+/// }
+///
+/// let x = Tensor::<f32>::randn(&[100, 1000], 1);
+/// let before = tessera::backend::cpu::fused::folded_column_loops();
+/// let y = col_sum(&x)?;
+/// assert_eq!(y.shape(), &[1000]);
+/// // One program per 256 columns.
+/// assert_eq!(tessera::backend::cpu::fused::folded_column_loops(), before + 4);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn folded_column_loops() -> u64 {
+    colreduce::folded_loops()
 }
 
 /// How many fast-path launches made on this thread ran their column-reduction loop as one
@@ -527,6 +552,14 @@ impl Fused {
         if !self.runs(args) {
             return false;
         }
+        // A matched depthwise convolution whose arguments `depthwise::run` takes: that pass
+        // writes the whole output (`Fused::launch` tries it first).
+        if let Some(d) = &self.depthwise
+            && d.y == param
+            && depthwise::covers(d, args)
+        {
+            return true;
+        }
         let grid = grid(k, args);
         let dims = args[param].dims();
         let numel: usize = dims.iter().product();
@@ -684,7 +717,9 @@ impl Fused {
                 Err(_) => go(&mut run::Scratch::default(), pid),
             })
         };
-        if total == 1 || rayon::current_num_threads() == 1 {
+        // With a column pass's folded accumulators each program's loop is a copy: the
+        // programs run on this thread (a second fork-join would cost more than they do).
+        if total == 1 || rayon::current_num_threads() == 1 || parts.is_some() {
             (0..total).for_each(block);
         } else {
             // Contiguous runs of programs per task keep scratch and rows hot.
