@@ -101,13 +101,17 @@ fn best(mut f: impl FnMut()) -> f64 {
 }
 
 /// GB/s of a parallel `copy_from_slice` of `bytes` (read + written) on `t` threads.
+///
+/// Timed inside the pool, as the kernels are (`p.install(|| best(..))`): timing each copy
+/// through its own `install` would add the pool thread's wake-up to a copy of a few
+/// microseconds, and the yardstick of the `[37, 300]` rows would move severalfold between runs.
 fn memcpy_gbs(bytes: usize, t: usize) -> f64 {
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
     let p = pool(t);
     let chunk = bytes.div_ceil(t).max(1);
-    let s = best(|| {
-        p.install(|| {
+    let s = p.install(|| {
+        best(|| {
             use rayon::prelude::*;
             dst.par_chunks_mut(chunk)
                 .zip(src.par_chunks(chunk))
