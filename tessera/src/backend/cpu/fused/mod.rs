@@ -717,17 +717,30 @@ impl Fused {
                 Err(_) => go(&mut run::Scratch::default(), pid),
             })
         };
-        // With a column pass's folded accumulators each program's loop is a copy: the
-        // programs run on this thread (a second fork-join would cost more than they do).
-        if total == 1 || rayon::current_num_threads() == 1 || parts.is_some() {
+        if total == 1 || rayon::current_num_threads() == 1 {
             (0..total).for_each(block);
-        } else {
-            // Contiguous runs of programs per task keep scratch and rows hot.
-            let per = total.div_ceil(rayon::current_num_threads() * 4).max(1);
-            (0..total.div_ceil(per)).into_par_iter().for_each(|t| {
-                (t * per..((t + 1) * per).min(total)).for_each(block);
-            });
+            return;
         }
+        // With a column pass's folded accumulators each program's loop is a copy: when the
+        // first program's loop took them, the programs run on this thread (a second
+        // fork-join would cost more than they do); a loop the pass did not fold runs on
+        // every thread.
+        let mut first = 0;
+        if parts.is_some() {
+            let before = colreduce::folded_loops();
+            block(0);
+            if colreduce::folded_loops() > before {
+                (1..total).for_each(block);
+                return;
+            }
+            first = 1;
+        }
+        // Contiguous runs of programs per task keep scratch and rows hot.
+        let rest = total - first;
+        let per = rest.div_ceil(rayon::current_num_threads() * 4).max(1);
+        (0..rest.div_ceil(per)).into_par_iter().for_each(|t| {
+            (first + t * per..first + ((t + 1) * per).min(rest)).for_each(block);
+        });
     }
 }
 
