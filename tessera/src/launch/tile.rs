@@ -454,8 +454,10 @@ impl TileDef {
             }
             cpu::launch(&program, &bufs)?;
             if covered {
-                // SAFETY: the launch ran the fused path, which wrote every element of its last
-                // parameter (`Program::covers`), whose buffer is this whole block.
+                // SAFETY: `Program::covers` holds only when the path `cpu::launch` takes writes
+                // every element of the last parameter (whose buffer is this whole block): the
+                // fused path proven to cover it, or a K loop that writes the whole output
+                // (`matmul::writes_whole`, run by `matmul::whole` or the interpreter).
                 unsafe { mem.assume_init() };
                 cpu::fused::count_covered();
             }

@@ -27,7 +27,7 @@ pub(crate) fn run(
     rows: usize,
     n: usize,
 ) {
-    // The row, a chunk of squares, γ and β (widened), the output row.
+    // Three rows, a chunk of squares, γ and β (widened).
     let need = 5 * n + nm.rows.bc;
     if buf.len() < need {
         buf.resize(need, 0.0);

@@ -336,10 +336,13 @@ mod tests {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .subsec_nanos();
+            .subsec_nanos()
+            % 4096;
+        // Distinct small integers: exact in f32 and u16, never a sentinel (-1.0, 0xffff).
+        let value = |j: usize| seed as usize + 7 * j + 1;
         for n in 0..60 {
             for off in 0..32 {
-                let src: Vec<f32> = (0..n).map(|j| (seed as usize + 7 * j) as f32).collect();
+                let src: Vec<f32> = (0..n).map(|j| value(j) as f32).collect();
                 let mut out = vec![-1.0f32; 128];
                 let at = out.as_ptr().align_offset(64);
                 let b = buffer(DType::F32, out.as_mut_ptr() as *mut u8, 4 * out.len());
@@ -356,7 +359,7 @@ mod tests {
                         assert_eq!(v, want, "f32 n {n} offset {off} element {j} (seed {seed})");
                     }
                 }
-                let srcu: Vec<u16> = src.iter().map(|&v| v as u16).collect();
+                let srcu: Vec<u16> = (0..n).map(|j| value(j) as u16).collect();
                 let mut outu = vec![0xffffu16; 192];
                 let atu = outu.as_ptr().align_offset(64);
                 let b = buffer(DType::BF16, outu.as_mut_ptr() as *mut u8, 2 * outu.len());

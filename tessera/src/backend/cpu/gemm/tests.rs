@@ -329,15 +329,20 @@ fn every_isa_is_one_fma_chain_in_k_order() {
         // More rows than one block: A read in place; B packed by each panel's first
         // micro-tile (rows of B close together), a partial last panel, a partial row block.
         (150, 100, 300),
-        // The same with B's rows far apart: B packed in a separate pass.
+        // The same with B's rows farther apart (a k-block of B spans 720 000 bytes, under
+        // `FUSE_BYTES`): still packed by the micro-tiles.
         (150, 600, 300),
         // Two k-blocks (`KC_WIDE`) and three row blocks, B packed by the micro-tiles.
         (300, 45, 513),
         // Three uneven `KC_WIDE` k-blocks, two row blocks, B packed by the micro-tiles (a
         // k-block of B spans under `FUSE_BYTES`), a partial last panel.
         (150, 300, 1100),
-        // Two k-blocks whose B spans more than `FUSE_BYTES`: the separate packing pass.
+        // Three k-blocks of 344 rows whose B spans 963 200 bytes each, just under
+        // `FUSE_BYTES`: packed by the micro-tiles.
         (150, 700, 1030),
+        // Two uneven `KC_WIDE` k-blocks (261, 260) whose B spans 1 148 400 bytes, over
+        // `FUSE_BYTES`: the separate packing pass.
+        (150, 1100, 521),
     ] {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
@@ -376,6 +381,7 @@ fn overwrite_is_zeroed_accumulate_all_isas() {
         (300, 45, 513, 2),
         (150, 300, 1100, 3),
         (150, 700, 1030, 1),
+        (150, 1100, 521, 2),
     ] {
         let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
         let a = rng.vec((m - 1) * lda + k);

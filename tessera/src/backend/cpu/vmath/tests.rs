@@ -377,6 +377,32 @@ fn gelu_interval_edges() {
     }
 }
 
+/// Every vector path gives each element the bits of the kernel applied to that element alone
+/// (the scalar `gelu1` remainder path): a block inside |x| < 3.9, where whole vectors take the
+/// central form with no lane needing the wider table or the `exp` form (AVX2's single-permute
+/// branch), then inputs over every range as in `gelu_accuracy`.
+#[test]
+fn gelu_vector_lanes_equal_the_scalar_path() {
+    let mut x = inputs(44, &[(4096, &|r| r.uniform(-3.9, 3.9))]);
+    x.extend(inputs(
+        45,
+        &[
+            (20_000, &|r| r.uniform(-16.0, 16.0)),
+            (5_000, &|r| r.logu(1e-38, 100.0)),
+            (5_000, &|r| r.uniform(-6.0, -4.0)),
+        ],
+    ));
+    for (vname, f) in variants!(k_gelu, gelu) {
+        let mut y = x.clone();
+        f(&mut y);
+        for (&a, &b) in x.iter().zip(&y) {
+            let mut one = [a];
+            f(&mut one);
+            assert_eq!(one[0].to_bits(), b.to_bits(), "{vname} gelu({a:e})");
+        }
+    }
+}
+
 /// `gelu_into` (source read in the loop) gives `gelu`'s bits at every length and offset.
 #[test]
 fn gelu_into_matches_gelu() {
