@@ -488,8 +488,8 @@ pub(crate) struct Fused {
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
     depthwise: Option<dwmatch::Depthwise>,
-    /// The plan's step index of a group [`flat::run`] may run over whole tensors.
-    flat: Option<usize>,
+    /// The group [`flat::run`] may run over whole tensors, and its operands.
+    flat: Option<flat::Flat>,
     /// The plan's column reduction when it has exactly one (its launches compute the
     /// partials of all programs in one pass: `colpass`).
     colreduce: Option<colreduce::ColReduce>,
@@ -670,17 +670,17 @@ impl Fused {
             transpose::run_whole(t, args);
             return true;
         }
-        if let Some(i) = self.flat
+        if let Some(f) = &self.flat
             && !NO_FLAT.with(|c| c.get())
-            && let plan::Step::Group(g) = &self.plan.steps[i]
-            && let Some(o) = flat::shaped(g, args)
+            && let plan::Step::Group(g) = &self.plan.steps[f.step]
+            && let Some(o) = flat::shaped(g, f, args)
             && self.covers(k, args, o)
         {
             FLAT.with(bump);
             if stream::large(&args[o]) {
                 FLAT_STREAMED.with(bump);
             }
-            flat::run(g, args);
+            flat::run(g, f, args);
             return true;
         }
         match &self.colreduce {
