@@ -248,30 +248,40 @@ unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 /// coefficient tables loaded once) per 256 values.
 const WIDE: usize = 256;
 
-/// `y[j] = ops(x[j])`, computed in the output slice itself (L1: at most a tile row): each
-/// binary op one loop over the slice (the first reading `x`), each unary op `vmath::lanes`'s
-/// kernel over blocks of [`WIDE`] floats, then `L`, the last partial block padded with zeros
-/// (its extra lanes are dropped). Every element gets the ops in the chain's order.
+/// `y[j] = ops(x[j])`, computed in the output slice itself, in blocks of [`WIDE`] floats
+/// (every op of the chain on one block, in L1, before the next: the next block's loads
+/// overlap this block's arithmetic): each binary op one loop over the block (the first
+/// reading `x`), each unary op `vmath::lanes`'s kernel over the whole block, or blocks of
+/// `L` in a last partial one, padded with zeros (its extra lanes are dropped). Every element
+/// gets the ops in the chain's order.
 #[inline(always)]
 fn lanes<A: Arith, const L: usize>(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     let w = x.len();
-    for i in (0..w).step_by(16) {
-        prefetch(x.as_ptr().wrapping_add(i + AHEAD));
-    }
-    let mut first = true;
-    for (op, k) in ops.iter().zip(ks) {
-        match op {
-            Op::Unary(u) => {
-                if first {
-                    y.copy_from_slice(x);
-                }
-                unary_slice::<A, L>(*u, y);
-            }
-            Op::Binary { op, left, .. } => {
-                binary_slice(*op, *left, k, first.then_some(x), y);
-            }
+    for b0 in (0..w).step_by(WIDE) {
+        let b1 = w.min(b0 + WIDE);
+        for i in (b0..b1).step_by(16) {
+            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
         }
-        first = false;
+        let (xb, yb) = (&x[b0..b1], &mut y[b0..b1]);
+        let mut first = true;
+        for (op, k) in ops.iter().zip(ks) {
+            match op {
+                Op::Unary(u) => {
+                    if first {
+                        yb.copy_from_slice(xb);
+                    }
+                    unary_slice::<A, L>(*u, yb);
+                }
+                Op::Binary { op, left, .. } => {
+                    let kb = match *k {
+                        V::S(s) => V::S(&s[b0..b1]),
+                        V::K(c) => V::K(c),
+                    };
+                    binary_slice(*op, *left, &kb, first.then_some(xb), yb);
+                }
+            }
+            first = false;
+        }
     }
     true
 }
