@@ -1,7 +1,9 @@
 //! Whole-tensor elementwise launches: a plan whose only group is a direct unary chain
-//! ([`Group::direct`]) or a binary pipe ([`Group::binary`]) whose loads and store index one
-//! tile origin computes, over a launch that writes every output element, `out[i] = f(in[i])`
-//! (or `f(a[i], b[i])`) for every element `i` of tensors of one shape. Such a launch runs as
+//! ([`Group::direct`]), a binary pipe ([`Group::binary`]) or an operand chain
+//! ([`Group::chain`]: constants and broadcast rows as operands) whose loads and store index
+//! one tile origin computes, over a launch that writes every output element,
+//! `out[i] = f(in[i])` (or `f(a[i], b[i])`, or `f(in[i], row[i % C])`) for every element `i`
+//! of tensors of one shape. Such a launch runs as
 //! one pass over the flat tensors instead of tile by tile: contiguous ranges split among
 //! rayon's threads, each walked in order (the hardware prefetchers see one stream per
 //! tensor), streamed past the non-temporal threshold ([`super::stream::large`]) whatever the

@@ -317,7 +317,8 @@ pub fn direct_chains() -> u64 {
 }
 
 /// How many fast-path launches made on this thread ran as one pass over whole tensors: an
-/// elementwise kernel (a unary chain such as `gelu`, or a binary op such as `add`) whose
+/// elementwise kernel (a unary chain such as `gelu`, a binary op such as `add`, or an operand
+/// chain such as `gelu(x * y + 1.0)` with `y` a broadcast row or constants) whose
 /// programs together compute every element of an output shaped like its inputs, run as
 /// contiguous ranges of the flat tensors split among the threads, whatever the tile shape.
 ///
