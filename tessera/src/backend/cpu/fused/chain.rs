@@ -231,6 +231,37 @@ pub(crate) fn piece(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    // `add`/`sub`/`mul`/`div` ops then gelu: the ops run inside gelu's vector loop, so the
+    // input's loads overlap gelu's arithmetic.
+    use crate::backend::cpu::vmath::gelu_simd::{Pre, avx512_after};
+    let arith = |o: &BinaryOp| {
+        matches!(
+            o,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+        )
+    };
+    if let [pre @ .., Op::Unary(UnaryOp::Gelu)] = ops
+        && pre.len() < MAX_OPS
+        && pre
+            .iter()
+            .all(|o| matches!(o, Op::Binary { op, .. } if arith(op)))
+    {
+        let mut p: [Pre; MAX_OPS] = [(BinaryOp::Add, true, None, 0.0); MAX_OPS];
+        for ((d, o), k) in p.iter_mut().zip(pre).zip(ks) {
+            if let Op::Binary { op, left, .. } = o {
+                *d = match *k {
+                    V::S(s) => (*op, *left, Some(s), 0.0),
+                    V::K(c) => (*op, *left, None, c),
+                };
+            }
+        }
+        for i in (0..x.len()).step_by(16) {
+            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
+        }
+        // SAFETY: AVX-512F, AVX2 and FMA (this function's contract).
+        unsafe { avx512_after(&p[..pre.len()], x, y) };
+        return true;
+    }
     lanes::<Fused, 64>(ops, ks, x, y)
 }
 
