@@ -5,7 +5,9 @@
 //! in L1): the first op reads the input and writes the output, each later op runs in place
 //! over the slice (binary ops one loop each, unary ops through `vmath::lanes`, the element
 //! kernels of `vmath`'s slice functions with the flavour those use at the active SIMD level,
-//! in blocks of 256 floats), so the input is read once and the output written once. Each op is the interpreter's, in the same order, so the
+//! in blocks of 256 floats), so the input is read once and the output written once. At
+//! AVX-512, `add`/`sub`/`mul`/`div` ops followed by gelu run inside gelu's vector loop
+//! (`vmath::gelu_simd::avx512_after`) instead. Each op is the interpreter's, in the same order, so the
 //! result is its own bit for bit.
 
 use super::chunk::{self, V};
@@ -280,8 +282,8 @@ unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 const WIDE: usize = 256;
 
 /// `y[j] = ops(x[j])`, computed in the output slice itself, in blocks of [`WIDE`] floats
-/// (every op of the chain on one block, in L1, before the next: the next block's loads
-/// overlap this block's arithmetic): each binary op one loop over the block (the first
+/// (every op of the chain on one block, in L1, before the next): each binary op one loop
+/// over the block (the first
 /// reading `x`), each unary op `vmath::lanes`'s kernel over the whole block, or blocks of
 /// `L` in a last partial one, padded with zeros (its extra lanes are dropped). Every element
 /// gets the ops in the chain's order.
