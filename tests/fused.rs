@@ -1832,6 +1832,52 @@ fn operand_chains_bits() {
     }
 }
 
+/// `gelu(x * y + 1.0)` with `y` a broadcast row on the whole-tensor path
+/// (`fused::flat_elementwise`; streamed for the large shape) and tile by tile, each bit for
+/// bit with the interpreter, on one thread and two: odd shapes, one column, a shape whose
+/// thread ranges split rows (64-element boundaries in 1001-column rows), and one past the
+/// non-temporal threshold; fresh random `x` with NaN, ±inf, ±0 and huge values, and `y`
+/// holding inf and NaN.
+#[test]
+fn flat_operand_chains_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    flat_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
+    flat_chain_bits(&[((300, 1), false), ((300, 1001), false)]);
+    flat_chain_bits(&large_flat_shapes());
+}
+
+fn flat_chain_bits(shapes: &[((usize, usize), bool)]) {
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1e30,
+        -1e30,
+    ];
+    for (i, &((r, c), nt)) in shapes.iter().enumerate() {
+        let s = 3100 + 10 * i as u64 + (r * c) as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = with_specials(r, c, s, &specials);
+        let mut yv = Tensor::<f32>::randn(&[c], s + 1).to_vec().unwrap();
+        yv[c / 2] = f32::INFINITY;
+        yv[c - 1] = f32::NAN;
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                flat_and_tiles(&format!("flat chain {tag} {threads}T"), nt, || {
+                    chain(&x, &y).unwrap()
+                })
+            });
+        }
+    }
+}
+
 /// Inputs of `vmath::gelu`'s three forms: `randn · 5` (about 18% of the lanes at
 /// `x <= -4.5`, the `exp` form, and 5% at `x >= 8`, mixed in a vector with central-range
 /// lanes), every central interval's edges `±k/2` (k = 1..=16) and their neighbouring floats,
@@ -1985,6 +2031,8 @@ fn every_simd_level_agrees() {
         flat_elementwise_bits(&[((37, 300), false), ((256, 256), false), ((9, 1025), false)]);
         flat_elementwise_bits(&large_flat_shapes());
         operand_chains_bits();
+        flat_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
+        flat_chain_bits(&large_flat_shapes());
         gelu_ranges_bits();
         unary_chains_bits();
         bf16_storage_bits();

@@ -1,11 +1,13 @@
 //! `load → elementwise ops → store` groups of f32 tensors whose binary ops take the running
 //! value and a broadcast operand (a materialised tile such as a `[C]` row, or a scalar), such
 //! as `gelu(x * y + 1.0)` ([`super::plan::Group::chain`]). Where the load's and the store's
-//! windows cover the chunk, the chunk runs in one pass: a block of 64 input floats (32 at
-//! AVX2, 16 on the baseline ISA: four vector registers) is loaded, every op of the chain
-//! applied to it while it is in registers or L1 (unary ops through `vmath::lanes`, the
-//! element kernels of `vmath`'s slice functions with the flavour those use at the active SIMD
-//! level), and the result stored. Each op is the interpreter's, in the same order, so the
+//! windows cover the chunk, the chunk runs in the output slice itself (at most a tile row,
+//! in L1): the first op reads the input and writes the output, each later op runs in place
+//! over the slice (binary ops one loop each, unary ops through `vmath::lanes`, the element
+//! kernels of `vmath`'s slice functions with the flavour those use at the active SIMD level,
+//! in blocks of 256 floats), so the input is read once and the output written once. At
+//! AVX-512, `add`/`sub`/`mul`/`div` ops followed by gelu run inside gelu's vector loop
+//! (`vmath::gelu_simd::avx512_after`) instead. Each op is the interpreter's, in the same order, so the
 //! result is its own bit for bit.
 
 use super::chunk::{self, V};
@@ -24,7 +26,7 @@ use tessera_ir::graph::{BinaryOp, UnaryOp};
 use tessera_ir::tile::Kernel;
 
 /// The most ops a chain may have.
-const MAX_OPS: usize = 8;
+pub(crate) const MAX_OPS: usize = 8;
 
 /// How far ahead of the block being computed its input is prefetched, in floats.
 const AHEAD: usize = 1024;
@@ -203,7 +205,12 @@ pub(crate) unsafe fn run(
             *k = unsafe { read(*src, std::ptr::null(), mat, sc, r, c0, w) };
         }
     }
-    let (ops, ks) = (&ch.ops[..], &ks[..ch.ops.len()]);
+    piece(&ch.ops, &ks[..ch.ops.len()], x, y)
+}
+
+/// `y[j] = ops(x[j])` with `ks[o]` op `o`'s operand over the slice, at the active SIMD level.
+/// Always `true`.
+pub(crate) fn piece(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let level = simd::active();
@@ -226,6 +233,37 @@ pub(crate) unsafe fn run(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    // `add`/`sub`/`mul`/`div` ops then gelu: the ops run inside gelu's vector loop, so the
+    // input's loads overlap gelu's arithmetic.
+    use crate::backend::cpu::vmath::gelu_simd::{Pre, avx512_after};
+    let arith = |o: &BinaryOp| {
+        matches!(
+            o,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+        )
+    };
+    if let [pre @ .., Op::Unary(UnaryOp::Gelu)] = ops
+        && pre.len() < MAX_OPS
+        && pre
+            .iter()
+            .all(|o| matches!(o, Op::Binary { op, .. } if arith(op)))
+    {
+        let mut p: [Pre; MAX_OPS] = [(BinaryOp::Add, true, None, 0.0); MAX_OPS];
+        for ((d, o), k) in p.iter_mut().zip(pre).zip(ks) {
+            if let Op::Binary { op, left, .. } = o {
+                *d = match *k {
+                    V::S(s) => (*op, *left, Some(s), 0.0),
+                    V::K(c) => (*op, *left, None, c),
+                };
+            }
+        }
+        for i in (0..x.len()).step_by(16) {
+            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
+        }
+        // SAFETY: AVX-512F, AVX2 and FMA (this function's contract).
+        unsafe { avx512_after(&p[..pre.len()], x, y) };
+        return true;
+    }
     lanes::<Fused, 64>(ops, ks, x, y)
 }
 
@@ -239,75 +277,106 @@ unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     lanes::<Fused, 32>(ops, ks, x, y)
 }
 
-/// `y[j] = ops(x[j])` in blocks of `L` floats, each block kept on the stack (L1) or in registers through
-/// every op; the last partial block padded with zeros (its extra lanes are dropped).
+/// Floats per unary call on the output slice: one call of a `vmath` kernel (gelu's
+/// coefficient tables loaded once) per 256 values.
+const WIDE: usize = 256;
+
+/// `y[j] = ops(x[j])`, computed in the output slice itself, in blocks of [`WIDE`] floats
+/// (every op of the chain on one block, in L1, before the next): each binary op one loop
+/// over the block (the first
+/// reading `x`), each unary op `vmath::lanes`'s kernel over the whole block, or blocks of
+/// `L` in a last partial one, padded with zeros (its extra lanes are dropped). Every element
+/// gets the ops in the chain's order.
 #[inline(always)]
 fn lanes<A: Arith, const L: usize>(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     let w = x.len();
-    let mut i = 0;
-    while i + L <= w {
-        if i % 16 == 0 {
+    for b0 in (0..w).step_by(WIDE) {
+        let b1 = w.min(b0 + WIDE);
+        for i in (b0..b1).step_by(16) {
             prefetch(x.as_ptr().wrapping_add(i + AHEAD));
         }
-        let mut v: [f32; L] = x[i..i + L].try_into().unwrap();
-        block::<A, L, true>(ops, ks, i, &mut v, L);
-        y[i..i + L].copy_from_slice(&v);
-        i += L;
-    }
-    if i < w {
-        let n = w - i;
-        let mut v = [0f32; L];
-        v[..n].copy_from_slice(&x[i..]);
-        block::<A, L, false>(ops, ks, i, &mut v, n);
-        y[i..].copy_from_slice(&v[..n]);
+        let (xb, yb) = (&x[b0..b1], &mut y[b0..b1]);
+        let mut first = true;
+        for (op, k) in ops.iter().zip(ks) {
+            match op {
+                Op::Unary(u) => {
+                    if first {
+                        yb.copy_from_slice(xb);
+                    }
+                    unary_slice::<A, L>(*u, yb);
+                }
+                Op::Binary { op, left, .. } => {
+                    let kb = match *k {
+                        V::S(s) => V::S(&s[b0..b1]),
+                        V::K(c) => V::K(c),
+                    };
+                    binary_slice(*op, *left, &kb, first.then_some(xb), yb);
+                }
+            }
+            first = false;
+        }
     }
     true
 }
 
-/// Every op of the chain on the lanes of columns `i..i + n` (`n = L` when `FULL`; else lanes
-/// past `n` take zero operands and are dropped): a function, not a closure, so that it is
-/// built inline with the caller's target features.
+/// `v = op(v)` over a slice through `vmath::lanes::unary` (blocks of [`WIDE`], then `L`).
 #[inline(always)]
-fn block<A: Arith, const L: usize, const FULL: bool>(
-    ops: &[Op],
-    ks: &[V],
-    i: usize,
-    v: &mut [f32; L],
-    n: usize,
-) {
-    for (op, k) in ops.iter().zip(ks) {
-        match op {
-            Op::Unary(u) => vmath::lanes::unary::<A, L>(*u, v),
-            Op::Binary { op, left, .. } => {
-                let kv: [f32; L] = match *k {
-                    V::S(s) if FULL => s[i..i + L].try_into().unwrap(),
-                    V::S(s) => {
-                        let mut kv = [0f32; L];
-                        kv[..n].copy_from_slice(&s[i..i + n]);
-                        kv
-                    }
-                    V::K(c) => [c; L],
-                };
-                binary::<L>(*op, *left, &kv, v)
-            }
+fn unary_slice<A: Arith, const L: usize>(u: UnaryOp, v: &mut [f32]) {
+    let mut wide = v.chunks_exact_mut(WIDE);
+    for c in &mut wide {
+        vmath::lanes::unary::<A, WIDE>(u, c.try_into().unwrap());
+    }
+    for c in wide.into_remainder().chunks_mut(L) {
+        if c.len() == L {
+            vmath::lanes::unary::<A, L>(u, c.try_into().unwrap());
+        } else {
+            let mut b = [0f32; L];
+            b[..c.len()].copy_from_slice(c);
+            vmath::lanes::unary::<A, L>(u, &mut b);
+            let n = c.len();
+            c.copy_from_slice(&b[..n]);
         }
     }
 }
 
-/// `v = v op k` (`left`) or `k op v`, lane by lane.
+/// `d = a op k` (`left`) or `k op a` element by element over `d`, with `a` read from `src`
+/// (the chain's input) when given, else from `d` itself.
 #[inline(always)]
-fn binary<const L: usize>(op: BinaryOp, left: bool, kv: &[f32; L], v: &mut [f32; L]) {
+fn binary_slice(op: BinaryOp, left: bool, k: &V, src: Option<&[f32]>, d: &mut [f32]) {
     macro_rules! each {
         ($f:expr) => {{
             let f = $f;
+            macro_rules! go {
+                ($g:expr) => {{
+                    let g = $g;
+                    match (src, k) {
+                        (Some(s), V::S(kk)) => {
+                            for ((o, a), b) in d.iter_mut().zip(s).zip(&kk[..]) {
+                                *o = g(*a, *b);
+                            }
+                        }
+                        (Some(s), V::K(c)) => {
+                            for (o, a) in d.iter_mut().zip(s) {
+                                *o = g(*a, *c);
+                            }
+                        }
+                        (None, V::S(kk)) => {
+                            for (o, b) in d.iter_mut().zip(&kk[..]) {
+                                *o = g(*o, *b);
+                            }
+                        }
+                        (None, V::K(c)) => {
+                            for o in d.iter_mut() {
+                                *o = g(*o, *c);
+                            }
+                        }
+                    }
+                }};
+            }
             if left {
-                for j in 0..L {
-                    v[j] = f(v[j], kv[j]);
-                }
+                go!(|a: f32, b: f32| f(a, b))
             } else {
-                for j in 0..L {
-                    v[j] = f(kv[j], v[j]);
-                }
+                go!(|a: f32, b: f32| f(b, a))
             }
         }};
     }

@@ -317,7 +317,8 @@ pub fn direct_chains() -> u64 {
 }
 
 /// How many fast-path launches made on this thread ran as one pass over whole tensors: an
-/// elementwise kernel (a unary chain such as `gelu`, or a binary op such as `add`) whose
+/// elementwise kernel (a unary chain such as `gelu`, a binary op such as `add`, or an operand
+/// chain such as `gelu(x * y + 1.0)` with `y` a broadcast row or constants) whose
 /// programs together compute every element of an output shaped like its inputs, run as
 /// contiguous ranges of the flat tensors split among the threads, whatever the tile shape.
 ///
@@ -488,8 +489,8 @@ pub(crate) struct Fused {
     whole: Option<transpose::Transpose>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
     depthwise: Option<dwmatch::Depthwise>,
-    /// The plan's step index of a group [`flat::run`] may run over whole tensors.
-    flat: Option<usize>,
+    /// The group [`flat::run`] may run over whole tensors, and its operands.
+    flat: Option<flat::Flat>,
     /// The plan's column reduction when it has exactly one (its launches compute the
     /// partials of all programs in one pass: `colpass`).
     colreduce: Option<colreduce::ColReduce>,
@@ -670,17 +671,17 @@ impl Fused {
             transpose::run_whole(t, args);
             return true;
         }
-        if let Some(i) = self.flat
+        if let Some(f) = &self.flat
             && !NO_FLAT.with(|c| c.get())
-            && let plan::Step::Group(g) = &self.plan.steps[i]
-            && let Some(o) = flat::shaped(g, args)
+            && let plan::Step::Group(g) = &self.plan.steps[f.step]
+            && let Some(o) = flat::shaped(g, f, args)
             && self.covers(k, args, o)
         {
             FLAT.with(bump);
             if stream::large(&args[o]) {
                 FLAT_STREAMED.with(bump);
             }
-            flat::run(g, args);
+            flat::run(g, f, args);
             return true;
         }
         match &self.colreduce {

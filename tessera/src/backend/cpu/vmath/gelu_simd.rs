@@ -66,6 +66,70 @@ unsafe fn avx512_map(src: *const f32, dst: *mut f32, n: usize) {
     }
 }
 
+/// One binary op run on a value before gelu ([`avx512_after`]): `v = v op k` when `left`, else
+/// `k op v`, with `k` the slice's element at the value's index, or the constant when the
+/// slice is `None`. Only `Add`, `Sub`, `Mul` and `Div`.
+pub(crate) type Pre<'a> = (tessera_ir::graph::BinaryOp, bool, Option<&'a [f32]>, f32);
+
+/// `dst[i] = gelu1::<Fused>(pre(src[i]))`, every [`Pre`] op in order (each rounded to f32),
+/// 16 lanes per step: the inputs are loaded inside the gelu loop.
+///
+/// # Safety
+/// As [`avx512`].
+///
+/// # Panics
+/// If the lengths differ, a [`Pre`] slice is shorter than `src`, or an op is not one of
+/// the four.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn avx512_after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
+    use tessera_ir::graph::BinaryOp as B;
+    let n = src.len();
+    assert!(dst.len() == n && pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= n)));
+    assert!(
+        pre.iter()
+            .all(|p| matches!(p.0, B::Add | B::Sub | B::Mul | B::Div))
+    );
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n`, and every slice holds at least `n` floats (asserted).
+        unsafe {
+            let mut v = _mm512_loadu_ps(src.as_ptr().add(i));
+            for &(op, left, s, c) in pre {
+                let k = match s {
+                    Some(s) => _mm512_loadu_ps(s.as_ptr().add(i)),
+                    None => _mm512_set1_ps(c),
+                };
+                let (a, b) = if left { (v, k) } else { (k, v) };
+                v = match op {
+                    B::Add => _mm512_add_ps(a, b),
+                    B::Sub => _mm512_sub_ps(a, b),
+                    B::Mul => _mm512_mul_ps(a, b),
+                    _ => _mm512_div_ps(a, b),
+                };
+            }
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i), gelu16(v, &tab));
+        }
+        i += 16;
+    }
+    for j in i..n {
+        let mut v = src[j];
+        for &(op, left, s, c) in pre {
+            let k = s.map_or(c, |s| s[j]);
+            let (a, b) = if left { (v, k) } else { (k, v) };
+            v = match op {
+                B::Add => a + b,
+                B::Sub => a - b,
+                B::Mul => a * b,
+                _ => a / b,
+            };
+        }
+        dst[j] = gelu1::<Fused>(v);
+    }
+}
+
 /// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]

@@ -36,7 +36,7 @@ mod erf;
 mod exp;
 mod exp16;
 mod gelu;
-mod gelu_simd;
+pub(crate) mod gelu_simd;
 pub(crate) mod lanes;
 mod log;
 mod reduce;
