@@ -20,6 +20,11 @@
 //! the calling thread), the process's minor page faults per launch and the fastest single
 //! launch's wall time; for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
+//! Also prints the input's and the first output's addresses (and their offsets within
+//! 4 KiB) and how many launch outputs the process allocated uninitialised
+//! (`fused::covered_outputs`); `CPU_PROFILE_PAD=B` keeps a `B`-byte block allocated before
+//! the first launch, which moves a heap-allocated output (a fresh output after the first
+//! free raises glibc's mmap threshold, or `--into`'s kept one) to another address.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
