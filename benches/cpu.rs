@@ -86,6 +86,16 @@ fn pool(t: usize) -> rayon::ThreadPool {
 }
 
 /// Best time of `f` over at least 5 runs and about 0.3 s.
+/// The process's minor page faults so far.
+fn minor_faults() -> i64 {
+    // SAFETY: `getrusage` writes the zeroed struct it is given.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u.ru_minflt
+    }
+}
+
 fn best(mut f: impl FnMut()) -> f64 {
     f();
     let start = Instant::now();
@@ -333,7 +343,18 @@ fn summary_memory(rows: &mut Vec<Row>) {
             let p = pool(t);
             for (_, cases) in &groups {
                 for case in cases {
-                    let s = p.install(|| best(|| (case.run)()));
+                    let (f0, mut calls) = (minor_faults(), 0u32);
+                    let s = p.install(|| {
+                        best(|| {
+                            calls += 1;
+                            (case.run)()
+                        })
+                    });
+                    eprintln!(
+                        "{} {shape} {t}T: {:.1} minor faults per launch",
+                        case.name,
+                        (minor_faults() - f0) as f64 / f64::from(calls)
+                    );
                     let gbs = case.bytes as f64 / s / 1e9;
                     let copy = memcpy_gbs(case.bytes / 2, t);
                     rows.push(Row {

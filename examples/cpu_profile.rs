@@ -20,6 +20,11 @@
 //! the calling thread), the process's minor page faults per launch and the fastest single
 //! launch's wall time; for gelu also the launch's work (a copy of the input and
 //! `vmath::gelu` over it, as `benches/cpu.rs` counts it) and the CPU time beyond it.
+//! Also prints the input's and the first output's addresses (and their offsets within
+//! 4 KiB) and how many launch outputs the process allocated uninitialised
+//! (`fused::covered_outputs`); `CPU_PROFILE_PAD=B` keeps a `B`-byte block allocated before
+//! the first launch, which moves a heap-allocated output (a fresh output after the first
+//! free raises glibc's mmap threshold, or `--into`'s kept one) to another address.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -119,13 +124,37 @@ fn main() {
     let mut kept = vec![0.0f32; if name == "memcpy_kept" { r * c } else { 0 }];
     // The kept outputs of `--into` (made by the warm-up launch).
     let (mut o32, mut ob): (Option<Tensor<f32>>, Option<Tensor<bf16>>) = (None, None);
+    // `CPU_PROFILE_PAD=B`: B bytes allocated (and kept) before the first launch, moving the
+    // kept output within the heap.
+    let pad: usize = std::env::var("CPU_PROFILE_PAD").map_or(0, |v| v.parse().unwrap());
+    let _pad = vec![1u8; pad];
+    let shown = std::cell::Cell::new(false);
+    let show = |o: *const u8| {
+        if !shown.replace(true) {
+            println!(
+                "input at {:#x} (mod 4096: {}), output at {:#x} (mod 4096: {})",
+                x.as_slice().unwrap().as_ptr() as usize,
+                x.as_slice().unwrap().as_ptr() as usize % 4096,
+                o as usize,
+                o as usize % 4096
+            );
+        }
+    };
     // A launch returning a fresh output, or with `--into` one writing into the kept one.
     macro_rules! go {
         ($slot:ident, $fresh:expr, $def:expr, [$($arg:expr),*]) => {
             match (&mut $slot, into) {
                 (Some(o), true) => $def.launch_into(&[$($arg.arg()),*], o).unwrap(),
-                (None, true) => $slot = Some($fresh.unwrap()),
-                (_, false) => drop($fresh.unwrap()),
+                (None, true) => {
+                    let o = $fresh.unwrap();
+                    show(o.as_slice().unwrap().as_ptr() as *const u8);
+                    $slot = Some(o)
+                }
+                (_, false) => {
+                    let o = $fresh.unwrap();
+                    show(o.as_slice().unwrap().as_ptr() as *const u8);
+                    drop(o)
+                }
             }
         };
     }
@@ -288,6 +317,10 @@ fn main() {
         bytes / c_s / 1e9,
         fastest * 1e6,
         bytes / fastest / 1e9
+    );
+    println!(
+        "outputs allocated uninitialised (fused cover proof), whole process: {}",
+        tessera::backend::cpu::fused::covered_outputs()
     );
     if name == "gelu" {
         // The launch's work as `benches/cpu.rs` counts it: a fresh copy of the input, gelu'd.
