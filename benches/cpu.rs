@@ -85,7 +85,6 @@ fn pool(t: usize) -> rayon::ThreadPool {
         .expect("thread pool")
 }
 
-/// Best time of `f` over at least 5 runs and about 0.3 s.
 /// The process's minor page faults so far.
 fn minor_faults() -> i64 {
     // SAFETY: `getrusage` writes the zeroed struct it is given.
@@ -96,6 +95,7 @@ fn minor_faults() -> i64 {
     }
 }
 
+/// Best time of `f` over at least 5 runs and about 0.3 s.
 fn best(mut f: impl FnMut()) -> f64 {
     f();
     let start = Instant::now();
