@@ -157,7 +157,10 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
                 // exponentials are computed, so that its max pass finds it in cache.
                 let esz = if x.dtype == DType::BF16 { 2 } else { 4 };
                 let (pf, pf_bytes) = if row + 1 < rows {
-                    (x.ptr.wrapping_add((at + n + c0) * esz) as *const u8, (c1 - c0) * esz)
+                    (
+                        x.ptr.wrapping_add((at + n + c0) * esz) as *const u8,
+                        (c1 - c0) * esz,
+                    )
                 } else {
                     (std::ptr::null(), 0)
                 };
@@ -223,8 +226,8 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
-    use core::arch::x86_64::*;
     use super::norm512::load;
+    use core::arch::x86_64::*;
     let full = n / 32 * 32;
     let (mut a0, mut a1) = (
         _mm512_set1_ps(f32::NEG_INFINITY),
@@ -273,24 +276,20 @@ unsafe fn max_finish<const BF: bool>(
     [l0, l1]: [core::arch::x86_64::__m512; 2],
 ) -> (f32, f32) {
     use core::arch::x86_64::*;
-    #[inline(always)]
-    fn step(m: f32, v: f32) -> f32 {
-        #[allow(clippy::eq_op)]
-        let take = v > m || v != v;
-        if take { v } else { m }
-    }
     let full = n / 32 * 32;
-    // A lane that met a NaN holds NaN from then on under `step` (payloads aside).
+    // A lane that met a NaN holds NaN from then on under `vmath::max`'s step (payloads aside).
     a0 = _mm512_mask_mov_ps(a0, n0, _mm512_set1_ps(f32::NAN));
     a1 = _mm512_mask_mov_ps(a1, n1, _mm512_set1_ps(f32::NAN));
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
+    // `vmath::max`'s step lane by lane: `b` where `b > a` or `b` is NaN, else `a`.
+    let vstep = |a: __m512, b: __m512| -> __m512 {
+        let take =
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(b, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
+        _mm512_mask_mov_ps(a, take, b)
+    };
     let mut lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
-    for (i, a) in acc.iter_mut().enumerate().take(n - full) {
+    // The last values in lanes `0 .. n - full`, `-inf` past them (a step to `-inf` keeps `a`).
+    let mut tail = [f32::NEG_INFINITY; vmath::SUM_LANES];
+    for (i, t) in tail.iter_mut().enumerate().take(n - full) {
         let j = full + i;
         // SAFETY: `j < n`; with `BF`, `keep` holds `n` values.
         let v = unsafe {
@@ -302,17 +301,24 @@ unsafe fn max_finish<const BF: bool>(
                 *(p as *const f32).add(j)
             }
         };
-        *a = step(*a, v);
+        *t = v;
         lo = lo.min(v);
     }
-    let mut w = acc.len();
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            acc[i] = step(acc[i], acc[i + w]);
+    if n > full {
+        // SAFETY: `tail` holds 32 f32.
+        unsafe {
+            a0 = vstep(a0, _mm512_loadu_ps(tail.as_ptr()));
+            a1 = vstep(a1, _mm512_loadu_ps(tail.as_ptr().add(16)));
         }
     }
-    (acc[0], lo)
+    // The tree: lanes `i` and `i + w` for `w` = 16, 8, 4, 2, 1 (lane `i` is lane `i` of `a0`
+    // then of `r`; the lanes past `w` hold values no later step reads).
+    let r = vstep(a0, a1);
+    let r = vstep(r, _mm512_shuffle_f32x4::<0b11_10_11_10>(r, r));
+    let r = vstep(r, _mm512_shuffle_f32x4::<0b00_00_00_01>(r, r));
+    let r = vstep(r, _mm512_permute_ps::<0b00_00_11_10>(r));
+    let r = vstep(r, _mm512_permute_ps::<0b00_00_00_01>(r));
+    (_mm512_cvtss_f32(r), lo)
 }
 
 /// `es[j] = exp(xs[j] − m)` (`es` at least as long as `xs`) and returns `vmath::sum` of those
@@ -458,7 +464,16 @@ unsafe fn rows_avx512(
         // and are distinct; `next` is the next row of the input (asserted) or null; `d` is
         // the row `e_prev` belongs to in the output (asserted) or null.
         let (sum, nm) = unsafe {
-            let a = (xs, mn, e_cur, next, x_next, d, e_prev as *const f32, inv_prev);
+            let a = (
+                xs,
+                mn,
+                e_cur,
+                next,
+                x_next,
+                d,
+                e_prev as *const f32,
+                inv_prev,
+            );
             match (tame, bf) {
                 (true, false) => fused_avx512::<false, false>(a),
                 (true, true) => fused_avx512::<false, true>(a),
