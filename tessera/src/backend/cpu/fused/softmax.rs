@@ -456,6 +456,12 @@ unsafe fn rows_avx512(
         } else {
             std::ptr::null()
         };
+        // The row after `next`, asked for while this step reads `next` (when in the input).
+        let pf = if (row + 3) * n * esz <= x.len {
+            rowp(row + 2)
+        } else {
+            std::ptr::null()
+        };
         let (d, inv_prev) = match pending {
             Some((pat, inv)) if nt => ((out.ptr as *mut f32).wrapping_add(pat), inv),
             _ => (std::ptr::null_mut(), 0.0),
@@ -473,6 +479,7 @@ unsafe fn rows_avx512(
                 d,
                 e_prev as *const f32,
                 inv_prev,
+                pf,
             );
             match (tame, bf) {
                 (true, false) => fused_avx512::<false, false>(a),
@@ -506,7 +513,8 @@ unsafe fn rows_avx512(
 /// non-null `next`, [`max_min_avx512`] of the `xs.len()` values at `next` (widened into `keep`
 /// with `BF`), else `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` as
 /// [`stream::scale_avx512`] stores it (streaming stores from the first 64-byte boundary of `d`
-/// to its last whole vector).
+/// to its last whole vector); with a non-null `pf`, the cache lines of the `xs.len()` values
+/// at `pf` (the row after `next`) are asked for.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
@@ -515,7 +523,7 @@ unsafe fn rows_avx512(
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::type_complexity)]
 unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
-    (xs, m, es, next, keep, d, ep, inv): (
+    (xs, m, es, next, keep, d, ep, inv, pf): (
         &[f32],
         f32,
         *mut f32,
@@ -524,6 +532,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         *mut f32,
         *const f32,
         f32,
+        *const u8,
     ),
 ) -> (f32, (f32, f32)) {
     use super::norm512::load;
@@ -569,6 +578,14 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
             a0 = _mm512_add_ps(a0, e0);
             a1 = _mm512_add_ps(a1, e1);
             if has_next {
+                if !pf.is_null() {
+                    // A prefetch never faults.
+                    let b = pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(b);
+                    if !BF {
+                        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
+                    }
+                }
                 let (v0, v1) = (load::<BF>(next, j), load::<BF>(next, j + 16));
                 if BF {
                     _mm512_storeu_ps(keep.add(j), v0);
