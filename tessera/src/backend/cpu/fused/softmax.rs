@@ -11,7 +11,9 @@
 //! chain per lane (`max_min_avx512`; a bf16 chunk is widened in registers there and kept in
 //! the chunk buffer), and its subtract, `exp` and sum run as one pass over registers
 //! (`exp_sum_avx512`, the same bits); a large f32 output is written with non-temporal
-//! stores (`stream`).
+//! stores (`stream`). Rows of one chunk at the AVX-512 level (`rows_avx512`) run those
+//! passes of neighbouring rows in one loop per row: row `r`'s `exp` and sum, row `r + 1`'s
+//! max, and (streamed output) row `r − 1`'s scaled store.
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
