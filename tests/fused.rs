@@ -1382,6 +1382,42 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// Softmax (f32, bf16, bf16→f32, specials: rows of `-inf`, NaN, `±inf`) on one thread and on
+/// two against the interpreter, bit for bit: programs of several one-chunk rows, whose AVX-512
+/// loop takes the next row's max and stores the previous row during each row's exponentials,
+/// at odd widths (whole 32-value steps and a tail, rows off cache lines), and outputs past the
+/// non-temporal threshold (streamed, ragged and aligned rows).
+#[test]
+fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let big = |c: usize| {
+        (
+            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 3,
+            c,
+        )
+    };
+    for threads in [1, 2] {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        p.install(|| {
+            softmax_rows_bits_on(&[
+                (37, 300),
+                (9, 1025),
+                (33, 17),
+                (2, 5),
+                (3, 32),
+                (65, 1000),
+                (40, 1024),
+                big(1000),
+                big(1024),
+                big(300),
+            ])
+        });
+    }
+}
+
 /// Softmax, layernorm and rmsnorm with outputs large enough for non-temporal stores against
 /// the interpreter, bit for bit.
 #[test]

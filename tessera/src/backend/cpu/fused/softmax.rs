@@ -11,7 +11,9 @@
 //! chain per lane (`max_min_avx512`; a bf16 chunk is widened in registers there and kept in
 //! the chunk buffer), and its subtract, `exp` and sum run as one pass over registers
 //! (`exp_sum_avx512`, the same bits); a large f32 output is written with non-temporal
-//! stores (`stream`).
+//! stores (`stream`). Rows of one chunk at the AVX-512 level (`rows_avx512`) run those
+//! passes of neighbouring rows in one loop per row: row `r`'s `exp` and sum, row `r + 1`'s
+//! max, and (streamed output) row `r − 1`'s scaled store.
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
@@ -34,7 +36,9 @@ pub(crate) fn run(
     let bc = sm.rows.bc;
     let chunks = n.div_ceil(bc);
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
-    let need = n + bc + chunks + bc;
+    // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
+    // output chunk.)
+    let need = (n + bc + chunks + bc).max(4 * n + bc);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -76,6 +80,16 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
+    #[cfg(target_arch = "x86_64")]
+    if z && n <= bc && n > 0 {
+        // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
+        // holds `4n + bc` values (`run`).
+        unsafe { rows_avx512(buf, x, out, r0, r1, n, round, nt) };
+        if nt {
+            stream::fence();
+        }
+        return;
+    }
     for row in r0..r1 {
         let at = row * n;
         // The chunk `c0..c1` of the row as f32 (bf16 widened into `xw`, exactly).
@@ -141,12 +155,23 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
                 // SAFETY: the active level is at most the detected one: AVX-512F is present.
                 // Every `x − mn` in `[-86, 0]` (finite, no NaN): no lane needs a range check.
                 let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
+                // The same chunk of the next row (if any) is fetched while this one's
+                // exponentials are computed, so that its max pass finds it in cache.
+                let esz = if x.dtype == DType::BF16 { 2 } else { 4 };
+                let (pf, pf_bytes) = if row + 1 < rows {
+                    (
+                        x.ptr.wrapping_add((at + n + c0) * esz) as *const u8,
+                        (c1 - c0) * esz,
+                    )
+                } else {
+                    (std::ptr::null(), 0)
+                };
                 s = s1
                     + unsafe {
                         if tame {
-                            exp_sum_avx512::<false>(xs, mn, es)
+                            exp_sum_avx512::<false>(xs, mn, es, pf, pf_bytes)
                         } else {
-                            exp_sum_avx512::<true>(xs, mn, es)
+                            exp_sum_avx512::<true>(xs, mn, es, pf, pf_bytes)
                         }
                     };
                 m = mn;
@@ -203,14 +228,8 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
-    use core::arch::x86_64::*;
-    #[inline(always)]
-    fn step(m: f32, v: f32) -> f32 {
-        #[allow(clippy::eq_op)]
-        let take = v > m || v != v;
-        if take { v } else { m }
-    }
     use super::norm512::load;
+    use core::arch::x86_64::*;
     let full = n / 32 * 32;
     let (mut a0, mut a1) = (
         _mm512_set1_ps(f32::NEG_INFINITY),
@@ -238,17 +257,41 @@ unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32)
         l0 = _mm512_min_ps(l0, v0);
         l1 = _mm512_min_ps(l1, v1);
     }
-    // A lane that met a NaN holds NaN from then on under `step` (payloads aside).
+    // SAFETY: the caller's.
+    unsafe { max_finish::<BF>(p, n, keep, [a0, a1], [n0, n1], [l0, l1]) }
+}
+
+/// The end of [`max_min_avx512`] after its loop over the whole 32-value steps: the last
+/// `n % 32` values, then the tree over the 32 lanes.
+///
+/// # Safety
+/// As [`max_min_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn max_finish<const BF: bool>(
+    p: *const u8,
+    n: usize,
+    keep: *mut f32,
+    [mut a0, mut a1]: [core::arch::x86_64::__m512; 2],
+    [n0, n1]: [core::arch::x86_64::__mmask16; 2],
+    [l0, l1]: [core::arch::x86_64::__m512; 2],
+) -> (f32, f32) {
+    use core::arch::x86_64::*;
+    let full = n / 32 * 32;
+    // A lane that met a NaN holds NaN from then on under `vmath::max`'s step (payloads aside).
     a0 = _mm512_mask_mov_ps(a0, n0, _mm512_set1_ps(f32::NAN));
     a1 = _mm512_mask_mov_ps(a1, n1, _mm512_set1_ps(f32::NAN));
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
+    // `vmath::max`'s step lane by lane: `b` where `b > a` or `b` is NaN, else `a`.
+    let vstep = |a: __m512, b: __m512| -> __m512 {
+        let take =
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(b, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
+        _mm512_mask_mov_ps(a, take, b)
+    };
     let mut lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
-    for (i, a) in acc.iter_mut().enumerate().take(n - full) {
+    // The last values in lanes `0 .. n - full`, `-inf` past them (a step to `-inf` keeps `a`).
+    let mut tail = [f32::NEG_INFINITY; vmath::SUM_LANES];
+    for (i, t) in tail.iter_mut().enumerate().take(n - full) {
         let j = full + i;
         // SAFETY: `j < n`; with `BF`, `keep` holds `n` values.
         let v = unsafe {
@@ -260,34 +303,56 @@ unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32)
                 *(p as *const f32).add(j)
             }
         };
-        *a = step(*a, v);
+        *t = v;
         lo = lo.min(v);
     }
-    let mut w = acc.len();
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            acc[i] = step(acc[i], acc[i + w]);
+    if n > full {
+        // SAFETY: `tail` holds 32 f32.
+        unsafe {
+            a0 = vstep(a0, _mm512_loadu_ps(tail.as_ptr()));
+            a1 = vstep(a1, _mm512_loadu_ps(tail.as_ptr().add(16)));
         }
     }
-    (acc[0], lo)
+    // The tree: lanes `i` and `i + w` for `w` = 16, 8, 4, 2, 1 (lane `i` is lane `i` of `a0`
+    // then of `r`; the lanes past `w` hold values no later step reads).
+    let r = vstep(a0, a1);
+    let r = vstep(r, _mm512_shuffle_f32x4::<0b11_10_11_10>(r, r));
+    let r = vstep(r, _mm512_shuffle_f32x4::<0b00_00_00_01>(r, r));
+    let r = vstep(r, _mm512_permute_ps::<0b00_00_11_10>(r));
+    let r = vstep(r, _mm512_permute_ps::<0b00_00_00_01>(r));
+    (_mm512_cvtss_f32(r), lo)
 }
 
 /// `es[j] = exp(xs[j] − m)` (`es` at least as long as `xs`) and returns `vmath::sum` of those
 /// values, bit for bit, in one pass: 32 lanes in two registers as `vmath::sum` keeps them.
+/// Each step of 32 values also prefetches the next 128 of the `pf_bytes` bytes at `pf`
+/// (the next row's chunk; the rest after the loop).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn exp_sum_avx512<const CHECK: bool>(xs: &[f32], m: f32, es: &mut [f32]) -> f32 {
+unsafe fn exp_sum_avx512<const CHECK: bool>(
+    xs: &[f32],
+    m: f32,
+    es: &mut [f32],
+    pf: *const u8,
+    pf_bytes: usize,
+) -> f32 {
     use core::arch::x86_64::*;
     let n = xs.len();
     let es = &mut es[..n];
     let full = n / 32 * 32;
     let mv = _mm512_set1_ps(m);
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut b = 0;
     for j in (0..full).step_by(32) {
+        if b < pf_bytes {
+            // A prefetch never faults.
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b + 64) as *const i8);
+            b += 128;
+        }
         // SAFETY: `j + 32 <= n` for both slices; the level is the caller's.
         unsafe {
             let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
@@ -309,6 +374,10 @@ unsafe fn exp_sum_avx512<const CHECK: bool>(xs: &[f32], m: f32, es: &mut [f32]) 
         _mm512_storeu_ps(acc.as_mut_ptr(), a0);
         _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
     }
+    while b < pf_bytes {
+        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
+        b += 64;
+    }
     let t = &mut es[full..];
     for (o, v) in t.iter_mut().zip(&xs[full..]) {
         *o = v - m;
@@ -318,4 +387,260 @@ unsafe fn exp_sum_avx512<const CHECK: bool>(xs: &[f32], m: f32, es: &mut [f32]) 
         *a += v;
     }
     vmath::sum_lanes(acc)
+}
+
+/// The rows `r0..r1` of a softmax whose rows are one chunk (`n <= bc`) at the AVX-512 level,
+/// the same bits as the two-pass loop in [`body`], with the passes of neighbouring rows in one
+/// loop ([`fused_avx512`]): while row `r`'s exponentials and sum are computed, row `r + 1`'s
+/// max (and least value) is taken, and, when the output streams (`nt`), row `r − 1`'s
+/// exponentials are scaled and stored.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least `4n` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_avx512(
+    buf: &mut [f32],
+    x: &Buffer,
+    out: &Buffer,
+    r0: usize,
+    r1: usize,
+    n: usize,
+    round: bool,
+    nt: bool,
+) {
+    if r0 >= r1 {
+        return;
+    }
+    let bf = x.dtype == DType::BF16;
+    let esz = if bf { 2 } else { 4 };
+    assert!(r1 * n * esz <= x.len, "fused load out of bounds");
+    assert!(!nt || r1 * n * 4 <= out.len, "fused store out of bounds");
+    let (ea, rest) = buf.split_at_mut(n);
+    let (eb, rest) = rest.split_at_mut(n);
+    let (xa, rest) = rest.split_at_mut(n);
+    let (xb, ow) = rest.split_at_mut(n);
+    let (mut e_cur, mut e_prev) = (ea.as_mut_ptr(), eb.as_mut_ptr());
+    let (mut x_cur, mut x_next) = (xa.as_mut_ptr(), xb.as_mut_ptr());
+    let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
+    // SAFETY: the row is in the input (asserted); `x_cur` holds `n` values.
+    let (mut cm, mut lo) = unsafe {
+        if bf {
+            max_min_avx512::<true>(rowp(r0), n, x_cur)
+        } else {
+            max_min_avx512::<false>(rowp(r0), n, std::ptr::null_mut())
+        }
+    };
+    // The row whose exponentials are in `e_prev`, not yet stored: its offset and `1/s`.
+    let mut pending: Option<(usize, f32)> = None;
+    for row in r0..r1 {
+        let at = row * n;
+        let xs: &[f32] = if bf {
+            // SAFETY: `x_cur` holds the widened row (`n` values), written by the previous
+            // step; nothing writes it during this one.
+            unsafe { std::slice::from_raw_parts(x_cur, n) }
+        } else {
+            chunk::f32s(x, at, n)
+        };
+        // The first (and only) chunk of the online pass: `m` is `-inf`, `s` is `0`.
+        let mn = bin_f(BinaryOp::Max, f32::NEG_INFINITY, cm);
+        let mut scale = [f32::NEG_INFINITY - mn];
+        if !scale[0].is_nan() {
+            scale[0] = 0.0;
+        } else {
+            vmath::exp(&mut scale);
+        }
+        let s1 = 0.0f32 * scale[0];
+        let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
+        let next = if row + 1 < r1 {
+            rowp(row + 1)
+        } else {
+            std::ptr::null()
+        };
+        // The row after `next`, asked for while this step reads `next` (when in the input).
+        let pf = if (row + 3) * n * esz <= x.len {
+            rowp(row + 2)
+        } else {
+            std::ptr::null()
+        };
+        let (d, inv_prev) = match pending {
+            Some((pat, inv)) if nt => ((out.ptr as *mut f32).wrapping_add(pat), inv),
+            _ => (std::ptr::null_mut(), 0.0),
+        };
+        // SAFETY: `xs` holds `n` values; `e_cur`, `e_prev` and `x_next` hold `n` values each
+        // and are distinct; `next` is the next row of the input (asserted) or null; `d` is
+        // the row `e_prev` belongs to in the output (asserted) or null.
+        let (sum, nm) = unsafe {
+            let a = (
+                xs,
+                mn,
+                e_cur,
+                next,
+                x_next,
+                d,
+                e_prev as *const f32,
+                inv_prev,
+                pf,
+            );
+            match (tame, bf) {
+                (true, false) => fused_avx512::<false, false>(a),
+                (true, true) => fused_avx512::<false, true>(a),
+                (false, false) => fused_avx512::<true, false>(a),
+                (false, true) => fused_avx512::<true, true>(a),
+            }
+        };
+        let inv = 1.0f32 / (s1 + sum);
+        if nt {
+            pending = Some((at, inv));
+            std::mem::swap(&mut e_cur, &mut e_prev);
+        } else {
+            // SAFETY: `e_cur` holds this row's `n` exponentials.
+            let es = unsafe { std::slice::from_raw_parts(e_cur, n) };
+            stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
+        }
+        if bf {
+            std::mem::swap(&mut x_cur, &mut x_next);
+        }
+        (cm, lo) = nm;
+    }
+    if let Some((at, inv)) = pending {
+        // SAFETY: `e_prev` holds that row's `n` exponentials; AVX-512F is present; the
+        // caller fences the streaming stores.
+        unsafe { stream::scale_avx512(out, at, std::slice::from_raw_parts(e_prev, n), inv) };
+    }
+}
+
+/// One step of [`rows_avx512`]: [`exp_sum_avx512`] of `xs` (minus `m`) into `es`; with a
+/// non-null `next`, [`max_min_avx512`] of the `xs.len()` values at `next` (widened into `keep`
+/// with `BF`), else `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` as
+/// [`stream::scale_avx512`] stores it (streaming stores from the first 64-byte boundary of `d`
+/// to its last whole vector); with a non-null `pf`, the cache lines of the `xs.len()` values
+/// at `pf` (the row after `next`) are asked for.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
+/// `d` (when non-null) hold `xs.len()` values; `next` (when non-null) that many elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::type_complexity)]
+unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
+    (xs, m, es, next, keep, d, ep, inv, pf): (
+        &[f32],
+        f32,
+        *mut f32,
+        *const u8,
+        *mut f32,
+        *mut f32,
+        *const f32,
+        f32,
+        *const u8,
+    ),
+) -> (f32, (f32, f32)) {
+    use super::norm512::load;
+    use core::arch::x86_64::*;
+    let n = xs.len();
+    let full = n / 32 * 32;
+    let (has_next, has_d) = (!next.is_null(), !d.is_null());
+    let mv = _mm512_set1_ps(m);
+    let iv = _mm512_set1_ps(inv);
+    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let (mut x0, mut x1) = (
+        _mm512_set1_ps(f32::NEG_INFINITY),
+        _mm512_set1_ps(f32::NEG_INFINITY),
+    );
+    let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
+    let (mut n0, mut n1): (__mmask16, __mmask16) = (0, 0);
+    // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
+    // `q` to `qend`, plain ones after.
+    let (head, qend) = if has_d {
+        let head = d.align_offset(64).min(n);
+        (head, head + (n - head) / 16 * 16)
+    } else {
+        (0, 0)
+    };
+    // SAFETY (this block): every index below is under `n`; the pointers hold `n` values
+    // (the caller's); `d.add(q)` is 64-byte aligned for `head <= q`, `q - head` a multiple
+    // of 16.
+    unsafe {
+        for j in 0..head {
+            *d.add(j) = *ep.add(j) * inv;
+        }
+        let mut q = head;
+        for j in (0..full).step_by(32) {
+            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
+            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
+            let (e0, e1) = if CHECK {
+                (vmath::exp16(d0), vmath::exp16(d1))
+            } else {
+                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
+            };
+            _mm512_storeu_ps(es.add(j), e0);
+            _mm512_storeu_ps(es.add(j + 16), e1);
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            if has_next {
+                if !pf.is_null() {
+                    // A prefetch never faults.
+                    let b = pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(b);
+                    if !BF {
+                        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
+                    }
+                }
+                let (v0, v1) = (load::<BF>(next, j), load::<BF>(next, j + 16));
+                if BF {
+                    _mm512_storeu_ps(keep.add(j), v0);
+                    _mm512_storeu_ps(keep.add(j + 16), v1);
+                }
+                x0 = _mm512_max_ps(v0, x0);
+                x1 = _mm512_max_ps(v1, x1);
+                n0 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
+                n1 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
+                l0 = _mm512_min_ps(l0, v0);
+                l1 = _mm512_min_ps(l1, v1);
+            }
+            if has_d {
+                for _ in 0..2 {
+                    if q < qend {
+                        let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
+                        _mm512_stream_ps(d.add(q), v);
+                        q += 16;
+                    }
+                }
+            }
+        }
+        if has_d {
+            while q < qend {
+                let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
+                _mm512_stream_ps(d.add(q), v);
+                q += 16;
+            }
+            for j in qend..n {
+                *d.add(j) = *ep.add(j) * inv;
+            }
+        }
+    }
+    let mut acc = [0.0f32; vmath::SUM_LANES];
+    // SAFETY: `acc` holds 32 f32.
+    unsafe {
+        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
+        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
+    }
+    // SAFETY: `es` holds `n` values (the caller's).
+    let t = unsafe { std::slice::from_raw_parts_mut(es.add(full), n - full) };
+    for (o, v) in t.iter_mut().zip(&xs[full..]) {
+        *o = v - m;
+    }
+    vmath::exp(t);
+    for (a, v) in acc.iter_mut().zip(&*t) {
+        *a += v;
+    }
+    let mx = if has_next {
+        // SAFETY: the caller's.
+        unsafe { max_finish::<BF>(next, n, keep, [x0, x1], [n0, n1], [l0, l1]) }
+    } else {
+        (f32::NEG_INFINITY, f32::INFINITY)
+    };
+    (vmath::sum_lanes(acc), mx)
 }
