@@ -344,6 +344,20 @@ fn gelu_accuracy() {
     check("gelu", variants!(k_gelu, gelu), &x, gelu_ref, &ok);
 }
 
+/// Each `gelu` variant gives every element of `x` the bits it gives that element alone
+/// (a one-element call takes the scalar remainder path).
+fn gelu_lanes_match_one_by_one(x: &[f32]) {
+    for (vname, f) in variants!(k_gelu, gelu) {
+        let mut y = x.to_vec();
+        f(&mut y);
+        for (&a, &b) in x.iter().zip(&y) {
+            let mut one = [a];
+            f(&mut one);
+            assert_eq!(one[0].to_bits(), b.to_bits(), "{vname} gelu({a:e})");
+        }
+    }
+}
+
 /// The central range's interval edges `k/2` (k = 0..=16: `-4.5` is the switch to the `exp`
 /// form, `8` to `gelu(x) = x`) and their neighbouring floats, both signs, in vectors mixed
 /// with lanes of the other forms: within the accuracy spec, and each element's bits equal
@@ -366,15 +380,7 @@ fn gelu_interval_edges() {
         }
     };
     check("gelu", variants!(k_gelu, gelu), &x, gelu_ref, &ok);
-    for (vname, f) in variants!(k_gelu, gelu) {
-        let mut y = x.clone();
-        f(&mut y);
-        for (&a, &b) in x.iter().zip(&y) {
-            let mut one = [a];
-            f(&mut one);
-            assert_eq!(one[0].to_bits(), b.to_bits(), "{vname} gelu({a:e})");
-        }
-    }
+    gelu_lanes_match_one_by_one(&x);
 }
 
 /// Every vector path gives each element the bits of the kernel applied to that element alone
@@ -392,15 +398,7 @@ fn gelu_vector_lanes_equal_the_scalar_path() {
             (5_000, &|r| r.uniform(-6.0, -4.0)),
         ],
     ));
-    for (vname, f) in variants!(k_gelu, gelu) {
-        let mut y = x.clone();
-        f(&mut y);
-        for (&a, &b) in x.iter().zip(&y) {
-            let mut one = [a];
-            f(&mut one);
-            assert_eq!(one[0].to_bits(), b.to_bits(), "{vname} gelu({a:e})");
-        }
-    }
+    gelu_lanes_match_one_by_one(&x);
 }
 
 /// `gelu_into` (source read in the loop) gives `gelu`'s bits at every length and offset.
