@@ -126,7 +126,10 @@ fn main() {
     let (mut o32, mut ob): (Option<Tensor<f32>>, Option<Tensor<bf16>>) = (None, None);
     // `CPU_PROFILE_PAD=B`: B bytes allocated (and kept) before the first launch, moving the
     // kept output within the heap.
-    let pad: usize = std::env::var("CPU_PROFILE_PAD").map_or(0, |v| v.parse().unwrap());
+    let pad: usize = std::env::var("CPU_PROFILE_PAD").map_or(0, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("CPU_PROFILE_PAD={v:?}: expected a byte count"))
+    });
     let _pad = vec![1u8; pad];
     let shown = std::cell::Cell::new(false);
     let show = |o: *const u8| {
