@@ -103,9 +103,9 @@ fn body(
     // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
     // `bc` are the launch's).
     let done = launch != 0 && *kept == launch;
-    *kept = launch;
     let g = widen(&args[nm.gamma], 0, n, gw, done);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw, done));
+    *kept = launch;
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
     let nt = stream::wanted(out, round);
