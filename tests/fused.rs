@@ -1571,6 +1571,42 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
+/// Norms with a bf16 `γ` (and `β`) launched again and again with new values, on one thread
+/// and on two, against the interpreter: a worker widens `γ` once per launch and keeps it for
+/// that launch's later programs only, so no launch reads an earlier launch's `γ`.
+#[test]
+fn norm_rows_with_a_new_bf16_gamma_each_launch_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let (r, c) = (300, 1031);
+    let xb = Tensor::<bf16>::randn(&[r, c], 1801);
+    for threads in [1, 2] {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        p.install(|| {
+            for k in 0..4u64 {
+                let gb = Tensor::<bf16>::randn(&[c], 1810 + k);
+                let bb = Tensor::<bf16>::randn(&[c], 1820 + k);
+                let tag = format!("launch {k}, threads {threads}");
+                bits_match(
+                    &format!("rmsnorm bf16→f32 {tag}"),
+                    fused::norm_programs,
+                    || rmsnorm_bf16(&xb, &gb).unwrap(),
+                );
+                bits_match(&format!("rmsnorm bf16 {tag}"), fused::norm_programs, || {
+                    tessera_kernels::rmsnorm(&xb, &gb).unwrap()
+                });
+                bits_match(
+                    &format!("layernorm bf16→f32 {tag}"),
+                    fused::norm_programs,
+                    || layernorm_bf16(&xb, &gb, &bb).unwrap(),
+                );
+            }
+        });
+    }
+}
+
 /// Binary elementwise kernels (`add`, `sub`, `div`; f32 and bf16) on the fast path against
 /// the interpreter.
 #[test]

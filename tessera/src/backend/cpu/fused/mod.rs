@@ -706,9 +706,14 @@ impl Fused {
         parts: Option<colpass::Parts>,
         args: &[Buffer],
     ) {
+        // This launch's number, unique in the process: a worker's scratch keeps what it
+        // derived from the launch's read-only inputs (a norm's widened `γ`) for this number.
+        static NUMBER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let launch = NUMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let go = |s: &mut run::Scratch, pid: usize| {
             s.fit(&self.plan);
             s.parts = parts;
+            s.launch = launch;
             run::run_block(&self.plan, path, s, ids(pid), args);
             s.parts = None;
         };

@@ -18,10 +18,13 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 
 /// Runs program `pid` (rows `pid·br ..`) of a `[rows, n]` norm whose `γ` and `β` are `[n]`
-/// vectors ([`fits`]); `buf` is the worker's row scratch.
+/// vectors ([`fits`]); `buf` is the worker's row scratch, and `kept` the launch whose `γ`
+/// and `β`, widened from bf16, `buf` holds (set to `launch` here): a program of the same
+/// launch on the same worker reuses them (a launch's inputs are not written while it runs).
 pub(crate) fn run(
     nm: &Norm,
     buf: &mut Vec<f32>,
+    kept: (&mut u64, u64),
     pid: usize,
     args: &[Buffer],
     rows: usize,
@@ -35,9 +38,9 @@ pub(crate) fn run(
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
-        return unsafe { run_avx2(nm, buf, pid, args, rows, n) };
+        return unsafe { run_avx2(nm, buf, kept, pid, args, rows, n) };
     }
-    body(nm, buf, pid, args, rows, n)
+    body(nm, buf, kept, pid, args, rows, n)
 }
 
 /// Whether `γ` and `β` are `[n]` vectors (what [`run`] reads).
@@ -54,24 +57,42 @@ pub(crate) fn fits(nm: &Norm, args: &[Buffer], n: usize) -> bool {
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
-    body(nm, buf, pid, args, rows, n)
+unsafe fn run_avx2(
+    nm: &Norm,
+    buf: &mut [f32],
+    kept: (&mut u64, u64),
+    pid: usize,
+    args: &[Buffer],
+    rows: usize,
+    n: usize,
+) {
+    body(nm, buf, kept, pid, args, rows, n)
 }
 
 /// `n` values of the f32 or bf16 tensor `b` from element `at`: the tensor's own memory
-/// (f32) or `w` (bf16, widened).
+/// (f32) or `w` (bf16, widened unless `done`: `w` holds them already).
 #[inline(always)]
-fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32]) -> &'a [f32] {
+fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32], done: bool) -> &'a [f32] {
     if b.dtype == DType::F32 {
         chunk::f32s(b, at, n)
     } else {
-        chunk::load(b, at, &mut w[..n]);
+        if !done {
+            chunk::load(b, at, &mut w[..n]);
+        }
         &w[..n]
     }
 }
 
 #[inline(always)]
-fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
+fn body(
+    nm: &Norm,
+    buf: &mut [f32],
+    (kept, launch): (&mut u64, u64),
+    pid: usize,
+    args: &[Buffer],
+    rows: usize,
+    n: usize,
+) {
     let (x, out) = (&args[nm.rows.x], &args[nm.rows.out]);
     let (br, bc) = (nm.rows.br, nm.rows.bc);
     // Three rows (the row and the output row of the loops below, or the pipeline's rows),
@@ -79,8 +100,12 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     let (x3, rest) = buf.split_at_mut(3 * n);
     let (q, rest) = rest.split_at_mut(bc);
     let (gw, bw) = rest.split_at_mut(n);
-    let g = widen(&args[nm.gamma], 0, n, gw);
-    let b = nm.beta.map(|p| widen(&args[p], 0, n, bw));
+    // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
+    // `bc` are the launch's).
+    let done = launch != 0 && *kept == launch;
+    let g = widen(&args[nm.gamma], 0, n, gw, done);
+    let b = nm.beta.map(|p| widen(&args[p], 0, n, bw, done));
+    *kept = launch;
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
     let nt = stream::wanted(out, round);
@@ -115,7 +140,7 @@ fn body(nm: &Norm, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n:
     let ow = &mut rest[..n];
     for row in r0..r1 {
         let at = row * n;
-        let xs = widen(x, at, n, xw);
+        let xs = widen(x, at, n, xw, false);
         let mean = if nm.layer {
             let mut acc = 0.0f32;
             for c0 in (0..n).step_by(bc) {

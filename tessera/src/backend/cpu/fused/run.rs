@@ -25,6 +25,10 @@ pub(crate) struct Scratch {
     row: Vec<f32>,
     /// The current launch's column-reduction partials (`super::colpass`), if any.
     pub parts: Option<super::colpass::Parts>,
+    /// The current launch's number (`Fused::programs`, from 1; 0 for none).
+    pub launch: u64,
+    /// The launch whose norm `γ` and `β`, widened from bf16, `row` holds (`super::norm`).
+    widened: u64,
 }
 
 impl Scratch {
@@ -87,7 +91,8 @@ pub(crate) fn run_block(
             super::softmax::run(sm, &mut s.row, ids[0], args, rows, n)
         }
         (Path::Norm { rows, n }, _, Some(nm)) => {
-            super::norm::run(nm, &mut s.row, ids[0], args, rows, n)
+            let kept = (&mut s.widened, s.launch);
+            super::norm::run(nm, &mut s.row, kept, ids[0], args, rows, n)
         }
         _ => steps(&plan.steps, s, ids, args),
     }

@@ -197,14 +197,18 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
     found
 }
 
-/// Source rows per pass of [`run_whole`]: 64 f32 at the `avx512` level (else 32) or 128
-/// bf16 (four 64-byte lines into each destination row per pass, the fastest measured with
-/// non-temporal stores: with 32 f32 or 64 bf16 rows the shorter runs into each destination
-/// row drain ≈ 1.2–1.4× slower; the AVX2 8 × 8 f32 blocks measured ≈ 10–25% slower at 64).
-fn band(bf16: bool) -> usize {
+/// Source rows per pass of [`run_whole`] over `c` source columns: 64 f32 at the `avx512`
+/// level (else 32), or `c / 8` bf16 (a multiple of 32) from 128 to 512: four to sixteen
+/// 64-byte lines into each destination row per pass. With non-temporal stores, 32 f32 or
+/// 64 bf16 rows (shorter runs into each destination row) drain ≈ 1.2–1.4× slower; the AVX2
+/// 8 × 8 f32 blocks measured ≈ 10–25% slower at 64. bf16, one thread (µs per launch, passes
+/// of 128 / 256 / 512): `[4096, 1024]` 277 / 285 / 308, `[8192, 512]` 276 / 274 / 298,
+/// `[2048, 2048]` 372 / 364 / 344, `[1024, 4096]` 420 / 380 / 363, `[512, 8192]` 324 / 306
+/// / 314.
+fn band(bf16: bool, c: usize) -> usize {
     use crate::backend::cpu::simd::{SimdLevel, active};
     if bf16 {
-        128
+        (c / 8 / 32 * 32).clamp(128, 512)
     } else if active() >= SimdLevel::Avx512 {
         64
     } else {
@@ -225,7 +229,7 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
         "fused transpose out of bounds"
     );
     let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
-    let pass = band(t.bf16);
+    let pass = band(t.bf16, c);
     // Non-temporal stores need aligned rows: every destination row starts at the same offset
     // in its cache line, and the first `lead` columns (up to the first line boundary) take
     // plain stores. From 1 MiB (f32, one thread, 1 MiB L2: plain stores measured faster up to
@@ -259,12 +263,21 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     } else {
         0
     };
+    // Streaming stores write whole lines only: the columns after the last line boundary
+    // that a whole line follows (with a `lead`, the rest of the line that the next
+    // destination row's lead ends) take plain stores, as the lead does. (Streaming the
+    // first part of that line and storing the rest plainly left one line per destination
+    // row written both ways.)
+    let body = if nt { r - (r - lead) % (64 / size) } else { r };
     let span = |a0: usize, a1: usize| {
         if lead > 0 {
             copy(a0, a1, 0, lead, false);
         }
-        for b0 in (lead..r).step_by(pass) {
-            copy(a0, a1, b0, pass.min(r - b0), nt);
+        for b0 in (lead..body).step_by(pass) {
+            copy(a0, a1, b0, pass.min(body - b0), nt);
+        }
+        if body < r {
+            copy(a0, a1, body, r - body, false);
         }
     };
     let part = |a0: usize, a1: usize| {
@@ -999,6 +1012,8 @@ mod tests {
                 check(64, 96, true, so, dof, threads);
                 check(37, 300, false, so, dof, threads);
                 check(300, 37, true, so, dof, threads);
+                // bf16 passes of 512 source rows, the last one ragged.
+                check(608, 4096, true, so, dof, threads);
             }
         }
     }
