@@ -61,7 +61,9 @@ mod x86 {
     /// `1.5 · 2^23`: `4x + MAGIC` holds `round(4x)` in its low mantissa bits.
     const MAGIC: f32 = 12_582_912.0;
 
-    /// `o[i] = t[s[i]]` for gelu's table `t` (equal lengths), 32 elements per step.
+    /// `o[i] = t[s[i]]` for gelu's table `t` (equal lengths): blocks of 256 elements (8
+    /// steps of 32, each step's lanes left to the table kept as a mask, and the table's
+    /// entries written after the block's steps), then single steps, then a lookup per element.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX2 and FMA.
@@ -74,22 +76,28 @@ mod x86 {
         // SAFETY: as above.
         let hi: [__m512; 6] =
             core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
-        let top = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         let mut i = 0;
-        while i + 32 <= n {
-            // SAFETY: `i + 32 <= n` elements of `s` and `o`.
-            let v = unsafe { _mm512_loadu_si512(s.as_ptr().add(i).cast()) };
-            // Dword k holds elements 2k (low half) and 2k + 1 (high half).
-            let (we, be) = lanes(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)), &lo, &hi);
-            let (wo, bo) = lanes(_mm512_castsi512_ps(_mm512_and_si512(v, top)), &lo, &hi);
-            // (top & wo) | (!top & we >> 16)
-            let out = _mm512_ternarylogic_epi32::<0xCA>(top, wo, _mm512_srli_epi32::<16>(we));
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_si512(o.as_mut_ptr().add(i).cast(), out) };
-            if be | bo != 0 {
-                fix(t, &s[i..i + 32], &mut o[i..i + 32], be, 0);
-                fix(t, &s[i..i + 32], &mut o[i..i + 32], bo, 1);
+        let mut masks = [0u32; 8];
+        while i + 256 <= n {
+            let mut any = 0;
+            for (k, m) in masks.iter_mut().enumerate() {
+                let at = i + 32 * k;
+                // SAFETY: `at + 32 <= n` elements of `s` and `o`.
+                *m = unsafe { step(s.as_ptr().add(at), o.as_mut_ptr().add(at), &lo, &hi) };
+                any |= *m;
             }
+            if any != 0 {
+                for (k, m) in masks.iter().enumerate() {
+                    let at = i + 32 * k;
+                    fix(t, &s[at..at + 32], &mut o[at..at + 32], *m);
+                }
+            }
+            i += 256;
+        }
+        while i + 32 <= n {
+            // SAFETY: `i + 32 <= n`.
+            let m = unsafe { step(s.as_ptr().add(i), o.as_mut_ptr().add(i), &lo, &hi) };
+            fix(t, &s[i..i + 32], &mut o[i..i + 32], m);
             i += 32;
         }
         for (o, x) in o[i..].iter_mut().zip(&s[i..]) {
@@ -97,11 +105,33 @@ mod x86 {
         }
     }
 
-    /// The table's entries for the elements `2k + odd` of the bits `k` set in `m`.
+    /// The 32 elements from `s` into `o`; returns the lanes left to the table: bit `k` for
+    /// element `2k`, bit `16 + k` for element `2k + 1`.
+    ///
+    /// # Safety
+    /// As [`gelu`]; `s` readable and `o` writable for 32 elements.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn step(s: *const u16, o: *mut u16, lo: &[__m512; 6], hi: &[__m512; 6]) -> u32 {
+        let top = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        // SAFETY: the caller's contract.
+        let v = unsafe { _mm512_loadu_si512(s.cast()) };
+        // Dword k holds elements 2k (low half) and 2k + 1 (high half).
+        let (we, be) = lanes(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)), lo, hi);
+        let (wo, bo) = lanes(_mm512_castsi512_ps(_mm512_and_si512(v, top)), lo, hi);
+        // (top & wo) | (!top & we >> 16)
+        let out = _mm512_ternarylogic_epi32::<0xCA>(top, wo, _mm512_srli_epi32::<16>(we));
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_si512(o.cast(), out) };
+        u32::from(be) | u32::from(bo) << 16
+    }
+
+    /// The table's entries for the lanes of `m` ([`step`]'s mask) of one step's 32 elements.
     #[inline(always)]
-    fn fix(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16], mut m: u16, odd: usize) {
+    fn fix(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16], mut m: u32) {
         while m != 0 {
-            let e = 2 * m.trailing_zeros() as usize + odd;
+            let b = m.trailing_zeros() as usize;
+            let e = 2 * (b & 15) + (b >> 4);
             o[e] = t[s[e] as usize];
             m &= m - 1;
         }
@@ -125,14 +155,15 @@ mod x86 {
         let r = _mm512_mul_ps(x, q);
         let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(HI));
         let r = _mm512_mask_mov_ps(r, big, x);
-        let far = _mm512_cmp_ps_mask::<_CMP_NGE_UQ>(x, _mm512_set1_ps(LO));
         let w = _mm512_add_epi32(
             _mm512_castps_si512(r),
             _mm512_set1_epi32((0x8000 + HALF) as i32),
         );
-        // Low 16 bits of `w` below `2 HALF`: within `HALF` of the midpoint.
-        let near = _mm512_testn_epi32_mask(w, _mm512_set1_epi32((0xFFFF & !(2 * HALF - 1)) as i32));
-        (w, far | near)
+        // Decided: `x >= LO` (not NaN) and the low 16 bits of `w` at least `2 HALF` (not
+        // within `HALF` of the midpoint).
+        let ge = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(LO));
+        let window = _mm512_set1_epi32((0xFFFF & !(2 * HALF - 1)) as i32);
+        (w, !_mm512_mask_test_epi32_mask(ge, w, window))
     }
 }
 
