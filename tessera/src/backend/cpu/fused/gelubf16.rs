@@ -31,7 +31,7 @@ const HI: f32 = 3.875;
 
 /// Whether `ops` (a direct chain) is one gelu with its rounding: the table of such a chain
 /// holds each input's `gelu` rounded to bf16.
-pub(crate) fn is_gelu(ops: &[DirectStep]) -> bool {
+fn is_gelu(ops: &[DirectStep]) -> bool {
     matches!(
         ops,
         [DirectStep::Unary(UnaryOp::Gelu)] | [DirectStep::Unary(UnaryOp::Gelu), DirectStep::Round]
