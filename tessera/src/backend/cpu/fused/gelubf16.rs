@@ -4,16 +4,17 @@
 //! interpreter's) bits.
 //!
 //! For `-3.375 <= x < 3.875` a lane computes `p(u)` in f32, `p` a degree-4 polynomial fitted
-//! to `gelu(x)` (minimax relative error; on the interval around 0 with a zero constant term,
-//! `-0.0` so that `gelu(±0) = ±0`) on each of the 32 intervals of width 1/4 (`j = round(4x)`,
-//! `u = 4x - j`, coefficients [`CT`] picked by one `vpermt2ps` each): four multiply-adds and
-//! five permutes per 16 lanes. Over the bf16 inputs of that range its result is within 10
-//! f32 units in the last place of `gelu(x)` rounded to f32 (computed in f64 when the
-//! coefficients were fitted; at most 3 for `x >= -2.625`). From `3.875` on (and `+inf`) the
-//! lane's result is `x` itself. The f32 result is rounded to bf16 by adding `0x8000` (round
+//! to `gelu(x)` (minimax relative error; on the interval around 0 its constant term is set
+//! to `-0.0`, so that `gelu(±0) = ±0`) on each of the 32 intervals of width 1/4
+//! (`j = round(4x)`, `u = 4x - j`, coefficients [`CT`] picked by one `vpermt2ps` each): four
+//! multiply-adds and five permutes per 16 lanes. Over the bf16 inputs of that range its
+//! result is within 10 f32 units in the last place of `gelu(x)` rounded to f32 (computed in
+//! f64 when the coefficients were fitted). From `3.875` on (and `+inf`) the lane's result is
+//! `x` itself. The f32 result is rounded to bf16 by adding `0x8000` (round
 //! half up, then the top 16 bits); a lane whose low 16 bits lie within [`HALF`] units of the
 //! midpoint `0x8000`, where that rounding and the exact result's could differ, takes the
-//! table's entry instead, as do inputs below `-3.375`, `-inf` and NaN. That the result
+//! table's entry instead, as do inputs below `-3.375`, `-inf` and NaN; a block of 256
+//! elements with many such lanes is looked up whole, and so are the next few. That the result
 //! equals the table for every one of the 65 536 inputs, in every lane and the scalar tail,
 //! is checked exhaustively by this module's test.
 
