@@ -199,7 +199,7 @@ mod x86 {
 /// Coefficients: `CT[k][j mod 32]` multiplies `u^k` on the interval `round(4x) = j`,
 /// `-16 <= j < 16` (fitted in f64 to `gelu(j/4 + u/4)` for `u ∈ [-1/2, 1/2]`, minimax
 /// relative error by reweighted least squares, rounded to f32; the intervals below
-/// `j = -13` are not used).
+/// `j = -13` are not used). Printed by `scripts/gen-gelu-bf16-coefs.py`.
 #[allow(clippy::excessive_precision)]
 pub(crate) const CT: [[f32; 32]; 5] = [
     [
