@@ -1772,6 +1772,53 @@ fn unary_chain3_bf16(x: Tensor<bf16, (B, R, C)>) -> Tensor<bf16, (B, R, C)> {
     tanh(sigmoid(x))
 }
 
+/// bf16 `gelu` (computed by a polynomial with table fix-ups at the AVX-512 level,
+/// `fused/gelubf16.rs`; looked up in the table at the others) against the interpreter, bit for
+/// bit, on the whole-tensor path and tile by tile, with one and two threads: standard-normal
+/// inputs with [`bf16_specials`] (±0, subnormals, ±inf, NaNs), values at both ends of the
+/// polynomial's range and in both tails, at `[37, 300]`, `[1, 1]`, `[9, 1025]`, a `[256, 256]`
+/// holding every bf16 pattern, and (`large`) a streamed output.
+#[test]
+fn gelu_bf16_matches_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    gelu_bf16_bits(true);
+}
+
+fn gelu_bf16_bits(large: bool) {
+    let mut sp = bf16_specials();
+    sp.extend(
+        [
+            -4.125f32, -4.1, -4.0, -3.9, -3.875, -2.6, 3.86, 3.875, 3.9, 4.0, 8.0, 1e4, -4.2, -5.0,
+            -13.0, -14.5, -1e4, 1e-3, -1e-3, 1e-30, -1e-30, 0.125, -0.125,
+        ]
+        .map(bf16::from_f32),
+    );
+    sp.extend([0x8001u16, 0x007F, 0x0081, 0x8080].map(bf16::from_bits));
+    let mut shapes = vec![(37, 300), (1, 1), (9, 1025), (256, 256)];
+    if large {
+        shapes.push(large_flat_shapes()[0].0);
+    }
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(r, c)) in shapes.iter().enumerate() {
+                let x = if (r, c) == (256, 256) {
+                    bf16_patterns(r, c, 3 + threads as u64)
+                } else {
+                    with_specials(r, c, 2600 + 10 * i as u64 + threads as u64, &sp)
+                };
+                let nt = i == 4;
+                flat_and_tiles(&format!("gelu bf16 [{r}, {c}] {threads}T"), nt, || {
+                    gelu_bf16(&x).unwrap()
+                });
+            }
+        });
+    }
+}
+
 /// Unary chains of bf16 tensors (`gelu`, `tanh`, `exp`, `sigmoid`, a chain of four, a
 /// rank-3 chain whose tiles cover whole rows; inputs with NaNs, infinities, -0 and large
 /// values) on the direct chain against the interpreter,
@@ -2107,6 +2154,7 @@ fn every_simd_level_agrees() {
         flat_chain_bits(&large_flat_shapes());
         gelu_ranges_bits();
         unary_chains_bits();
+        gelu_bf16_bits(false);
         bf16_storage_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);

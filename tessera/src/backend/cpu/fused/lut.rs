@@ -6,6 +6,8 @@
 //! loads: `vpgatherdd` measured slower on this machine, an AMD EPYC of family 26 (Zen 5)
 //! (gelu bf16 `[4096, 1024]` into a kept output, one thread: 1.21 ms with 16-lane gathers,
 //! 1.10 with 8-lane ones, 0.91 with one scalar load per element).
+//! At the AVX-512 level a bf16 → bf16 `gelu` is computed instead ([`super::gelubf16`]: a
+//! piecewise polynomial), with its table giving the lanes the polynomial leaves undecided.
 
 use super::chunk::{self, bf16_bits};
 use super::plan::DirectStep;

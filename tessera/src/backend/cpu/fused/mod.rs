@@ -40,6 +40,7 @@ mod depthwise;
 mod dwmatch;
 mod dwtaps;
 mod flat;
+mod gelubf16;
 mod inplace;
 mod lut;
 mod norm;

@@ -794,7 +794,8 @@ fn direct(
 
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
 /// `bo` from `at_o`, streamed when `nt` ([`super::stream::large`] of `bo`; the caller
-/// fences). A bf16 input is looked up in the chain's table ([`super::lut`]). Otherwise an f32
+/// fences). A bf16 input is looked up in the chain's table ([`super::lut`]; a bf16 gelu
+/// computed where [`super::gelubf16`] can, with the same results). Otherwise an f32
 /// output written without `nt` receives the widened input and the steps run there; other
 /// outputs are written from `buf` (f32, the ops run there) piece by piece with
 /// [`super::stream::store`], a bf16 output's last rounding left to the store, which rounds
@@ -823,12 +824,12 @@ pub(crate) fn direct_run(
             if !nt {
                 // SAFETY: this program's or range's output elements (disjoint within a launch;
                 // the output is never a loaded parameter, `plan::compile`).
-                return super::lut::look_u16(t, s, unsafe { out_u16(bo, at_o, n) });
+                return super::gelubf16::look(ops, t, s, unsafe { out_u16(bo, at_o, n) });
             }
             let mut h = [0u16; CHUNK];
             for k in (0..n).step_by(piece) {
                 let m = (n - k).min(piece);
-                super::lut::look_u16(t, &s[k..k + m], &mut h[..m]);
+                super::gelubf16::look(ops, t, &s[k..k + m], &mut h[..m]);
                 // SAFETY: `nt`: the caller's contract (`large`, fenced).
                 unsafe { put_u16(bo, at_o + k, &h[..m], true) };
             }
