@@ -2,6 +2,9 @@
 
 mod display;
 mod element;
+pub(crate) mod host_cache;
+mod host_data;
+mod host_mem;
 mod index;
 mod random;
 pub mod size;
@@ -9,6 +12,10 @@ mod storage;
 mod view;
 
 pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
+pub(crate) use host_data::{BLOCK_ALIGN, HostData};
+#[cfg(test)]
+pub(crate) use host_mem::HUGE_PAGE_MIN;
+pub(crate) use host_mem::HostMem;
 pub use storage::DeviceBuffer;
 pub use view::{Data, DataMut, TensorMut, TensorRef};
 
@@ -43,8 +50,10 @@ pub struct Tensor<T: Element> {
 }
 
 #[derive(Clone)]
-enum Storage<T> {
-    Host(Vec<T>),
+enum Storage<T: Element> {
+    /// A `Vec` the user gave, or a launch's 64-byte-aligned block (back to the host cache,
+    /// `tensor/host_cache.rs`, when dropped).
+    Host(HostData<T>),
     /// Shared by clones; a writer gets its own copy first (copy on write).
     Device(Arc<DeviceBuffer>),
 }
@@ -73,7 +82,7 @@ impl<T: Element> Tensor<T> {
         }
         Ok(Tensor {
             shape: shape.to_vec(),
-            storage: Storage::Host(data),
+            storage: Storage::Host(HostData::Vec(data)),
         })
     }
 
@@ -266,7 +275,7 @@ impl<T: Element> Tensor<T> {
 
     /// A tensor over host memory the launcher filled, taking `data` and `shape` as they are
     /// (no copy; the launcher checked the sizes when it allocated the output).
-    pub(crate) fn from_host(shape: Vec<usize>, data: Vec<T>) -> Self {
+    pub(crate) fn from_host(shape: Vec<usize>, data: HostData<T>) -> Self {
         debug_assert_eq!(data.len(), size::elements(&shape));
         Tensor {
             shape,
@@ -346,10 +355,10 @@ impl<T: Element> Tensor<T> {
             return Ok(self.clone());
         }
         let storage = match (&self.storage, device.is_cpu()) {
-            (_, true) => Storage::Host(self.to_vec()?),
+            (_, true) => Storage::Host(HostData::Vec(self.to_vec()?)),
             (Storage::Host(v), false) => Storage::Device(Arc::new(DeviceBuffer::upload(
                 device,
-                bytemuck::cast_slice(v),
+                bytemuck::cast_slice(&v[..]),
             )?)),
             (Storage::Device(_), false) => {
                 let host = self.to_vec()?;
@@ -382,10 +391,21 @@ impl<T: Element> Tensor<T> {
         }
     }
 
-    /// The elements as a host vector, without a copy for a host tensor.
+    /// The elements as a host vector: without a copy for a host tensor made from a `Vec`
+    /// ([`Tensor::from_vec`], `From<Vec<T>>`); a kernel's output lives in a 64-byte-aligned
+    /// block of its own (see [`crate::host_cache`]) and is copied.
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let v = vec![1.0f32, 2.0];
+    /// let p = v.as_ptr();
+    /// let back = Tensor::from_vec(v, &[2])?.into_vec()?;
+    /// assert_eq!((back.as_ptr(), back), (p, vec![1.0, 2.0]));
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
     pub fn into_vec(self) -> Result<Vec<T>> {
         match self.storage {
-            Storage::Host(v) => Ok(v),
+            Storage::Host(v) => v.into_vec(),
             Storage::Device(_) => self.to_vec(),
         }
     }
@@ -442,7 +462,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             &self.shape,
             match &self.storage {
-                Storage::Host(v) => Data::Host(bytemuck::cast_slice(v)),
+                Storage::Host(v) => Data::Host(bytemuck::cast_slice(&v[..])),
                 Storage::Device(b) => Data::Device(b),
             },
         )
@@ -463,7 +483,7 @@ impl<T: Element> Tensor<T> {
                 &CPU,
                 T::DTYPE,
                 shape,
-                DataMut::Host(bytemuck::cast_slice_mut(v)),
+                DataMut::Host(bytemuck::cast_slice_mut(&mut v[..])),
             ),
             Storage::Device(b) => {
                 let b: &DeviceBuffer = b;
@@ -487,7 +507,7 @@ impl<T: Element + PartialEq> PartialEq for Tensor<T> {
             return false;
         }
         match (&self.storage, &o.storage) {
-            (Storage::Host(a), Storage::Host(b)) => a == b,
+            (Storage::Host(a), Storage::Host(b)) => a[..] == b[..],
             (Storage::Device(a), Storage::Device(b)) if Arc::ptr_eq(a, b) => true,
             _ => matches!((self.to_vec(), o.to_vec()), (Ok(a), Ok(b)) if a == b),
         }

@@ -1,0 +1,127 @@
+//! A host tensor's elements: a `Vec` the user gave, or a block a launch allocated
+//! ([`HostMem`]: 64-byte aligned, back to the host cache when dropped).
+
+use super::host_mem::HostMem;
+use std::alloc::Layout;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+/// The alignment of the blocks launches allocate (a cache line: no vector load or store of a
+/// row that starts at a multiple of 64 bytes splits a line).
+pub(crate) const BLOCK_ALIGN: usize = 64;
+
+/// Elements in host memory; derefs to `[T]`.
+pub(crate) enum HostData<T> {
+    /// A `Vec` as given (freed as a `Vec`, with the layout it was allocated with).
+    Vec(Vec<T>),
+    /// `len` elements at the start of `mem`, every byte of them initialised.
+    Block {
+        mem: HostMem,
+        len: usize,
+        _t: PhantomData<T>,
+    },
+}
+
+impl<T: bytemuck::Pod> HostData<T> {
+    /// `len` elements in `mem`.
+    ///
+    /// # Safety
+    /// `mem` holds at least `len * size_of::<T>()` bytes, all initialised, and is aligned for
+    /// `T`.
+    pub unsafe fn from_block(mem: HostMem, len: usize) -> HostData<T> {
+        debug_assert!(mem.capacity() >= len * std::mem::size_of::<T>());
+        debug_assert_eq!(mem.ptr().as_ptr() as usize % std::mem::align_of::<T>(), 0);
+        HostData::Block {
+            mem,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// The elements as a `Vec`: as they are when given as one, else a copy.
+    pub fn into_vec(self) -> crate::Result<Vec<T>> {
+        match self {
+            HostData::Vec(v) => Ok(v),
+            b => {
+                let mut v = super::size::try_with_capacity(b.len())?;
+                v.extend_from_slice(&b);
+                Ok(v)
+            }
+        }
+    }
+}
+
+impl<T: bytemuck::Pod> Deref for HostData<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            HostData::Vec(v) => v,
+            // SAFETY: `from_block`'s contract: `len` initialised, aligned elements.
+            HostData::Block { mem, len, .. } => unsafe {
+                std::slice::from_raw_parts(mem.ptr().as_ptr().cast::<T>(), *len)
+            },
+        }
+    }
+}
+
+impl<T: bytemuck::Pod> DerefMut for HostData<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            HostData::Vec(v) => v,
+            // SAFETY: as in `deref`, and `mem` is owned by this value alone.
+            HostData::Block { mem, len, .. } => unsafe {
+                std::slice::from_raw_parts_mut(mem.ptr().as_ptr().cast::<T>(), *len)
+            },
+        }
+    }
+}
+
+/// A block's copy is a block of the same alignment (from the host cache when one fits).
+impl<T: bytemuck::Pod> Clone for HostData<T> {
+    fn clone(&self) -> Self {
+        match self {
+            HostData::Vec(v) => HostData::Vec(v.clone()),
+            HostData::Block { mem, len, .. } => {
+                let bytes = len * std::mem::size_of::<T>();
+                let layout = Layout::from_size_align(bytes, mem.align()).expect("a valid layout");
+                let copy = HostMem::new(layout, false)
+                    .unwrap_or_else(|_| std::alloc::handle_alloc_error(layout));
+                // SAFETY: `bytes` initialised bytes copied into a new block of at least
+                // `bytes`; the copy has `mem`'s alignment.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(mem.ptr().as_ptr(), copy.ptr().as_ptr(), bytes);
+                    HostData::from_block(copy, *len)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BLOCK_ALIGN, HostData, HostMem};
+    use std::alloc::Layout;
+
+    #[test]
+    fn a_block_reads_writes_clones_and_becomes_a_vec() {
+        let n = 37;
+        let layout = Layout::from_size_align(n * 4, BLOCK_ALIGN).unwrap();
+        let mem = HostMem::new(layout, true).unwrap();
+        // SAFETY: `n` zeroed f32s, 64-byte aligned.
+        let mut d = unsafe { HostData::<f32>::from_block(mem, n) };
+        d.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as f32 - 3.5);
+        let c = d.clone();
+        assert!(matches!(c, HostData::Block { .. }));
+        assert_eq!(c.as_ptr() as usize % BLOCK_ALIGN, 0);
+        assert_eq!(&c[..], &d[..]);
+        let v = d.into_vec().unwrap();
+        assert_eq!(v, (0..n).map(|i| i as f32 - 3.5).collect::<Vec<_>>());
+        let u = HostData::Vec(vec![1u16, 2, 3]);
+        assert_eq!(
+            (&u.clone()[..], u.into_vec().unwrap()),
+            (&[1u16, 2, 3][..], vec![1, 2, 3])
+        );
+    }
+}
