@@ -325,6 +325,11 @@ fn main() {
         "outputs allocated uninitialised (fused cover proof), whole process: {}",
         tessera::backend::cpu::fused::covered_outputs()
     );
+    let hc = tessera::host_cache::stats();
+    println!(
+        "host cache, whole process: {} hits, {} misses, {} bytes kept",
+        hc.hits, hc.misses, hc.cached_bytes
+    );
     if name == "gelu" {
         // The launch's work as `benches/cpu.rs` counts it: a fresh copy of the input, gelu'd.
         let xs = x.as_slice().unwrap();

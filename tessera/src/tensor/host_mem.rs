@@ -145,4 +145,28 @@ mod tests {
             assert!(s.iter().all(|&b| b == 0));
         }
     }
+
+    #[test]
+    fn a_reused_block_asked_for_zeroed_reads_zeros() {
+        // An alignment no other test asks for, so no other test takes this block.
+        let layout = Layout::from_size_align((3 << 20) + 4160, 8192).unwrap();
+        let m = HostMem::new(layout, false).unwrap();
+        let p = m.ptr();
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..layout.size() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // SAFETY: `layout.size()` bytes owned by `m`.
+            unsafe { p.as_ptr().add(i).write((s >> 24) as u8 | 1) };
+        }
+        let hits = crate::tensor::host_cache::stats().hits;
+        drop(m);
+        let z = HostMem::new(layout, true).unwrap();
+        assert_eq!(z.ptr(), p, "the block was not reused");
+        assert!(crate::tensor::host_cache::stats().hits > hits);
+        // SAFETY: `layout.size()` bytes, zeroed.
+        let b = unsafe { std::slice::from_raw_parts(z.ptr().as_ptr(), layout.size()) };
+        assert!(b.iter().all(|&x| x == 0));
+    }
 }
