@@ -25,6 +25,9 @@
 //! (`fused::covered_outputs`); `CPU_PROFILE_PAD=B` keeps a `B`-byte block allocated before
 //! the first launch, which moves a heap-allocated output (a fresh output after the first
 //! free raises glibc's mmap threshold, or `--into`'s kept one) to another address.
+//! `CPU_PROFILE_INPUT=launch` makes the f32 input `x` a launch's output (the same values,
+//! transposed twice: a 64-byte-aligned block, as in a chain of launches) instead of the
+//! `Vec` `Tensor::randn` returns.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -89,6 +92,11 @@ fn main() {
         return;
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
+    let x = match std::env::var("CPU_PROFILE_INPUT").as_deref() {
+        Ok("launch") => transpose_f32(&transpose_f32(&x).unwrap()).unwrap(),
+        Ok(v) => panic!("CPU_PROFILE_INPUT={v:?}: expected launch"),
+        Err(_) => x,
+    };
     let g = Tensor::<f32>::randn(&[c], 2);
     let gemm = name.starts_with("matmul") || name.starts_with("gemm") || name == "faer";
     let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
