@@ -102,8 +102,8 @@ fn the_host_cache_reuses_bounds_and_releases_blocks() {
 
     // A reused block that held other data is fully overwritten: a bf16 output of the same
     // byte size as the f32 one takes its block.
-    drop(add(&x, &y).unwrap());
     let xb = Tensor::<bf16>::randn(&[R, 2 * C], 4);
+    drop(add(&x, &y).unwrap());
     let h = half_bf16(&xb).unwrap();
     let wb: Vec<bf16> = xb
         .as_slice()
@@ -112,7 +112,11 @@ fn the_host_cache_reuses_bounds_and_releases_blocks() {
         .map(|v| bf16::from_f32(v.to_f32() * 0.5))
         .collect();
     assert_eq!(h.as_slice().unwrap(), &wb[..]);
-    assert_eq!(host_cache::stats().cached_bytes, 0, "the f32 block was reused");
+    assert_eq!(
+        host_cache::stats().cached_bytes,
+        0,
+        "the f32 block was reused"
+    );
     drop(h);
 }
 
@@ -144,7 +148,9 @@ fn launch_outputs_are_64_byte_aligned_and_user_vecs_still_work() {
     assert_eq!(add(&t, &y).unwrap().as_slice().unwrap(), &want[..]);
     let mut out = Tensor::from_vec(vec![f32::NAN; R * C], &[R, C]).unwrap();
     let q = ptr(&out);
-    add::KERNEL.launch_into(&[t.arg(), y.arg()], &mut out).unwrap();
+    add::KERNEL
+        .launch_into(&[t.arg(), y.arg()], &mut out)
+        .unwrap();
     assert_eq!((ptr(&out), out.as_slice().unwrap()), (q, &want[..]));
     let back = t.into_vec().unwrap();
     assert_eq!((back.as_ptr() as usize, back[3]), (p, 9.5));

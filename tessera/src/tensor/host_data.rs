@@ -38,6 +38,39 @@ impl<T: bytemuck::Pod> HostData<T> {
         }
     }
 
+    /// A block of `n` elements taken from `items` in order (which must yield at least `n`;
+    /// panics otherwise). Memory the system refuses is [`crate::Error::OutOfMemory`].
+    pub fn try_from_iter(n: usize, items: impl IntoIterator<Item = T>) -> crate::Result<Self> {
+        let mem = HostMem::new(Self::layout(n)?, false)?;
+        let p = mem.ptr().as_ptr().cast::<T>();
+        let mut items = items.into_iter();
+        for i in 0..n {
+            let v = items.next().expect("fewer items than elements");
+            // SAFETY: `mem` holds `n` aligned `T`s; element `i < n`.
+            unsafe { p.add(i).write(v) };
+        }
+        // SAFETY: all `n` elements written above; `layout` aligns for `T`.
+        Ok(unsafe { HostData::from_block(mem, n) })
+    }
+
+    /// A block of `n` zero elements (a new large block comes zeroed from the OS; a reused one
+    /// is cleared).
+    pub fn try_zeroed(n: usize) -> crate::Result<Self> {
+        let mem = HostMem::new(Self::layout(n)?, true)?;
+        // SAFETY: `n` aligned elements, every byte zero (a valid `T`: plain old data).
+        Ok(unsafe { HostData::from_block(mem, n) })
+    }
+
+    /// `n` elements' layout at [`BLOCK_ALIGN`] (or `T`'s alignment, if larger).
+    fn layout(n: usize) -> crate::Result<Layout> {
+        let oom = || crate::Error::OutOfMemory {
+            bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        };
+        let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(oom)?;
+        Layout::from_size_align(bytes, BLOCK_ALIGN.max(std::mem::align_of::<T>()))
+            .map_err(|_| oom())
+    }
+
     /// The elements as a `Vec`: as they are when given as one, else a copy.
     pub fn into_vec(self) -> crate::Result<Vec<T>> {
         match self {
@@ -118,6 +151,14 @@ mod tests {
         assert_eq!(&c[..], &d[..]);
         let v = d.into_vec().unwrap();
         assert_eq!(v, (0..n).map(|i| i as f32 - 3.5).collect::<Vec<_>>());
+        let z = HostData::<u16>::try_zeroed(5).unwrap();
+        assert_eq!(
+            (&z[..], z.as_ptr() as usize % BLOCK_ALIGN),
+            (&[0u16; 5][..], 0)
+        );
+        let f = HostData::try_from_iter(4, (0..).map(|i| i as f64 * 0.25)).unwrap();
+        assert_eq!(&f[..], &[0.0, 0.25, 0.5, 0.75]);
+        assert_eq!(HostData::<u8>::try_from_iter(0, []).unwrap().len(), 0);
         let u = HostData::Vec(vec![1u16, 2, 3]);
         assert_eq!(
             (&u.clone()[..], u.into_vec().unwrap()),

@@ -26,6 +26,19 @@ use tessera_ir::DType;
 /// A dense row-major tensor, stored where its device keeps memory: host memory on the CPU,
 /// device memory on a GPU or the simulator.
 ///
+/// Host memory the library allocates (a CPU kernel's result, [`Tensor::zeros`],
+/// [`Tensor::full`], [`Tensor::arange`], [`Tensor::randn`], [`Tensor::from_slice`], a clone
+/// of one of those) is 64-byte aligned, and a block of at least 1 MiB goes to the host
+/// cache when dropped, for the next launch's output of that size ([`crate::host_cache`]); a
+/// `Vec` given to [`Tensor::from_vec`] stays the tensor's storage as it is.
+///
+/// ```
+/// use tessera::Tensor;
+/// let z = Tensor::<f32>::zeros(&[37, 300])?;
+/// assert_eq!(z.as_slice()?.as_ptr() as usize % 64, 0);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+///
 /// [`Tensor::to`] copies a tensor to a device once; kernels then read it there, and their
 /// results are allocated on that device and stay there. [`Tensor::to_vec`] (or
 /// `.to(&Device::cpu())`) copies back. Accessors that need host memory
@@ -105,9 +118,10 @@ impl<T: Element> Tensor<T> {
                 got: data.len(),
             });
         }
-        let mut v = size::try_with_capacity(data.len())?;
-        v.extend_from_slice(data);
-        Self::from_vec(v, shape)
+        Ok(Self::from_host(
+            shape.to_vec(),
+            HostData::try_from_iter(data.len(), data.iter().copied())?,
+        ))
     }
 
     /// A tensor of zeros in host memory. A shape whose size overflows is
@@ -139,7 +153,12 @@ impl<T: Element> Tensor<T> {
     pub fn full(shape: &[usize], value: T) -> Result<Self> {
         let n = size::numel("Tensor::full", shape)?;
         size::byte_len("Tensor::full", shape, std::mem::size_of::<T>())?;
-        Self::from_vec(size::try_filled(n, value)?, shape)
+        let data = if bytemuck::bytes_of(&value).iter().all(|&b| b == 0) {
+            HostData::try_zeroed(n)?
+        } else {
+            HostData::try_from_iter(n, std::iter::repeat(value))?
+        };
+        Ok(Self::from_host(shape.to_vec(), data))
     }
 
     /// `0, 1, …, n - 1` as a 1-D tensor in host memory (each rounded to `T`).
@@ -155,9 +174,8 @@ impl<T: Element> Tensor<T> {
     /// ```
     pub fn arange(n: usize) -> Result<Self> {
         size::byte_len("Tensor::arange", &[n], std::mem::size_of::<T>())?;
-        let mut v = size::try_with_capacity(n)?;
-        v.extend((0..n).map(|i| T::from_f64_round(i as f64)));
-        Self::from_vec(v, &[n])
+        let data = HostData::try_from_iter(n, (0..n).map(|i| T::from_f64_round(i as f64)))?;
+        Ok(Self::from_host(vec![n], data))
     }
 
     /// A tensor of zeros on `device`, set there (no transfer): an output buffer for a `tile!`
@@ -268,13 +286,12 @@ impl<T: Element> Tensor<T> {
         let n = size::numel("Tensor::randn", shape)?;
         size::byte_len("Tensor::randn", shape, std::mem::size_of::<T>())?;
         let mut rng = random::SplitMix64::new(seed);
-        let mut data = size::try_with_capacity(n)?;
-        data.extend((0..n).map(|_| T::from_f64_round(rng.normal())));
-        Self::from_vec(data, shape)
+        let data = HostData::try_from_iter(n, (0..n).map(|_| T::from_f64_round(rng.normal())))?;
+        Ok(Self::from_host(shape.to_vec(), data))
     }
 
-    /// A tensor over host memory the launcher filled, taking `data` and `shape` as they are
-    /// (no copy; the launcher checked the sizes when it allocated the output).
+    /// A tensor over host memory the launcher (or a constructor) filled, taking `data` and
+    /// `shape` as they are (no copy; the caller checked the sizes when it allocated `data`).
     pub(crate) fn from_host(shape: Vec<usize>, data: HostData<T>) -> Self {
         debug_assert_eq!(data.len(), size::elements(&shape));
         Tensor {
