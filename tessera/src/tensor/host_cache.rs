@@ -28,15 +28,38 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The cache's size limit unless `TESSERA_HOST_CACHE` or [`set_capacity`] says otherwise: 1 GiB.
+///
+/// ```
+/// assert_eq!(tessera::host_cache::DEFAULT_CAPACITY, 1 << 30);
+/// ```
 pub const DEFAULT_CAPACITY: usize = 1 << 30;
 
 /// Blocks smaller than this (1 MiB) are never kept: the system allocator reuses them itself.
+///
+/// ```
+/// use tessera::{Tensor, host_cache};
+/// host_cache::release();
+/// drop(Tensor::<f32>::zeros(&[1000])?);                 // 4000 bytes: freed, not kept
+/// assert_eq!(host_cache::stats().cached_bytes, 0);
+/// # Ok::<(), tessera::Error>(())
+/// ```
 pub const MIN_BLOCK: usize = 1 << 20;
 
 /// A block is reused for a request of `bytes` only when it holds at most `bytes / SLACK` more.
 const SLACK: usize = 8;
 
 /// Counters and contents of the cache ([`stats`]).
+///
+/// ```
+/// use tessera::{Tensor, host_cache};
+/// host_cache::set_capacity(Some(64 << 20));
+/// let before = host_cache::stats();
+/// drop(Tensor::<f32>::zeros(&[1 << 20])?);            // 4 MiB: kept when dropped
+/// let t = Tensor::<f32>::zeros(&[1 << 20])?;          // takes it back (cleared)
+/// assert_eq!(host_cache::stats().hits, before.hits + 1);
+/// assert!(t.as_slice()?.iter().all(|&v| v == 0.0));
+/// # Ok::<(), tessera::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostCacheStats {
     /// Requests of at least [`MIN_BLOCK`] bytes served with a kept block.
