@@ -141,7 +141,7 @@ impl HostBlock {
         if self.mem.is_none()
             || size == 0
             || Some(self.len) != len.checked_mul(size)
-            || self.ptr.as_ptr() as usize % std::mem::align_of::<T>() != 0
+            || !(self.ptr.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
         {
             return Err(self);
         }
