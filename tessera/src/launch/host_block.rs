@@ -1,4 +1,5 @@
-//! Host memory for a CPU launch's outputs: 64-byte aligned blocks ([`HostMem`]: from the host
+//! Host memory for a CPU launch's outputs: blocks ([`HostMem`], 64-byte aligned from 4 KiB, else
+//! aligned to the element; from the host
 //! cache when a freed block fits, see `tensor/host_cache.rs`), so the final output becomes
 //! the returned tensor's storage without a copy.
 //!
@@ -15,11 +16,12 @@
 //! A new block of at least 4 MiB asks Linux for transparent huge pages on its 2 MiB-aligned
 //! interior (`tensor/host_mem.rs`; figures in ARCHITECTURE.md, "Launch outputs on huge pages").
 
-use crate::tensor::{BLOCK_ALIGN, HostData, HostMem};
+use crate::tensor::{HostData, HostMem, block_align};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
-/// `bytes` bytes aligned to at least 64 (owned: back to the host cache on drop unless turned
+/// `bytes` bytes aligned to 64 from 4 KiB on, else to the element (owned: back to the host
+/// cache on drop unless turned
 /// into a tensor's storage by [`HostBlock::into_host_data`]), or borrowed.
 pub(crate) struct HostBlock {
     ptr: NonNull<u8>,
@@ -54,7 +56,7 @@ impl HostBlock {
 
     fn alloc(bytes: usize, align: usize, zeroed: bool) -> crate::Result<HostBlock> {
         let oom = crate::Error::OutOfMemory { bytes };
-        let layout = Layout::from_size_align(bytes, align.max(BLOCK_ALIGN)).map_err(|_| oom)?;
+        let layout = Layout::from_size_align(bytes, block_align(bytes, align)).map_err(|_| oom)?;
         let mem = HostMem::new(layout, zeroed)?;
         Ok(HostBlock {
             ptr: mem.ptr(),
@@ -177,8 +179,11 @@ mod tests {
 
     #[test]
     fn becomes_storage_only_when_the_size_matches() {
+        assert_eq!(
+            HostBlock::zeroed(4096, 4).unwrap().as_mut_ptr() as usize % 64,
+            0
+        );
         let mut b = HostBlock::zeroed(12, 4).unwrap();
-        assert_eq!(b.as_mut_ptr() as usize % 64, 0);
         // SAFETY: 12 bytes were allocated.
         unsafe { b.as_mut_ptr().add(4).cast::<f32>().write(2.5) };
         let d = b.into_host_data::<f32>(3).ok().unwrap();

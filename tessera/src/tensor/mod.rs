@@ -12,7 +12,7 @@ mod storage;
 mod view;
 
 pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
-pub(crate) use host_data::{BLOCK_ALIGN, HostData};
+pub(crate) use host_data::{HostData, block_align};
 #[cfg(test)]
 pub(crate) use host_mem::HUGE_PAGE_MIN;
 pub(crate) use host_mem::HostMem;
@@ -28,7 +28,8 @@ use tessera_ir::DType;
 ///
 /// Host memory the library allocates (a CPU kernel's result, [`Tensor::zeros`],
 /// [`Tensor::full`], [`Tensor::arange`], [`Tensor::randn`], [`Tensor::from_slice`], a clone
-/// of one of those) is 64-byte aligned, and a block of at least 1 MiB goes to the host
+/// of one of those) is 64-byte aligned from 4 KiB on, and a block of at least 1 MiB goes to
+/// the host
 /// cache when dropped, for the next launch's output of that size ([`crate::host_cache`]); a
 /// `Vec` given to [`Tensor::from_vec`] stays the tensor's storage as it is.
 ///
@@ -64,8 +65,8 @@ pub struct Tensor<T: Element> {
 
 #[derive(Clone)]
 enum Storage<T: Element> {
-    /// A `Vec` the user gave, or a launch's 64-byte-aligned block (back to the host cache,
-    /// `tensor/host_cache.rs`, when dropped).
+    /// A `Vec` the user gave, or a block the library allocated (64-byte aligned from 4 KiB;
+    /// back to the host cache, `tensor/host_cache.rs`, when dropped).
     Host(HostData<T>),
     /// Shared by clones; a writer gets its own copy first (copy on write).
     Device(Arc<DeviceBuffer>),
@@ -409,8 +410,8 @@ impl<T: Element> Tensor<T> {
     }
 
     /// The elements as a host vector: without a copy for a host tensor made from a `Vec`
-    /// ([`Tensor::from_vec`], `From<Vec<T>>`); a kernel's output lives in a 64-byte-aligned
-    /// block of its own (see [`crate::host_cache`]) and is copied.
+    /// ([`Tensor::from_vec`], `From<Vec<T>>`); a kernel's output or a tensor the library
+    /// allocated lives in a block of its own (see [`crate::host_cache`]) and is copied.
     ///
     /// ```
     /// use tessera::Tensor;
