@@ -26,8 +26,9 @@
 //! the first launch, which moves a heap-allocated output (a fresh output after the first
 //! free raises glibc's mmap threshold, or `--into`'s kept one) to another address.
 //! `CPU_PROFILE_INPUT=launch` makes the f32 input `x` a launch's output (the same values,
-//! transposed twice: a 64-byte-aligned block, as in a chain of launches) instead of the
-//! `Vec` `Tensor::randn` returns.
+//! transposed twice, as in a chain of launches), `CPU_PROFILE_INPUT=vec` a user `Vec`
+//! (`Tensor::from_vec`: glibc's 16-byte alignment), instead of `Tensor::randn`'s 64-byte
+//! aligned block.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -94,7 +95,8 @@ fn main() {
     let x = Tensor::<f32>::randn(&[r, c], 1);
     let x = match std::env::var("CPU_PROFILE_INPUT").as_deref() {
         Ok("launch") => transpose_f32(&transpose_f32(&x).unwrap()).unwrap(),
-        Ok(v) => panic!("CPU_PROFILE_INPUT={v:?}: expected launch"),
+        Ok("vec") => Tensor::from_vec(x.to_vec().unwrap(), &[r, c]).unwrap(),
+        Ok(v) => panic!("CPU_PROFILE_INPUT={v:?}: expected launch or vec"),
         Err(_) => x,
     };
     let g = Tensor::<f32>::randn(&[c], 2);

@@ -185,3 +185,31 @@ fn launches_from_several_threads_get_right_results() {
         }
     });
 }
+
+#[test]
+fn the_capacity_follows_tessera_host_cache() {
+    let _turn = serial();
+    let (x, y) = (rand(R, C, 11), rand(R, C, 12));
+    host_cache::set_capacity(None);
+    // SAFETY (edition 2024 `set_var`): every test here holds `SERIAL`, so no other thread of
+    // this process reads the environment meanwhile.
+    unsafe { std::env::set_var("TESSERA_HOST_CACHE", "3M") };
+    tessera::reload_env();
+    assert_eq!(host_cache::capacity().unwrap(), 3 << 20);
+    unsafe { std::env::set_var("TESSERA_HOST_CACHE", "lots") };
+    tessera::reload_env();
+    let e = host_cache::capacity().unwrap_err().to_string();
+    assert!(e.contains("TESSERA_HOST_CACHE=\"lots\""), "{e}");
+    // A launch with an output the cache would serve reports it; a small one runs.
+    let e = add(&x, &y).unwrap_err().to_string();
+    assert!(e.contains("TESSERA_HOST_CACHE"), "{e}");
+    let (a, b) = (rand(3, 5, 13), rand(3, 5, 14));
+    assert_eq!(add(&a, &b).unwrap().as_slice().unwrap(), &sum(&a, &b)[..]);
+    unsafe { std::env::remove_var("TESSERA_HOST_CACHE") };
+    tessera::reload_env();
+    assert_eq!(
+        host_cache::capacity().unwrap(),
+        host_cache::DEFAULT_CAPACITY
+    );
+    assert_eq!(add(&x, &y).unwrap().as_slice().unwrap(), &sum(&x, &y)[..]);
+}

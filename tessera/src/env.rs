@@ -1,7 +1,6 @@
 //! The launch settings taken from the environment — `TESSERA_DEVICE`,
 //! `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and `TESSERA_HOST_CACHE` — read once per
-//! process, on first use,
-//! and kept parsed: a launch asks them without reading the environment. A process that
+//! process, on first use, and kept parsed: a launch asks them without reading the environment. A process that
 //! changes these variables calls [`reload_env`] for launches to see the new values.
 
 use crate::autotune::{MODE_VALUES, Mode};
@@ -93,8 +92,8 @@ fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
 }
 
 /// Reads `TESSERA_DEVICE`, `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and
-/// `TESSERA_HOST_CACHE` again: the
-/// launches that follow (on any thread) use the values they have now. Tessera reads them once
+/// `TESSERA_HOST_CACHE` again: the launches that follow (on any thread) use the values they
+/// have now. Tessera reads them once
 /// per process, at the first launch that needs them; a process that changes them afterwards
 /// calls this. An invalid value is reported by the launches that read it, as before.
 ///

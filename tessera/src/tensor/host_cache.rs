@@ -170,7 +170,8 @@ fn lock() -> std::sync::MutexGuard<'static, Cache> {
 
 /// The limit in force: [`set_capacity`]'s, else `TESSERA_HOST_CACHE`'s, else
 /// [`DEFAULT_CAPACITY`]. An invalid `TESSERA_HOST_CACHE` is an error ([`crate::Error::Env`]),
-/// which launches report too (they keep nothing while it stands).
+/// which a launch or constructor that allocates a block of at least [`MIN_BLOCK`] bytes
+/// reports too (nothing is kept while it stands).
 ///
 /// ```
 /// tessera::host_cache::set_capacity(Some(256 << 20));

@@ -29,9 +29,9 @@ use tessera_ir::DType;
 /// Host memory the library allocates (a CPU kernel's result, [`Tensor::zeros`],
 /// [`Tensor::full`], [`Tensor::arange`], [`Tensor::randn`], [`Tensor::from_slice`], a clone
 /// of one of those) is 64-byte aligned from 4 KiB on, and a block of at least 1 MiB goes to
-/// the host
-/// cache when dropped, for the next launch's output of that size ([`crate::host_cache`]); a
-/// `Vec` given to [`Tensor::from_vec`] stays the tensor's storage as it is.
+/// the host cache when dropped, for the next launch's output of that size
+/// ([`crate::host_cache`]); a `Vec` given to [`Tensor::from_vec`] stays the tensor's storage
+/// as it is.
 ///
 /// ```
 /// use tessera::Tensor;
