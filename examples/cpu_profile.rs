@@ -25,6 +25,10 @@
 //! (`fused::covered_outputs`); `CPU_PROFILE_PAD=B` keeps a `B`-byte block allocated before
 //! the first launch, which moves a heap-allocated output (a fresh output after the first
 //! free raises glibc's mmap threshold, or `--into`'s kept one) to another address.
+//! `CPU_PROFILE_INPUT=launch` makes the f32 input `x` a launch's output (the same values,
+//! transposed twice, as in a chain of launches), `CPU_PROFILE_INPUT=vec` a user `Vec`
+//! (`Tensor::from_vec`: glibc's 16-byte alignment), instead of `Tensor::randn`'s 64-byte
+//! aligned block.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -89,6 +93,12 @@ fn main() {
         return;
     }
     let x = Tensor::<f32>::randn(&[r, c], 1);
+    let x = match std::env::var("CPU_PROFILE_INPUT").as_deref() {
+        Ok("launch") => transpose_f32(&transpose_f32(&x).unwrap()).unwrap(),
+        Ok("vec") => Tensor::from_vec(x.to_vec().unwrap(), &[r, c]).unwrap(),
+        Ok(v) => panic!("CPU_PROFILE_INPUT={v:?}: expected launch or vec"),
+        Err(_) => x,
+    };
     let g = Tensor::<f32>::randn(&[c], 2);
     let gemm = name.starts_with("matmul") || name.starts_with("gemm") || name == "faer";
     let w = Tensor::<f32>::randn(&[if gemm { c } else { 1 }, c], 3);
@@ -324,6 +334,11 @@ fn main() {
     println!(
         "outputs allocated uninitialised (fused cover proof), whole process: {}",
         tessera::backend::cpu::fused::covered_outputs()
+    );
+    let hc = tessera::host_cache::stats();
+    println!(
+        "host cache, whole process: {} hits, {} misses, {} bytes kept",
+        hc.hits, hc.misses, hc.cached_bytes
     );
     if name == "gelu" {
         // The launch's work as `benches/cpu.rs` counts it: a fresh copy of the input, gelu'd.

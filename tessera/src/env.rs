@@ -1,6 +1,6 @@
 //! The launch settings taken from the environment — `TESSERA_DEVICE`,
-//! `TESSERA_AUTOTUNE` and `TESSERA_AUTOTUNE_BACKGROUND` — read once per process, on first use,
-//! and kept parsed: a launch asks them without reading the environment. A process that
+//! `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and `TESSERA_HOST_CACHE` — read once per
+//! process, on first use, and kept parsed: a launch asks them without reading the environment. A process that
 //! changes these variables calls [`reload_env`] for launches to see the new values.
 
 use crate::autotune::{MODE_VALUES, Mode};
@@ -14,6 +14,27 @@ struct Settings {
     autotune: std::result::Result<Option<Mode>, EnvError>,
     /// `TESSERA_AUTOTUNE_BACKGROUND`: `None` when unset or empty.
     background: std::result::Result<Option<bool>, EnvError>,
+    /// `TESSERA_HOST_CACHE` in bytes: `None` when unset or empty.
+    host_cache: std::result::Result<Option<usize>, EnvError>,
+}
+
+/// What `TESSERA_HOST_CACHE` accepts, in words.
+const BYTES_VALUES: &str = "a byte count, optionally with a K, M or G suffix (powers of 1024)";
+
+/// `s` as a byte count: digits, optionally followed by `K`, `M` or `G` (any case, an optional
+/// `iB`/`B` after it, spaces trimmed); `None` when it is not one or overflows.
+fn parse_bytes(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: usize = s[..digits].parse().ok()?;
+    let shift = match s[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
 }
 
 static SETTINGS: RwLock<Option<Settings>> = RwLock::new(None);
@@ -47,6 +68,14 @@ impl Settings {
                 .transpose()
             }),
             background: tessera_ir::env::flag("TESSERA_AUTOTUNE_BACKGROUND"),
+            host_cache: tessera_ir::env::var("TESSERA_HOST_CACHE", BYTES_VALUES).and_then(|v| {
+                v.filter(|v| !v.trim().is_empty())
+                    .map(|v| {
+                        parse_bytes(&v)
+                            .ok_or_else(|| EnvError::new("TESSERA_HOST_CACHE", &v, BYTES_VALUES))
+                    })
+                    .transpose()
+            }),
         }
     }
 }
@@ -62,8 +91,9 @@ fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
     f(w.get_or_insert(fresh))
 }
 
-/// Reads `TESSERA_DEVICE`, `TESSERA_AUTOTUNE` and `TESSERA_AUTOTUNE_BACKGROUND` again: the
-/// launches that follow (on any thread) use the values they have now. Tessera reads them once
+/// Reads `TESSERA_DEVICE`, `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and
+/// `TESSERA_HOST_CACHE` again: the launches that follow (on any thread) use the values they
+/// have now. Tessera reads them once
 /// per process, at the first launch that needs them; a process that changes them afterwards
 /// calls this. An invalid value is reported by the launches that read it, as before.
 ///
@@ -108,4 +138,26 @@ pub(crate) fn autotune() -> std::result::Result<Option<Mode>, EnvError> {
 /// `TESSERA_AUTOTUNE_BACKGROUND` as parsed: `None` when unset or empty.
 pub(crate) fn background() -> std::result::Result<Option<bool>, EnvError> {
     with(|s| s.background.clone())
+}
+
+/// `TESSERA_HOST_CACHE` in bytes: `None` when unset or empty.
+pub(crate) fn host_cache() -> std::result::Result<Option<usize>, EnvError> {
+    with(|s| s.host_cache.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("0"), Some(0));
+        assert_eq!(parse_bytes(" 4096 "), Some(4096));
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes("2 GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes("64kb"), Some(64 << 10));
+        for bad in ["", "M", "1T", "1.5G", "-1", "99999999999999999999G"] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -90,6 +90,14 @@ pub mod ptx_cache {
     pub use crate::launch::jit::{PtxCacheStats, clear_memory, dir, stats};
 }
 
+/// The bounded cache of large freed host blocks that CPU launches take their outputs from
+/// (`TESSERA_HOST_CACHE`, default 1 GiB).
+pub mod host_cache {
+    pub use crate::tensor::host_cache::{
+        DEFAULT_CAPACITY, HostCacheStats, MIN_BLOCK, capacity, release, set_capacity, stats,
+    };
+}
+
 pub use backend::gpu::stats::{DeviceStats, MemoryStats, TransferStats};
 pub use device::{Device, Event};
 pub use env::reload_env;

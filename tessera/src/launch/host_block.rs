@@ -1,54 +1,53 @@
-//! Host memory for a CPU launch's outputs, aligned to the element size, so the final output
-//! becomes the returned tensor's `Vec<T>` without a copy.
+//! Host memory for a CPU launch's outputs: blocks ([`HostMem`], 64-byte aligned from 4 KiB, else
+//! aligned to the element; from the host
+//! cache when a freed block fits, see `tensor/host_cache.rs`), so the final output becomes
+//! the returned tensor's storage without a copy.
 //!
 //! A block starts zeroed ([`HostBlock::zeroed`]) or uninitialised ([`HostBlock::uninit`]), or
 //! borrows memory the caller owns ([`HostBlock::borrowed`]: the storage of the tensor that
 //! `KernelDef::launch_into` writes into), which it treats as uninitialised and never frees.
-//! An uninitialised block is never read: [`HostBlock::as_bytes`] and [`HostBlock::into_vec`]
-//! check that it was zeroed ([`HostBlock::zero`]) or declared fully written by a launch
-//! ([`HostBlock::assume_init`]) first, and kernels never load an output they have not
-//! written (the fused path declines a parameter both loaded and stored; the launch zeroes any
-//! output the program that writes it cannot prove it covers).
+//! An uninitialised block is never read: [`HostBlock::as_bytes`] and
+//! [`HostBlock::into_host_data`] check that it was zeroed ([`HostBlock::zero`]) or declared
+//! fully written by a launch ([`HostBlock::assume_init`]) first, and kernels never load an
+//! output they have not written (the fused path declines a parameter both loaded and stored;
+//! the launch zeroes any output the program that writes it cannot prove it covers). A block
+//! reused from the cache counts as uninitialised, whatever it held, exactly as a new one.
 //!
-//! A block of at least [`HUGE_PAGE_MIN`] bytes asks Linux for transparent huge pages on its
-//! 2 MiB-aligned interior (`madvise(MADV_HUGEPAGE)`, honoured where the system's THP mode is
-//! `madvise` or `always`): a large block is often a fresh `mmap` (glibc maps blocks above its
-//! mmap threshold, at most 32 MiB, and unmaps them on free, so a 128 MiB output is new memory
-//! on every launch), and the first write to each of its 4 KiB pages is a page fault; with huge pages one fault maps 2 MiB (figures in ARCHITECTURE.md,
-//! "Launch outputs on huge pages").
+//! A new block of at least 4 MiB asks Linux for transparent huge pages on its 2 MiB-aligned
+//! interior (`tensor/host_mem.rs`; figures in ARCHITECTURE.md, "Launch outputs on huge pages").
 
-use std::alloc::{Layout, alloc, alloc_zeroed, dealloc};
+use crate::tensor::{HostData, HostMem, block_align};
+use std::alloc::Layout;
 use std::ptr::NonNull;
 
-/// Blocks of at least this many bytes get [huge pages](advise_huge_pages).
-pub(crate) const HUGE_PAGE_MIN: usize = 4 << 20;
-
-/// `bytes` bytes aligned to `align` (a power of two); freed on drop unless turned into a `Vec`
-/// by [`HostBlock::into_vec`].
+/// `bytes` bytes aligned to 64 from 4 KiB on, else to the element (owned: back to the host
+/// cache on drop unless turned
+/// into a tensor's storage by [`HostBlock::into_host_data`]), or borrowed.
 pub(crate) struct HostBlock {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
     /// Every byte has been written (zeroed at allocation, by [`HostBlock::zero`], or by a
     /// launch that covers the whole block).
     init: bool,
-    /// Allocated here (freed on drop); `false` for [`HostBlock::borrowed`] memory.
-    owned: bool,
+    /// The owned memory; `None` for [`HostBlock::borrowed`] memory.
+    mem: Option<HostMem>,
 }
 
-// SAFETY: a uniquely owned heap block of plain bytes.
+// SAFETY: a uniquely owned (or exclusively borrowed) block of plain bytes.
 unsafe impl Send for HostBlock {}
 // SAFETY: shared access only reads through `as_bytes`, which checks `init`.
 unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
-    /// Zeroed memory (`calloc`: large blocks come zeroed from the OS, no pass over them).
-    /// A size the allocator refuses is [`crate::Error::OutOfMemory`], never an abort.
+    /// Zeroed memory (a new large block comes zeroed from the OS, no pass over it; a reused
+    /// one is cleared). A size the allocator refuses is [`crate::Error::OutOfMemory`], never
+    /// an abort.
     #[cfg(test)]
     pub fn zeroed(bytes: usize, align: usize) -> crate::Result<HostBlock> {
         Self::alloc(bytes, align, true)
     }
 
-    /// Uninitialised memory (`malloc`: a block the allocator reuses is neither cleared nor
+    /// Uninitialised memory (a reused or allocator-recycled block is neither cleared nor
     /// faulted in again). It must be [zeroed](HostBlock::zero) or fully written and then
     /// [declared so](HostBlock::assume_init) before it is read.
     pub fn uninit(bytes: usize, align: usize) -> crate::Result<HostBlock> {
@@ -57,32 +56,20 @@ impl HostBlock {
 
     fn alloc(bytes: usize, align: usize, zeroed: bool) -> crate::Result<HostBlock> {
         let oom = crate::Error::OutOfMemory { bytes };
-        let layout = Layout::from_size_align(bytes, align.max(1)).map_err(|_| oom.clone())?;
-        let ptr = if bytes == 0 {
-            // A dangling, aligned pointer: nothing is allocated for an empty block.
-            NonNull::new(layout.align() as *mut u8).ok_or_else(|| oom.clone())?
-        } else if zeroed {
-            // SAFETY: the layout has a non-zero size.
-            NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(oom)?
-        } else {
-            // SAFETY: the layout has a non-zero size.
-            NonNull::new(unsafe { alloc(layout) }).ok_or(oom)?
-        };
-        if bytes >= HUGE_PAGE_MIN {
-            advise_huge_pages(ptr.as_ptr(), bytes);
-        }
+        let layout = Layout::from_size_align(bytes, block_align(bytes, align)).map_err(|_| oom)?;
+        let mem = HostMem::new(layout, zeroed)?;
         Ok(HostBlock {
-            ptr,
-            layout,
+            ptr: mem.ptr(),
+            len: bytes,
             init: zeroed || bytes == 0,
-            owned: true,
+            mem: Some(mem),
         })
     }
 
     /// A block over `bytes`, memory the caller owns: the launch writes its output there. It
     /// counts as uninitialised (a launch zeroes it unless it provably writes every byte, as
     /// for a fresh block, whatever `bytes` held before), is never freed and never becomes a
-    /// `Vec` ([`HostBlock::into_vec`] hands it back as `Err`).
+    /// tensor's storage ([`HostBlock::into_host_data`] hands it back as `Err`).
     ///
     /// # Safety
     /// `bytes` must stay valid, and be neither read nor written other than through this
@@ -94,15 +81,15 @@ impl HostBlock {
         debug_assert_eq!(bytes.as_ptr() as usize % layout.align(), 0);
         Ok(HostBlock {
             ptr: NonNull::from(bytes).cast(),
-            layout,
+            len: layout.size(),
             init: layout.size() == 0,
-            owned: false,
+            mem: None,
         })
     }
 
     /// Whether the block borrows its caller's memory ([`HostBlock::borrowed`]).
     pub fn is_borrowed(&self) -> bool {
-        !self.owned
+        self.mem.is_none()
     }
 
     /// Whether every byte is initialised.
@@ -113,8 +100,8 @@ impl HostBlock {
     /// Zeroes an uninitialised block (nothing to do for an initialised one).
     pub fn zero(&mut self) {
         if !self.init {
-            // SAFETY: `layout.size()` writable bytes owned by this block.
-            unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.layout.size()) };
+            // SAFETY: `len` writable bytes owned by this block.
+            unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
             self.init = true;
         }
     }
@@ -129,7 +116,7 @@ impl HostBlock {
 
     /// The block's size in bytes.
     pub fn as_bytes_len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
@@ -140,64 +127,47 @@ impl HostBlock {
     /// undefined behaviour); the launch initialises every output before returning it.
     pub fn as_bytes(&self) -> &[u8] {
         assert!(self.init, "an uninitialised launch output was read");
-        // SAFETY: `layout.size()` initialised bytes (checked above), or an empty slice.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+        // SAFETY: `len` initialised bytes (checked above), or an empty slice.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    /// The block as a `Vec<T>` of `len` elements, without a copy, when it was allocated here
-    /// and its layout is exactly `T`'s array layout; else `Err(self)`. Panics on a block not
-    /// yet initialised.
-    pub fn into_vec<T: bytemuck::Pod>(self, len: usize) -> Result<Vec<T>, HostBlock> {
+    /// The block as `len` elements of a tensor's storage, without a copy, when it was
+    /// allocated here, holds exactly `len` `T`s and is aligned for `T`; else `Err(self)`.
+    /// Panics on a block not yet initialised.
+    pub fn into_host_data<T: bytemuck::Pod>(
+        mut self,
+        len: usize,
+    ) -> Result<HostData<T>, HostBlock> {
         assert!(self.init, "an uninitialised launch output was read");
         let size = std::mem::size_of::<T>();
-        if !self.owned
+        if self.mem.is_none()
             || size == 0
-            || len == 0
-            || self.layout.size() != len * size
-            || self.layout.align() != std::mem::align_of::<T>()
+            || Some(self.len) != len.checked_mul(size)
+            || !(self.ptr.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
         {
             return Err(self);
         }
-        let p = self.ptr.as_ptr() as *mut T;
-        std::mem::forget(self);
-        // SAFETY: allocated by the global allocator with `T`'s alignment and `len *
-        // size_of::<T>()` bytes, every byte initialised (checked above), and `T` is plain old
-        // data.
-        Ok(unsafe { Vec::from_raw_parts(p, len, len) })
+        let mem = self.mem.take().expect("checked above");
+        // SAFETY: `mem` holds at least `len * size_of::<T>()` bytes (this block's `len`), all
+        // initialised (checked above), aligned for `T` (checked above); `T` is plain old data.
+        Ok(unsafe { HostData::from_block(mem, len) })
     }
-}
 
-/// Asks the kernel to back the 2 MiB-aligned pages inside `[ptr, ptr + bytes)` with
-/// transparent huge pages, so a fresh block faults in 512 times less often. Advisory: a
-/// system without THP (or another OS) keeps 4 KiB pages, and the block's contents and
-/// ownership are unchanged either way.
-fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
-    #[cfg(target_os = "linux")]
-    if let Some((start, len)) = huge_page_range(ptr as usize, bytes) {
-        // SAFETY: `[start, start + len)` lies inside a block this process allocated and owns;
-        // `MADV_HUGEPAGE` changes only how the kernel backs the pages, never their contents.
-        // A failure (THP not built into the kernel) leaves ordinary pages, so it is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (ptr, bytes);
-}
-
-/// The 2 MiB-aligned part of `[addr, addr + bytes)` as `(start, len)`, if any.
-fn huge_page_range(addr: usize, bytes: usize) -> Option<(usize, usize)> {
-    const HUGE: usize = 2 << 20;
-    let start = addr.checked_next_multiple_of(HUGE)?;
-    let end = addr.checked_add(bytes)? / HUGE * HUGE;
-    (end > start).then_some((start, end - start))
-}
-
-impl Drop for HostBlock {
-    fn drop(&mut self) {
-        if self.owned && self.layout.size() != 0 {
-            // SAFETY: allocated in `alloc` with this layout.
-            unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    /// The elements as a tensor's storage: the block itself ([`HostBlock::into_host_data`]),
+    /// else a copy. Panics on a block not yet initialised.
+    pub fn into_storage<T: bytemuck::Pod>(self, len: usize) -> crate::Result<HostData<T>> {
+        match self.into_host_data::<T>(len) {
+            Ok(d) => Ok(d),
+            Err(mem) => {
+                let size = std::mem::size_of::<T>();
+                let mut data: Vec<T> = crate::tensor::size::try_with_capacity(len)?;
+                data.extend(
+                    mem.as_bytes()[..len * size]
+                        .chunks_exact(size)
+                        .map(bytemuck::pod_read_unaligned::<T>),
+                );
+                Ok(HostData::Vec(data))
+            }
         }
     }
 }
@@ -205,20 +175,33 @@ impl Drop for HostBlock {
 #[cfg(test)]
 mod tests {
     use super::HostBlock;
+    use crate::tensor::HostData;
 
     #[test]
-    fn becomes_a_vec_only_with_the_matching_layout() {
+    fn becomes_storage_only_when_the_size_matches() {
+        assert_eq!(
+            HostBlock::zeroed(4096, 4).unwrap().as_mut_ptr() as usize % 64,
+            0
+        );
         let mut b = HostBlock::zeroed(12, 4).unwrap();
         // SAFETY: 12 bytes were allocated.
         unsafe { b.as_mut_ptr().add(4).cast::<f32>().write(2.5) };
-        assert_eq!(b.into_vec::<f32>(3).ok(), Some(vec![0.0, 2.5, 0.0]));
+        let d = b.into_host_data::<f32>(3).ok().unwrap();
+        assert!(matches!(d, HostData::Block { .. }));
+        assert_eq!(&d[..], &[0.0, 2.5, 0.0]);
         let b = HostBlock::zeroed(12, 4).unwrap();
         let b = b
-            .into_vec::<u16>(6)
+            .into_host_data::<u16>(5)
             .err()
-            .expect("alignment 4 is not u16's");
+            .expect("12 bytes are 6 u16s");
         assert_eq!(b.as_bytes(), &[0u8; 12]);
-        assert!(HostBlock::zeroed(0, 4).unwrap().into_vec::<f32>(0).is_err());
+        assert_eq!(&b.into_storage::<u16>(6).unwrap()[..], &[0u16; 6]);
+        assert!(
+            HostBlock::zeroed(0, 4)
+                .unwrap()
+                .into_host_data::<f32>(0)
+                .is_ok()
+        );
     }
 
     #[test]
@@ -234,7 +217,7 @@ mod tests {
         }
         // SAFETY: both f32s were written.
         unsafe { b.assume_init() };
-        assert_eq!(b.into_vec::<f32>(2).ok(), Some(vec![0.5, 1.5]));
+        assert_eq!(&b.into_host_data::<f32>(2).ok().unwrap()[..], &[0.5, 1.5]);
         let b = HostBlock::uninit(8, 4).unwrap();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.as_bytes().len()));
         assert!(r.is_err(), "reading an uninitialised block must panic");
@@ -252,9 +235,9 @@ mod tests {
         // SAFETY: 12 bytes are borrowed.
         unsafe { b.as_mut_ptr().add(8).cast::<f32>().write(-1.25) };
         let b = b
-            .into_vec::<f32>(3)
+            .into_host_data::<f32>(3)
             .err()
-            .expect("borrowed memory is no Vec");
+            .expect("borrowed memory is no tensor storage");
         drop(b);
         assert_eq!(v, [0.0, 0.0, -1.25]);
         let mut e: Vec<f32> = Vec::new();
@@ -266,7 +249,7 @@ mod tests {
     #[test]
     fn a_huge_page_block_holds_what_is_written() {
         // Large enough for the huge-page advice; every element written, then read back.
-        let n = (super::HUGE_PAGE_MIN + (3 << 20) + 12) / 4;
+        let n = (crate::tensor::HUGE_PAGE_MIN + (3 << 20) + 12) / 4;
         let mut b = HostBlock::uninit(n * 4, 4).unwrap();
         let p = b.as_mut_ptr().cast::<f32>();
         for i in 0..n {
@@ -275,28 +258,12 @@ mod tests {
         }
         // SAFETY: all `n` were written.
         unsafe { b.assume_init() };
-        let v = b.into_vec::<f32>(n).ok().unwrap();
+        let v = b.into_host_data::<f32>(n).ok().unwrap();
         assert!(
             v.iter()
                 .enumerate()
                 .all(|(i, &x)| x == (i % 977) as f32 - 400.5)
         );
-    }
-
-    #[test]
-    fn huge_pages_are_advised_on_the_aligned_interior_only() {
-        const M: usize = 1 << 20;
-        assert_eq!(super::huge_page_range(2 * M, 4 * M), Some((2 * M, 4 * M)));
-        assert_eq!(
-            super::huge_page_range(2 * M + 16, 6 * M),
-            Some((4 * M, 4 * M))
-        );
-        assert_eq!(
-            super::huge_page_range(2 * M + 16, 4 * M),
-            Some((4 * M, 2 * M))
-        );
-        assert_eq!(super::huge_page_range(2 * M + 16, 2 * M), None);
-        assert_eq!(super::huge_page_range(usize::MAX - M, 4 * M), None);
     }
 
     #[test]

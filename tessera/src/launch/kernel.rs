@@ -573,19 +573,8 @@ impl KernelDef {
             Output::Host(shape, mem) => {
                 // The byte size was checked when the output was allocated.
                 let numel = size::elements(&shape);
-                // The output block has `T`'s layout: it becomes the tensor's storage as is.
-                let data: Vec<T> = match mem.into_vec::<T>(numel) {
-                    Ok(v) => v,
-                    Err(mem) => {
-                        let mut data: Vec<T> = size::try_with_capacity(numel)?;
-                        data.extend(
-                            mem.as_bytes()[..numel * std::mem::size_of::<T>()]
-                                .chunks_exact(std::mem::size_of::<T>())
-                                .map(bytemuck::pod_read_unaligned::<T>),
-                        );
-                        data
-                    }
-                };
+                // The output block becomes the tensor's storage as is.
+                let data = mem.into_storage::<T>(numel)?;
                 Ok(Tensor::from_host(shape, data))
             }
             Output::Device(shape, buf) => Ok(Tensor::from_device(shape, buf)),

@@ -463,18 +463,7 @@ impl TileDef {
             }
         }
         let numel = crate::tensor::size::elements(out);
-        let data: Vec<T> = match mem.into_vec::<T>(numel) {
-            Ok(v) => v,
-            Err(mem) => {
-                let mut data: Vec<T> = crate::tensor::size::try_with_capacity(numel)?;
-                data.extend(
-                    mem.as_bytes()[..numel * size]
-                        .chunks_exact(size)
-                        .map(bytemuck::pod_read_unaligned::<T>),
-                );
-                data
-            }
-        };
+        let data = mem.into_storage::<T>(numel)?;
         let y = Tensor::from_host(out.to_vec(), data);
         if autotune::take_borrowed() {
             let views: Vec<TensorRef<'_>> = inputs

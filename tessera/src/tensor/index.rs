@@ -95,7 +95,7 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
     fn from(v: Vec<T>) -> Self {
         Tensor {
             shape: vec![v.len()],
-            storage: Storage::Host(v),
+            storage: Storage::Host(super::HostData::Vec(v)),
         }
     }
 }

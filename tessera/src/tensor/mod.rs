@@ -2,6 +2,9 @@
 
 mod display;
 mod element;
+pub(crate) mod host_cache;
+mod host_data;
+mod host_mem;
 mod index;
 mod random;
 pub mod size;
@@ -9,6 +12,10 @@ mod storage;
 mod view;
 
 pub use element::{Element, Float, Fp8, f8e4m3, f8e5m2};
+pub(crate) use host_data::{HostData, block_align};
+#[cfg(test)]
+pub(crate) use host_mem::HUGE_PAGE_MIN;
+pub(crate) use host_mem::HostMem;
 pub use storage::DeviceBuffer;
 pub use view::{Data, DataMut, TensorMut, TensorRef};
 
@@ -18,6 +25,20 @@ use tessera_ir::DType;
 
 /// A dense row-major tensor, stored where its device keeps memory: host memory on the CPU,
 /// device memory on a GPU or the simulator.
+///
+/// Host memory the library allocates (a CPU kernel's result, [`Tensor::zeros`],
+/// [`Tensor::full`], [`Tensor::arange`], [`Tensor::randn`], [`Tensor::from_slice`], a clone
+/// of one of those) is 64-byte aligned from 4 KiB on, and a block of at least 1 MiB goes to
+/// the host cache when dropped, for the next launch's output of that size
+/// ([`crate::host_cache`]); a `Vec` given to [`Tensor::from_vec`] stays the tensor's storage
+/// as it is.
+///
+/// ```
+/// use tessera::Tensor;
+/// let z = Tensor::<f32>::zeros(&[37, 300])?;
+/// assert_eq!(z.as_slice()?.as_ptr() as usize % 64, 0);
+/// # Ok::<(), tessera::Error>(())
+/// ```
 ///
 /// [`Tensor::to`] copies a tensor to a device once; kernels then read it there, and their
 /// results are allocated on that device and stay there. [`Tensor::to_vec`] (or
@@ -43,8 +64,10 @@ pub struct Tensor<T: Element> {
 }
 
 #[derive(Clone)]
-enum Storage<T> {
-    Host(Vec<T>),
+enum Storage<T: Element> {
+    /// A `Vec` the user gave, or a block the library allocated (64-byte aligned from 4 KiB;
+    /// back to the host cache, `tensor/host_cache.rs`, when dropped).
+    Host(HostData<T>),
     /// Shared by clones; a writer gets its own copy first (copy on write).
     Device(Arc<DeviceBuffer>),
 }
@@ -73,7 +96,7 @@ impl<T: Element> Tensor<T> {
         }
         Ok(Tensor {
             shape: shape.to_vec(),
-            storage: Storage::Host(data),
+            storage: Storage::Host(HostData::Vec(data)),
         })
     }
 
@@ -96,9 +119,10 @@ impl<T: Element> Tensor<T> {
                 got: data.len(),
             });
         }
-        let mut v = size::try_with_capacity(data.len())?;
-        v.extend_from_slice(data);
-        Self::from_vec(v, shape)
+        Ok(Self::from_host(
+            shape.to_vec(),
+            HostData::try_from_iter(data.len(), data.iter().copied())?,
+        ))
     }
 
     /// A tensor of zeros in host memory. A shape whose size overflows is
@@ -130,7 +154,12 @@ impl<T: Element> Tensor<T> {
     pub fn full(shape: &[usize], value: T) -> Result<Self> {
         let n = size::numel("Tensor::full", shape)?;
         size::byte_len("Tensor::full", shape, std::mem::size_of::<T>())?;
-        Self::from_vec(size::try_filled(n, value)?, shape)
+        let data = if bytemuck::bytes_of(&value).iter().all(|&b| b == 0) {
+            HostData::try_zeroed(n)?
+        } else {
+            HostData::try_from_iter(n, std::iter::repeat(value))?
+        };
+        Ok(Self::from_host(shape.to_vec(), data))
     }
 
     /// `0, 1, …, n - 1` as a 1-D tensor in host memory (each rounded to `T`).
@@ -146,9 +175,8 @@ impl<T: Element> Tensor<T> {
     /// ```
     pub fn arange(n: usize) -> Result<Self> {
         size::byte_len("Tensor::arange", &[n], std::mem::size_of::<T>())?;
-        let mut v = size::try_with_capacity(n)?;
-        v.extend((0..n).map(|i| T::from_f64_round(i as f64)));
-        Self::from_vec(v, &[n])
+        let data = HostData::try_from_iter(n, (0..n).map(|i| T::from_f64_round(i as f64)))?;
+        Ok(Self::from_host(vec![n], data))
     }
 
     /// A tensor of zeros on `device`, set there (no transfer): an output buffer for a `tile!`
@@ -259,14 +287,13 @@ impl<T: Element> Tensor<T> {
         let n = size::numel("Tensor::randn", shape)?;
         size::byte_len("Tensor::randn", shape, std::mem::size_of::<T>())?;
         let mut rng = random::SplitMix64::new(seed);
-        let mut data = size::try_with_capacity(n)?;
-        data.extend((0..n).map(|_| T::from_f64_round(rng.normal())));
-        Self::from_vec(data, shape)
+        let data = HostData::try_from_iter(n, (0..n).map(|_| T::from_f64_round(rng.normal())))?;
+        Ok(Self::from_host(shape.to_vec(), data))
     }
 
-    /// A tensor over host memory the launcher filled, taking `data` and `shape` as they are
-    /// (no copy; the launcher checked the sizes when it allocated the output).
-    pub(crate) fn from_host(shape: Vec<usize>, data: Vec<T>) -> Self {
+    /// A tensor over host memory the launcher (or a constructor) filled, taking `data` and
+    /// `shape` as they are (no copy; the caller checked the sizes when it allocated `data`).
+    pub(crate) fn from_host(shape: Vec<usize>, data: HostData<T>) -> Self {
         debug_assert_eq!(data.len(), size::elements(&shape));
         Tensor {
             shape,
@@ -346,10 +373,10 @@ impl<T: Element> Tensor<T> {
             return Ok(self.clone());
         }
         let storage = match (&self.storage, device.is_cpu()) {
-            (_, true) => Storage::Host(self.to_vec()?),
+            (_, true) => Storage::Host(HostData::Vec(self.to_vec()?)),
             (Storage::Host(v), false) => Storage::Device(Arc::new(DeviceBuffer::upload(
                 device,
-                bytemuck::cast_slice(v),
+                bytemuck::cast_slice(&v[..]),
             )?)),
             (Storage::Device(_), false) => {
                 let host = self.to_vec()?;
@@ -382,10 +409,21 @@ impl<T: Element> Tensor<T> {
         }
     }
 
-    /// The elements as a host vector, without a copy for a host tensor.
+    /// The elements as a host vector: without a copy for a host tensor made from a `Vec`
+    /// ([`Tensor::from_vec`], `From<Vec<T>>`); a kernel's output or a tensor the library
+    /// allocated lives in a block of its own (see [`crate::host_cache`]) and is copied.
+    ///
+    /// ```
+    /// use tessera::Tensor;
+    /// let v = vec![1.0f32, 2.0];
+    /// let p = v.as_ptr();
+    /// let back = Tensor::from_vec(v, &[2])?.into_vec()?;
+    /// assert_eq!((back.as_ptr(), back), (p, vec![1.0, 2.0]));
+    /// # Ok::<(), tessera::Error>(())
+    /// ```
     pub fn into_vec(self) -> Result<Vec<T>> {
         match self.storage {
-            Storage::Host(v) => Ok(v),
+            Storage::Host(v) => v.into_vec(),
             Storage::Device(_) => self.to_vec(),
         }
     }
@@ -442,7 +480,7 @@ impl<T: Element> Tensor<T> {
             T::DTYPE,
             &self.shape,
             match &self.storage {
-                Storage::Host(v) => Data::Host(bytemuck::cast_slice(v)),
+                Storage::Host(v) => Data::Host(bytemuck::cast_slice(&v[..])),
                 Storage::Device(b) => Data::Device(b),
             },
         )
@@ -463,7 +501,7 @@ impl<T: Element> Tensor<T> {
                 &CPU,
                 T::DTYPE,
                 shape,
-                DataMut::Host(bytemuck::cast_slice_mut(v)),
+                DataMut::Host(bytemuck::cast_slice_mut(&mut v[..])),
             ),
             Storage::Device(b) => {
                 let b: &DeviceBuffer = b;
@@ -487,7 +525,7 @@ impl<T: Element + PartialEq> PartialEq for Tensor<T> {
             return false;
         }
         match (&self.storage, &o.storage) {
-            (Storage::Host(a), Storage::Host(b)) => a == b,
+            (Storage::Host(a), Storage::Host(b)) => a[..] == b[..],
             (Storage::Device(a), Storage::Device(b)) if Arc::ptr_eq(a, b) => true,
             _ => matches!((self.to_vec(), o.to_vec()), (Ok(a), Ok(b)) if a == b),
         }

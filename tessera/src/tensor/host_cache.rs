@@ -1,0 +1,316 @@
+//! A bounded cache of large freed host blocks: a launch's output of at least [`MIN_BLOCK`]
+//! bytes is taken from here when a freed block of a fitting size is kept, instead of from the
+//! system allocator.
+//!
+//! Why: glibc serves a block above its mmap threshold (at most 32 MiB) with a fresh `mmap` and
+//! unmaps it on free, so without the cache a 128 MiB output is new memory on every launch,
+//! page-faulted in (and zeroed by the kernel) as it is first written. A kept block was faulted
+//! in by its earlier user.
+//!
+//! The cache holds only memory nothing uses: a block enters it when the tensor (or launch
+//! intermediate) owning it is dropped, and leaves it owned by exactly one new user. It holds at
+//! most [`capacity`] bytes (default [`DEFAULT_CAPACITY`], `TESSERA_HOST_CACHE` in bytes with an
+//! optional `K`/`M`/`G` suffix (powers of 1024), `0` turns it off, [`set_capacity`] overrides
+//! both); a block that would exceed it pushes out the longest-kept blocks, and [`release`]
+//! frees every kept block.
+//!
+//! ```
+//! use tessera::host_cache;
+//! assert!(host_cache::capacity()? <= host_cache::DEFAULT_CAPACITY || std::env::var("TESSERA_HOST_CACHE").is_ok());
+//! host_cache::release();
+//! assert_eq!(host_cache::stats().cached_bytes, 0);
+//! # Ok::<(), tessera::Error>(())
+//! ```
+
+use std::alloc::{Layout, dealloc};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The cache's size limit unless `TESSERA_HOST_CACHE` or [`set_capacity`] says otherwise: 1 GiB.
+///
+/// ```
+/// assert_eq!(tessera::host_cache::DEFAULT_CAPACITY, 1 << 30);
+/// ```
+pub const DEFAULT_CAPACITY: usize = 1 << 30;
+
+/// Blocks smaller than this (1 MiB) are never kept: the system allocator reuses them itself.
+///
+/// ```
+/// use tessera::{Tensor, host_cache};
+/// host_cache::release();
+/// drop(Tensor::<f32>::zeros(&[1000])?);                 // 4000 bytes: freed, not kept
+/// assert_eq!(host_cache::stats().cached_bytes, 0);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub const MIN_BLOCK: usize = 1 << 20;
+
+/// A block is reused for a request of `bytes` only when it holds at most `bytes / SLACK` more.
+const SLACK: usize = 8;
+
+/// Counters and contents of the cache ([`stats`]).
+///
+/// ```
+/// use tessera::{Tensor, host_cache};
+/// host_cache::set_capacity(Some(64 << 20));
+/// let before = host_cache::stats();
+/// drop(Tensor::<f32>::zeros(&[1 << 20])?);            // 4 MiB: kept when dropped
+/// let t = Tensor::<f32>::zeros(&[1 << 20])?;          // takes it back (cleared)
+/// assert_eq!(host_cache::stats().hits, before.hits + 1);
+/// assert!(t.as_slice()?.iter().all(|&v| v == 0.0));
+/// # Ok::<(), tessera::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCacheStats {
+    /// Requests of at least [`MIN_BLOCK`] bytes served with a kept block.
+    pub hits: u64,
+    /// Requests of at least [`MIN_BLOCK`] bytes that found no fitting block (allocated anew).
+    pub misses: u64,
+    /// Bytes held now.
+    pub cached_bytes: usize,
+    /// Blocks held now.
+    pub cached_blocks: usize,
+}
+
+/// Memory from the global allocator with its layout (no drop: whoever holds it frees it with
+/// [`Alloc::free`] or hands it on).
+pub(crate) struct Alloc {
+    pub ptr: NonNull<u8>,
+    pub layout: Layout,
+}
+
+// SAFETY: a uniquely owned heap block of plain bytes.
+unsafe impl Send for Alloc {}
+
+impl Alloc {
+    /// Returns the memory to the global allocator.
+    pub fn free(self) {
+        if self.layout.size() != 0 {
+            // SAFETY: allocated by the global allocator with this layout (`Alloc`'s invariant).
+            unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        }
+    }
+}
+
+/// The kept blocks, oldest first, and their total size.
+pub(crate) struct Cache {
+    blocks: Vec<Alloc>,
+    bytes: usize,
+    /// Set by [`set_capacity`]; `None` follows `TESSERA_HOST_CACHE` (or the default).
+    capacity: Option<usize>,
+}
+
+impl Cache {
+    pub const fn new(capacity: Option<usize>) -> Cache {
+        Cache {
+            blocks: Vec::new(),
+            bytes: 0,
+            capacity,
+        }
+    }
+
+    /// Removes and returns the smallest kept block with `layout`'s alignment that holds
+    /// `layout.size()` bytes and at most `1/SLACK` more.
+    pub fn take(&mut self, layout: Layout) -> Option<Alloc> {
+        let want = layout.size();
+        let most = want.saturating_add(want / SLACK);
+        let (i, _) = self
+            .blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| {
+                b.layout.align() == layout.align() && (want..=most).contains(&b.layout.size())
+            })
+            .min_by_key(|(_, b)| b.layout.size())?;
+        let b = self.blocks.remove(i);
+        self.bytes -= b.layout.size();
+        Some(b)
+    }
+
+    /// Keeps `block` within `capacity` bytes, pushing out the oldest blocks as needed; returns
+    /// what the caller must free (the pushed-out blocks, or `block` itself when it is too small
+    /// or larger than the capacity).
+    pub fn put(&mut self, block: Alloc, capacity: usize) -> Vec<Alloc> {
+        let size = block.layout.size();
+        if size < MIN_BLOCK || size > capacity {
+            let mut out = self.shrink(capacity);
+            out.push(block);
+            return out;
+        }
+        let out = self.shrink(capacity - size);
+        self.bytes += size;
+        self.blocks.push(block);
+        out
+    }
+
+    /// Removes the oldest blocks until at most `limit` bytes are kept; returns them.
+    pub fn shrink(&mut self, limit: usize) -> Vec<Alloc> {
+        let mut n = 0;
+        let mut left = self.bytes;
+        while left > limit {
+            left -= self.blocks[n].layout.size();
+            n += 1;
+        }
+        self.bytes = left;
+        self.blocks.drain(..n).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+static CACHE: Mutex<Cache> = Mutex::new(Cache::new(None));
+static HITS: AtomicU64 = AtomicU64::new(0);
+static MISSES: AtomicU64 = AtomicU64::new(0);
+
+fn lock() -> std::sync::MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The limit in force: [`set_capacity`]'s, else `TESSERA_HOST_CACHE`'s, else
+/// [`DEFAULT_CAPACITY`]. An invalid `TESSERA_HOST_CACHE` is an error ([`crate::Error::Env`]),
+/// which a launch or constructor that allocates a block of at least [`MIN_BLOCK`] bytes
+/// reports too (nothing is kept while it stands).
+///
+/// ```
+/// tessera::host_cache::set_capacity(Some(256 << 20));
+/// assert_eq!(tessera::host_cache::capacity()?, 256 << 20);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn capacity() -> crate::Result<usize> {
+    let set = lock().capacity;
+    match set {
+        Some(c) => Ok(c),
+        None => Ok(crate::env::host_cache()?.unwrap_or(DEFAULT_CAPACITY)),
+    }
+}
+
+/// Sets the limit in bytes (`Some(0)` turns the cache off), or with `None` returns it to
+/// `TESSERA_HOST_CACHE` / [`DEFAULT_CAPACITY`]; blocks beyond the new limit are freed now,
+/// oldest first.
+///
+/// ```
+/// use tessera::host_cache;
+/// host_cache::set_capacity(Some(0));
+/// assert_eq!(host_cache::stats().cached_bytes, 0);
+/// host_cache::set_capacity(None);
+/// ```
+pub fn set_capacity(bytes: Option<usize>) {
+    lock().capacity = bytes;
+    let limit = capacity().unwrap_or(0);
+    let out = lock().shrink(limit);
+    out.into_iter().for_each(Alloc::free);
+}
+
+/// Frees every kept block; returns how many bytes that gave back.
+///
+/// ```
+/// let freed = tessera::host_cache::release();
+/// assert_eq!(tessera::host_cache::stats().cached_bytes, 0);
+/// # let _ = freed;
+/// ```
+pub fn release() -> usize {
+    let out = lock().shrink(0);
+    let bytes = out.iter().map(|b| b.layout.size()).sum();
+    out.into_iter().for_each(Alloc::free);
+    bytes
+}
+
+/// The counters since the process started, and what is kept now.
+///
+/// ```
+/// let s = tessera::host_cache::stats();
+/// assert!(s.cached_bytes <= tessera::host_cache::capacity()?);
+/// # Ok::<(), tessera::Error>(())
+/// ```
+pub fn stats() -> HostCacheStats {
+    let c = lock();
+    HostCacheStats {
+        hits: HITS.load(Ordering::Relaxed),
+        misses: MISSES.load(Ordering::Relaxed),
+        cached_bytes: c.bytes,
+        cached_blocks: c.len(),
+    }
+}
+
+/// A kept block for `layout` (counted as a hit), or `None` (counted as a miss for a request
+/// of at least [`MIN_BLOCK`]). An invalid `TESSERA_HOST_CACHE` is an error.
+pub(crate) fn take(layout: Layout) -> crate::Result<Option<Alloc>> {
+    if layout.size() < MIN_BLOCK {
+        return Ok(None);
+    }
+    capacity()?;
+    let got = lock().take(layout);
+    match got {
+        Some(_) => HITS.fetch_add(1, Ordering::Relaxed),
+        None => MISSES.fetch_add(1, Ordering::Relaxed),
+    };
+    Ok(got)
+}
+
+/// Keeps `block` for a later [`take`], or frees it (too small, larger than the limit, or the
+/// limit unreadable); frees whatever it pushes out.
+pub(crate) fn give_back(block: Alloc) {
+    if block.layout.size() < MIN_BLOCK {
+        return block.free();
+    }
+    let limit = capacity().unwrap_or(0);
+    let out = lock().put(block, limit);
+    out.into_iter().for_each(Alloc::free);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Alloc, Cache, MIN_BLOCK};
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+
+    /// A fake block: the cache's bookkeeping never touches the memory.
+    fn fake(size: usize, at: usize) -> Alloc {
+        Alloc {
+            ptr: NonNull::new((at * 64) as *mut u8).unwrap(),
+            layout: Layout::from_size_align(size, 64).unwrap(),
+        }
+    }
+
+    fn addrs(v: &[Alloc]) -> Vec<usize> {
+        v.iter().map(|b| b.ptr.as_ptr() as usize / 64).collect()
+    }
+
+    #[test]
+    fn takes_the_smallest_fitting_block_once() {
+        let mut c = Cache::new(None);
+        let m = MIN_BLOCK;
+        for (i, s) in [4 * m, 2 * m, 2 * m + 64, 3 * m].into_iter().enumerate() {
+            assert!(c.put(fake(s, i + 1), 100 * m).is_empty());
+        }
+        let want = Layout::from_size_align(2 * m, 64).unwrap();
+        assert_eq!(addrs(&[c.take(want).unwrap()]), [2]);
+        assert_eq!(addrs(&[c.take(want).unwrap()]), [3]);
+        // 3 MiB and 4 MiB are more than 1/8 above 2 MiB.
+        assert!(c.take(want).is_none());
+        assert!(
+            c.take(Layout::from_size_align(3 * m, 128).unwrap())
+                .is_none()
+        );
+        assert_eq!(c.bytes, 7 * m);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn stays_within_its_capacity_pushing_out_the_oldest() {
+        let mut c = Cache::new(None);
+        let m = MIN_BLOCK;
+        assert!(c.put(fake(2 * m, 1), 5 * m).is_empty());
+        assert!(c.put(fake(2 * m, 2), 5 * m).is_empty());
+        assert_eq!(addrs(&c.put(fake(2 * m, 3), 5 * m)), [1]);
+        assert_eq!(c.bytes, 4 * m);
+        // Larger than the capacity, or below the minimum: handed back as is.
+        assert_eq!(addrs(&c.put(fake(6 * m, 4), 5 * m)), [4]);
+        assert_eq!(addrs(&c.put(fake(m - 64, 5), 5 * m)), [5]);
+        assert_eq!(addrs(&c.shrink(2 * m)), [2]);
+        assert_eq!(addrs(&c.put(fake(m, 6), 0)), [3, 6]);
+        assert_eq!((c.bytes, c.len()), (0, 0));
+    }
+}
