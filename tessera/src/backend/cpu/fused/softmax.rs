@@ -38,7 +38,7 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(4 * n + bc);
+    let need = (n + bc + chunks + bc).max(4 * n + bc + 4 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -71,25 +71,24 @@ unsafe fn run_avx2(
 fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
-    let (e, rest) = buf.split_at_mut(n);
-    let (xw, rest) = rest.split_at_mut(bc);
-    let (mk, ow) = rest.split_at_mut(n.div_ceil(bc));
     let round = sm.rows.round_bf16;
     let nt = stream::wanted(out, round);
-    #[cfg(target_arch = "x86_64")]
-    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     #[cfg(target_arch = "x86_64")]
-    if z && n <= bc && n > 0 {
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
+    {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
-        // holds `4n + bc` values (`run`).
-        unsafe { rows_avx512(buf, x, out, r0, r1, n, round, nt) };
+        // holds `4n + bc + 4·chunks` values (`run`).
+        unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
         }
         return;
     }
+    let (e, rest) = buf.split_at_mut(n);
+    let (xw, rest) = rest.split_at_mut(bc);
+    let (mk, ow) = rest.split_at_mut(n.div_ceil(bc));
     for row in r0..r1 {
         let at = row * n;
         // The chunk `c0..c1` of the row as f32 (bf16 widened into `xw`, exactly).
@@ -104,80 +103,12 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
         let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
-            #[cfg(target_arch = "x86_64")]
-            let (xs, (cm, lo)) = if z && x.dtype == DType::BF16 {
-                assert!((at + c1) * 2 <= x.len, "fused load out of bounds");
-                let p = x.ptr.wrapping_add((at + c0) * 2) as *const u8;
-                // SAFETY: AVX-512F is present; `c1 - c0` bf16 values from `p` are in the
-                // input (asserted) and `xw` holds `bc >= c1 - c0` values; the widened chunk
-                // in `xw` is not written again until the next chunk.
-                unsafe {
-                    let r = max_min_avx512::<true>(p, c1 - c0, xw.as_mut_ptr());
-                    (std::slice::from_raw_parts(xw.as_ptr(), c1 - c0), r)
-                }
-            } else {
-                // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
-                // nothing writes until the next call.
-                let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-                let r = if z {
-                    // SAFETY: the active level is at most the detected one: AVX-512F is
-                    // present; `xs` holds `c1 - c0` values.
-                    unsafe {
-                        max_min_avx512::<false>(
-                            xs.as_ptr() as *const u8,
-                            xs.len(),
-                            std::ptr::null_mut(),
-                        )
-                    }
-                } else {
-                    (vmath::max(xs), f32::NEG_INFINITY)
-                };
-                (xs, r)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
             // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
             // nothing writes until the next call.
             let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-            #[cfg(not(target_arch = "x86_64"))]
-            let cm = vmath::max(xs);
-            let mn = bin_f(BinaryOp::Max, m, cm);
-            let mut scale = [m - mn];
-            if k == 0 && !scale[0].is_nan() {
-                // `m` is `-inf`, so `m − mn` is `-inf`, whose `exp` is `+0`.
-                scale[0] = 0.0;
-            } else {
-                vmath::exp(&mut scale);
-            }
+            let mn = bin_f(BinaryOp::Max, m, vmath::max(xs));
+            let s1 = s * chunk_scale(k, m, mn);
             let es = &mut e[c0..c1];
-            let s1 = s * scale[0];
-            #[cfg(target_arch = "x86_64")]
-            if z {
-                // SAFETY: the active level is at most the detected one: AVX-512F is present.
-                // Every `x − mn` in `[-86, 0]` (finite, no NaN): no lane needs a range check.
-                let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
-                // The same chunk of the next row (if any) is fetched while this one's
-                // exponentials are computed, so that its max pass finds it in cache.
-                let esz = if x.dtype == DType::BF16 { 2 } else { 4 };
-                let (pf, pf_bytes) = if row + 1 < rows {
-                    (
-                        x.ptr.wrapping_add((at + n + c0) * esz) as *const u8,
-                        (c1 - c0) * esz,
-                    )
-                } else {
-                    (std::ptr::null(), 0)
-                };
-                s = s1
-                    + unsafe {
-                        if tame {
-                            exp_sum_avx512::<false>(xs, mn, es, pf, pf_bytes)
-                        } else {
-                            exp_sum_avx512::<true>(xs, mn, es, pf, pf_bytes)
-                        }
-                    };
-                m = mn;
-                mk[k] = mn;
-                continue;
-            }
             for (o, v) in es.iter_mut().zip(xs) {
                 *o = v - mn;
             }
@@ -200,13 +131,6 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
                 vmath::exp(es);
             }
             let es = &*es;
-            #[cfg(target_arch = "x86_64")]
-            if z && nt {
-                // SAFETY: AVX-512F is present (`z`); `nt` is `stream::wanted` of `out`, fenced
-                // below.
-                unsafe { stream::scale_avx512(out, at + c0, es, inv) };
-                continue;
-            }
             stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
         }
     }
@@ -214,6 +138,19 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     if nt {
         stream::fence();
     }
+}
+
+/// The online pass's factor on the running sum at chunk `k`: `exp(m − mn)` (`m` the max
+/// before the chunk, `mn` after it); at the first chunk `m` is `-inf`, so `m − mn` is `-inf`
+/// (whose `exp` is `+0`) unless `mn` is `-inf` too (then NaN, whose `exp` is taken).
+fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
+    let mut scale = [m - mn];
+    if k == 0 && !scale[0].is_nan() {
+        scale[0] = 0.0;
+    } else {
+        vmath::exp(&mut scale);
+    }
+    scale[0]
 }
 
 /// For the `n` values from `p` (f32, or bf16 bit patterns widened in registers and also
@@ -323,90 +260,26 @@ unsafe fn max_finish<const BF: bool>(
     (_mm512_cvtss_f32(r), lo)
 }
 
-/// `es[j] = exp(xs[j] − m)` (`es` at least as long as `xs`) and returns `vmath::sum` of those
-/// values, bit for bit, in one pass: 32 lanes in two registers as `vmath::sum` keeps them.
-/// Each step of 32 values also prefetches the next 128 of the `pf_bytes` bytes at `pf`
-/// (the next row's chunk; the rest after the loop).
+/// The rows `r0..r1` of a `[_, n]` softmax in chunks of `bc` columns at the AVX-512 level,
+/// the same bits as the passes in [`body`], with the passes of neighbouring rows in one loop
+/// per chunk ([`fused_avx512`]): while chunk `k` of row `r` has its exponentials and sum
+/// computed, chunk `k` of row `r + 1` has its max (and least value) taken, and, when the
+/// output streams (`nt`), chunk `k` of row `r − 1` is scaled and stored. Row `r`'s chunk
+/// maxima are known before its first chunk, so each chunk's running max `m'` and the row's
+/// final max `m` are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum
+/// and `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA.
+/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least `4n + 4·⌈n/bc⌉`
+/// values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn exp_sum_avx512<const CHECK: bool>(
-    xs: &[f32],
-    m: f32,
-    es: &mut [f32],
-    pf: *const u8,
-    pf_bytes: usize,
-) -> f32 {
-    use core::arch::x86_64::*;
-    let n = xs.len();
-    let es = &mut es[..n];
-    let full = n / 32 * 32;
-    let mv = _mm512_set1_ps(m);
-    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut b = 0;
-    for j in (0..full).step_by(32) {
-        if b < pf_bytes {
-            // A prefetch never faults.
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b + 64) as *const i8);
-            b += 128;
-        }
-        // SAFETY: `j + 32 <= n` for both slices; the level is the caller's.
-        unsafe {
-            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
-            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
-            let (e0, e1) = if CHECK {
-                (vmath::exp16(d0), vmath::exp16(d1))
-            } else {
-                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
-            };
-            _mm512_storeu_ps(es.as_mut_ptr().add(j), e0);
-            _mm512_storeu_ps(es.as_mut_ptr().add(j + 16), e1);
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
-        }
-    }
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
-    while b < pf_bytes {
-        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
-        b += 64;
-    }
-    let t = &mut es[full..];
-    for (o, v) in t.iter_mut().zip(&xs[full..]) {
-        *o = v - m;
-    }
-    vmath::exp(t);
-    for (a, v) in acc.iter_mut().zip(&*t) {
-        *a += v;
-    }
-    vmath::sum_lanes(acc)
-}
-
-/// The rows `r0..r1` of a softmax whose rows are one chunk (`n <= bc`) at the AVX-512 level,
-/// the same bits as the two-pass loop in [`body`], with the passes of neighbouring rows in one
-/// loop ([`fused_avx512`]): while row `r`'s exponentials and sum are computed, row `r + 1`'s
-/// max (and least value) is taken, and, when the output streams (`nt`), row `r − 1`'s
-/// exponentials are scaled and stored.
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least `4n` values.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn rows_avx512(
     buf: &mut [f32],
     x: &Buffer,
     out: &Buffer,
-    r0: usize,
-    r1: usize,
-    n: usize,
+    (r0, r1): (usize, usize),
+    (n, bc): (usize, usize),
     round: bool,
     nt: bool,
 ) {
@@ -415,23 +288,37 @@ unsafe fn rows_avx512(
     }
     let bf = x.dtype == DType::BF16;
     let esz = if bf { 2 } else { 4 };
+    let chunks = n.div_ceil(bc);
     assert!(r1 * n * esz <= x.len, "fused load out of bounds");
-    assert!(!nt || r1 * n * 4 <= out.len, "fused store out of bounds");
+    // An f32 output takes each row's scaled exponentials in the next row's loop (streaming
+    // stores with `nt`, plain ones otherwise); a bf16 one after each row (`stream::write`).
+    let fuse = out.dtype == DType::F32 && !round;
+    assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
     let (ea, rest) = buf.split_at_mut(n);
     let (eb, rest) = rest.split_at_mut(n);
     let (xa, rest) = rest.split_at_mut(n);
-    let (xb, ow) = rest.split_at_mut(n);
+    let (xb, rest) = rest.split_at_mut(n);
+    // Per chunk: this row's max and least value, the next row's, the running maxima.
+    let (cur, rest) = rest.split_at_mut(2 * chunks);
+    let (nxt, rest) = rest.split_at_mut(2 * chunks);
+    let (mk, ow) = rest.split_at_mut(chunks);
     let (mut e_cur, mut e_prev) = (ea.as_mut_ptr(), eb.as_mut_ptr());
     let (mut x_cur, mut x_next) = (xa.as_mut_ptr(), xb.as_mut_ptr());
+    let (mut st_cur, mut st_next) = (cur, nxt);
     let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
-    // SAFETY: the row is in the input (asserted); `x_cur` holds `n` values.
-    let (mut cm, mut lo) = unsafe {
-        if bf {
-            max_min_avx512::<true>(rowp(r0), n, x_cur)
-        } else {
-            max_min_avx512::<false>(rowp(r0), n, std::ptr::null_mut())
-        }
-    };
+    for (k, c0) in (0..n).step_by(bc).enumerate() {
+        let c1 = (c0 + bc).min(n);
+        let p = rowp(r0).wrapping_add(c0 * esz);
+        // SAFETY: the chunk is in the input (asserted); `x_cur` holds `n` values.
+        let (cm, lo) = unsafe {
+            if bf {
+                max_min_avx512::<true>(p, c1 - c0, x_cur.add(c0))
+            } else {
+                max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
+            }
+        };
+        (st_cur[2 * k], st_cur[2 * k + 1]) = (cm, lo);
+    }
     // The row whose exponentials are in `e_prev`, not yet stored: its offset and `1/s`.
     let mut pending: Option<(usize, f32)> = None;
     for row in r0..r1 {
@@ -443,55 +330,74 @@ unsafe fn rows_avx512(
         } else {
             chunk::f32s(x, at, n)
         };
-        // The first (and only) chunk of the online pass: `m` is `-inf`, `s` is `0`.
-        let mn = bin_f(BinaryOp::Max, f32::NEG_INFINITY, cm);
-        let mut scale = [f32::NEG_INFINITY - mn];
-        if !scale[0].is_nan() {
-            scale[0] = 0.0;
-        } else {
-            vmath::exp(&mut scale);
+        // The online pass's running max after each chunk, and the row's max `m`.
+        let mut m = f32::NEG_INFINITY;
+        for (k, mk) in mk.iter_mut().enumerate() {
+            m = bin_f(BinaryOp::Max, m, st_cur[2 * k]);
+            *mk = m;
         }
-        let s1 = 0.0f32 * scale[0];
-        let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
-        let next = if row + 1 < r1 {
-            rowp(row + 1)
-        } else {
-            std::ptr::null()
-        };
-        // The row after `next`, asked for while this step reads `next` (when in the input).
-        let pf = if (row + 3) * n * esz <= x.len {
-            rowp(row + 2)
-        } else {
-            std::ptr::null()
-        };
+        let next = row + 1 < r1;
+        // The row after the next, asked for while this step reads the next (when in the
+        // input).
+        let pf = (row + 3) * n * esz <= x.len;
         let (d, inv_prev) = match pending {
-            Some((pat, inv)) if nt => ((out.ptr as *mut f32).wrapping_add(pat), inv),
+            Some((pat, inv)) => ((out.ptr as *mut f32).wrapping_add(pat), inv),
             _ => (std::ptr::null_mut(), 0.0),
         };
-        // SAFETY: `xs` holds `n` values; `e_cur`, `e_prev` and `x_next` hold `n` values each
-        // and are distinct; `next` is the next row of the input (asserted) or null; `d` is
-        // the row `e_prev` belongs to in the output (asserted) or null.
-        let (sum, nm) = unsafe {
-            let a = (
-                xs,
-                mn,
-                e_cur,
-                next,
-                x_next,
-                d,
-                e_prev as *const f32,
-                inv_prev,
-                pf,
-            );
-            match (tame, bf) {
-                (true, false) => fused_avx512::<false, false>(a),
-                (true, true) => fused_avx512::<false, true>(a),
-                (false, false) => fused_avx512::<true, false>(a),
-                (false, true) => fused_avx512::<true, true>(a),
-            }
-        };
-        let inv = 1.0f32 / (s1 + sum);
-        if nt {
+        let (mut mp, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            let (mn, lo) = (mk[k], st_cur[2 * k + 1]);
+            let s1 = s * chunk_scale(k, mp, mn);
+            let redo = mn.to_bits() != m.to_bits();
+            // Every `x − mn` (and, to redo, `x − m`) in `[-86, 0]` (finite, no NaN): no lane
+            // needs a range check.
+            let tame =
+                mn.is_finite() && m.is_finite() && lo.is_finite() && lo - m >= vmath::EXP16_FAST_LO;
+            let a = Step {
+                xs: &xs[c0..c1],
+                m: mn,
+                mf: m,
+                // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
+                es: unsafe { e_cur.add(c0) },
+                next: if next {
+                    rowp(row + 1).wrapping_add(c0 * esz)
+                } else {
+                    std::ptr::null()
+                },
+                keep: unsafe { x_next.add(c0) },
+                d: if d.is_null() { d } else { d.wrapping_add(c0) },
+                ep: unsafe { e_prev.add(c0) as *const f32 },
+                inv: inv_prev,
+                nt,
+                pf: if next && pf {
+                    rowp(row + 2).wrapping_add(c0 * esz)
+                } else {
+                    std::ptr::null()
+                },
+            };
+            // SAFETY: `xs` holds the chunk's values; `e_cur`, `e_prev` and `x_next` hold `n`
+            // values each from `c0` on and are distinct; `next` is the next row's chunk in the
+            // input (asserted) or null; `d` is the chunk of the row `e_prev` belongs to in the
+            // output (asserted) or null.
+            let (sum, nm) = unsafe {
+                match (tame, bf, redo) {
+                    (true, false, false) => fused_avx512::<false, false, false>(a),
+                    (true, true, false) => fused_avx512::<false, true, false>(a),
+                    (false, false, false) => fused_avx512::<true, false, false>(a),
+                    (false, true, false) => fused_avx512::<true, true, false>(a),
+                    (true, false, true) => fused_avx512::<false, false, true>(a),
+                    (true, true, true) => fused_avx512::<false, true, true>(a),
+                    (false, false, true) => fused_avx512::<true, false, true>(a),
+                    (false, true, true) => fused_avx512::<true, true, true>(a),
+                }
+            };
+            s = s1 + sum;
+            mp = mn;
+            (st_next[2 * k], st_next[2 * k + 1]) = nm;
+        }
+        let inv = 1.0f32 / s;
+        if fuse {
             pending = Some((at, inv));
             std::mem::swap(&mut e_cur, &mut e_prev);
         } else {
@@ -502,40 +408,75 @@ unsafe fn rows_avx512(
         if bf {
             std::mem::swap(&mut x_cur, &mut x_next);
         }
-        (cm, lo) = nm;
+        std::mem::swap(&mut st_cur, &mut st_next);
     }
     if let Some((at, inv)) = pending {
-        // SAFETY: `e_prev` holds that row's `n` exponentials; AVX-512F is present; the
-        // caller fences the streaming stores.
-        unsafe { stream::scale_avx512(out, at, std::slice::from_raw_parts(e_prev, n), inv) };
+        // SAFETY: `e_prev` holds that row's `n` exponentials.
+        let es = unsafe { std::slice::from_raw_parts(e_prev, n) };
+        if nt {
+            // SAFETY: AVX-512F is present; the caller fences the streaming stores.
+            unsafe { stream::scale_avx512(out, at, es, inv) };
+        } else {
+            stream::write(out, at, n, false, false, ow, |j| es[j] * inv);
+        }
     }
 }
 
-/// One step of [`rows_avx512`]: [`exp_sum_avx512`] of `xs` (minus `m`) into `es`; with a
-/// non-null `next`, [`max_min_avx512`] of the `xs.len()` values at `next` (widened into `keep`
-/// with `BF`), else `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` as
-/// [`stream::scale_avx512`] stores it (streaming stores from the first 64-byte boundary of `d`
-/// to its last whole vector); with a non-null `pf`, the cache lines of the `xs.len()` values
-/// at `pf` (the row after `next`) are asked for.
+/// The operands of one [`fused_avx512`] step: a chunk of `xs.len()` columns.
+#[cfg(target_arch = "x86_64")]
+struct Step<'a> {
+    /// This row's chunk (f32).
+    xs: &'a [f32],
+    /// The chunk's running max `m'`.
+    m: f32,
+    /// The row's max (with `REDO`).
+    mf: f32,
+    /// Where the chunk's exponentials go.
+    es: *mut f32,
+    /// The next row's chunk (f32 or bf16 bits) or null.
+    next: *const u8,
+    /// Where the next row's chunk goes widened (bf16).
+    keep: *mut f32,
+    /// The previous row's chunk in the output, or null.
+    d: *mut f32,
+    /// The previous row's exponentials for `d`.
+    ep: *const f32,
+    /// The previous row's `1/s`.
+    inv: f32,
+    /// Whether `d` takes streaming stores.
+    nt: bool,
+    /// The chunk of the row after the next (to prefetch), or null.
+    pf: *const u8,
+}
+
+/// One step of [`rows_avx512`] over a chunk of `n = xs.len()` columns: `exp(xs[j] − m)`
+/// into `es` and their `vmath::sum` (32 lanes in two registers, the same bits), or with
+/// `REDO` that sum while `es` gets `exp(xs[j] − mf)`; with a non-null `next`,
+/// [`max_min_avx512`] of the `n` values at `next` (widened into `keep` with `BF`), else
+/// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `nt` as
+/// [`stream::scale_avx512`] stores it: streaming stores from the first 64-byte boundary of
+/// `d` to its last whole vector);
+/// with a non-null `pf`, the cache lines of the `n` values at `pf` are asked for.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
-/// `d` (when non-null) hold `xs.len()` values; `next` (when non-null) that many elements.
+/// `d` (when non-null) hold `n` values; `next` (when non-null) that many elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::type_complexity)]
-unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
-    (xs, m, es, next, keep, d, ep, inv, pf): (
-        &[f32],
-        f32,
-        *mut f32,
-        *const u8,
-        *mut f32,
-        *mut f32,
-        *const f32,
-        f32,
-        *const u8,
-    ),
+unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
+    Step {
+        xs,
+        m,
+        mf,
+        es,
+        next,
+        keep,
+        d,
+        ep,
+        inv,
+        nt,
+        pf,
+    }: Step,
 ) -> (f32, (f32, f32)) {
     use super::norm512::load;
     use core::arch::x86_64::*;
@@ -543,7 +484,18 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
     let full = n / 32 * 32;
     let (has_next, has_d) = (!next.is_null(), !d.is_null());
     let mv = _mm512_set1_ps(m);
+    let fv = _mm512_set1_ps(mf);
     let iv = _mm512_set1_ps(inv);
+    let exp = |v: __m512| -> __m512 {
+        // SAFETY: the level is the caller's; without `CHECK` every lane is in range.
+        unsafe {
+            if CHECK {
+                vmath::exp16(v)
+            } else {
+                vmath::exp16_in_range(v)
+            }
+        }
+    };
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let (mut x0, mut x1) = (
         _mm512_set1_ps(f32::NEG_INFINITY),
@@ -568,17 +520,20 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
-            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
-            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
-            let (e0, e1) = if CHECK {
-                (vmath::exp16(d0), vmath::exp16(d1))
+            let (v0, v1) = (
+                _mm512_loadu_ps(xs.as_ptr().add(j)),
+                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
+            );
+            let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            let (e0, e1) = if REDO {
+                (exp(_mm512_sub_ps(v0, fv)), exp(_mm512_sub_ps(v1, fv)))
             } else {
-                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
+                (e0, e1)
             };
             _mm512_storeu_ps(es.add(j), e0);
             _mm512_storeu_ps(es.add(j + 16), e1);
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
             if has_next {
                 if !pf.is_null() {
                     // A prefetch never faults.
@@ -604,7 +559,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
                 for _ in 0..2 {
                     if q < qend {
                         let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-                        _mm512_stream_ps(d.add(q), v);
+                        if nt {
+                            _mm512_stream_ps(d.add(q), v);
+                        } else {
+                            _mm512_storeu_ps(d.add(q), v);
+                        }
                         q += 16;
                     }
                 }
@@ -613,7 +572,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         if has_d {
             while q < qend {
                 let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-                _mm512_stream_ps(d.add(q), v);
+                if nt {
+                    _mm512_stream_ps(d.add(q), v);
+                } else {
+                    _mm512_storeu_ps(d.add(q), v);
+                }
                 q += 16;
             }
             for j in qend..n {
@@ -627,8 +590,9 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         _mm512_storeu_ps(acc.as_mut_ptr(), a0);
         _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
     }
-    // SAFETY: `es` holds `n` values (the caller's).
-    let t = unsafe { std::slice::from_raw_parts_mut(es.add(full), n - full) };
+    // The last `n - full` (< 32) values: `vmath::exp` (the same bits as `exp16`).
+    let mut t = [0.0f32; vmath::SUM_LANES];
+    let t = &mut t[..n - full];
     for (o, v) in t.iter_mut().zip(&xs[full..]) {
         *o = v - m;
     }
@@ -636,6 +600,14 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
     for (a, v) in acc.iter_mut().zip(&*t) {
         *a += v;
     }
+    if REDO {
+        for (o, v) in t.iter_mut().zip(&xs[full..]) {
+            *o = v - mf;
+        }
+        vmath::exp(t);
+    }
+    // SAFETY: `es` holds `n` values (the caller's).
+    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), es.add(full), n - full) };
     let mx = if has_next {
         // SAFETY: the caller's.
         unsafe { max_finish::<BF>(next, n, keep, [x0, x1], [n0, n1], [l0, l1]) }
