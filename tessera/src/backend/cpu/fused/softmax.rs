@@ -23,6 +23,18 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
+/// Where [`rows_avx512`]'s row buffers (two of exponentials, two of widened bf16 rows)
+/// start within a 4 KiB page, in bytes from the offset of the input's first row (the
+/// output's with a bf16 input): a load that follows a store to an address a multiple of
+/// 4 KiB away waits on it (4K aliasing). With the previous row's stores trailing the
+/// loop's loads by `LAG` columns, no buffer's stores land a few cache lines ahead of the
+/// loads that follow them: measured on `[4096, 1024]` f32 the loop ran 8-15 % slower with
+/// the buffers back to back (placed by the allocator).
+const PLACE: [usize; 4] = [1024, 3072, 0, 2048];
+
+/// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
+const LAG: usize = 64;
+
 /// Runs program `pid` (rows `pid·br ..`) of a `[rows, n]` softmax; `buf` is the worker's
 /// row scratch.
 pub(crate) fn run(
@@ -38,7 +50,7 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(4 * n + bc + 4 * chunks);
+    let need = (n + bc + chunks + bc).max(4 * n + 4096 + bc + 4 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -294,10 +306,23 @@ unsafe fn rows_avx512(
     // stores with `nt`, plain ones otherwise); a bf16 one after each row (`stream::write`).
     let fuse = out.dtype == DType::F32 && !round;
     assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
-    let (ea, rest) = buf.split_at_mut(n);
-    let (eb, rest) = rest.split_at_mut(n);
-    let (xa, rest) = rest.split_at_mut(n);
-    let (xb, rest) = rest.split_at_mut(n);
+    // The row buffers start at `PLACE`'s offsets within a 4 KiB page from the input's first
+    // row (f32) or the output's (bf16 input, f32 output).
+    let base = if bf && fuse {
+        (out.ptr as usize).wrapping_add(r0 * n * 4)
+    } else {
+        (x.ptr as usize).wrapping_add(r0 * n * esz)
+    };
+    let mut rest = buf;
+    let mut rows: [&mut [f32]; 4] = Default::default();
+    for (b, off) in rows.iter_mut().zip(PLACE) {
+        let want = (base.wrapping_add(off) % 4096) / 4 * 4;
+        let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
+        let (_, r) = std::mem::take(&mut rest).split_at_mut(skip);
+        let (row, r) = r.split_at_mut(n);
+        (*b, rest) = (row, r);
+    }
+    let [ea, eb, xa, xb] = rows;
     // Per chunk: this row's max and least value, the next row's, the running maxima.
     let (cur, rest) = rest.split_at_mut(2 * chunks);
     let (nxt, rest) = rest.split_at_mut(2 * chunks);
@@ -555,7 +580,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                 l0 = _mm512_min_ps(l0, v0);
                 l1 = _mm512_min_ps(l1, v1);
             }
-            if has_d {
+            if has_d && j >= LAG {
                 for _ in 0..2 {
                     if q < qend {
                         let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
