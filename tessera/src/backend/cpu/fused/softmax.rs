@@ -7,13 +7,12 @@
 //! kept one, so a row of one chunk (the common case: `bc` is 1024) takes one `exp` per
 //! element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
 //! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level a chunk's max is one `vmaxps`
-//! chain per lane (`max_min_avx512`; a bf16 chunk is widened in registers there and kept in
-//! the chunk buffer), and its subtract, `exp` and sum run as one pass over registers
-//! (`exp_sum_avx512`, the same bits); a large f32 output is written with non-temporal
-//! stores (`stream`). Rows of one chunk at the AVX-512 level (`rows_avx512`) run those
-//! passes of neighbouring rows in one loop per row: row `r`'s `exp` and sum, row `r + 1`'s
-//! max, and (streamed output) row `r − 1`'s scaled store.
+//! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
+//! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
+//! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
+//! `vmaxps` chain per lane, `max_min_avx512`; a bf16 row is widened in registers there and
+//! kept) and (f32 output) row `r − 1`'s scaled store, non-temporal for a large output
+//! (`stream`).
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
@@ -30,17 +29,17 @@ use tessera_ir::graph::BinaryOp;
 /// loop's loads by `LAG` columns, no buffer's stores land a few cache lines ahead of the
 /// loads that follow them: measured on `[4096, 1024]` f32 the loop ran 8-15 % slower with
 /// the buffers back to back (placed by the allocator).
-const PLACE: [usize; 4] = [1024, 3072, 0, 2048];
+const PLACE: [usize; 5] = [1024, 3072, 0, 2048, 512];
 
 /// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
 const LAG: usize = 64;
 
-/// Runs program `pid` (rows `pid·br ..`) of a `[rows, n]` softmax; `buf` is the worker's
-/// row scratch.
+/// Runs programs `pids` (rows `pids.start·br .. pids.end·br`) of a `[rows, n]` softmax as one
+/// run of rows; `buf` is the worker's row scratch.
 pub(crate) fn run(
     sm: &Softmax,
     buf: &mut Vec<f32>,
-    pid: usize,
+    pids: std::ops::Range<usize>,
     args: &[Buffer],
     rows: usize,
     n: usize,
@@ -50,16 +49,16 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(4 * n + 4096 + bc + 4 * chunks);
+    let need = (n + bc + chunks + bc).max(5 * n + 5 * 1024 + bc + 7 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
-        return unsafe { run_avx2(sm, buf, pid, args, rows, n) };
+        return unsafe { run_avx2(sm, buf, pids, args, rows, n) };
     }
-    body(sm, buf, pid, args, rows, n)
+    body(sm, buf, pids, args, rows, n)
 }
 
 /// [`body`] built with AVX2 and FMA.
@@ -71,27 +70,34 @@ pub(crate) fn run(
 unsafe fn run_avx2(
     sm: &Softmax,
     buf: &mut [f32],
-    pid: usize,
+    pids: std::ops::Range<usize>,
     args: &[Buffer],
     rows: usize,
     n: usize,
 ) {
-    body(sm, buf, pid, args, rows, n)
+    body(sm, buf, pids, args, rows, n)
 }
 
 #[inline(always)]
-fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
+fn body(
+    sm: &Softmax,
+    buf: &mut [f32],
+    pids: std::ops::Range<usize>,
+    args: &[Buffer],
+    rows: usize,
+    n: usize,
+) {
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
     let round = sm.rows.round_bf16;
     let nt = stream::wanted(out, round);
-    let r0 = pid * br;
-    let r1 = (r0 + br).min(rows);
+    let r0 = (pids.start * br).min(rows);
+    let r1 = (pids.end * br).min(rows);
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
     {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
-        // holds `4n + bc + 4·chunks` values (`run`).
+        // holds `5n + 5·1024 + 7·chunks` values (`run`).
         unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
@@ -275,15 +281,16 @@ unsafe fn max_finish<const BF: bool>(
 /// The rows `r0..r1` of a `[_, n]` softmax in chunks of `bc` columns at the AVX-512 level,
 /// the same bits as the passes in [`body`], with the passes of neighbouring rows in one loop
 /// per chunk ([`fused_avx512`]): while chunk `k` of row `r` has its exponentials and sum
-/// computed, chunk `k` of row `r + 1` has its max (and least value) taken, and, when the
-/// output streams (`nt`), chunk `k` of row `r − 1` is scaled and stored. Row `r`'s chunk
-/// maxima are known before its first chunk, so each chunk's running max `m'` and the row's
-/// final max `m` are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum
-/// and `exp(x − m)` for the output in the same loop.
+/// computed, chunk `k` of row `r + 2` has its max (and least value) taken (two rows ahead, so
+/// that a row's first exponentials do not wait on the max taken just before), and, with an
+/// f32 output, chunk `k` of row `r − 1` is scaled and stored. Row `r`'s chunk maxima are
+/// known before its first chunk, so each chunk's running max `m'` and the row's final max `m`
+/// are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum and
+/// `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least `4n + 4·⌈n/bc⌉`
-/// values.
+/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
+/// `5n + 5·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(
@@ -314,7 +321,7 @@ unsafe fn rows_avx512(
         (x.ptr as usize).wrapping_add(r0 * n * esz)
     };
     let mut rest = buf;
-    let mut rows: [&mut [f32]; 4] = Default::default();
+    let mut rows: [&mut [f32]; 5] = Default::default();
     for (b, off) in rows.iter_mut().zip(PLACE) {
         let want = (base.wrapping_add(off) % 4096) / 4 * 4;
         let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
@@ -322,49 +329,55 @@ unsafe fn rows_avx512(
         let (row, r) = r.split_at_mut(n);
         (*b, rest) = (row, r);
     }
-    let [ea, eb, xa, xb] = rows;
-    // Per chunk: this row's max and least value, the next row's, the running maxima.
-    let (cur, rest) = rest.split_at_mut(2 * chunks);
-    let (nxt, rest) = rest.split_at_mut(2 * chunks);
+    let [ea, eb, xa, xb, xc] = rows;
+    // Per chunk of rows `r`, `r + 1` and `r + 2`: the max and least value; and the running
+    // maxima of row `r`.
+    let (s0, rest) = rest.split_at_mut(2 * chunks);
+    let (s1, rest) = rest.split_at_mut(2 * chunks);
+    let (s2, rest) = rest.split_at_mut(2 * chunks);
     let (mk, ow) = rest.split_at_mut(chunks);
     let (mut e_cur, mut e_prev) = (ea.as_mut_ptr(), eb.as_mut_ptr());
-    let (mut x_cur, mut x_next) = (xa.as_mut_ptr(), xb.as_mut_ptr());
-    let (mut st_cur, mut st_next) = (cur, nxt);
+    // The widened rows `r`, `r + 1` and `r + 2` (bf16).
+    let mut xw = [xa.as_mut_ptr(), xb.as_mut_ptr(), xc.as_mut_ptr()];
+    let mut st = [s0, s1, s2];
     let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
-    for (k, c0) in (0..n).step_by(bc).enumerate() {
-        let c1 = (c0 + bc).min(n);
-        let p = rowp(r0).wrapping_add(c0 * esz);
-        // SAFETY: the chunk is in the input (asserted); `x_cur` holds `n` values.
-        let (cm, lo) = unsafe {
-            if bf {
-                max_min_avx512::<true>(p, c1 - c0, x_cur.add(c0))
-            } else {
-                max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
-            }
-        };
-        (st_cur[2 * k], st_cur[2 * k + 1]) = (cm, lo);
+    // Rows `r0` and `r0 + 1` before the loop; each step takes row `r + 2`'s.
+    for (i, row) in (r0..r1).take(2).enumerate() {
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            let p = rowp(row).wrapping_add(c0 * esz);
+            // SAFETY: the chunk is in the input (asserted); `xw[i]` holds `n` values.
+            let (cm, lo) = unsafe {
+                if bf {
+                    max_min_avx512::<true>(p, c1 - c0, xw[i].add(c0))
+                } else {
+                    max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
+                }
+            };
+            (st[i][2 * k], st[i][2 * k + 1]) = (cm, lo);
+        }
     }
     // The row whose exponentials are in `e_prev`, not yet stored: its offset and `1/s`.
     let mut pending: Option<(usize, f32)> = None;
     for row in r0..r1 {
         let at = row * n;
         let xs: &[f32] = if bf {
-            // SAFETY: `x_cur` holds the widened row (`n` values), written by the previous
-            // step; nothing writes it during this one.
-            unsafe { std::slice::from_raw_parts(x_cur, n) }
+            // SAFETY: `xw[0]` holds the widened row (`n` values), written two steps before
+            // (or before the loop); nothing writes it during this one.
+            unsafe { std::slice::from_raw_parts(xw[0], n) }
         } else {
             chunk::f32s(x, at, n)
         };
         // The online pass's running max after each chunk, and the row's max `m`.
         let mut m = f32::NEG_INFINITY;
         for (k, mk) in mk.iter_mut().enumerate() {
-            m = bin_f(BinaryOp::Max, m, st_cur[2 * k]);
+            m = bin_f(BinaryOp::Max, m, st[0][2 * k]);
             *mk = m;
         }
-        let next = row + 1 < r1;
-        // The row after the next, asked for while this step reads the next (when in the
-        // input).
-        let pf = (row + 3) * n * esz <= x.len;
+        // The row after next, whose max this step takes; and the row after that, asked for
+        // while this step reads that one (when in the input).
+        let next = row + 2 < r1;
+        let pf = (row + 4) * n * esz <= x.len;
         let (d, inv_prev) = match pending {
             Some((pat, inv)) => ((out.ptr as *mut f32).wrapping_add(pat), inv),
             _ => (std::ptr::null_mut(), 0.0),
@@ -372,7 +385,7 @@ unsafe fn rows_avx512(
         let (mut mp, mut s) = (f32::NEG_INFINITY, 0.0f32);
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
-            let (mn, lo) = (mk[k], st_cur[2 * k + 1]);
+            let (mn, lo) = (mk[k], st[0][2 * k + 1]);
             let s1 = s * chunk_scale(k, mp, mn);
             let redo = mn.to_bits() != m.to_bits();
             // Every `x − mn` (and, to redo, `x − m`) in `[-86, 0]` (finite, no NaN): no lane
@@ -386,23 +399,23 @@ unsafe fn rows_avx512(
                 // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
                 es: unsafe { e_cur.add(c0) },
                 next: if next {
-                    rowp(row + 1).wrapping_add(c0 * esz)
+                    rowp(row + 2).wrapping_add(c0 * esz)
                 } else {
                     std::ptr::null()
                 },
-                keep: unsafe { x_next.add(c0) },
+                keep: unsafe { xw[2].add(c0) },
                 d: if d.is_null() { d } else { d.wrapping_add(c0) },
                 ep: unsafe { e_prev.add(c0) as *const f32 },
                 inv: inv_prev,
                 nt,
                 pf: if next && pf {
-                    rowp(row + 2).wrapping_add(c0 * esz)
+                    rowp(row + 3).wrapping_add(c0 * esz)
                 } else {
                     std::ptr::null()
                 },
             };
-            // SAFETY: `xs` holds the chunk's values; `e_cur`, `e_prev` and `x_next` hold `n`
-            // values each from `c0` on and are distinct; `next` is the next row's chunk in the
+            // SAFETY: `xs` holds the chunk's values; `e_cur`, `e_prev` and `xw[2]` hold `n`
+            // values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
             // input (asserted) or null; `d` is the chunk of the row `e_prev` belongs to in the
             // output (asserted) or null.
             let (sum, nm) = unsafe {
@@ -419,7 +432,7 @@ unsafe fn rows_avx512(
             };
             s = s1 + sum;
             mp = mn;
-            (st_next[2 * k], st_next[2 * k + 1]) = nm;
+            (st[2][2 * k], st[2][2 * k + 1]) = nm;
         }
         let inv = 1.0f32 / s;
         if fuse {
@@ -430,10 +443,8 @@ unsafe fn rows_avx512(
             let es = unsafe { std::slice::from_raw_parts(e_cur, n) };
             stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
         }
-        if bf {
-            std::mem::swap(&mut x_cur, &mut x_next);
-        }
-        std::mem::swap(&mut st_cur, &mut st_next);
+        xw.rotate_left(1);
+        st.rotate_left(1);
     }
     if let Some((at, inv)) = pending {
         // SAFETY: `e_prev` holds that row's `n` exponentials.
