@@ -11,7 +11,7 @@
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; a bf16 row is widened in registers there and
-//! kept) and (f32 output) row `r − 1`'s scaled store, non-temporal for a large output
+//! kept) and (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
 //! (`stream`).
 
 use super::super::vmath;
@@ -29,7 +29,7 @@ use tessera_ir::graph::BinaryOp;
 /// loop's loads by `LAG` columns, no buffer's stores land a few cache lines ahead of the
 /// loads that follow them: measured on `[4096, 1024]` f32 the loop ran 8-15 % slower with
 /// the buffers back to back (placed by the allocator).
-const PLACE: [usize; 5] = [1024, 3072, 0, 2048, 512];
+const PLACE: [usize; 6] = [1024, 2304, 3584, 0, 2048, 512];
 
 /// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
 const LAG: usize = 64;
@@ -49,7 +49,7 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(5 * n + 5 * 1024 + bc + 7 * chunks);
+    let need = (n + bc + chunks + bc).max(6 * n + 6 * 1024 + bc + 7 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -97,7 +97,7 @@ fn body(
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
     {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
-        // holds `5n + 5·1024 + 7·chunks` values (`run`).
+        // holds `6n + 6·1024 + 7·chunks` values (`run`).
         unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
@@ -283,14 +283,14 @@ unsafe fn max_finish<const BF: bool>(
 /// per chunk ([`fused_avx512`]): while chunk `k` of row `r` has its exponentials and sum
 /// computed, chunk `k` of row `r + 2` has its max (and least value) taken (two rows ahead, so
 /// that a row's first exponentials do not wait on the max taken just before), and, with an
-/// f32 output, chunk `k` of row `r − 1` is scaled and stored. Row `r`'s chunk maxima are
+/// f32 output, chunk `k` of row `r − 2` is scaled and stored. Row `r`'s chunk maxima are
 /// known before its first chunk, so each chunk's running max `m'` and the row's final max `m`
 /// are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum and
 /// `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
-/// `5n + 5·1024 + 7·⌈n/bc⌉` values.
+/// `6n + 6·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(
@@ -321,7 +321,7 @@ unsafe fn rows_avx512(
         (x.ptr as usize).wrapping_add(r0 * n * esz)
     };
     let mut rest = buf;
-    let mut rows: [&mut [f32]; 5] = Default::default();
+    let mut rows: [&mut [f32]; 6] = Default::default();
     for (b, off) in rows.iter_mut().zip(PLACE) {
         let want = (base.wrapping_add(off) % 4096) / 4 * 4;
         let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
@@ -329,14 +329,16 @@ unsafe fn rows_avx512(
         let (row, r) = r.split_at_mut(n);
         (*b, rest) = (row, r);
     }
-    let [ea, eb, xa, xb, xc] = rows;
+    let [ea, eb, ec, xa, xb, xc] = rows;
     // Per chunk of rows `r`, `r + 1` and `r + 2`: the max and least value; and the running
     // maxima of row `r`.
     let (s0, rest) = rest.split_at_mut(2 * chunks);
     let (s1, rest) = rest.split_at_mut(2 * chunks);
     let (s2, rest) = rest.split_at_mut(2 * chunks);
     let (mk, ow) = rest.split_at_mut(chunks);
-    let (mut e_cur, mut e_prev) = (ea.as_mut_ptr(), eb.as_mut_ptr());
+    // The exponentials of rows `r`, `r − 1` and `r − 2` (stored during step `r`: its `1/s`
+    // is known a whole step before, so the stores do not wait on the row just finished).
+    let mut ex = [ea.as_mut_ptr(), eb.as_mut_ptr(), ec.as_mut_ptr()];
     // The widened rows `r`, `r + 1` and `r + 2` (bf16).
     let mut xw = [xa.as_mut_ptr(), xb.as_mut_ptr(), xc.as_mut_ptr()];
     let mut st = [s0, s1, s2];
@@ -357,8 +359,9 @@ unsafe fn rows_avx512(
             (st[i][2 * k], st[i][2 * k + 1]) = (cm, lo);
         }
     }
-    // The row whose exponentials are in `e_prev`, not yet stored: its offset and `1/s`.
-    let mut pending: Option<(usize, f32)> = None;
+    // Rows `r − 2` and `r − 1` (exponentials in `ex[2]`, `ex[1]`) not yet stored: offset
+    // and `1/s`.
+    let mut pending: [Option<(usize, f32)>; 2] = [None, None];
     for row in r0..r1 {
         let at = row * n;
         let xs: &[f32] = if bf {
@@ -378,7 +381,7 @@ unsafe fn rows_avx512(
         // while this step reads that one (when in the input).
         let next = row + 2 < r1;
         let pf = (row + 4) * n * esz <= x.len;
-        let (d, inv_prev) = match pending {
+        let (d, inv_prev) = match pending[0] {
             Some((pat, inv)) => ((out.ptr as *mut f32).wrapping_add(pat), inv),
             _ => (std::ptr::null_mut(), 0.0),
         };
@@ -397,7 +400,7 @@ unsafe fn rows_avx512(
                 m: mn,
                 mf: m,
                 // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
-                es: unsafe { e_cur.add(c0) },
+                es: unsafe { ex[0].add(c0) },
                 next: if next {
                     rowp(row + 2).wrapping_add(c0 * esz)
                 } else {
@@ -405,7 +408,7 @@ unsafe fn rows_avx512(
                 },
                 keep: unsafe { xw[2].add(c0) },
                 d: if d.is_null() { d } else { d.wrapping_add(c0) },
-                ep: unsafe { e_prev.add(c0) as *const f32 },
+                ep: unsafe { ex[2].add(c0) as *const f32 },
                 inv: inv_prev,
                 nt,
                 pf: if next && pf {
@@ -414,9 +417,9 @@ unsafe fn rows_avx512(
                     std::ptr::null()
                 },
             };
-            // SAFETY: `xs` holds the chunk's values; `e_cur`, `e_prev` and `xw[2]` hold `n`
+            // SAFETY: `xs` holds the chunk's values; `ex[0]`, `ex[2]` and `xw[2]` hold `n`
             // values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
-            // input (asserted) or null; `d` is the chunk of the row `e_prev` belongs to in the
+            // input (asserted) or null; `d` is the chunk of the row `ex[2]` belongs to in the
             // output (asserted) or null.
             let (sum, nm) = unsafe {
                 match (tame, bf, redo) {
@@ -436,19 +439,20 @@ unsafe fn rows_avx512(
         }
         let inv = 1.0f32 / s;
         if fuse {
-            pending = Some((at, inv));
-            std::mem::swap(&mut e_cur, &mut e_prev);
+            pending = [pending[1], Some((at, inv))];
+            ex.rotate_right(1);
         } else {
-            // SAFETY: `e_cur` holds this row's `n` exponentials.
-            let es = unsafe { std::slice::from_raw_parts(e_cur, n) };
+            // SAFETY: `ex[0]` holds this row's `n` exponentials.
+            let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
             stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
         }
         xw.rotate_left(1);
         st.rotate_left(1);
     }
-    if let Some((at, inv)) = pending {
-        // SAFETY: `e_prev` holds that row's `n` exponentials.
-        let es = unsafe { std::slice::from_raw_parts(e_prev, n) };
+    for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
+        let Some((at, inv)) = p else { continue };
+        // SAFETY: `e` holds that row's `n` exponentials.
+        let es = unsafe { std::slice::from_raw_parts(e, n) };
         if nt {
             // SAFETY: AVX-512F is present; the caller fences the streaming stores.
             unsafe { stream::scale_avx512(out, at, es, inv) };
@@ -551,8 +555,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     // (the caller's); `d.add(q)` is 64-byte aligned for `head <= q`, `q - head` a multiple
     // of 16.
     unsafe {
-        for j in 0..head {
-            *d.add(j) = *ep.add(j) * inv;
+        if head > 0 {
+            // `head < 16`: one masked store.
+            let k = ((1u32 << head) - 1) as __mmask16;
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ep), iv);
+            _mm512_mask_storeu_ps(d, k, v);
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
@@ -615,40 +622,45 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                 }
                 q += 16;
             }
-            for j in qend..n {
-                *d.add(j) = *ep.add(j) * inv;
+            if qend < n {
+                // `n - qend < 16`: one masked store.
+                let k = ((1u32 << (n - qend)) - 1) as __mmask16;
+                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ep.add(qend)), iv);
+                _mm512_mask_storeu_ps(d.add(qend), k, v);
             }
         }
     }
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
-    // The last `n - full` (< 32) values: `vmath::exp` (the same bits as `exp16`).
-    let mut t = [0.0f32; vmath::SUM_LANES];
-    let t = &mut t[..n - full];
-    for (o, v) in t.iter_mut().zip(&xs[full..]) {
-        *o = v - m;
-    }
-    vmath::exp(t);
-    for (a, v) in acc.iter_mut().zip(&*t) {
-        *a += v;
-    }
-    if REDO {
+    if n > full {
+        // The last `n - full` (< 32) values: `vmath::exp` (the same bits as `exp16`), added
+        // to lanes `0 .. n - full`.
+        let mut t = [0.0f32; vmath::SUM_LANES];
+        let t = &mut t[..n - full];
         for (o, v) in t.iter_mut().zip(&xs[full..]) {
-            *o = v - mf;
+            *o = v - m;
         }
         vmath::exp(t);
+        let k = (1u64 << (n - full)) - 1;
+        // SAFETY: `t` holds `n - full` values; the masked loads read only those.
+        unsafe {
+            let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+            let tp = t.as_ptr();
+            a0 = _mm512_mask_add_ps(a0, k0, a0, _mm512_maskz_loadu_ps(k0, tp));
+            a1 = _mm512_mask_add_ps(a1, k1, a1, _mm512_maskz_loadu_ps(k1, tp.wrapping_add(16)));
+        }
+        if REDO {
+            for (o, v) in t.iter_mut().zip(&xs[full..]) {
+                *o = v - mf;
+            }
+            vmath::exp(t);
+        }
+        // SAFETY: `es` holds `n` values (the caller's).
+        unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), es.add(full), n - full) };
     }
-    // SAFETY: `es` holds `n` values (the caller's).
-    unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), es.add(full), n - full) };
     let mx = if has_next {
         // SAFETY: the caller's.
         unsafe { max_finish::<BF>(next, n, keep, [x0, x1], [n0, n1], [l0, l1]) }
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
-    (vmath::sum_lanes(acc), mx)
+    (super::norm512::tree(a0, a1), mx)
 }
