@@ -22,13 +22,13 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
-/// Where [`rows_avx512`]'s row buffers (two of exponentials, two of widened bf16 rows)
+/// Where [`rows_avx512`]'s row buffers (three of exponentials, three of widened bf16 rows)
 /// start within a 4 KiB page, in bytes from the offset of the input's first row (the
-/// output's with a bf16 input): a load that follows a store to an address a multiple of
-/// 4 KiB away waits on it (4K aliasing). With the previous row's stores trailing the
-/// loop's loads by `LAG` columns, no buffer's stores land a few cache lines ahead of the
-/// loads that follow them: measured on `[4096, 1024]` f32 the loop ran 8-15 % slower with
-/// the buffers back to back (placed by the allocator).
+/// output's with a bf16 input and an f32 output): a load that follows a store to an address
+/// a multiple of 4 KiB away waits on it (4K aliasing), and with the output's stores trailing
+/// the loop's loads by `LAG` columns these offsets measured best: measured on `[4096, 1024]` f32 and bf16→f32 (one thread) the
+/// loop ran 7-15 % slower with every buffer at the input's offset, 3-8 % slower with other
+/// spreads tried, 2-5 % slower without the lag.
 const PLACE: [usize; 6] = [1024, 2304, 3584, 0, 2048, 512];
 
 /// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
@@ -555,11 +555,8 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     // (the caller's); `d.add(q)` is 64-byte aligned for `head <= q`, `q - head` a multiple
     // of 16.
     unsafe {
-        if head > 0 {
-            // `head < 16`: one masked store.
-            let k = ((1u32 << head) - 1) as __mmask16;
-            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ep), iv);
-            _mm512_mask_storeu_ps(d, k, v);
+        for j in 0..head {
+            *d.add(j) = *ep.add(j) * inv;
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
@@ -622,11 +619,8 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                 }
                 q += 16;
             }
-            if qend < n {
-                // `n - qend < 16`: one masked store.
-                let k = ((1u32 << (n - qend)) - 1) as __mmask16;
-                let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, ep.add(qend)), iv);
-                _mm512_mask_storeu_ps(d.add(qend), k, v);
+            for j in qend..n {
+                *d.add(j) = *ep.add(j) * inv;
             }
         }
     }
