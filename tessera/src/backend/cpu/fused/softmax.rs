@@ -49,7 +49,7 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(6 * n + 6 * 1024 + bc + 7 * chunks);
+    let need = (n + bc + chunks + bc).max(6 * (n + 32) + 6 * 1024 + bc + 7 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -97,7 +97,7 @@ fn body(
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
     {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
-        // holds `6n + 6·1024 + 7·chunks` values (`run`).
+        // holds `6(n + 32) + 6·1024 + 7·chunks` values (`run`).
         unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
@@ -290,7 +290,7 @@ unsafe fn max_finish<const BF: bool>(
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
-/// `6n + 6·1024 + 7·⌈n/bc⌉` values.
+/// `6(n + 32) + 6·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(
@@ -326,7 +326,8 @@ unsafe fn rows_avx512(
         let want = (base.wrapping_add(off) % 4096) / 4 * 4;
         let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
         let (_, r) = std::mem::take(&mut rest).split_at_mut(skip);
-        let (row, r) = r.split_at_mut(n);
+        // Each row buffer has 32 values of slack (whole-vector stores of a row's tail).
+        let (row, r) = r.split_at_mut(n + 32);
         (*b, rest) = (row, r);
     }
     let [ea, eb, ec, xa, xb, xc] = rows;
@@ -444,14 +445,17 @@ unsafe fn rows_avx512(
         let inv = 1.0f32 / s;
         if fuse {
             pending = [pending[1], Some((at, inv))];
-            ex.rotate_right(1);
+            let [a, b, c] = ex;
+            ex = [c, a, b];
         } else {
             // SAFETY: `ex[0]` holds this row's `n` exponentials.
             let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
             stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
         }
-        xw.rotate_left(1);
-        st.rotate_left(1);
+        let [a, b, c] = xw;
+        xw = [b, c, a];
+        let [a, b, c] = st;
+        st = [b, c, a];
     }
     for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
         let Some((at, inv)) = p else { continue };
@@ -632,30 +636,34 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         }
     }
     if n > full {
-        // The last `n - full` (< 32) values: `vmath::exp` (the same bits as `exp16`), added
-        // to lanes `0 .. n - full`.
-        let mut t = [0.0f32; vmath::SUM_LANES];
-        let t = &mut t[..n - full];
-        for (o, v) in t.iter_mut().zip(&xs[full..]) {
-            *o = v - m;
-        }
-        vmath::exp(t);
+        // The last `n - full` (< 32) values in lanes `0 .. n - full` (`exp16` is
+        // `vmath::exp`'s bits), added to those lanes only.
         let k = (1u64 << (n - full)) - 1;
-        // SAFETY: `t` holds `n - full` values; the masked loads read only those.
+        let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+        // SAFETY: the masked loads read only the row's last `n - full` values; `es` has 32
+        // values of slack past `n` (`rows_avx512`), so whole vectors are stored (the lanes
+        // past the chunk are never read, or are written again by the next chunk).
         unsafe {
-            let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
-            let tp = t.as_ptr();
-            a0 = _mm512_mask_add_ps(a0, k0, a0, _mm512_maskz_loadu_ps(k0, tp));
-            a1 = _mm512_mask_add_ps(a1, k1, a1, _mm512_maskz_loadu_ps(k1, tp.wrapping_add(16)));
+            let x0 = _mm512_maskz_loadu_ps(k0, xs.as_ptr().add(full));
+            let x1 = _mm512_maskz_loadu_ps(k1, xs.as_ptr().add(full + 16));
+            // Lanes past the row hold `0 − m`, any value: the checked form.
+            let (e0, e1) = (
+                vmath::exp16(_mm512_sub_ps(x0, mv)),
+                vmath::exp16(_mm512_sub_ps(x1, mv)),
+            );
+            a0 = _mm512_mask_add_ps(a0, k0, a0, e0);
+            a1 = _mm512_mask_add_ps(a1, k1, a1, e1);
+            let (e0, e1) = if REDO {
+                (
+                    vmath::exp16(_mm512_sub_ps(x0, fv)),
+                    vmath::exp16(_mm512_sub_ps(x1, fv)),
+                )
+            } else {
+                (e0, e1)
+            };
+            _mm512_storeu_ps(es.add(full), e0);
+            _mm512_storeu_ps(es.add(full + 16), e1);
         }
-        if REDO {
-            for (o, v) in t.iter_mut().zip(&xs[full..]) {
-                *o = v - mf;
-            }
-            vmath::exp(t);
-        }
-        // SAFETY: `es` holds `n` values (the caller's).
-        unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), es.add(full), n - full) };
     }
     let mx = if has_next {
         // SAFETY: the caller's.
