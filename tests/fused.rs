@@ -1384,7 +1384,7 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 
 /// Softmax (f32, bf16, bf16→f32, specials: rows of `-inf`, NaN, `±inf`) on one thread and on
 /// two against the interpreter, bit for bit: programs of several one-chunk rows, whose AVX-512
-/// loop takes the next row's max and stores the previous row during each row's exponentials,
+/// loop takes a later row's max and stores an earlier row during each row's exponentials,
 /// at odd widths (whole 32-value steps and a tail, rows off cache lines), and outputs past the
 /// non-temporal threshold (streamed, ragged and aligned rows).
 #[test]
@@ -1418,8 +1418,8 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     }
 }
 
-/// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima in
-/// the step before, then each chunk's exponentials, redone with the row's max in the same
+/// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima two
+/// steps before, then each chunk's exponentials, redone with the row's max in the same
 /// loop where the running max grew later) on one thread and on two against the interpreter,
 /// bit for bit: two, three (ragged) and four chunks, a last chunk of one 32-value step, of a
 /// tail only, streamed outputs; and rows whose chunks differ in kind: a chunk of `-inf`, a
