@@ -1384,7 +1384,7 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 
 /// Softmax (f32, bf16, bf16→f32, specials: rows of `-inf`, NaN, `±inf`) on one thread and on
 /// two against the interpreter, bit for bit: programs of several one-chunk rows, whose AVX-512
-/// loop takes the next row's max and stores the previous row during each row's exponentials,
+/// loop takes a later row's max and stores an earlier row during each row's exponentials,
 /// at odd widths (whole 32-value steps and a tail, rows off cache lines), and outputs past the
 /// non-temporal threshold (streamed, ragged and aligned rows).
 #[test]
@@ -1416,6 +1416,82 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
             ])
         });
     }
+}
+
+/// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima two
+/// steps before, then each chunk's exponentials, redone with the row's max in the same
+/// loop where the running max grew later) on one thread and on two against the interpreter,
+/// bit for bit: two, three (ragged) and four chunks, a last chunk of one 32-value step, of a
+/// tail only, streamed outputs; and rows whose chunks differ in kind: a chunk of `-inf`, a
+/// NaN, a value of `1e30` or `-1e30` in one chunk, the max in the first or the last chunk.
+#[test]
+fn softmax_rows_of_several_chunks_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let big = |c: usize| {
+        (
+            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 2,
+            c,
+        )
+    };
+    let shapes = [
+        (9, 4096),
+        (5, 3001),
+        (3, 1056),
+        (7, 1030),
+        (1, 2065),
+        (2, 2048),
+        big(4096),
+        big(3001),
+    ];
+    for threads in [1, 2] {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        p.install(|| {
+            softmax_rows_bits_on(&shapes);
+            for (i, &(r, c)) in shapes.iter().enumerate() {
+                let tag = format!("[{r}, {c}]");
+                let x = chunk_specials(&Tensor::<f32>::randn(&[r, c], 1700 + i as u64), c);
+                direct_same_bits(
+                    &format!("softmax chunk specials {tag}"),
+                    fused::softmax_programs,
+                    true,
+                    || tessera_kernels::softmax(&x).unwrap(),
+                );
+                let xb = to_bf16(&x);
+                direct_same_bits(
+                    &format!("softmax bf16→f32 chunk specials {tag}"),
+                    fused::softmax_programs,
+                    true,
+                    || softmax_bf16(&xb).unwrap(),
+                );
+            }
+        });
+    }
+}
+
+/// `x` (`c` columns) with one kind of row per row index mod 8, on the 1024-column chunks of
+/// the CPU softmax: a first chunk of `-inf`, a middle chunk of `-inf`, a NaN in the last
+/// chunk, `1e30` in the second chunk, `-1e30` in the first, the row's max (`+8`) in the last
+/// chunk, in the first chunk, and a plain row.
+fn chunk_specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
+    let mut v = x.to_vec().unwrap();
+    let chunk = 1024;
+    for (r, row) in v.chunks_mut(c).enumerate() {
+        let last = (c - 1) / chunk * chunk;
+        match r % 8 {
+            0 => row[..chunk.min(c)].fill(f32::NEG_INFINITY),
+            1 => row[chunk.min(c)..(2 * chunk).min(c)].fill(f32::NEG_INFINITY),
+            2 => row[c - 1 - (c - 1 - last) / 2] = f32::NAN,
+            3 => row[(chunk + 5).min(c - 1)] = 1e30,
+            4 => row[7.min(c - 1)] = -1e30,
+            5 => row[c - 1] = 8.0,
+            6 => row[3.min(c - 1)] = 8.0,
+            _ => {}
+        }
+    }
+    Tensor::from_vec(v, x.shape()).unwrap()
 }
 
 /// Softmax, layernorm and rmsnorm with outputs large enough for non-temporal stores against

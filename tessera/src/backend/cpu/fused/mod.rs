@@ -724,8 +724,25 @@ impl Fused {
                 Err(_) => go(&mut run::Scratch::default(), pid),
             })
         };
+        // The softmax row loop takes a run of programs over a 1-D grid as one run of rows,
+        // so that its pipeline of neighbouring rows does not restart at each program.
+        let softmax = matches!(path, run::Path::Softmax { .. })
+            && parts.is_none()
+            && (0..total).all(|p| ids(p) == [p, 0, 0]);
+        let span = |a: usize, b: usize| {
+            if !softmax {
+                return (a..b).for_each(block);
+            }
+            SCRATCH.with(|s| match s.try_borrow_mut() {
+                Ok(mut s) => {
+                    s.fit(&self.plan);
+                    run::softmax_programs(&self.plan, path, &mut s, a..b, args)
+                }
+                Err(_) => (a..b).for_each(block),
+            })
+        };
         if total == 1 || rayon::current_num_threads() == 1 {
-            (0..total).for_each(block);
+            span(0, total);
             return;
         }
         // With a column pass's folded accumulators each program's loop is a copy: when the
@@ -746,7 +763,7 @@ impl Fused {
         let rest = total - first;
         let per = rest.div_ceil(rayon::current_num_threads() * 4).max(1);
         (0..rest.div_ceil(per)).into_par_iter().for_each(|t| {
-            (first + t * per..first + ((t + 1) * per).min(rest)).for_each(block);
+            span(first + t * per, first + ((t + 1) * per).min(rest));
         });
     }
 }

@@ -88,13 +88,30 @@ pub(crate) fn run_block(
 ) {
     match (path, &plan.softmax, &plan.norm) {
         (Path::Softmax { rows, n }, Some(sm), _) => {
-            super::softmax::run(sm, &mut s.row, ids[0], args, rows, n)
+            super::softmax::run(sm, &mut s.row, ids[0]..ids[0] + 1, args, rows, n)
         }
         (Path::Norm { rows, n }, _, Some(nm)) => {
             let kept = (&mut s.widened, s.launch);
             super::norm::run(nm, &mut s.row, kept, ids[0], args, rows, n)
         }
         _ => steps(&plan.steps, s, ids, args),
+    }
+}
+
+/// Runs the softmax row loop's programs `pids` (of a launch whose [`Plan::rows`] is `path`,
+/// a [`Path::Softmax`]) as one run of rows: the same values as [`run_block`] of each.
+pub(crate) fn softmax_programs(
+    plan: &Plan,
+    path: Path,
+    s: &mut Scratch,
+    pids: std::ops::Range<usize>,
+    args: &[Buffer],
+) {
+    match (path, &plan.softmax) {
+        (Path::Softmax { rows, n }, Some(sm)) => {
+            super::softmax::run(sm, &mut s.row, pids, args, rows, n)
+        }
+        _ => unreachable!("softmax_programs on another path"),
     }
 }
 

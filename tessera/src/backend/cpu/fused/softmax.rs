@@ -7,13 +7,12 @@
 //! kept one, so a row of one chunk (the common case: `bc` is 1024) takes one `exp` per
 //! element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
 //! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level a chunk's max is one `vmaxps`
-//! chain per lane (`max_min_avx512`; a bf16 chunk is widened in registers there and kept in
-//! the chunk buffer), and its subtract, `exp` and sum run as one pass over registers
-//! (`exp_sum_avx512`, the same bits); a large f32 output is written with non-temporal
-//! stores (`stream`). Rows of one chunk at the AVX-512 level (`rows_avx512`) run those
-//! passes of neighbouring rows in one loop per row: row `r`'s `exp` and sum, row `r + 1`'s
-//! max, and (streamed output) row `r − 1`'s scaled store.
+//! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
+//! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
+//! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
+//! `vmaxps` chain per lane, `max_min_avx512`; a bf16 row is widened in registers there and
+//! kept) and (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
+//! (`stream`).
 
 use super::super::vmath;
 use super::chunk::{self, bin_f};
@@ -23,12 +22,24 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
-/// Runs program `pid` (rows `pid·br ..`) of a `[rows, n]` softmax; `buf` is the worker's
-/// row scratch.
+/// Where [`rows_avx512`]'s row buffers (three of exponentials, three of widened bf16 rows)
+/// start within a 4 KiB page, in bytes from the offset of the input's first row (the
+/// output's with a bf16 input and an f32 output): a load that follows a store to an address
+/// a multiple of 4 KiB away waits on it (4K aliasing), and with the output's stores trailing
+/// the loop's loads by `LAG` columns these offsets measured best: measured on `[4096, 1024]` f32 and bf16→f32 (one thread) the
+/// loop ran 7-15 % slower with every buffer at the input's offset, 3-8 % slower with other
+/// spreads tried, 2-5 % slower without the lag.
+const PLACE: [usize; 6] = [1024, 2304, 3584, 0, 2048, 512];
+
+/// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
+const LAG: usize = 64;
+
+/// Runs programs `pids` (rows `pids.start·br .. pids.end·br`) of a `[rows, n]` softmax as one
+/// run of rows; `buf` is the worker's row scratch.
 pub(crate) fn run(
     sm: &Softmax,
     buf: &mut Vec<f32>,
-    pid: usize,
+    pids: std::ops::Range<usize>,
     args: &[Buffer],
     rows: usize,
     n: usize,
@@ -38,16 +49,16 @@ pub(crate) fn run(
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
     // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
     // output chunk.)
-    let need = (n + bc + chunks + bc).max(4 * n + bc);
+    let need = (n + bc + chunks + bc).max(6 * (n + 32) + 6 * 1024 + bc + 7 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is at most the detected one: AVX2 and FMA are present.
-        return unsafe { run_avx2(sm, buf, pid, args, rows, n) };
+        return unsafe { run_avx2(sm, buf, pids, args, rows, n) };
     }
-    body(sm, buf, pid, args, rows, n)
+    body(sm, buf, pids, args, rows, n)
 }
 
 /// [`body`] built with AVX2 and FMA.
@@ -59,37 +70,43 @@ pub(crate) fn run(
 unsafe fn run_avx2(
     sm: &Softmax,
     buf: &mut [f32],
-    pid: usize,
+    pids: std::ops::Range<usize>,
     args: &[Buffer],
     rows: usize,
     n: usize,
 ) {
-    body(sm, buf, pid, args, rows, n)
+    body(sm, buf, pids, args, rows, n)
 }
 
 #[inline(always)]
-fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize, n: usize) {
+fn body(
+    sm: &Softmax,
+    buf: &mut [f32],
+    pids: std::ops::Range<usize>,
+    args: &[Buffer],
+    rows: usize,
+    n: usize,
+) {
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
-    let (e, rest) = buf.split_at_mut(n);
-    let (xw, rest) = rest.split_at_mut(bc);
-    let (mk, ow) = rest.split_at_mut(n.div_ceil(bc));
     let round = sm.rows.round_bf16;
     let nt = stream::wanted(out, round);
+    let r0 = (pids.start * br).min(rows);
+    let r1 = (pids.end * br).min(rows);
     #[cfg(target_arch = "x86_64")]
-    let z = crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512;
-    let r0 = pid * br;
-    let r1 = (r0 + br).min(rows);
-    #[cfg(target_arch = "x86_64")]
-    if z && n <= bc && n > 0 {
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
+    {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
-        // holds `4n + bc` values (`run`).
-        unsafe { rows_avx512(buf, x, out, r0, r1, n, round, nt) };
+        // holds `6(n + 32) + 6·1024 + 7·chunks` values (`run`).
+        unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
         }
         return;
     }
+    let (e, rest) = buf.split_at_mut(n);
+    let (xw, rest) = rest.split_at_mut(bc);
+    let (mk, ow) = rest.split_at_mut(n.div_ceil(bc));
     for row in r0..r1 {
         let at = row * n;
         // The chunk `c0..c1` of the row as f32 (bf16 widened into `xw`, exactly).
@@ -104,80 +121,12 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
         let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
-            #[cfg(target_arch = "x86_64")]
-            let (xs, (cm, lo)) = if z && x.dtype == DType::BF16 {
-                assert!((at + c1) * 2 <= x.len, "fused load out of bounds");
-                let p = x.ptr.wrapping_add((at + c0) * 2) as *const u8;
-                // SAFETY: AVX-512F is present; `c1 - c0` bf16 values from `p` are in the
-                // input (asserted) and `xw` holds `bc >= c1 - c0` values; the widened chunk
-                // in `xw` is not written again until the next chunk.
-                unsafe {
-                    let r = max_min_avx512::<true>(p, c1 - c0, xw.as_mut_ptr());
-                    (std::slice::from_raw_parts(xw.as_ptr(), c1 - c0), r)
-                }
-            } else {
-                // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
-                // nothing writes until the next call.
-                let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-                let r = if z {
-                    // SAFETY: the active level is at most the detected one: AVX-512F is
-                    // present; `xs` holds `c1 - c0` values.
-                    unsafe {
-                        max_min_avx512::<false>(
-                            xs.as_ptr() as *const u8,
-                            xs.len(),
-                            std::ptr::null_mut(),
-                        )
-                    }
-                } else {
-                    (vmath::max(xs), f32::NEG_INFINITY)
-                };
-                (xs, r)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
             // SAFETY: `chunk` returned `c1 - c0` values of the input or of `xw`, which
             // nothing writes until the next call.
             let xs = unsafe { std::slice::from_raw_parts(chunk(xw, c0, c1), c1 - c0) };
-            #[cfg(not(target_arch = "x86_64"))]
-            let cm = vmath::max(xs);
-            let mn = bin_f(BinaryOp::Max, m, cm);
-            let mut scale = [m - mn];
-            if k == 0 && !scale[0].is_nan() {
-                // `m` is `-inf`, so `m − mn` is `-inf`, whose `exp` is `+0`.
-                scale[0] = 0.0;
-            } else {
-                vmath::exp(&mut scale);
-            }
+            let mn = bin_f(BinaryOp::Max, m, vmath::max(xs));
+            let s1 = s * chunk_scale(k, m, mn);
             let es = &mut e[c0..c1];
-            let s1 = s * scale[0];
-            #[cfg(target_arch = "x86_64")]
-            if z {
-                // SAFETY: the active level is at most the detected one: AVX-512F is present.
-                // Every `x − mn` in `[-86, 0]` (finite, no NaN): no lane needs a range check.
-                let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
-                // The same chunk of the next row (if any) is fetched while this one's
-                // exponentials are computed, so that its max pass finds it in cache.
-                let esz = if x.dtype == DType::BF16 { 2 } else { 4 };
-                let (pf, pf_bytes) = if row + 1 < rows {
-                    (
-                        x.ptr.wrapping_add((at + n + c0) * esz) as *const u8,
-                        (c1 - c0) * esz,
-                    )
-                } else {
-                    (std::ptr::null(), 0)
-                };
-                s = s1
-                    + unsafe {
-                        if tame {
-                            exp_sum_avx512::<false>(xs, mn, es, pf, pf_bytes)
-                        } else {
-                            exp_sum_avx512::<true>(xs, mn, es, pf, pf_bytes)
-                        }
-                    };
-                m = mn;
-                mk[k] = mn;
-                continue;
-            }
             for (o, v) in es.iter_mut().zip(xs) {
                 *o = v - mn;
             }
@@ -200,13 +149,6 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
                 vmath::exp(es);
             }
             let es = &*es;
-            #[cfg(target_arch = "x86_64")]
-            if z && nt {
-                // SAFETY: AVX-512F is present (`z`); `nt` is `stream::wanted` of `out`, fenced
-                // below.
-                unsafe { stream::scale_avx512(out, at + c0, es, inv) };
-                continue;
-            }
             stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
         }
     }
@@ -214,6 +156,19 @@ fn body(sm: &Softmax, buf: &mut [f32], pid: usize, args: &[Buffer], rows: usize,
     if nt {
         stream::fence();
     }
+}
+
+/// The online pass's factor on the running sum at chunk `k`: `exp(m − mn)` (`m` the max
+/// before the chunk, `mn` after it); at the first chunk `m` is `-inf`, so `m − mn` is `-inf`
+/// (whose `exp` is `+0`) unless `mn` is `-inf` too (then NaN, whose `exp` is taken).
+fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
+    let mut scale = [m - mn];
+    if k == 0 && !scale[0].is_nan() {
+        scale[0] = 0.0;
+    } else {
+        vmath::exp(&mut scale);
+    }
+    scale[0]
 }
 
 /// For the `n` values from `p` (f32, or bf16 bit patterns widened in registers and also
@@ -323,90 +278,27 @@ unsafe fn max_finish<const BF: bool>(
     (_mm512_cvtss_f32(r), lo)
 }
 
-/// `es[j] = exp(xs[j] − m)` (`es` at least as long as `xs`) and returns `vmath::sum` of those
-/// values, bit for bit, in one pass: 32 lanes in two registers as `vmath::sum` keeps them.
-/// Each step of 32 values also prefetches the next 128 of the `pf_bytes` bytes at `pf`
-/// (the next row's chunk; the rest after the loop).
+/// The rows `r0..r1` of a `[_, n]` softmax in chunks of `bc` columns at the AVX-512 level,
+/// the same bits as the passes in [`body`], with the passes of neighbouring rows in one loop
+/// per chunk ([`fused_avx512`]): while chunk `k` of row `r` has its exponentials and sum
+/// computed, chunk `k` of row `r + 2` has its max (and least value) taken (two rows ahead, so
+/// that a row's first exponentials do not wait on the max taken just before), and, with an
+/// f32 output, chunk `k` of row `r − 2` is scaled and stored. Row `r`'s chunk maxima are
+/// known before its first chunk, so each chunk's running max `m'` and the row's final max `m`
+/// are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum and
+/// `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA.
+/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
+/// `6(n + 32) + 6·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn exp_sum_avx512<const CHECK: bool>(
-    xs: &[f32],
-    m: f32,
-    es: &mut [f32],
-    pf: *const u8,
-    pf_bytes: usize,
-) -> f32 {
-    use core::arch::x86_64::*;
-    let n = xs.len();
-    let es = &mut es[..n];
-    let full = n / 32 * 32;
-    let mv = _mm512_set1_ps(m);
-    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut b = 0;
-    for j in (0..full).step_by(32) {
-        if b < pf_bytes {
-            // A prefetch never faults.
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b + 64) as *const i8);
-            b += 128;
-        }
-        // SAFETY: `j + 32 <= n` for both slices; the level is the caller's.
-        unsafe {
-            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
-            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
-            let (e0, e1) = if CHECK {
-                (vmath::exp16(d0), vmath::exp16(d1))
-            } else {
-                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
-            };
-            _mm512_storeu_ps(es.as_mut_ptr().add(j), e0);
-            _mm512_storeu_ps(es.as_mut_ptr().add(j + 16), e1);
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
-        }
-    }
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
-    while b < pf_bytes {
-        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(b) as *const i8);
-        b += 64;
-    }
-    let t = &mut es[full..];
-    for (o, v) in t.iter_mut().zip(&xs[full..]) {
-        *o = v - m;
-    }
-    vmath::exp(t);
-    for (a, v) in acc.iter_mut().zip(&*t) {
-        *a += v;
-    }
-    vmath::sum_lanes(acc)
-}
-
-/// The rows `r0..r1` of a softmax whose rows are one chunk (`n <= bc`) at the AVX-512 level,
-/// the same bits as the two-pass loop in [`body`], with the passes of neighbouring rows in one
-/// loop ([`fused_avx512`]): while row `r`'s exponentials and sum are computed, row `r + 1`'s
-/// max (and least value) is taken, and, when the output streams (`nt`), row `r − 1`'s
-/// exponentials are scaled and stored.
-///
-/// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least `4n` values.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn rows_avx512(
     buf: &mut [f32],
     x: &Buffer,
     out: &Buffer,
-    r0: usize,
-    r1: usize,
-    n: usize,
+    (r0, r1): (usize, usize),
+    (n, bc): (usize, usize),
     round: bool,
     nt: bool,
 ) {
@@ -415,127 +307,227 @@ unsafe fn rows_avx512(
     }
     let bf = x.dtype == DType::BF16;
     let esz = if bf { 2 } else { 4 };
+    let chunks = n.div_ceil(bc);
     assert!(r1 * n * esz <= x.len, "fused load out of bounds");
-    assert!(!nt || r1 * n * 4 <= out.len, "fused store out of bounds");
-    let (ea, rest) = buf.split_at_mut(n);
-    let (eb, rest) = rest.split_at_mut(n);
-    let (xa, rest) = rest.split_at_mut(n);
-    let (xb, ow) = rest.split_at_mut(n);
-    let (mut e_cur, mut e_prev) = (ea.as_mut_ptr(), eb.as_mut_ptr());
-    let (mut x_cur, mut x_next) = (xa.as_mut_ptr(), xb.as_mut_ptr());
-    let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
-    // SAFETY: the row is in the input (asserted); `x_cur` holds `n` values.
-    let (mut cm, mut lo) = unsafe {
-        if bf {
-            max_min_avx512::<true>(rowp(r0), n, x_cur)
-        } else {
-            max_min_avx512::<false>(rowp(r0), n, std::ptr::null_mut())
-        }
+    // An f32 output takes each row's scaled exponentials in the next row's loop (streaming
+    // stores with `nt`, plain ones otherwise); a bf16 one after each row (`stream::write`).
+    let fuse = out.dtype == DType::F32 && !round;
+    assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
+    // The row buffers start at `PLACE`'s offsets within a 4 KiB page from the input's first
+    // row (f32) or the output's (bf16 input, f32 output).
+    let base = if bf && fuse {
+        (out.ptr as usize).wrapping_add(r0 * n * 4)
+    } else {
+        (x.ptr as usize).wrapping_add(r0 * n * esz)
     };
-    // The row whose exponentials are in `e_prev`, not yet stored: its offset and `1/s`.
-    let mut pending: Option<(usize, f32)> = None;
+    let mut rest = buf;
+    let mut rows: [&mut [f32]; 6] = Default::default();
+    for (b, off) in rows.iter_mut().zip(PLACE) {
+        let want = (base.wrapping_add(off) % 4096) / 4 * 4;
+        let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
+        let (_, r) = std::mem::take(&mut rest).split_at_mut(skip);
+        // Each row buffer has 32 values of slack (whole-vector stores of a row's tail).
+        let (row, r) = r.split_at_mut(n + 32);
+        (*b, rest) = (row, r);
+    }
+    let [ea, eb, ec, xa, xb, xc] = rows;
+    // Per chunk of rows `r`, `r + 1` and `r + 2`: the max and least value; and the running
+    // maxima of row `r`.
+    let (s0, rest) = rest.split_at_mut(2 * chunks);
+    let (s1, rest) = rest.split_at_mut(2 * chunks);
+    let (s2, rest) = rest.split_at_mut(2 * chunks);
+    let (mk, ow) = rest.split_at_mut(chunks);
+    // The exponentials of rows `r`, `r − 1` and `r − 2` (stored during step `r`: its `1/s`
+    // is known a whole step before, so the stores do not wait on the row just finished).
+    let mut ex = [ea.as_mut_ptr(), eb.as_mut_ptr(), ec.as_mut_ptr()];
+    // The widened rows `r`, `r + 1` and `r + 2` (bf16).
+    let mut xw = [xa.as_mut_ptr(), xb.as_mut_ptr(), xc.as_mut_ptr()];
+    let mut st = [s0, s1, s2];
+    let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
+    // Rows `r0` and `r0 + 1` before the loop; each step takes row `r + 2`'s.
+    for (i, row) in (r0..r1).take(2).enumerate() {
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            let p = rowp(row).wrapping_add(c0 * esz);
+            // SAFETY: the chunk is in the input (asserted); `xw[i]` holds `n` values.
+            let (cm, lo) = unsafe {
+                if bf {
+                    max_min_avx512::<true>(p, c1 - c0, xw[i].add(c0))
+                } else {
+                    max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
+                }
+            };
+            (st[i][2 * k], st[i][2 * k + 1]) = (cm, lo);
+        }
+    }
+    // Rows `r − 2` and `r − 1` (exponentials in `ex[2]`, `ex[1]`) not yet stored: offset
+    // and `1/s`.
+    let mut pending: [Option<(usize, f32)>; 2] = [None, None];
+    // Opaque to the compiler: with the constant it split the loop at the lag, which measured
+    // 5-10 % slower on `[4096, 1024]` f32.
+    let lag = std::hint::black_box(LAG);
     for row in r0..r1 {
         let at = row * n;
         let xs: &[f32] = if bf {
-            // SAFETY: `x_cur` holds the widened row (`n` values), written by the previous
-            // step; nothing writes it during this one.
-            unsafe { std::slice::from_raw_parts(x_cur, n) }
+            // SAFETY: `xw[0]` holds the widened row (`n` values), written two steps before
+            // (or before the loop); nothing writes it during this one.
+            unsafe { std::slice::from_raw_parts(xw[0], n) }
         } else {
             chunk::f32s(x, at, n)
         };
-        // The first (and only) chunk of the online pass: `m` is `-inf`, `s` is `0`.
-        let mn = bin_f(BinaryOp::Max, f32::NEG_INFINITY, cm);
-        let mut scale = [f32::NEG_INFINITY - mn];
-        if !scale[0].is_nan() {
-            scale[0] = 0.0;
-        } else {
-            vmath::exp(&mut scale);
+        // The online pass's running max after each chunk, and the row's max `m`.
+        let mut m = f32::NEG_INFINITY;
+        for (k, mk) in mk.iter_mut().enumerate() {
+            m = bin_f(BinaryOp::Max, m, st[0][2 * k]);
+            *mk = m;
         }
-        let s1 = 0.0f32 * scale[0];
-        let tame = mn.is_finite() && lo.is_finite() && lo - mn >= vmath::EXP16_FAST_LO;
-        let next = if row + 1 < r1 {
-            rowp(row + 1)
-        } else {
-            std::ptr::null()
-        };
-        // The row after `next`, asked for while this step reads `next` (when in the input).
-        let pf = if (row + 3) * n * esz <= x.len {
-            rowp(row + 2)
-        } else {
-            std::ptr::null()
-        };
-        let (d, inv_prev) = match pending {
-            Some((pat, inv)) if nt => ((out.ptr as *mut f32).wrapping_add(pat), inv),
+        // The row after next, whose max this step takes; and the row after that, asked for
+        // while this step reads that one (when in the input).
+        let next = row + 2 < r1;
+        let pf = (row + 4) * n * esz <= x.len;
+        let (d, inv_prev) = match pending[0] {
+            Some((pat, inv)) => ((out.ptr as *mut f32).wrapping_add(pat), inv),
             _ => (std::ptr::null_mut(), 0.0),
         };
-        // SAFETY: `xs` holds `n` values; `e_cur`, `e_prev` and `x_next` hold `n` values each
-        // and are distinct; `next` is the next row of the input (asserted) or null; `d` is
-        // the row `e_prev` belongs to in the output (asserted) or null.
-        let (sum, nm) = unsafe {
-            let a = (
-                xs,
-                mn,
-                e_cur,
-                next,
-                x_next,
-                d,
-                e_prev as *const f32,
-                inv_prev,
-                pf,
-            );
-            match (tame, bf) {
-                (true, false) => fused_avx512::<false, false>(a),
-                (true, true) => fused_avx512::<false, true>(a),
-                (false, false) => fused_avx512::<true, false>(a),
-                (false, true) => fused_avx512::<true, true>(a),
-            }
-        };
-        let inv = 1.0f32 / (s1 + sum);
-        if nt {
-            pending = Some((at, inv));
-            std::mem::swap(&mut e_cur, &mut e_prev);
+        let (mut mp, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            let (mn, lo) = (mk[k], st[0][2 * k + 1]);
+            let s1 = s * chunk_scale(k, mp, mn);
+            let redo = mn.to_bits() != m.to_bits();
+            // Every `x − mn` (and, to redo, `x − m`) in `[-86, 0]` (finite, no NaN): no lane
+            // needs a range check.
+            let tame =
+                mn.is_finite() && m.is_finite() && lo.is_finite() && lo - m >= vmath::EXP16_FAST_LO;
+            let a = Step {
+                xs: &xs[c0..c1],
+                m: mn,
+                mf: m,
+                // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
+                es: unsafe { ex[0].add(c0) },
+                next: if next {
+                    rowp(row + 2).wrapping_add(c0 * esz)
+                } else {
+                    std::ptr::null()
+                },
+                keep: unsafe { xw[2].add(c0) },
+                d: if d.is_null() { d } else { d.wrapping_add(c0) },
+                ep: unsafe { ex[2].add(c0) as *const f32 },
+                inv: inv_prev,
+                lag,
+                nt,
+                pf: if next && pf {
+                    rowp(row + 3).wrapping_add(c0 * esz)
+                } else {
+                    std::ptr::null()
+                },
+            };
+            // SAFETY: `xs` holds the chunk's values; `ex[0]`, `ex[2]` and `xw[2]` hold `n`
+            // values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
+            // input (asserted) or null; `d` is the chunk of the row `ex[2]` belongs to in the
+            // output (asserted) or null.
+            let (sum, nm) = unsafe {
+                match (tame, bf, redo) {
+                    (true, false, false) => fused_avx512::<false, false, false>(a),
+                    (true, true, false) => fused_avx512::<false, true, false>(a),
+                    (false, false, false) => fused_avx512::<true, false, false>(a),
+                    (false, true, false) => fused_avx512::<true, true, false>(a),
+                    (true, false, true) => fused_avx512::<false, false, true>(a),
+                    (true, true, true) => fused_avx512::<false, true, true>(a),
+                    (false, false, true) => fused_avx512::<true, false, true>(a),
+                    (false, true, true) => fused_avx512::<true, true, true>(a),
+                }
+            };
+            s = s1 + sum;
+            mp = mn;
+            (st[2][2 * k], st[2][2 * k + 1]) = nm;
+        }
+        let inv = 1.0f32 / s;
+        if fuse {
+            pending = [pending[1], Some((at, inv))];
+            let [a, b, c] = ex;
+            ex = [c, a, b];
         } else {
-            // SAFETY: `e_cur` holds this row's `n` exponentials.
-            let es = unsafe { std::slice::from_raw_parts(e_cur, n) };
+            // SAFETY: `ex[0]` holds this row's `n` exponentials.
+            let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
             stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
         }
-        if bf {
-            std::mem::swap(&mut x_cur, &mut x_next);
-        }
-        (cm, lo) = nm;
+        let [a, b, c] = xw;
+        xw = [b, c, a];
+        let [a, b, c] = st;
+        st = [b, c, a];
     }
-    if let Some((at, inv)) = pending {
-        // SAFETY: `e_prev` holds that row's `n` exponentials; AVX-512F is present; the
-        // caller fences the streaming stores.
-        unsafe { stream::scale_avx512(out, at, std::slice::from_raw_parts(e_prev, n), inv) };
+    for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
+        let Some((at, inv)) = p else { continue };
+        // SAFETY: `e` holds that row's `n` exponentials.
+        let es = unsafe { std::slice::from_raw_parts(e, n) };
+        if nt {
+            // SAFETY: AVX-512F is present; the caller fences the streaming stores.
+            unsafe { stream::scale_avx512(out, at, es, inv) };
+        } else {
+            stream::write(out, at, n, false, false, ow, |j| es[j] * inv);
+        }
     }
 }
 
-/// One step of [`rows_avx512`]: [`exp_sum_avx512`] of `xs` (minus `m`) into `es`; with a
-/// non-null `next`, [`max_min_avx512`] of the `xs.len()` values at `next` (widened into `keep`
-/// with `BF`), else `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` as
-/// [`stream::scale_avx512`] stores it (streaming stores from the first 64-byte boundary of `d`
-/// to its last whole vector); with a non-null `pf`, the cache lines of the `xs.len()` values
-/// at `pf` (the row after `next`) are asked for.
+/// The operands of one [`fused_avx512`] step: a chunk of `xs.len()` columns.
+#[cfg(target_arch = "x86_64")]
+struct Step<'a> {
+    /// This row's chunk (f32).
+    xs: &'a [f32],
+    /// The chunk's running max `m'`.
+    m: f32,
+    /// The row's max (with `REDO`).
+    mf: f32,
+    /// Where the chunk's exponentials go.
+    es: *mut f32,
+    /// The next row's chunk (f32 or bf16 bits) or null.
+    next: *const u8,
+    /// Where the next row's chunk goes widened (bf16).
+    keep: *mut f32,
+    /// The previous row's chunk in the output, or null.
+    d: *mut f32,
+    /// The previous row's exponentials for `d`.
+    ep: *const f32,
+    /// The previous row's `1/s`.
+    inv: f32,
+    /// Columns by which the stores to `d` trail the loads ([`LAG`]).
+    lag: usize,
+    /// Whether `d` takes streaming stores.
+    nt: bool,
+    /// The chunk of the row after the next (to prefetch), or null.
+    pf: *const u8,
+}
+
+/// One step of [`rows_avx512`] over a chunk of `n = xs.len()` columns: `exp(xs[j] − m)`
+/// into `es` and their `vmath::sum` (32 lanes in two registers, the same bits), or with
+/// `REDO` that sum while `es` gets `exp(xs[j] − mf)`; with a non-null `next`,
+/// [`max_min_avx512`] of the `n` values at `next` (widened into `keep` with `BF`), else
+/// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `nt` as
+/// [`stream::scale_avx512`] stores it: streaming stores from the first 64-byte boundary of
+/// `d` to its last whole vector);
+/// with a non-null `pf`, the cache lines of the `n` values at `pf` are asked for.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
-/// `d` (when non-null) hold `xs.len()` values; `next` (when non-null) that many elements.
+/// `d` (when non-null) hold `n` values; `next` (when non-null) that many elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::type_complexity)]
-unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
-    (xs, m, es, next, keep, d, ep, inv, pf): (
-        &[f32],
-        f32,
-        *mut f32,
-        *const u8,
-        *mut f32,
-        *mut f32,
-        *const f32,
-        f32,
-        *const u8,
-    ),
+unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
+    Step {
+        xs,
+        m,
+        mf,
+        es,
+        next,
+        keep,
+        d,
+        ep,
+        inv,
+        lag,
+        nt,
+        pf,
+    }: Step,
 ) -> (f32, (f32, f32)) {
     use super::norm512::load;
     use core::arch::x86_64::*;
@@ -543,7 +535,18 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
     let full = n / 32 * 32;
     let (has_next, has_d) = (!next.is_null(), !d.is_null());
     let mv = _mm512_set1_ps(m);
+    let fv = _mm512_set1_ps(mf);
     let iv = _mm512_set1_ps(inv);
+    let exp = |v: __m512| -> __m512 {
+        // SAFETY: the level is the caller's; without `CHECK` every lane is in range.
+        unsafe {
+            if CHECK {
+                vmath::exp16(v)
+            } else {
+                vmath::exp16_in_range(v)
+            }
+        }
+    };
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let (mut x0, mut x1) = (
         _mm512_set1_ps(f32::NEG_INFINITY),
@@ -568,17 +571,20 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
-            let d0 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j)), mv);
-            let d1 = _mm512_sub_ps(_mm512_loadu_ps(xs.as_ptr().add(j + 16)), mv);
-            let (e0, e1) = if CHECK {
-                (vmath::exp16(d0), vmath::exp16(d1))
+            let (v0, v1) = (
+                _mm512_loadu_ps(xs.as_ptr().add(j)),
+                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
+            );
+            let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            let (e0, e1) = if REDO {
+                (exp(_mm512_sub_ps(v0, fv)), exp(_mm512_sub_ps(v1, fv)))
             } else {
-                (vmath::exp16_in_range(d0), vmath::exp16_in_range(d1))
+                (e0, e1)
             };
             _mm512_storeu_ps(es.add(j), e0);
             _mm512_storeu_ps(es.add(j + 16), e1);
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
             if has_next {
                 if !pf.is_null() {
                     // A prefetch never faults.
@@ -600,11 +606,15 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
                 l0 = _mm512_min_ps(l0, v0);
                 l1 = _mm512_min_ps(l1, v1);
             }
-            if has_d {
+            if has_d && j >= lag {
                 for _ in 0..2 {
                     if q < qend {
                         let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-                        _mm512_stream_ps(d.add(q), v);
+                        if nt {
+                            _mm512_stream_ps(d.add(q), v);
+                        } else {
+                            _mm512_storeu_ps(d.add(q), v);
+                        }
                         q += 16;
                     }
                 }
@@ -613,7 +623,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
         if has_d {
             while q < qend {
                 let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-                _mm512_stream_ps(d.add(q), v);
+                if nt {
+                    _mm512_stream_ps(d.add(q), v);
+                } else {
+                    _mm512_storeu_ps(d.add(q), v);
+                }
                 q += 16;
             }
             for j in qend..n {
@@ -621,20 +635,35 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
             }
         }
     }
-    let mut acc = [0.0f32; vmath::SUM_LANES];
-    // SAFETY: `acc` holds 32 f32.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
-    }
-    // SAFETY: `es` holds `n` values (the caller's).
-    let t = unsafe { std::slice::from_raw_parts_mut(es.add(full), n - full) };
-    for (o, v) in t.iter_mut().zip(&xs[full..]) {
-        *o = v - m;
-    }
-    vmath::exp(t);
-    for (a, v) in acc.iter_mut().zip(&*t) {
-        *a += v;
+    if n > full {
+        // The last `n - full` (< 32) values in lanes `0 .. n - full` (`exp16` is
+        // `vmath::exp`'s bits), added to those lanes only.
+        let k = (1u64 << (n - full)) - 1;
+        let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+        // SAFETY: the masked loads read only the row's last `n - full` values; `es` has 32
+        // values of slack past `n` (`rows_avx512`), so whole vectors are stored (the lanes
+        // past the chunk are never read, or are written again by the next chunk).
+        unsafe {
+            let x0 = _mm512_maskz_loadu_ps(k0, xs.as_ptr().add(full));
+            let x1 = _mm512_maskz_loadu_ps(k1, xs.as_ptr().add(full + 16));
+            // Lanes past the row hold `0 − m`, any value: the checked form.
+            let (e0, e1) = (
+                vmath::exp16(_mm512_sub_ps(x0, mv)),
+                vmath::exp16(_mm512_sub_ps(x1, mv)),
+            );
+            a0 = _mm512_mask_add_ps(a0, k0, a0, e0);
+            a1 = _mm512_mask_add_ps(a1, k1, a1, e1);
+            let (e0, e1) = if REDO {
+                (
+                    vmath::exp16(_mm512_sub_ps(x0, fv)),
+                    vmath::exp16(_mm512_sub_ps(x1, fv)),
+                )
+            } else {
+                (e0, e1)
+            };
+            _mm512_storeu_ps(es.add(full), e0);
+            _mm512_storeu_ps(es.add(full + 16), e1);
+        }
     }
     let mx = if has_next {
         // SAFETY: the caller's.
@@ -642,5 +671,5 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool>(
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
-    (vmath::sum_lanes(acc), mx)
+    (super::norm512::tree(a0, a1), mx)
 }

@@ -49,7 +49,7 @@ mod tests;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use exp16::{FAST_LO as EXP16_FAST_LO, exp16, exp16_in_range};
-pub(crate) use reduce::{L as SUM_LANES, sum_lanes};
+pub(crate) use reduce::L as SUM_LANES;
 
 elementwise!(k_exp, exp::exp1);
 elementwise!(k_log, log::log1);

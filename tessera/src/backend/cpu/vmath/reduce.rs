@@ -41,12 +41,6 @@ pub(crate) fn sum_body<A: Arith>(x: &[f32]) -> f32 {
     tree(acc, |a, b| a + b)
 }
 
-/// The pairwise combination `sum` ends with, of its [`L`] lane accumulators.
-#[inline(always)]
-pub(crate) fn sum_lanes(acc: [f32; L]) -> f32 {
-    tree(acc, |a, b| a + b)
-}
-
 /// NaN-sticky max step: takes `v` if it is larger or NaN; once the
 /// accumulator is NaN it stays NaN.
 #[inline(always)]
