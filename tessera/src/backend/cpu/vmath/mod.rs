@@ -36,6 +36,8 @@ mod erf;
 mod exp;
 mod exp16;
 mod gelu;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod gelu512;
 pub(crate) mod gelu_simd;
 pub(crate) mod lanes;
 mod log;
