@@ -46,6 +46,8 @@ mod sigmoid;
 mod sqrt;
 mod tanh;
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod gelu512_tests;
 #[cfg(test)]
 mod tests;
 
