@@ -292,12 +292,14 @@ unsafe fn lin_v<const N: usize>(
 }
 
 /// Floats per block of [`after_n`].
-const BLOCK: usize = 256;
+const BLOCK: usize = 128;
 
-/// [`after`] for `N` [`Lin`] ops, in blocks of [`BLOCK`] floats: the ops into an L1 buffer
-/// (16 lanes per step, a masked last vector), then [`map_with`] from it, every pair through
-/// [`fix`] (operand chains such as `x · y + 1` leave `|x| < 4.5` often: with the test,
-/// 1.34–1.48 ms against 1.14–1.18 ms without for `cpu_profile chain 4096 1024`).
+/// [`after`] for `N` [`Lin`] ops, in blocks of [`BLOCK`] floats: the ops of each whole block
+/// run into one of two L1 buffers in the same loop as gelu of the block before (from the
+/// other buffer), so the input's loads wait on memory beside gelu's arithmetic without
+/// holding up gelu's chain of dependent FMAs; a last partial block runs its ops, then
+/// [`map_with`]. Every pair goes through [`fix`] (operand chains such as `x · y + 1` leave
+/// `|x| < 4.5` often).
 ///
 /// # Safety
 /// [`available`]; `src`, and every row of `lin`, readable and `dst` writable for `n`
@@ -306,24 +308,52 @@ const BLOCK: usize = 256;
 unsafe fn after_n<const N: usize>(lin: &[Lin; N], src: *const f32, dst: *mut f32, n: usize) {
     let tab = table();
     let flip: [__m512i; N] = core::array::from_fn(|q| _mm512_set1_epi32(lin[q].flip));
-    let mut buf = [0f32; BLOCK];
-    let b = buf.as_mut_ptr();
-    let mut i = 0;
-    // SAFETY (every access): within the first `n` floats of the operands, the first `m` of
-    // `buf`; masked lanes not accessed.
-    while i < n {
-        let m = (n - i).min(BLOCK);
-        let mut q = 0;
-        while q + 16 <= m {
-            unsafe { _mm512_storeu_ps(b.add(q), lin_v(lin, &flip, src, i + q, 0xFFFF)) };
-            q += 16;
+    let mut bufs = [[0f32; BLOCK]; 2];
+    let whole = n / BLOCK;
+    // SAFETY (every access): within the first `n` floats of the operands and `dst`, within
+    // `bufs`; masked lanes not accessed.
+    unsafe {
+        if whole > 0 {
+            let b0 = bufs[0].as_mut_ptr();
+            for q in (0..BLOCK).step_by(16) {
+                _mm512_storeu_ps(b0.add(q), lin_v(lin, &flip, src, q, 0xFFFF));
+            }
         }
-        if q < m {
-            let k = first(m - q);
-            unsafe { _mm512_mask_storeu_ps(b.add(q), k, lin_v(lin, &flip, src, i + q, k)) };
+        for blk in 0..whole {
+            let (at, next) = (blk * BLOCK, (blk + 1) * BLOCK);
+            let cur = bufs[blk % 2].as_ptr();
+            let nb = bufs[(blk + 1) % 2].as_mut_ptr();
+            let more = blk + 1 < whole;
+            for q in (0..BLOCK).step_by(32) {
+                if more {
+                    _mm512_storeu_ps(nb.add(q), lin_v(lin, &flip, src, next + q, 0xFFFF));
+                    let x1 = lin_v(lin, &flip, src, next + q + 16, 0xFFFF);
+                    _mm512_storeu_ps(nb.add(q + 16), x1);
+                }
+                let (r0, r1) = gelu32(
+                    _mm512_loadu_ps(cur.add(q)),
+                    _mm512_loadu_ps(cur.add(q + 16)),
+                    &tab,
+                    &mut false,
+                );
+                _mm512_storeu_ps(dst.add(at + q), r0);
+                _mm512_storeu_ps(dst.add(at + q + 16), r1);
+            }
         }
-        unsafe { map_with(b, dst.add(i), m, &tab, &mut false) };
-        i += m;
+        let (i, m) = (whole * BLOCK, n % BLOCK);
+        if m > 0 {
+            let b = bufs[0].as_mut_ptr();
+            let mut q = 0;
+            while q + 16 <= m {
+                _mm512_storeu_ps(b.add(q), lin_v(lin, &flip, src, i + q, 0xFFFF));
+                q += 16;
+            }
+            if q < m {
+                let k = first(m - q);
+                _mm512_mask_storeu_ps(b.add(q), k, lin_v(lin, &flip, src, i + q, k));
+            }
+            map_with(b, dst.add(i), m, &tab, &mut false);
+        }
     }
 }
 
