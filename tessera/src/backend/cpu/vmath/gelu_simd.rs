@@ -118,8 +118,13 @@ fn gelu8(x: __m256, tab: &[[__m256; 2]; 8]) -> __m256 {
         }
         c
     };
-    // The sign bit of `x` picks `x c` (negative) or `x - x c`.
-    let r = _mm256_blendv_ps(_mm256_fnmadd_ps(x, c, x), _mm256_mul_ps(x, c), x);
+    // `fma(-|x|, c, b)`: `b = x` for a clear sign bit (`x - x c`, rounded once), `b = -0`
+    // (0x8000_0000, the unsigned minimum) for a set one (`x c + (-0)`: `x c` rounded).
+    let xi = _mm256_castps_si256(x);
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let nax = _mm256_castsi256_ps(_mm256_or_si256(xi, sign));
+    let b = _mm256_castsi256_ps(_mm256_min_epu32(xi, sign));
+    let r = _mm256_fmadd_ps(nax, c, b);
     let big = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(POS_END));
     let r = _mm256_blendv_ps(r, x, big);
     let far = _mm256_cmp_ps::<_CMP_NGT_UQ>(x, _mm256_set1_ps(NEG_END));
