@@ -9,9 +9,10 @@
 //! `fma(−|x|, c, b)` with `b = x` for a positive sign (`x − x·c`, rounded once) and `b = −0`
 //! for a negative sign (`x·c + (−0)`, which is `x·c` rounded, signed zeros included). Lanes
 //! outside `|x| < 4.5` (`j ≥ 9` as an unsigned integer, which NaN and huge `|x|` also give)
-//! need [`fix`]: `x` itself from `POS_END` on, [`tail`] lane by lane (out of line) for
+//! may need [`fix`]: `x` itself from `POS_END` on, [`tail`] lane by lane (out of line) for
 //! `x <= NEG_END` and NaN. Loops take two vectors per step ([`gelu32`]: a pair skips `fix`
-//! when no lane needs it, until the first pair that does), then one, then a masked last one.
+//! when no lane has `|x| >= 4.5`, until the first pair that has one; then each vector is
+//! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one.
 
 use super::arith::Fused;
 use super::gelu::{CT, NEG_END, POS_END, S, gelu1, tail};
@@ -93,18 +94,36 @@ fn far_blend(x: __m512, r: __m512, far: __mmask16) -> __m512 {
     _mm512_mask_blend_ps(far, r, unsafe { _mm512_loadu_ps(t.as_ptr()) })
 }
 
+/// Whether a lane of `x` needs [`fix`] (`x >= POS_END`, `x <= NEG_END` or NaN): the bits of
+/// `|x|` against those of `POS_END` for a clear sign bit, of `-NEG_END` for a set one
+/// (unsigned; NaN's bits are above both).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn special(x: __m512) -> bool {
+    let xi = _mm512_castps_si512(x);
+    let ax = _mm512_castps_si512(_mm512_abs_ps(x));
+    let neg = _mm512_srai_epi32::<31>(xi);
+    let lo = _mm512_set1_epi32((-NEG_END).to_bits() as i32);
+    let hi = _mm512_set1_epi32(POS_END.to_bits() as i32);
+    // neg ? lo : hi, bit by bit.
+    let t = _mm512_ternarylogic_epi32::<0xCA>(neg, lo, hi);
+    _mm512_cmpge_epu32_mask(ax, t) != 0
+}
+
 /// `gelu1::<Fused>` on 16 lanes.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
 fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
-    fix(x, central(x, tab).0)
+    let r = central(x, tab).0;
+    if special(x) { fix(x, r) } else { r }
 }
 
 /// `gelu1::<Fused>` on two vectors of 16 lanes. While `test` holds, the pair skips [`fix`]
-/// when every lane has `|x| < 4.5` (one compare and one branch instead of two compares, a
-/// blend and a branch per vector); the first pair with a lane outside clears `test`, and from
-/// then on every pair takes [`fix`], so that data often outside `|x| < 4.5` (such as
-/// `x · y + 1` of two normal samples) does not pay a mispredicted branch per pair.
+/// when every lane has `|x| < 4.5` (one compare and one branch per pair); the first pair with
+/// a lane outside clears `test`, and from then on each vector takes [`fix`] when [`special`]
+/// (one compare and one branch per vector, on a condition that holds more rarely), so that
+/// data often outside `|x| < 4.5` (such as `x · y + 1` of two normal samples) does not pay
+/// a mispredicted branch per pair.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
 fn gelu32(x0: __m512, x1: __m512, tab: &[__m512; 8], test: &mut bool) -> (__m512, __m512) {
@@ -115,7 +134,9 @@ fn gelu32(x0: __m512, x1: __m512, tab: &[__m512; 8], test: &mut bool) -> (__m512
         }
         *test = false;
     }
-    (fix(x0, r0), fix(x1, r1))
+    let r0 = if special(x0) { fix(x0, r0) } else { r0 };
+    let r1 = if special(x1) { fix(x1, r1) } else { r1 };
+    (r0, r1)
 }
 
 /// The mask of the first `n < 16` lanes.
@@ -298,8 +319,8 @@ const BLOCK: usize = 128;
 /// run into one of two L1 buffers in the same loop as gelu of the block before (from the
 /// other buffer), so the input's loads wait on memory beside gelu's arithmetic without
 /// holding up gelu's chain of dependent FMAs; a last partial block runs its ops, then
-/// [`map_with`]. Every pair goes through [`fix`] (operand chains such as `x · y + 1` leave
-/// `|x| < 4.5` often).
+/// [`map_with`]. Every vector is tested with [`special`] (operand chains such as `x · y + 1`
+/// leave `|x| < 4.5` often).
 ///
 /// # Safety
 /// [`available`]; `src`, and every row of `lin`, readable and `dst` writable for `n`
