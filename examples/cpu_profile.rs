@@ -5,7 +5,7 @@
 //! rmsnorm_bf16_f32 (bf16 in, f32 out, as `benches/cpu.rs`), col_mean, transpose, col_sum_bf16,
 //! transpose_bf16, gelu_bf16 (bf16 in and out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
 //! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
-//! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop;
+//! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop, `vmath_chain` the fastest `vmath::gelu` on `x` and on the chain's `x * y + 1`;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
 //! faer, on the rayon pool's threads; `matmul_bf16` the same product of bf16 operands
@@ -82,6 +82,26 @@ fn main() {
     let r: usize = a.get(2).map_or(37, |s| s.parse().unwrap());
     let c: usize = a.get(3).map_or(300, |s| s.parse().unwrap());
     let n: usize = a.get(4).map_or(1000, |s| s.parse().unwrap());
+    if name == "vmath_chain" {
+        // `vmath::gelu` alone on the chain's values `x · y + 1` and on `x` itself.
+        let x = Tensor::<f32>::randn(&[r, c], 1);
+        let y = Tensor::<f32>::randn(&[c], 2);
+        let (x, y) = (x.as_slice().unwrap(), y.as_slice().unwrap());
+        let v: Vec<f32> = x
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e * y[i % c] + 1.0)
+            .collect();
+        for (what, d) in [("x", x), ("x * y + 1", &v[..])] {
+            let s = vmath_min(d, n);
+            println!(
+                "vmath gelu on {what} [{r}, {c}]: fastest {:.2} µs, {:.3} ns/elem",
+                s * 1e6,
+                s * 1e9 / d.len() as f64
+            );
+        }
+        return;
+    }
     if name == "vmath" {
         let s = vmath_only(r * c, n);
         println!(
@@ -383,6 +403,19 @@ fn minor_faults() -> u64 {
             rest.split_whitespace().nth(7)?.parse().ok()
         })
         .unwrap_or(0)
+}
+
+/// Fastest of `reps` runs of `vmath::gelu` in place on a copy of `x` (the copy not timed).
+pub fn vmath_min(x: &[f32], reps: usize) -> f64 {
+    let mut v = x.to_vec();
+    let mut best = f64::MAX;
+    for _ in 0..reps {
+        v.copy_from_slice(x);
+        let t = Instant::now();
+        tessera::backend::cpu::vmath::gelu(std::hint::black_box(&mut v));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
 }
 
 /// Times `vmath::gelu` alone on `n` elements (the work of a gelu launch).

@@ -7,7 +7,7 @@
 //! kernels of `vmath`'s slice functions with the flavour those use at the active SIMD level,
 //! in blocks of 256 floats), so the input is read once and the output written once. At
 //! AVX-512, `add`/`sub`/`mul`/`div` ops followed by gelu run inside gelu's vector loop
-//! (`vmath::gelu_simd::avx512_after`) instead. Each op is the interpreter's, in the same order, so the
+//! (`vmath::gelu512::after`) instead. Each op is the interpreter's, in the same order, so the
 //! result is its own bit for bit.
 
 use super::chunk::{self, V};
@@ -235,7 +235,7 @@ pub(crate) fn piece(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     // `add`/`sub`/`mul`/`div` ops then gelu: the ops run inside gelu's vector loop, so the
     // input's loads overlap gelu's arithmetic.
-    use crate::backend::cpu::vmath::gelu_simd::{Pre, avx512_after};
+    use crate::backend::cpu::vmath::gelu512::{Pre, after, available};
     let arith = |o: &BinaryOp| {
         matches!(
             o,
@@ -243,6 +243,7 @@ unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
         )
     };
     if let [pre @ .., Op::Unary(UnaryOp::Gelu)] = ops
+        && available()
         && pre.len() < MAX_OPS
         && pre
             .iter()
@@ -260,8 +261,8 @@ unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
         for i in (0..x.len()).step_by(16) {
             prefetch(x.as_ptr().wrapping_add(i + AHEAD));
         }
-        // SAFETY: AVX-512F, AVX2 and FMA (this function's contract).
-        unsafe { avx512_after(&p[..pre.len()], x, y) };
+        // SAFETY: `available`: AVX-512F/DQ, AVX2 and FMA.
+        unsafe { after(&p[..pre.len()], x, y) };
         return true;
     }
     lanes::<Fused, 64>(ops, ks, x, y)

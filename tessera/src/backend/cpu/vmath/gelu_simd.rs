@@ -1,12 +1,12 @@
 //! The slice kernels of [`super::gelu`] (`portable`, `avx2`, `avx512`, `run`, as the
-//! `elementwise!` modules of the other functions) and [`block`] for `vmath::lanes`.
+//! `elementwise!` modules of the other functions) and [`block`] for `vmath::lanes`. The
+//! AVX-512 loops live in [`super::gelu512`].
 //!
-//! The AVX2 and AVX-512 kernels evaluate [`gelu1`]'s central polynomial on a whole vector,
-//! each coefficient picked per lane by one `vpermps` from a register holding its 16
-//! interval values (AVX-512) or from one of two registers holding 8 each (AVX2: one permute
-//! when no lane has `|x| >= 4`, else two and a blend), put `x` itself in the lanes at
-//! `x >= POS_END`, and run [`tail`] (lane by lane, built with the same features) only for a
-//! vector with a lane at `x <= NEG_END` or NaN, blending it into those lanes. Every lane
+//! The AVX2 kernel evaluates [`gelu1`]'s central polynomial on a whole vector, each
+//! coefficient picked per lane from one of two registers holding 8 interval values each (one
+//! permute when no lane has `|x| >= 4`, else two and a blend), puts `x` itself in the lanes
+//! at `x >= POS_END`, and runs [`tail`] (lane by lane, built with the same features) only for
+//! a vector with a lane at `x <= NEG_END` or NaN, blending it into those lanes. Every lane
 //! gets `gelu1::<Fused>`'s IEEE operations, so the result is its bits.
 
 #[cfg(target_arch = "x86_64")]
@@ -32,133 +32,19 @@ fn portable_into(src: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// AVX-512F instantiation: 16 lanes per step.
+/// AVX-512 instantiation ([`super::gelu512::map`]), or [`avx2`] on a CPU without AVX-512DQ.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn avx512(x: &mut [f32]) {
-    // SAFETY: `x` is `n` floats, read before written at each index.
-    unsafe { avx512_map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
-}
-
-/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`, 16 lanes per step.
-///
-/// # Safety
-/// As [`avx512`]; `src` readable and `dst` writable for `n` floats, either the same pointer
-/// or not overlapping.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn avx512_map(src: *const f32, dst: *mut f32, n: usize) {
-    // SAFETY: `CT[k]` holds 16 floats.
-    let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: `i + 16 <= n` (the caller's contract).
-        unsafe { _mm512_storeu_ps(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), &tab)) };
-        i += 16;
+    if !std::arch::is_x86_feature_detected!("avx512dq") {
+        // SAFETY: AVX2 and FMA (this function's contract).
+        return unsafe { avx2(x) };
     }
-    while i < n {
-        // SAFETY: `i < n`.
-        unsafe { *dst.add(i) = gelu1::<Fused>(*src.add(i)) };
-        i += 1;
-    }
-}
-
-/// One binary op run on a value before gelu ([`avx512_after`]): `v = v op k` when `left`, else
-/// `k op v`, with `k` the slice's element at the value's index, or the constant when the
-/// slice is `None`. Only `Add`, `Sub`, `Mul` and `Div`.
-pub(crate) type Pre<'a> = (tessera_ir::graph::BinaryOp, bool, Option<&'a [f32]>, f32);
-
-/// `dst[i] = gelu1::<Fused>(pre(src[i]))`, every [`Pre`] op in order (each rounded to f32),
-/// 16 lanes per step: the inputs are loaded inside the gelu loop.
-///
-/// # Safety
-/// As [`avx512`].
-///
-/// # Panics
-/// If the lengths differ, a [`Pre`] slice is shorter than `src`, or an op is not one of
-/// the four.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn avx512_after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
-    use tessera_ir::graph::BinaryOp as B;
-    let n = src.len();
-    assert!(dst.len() == n && pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= n)));
-    assert!(
-        pre.iter()
-            .all(|p| matches!(p.0, B::Add | B::Sub | B::Mul | B::Div))
-    );
-    // SAFETY: `CT[k]` holds 16 floats.
-    let tab: [__m512; 8] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: `i + 16 <= n`, and every slice holds at least `n` floats (asserted).
-        unsafe {
-            let mut v = _mm512_loadu_ps(src.as_ptr().add(i));
-            for &(op, left, s, c) in pre {
-                let k = match s {
-                    Some(s) => _mm512_loadu_ps(s.as_ptr().add(i)),
-                    None => _mm512_set1_ps(c),
-                };
-                let (a, b) = if left { (v, k) } else { (k, v) };
-                v = match op {
-                    B::Add => _mm512_add_ps(a, b),
-                    B::Sub => _mm512_sub_ps(a, b),
-                    B::Mul => _mm512_mul_ps(a, b),
-                    _ => _mm512_div_ps(a, b),
-                };
-            }
-            _mm512_storeu_ps(dst.as_mut_ptr().add(i), gelu16(v, &tab));
-        }
-        i += 16;
-    }
-    for j in i..n {
-        let mut v = src[j];
-        for &(op, left, s, c) in pre {
-            let k = s.map_or(c, |s| s[j]);
-            let (a, b) = if left { (v, k) } else { (k, v) };
-            v = match op {
-                B::Add => a + b,
-                B::Sub => a - b,
-                B::Mul => a * b,
-                _ => a / b,
-            };
-        }
-        dst[j] = gelu1::<Fused>(v);
-    }
-}
-
-/// `gelu1::<Fused>` on 16 lanes; `tab[k]` holds `CT[k]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[inline]
-fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
-    let ax = _mm512_abs_ps(x);
-    let v = _mm512_mul_ps(ax, _mm512_set1_ps(S));
-    let j = _mm512_cvttps_epi32(v);
-    let u = _mm512_sub_ps(v, _mm512_add_ps(_mm512_cvtepi32_ps(j), _mm512_set1_ps(0.5)));
-    let mut c = _mm512_permutexvar_ps(j, tab[7]);
-    for k in (0..7).rev() {
-        c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
-    }
-    let neg = _mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512());
-    let r = _mm512_mask_blend_ps(neg, _mm512_fnmadd_ps(x, c, x), _mm512_mul_ps(x, c));
-    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
-    let r = _mm512_mask_mov_ps(r, big, x);
-    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
-    if far == 0 {
-        return r;
-    }
-    let mut t = [0f32; 16];
-    // SAFETY: `t` holds 16 floats.
-    unsafe { _mm512_storeu_ps(t.as_mut_ptr(), x) };
-    for e in t.iter_mut() {
-        *e = tail::<Fused>(*e);
-    }
-    // SAFETY: as above.
-    _mm512_mask_blend_ps(far, r, unsafe { _mm512_loadu_ps(t.as_ptr()) })
+    // SAFETY: AVX-512F/DQ, AVX2 and FMA; `x` is `n` floats, read before written at each index.
+    unsafe { super::gelu512::map(x.as_ptr(), x.as_mut_ptr(), x.len()) }
 }
 
 /// AVX2+FMA instantiation: 8 lanes per step.
@@ -232,8 +118,13 @@ fn gelu8(x: __m256, tab: &[[__m256; 2]; 8]) -> __m256 {
         }
         c
     };
-    // The sign bit of `x` picks `x c` (negative) or `x - x c`.
-    let r = _mm256_blendv_ps(_mm256_fnmadd_ps(x, c, x), _mm256_mul_ps(x, c), x);
+    // `fma(-|x|, c, b)`: `b = x` for a clear sign bit (`x - x c`, rounded once), `b = -0`
+    // (0x8000_0000, the unsigned minimum) for a set one (`x c + (-0)`: `x c` rounded).
+    let xi = _mm256_castps_si256(x);
+    let sign = _mm256_set1_epi32(i32::MIN);
+    let nax = _mm256_castsi256_ps(_mm256_or_si256(xi, sign));
+    let b = _mm256_castsi256_ps(_mm256_min_epu32(xi, sign));
+    let r = _mm256_fmadd_ps(nax, c, b);
     let big = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(POS_END));
     let r = _mm256_blendv_ps(r, x, big);
     let far = _mm256_cmp_ps::<_CMP_NGT_UQ>(x, _mm256_set1_ps(NEG_END));
@@ -275,10 +166,10 @@ pub(crate) fn run_into(src: &[f32], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len(), "gelu_into lengths");
     #[cfg(target_arch = "x86_64")]
     {
-        if super::dispatch::has_avx512() {
-            // SAFETY: AVX-512F, AVX2 and FMA were detected at run time; two distinct slices
-            // of `n` floats (a `&mut` never overlaps a `&`).
-            return unsafe { avx512_map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        if super::gelu512::available() {
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected at run time; two distinct
+            // slices of `n` floats (a `&mut` never overlaps a `&`).
+            return unsafe { super::gelu512::map(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
         }
         if super::dispatch::has_avx2_fma() {
             // SAFETY: AVX2 and FMA were detected at run time; as above.

@@ -36,6 +36,8 @@ mod erf;
 mod exp;
 mod exp16;
 mod gelu;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod gelu512;
 pub(crate) mod gelu_simd;
 pub(crate) mod lanes;
 mod log;
@@ -44,6 +46,8 @@ mod sigmoid;
 mod sqrt;
 mod tanh;
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod gelu512_tests;
 #[cfg(test)]
 mod tests;
 

@@ -7,9 +7,9 @@ use super::*;
 
 // ---------------------------------------------------------------- rng ----
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -20,7 +20,7 @@ impl Rng {
     fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
-    fn uniform(&mut self, a: f64, b: f64) -> f32 {
+    pub(super) fn uniform(&mut self, a: f64, b: f64) -> f32 {
         (a + (b - a) * self.unit()) as f32
     }
     /// Random sign, magnitude log-uniform in [lo, hi].

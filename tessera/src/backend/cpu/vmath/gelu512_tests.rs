@@ -1,0 +1,196 @@
+//! The AVX-512 gelu kernels ([`super::gelu512`]) lane by lane against the scalar
+//! `gelu1::<Fused>` (NaN payloads aside): [`map`] at every length up to 70 and a few longer
+//! ones, offsets 0..4, in place and into another slice; [`after`] for every op, side and
+//! operand kind, pairs and triples of ops (one FMA each) and a four-op chain (per-vector
+//! dispatch), against the ops computed one by one.
+
+use super::arith::Fused;
+use super::gelu::gelu1;
+use super::gelu512::{Pre, after, available, map};
+use super::tests::Rng;
+use tessera_ir::graph::BinaryOp;
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Inputs over every form: mostly `|x| < 4.5` (so that pairs skip `fix`), with `x >= 8`,
+/// the `exp` form, NaN, ±inf, ±0, subnormals and interval edges mixed in.
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut r = Rng(seed);
+    let special = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        1e-40,
+        -1e-40,
+        4.5,
+        -4.5,
+        8.0,
+        -8.0,
+        7.999_999,
+        -4.499_999_5,
+        0.5,
+        -3.5,
+        1e30,
+        -1e30,
+    ];
+    (0..n)
+        .map(|_| match r.next_u64() % 16 {
+            0 => special[(r.next_u64() % special.len() as u64) as usize],
+            1 => r.uniform(-16.0, 16.0),
+            _ => r.uniform(-4.4, 4.4),
+        })
+        .collect()
+}
+
+#[test]
+fn map_matches_gelu1_at_every_length_and_offset() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    let lens = (0..=70).chain([95, 96, 97, 1000, 1037]);
+    for (t, n) in lens.enumerate() {
+        for off in 0..4 {
+            // Central values only, then one lane of another form at each position.
+            let mut inputs = vec![values(t as u64 * 4 + off as u64, n + off)];
+            let mut calm: Vec<f32> = values(7, n + off)
+                .iter()
+                .map(|x| x.clamp(-4.4, 4.4))
+                .collect();
+            calm.iter_mut()
+                .for_each(|x| *x = if x.is_nan() { 0.25 } else { *x });
+            inputs.push(calm.clone());
+            for p in (off..n + off).step_by(7) {
+                let mut c = calm.clone();
+                c[p] = [-6.0, 9.0, f32::NAN][p % 3];
+                inputs.push(c);
+            }
+            for src in &inputs {
+                let s = &src[off..];
+                let mut into = vec![f32::NAN; n];
+                let mut inplace = s.to_vec();
+                // SAFETY: AVX-512F/DQ (checked); `n` floats each, distinct or the same.
+                unsafe {
+                    map(s.as_ptr(), into.as_mut_ptr(), n);
+                    map(inplace.as_ptr(), inplace.as_mut_ptr(), n);
+                }
+                for i in 0..n {
+                    let want = gelu1::<Fused>(s[i]);
+                    assert!(same(into[i], want), "n={n} off={off} i={i} x={:e}", s[i]);
+                    assert!(same(inplace[i], want), "in place n={n} off={off} i={i}");
+                }
+            }
+        }
+    }
+}
+
+/// `op(a, b)` as the interpreter computes it in f32.
+fn apply(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        _ => unreachable!(),
+    }
+}
+
+/// Runs `after` on `chain` (op, left, row or constant) over `x` and compares each element
+/// with the ops one by one, then `gelu1::<Fused>`.
+fn check(chain: &[(BinaryOp, bool, Option<usize>, f32)], rows: &[Vec<f32>], x: &[f32]) {
+    let n = x.len();
+    let pre: Vec<Pre> = chain
+        .iter()
+        .map(|&(op, left, row, c)| (op, left, row.map(|r| &rows[r][..n]), c))
+        .collect();
+    let mut y = vec![f32::NAN; n];
+    // SAFETY: AVX-512F/DQ (the caller checked).
+    unsafe { after(&pre, x, &mut y) };
+    for i in 0..n {
+        let mut v = x[i];
+        for &(op, left, row, c) in chain {
+            let k = row.map_or(c, |r| rows[r][i]);
+            v = if left {
+                apply(op, v, k)
+            } else {
+                apply(op, k, v)
+            };
+        }
+        let want = gelu1::<Fused>(v);
+        assert!(
+            same(y[i], want),
+            "{chain:?} n={n} i={i} x={:e}: {:e} vs {want:e}",
+            x[i],
+            y[i]
+        );
+    }
+}
+
+#[test]
+fn after_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let ops = [Add, Sub, Mul, Div];
+    let consts = [1.0, -0.0, 0.0, -2.5, 0.75, f32::INFINITY, f32::NAN];
+    let rows: Vec<Vec<f32>> = (0..3).map(|r| values(100 + r, 300)).collect();
+    let mut singles = Vec::new();
+    for op in ops {
+        for left in [true, false] {
+            singles.push((op, left, Some(0), 0.0));
+            for c in consts {
+                singles.push((op, left, None, c));
+            }
+        }
+    }
+    let lens = (0..=70).chain([256, 257, 300]);
+    for n in lens.clone() {
+        let x = values(200 + n as u64, n);
+        for &s in &singles {
+            check(&[s], &rows, &x);
+        }
+    }
+    // Pairs (every op and side, row then constant and constant then row) and triples.
+    let mut r = Rng(9);
+    for n in [0, 1, 15, 16, 17, 33, 70, 300] {
+        let x = values(300 + n as u64, n);
+        for a in ops {
+            for b in ops {
+                for (la, lb) in [(true, true), (false, true), (true, false), (false, false)] {
+                    let c = consts[(r.next_u64() % consts.len() as u64) as usize];
+                    check(&[(a, la, Some(0), 0.0), (b, lb, None, c)], &rows, &x);
+                    check(&[(a, la, None, c), (b, lb, Some(1), 0.0)], &rows, &x);
+                }
+            }
+        }
+        for _ in 0..40 {
+            let mut pick = || {
+                let op = ops[(r.next_u64() % 3) as usize];
+                let left = r.next_u64() & 1 == 0;
+                let row = (r.next_u64() % 4) as usize;
+                let c = consts[(r.next_u64() % consts.len() as u64) as usize];
+                (op, left, (row < 3).then_some(row), c)
+            };
+            let three = [pick(), pick(), pick()];
+            check(&three, &rows, &x);
+            let four = [pick(), pick(), pick(), pick()];
+            check(&four, &rows, &x);
+        }
+    }
+    // The bench's chain `gelu(x · y + 1)`.
+    for n in lens {
+        let x = values(400 + n as u64, n);
+        check(
+            &[(Mul, true, Some(2), 0.0), (Add, true, None, 1.0)],
+            &rows,
+            &x,
+        );
+    }
+}
