@@ -39,8 +39,8 @@ unsafe impl Send for HostBlock {}
 unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
-    /// Zeroed memory (a new large block comes zeroed from the OS, no pass over it; a reused
-    /// one is cleared). A size the allocator refuses is [`crate::Error::OutOfMemory`], never
+    /// Zeroed memory (a reused block is cleared; a new one is zeroed by the global
+    /// allocator, which for a 64-byte-aligned block is a pass that writes zeros). A size the allocator refuses is [`crate::Error::OutOfMemory`], never
     /// an abort.
     #[cfg(test)]
     pub fn zeroed(bytes: usize, align: usize) -> crate::Result<HostBlock> {

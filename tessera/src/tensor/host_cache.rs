@@ -179,10 +179,16 @@ fn lock() -> std::sync::MutexGuard<'static, Cache> {
 /// # Ok::<(), tessera::Error>(())
 /// ```
 pub fn capacity() -> crate::Result<usize> {
-    let set = lock().capacity;
-    match set {
-        Some(c) => Ok(c),
-        None => Ok(crate::env::host_cache()?.unwrap_or(DEFAULT_CAPACITY)),
+    let env = crate::env::host_cache().map_err(crate::Error::from);
+    limit(&lock(), env)
+}
+
+/// The limit in force for `c`, given what `TESSERA_HOST_CACHE` read as (read before taking
+/// the lock, so the setting and the cache's use of it are one step under one guard).
+fn limit(c: &Cache, env: crate::Result<Option<usize>>) -> crate::Result<usize> {
+    match c.capacity {
+        Some(bytes) => Ok(bytes),
+        None => Ok(env?.unwrap_or(DEFAULT_CAPACITY)),
     }
 }
 
@@ -197,9 +203,13 @@ pub fn capacity() -> crate::Result<usize> {
 /// host_cache::set_capacity(None);
 /// ```
 pub fn set_capacity(bytes: Option<usize>) {
-    lock().capacity = bytes;
-    let limit = capacity().unwrap_or(0);
-    let out = lock().shrink(limit);
+    let env = crate::env::host_cache().map_err(crate::Error::from);
+    let out = {
+        let mut c = lock();
+        c.capacity = bytes;
+        let most = limit(&c, env).unwrap_or(0);
+        c.shrink(most)
+    };
     out.into_iter().for_each(Alloc::free);
 }
 
@@ -255,8 +265,12 @@ pub(crate) fn give_back(block: Alloc) {
     if block.layout.size() < MIN_BLOCK {
         return block.free();
     }
-    let limit = capacity().unwrap_or(0);
-    let out = lock().put(block, limit);
+    let env = crate::env::host_cache().map_err(crate::Error::from);
+    let out = {
+        let mut c = lock();
+        let most = limit(&c, env).unwrap_or(0);
+        c.put(block, most)
+    };
     out.into_iter().for_each(Alloc::free);
 }
 

@@ -69,8 +69,8 @@ impl<T: bytemuck::Pod> HostData<T> {
         Ok(unsafe { HostData::from_block(mem, n) })
     }
 
-    /// A block of `n` zero elements (a new large block comes zeroed from the OS; a reused one
-    /// is cleared).
+    /// A block of `n` zero elements (a reused block is cleared; a new one is zeroed by the
+    /// global allocator, see [`HostMem::new`]).
     pub fn try_zeroed(n: usize) -> crate::Result<Self> {
         let mem = HostMem::new(Self::layout(n)?, true)?;
         // SAFETY: `n` aligned elements, every byte zero (a valid `T`: plain old data).
@@ -133,7 +133,10 @@ impl<T: bytemuck::Pod> Clone for HostData<T> {
             HostData::Block { mem, len, .. } => {
                 let bytes = len * std::mem::size_of::<T>();
                 let layout = Layout::from_size_align(bytes, mem.align()).expect("a valid layout");
+                // An unreadable `TESSERA_HOST_CACHE` makes `new` an error; a copy then skips
+                // the cache. Only memory the system refuses aborts, as `Vec::clone` does.
                 let copy = HostMem::new(layout, false)
+                    .or_else(|_| HostMem::fresh(layout, false))
                     .unwrap_or_else(|_| std::alloc::handle_alloc_error(layout));
                 // SAFETY: `bytes` initialised bytes copied into a new block of at least
                 // `bytes`; the copy has `mem`'s alignment.

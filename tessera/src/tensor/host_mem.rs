@@ -22,9 +22,25 @@ unsafe impl Sync for HostMem {}
 
 impl HostMem {
     /// At least `layout.size()` bytes, zeroed when `zeroed` (a kept block is cleared here; a
-    /// new one comes zeroed from `calloc`), else uninitialised. A size the allocator refuses,
-    /// or an invalid `TESSERA_HOST_CACHE`, is an error, never an abort.
+    /// new one by the global allocator's `alloc_zeroed`, which is `calloc` only for
+    /// alignments up to 16 and otherwise an aligned allocation followed by a pass that writes
+    /// zeros), else uninitialised. A size the allocator refuses, or an invalid
+    /// `TESSERA_HOST_CACHE` for a block of at least [`host_cache::MIN_BLOCK`] bytes, is an
+    /// error, never an abort.
     pub fn new(layout: Layout, zeroed: bool) -> crate::Result<HostMem> {
+        if let Some(a) = host_cache::take(layout)? {
+            if zeroed {
+                // SAFETY: `layout.size()` writable bytes of a block nothing else holds.
+                unsafe { std::ptr::write_bytes(a.ptr.as_ptr(), 0, layout.size()) };
+            }
+            return Ok(HostMem::from(a));
+        }
+        HostMem::fresh(layout, zeroed)
+    }
+
+    /// At least `layout.size()` bytes from the global allocator, never from the host cache
+    /// (what [`HostMem::new`] does on a miss).
+    pub fn fresh(layout: Layout, zeroed: bool) -> crate::Result<HostMem> {
         let oom = crate::Error::OutOfMemory {
             bytes: layout.size(),
         };
@@ -32,13 +48,6 @@ impl HostMem {
             // A dangling, aligned pointer: nothing is allocated for an empty block.
             let ptr = NonNull::new(layout.align() as *mut u8).ok_or(oom)?;
             return Ok(HostMem::from(Alloc { ptr, layout }));
-        }
-        if let Some(a) = host_cache::take(layout)? {
-            if zeroed {
-                // SAFETY: `layout.size()` writable bytes of a block nothing else holds.
-                unsafe { std::ptr::write_bytes(a.ptr.as_ptr(), 0, layout.size()) };
-            }
-            return Ok(HostMem::from(a));
         }
         // SAFETY: the layout has a non-zero size.
         let p = unsafe {
@@ -148,6 +157,9 @@ mod tests {
 
     #[test]
     fn a_reused_block_asked_for_zeroed_reads_zeros() {
+        // The cache on whatever `TESSERA_HOST_CACHE` says (no other unit test sets it, and
+        // none frees 1 GiB of blocks that could push this one out).
+        crate::tensor::host_cache::set_capacity(Some(crate::tensor::host_cache::DEFAULT_CAPACITY));
         // An alignment no other test asks for, so no other test takes this block.
         let layout = Layout::from_size_align((3 << 20) + 4160, 8192).unwrap();
         let m = HostMem::new(layout, false).unwrap();

@@ -101,7 +101,7 @@ impl<T: Element> Tensor<T> {
     }
 
     /// A copy of `data` in host memory, shaped `shape` (its length must be the shape's
-    /// element count).
+    /// element count; other errors as [`Tensor::zeros`]).
     ///
     /// ```
     /// use tessera::Tensor;
@@ -127,7 +127,9 @@ impl<T: Element> Tensor<T> {
 
     /// A tensor of zeros in host memory. A shape whose size overflows is
     /// [`Error::TooLarge`]; memory the system refuses is [`Error::OutOfMemory`] (never an
-    /// abort).
+    /// abort); an invalid `TESSERA_HOST_CACHE` is [`Error::Env`] for a tensor of at least
+    /// [`crate::host_cache::MIN_BLOCK`] bytes (it may come from the [host
+    /// cache](crate::host_cache)).
     ///
     /// ```
     /// use tessera::Tensor;
@@ -162,7 +164,8 @@ impl<T: Element> Tensor<T> {
         Ok(Self::from_host(shape.to_vec(), data))
     }
 
-    /// `0, 1, …, n - 1` as a 1-D tensor in host memory (each rounded to `T`).
+    /// `0, 1, …, n - 1` as a 1-D tensor in host memory (each rounded to `T`; errors as
+    /// [`Tensor::zeros`]).
     ///
     /// ```
     /// use tessera::Tensor;
@@ -262,8 +265,9 @@ impl<T: Element> Tensor<T> {
     ///
     /// # Panics
     ///
-    /// When the shape's size overflows or its memory cannot be allocated (a convenience for
-    /// tests and examples; [`Tensor::try_randn`] returns those as errors).
+    /// When the shape's size overflows, its memory cannot be allocated, or (for at least
+    /// [`crate::host_cache::MIN_BLOCK`] bytes) `TESSERA_HOST_CACHE` is invalid (a
+    /// convenience for tests and examples; [`Tensor::try_randn`] returns those as errors).
     ///
     /// ```
     /// use tessera::{Tensor, bf16};
@@ -275,7 +279,8 @@ impl<T: Element> Tensor<T> {
         Self::try_randn(shape, seed).unwrap_or_else(|e| panic!("Tensor::randn: {e}"))
     }
 
-    /// [`Tensor::randn`], with a too-large shape or refused memory as an error.
+    /// [`Tensor::randn`], with a too-large shape, refused memory or an invalid
+    /// `TESSERA_HOST_CACHE` as an error (as [`Tensor::zeros`]).
     ///
     /// ```
     /// use tessera::Tensor;
