@@ -7,7 +7,10 @@
 //! ratio `faer time / tessera time` (above 1: tessera is faster) from wall time, as the
 //! bench does, and from the calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), which
 //! time on a shared machine inflates less; only that thread's: meaningful on one thread,
-//! where both run on it.
+//! where both run on it. With `GEMM_RACE_BF16=1` the race is instead our bf16 matmul
+//! (`matmul_bf16_f32`, on `vdpbf16ps` where the CPU has it) against our f32 matmul, on random
+//! bf16 inputs; "faer" then names our f32 matmul and the ratio is
+//! `f32 time / bf16 time`.
 use std::time::Instant;
 use tessera::Tensor;
 
@@ -61,8 +64,21 @@ fn main() {
         let batch = ((3e8 / flop) as usize).max(1);
         let (mut ours, mut theirs) = (f64::INFINITY, f64::INFINITY);
         let (mut ours_cpu, mut theirs_cpu) = (f64::INFINITY, f64::INFINITY);
-        let launch = || drop(tessera_kernels::matmul(&a, &b).unwrap());
+        let bf16 = std::env::var("GEMM_RACE_BF16").is_ok_and(|v| v == "1");
+        let ab = Tensor::<half::bf16>::randn(&[m, k], 1);
+        let bb = Tensor::<half::bf16>::randn(&[k, n], 2);
+        let launch = || {
+            if bf16 {
+                drop(tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap())
+            } else {
+                drop(tessera_kernels::matmul(&a, &b).unwrap())
+            }
+        };
         let mut faer_run = || {
+            if bf16 {
+                drop(tessera_kernels::matmul(&a, &b).unwrap());
+                return;
+            }
             faer::linalg::matmul::matmul(
                 fc.as_mut(),
                 faer::Accum::Replace,

@@ -17,7 +17,9 @@ fn matmul_bf16_det(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f
 
 /// `(m, k, n)`: m = 1, odd k, k = 1, k across the GEMM's 512-deep k-blocks, m and n not
 /// multiples of the 12×32 micro-tile.
-const SHAPES: [(usize, usize, usize); 9] = [
+/// `(157, 1025, 160)`: rows past one 144-row block (A read in place), k in two uneven
+/// k-blocks (514 and an odd 511, whose A is packed), ragged rows and columns.
+const SHAPES: [(usize, usize, usize); 10] = [
     (1, 300, 70),
     (1, 1, 1),
     (37, 301, 45),
@@ -27,6 +29,7 @@ const SHAPES: [(usize, usize, usize); 9] = [
     (64, 1100, 96),
     (7, 2, 129),
     (150, 513, 70),
+    (157, 1025, 160),
 ];
 
 /// `|c - ref| ≤ (k + 2)·ε_f32·Σ_p |a_ip·b_pj|` for every element (`out` adds a relative

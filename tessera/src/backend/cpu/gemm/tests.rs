@@ -299,6 +299,9 @@ fn bf16_random_sizes() {
             }
         }
         check_bf16(native, 150, 70, 1100, 2, 4242); // several k blocks, odd k
+        // More rows than one 144-row block: uneven k-blocks (684, 684, odd 683; 514, odd 511).
+        check_bf16(native, 157, 70, 2051, 1, 4243);
+        check_bf16(native, 300, 45, 1025, 0, 4244);
     }
 }
 
@@ -487,6 +490,61 @@ fn bf16_overwrite_is_zeroed_accumulate() {
                 assert!(err <= (k + 2) as f64 * f32::EPSILON as f64 * s, "({i},{j})");
             }
         }
+    }
+}
+
+/// With more rows than one 144-row block, the `vdpbf16ps` GEMM reads A in place for a
+/// k-block of even depth (k ≤ 1024: one block); with at most 144 rows it packs A (k ≤ 512:
+/// one block). The two give the same bits where the k-blocks agree: the rows computed as one
+/// call and as calls of at most 144 rows each (same 12-row tiles), even and odd k (odd: the
+/// block is packed both ways), odd strides (k-pairs read unaligned), ragged rows and columns.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_a_in_place_matches_packed_bit_for_bit() {
+    if !has_vdpbf16ps() {
+        return;
+    }
+    let mut rng = Rng(0xA1B);
+    for &(m, n, k, pad) in &[
+        (157, 45, 300, 1),
+        (150, 70, 512, 0),
+        (289, 33, 2, 3),
+        (145, 40, 301, 1),
+        (160, 32, 64, 2),
+    ] {
+        let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
+        let a = bf16_vec(&mut rng, (m - 1) * lda + k);
+        let b = bf16_vec(&mut rng, (k - 1) * ldb + n);
+        let c0 = rng.vec(m * ldc);
+        let run = |c: &mut [f32], rows: std::ops::Range<usize>| {
+            // SAFETY: the slices hold the described matrices (rows `rows` of A and C); the
+            // CPU has AVX-512 BF16.
+            unsafe {
+                gemm_bf16_dot_raw(
+                    rows.len(),
+                    n,
+                    k,
+                    a.as_ptr().add(rows.start * lda),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    c.as_mut_ptr().add(rows.start * ldc),
+                    ldc,
+                    false,
+                )
+            }
+        };
+        let mut whole = c0.clone();
+        run(&mut whole, 0..m);
+        let mut blocks = c0.clone();
+        for i in (0..m).step_by(144) {
+            run(&mut blocks, i..(i + 144).min(m));
+        }
+        let same = whole
+            .iter()
+            .zip(&blocks)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{m}x{n}x{k} pad {pad}: in place differs from packed");
     }
 }
 

@@ -15,8 +15,12 @@ use super::super::scratch::with_scratch;
 
 const MR: usize = 12;
 const NR: usize = 32;
-/// k-pairs per block (512 values of k).
+/// k-pairs per block when all rows of A fit one packed block (512 values of k).
 const KC2: usize = 256;
+/// k-pairs per block when A has more rows than one block (`MC`; 1024 values of k): each
+/// micro-tile loads and adds C half as often as with `KC2`, and its `KC2_WIDE × NR`
+/// micro-panel of B (64 KiB) is read from L2, as the f32 driver's `KC_WIDE`.
+const KC2_WIDE: usize = 512;
 /// Rows of A per packed block (a multiple of `MR`).
 const MC: usize = 144;
 const NC: usize = 4096;
@@ -120,13 +124,26 @@ unsafe fn pack_b(kc: usize, nc: usize, b: *const u16, ldb: usize, dst: *mut u32)
     }
 }
 
-/// `C[0..M, 0..32] += A·B` over `kc2` packed k-pairs; with `overwrite`, `C = +0.0 + A·B`
-/// (C not read; the same bits as adding to a zeroed C).
+/// Where a block's rows of A are read from, as bytes: the k-pair `p2` of row `i` is the
+/// `u32` at `a + i * ars + p2 * aks`.
+#[derive(Clone, Copy)]
+enum ASrc {
+    /// `MR`-row k-pair panels packed by [`pack_a`] (`ars = 4`, `aks = 4 * MR`).
+    Packed(*const u32),
+    /// A in place (row-major bf16, row stride `lda` elements: `ars = 2 * lda`, `aks = 4`),
+    /// for a block of even depth: its k-pairs are A's consecutive elements.
+    InPlace(*const u16, usize),
+}
+
+/// `C[0..M, 0..32] += A·B` over `kc2` k-pairs of A (a packed panel, or in place with
+/// `!A_PANEL`: row stride `ars` bytes) and a packed B panel; with `overwrite`,
+/// `C = +0.0 + A·B` (C not read; the same bits as adding to a zeroed C).
 #[inline(always)]
-#[allow(clippy::needless_range_loop)]
-unsafe fn tile<const M: usize>(
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+unsafe fn tile<const M: usize, const A_PANEL: bool>(
     kc2: usize,
-    a: *const u32,
+    a: *const u8,
+    ars: usize,
     b: *const u32,
     c: *mut f32,
     ldc: usize,
@@ -137,6 +154,7 @@ unsafe fn tile<const M: usize>(
             // C is read after the k loop: fetch it meanwhile.
             ahead::tile(c, M, NR, ldc, true);
         }
+        let (ars, aks) = if A_PANEL { (4, 4 * MR) } else { (ars, 4) };
         let mut acc = [[_mm512_setzero_ps(); 2]; M];
         macro_rules! step {
             ($ap:expr, $bp:expr) => {{
@@ -144,7 +162,8 @@ unsafe fn tile<const M: usize>(
                 let b1: __m512bh =
                     core::mem::transmute(_mm512_loadu_si512($bp.add(16) as *const _));
                 for i in 0..M {
-                    let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(*$ap.add(i) as i32));
+                    let pair = ($ap.add(i * ars) as *const u32).read_unaligned();
+                    let ai: __m512bh = core::mem::transmute(_mm512_set1_epi32(pair as i32));
                     acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
                     acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
                 }
@@ -153,8 +172,8 @@ unsafe fn tile<const M: usize>(
         let (mut ap, mut bp, mut p) = (a, b, kc2);
         while p >= 2 {
             step!(ap, bp);
-            step!(ap.add(MR), bp.add(NR));
-            ap = ap.add(2 * MR);
+            step!(ap.add(aks), bp.add(NR));
+            ap = ap.add(2 * aks);
             bp = bp.add(2 * NR);
             p -= 2;
         }
@@ -174,36 +193,47 @@ unsafe fn tile<const M: usize>(
     }
 }
 
+/// [`tile`] for the `mr <= MR` rows at `ir` of the block's A.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_rows(
     mr: usize,
     kc2: usize,
-    a: *const u32,
+    a: ASrc,
+    ir: usize,
     b: *const u32,
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
 ) {
     unsafe {
-        match mr {
-            12 => tile::<12>(kc2, a, b, c, ldc, overwrite),
-            11 => tile::<11>(kc2, a, b, c, ldc, overwrite),
-            10 => tile::<10>(kc2, a, b, c, ldc, overwrite),
-            9 => tile::<9>(kc2, a, b, c, ldc, overwrite),
-            8 => tile::<8>(kc2, a, b, c, ldc, overwrite),
-            7 => tile::<7>(kc2, a, b, c, ldc, overwrite),
-            6 => tile::<6>(kc2, a, b, c, ldc, overwrite),
-            5 => tile::<5>(kc2, a, b, c, ldc, overwrite),
-            4 => tile::<4>(kc2, a, b, c, ldc, overwrite),
-            3 => tile::<3>(kc2, a, b, c, ldc, overwrite),
-            2 => tile::<2>(kc2, a, b, c, ldc, overwrite),
-            _ => tile::<1>(kc2, a, b, c, ldc, overwrite),
+        macro_rules! rows {
+            ($panel:literal, $a:expr, $ars:expr) => {{
+                let (a, ars) = ($a, $ars);
+                match mr {
+                    12 => tile::<12, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    11 => tile::<11, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    10 => tile::<10, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    9 => tile::<9, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    8 => tile::<8, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    7 => tile::<7, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    6 => tile::<6, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    5 => tile::<5, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    4 => tile::<4, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    3 => tile::<3, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    2 => tile::<2, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                    _ => tile::<1, $panel>(kc2, a, ars, b, c, ldc, overwrite),
+                }
+            }};
+        }
+        match a {
+            ASrc::Packed(a) => rows!(true, a.add(ir * kc2) as *const u8, 4),
+            ASrc::InPlace(a, lda) => rows!(false, a.add(ir * lda) as *const u8, 2 * lda),
         }
     }
 }
 
-/// Every micro-tile of the `mc × nc` block of C at `c` from packed A (`abuf`) and packed B
+/// Every micro-tile of the `mc × nc` block of C at `c` from A (`asrc`) and packed B
 /// (`bbuf`), both of `kc2` k-pairs, prefetching `next` a part per micro-tile.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -211,7 +241,7 @@ unsafe fn block(
     mc: usize,
     nc: usize,
     kc2: usize,
-    abuf: *const u32,
+    asrc: ASrc,
     bbuf: *const u32,
     c: *mut f32,
     ldc: usize,
@@ -228,15 +258,15 @@ unsafe fn block(
             let mut ir = 0;
             while ir < mc {
                 let mr = MR.min(mc - ir);
-                let ap = abuf.add(ir * kc2);
                 let cp = c.add(ir * ldc + jr);
                 next.part(t, tiles);
                 t += 1;
                 if nr == NR {
-                    tile_rows(mr, kc2, ap, bp, cp, ldc, overwrite);
+                    tile_rows(mr, kc2, asrc, ir, bp, cp, ldc, overwrite);
                 } else {
                     let mut t = edge_load::<MR, NR>(mr, nr, cp, ldc, overwrite);
-                    tile_rows(mr, kc2, ap, bp, t.as_mut_ptr() as *mut f32, NR, overwrite);
+                    let tp = t.as_mut_ptr() as *mut f32;
+                    tile_rows(mr, kc2, asrc, ir, bp, tp, NR, overwrite);
                     edge_store::<MR, NR>(mr, nr, cp, ldc, &t);
                 }
                 ir += MR;
@@ -267,7 +297,7 @@ pub(crate) unsafe fn gemm(
     overwrite: bool,
 ) {
     unsafe {
-        let kc_target = 2 * KC2;
+        let kc_target = 2 * if m <= MC { KC2 } else { KC2_WIDE };
         let kblocks = k.div_ceil(kc_target);
         // Even block depth so that only the last block can have an odd k.
         let kc_max = k.div_ceil(kblocks).div_ceil(2) * 2;
@@ -299,7 +329,8 @@ pub(crate) unsafe fn gemm(
                         } else {
                             Ahead::NONE
                         };
-                        block(m, nc, kc2, abuf, bbuf, c.add(jc), ldc, first, next);
+                        let asrc = ASrc::Packed(abuf);
+                        block(m, nc, kc2, asrc, bbuf, c.add(jc), ldc, first, next);
                         jc += nc;
                     }
                     pc += kc;
@@ -323,12 +354,21 @@ pub(crate) unsafe fn gemm(
                     let mut ic = 0;
                     while ic < m {
                         let mc = MC.min(m - ic);
-                        pack_a(mc, kc, a.add(ic * lda + pc), lda, abuf);
+                        let ak = a.add(ic * lda + pc);
+                        // A block of even depth is read in place (its k-pairs are A's
+                        // consecutive elements); an odd one is packed, its last k paired
+                        // with zero.
+                        let asrc = if kc % 2 == 0 {
+                            ASrc::InPlace(ak, lda)
+                        } else {
+                            pack_a(mc, kc, ak, lda, abuf);
+                            ASrc::Packed(abuf)
+                        };
                         block(
                             mc,
                             nc,
                             kc2,
-                            abuf,
+                            asrc,
                             bbuf,
                             c.add(ic * ldc + jc),
                             ldc,
