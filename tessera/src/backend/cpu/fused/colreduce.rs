@@ -418,7 +418,8 @@ pub(crate) fn max_nan(a: f32, x: f32) -> f32 {
 
 /// `part[j] = f(part[j], x[u][j])` for rows `u < n` of the tensor `buf` starting at element
 /// `at` (rows `stride` elements apart), `j < part.len()`, rows in order, four rows per pass
-/// over `part`, at the active SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
+/// over `part` (eight in the AVX-512 bf16 sum's pair blocks without prefetch), at the active
+/// SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
 /// With `ahead` > 0, the AVX-512 sum also prefetches into L2 the rows `ahead` rows on, of
 /// the `avail` (≥ `n`) rows from `at` that lie in the tensor.
 ///
