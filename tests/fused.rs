@@ -598,6 +598,55 @@ tessera::tile! {
 fn column_pass_folds_only_the_loops_it_computed() {
     let _level = level_guard();
     column_pass_bits();
+    column_pass_bf16_bits();
+}
+
+/// bf16 column sums, means and maxes through the whole-row pass on one and two threads,
+/// rows of whole cache lines (the AVX-512 sum's 32-column pair blocks and eight-row passes,
+/// strips of 2048 columns) with ragged row counts (tiles ending in 4- and 1-row leftovers),
+/// from a 64-byte-aligned block (`randn`) and from `from_vec` (its start may sit inside a
+/// cache line: a head and tail of single vectors), random and with NaN/±inf/-0.0: equal to
+/// the interpreter's bits.
+fn column_pass_bf16_bits() {
+    let specials = [
+        bf16::from_bits(0x7FC1),
+        bf16::NEG_INFINITY,
+        bf16::INFINITY,
+        bf16::from_bits(0x8000),
+    ];
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            for (i, &(r, c)) in [(77, 2080), (130, 4160), (64, 2048), (9, 4128), (205, 320)]
+                .iter()
+                .enumerate()
+            {
+                let seed = 1700 + 10 * i as u64;
+                for (x, kind) in [
+                    (Tensor::<bf16>::randn(&[r, c], seed), "aligned"),
+                    (with_specials(r, c, seed + 1, &[]), "from_vec"),
+                    (with_specials(r, c, seed + 2, &specials), "specials"),
+                ] {
+                    let tag = format!("[{r}, {c}] {kind} {threads}T");
+                    let before = fused::column_passes();
+                    let cr = fused::direct_column_reductions;
+                    direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
+                        col_sum_bf16(&x).unwrap()
+                    });
+                    direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
+                        col_mean_bf16(&x).unwrap()
+                    });
+                    direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
+                        col_max_bf16(&x).unwrap()
+                    });
+                    assert_eq!(fused::column_passes(), before + 3, "{tag}: column passes");
+                }
+            }
+        });
+    }
 }
 
 fn column_pass_bits() {
@@ -2216,6 +2265,7 @@ fn every_simd_level_agrees() {
         depthwise_large_bits();
         fresh_outputs_bits();
         column_pass_bits();
+        column_pass_bf16_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

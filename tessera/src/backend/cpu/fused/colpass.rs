@@ -36,6 +36,11 @@ const AHEAD: usize = 8;
 /// Columns per strip of the pass (16 KiB of f32 partials: the strip stays in L1).
 const STRIP: usize = 4096;
 
+/// Columns per strip of a bf16 tensor's pass (4 KiB of each row: eight rows per pass of
+/// `colreduce`'s bf16 sum fit in L1; measured at `[1024, 4096]`, one thread: 97–98 → 86 µs
+/// against strips of 4096, 84–88 at 1024).
+const STRIP_BF16: usize = 2048;
+
 /// Runs of tiles per thread of a multi-thread pass (a thread that starts late, or is taken
 /// by other work, leaves the others more of them).
 const RUNS: usize = 4;
@@ -204,8 +209,9 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
     };
     let go = |i: usize| {
         for k in i * l.per..((i + 1) * l.per).min(blocks) {
-            for j in (0..l.cols).step_by(STRIP) {
-                let n = STRIP.min(l.cols - j);
+            let w = if c.bf16 { STRIP_BF16 } else { STRIP };
+            for j in (0..l.cols).step_by(w) {
+                let n = w.min(l.cols - j);
                 if i == 0 {
                     // SAFETY: rows 0 and 1 are run 0's only until it is done (runs write
                     // disjoint rows; the fold reads row 0 after run 0 is done).
@@ -240,8 +246,29 @@ pub(crate) fn identity(op: TileReduce) -> f32 {
     }
 }
 
-/// `acc[j] = acc[j] ⊕ part[j]` (`+`, or [`max_nan`] for a max).
+/// `acc[j] = acc[j] ⊕ part[j]` (`+`, or [`max_nan`] for a max), built with AVX-512F where
+/// it is active (16 columns per add instead of baseline SSE's 4; the same add per column).
 fn fold(op: TileReduce, acc: &mut [f32], part: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
+        // SAFETY: the active level is at most the detected one: AVX-512F is present.
+        return unsafe { fold_avx512(op, acc, part) };
+    }
+    fold_body(op, acc, part)
+}
+
+/// [`fold_body`] built with AVX-512F.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn fold_avx512(op: TileReduce, acc: &mut [f32], part: &[f32]) {
+    fold_body(op, acc, part)
+}
+
+#[inline(always)]
+fn fold_body(op: TileReduce, acc: &mut [f32], part: &[f32]) {
     match op {
         TileReduce::Sum => acc.iter_mut().zip(part).for_each(|(a, p)| *a += *p),
         TileReduce::Max => acc
