@@ -548,9 +548,9 @@ fn write_docs(rows: &[Row]) {
          Memory-bound kernels: GB/s of the bytes they must read and write (each counted once) and \
          the ratio to a `copy_from_slice` of the same bytes on the same number of threads in the \
          same run (into a destination it keeps). A plain row times the library call, which returns \
-         a fresh output tensor per launch (its memory comes from the allocator each time: above \
-         glibc's mmap threshold, at most 32 MiB, a new mapping whose pages the OS faults in and \
-         zeroes on first write); a `→ reused out` row times the same kernel launched with \
+         a fresh output tensor per launch (a 64-byte-aligned block: from `tessera::host_cache` when \
+         a freed block of at least 1 MiB fits, as the previous launch's dropped output does, \
+         else from the allocator); a `→ reused out` row times the same kernel launched with \
          `KernelDef::launch_into` (the depthwise convolution: `depthwise_conv2d_into`) into one \
          output tensor kept across launches, as the copy keeps \
          its destination. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \

@@ -378,6 +378,15 @@ impl Bits for bf16 {
     }
 }
 
+/// `f`'s result, run inside a new rayon pool of `threads` threads.
+fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
 /// Runs `f` on the fast path, checking that `counter` (a direct-kernel counter) moved, and on
 /// the interpreter: the same shape and the same bits, except that with `any_nan` a NaN
 /// matches any NaN (Rust leaves the payload of an arithmetic result's NaN unspecified, so
@@ -482,11 +491,7 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                 transpose_bf16(&xb).unwrap()
             });
             // Two threads: the whole-tensor transpose splits its destination rows in bands.
-            let two = rayon::ThreadPoolBuilder::new()
-                .num_threads(2)
-                .build()
-                .unwrap();
-            two.install(|| {
+            on_threads(2, || {
                 direct_same_bits(&format!("transpose 2 threads {tag}"), t, false, || {
                     transpose_f32(&x).unwrap()
                 });
@@ -498,11 +503,7 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
             // columns among threads); more than one program's columns (256 each) take the
             // whole-row pass (`fused::column_passes`).
             for pool in [1, 2] {
-                let p = rayon::ThreadPoolBuilder::new()
-                    .num_threads(pool)
-                    .build()
-                    .unwrap();
-                let (passes, folds) = p.install(|| {
+                let (passes, folds) = on_threads(pool, || {
                     let before = fused::column_passes();
                     let folded = fused::folded_column_loops();
                     let tag = format!("{tag} {pool} threads");
@@ -615,11 +616,7 @@ fn column_pass_bf16_bits() {
         bf16::from_bits(0x8000),
     ];
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             for (i, &(r, c)) in [(77, 2080), (130, 4160), (64, 2048), (9, 4128), (205, 320)]
                 .iter()
                 .enumerate()
@@ -652,11 +649,7 @@ fn column_pass_bf16_bits() {
 fn column_pass_bits() {
     let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             for (i, &(r, c)) in [(130, 1000), (1031, 4100), (64, 300), (9, 1025), (700, 513)]
                 .iter()
                 .enumerate()
@@ -732,11 +725,7 @@ tessera::tile! {
 fn fresh_outputs_bits() {
     let dspace = tessera_kernels::conv::depthwise_space();
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             for (i, &(h, w, ch, kh, kw)) in [
                 (10, 12, 8, 3, 3),
                 (17, 9, 70, 3, 3),
@@ -1423,11 +1412,9 @@ fn large_row_shapes() -> Vec<(usize, usize)> {
 fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     for threads in [1, 2] {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        p.install(|| norm_rows_bits_on(&[(37, 300), (9, 1025), (17, 2048), large_row_shapes()[0]]));
+        on_threads(threads, || {
+            norm_rows_bits_on(&[(37, 300), (9, 1025), (17, 2048), large_row_shapes()[0]])
+        });
     }
 }
 
@@ -1446,11 +1433,7 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
         )
     };
     for threads in [1, 2] {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        p.install(|| {
+        on_threads(threads, || {
             softmax_rows_bits_on(&[
                 (37, 300),
                 (9, 1025),
@@ -1493,11 +1476,7 @@ fn softmax_rows_of_several_chunks_match_the_interpreter_bit_for_bit() {
         big(3001),
     ];
     for threads in [1, 2] {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        p.install(|| {
+        on_threads(threads, || {
             softmax_rows_bits_on(&shapes);
             for (i, &(r, c)) in shapes.iter().enumerate() {
                 let tag = format!("[{r}, {c}]");
@@ -1705,11 +1684,7 @@ fn norm_rows_with_a_new_bf16_gamma_each_launch_match_the_interpreter_bit_for_bit
     let (r, c) = (300, 1031);
     let xb = Tensor::<bf16>::randn(&[r, c], 1801);
     for threads in [1, 2] {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        p.install(|| {
+        on_threads(threads, || {
             for k in 0..4u64 {
                 let gb = Tensor::<bf16>::randn(&[c], 1810 + k);
                 let bb = Tensor::<bf16>::randn(&[c], 1820 + k);
@@ -1924,11 +1899,7 @@ fn gelu_bf16_bits(large: bool) {
         shapes.push(large_flat_shapes()[0].0);
     }
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             for (i, &(r, c)) in shapes.iter().enumerate() {
                 let x = if (r, c) == (256, 256) {
                     bf16_patterns(r, c, 3 + threads as u64)
@@ -2109,11 +2080,7 @@ fn flat_chain_bits(shapes: &[((usize, usize), bool)]) {
         yv[c - 1] = f32::NAN;
         let y = Tensor::from_vec(yv, &[c]).unwrap();
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
+            on_threads(threads, || {
                 flat_and_tiles(&format!("flat chain {tag} {threads}T"), nt, || {
                     chain(&x, &y).unwrap()
                 })

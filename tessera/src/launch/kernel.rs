@@ -508,9 +508,10 @@ impl KernelDef {
     /// naming the kernel and `out`, before anything runs).
     ///
     /// When the launch runs on the CPU and `out` is in host memory, the launch writes into
-    /// `out`'s elements in place of a fresh output block: no allocation, and no page of it
-    /// mapped and zeroed by the OS again (a fresh block of more than 32 MiB is a new `mmap` on
-    /// every launch). The result is bit for bit [`Self::launch`]'s: whatever `out` held is
+    /// `out`'s elements in place of a fresh output block: no allocation (a fresh block comes
+    /// from the [host cache](crate::host_cache) when a freed one fits, else from the
+    /// allocator, where a block of more than 32 MiB is a new `mmap` whose pages the OS maps
+    /// and zeroes on first write). The result is bit for bit [`Self::launch`]'s: whatever `out` held is
     /// never read, and an output the kernel cannot prove it writes in full is zeroed first,
     /// as a fresh block is. Intermediate values of a multi-kernel plan are still allocated
     /// per launch. On error `out` keeps its shape and element type; its elements may have
