@@ -183,37 +183,73 @@ fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
-    use super::norm512::load;
-    use core::arch::x86_64::*;
     let full = n / 32 * 32;
-    let (mut a0, mut a1) = (
-        _mm512_set1_ps(f32::NEG_INFINITY),
-        _mm512_set1_ps(f32::NEG_INFINITY),
-    );
-    let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
-    // Lanes that met a NaN (kept apart so that the max chain is one `vmaxps` per step).
-    let (mut n0, mut n1): (__mmask16, __mmask16) = (0, 0);
+    let mut m = MaxMin::new();
     for j in (0..full).step_by(32) {
-        // SAFETY: `j + 32 <= n`.
+        // SAFETY: `j + 32 <= n`; `keep` holds `n` values.
+        unsafe { m.step::<BF>(p, j, keep) };
+    }
+    // SAFETY: the caller's.
+    unsafe { max_finish::<BF>(p, n, keep, m) }
+}
+
+/// The running state of [`max_min_avx512`]'s steps over a row, 32 lanes in two registers:
+/// the maxima, the lanes that met a NaN (kept apart so that the max chain is one `vmaxps`
+/// per step) and the minima.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct MaxMin {
+    max: [core::arch::x86_64::__m512; 2],
+    nan: [core::arch::x86_64::__mmask16; 2],
+    min: [core::arch::x86_64::__m512; 2],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl MaxMin {
+    /// Nothing seen: maxima `-inf`, minima `+inf`, no NaN.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn new() -> MaxMin {
+        use core::arch::x86_64::*;
+        MaxMin {
+            max: [_mm512_set1_ps(f32::NEG_INFINITY); 2],
+            nan: [0; 2],
+            min: [_mm512_set1_ps(f32::INFINITY); 2],
+        }
+    }
+
+    /// Takes the 32 values from column `j` of the row at `p` (f32, or bf16 widened and also
+    /// stored to `keep` with `BF`). `vmaxps(v, a)` is `v > a ? v : a` (`a` when either is
+    /// NaN): `vmath::max`'s step but for a NaN `v`, which the masks record.
+    ///
+    /// # Safety
+    /// AVX-512F present; values `j .. j + 32` readable at `p` (and, with `BF`, writable at
+    /// `keep`).
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn step<const BF: bool>(&mut self, p: *const u8, j: usize, keep: *mut f32) {
+        use super::norm512::load;
+        use core::arch::x86_64::*;
+        // SAFETY: the caller's.
         let (v0, v1) = unsafe { (load::<BF>(p, j), load::<BF>(p, j + 16)) };
         if BF {
-            // SAFETY: `keep` holds `n` values.
+            // SAFETY: the caller's.
             unsafe {
                 _mm512_storeu_ps(keep.add(j), v0);
                 _mm512_storeu_ps(keep.add(j + 16), v1);
             }
         }
-        // `vmaxps(v, a)` is `v > a ? v : a` (`a` when either is NaN): `step` but for a NaN
-        // `v`, which the masks record.
-        a0 = _mm512_max_ps(v0, a0);
-        a1 = _mm512_max_ps(v1, a1);
-        n0 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
-        n1 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
-        l0 = _mm512_min_ps(l0, v0);
-        l1 = _mm512_min_ps(l1, v1);
+        self.max = [
+            _mm512_max_ps(v0, self.max[0]),
+            _mm512_max_ps(v1, self.max[1]),
+        ];
+        self.nan[0] |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
+        self.nan[1] |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
+        self.min = [
+            _mm512_min_ps(self.min[0], v0),
+            _mm512_min_ps(self.min[1], v1),
+        ];
     }
-    // SAFETY: the caller's.
-    unsafe { max_finish::<BF>(p, n, keep, [a0, a1], [n0, n1], [l0, l1]) }
 }
 
 /// The end of [`max_min_avx512`] after its loop over the whole 32-value steps: the last
@@ -228,11 +264,10 @@ unsafe fn max_finish<const BF: bool>(
     p: *const u8,
     n: usize,
     keep: *mut f32,
-    [mut a0, mut a1]: [core::arch::x86_64::__m512; 2],
-    [n0, n1]: [core::arch::x86_64::__mmask16; 2],
-    [l0, l1]: [core::arch::x86_64::__m512; 2],
+    m: MaxMin,
 ) -> (f32, f32) {
     use core::arch::x86_64::*;
+    let ([mut a0, mut a1], [n0, n1], [l0, l1]) = (m.max, m.nan, m.min);
     let full = n / 32 * 32;
     // A lane that met a NaN holds NaN from then on under `vmath::max`'s step (payloads aside).
     a0 = _mm512_mask_mov_ps(a0, n0, _mm512_set1_ps(f32::NAN));
@@ -529,7 +564,6 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         pf,
     }: Step,
 ) -> (f32, (f32, f32)) {
-    use super::norm512::load;
     use core::arch::x86_64::*;
     let n = xs.len();
     let full = n / 32 * 32;
@@ -548,12 +582,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         }
     };
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let (mut x0, mut x1) = (
-        _mm512_set1_ps(f32::NEG_INFINITY),
-        _mm512_set1_ps(f32::NEG_INFINITY),
-    );
-    let (mut l0, mut l1) = (_mm512_set1_ps(f32::INFINITY), _mm512_set1_ps(f32::INFINITY));
-    let (mut n0, mut n1): (__mmask16, __mmask16) = (0, 0);
+    let mut m = MaxMin::new();
     // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
     // `q` to `qend`, plain ones after.
     let (head, qend) = if has_d {
@@ -594,17 +623,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                         _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
                     }
                 }
-                let (v0, v1) = (load::<BF>(next, j), load::<BF>(next, j + 16));
-                if BF {
-                    _mm512_storeu_ps(keep.add(j), v0);
-                    _mm512_storeu_ps(keep.add(j + 16), v1);
-                }
-                x0 = _mm512_max_ps(v0, x0);
-                x1 = _mm512_max_ps(v1, x1);
-                n0 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v0, v0);
-                n1 |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v1, v1);
-                l0 = _mm512_min_ps(l0, v0);
-                l1 = _mm512_min_ps(l1, v1);
+                m.step::<BF>(next, j, keep);
             }
             if has_d && j >= lag {
                 for _ in 0..2 {
@@ -667,7 +686,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     }
     let mx = if has_next {
         // SAFETY: the caller's.
-        unsafe { max_finish::<BF>(next, n, keep, [x0, x1], [n0, n1], [l0, l1]) }
+        unsafe { max_finish::<BF>(next, n, keep, m) }
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
