@@ -1,6 +1,8 @@
 //! The AVX-512 kernels of [`super::gelu`]: [`map`] (`dst[i] = gelu(src[i])`) and [`after`]
 //! (`add`/`sub`/`mul`/`div` ops, then gelu), both giving every lane
-//! [`gelu1::<Fused>`](super::gelu::gelu1)'s bits. They need AVX-512F and AVX-512DQ
+//! [`gelu1::<Fused>`](super::gelu::gelu1)'s bits, a NaN's sign and payload aside (as
+//! everywhere in the CPU backend: [`after`]'s `v − k` with a NaN `k` is `v·1 + (−k)`, which
+//! returns `−k`'s NaN where `subss` returns `k`'s). They need AVX-512F and AVX-512DQ
 //! ([`available`]).
 //!
 //! Per 16 lanes ([`central`]): `j = ⌊2|x|⌋` by `vcvttps2dq`, `u = (2|x| − ⌊2|x|⌋) − ½` from
@@ -200,7 +202,7 @@ pub(crate) type Pre<'a> = (BinaryOp, bool, Option<&'a [f32]>, f32);
 /// A [`Pre`] op without `Div` as one FMA, `v = fma(v, m, a ^ flip)`: `add` is `v·1 + k`,
 /// `k − v` is `v·(−1) + k`, `v − k` is `v·1 + (−k)` (`flip` the sign bit of a row, or the
 /// constant negated), `mul` is `v·k + (−0)`. Each is the op rounded once, signed zeros
-/// included. `m` and `a` point at a row (`*_step` 1) or at 16 copies of a constant (0).
+/// included (a NaN `k` in `v − k` comes back with its sign flipped). `m` and `a` point at a row (`*_step` 1) or at 16 copies of a constant (0).
 #[derive(Clone, Copy)]
 struct Lin {
     m: *const f32,
