@@ -1,4 +1,4 @@
-//! The AVX-512 kernels of [`super::gelu`]: [`map`] (`dst[i] = gelu(src[i])`) and [`after`]
+//! The AVX-512 kernels of [`super::gelu()`]: [`map`] (`dst[i] = gelu(src[i])`) and [`after`]
 //! (`add`/`sub`/`mul`/`div` ops, then gelu), both giving every lane
 //! [`gelu1::<Fused>`](super::gelu::gelu1)'s bits, a NaN's sign and payload aside (as
 //! everywhere in the CPU backend: [`after`]'s `v − k` with a NaN `k` is `v·1 + (−k)`, which
