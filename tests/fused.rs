@@ -387,6 +387,20 @@ fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
         .install(f)
 }
 
+/// bf16 column sum, mean and max of `x` on the direct path, bit for bit the interpreter's
+/// ([`direct_same_bits`] with the counter `cr`).
+fn col_bf16_bits(tag: &str, cr: fn() -> u64, x: &Tensor<bf16>) {
+    direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
+        col_sum_bf16(x).unwrap()
+    });
+    direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
+        col_mean_bf16(x).unwrap()
+    });
+    direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
+        col_max_bf16(x).unwrap()
+    });
+}
+
 /// Runs `f` on the fast path, checking that `counter` (a direct-kernel counter) moved, and on
 /// the interpreter: the same shape and the same bits, except that with `any_nan` a NaN
 /// matches any NaN (Rust leaves the payload of an arithmetic result's NaN unspecified, so
@@ -512,15 +526,7 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                         col_mean(&x).unwrap()
                     });
                     direct_same_bits(&format!("col max {tag}"), cr, true, || col_max(&x).unwrap());
-                    direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
-                        col_sum_bf16(&xb).unwrap()
-                    });
-                    direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
-                        col_mean_bf16(&xb).unwrap()
-                    });
-                    direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
-                        col_max_bf16(&xb).unwrap()
-                    });
+                    col_bf16_bits(&tag, cr, &xb);
                     (
                         fused::column_passes() - before,
                         fused::folded_column_loops() - folded,
@@ -630,15 +636,7 @@ fn column_pass_bf16_bits() {
                     let tag = format!("[{r}, {c}] {kind} {threads}T");
                     let before = fused::column_passes();
                     let cr = fused::direct_column_reductions;
-                    direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
-                        col_sum_bf16(&x).unwrap()
-                    });
-                    direct_same_bits(&format!("col mean bf16 {tag}"), cr, true, || {
-                        col_mean_bf16(&x).unwrap()
-                    });
-                    direct_same_bits(&format!("col max bf16 {tag}"), cr, true, || {
-                        col_max_bf16(&x).unwrap()
-                    });
+                    col_bf16_bits(&tag, cr, &x);
                     assert_eq!(fused::column_passes(), before + 3, "{tag}: column passes");
                 }
             }
