@@ -552,6 +552,43 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// Whole-tensor transposes launched at one shape after another, each shape again later (a
+/// kernel keeps the proof that a launch's programs form one transpose per argument shapes):
+/// every launch runs whole and gives the interpreter's bits, f32 and bf16 (NaNs in some
+/// 32 × 32 bf16 blocks, none in others), on one thread and on two.
+#[test]
+fn whole_transposes_at_alternating_shapes_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let shapes = [
+        (64, 96),
+        (96, 64),
+        (64, 96),
+        (1056, 544),
+        (1056, 544),
+        (544, 1056),
+        (37, 300),
+        (64, 96),
+        (544, 1056),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, &(r, c)) in shapes.iter().enumerate() {
+                let seed = 900 + 10 * i as u64 + threads as u64;
+                let x = with_specials(r, c, seed, &[f32::NAN, -0.0]);
+                let xb = with_specials(r, c, seed + 5, &[bf16::from_bits(0x7F81)]);
+                let tag = format!("[{r}, {c}] launch {i} threads {threads}");
+                let t = fused::whole_transposes;
+                direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                    transpose_f32(&x).unwrap()
+                });
+                direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                    transpose_bf16(&xb).unwrap()
+                });
+            }
+        });
+    }
+}
+
 // Column sums as block programs: `col_sum_tile` is the loop the library's column sum lowers
 // to (the whole-row pass folds it); `col_sum_from_one` starts its accumulator at 1.0 and
 // `col_sum_skip_first` skips the first tile of rows, so the pass runs but their programs must

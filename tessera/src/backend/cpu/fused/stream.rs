@@ -259,7 +259,9 @@ thread_local! {
 /// `sfence` when `f` returns or unwinds. A fence after each program drains the streaming
 /// stores' buffers before the next program's loads and stores start: one fence per row of a
 /// C model of the bf16→f32 norm write (`[4096, 1024]`, one thread) measured 2.4× slower
-/// than one per launch, one per 4 rows 1.33×, one per 16 rows 1.06×.
+/// than one per launch, one per 4 rows 1.33×, one per 16 rows 1.06×. `f` must not wait on
+/// other rayon work (a job this thread ran meanwhile would end unfenced); the programs of a
+/// launch do not.
 pub(crate) fn fenced_once<R>(f: impl FnOnce() -> R) -> R {
     /// Restores the outer setting and fences (also when `f` panics).
     struct Done(bool);
