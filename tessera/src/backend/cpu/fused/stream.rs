@@ -241,8 +241,10 @@ pub(crate) fn prefetch_lines(buf: &Buffer, at: usize, n: usize) {
 }
 
 /// Orders this thread's streaming stores before whatever follows (the end of a launch),
-/// or, inside [`fenced_once`] on this thread, leaves that to the one fence at its end.
+/// or, inside [`fenced_once`] on this thread, leaves that to the one fence at its end. Not
+/// inlined: its callers' loops stay as they were before the thread-local test.
 #[cfg(target_arch = "x86_64")]
+#[inline(never)]
 pub(crate) fn fence() {
     if !DEFER.with(|d| d.get()) {
         // SAFETY: SSE is part of x86_64.
