@@ -270,7 +270,8 @@ unsafe fn rows_avx512(
     }
 }
 
-/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`) through
+/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`): computed into
+/// `ow` and stored (narrowed, or rounded with `round`) when not `nt`, else through
 /// `stream::write`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
