@@ -100,6 +100,12 @@ fn rmsnorm_bf16(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (
     rmsnorm(x, g, 1e-6)
 }
 
+/// A bf16 rmsnorm widened to f32: an f32 output whose values are rounded to bf16 first.
+#[tessera::kernel]
+fn rmsnorm_bf16_widened(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (R, C)> {
+    rmsnorm(x, g, 1e-6).cast::<f32>()
+}
+
 #[tessera::kernel]
 fn sub_f32(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
     x - y
@@ -1693,6 +1699,11 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("rmsnorm bf16→f32 {tag}"), programs, || {
             rmsnorm_bf16(&xb, &gb).unwrap()
         });
+        bits_match(
+            &format!("rmsnorm bf16 widened to f32 {tag}"),
+            programs,
+            || rmsnorm_bf16_widened(&xb, &gb).unwrap(),
+        );
         // The specials in bf16 (widened in registers by the AVX-512 first pass).
         let spb = to_bf16(&sp);
         direct_same_bits(
