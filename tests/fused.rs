@@ -100,6 +100,12 @@ fn rmsnorm_bf16(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (
     rmsnorm(x, g, 1e-6)
 }
 
+/// A bf16 rmsnorm widened to f32: an f32 output whose values are rounded to bf16 first.
+#[tessera::kernel]
+fn rmsnorm_bf16_widened(x: Tensor<bf16, (R, C)>, g: Tensor<bf16, (C,)>) -> Tensor<f32, (R, C)> {
+    rmsnorm(x, g, 1e-6).cast::<f32>()
+}
+
 #[tessera::kernel]
 fn sub_f32(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
     x - y
@@ -549,6 +555,43 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
                 );
             }
         }
+    }
+}
+
+/// Whole-tensor transposes launched at one shape after another, each shape again later (a
+/// kernel keeps the proof that a launch's programs form one transpose per argument shapes):
+/// every launch runs whole and gives the interpreter's bits, f32 and bf16 (NaNs in some
+/// 32 × 32 bf16 blocks, none in others), on one thread and on two.
+#[test]
+fn whole_transposes_at_alternating_shapes_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let shapes = [
+        (64, 96),
+        (96, 64),
+        (64, 96),
+        (1056, 544),
+        (1056, 544),
+        (544, 1056),
+        (37, 300),
+        (64, 96),
+        (544, 1056),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, &(r, c)) in shapes.iter().enumerate() {
+                let seed = 900 + 10 * i as u64 + threads as u64;
+                let x = with_specials(r, c, seed, &[f32::NAN, -0.0]);
+                let xb = with_specials(r, c, seed + 5, &[bf16::from_bits(0x7F81)]);
+                let tag = format!("[{r}, {c}] launch {i} threads {threads}");
+                let t = fused::whole_transposes;
+                direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                    transpose_f32(&x).unwrap()
+                });
+                direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                    transpose_bf16(&xb).unwrap()
+                });
+            }
+        });
     }
 }
 
@@ -1656,6 +1699,11 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("rmsnorm bf16→f32 {tag}"), programs, || {
             rmsnorm_bf16(&xb, &gb).unwrap()
         });
+        bits_match(
+            &format!("rmsnorm bf16 widened to f32 {tag}"),
+            programs,
+            || rmsnorm_bf16_widened(&xb, &gb).unwrap(),
+        );
         // The specials in bf16 (widened in registers by the AVX-512 first pass).
         let spb = to_bf16(&sp);
         direct_same_bits(

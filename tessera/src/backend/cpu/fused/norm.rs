@@ -270,7 +270,8 @@ unsafe fn rows_avx512(
     }
 }
 
-/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`) through
+/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm: `(x·rstd)·γ (+ β)`): computed into
+/// `ow` and stored (narrowed, or rounded with `round`) when not `nt`, else through
 /// `stream::write`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -285,6 +286,29 @@ fn write(
     ow: &mut [f32],
 ) {
     let n = xs.len();
+    if !nt {
+        // The row into `ow` over zipped slices (no index checks: the loop vectorises; as a
+        // closure of the column index through `chunk::write` it was partly scalar), then
+        // stored as `chunk::write` stores it: narrowed into a bf16 tensor, rounded to bf16
+        // first into an f32 one with `round`.
+        let (o, g) = (&mut ow[..n], &g[..n]);
+        match b {
+            Some(b) => {
+                for (((o, &x), &g), &b) in o.iter_mut().zip(xs).zip(g).zip(&b[..n]) {
+                    *o = ((x - mean) * rstd) * g + b;
+                }
+            }
+            None => {
+                for ((o, &x), &g) in o.iter_mut().zip(xs).zip(g) {
+                    *o = ((x - mean) * rstd) * g;
+                }
+            }
+        }
+        if round && out.dtype != DType::BF16 {
+            super::bf16io::round(o);
+        }
+        return chunk::store(out, at, chunk::V::S(o), 0, n);
+    }
     match b {
         Some(b) => stream::write(out, at, n, round, nt, ow, |j| {
             ((xs[j] - mean) * rstd) * g[j] + b[j]

@@ -172,6 +172,7 @@ pub(crate) unsafe fn tail<const SQ: bool, const BF: bool>(
 /// The CPU must support AVX-512F, AVX2 and FMA; elements `c0 .. c1` of the row (and of
 /// `keep`, with `BF`) are in bounds.
 #[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
 pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool>(
     p: Pass,
     c0: usize,

@@ -780,10 +780,33 @@ mod x86 {
                 group(s.add(16 * ss)),
                 group(s.add(24 * ss)),
             ];
-            let nan = _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0;
-            let (inf, bit) = (_mm512_set1_epi16(0x7F80), _mm512_set1_epi16(0x0040));
+            if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
+                lanes32::<NT, true>(&x, d, ds)
+            } else {
+                lanes32::<NT, false>(&x, d, ds)
+            }
+        }
+    }
+
+    /// The last step of [`block32_bf16`]: row `8k + c` of the block's destination is lane
+    /// `k` of `x[0..4][c]` gathered, NaNs made quiet with `NAN`. Unrolled by hand: as a loop
+    /// over `c` the compiler kept `x` on the stack and indexed it, and tested the NaN flag
+    /// at every store.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    #[inline]
+    unsafe fn lanes32<const NT: bool, const NAN: bool>(
+        x: &[[__m512i; 8]; 4],
+        d: *mut u16,
+        ds: usize,
+    ) {
+        unsafe {
+            let (abs, inf, bit) = (
+                _mm512_set1_epi16(0x7FFF),
+                _mm512_set1_epi16(0x7F80),
+                _mm512_set1_epi16(0x0040),
+            );
             let w = |i: usize, v: __m512i| {
-                let v = if nan {
+                let v = if NAN {
                     let m = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, abs), inf);
                     _mm512_mask_blend_epi16(m, v, _mm512_or_si512(v, bit))
                 } else {
@@ -795,16 +818,19 @@ mod x86 {
                     _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
                 }
             };
-            for c in 0..8 {
-                let v0 = _mm512_shuffle_i32x4::<0x88>(x[0][c], x[1][c]);
-                let w0 = _mm512_shuffle_i32x4::<0xDD>(x[0][c], x[1][c]);
-                let v1 = _mm512_shuffle_i32x4::<0x88>(x[2][c], x[3][c]);
-                let w1 = _mm512_shuffle_i32x4::<0xDD>(x[2][c], x[3][c]);
-                w(c, _mm512_shuffle_i32x4::<0x88>(v0, v1));
-                w(8 + c, _mm512_shuffle_i32x4::<0x88>(w0, w1));
-                w(16 + c, _mm512_shuffle_i32x4::<0xDD>(v0, v1));
-                w(24 + c, _mm512_shuffle_i32x4::<0xDD>(w0, w1));
+            macro_rules! column {
+                ($($c:literal)*) => {$({
+                    let v0 = _mm512_shuffle_i32x4::<0x88>(x[0][$c], x[1][$c]);
+                    let w0 = _mm512_shuffle_i32x4::<0xDD>(x[0][$c], x[1][$c]);
+                    let v1 = _mm512_shuffle_i32x4::<0x88>(x[2][$c], x[3][$c]);
+                    let w1 = _mm512_shuffle_i32x4::<0xDD>(x[2][$c], x[3][$c]);
+                    w($c, _mm512_shuffle_i32x4::<0x88>(v0, v1));
+                    w(8 + $c, _mm512_shuffle_i32x4::<0x88>(w0, w1));
+                    w(16 + $c, _mm512_shuffle_i32x4::<0xDD>(v0, v1));
+                    w(24 + $c, _mm512_shuffle_i32x4::<0xDD>(w0, w1));
+                })*};
             }
+            column!(0 1 2 3 4 5 6 7);
         }
     }
 
