@@ -249,6 +249,9 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
             (lo + n) * 4 <= x.len && (lo + n) * 4 <= out.len,
             "flat chain out of bounds"
         );
+        if chain_rows(ch, f, args, x, out, lo, n, nt) {
+            return;
+        }
         let mut buf = [0f32; PIECE];
         let mut k = lo;
         // Pieces of at most `PIECE` elements within one row: each row operand is one slice.
@@ -286,4 +289,59 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
             k += m;
         }
     }
+}
+
+/// Elements `lo .. lo + n` of an operand chain through [`super::chain::rows`] (many rows
+/// per call, each row operand one whole row): into the output, or, when `nt`, in pieces of
+/// [`super::plan::CHUNK`] elements into an L1 buffer, each then streamed
+/// ([`super::stream::copy`]) as a direct chain's pieces are. `false` (nothing done) when
+/// `chain::rows` does not take the chain.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chain_rows(
+    ch: &super::chain::Chain,
+    f: &Flat,
+    args: &[Buffer],
+    x: &Buffer,
+    out: &Buffer,
+    lo: usize,
+    n: usize,
+    nt: bool,
+) -> bool {
+    let c = out.dims()[1];
+    let mut ks = [V::K(0.0); super::chain::MAX_OPS];
+    for (v, op) in ks.iter_mut().zip(&f.operands) {
+        *v = match *op {
+            Operand::None => V::K(0.0),
+            Operand::Const(s) => V::K(s),
+            // SAFETY: `shaped`: an f32 tensor of `c` elements, not written during the launch
+            // (the output is never a loaded parameter).
+            Operand::Row(p) => {
+                V::S(unsafe { std::slice::from_raw_parts(args[p].ptr as *const f32, c) })
+            }
+        };
+    }
+    let (ops, ks) = (&ch.ops[..], &ks[..ch.ops.len()]);
+    // SAFETY: in bounds (the caller asserted `(lo + n) * 4` against both lengths); the input
+    // is not written during the launch; this range's output elements are this task's alone.
+    let xs = unsafe { std::slice::from_raw_parts((x.ptr as *const f32).add(lo), n) };
+    if !nt {
+        // SAFETY: as above.
+        let ys = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(lo), n) };
+        return super::chain::rows(ops, ks, xs, ys, lo % c, c);
+    }
+    const P: usize = super::plan::CHUNK;
+    let mut buf = [0f32; P];
+    for k in (0..n).step_by(P) {
+        let m = (n - k).min(P);
+        if !super::chain::rows(ops, ks, &xs[k..k + m], &mut buf[..m], (lo + k) % c, c) {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `nt` (`large`: AVX present); the span is fenced after its last store.
+        unsafe {
+            super::stream::copy(out, lo + k, &buf[..m])
+        };
+    }
+    true
 }
