@@ -14,7 +14,10 @@
 //! may need [`fix`]: `x` itself from `POS_END` on, [`tail`] lane by lane (out of line) for
 //! `x <= NEG_END` and NaN. Loops take two vectors per step ([`gelu32`]: a pair skips `fix`
 //! when no lane has `|x| >= 4.5`, until the first pair that has one; then each vector is
-//! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one.
+//! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one. [`after`]'s
+//! loop ([`lanes_run`]) runs its ops in registers, then takes four vectors per step
+//! ([`gelu_far_w`]: `x` blended in from `POS_END` on without a branch), and recomputes the
+//! vectors with a lane at `x <= NEG_END` or NaN after each block of 1024 values.
 
 use super::arith::Fused;
 use super::gelu::{CT, NEG_END, POS_END, S, gelu1, tail};
@@ -141,30 +144,6 @@ fn gelu32(x0: __m512, x1: __m512, tab: &[__m512; 8], test: &mut bool) -> (__m512
     (r0, r1)
 }
 
-/// EXPERIMENT: prefetch distance in floats from `TESSERA_GELU_PF` (0: none).
-pub(crate) fn pf() -> usize {
-    static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *P.get_or_init(|| {
-        std::env::var("TESSERA_GELU_PF")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// EXPERIMENT: prefetches the two lines at `p + i + d`.
-#[inline(always)]
-fn ahead(p: *const f32, i: usize, d: usize) {
-    if d > 0 {
-        let q = p.wrapping_add(i + d) as *const i8;
-        // SAFETY: a prefetch never faults.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(q);
-            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
-        }
-    }
-}
-
 /// The mask of the first `n < 16` lanes.
 #[inline]
 fn first(n: usize) -> __mmask16 {
@@ -191,10 +170,8 @@ pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
 #[inline]
 unsafe fn map_with(src: *const f32, dst: *mut f32, n: usize, tab: &[__m512; 8], test: &mut bool) {
     let mut i = 0;
-    let d = pf();
     // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
     while i + 32 <= n {
-        ahead(src, i, d);
         unsafe {
             let (r0, r1) = gelu32(
                 _mm512_loadu_ps(src.add(i)),
@@ -394,11 +371,10 @@ pub(crate) unsafe fn after_rows(pre: &[Pre], src: &[f32], dst: &mut [f32], col: 
 const BLOCK: usize = 64 * 16;
 
 /// `dst[i] = gelu1::<Fused>(ops(src[i]))` for `i < n` with the [`Lanes`] ops, in blocks of
-/// [`BLOCK`]: per vector ([`gelu16_far`]) the central form with `x` blended in from
-/// `POS_END` on, without a branch; vectors with a lane at `x <= NEG_END` or NaN are marked
-/// and, after the block, recomputed with [`tail`] in those lanes ([`far_blend`]), so that the
-/// loop calls nothing and keeps its registers. 32 lanes per step, then 16, then a masked
-/// vector for the last `n % 16`.
+/// [`BLOCK`]: [`gelu_far_w`] on four vectors per step, then one, then a masked vector for
+/// the last `n % 16`; vectors with a lane at `x <= NEG_END` or NaN are marked and, after the
+/// block, recomputed with [`tail`] in those lanes ([`far_blend`]), so that the loop calls
+/// nothing and keeps its registers.
 ///
 /// # Safety
 /// [`available`]; `src` and every row of `l` readable and `dst` writable for `n` floats;
@@ -412,34 +388,37 @@ unsafe fn lanes_run<const N: usize>(
     n: usize,
     tab: &[__m512; 8],
 ) {
-    let d = pf();
     for b0 in (0..n).step_by(BLOCK) {
         let end = n.min(b0 + BLOCK);
         let mut far = 0u64;
         let mut i = b0;
         // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
         unsafe {
-            while i + 32 <= end {
-                ahead(src, i, d);
-                let (r0, f0) = gelu16_far(l.v(src, i, 0xFFFF), tab);
-                let (r1, f1) = gelu16_far(l.v(src, i + 16, 0xFFFF), tab);
-                _mm512_storeu_ps(dst.add(i), r0);
-                _mm512_storeu_ps(dst.add(i + 16), r1);
-                let q = (i - b0) / 16;
-                far |= ((f0 != 0) as u64 | ((f1 != 0) as u64) << 1) << q;
-                i += 32;
+            while i + 64 <= end {
+                let x = [
+                    l.v(src, i, 0xFFFF),
+                    l.v(src, i + 16, 0xFFFF),
+                    l.v(src, i + 32, 0xFFFF),
+                    l.v(src, i + 48, 0xFFFF),
+                ];
+                let (r, f) = gelu_far_w(&x, tab);
+                for (w, r) in r.iter().enumerate() {
+                    _mm512_storeu_ps(dst.add(i + 16 * w), *r);
+                }
+                far |= (f as u64) << ((i - b0) / 16);
+                i += 64;
             }
-            if i + 16 <= end {
-                let (r, f) = gelu16_far(l.v(src, i, 0xFFFF), tab);
+            while i + 16 <= end {
+                let ([r], f) = gelu_far_w(&[l.v(src, i, 0xFFFF)], tab);
                 _mm512_storeu_ps(dst.add(i), r);
-                far |= ((f != 0) as u64) << ((i - b0) / 16);
+                far |= (f as u64) << ((i - b0) / 16);
                 i += 16;
             }
             if i < end {
                 let k = first(end - i);
-                let (r, f) = gelu16_far(l.v(src, i, k), tab);
+                let ([r], f) = gelu_far_w(&[l.v(src, i, k)], tab);
                 _mm512_mask_storeu_ps(dst.add(i), k, r);
-                far |= ((f != 0) as u64) << ((i - b0) / 16);
+                far |= (f as u64) << ((i - b0) / 16);
             }
             while far != 0 {
                 let i = b0 + far.trailing_zeros() as usize * 16;
@@ -458,15 +437,44 @@ unsafe fn lanes_run<const N: usize>(
     }
 }
 
-/// `gelu1::<Fused>` on 16 lanes, except in the lanes of the mask returned (`x <= NEG_END`
-/// or NaN), which need [`tail`]: the central form, `x` in the lanes at `x >= POS_END`.
+/// `gelu1::<Fused>` on `W` vectors of 16 lanes, except in the lanes at `x <= NEG_END` or
+/// NaN, which need [`tail`]: the central form ([`central`]'s steps, each on all `W` vectors
+/// before the next, so that their chains of dependent FMAs interleave), with `x` blended in
+/// the lanes at `x >= POS_END` (no branch). Bit `w` of the mask returned is set when vector
+/// `w` has a lane that needs [`tail`].
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-fn gelu16_far(x: __m512, tab: &[__m512; 8]) -> (__m512, __mmask16) {
-    let r = central(x, tab).0;
-    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
-    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
-    (_mm512_mask_mov_ps(r, big, x), far)
+fn gelu_far_w<const W: usize>(x: &[__m512; W], tab: &[__m512; 8]) -> ([__m512; W], u32) {
+    let z = _mm512_setzero_ps();
+    let (mut ax, mut u, mut c) = ([z; W], [z; W], [z; W]);
+    let mut j = [_mm512_setzero_si512(); W];
+    for w in 0..W {
+        ax[w] = _mm512_abs_ps(x[w]);
+        let v = _mm512_add_ps(ax[w], ax[w]);
+        j[w] = _mm512_cvttps_epi32(v);
+        let f = _mm512_reduce_ps::<0x09>(v);
+        u[w] = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        c[w] = _mm512_permutexvar_ps(j[w], tab[7]);
+    }
+    for k in (0..7).rev() {
+        for w in 0..W {
+            c[w] = _mm512_fmadd_ps(c[w], u[w], _mm512_permutexvar_ps(j[w], tab[k]));
+        }
+    }
+    let mut r = [z; W];
+    let mut bits = 0u32;
+    let sign = _mm512_set1_epi32(i32::MIN);
+    for w in 0..W {
+        let xi = _mm512_castps_si512(x[w]);
+        let nax = _mm512_castsi512_ps(_mm512_or_si512(xi, sign));
+        let b = _mm512_castsi512_ps(_mm512_min_epu32(xi, sign));
+        let rr = _mm512_fmadd_ps(nax, c[w], b);
+        let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x[w], _mm512_set1_ps(POS_END));
+        let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x[w], _mm512_set1_ps(NEG_END));
+        r[w] = _mm512_mask_mov_ps(rr, big, x[w]);
+        bits |= ((far != 0) as u32) << w;
+    }
+    (r, bits)
 }
 
 /// [`after`] for any [`Pre`] ops on values from column `col` of one row: each op

@@ -2,11 +2,12 @@
 //! `gelu1::<Fused>` (NaN payloads aside): [`map`] at every length up to 70 and a few longer
 //! ones, offsets 0..4, in place and into another slice; [`after`] for every op, side and
 //! operand kind, pairs and triples of ops (one FMA each) and a four-op chain (per-vector
-//! dispatch), against the ops computed one by one.
+//! dispatch), against the ops computed one by one; [`after_rows`] over many rows from a
+//! column offset.
 
 use super::arith::Fused;
 use super::gelu::gelu1;
-use super::gelu512::{Pre, after, available, map};
+use super::gelu512::{Pre, after, after_rows, available, map};
 use super::tests::Rng;
 use tessera_ir::graph::BinaryOp;
 
@@ -192,5 +193,77 @@ fn after_matches_the_ops_then_gelu1() {
             &rows,
             &x,
         );
+    }
+}
+
+/// `after_rows` over `n` values from column `col` of rows `c` long (row operands one row,
+/// read at each value's column) against the ops one by one, then `gelu1::<Fused>`.
+fn check_rows(
+    chain: &[(BinaryOp, bool, Option<usize>, f32)],
+    rows: &[Vec<f32>],
+    x: &[f32],
+    col: usize,
+    c: usize,
+) {
+    let n = x.len();
+    let pre: Vec<Pre> = chain
+        .iter()
+        .map(|&(op, left, row, k)| (op, left, row.map(|r| &rows[r][..c]), k))
+        .collect();
+    let mut y = vec![f32::NAN; n];
+    // SAFETY: AVX-512F/DQ (the caller checked).
+    unsafe { after_rows(&pre, x, &mut y, col, c) };
+    for i in 0..n {
+        let mut v = x[i];
+        for &(op, left, row, k) in chain {
+            let k = row.map_or(k, |r| rows[r][(col + i) % c]);
+            v = if left {
+                apply(op, v, k)
+            } else {
+                apply(op, k, v)
+            };
+        }
+        let want = gelu1::<Fused>(v);
+        assert!(
+            same(y[i], want),
+            "{chain:?} n={n} col={col} c={c} i={i}: {:e} vs {want:e}",
+            y[i]
+        );
+    }
+}
+
+#[test]
+fn after_rows_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let rows: Vec<Vec<f32>> = (0..2).map(|r| values(500 + r, 1100)).collect();
+    let chains: [&[(BinaryOp, bool, Option<usize>, f32)]; 4] = [
+        &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+        &[
+            (Sub, false, Some(1), 0.0),
+            (Mul, true, None, -0.5),
+            (Sub, true, Some(0), 0.0),
+        ],
+        &[(Add, false, None, 2.0)],
+        &[(Div, true, Some(0), 0.0), (Add, true, None, 1.0)],
+    ];
+    for (t, (c, col, n)) in [
+        (1, 0, 5),
+        (300, 0, 11100),
+        (300, 17, 2000),
+        (1025, 1000, 3000),
+        (16, 3, 1037),
+        (1100, 5, 1095),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = values(600 + t as u64, n);
+        for ch in chains {
+            check_rows(ch, &rows, &x, col, c);
+        }
     }
 }
