@@ -284,19 +284,35 @@ fn gelu_pre<'a>(
 /// `y[j] = ops(x[j])` for values from column `col` of rows `c` long (row-major), each slice
 /// operand of `ks` one whole row of `c` values read at the value's column: one call of
 /// `vmath::gelu512::after_rows` over all the rows when the chain is of [`gelu_pre`]'s form
-/// at the AVX-512 level; `false` (nothing done) otherwise.
-pub(crate) fn rows(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32], col: usize, c: usize) -> bool {
+/// at the AVX-512 level (its stores non-temporal where aligned when `stream`: the caller
+/// fences); `false` (nothing done) otherwise.
+pub(crate) fn rows(
+    ops: &[Op],
+    ks: &[V],
+    x: &[f32],
+    y: &mut [f32],
+    col: usize,
+    c: usize,
+    stream: bool,
+) -> bool {
     #[cfg(target_arch = "x86_64")]
     if simd::active() >= SimdLevel::Avx512
         && let Some(p) = gelu_pre(ops, ks)
     {
         // SAFETY: `gelu_pre`: `gelu512::available`.
         unsafe {
-            crate::backend::cpu::vmath::gelu512::after_rows(&p[..ops.len() - 1], x, y, col, c)
+            crate::backend::cpu::vmath::gelu512::after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                col,
+                c,
+                stream,
+            )
         };
         return true;
     }
-    let _ = (ops, ks, x, y, col, c);
+    let _ = (ops, ks, x, y, col, c, stream);
     false
 }
 

@@ -292,9 +292,8 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
 }
 
 /// Elements `lo .. lo + n` of an operand chain through [`super::chain::rows`] (many rows
-/// per call, each row operand one whole row): into the output, or, when `nt`, in pieces of
-/// [`super::plan::CHUNK`] elements into an L1 buffer, each then streamed
-/// ([`super::stream::copy`]) as a direct chain's pieces are. `false` (nothing done) when
+/// per call, each row operand one whole row), straight into the output, its stores
+/// non-temporal when `nt` (the span is fenced after). `false` (nothing done) when
 /// `chain::rows` does not take the chain.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -323,25 +322,13 @@ fn chain_rows(
     }
     let (ops, ks) = (&ch.ops[..], &ks[..ch.ops.len()]);
     // SAFETY: in bounds (the caller asserted `(lo + n) * 4` against both lengths); the input
-    // is not written during the launch; this range's output elements are this task's alone.
-    let xs = unsafe { std::slice::from_raw_parts((x.ptr as *const f32).add(lo), n) };
-    if !nt {
-        // SAFETY: as above.
-        let ys = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(lo), n) };
-        return super::chain::rows(ops, ks, xs, ys, lo % c, c);
-    }
-    const P: usize = super::plan::CHUNK;
-    let mut buf = [0f32; P];
-    for k in (0..n).step_by(P) {
-        let m = (n - k).min(P);
-        if !super::chain::rows(ops, ks, &xs[k..k + m], &mut buf[..m], (lo + k) % c, c) {
-            return false;
-        }
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `nt` (`large`: AVX present); the span is fenced after its last store.
-        unsafe {
-            super::stream::copy(out, lo + k, &buf[..m])
-        };
-    }
-    true
+    // is not written during the launch; this range's output elements are this task's alone
+    // (the output is never a loaded parameter).
+    let (xs, ys) = unsafe {
+        (
+            std::slice::from_raw_parts((x.ptr as *const f32).add(lo), n),
+            std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(lo), n),
+        )
+    };
+    super::chain::rows(ops, ks, xs, ys, lo % c, c, nt)
 }

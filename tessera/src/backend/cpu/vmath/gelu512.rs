@@ -159,7 +159,36 @@ fn first(n: usize) -> __mmask16 {
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
     // SAFETY: this function's contract.
-    unsafe { map_with(src, dst, n, &table(), &mut true) }
+    unsafe { map_with::<false>(src, dst, n, &table(), &mut true) }
+}
+
+/// [`map`] with non-temporal stores ([`put`]) into `dst`, which must not be `src`; the
+/// caller orders them (`sfence`) before the output is read.
+///
+/// # Safety
+/// As [`map`], `dst` not overlapping `src`.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
+    // SAFETY: this function's contract.
+    unsafe { map_with::<true>(src, dst, n, &table(), &mut true) }
+}
+
+/// Stores the 16 floats of `r` at `p`: non-temporally (`vmovntps`) when `S` and `p` is
+/// 64-byte aligned, else a plain store.
+///
+/// # Safety
+/// [`available`]; `p` writable for 16 floats.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+unsafe fn put<const S: bool>(p: *mut f32, r: __m512) {
+    // SAFETY: the caller's contract; the streaming store's address is 64-byte aligned.
+    unsafe {
+        if S && (p as usize) % 64 == 0 {
+            _mm512_stream_ps(p, r)
+        } else {
+            _mm512_storeu_ps(p, r)
+        }
+    }
 }
 
 /// [`map`] with the table and [`gelu32`]'s `test` from the caller.
@@ -168,7 +197,13 @@ pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
 /// As [`map`].
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-unsafe fn map_with(src: *const f32, dst: *mut f32, n: usize, tab: &[__m512; 8], test: &mut bool) {
+unsafe fn map_with<const S: bool>(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    tab: &[__m512; 8],
+    test: &mut bool,
+) {
     let mut i = 0;
     // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
     while i + 32 <= n {
@@ -179,13 +214,13 @@ unsafe fn map_with(src: *const f32, dst: *mut f32, n: usize, tab: &[__m512; 8], 
                 tab,
                 test,
             );
-            _mm512_storeu_ps(dst.add(i), r0);
-            _mm512_storeu_ps(dst.add(i + 16), r1);
+            put::<S>(dst.add(i), r0);
+            put::<S>(dst.add(i + 16), r1);
         }
         i += 32;
     }
     if i + 16 <= n {
-        unsafe { _mm512_storeu_ps(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), tab)) };
+        unsafe { put::<S>(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), tab)) };
         i += 16;
     }
     if i < n {
@@ -320,14 +355,15 @@ pub(crate) unsafe fn after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
     assert!(pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= n)));
     if n > 0 {
         // SAFETY: this function's contract; one row of `n` values.
-        unsafe { after_rows(pre, src, dst, 0, n) }
+        unsafe { after_rows(pre, src, dst, 0, n, false) }
     }
 }
 
 /// [`after`] over values that start at column `col` of rows `c` long (row-major: the
 /// value at `i` has column `(col + i) % c`), each [`Pre`] slice one row of `c` values
 /// read at the value's column: the table and the ops' registers are set up once for all
-/// rows.
+/// rows. With `stream`, whole vectors are stored non-temporally where 64-byte aligned
+/// ([`put`]; not for chains of [`after_any`]'s form); the caller orders them (`sfence`).
 ///
 /// # Safety
 /// [`available`].
@@ -336,7 +372,14 @@ pub(crate) unsafe fn after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
 /// If the lengths differ, `col >= c`, a [`Pre`] slice is shorter than `c`, or an op is not
 /// one of the four.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-pub(crate) unsafe fn after_rows(pre: &[Pre], src: &[f32], dst: &mut [f32], col: usize, c: usize) {
+pub(crate) unsafe fn after_rows(
+    pre: &[Pre],
+    src: &[f32],
+    dst: &mut [f32],
+    col: usize,
+    c: usize,
+    stream: bool,
+) {
     use BinaryOp as B;
     let n = src.len();
     assert!(dst.len() == n && col < c && pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= c)));
@@ -356,14 +399,60 @@ pub(crate) unsafe fn after_rows(pre: &[Pre], src: &[f32], dst: &mut [f32], col: 
                 _ if pre.len() > LIN_MAX || pre.iter().any(|p| p.0 == B::Div) => {
                     after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab)
                 }
-                0 => map_with(x.add(i), y.add(i), m, &tab, &mut true),
-                1 => lanes_run(&Lanes::<1>::new(pre, col), x.add(i), y.add(i), m, &tab),
-                2 => lanes_run(&Lanes::<2>::new(pre, col), x.add(i), y.add(i), m, &tab),
-                _ => lanes_run(&Lanes::<3>::new(pre, col), x.add(i), y.add(i), m, &tab),
+                0 if stream => map_with::<true>(x.add(i), y.add(i), m, &tab, &mut true),
+                0 => map_with::<false>(x.add(i), y.add(i), m, &tab, &mut true),
+                1 => run_n(
+                    &Lanes::<1>::new(pre, col),
+                    x.add(i),
+                    y.add(i),
+                    m,
+                    &tab,
+                    stream,
+                ),
+                2 => run_n(
+                    &Lanes::<2>::new(pre, col),
+                    x.add(i),
+                    y.add(i),
+                    m,
+                    &tab,
+                    stream,
+                ),
+                _ => run_n(
+                    &Lanes::<3>::new(pre, col),
+                    x.add(i),
+                    y.add(i),
+                    m,
+                    &tab,
+                    stream,
+                ),
             }
         }
         i += m;
         col = 0;
+    }
+}
+
+/// [`lanes_run`] with streaming stores or without.
+///
+/// # Safety
+/// As [`lanes_run`].
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+unsafe fn run_n<const N: usize>(
+    l: &Lanes<N>,
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    tab: &[__m512; 8],
+    stream: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if stream {
+            lanes_run::<N, true>(l, src, dst, n, tab)
+        } else {
+            lanes_run::<N, false>(l, src, dst, n, tab)
+        }
     }
 }
 
@@ -374,14 +463,16 @@ const BLOCK: usize = 64 * 16;
 /// [`BLOCK`]: [`gelu_far_w`] on four vectors per step, then one, then a masked vector for
 /// the last `n % 16`; vectors with a lane at `x <= NEG_END` or NaN are marked and, after the
 /// block, recomputed with [`tail`] in those lanes ([`far_blend`]), so that the loop calls
-/// nothing and keeps its registers.
+/// nothing and keeps its registers. With `S` every whole vector is stored through [`put`]
+/// (streamed where aligned), and a marked vector is fixed ([`far_fix`]) before its store
+/// instead, as a streamed line is not read back.
 ///
 /// # Safety
 /// [`available`]; `src` and every row of `l` readable and `dst` writable for `n` floats;
 /// `dst` does not overlap them.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-unsafe fn lanes_run<const N: usize>(
+unsafe fn lanes_run<const N: usize, const S: bool>(
     l: &Lanes<N>,
     src: *const f32,
     dst: *mut f32,
@@ -401,24 +492,41 @@ unsafe fn lanes_run<const N: usize>(
                     l.v(src, i + 32, 0xFFFF),
                     l.v(src, i + 48, 0xFFFF),
                 ];
-                let (r, f) = gelu_far_w(&x, tab);
-                for (w, r) in r.iter().enumerate() {
-                    _mm512_storeu_ps(dst.add(i + 16 * w), *r);
+                let (mut r, f) = gelu_far_w(&x, tab);
+                if S && f != 0 {
+                    for w in 0..4 {
+                        if f >> w & 1 != 0 {
+                            r[w] = far_fix(x[w], r[w]);
+                        }
+                    }
                 }
-                far |= (f as u64) << ((i - b0) / 16);
+                for (w, r) in r.iter().enumerate() {
+                    put::<S>(dst.add(i + 16 * w), *r);
+                }
+                if !S {
+                    far |= (f as u64) << ((i - b0) / 16);
+                }
                 i += 64;
             }
             while i + 16 <= end {
-                let ([r], f) = gelu_far_w(&[l.v(src, i, 0xFFFF)], tab);
-                _mm512_storeu_ps(dst.add(i), r);
-                far |= (f as u64) << ((i - b0) / 16);
+                let x = l.v(src, i, 0xFFFF);
+                let ([r], f) = gelu_far_w(&[x], tab);
+                let r = if S && f != 0 { far_fix(x, r) } else { r };
+                put::<S>(dst.add(i), r);
+                if !S {
+                    far |= (f as u64) << ((i - b0) / 16);
+                }
                 i += 16;
             }
             if i < end {
                 let k = first(end - i);
-                let ([r], f) = gelu_far_w(&[l.v(src, i, k)], tab);
+                let x = l.v(src, i, k);
+                let ([r], f) = gelu_far_w(&[x], tab);
+                let r = if S && f != 0 { far_fix(x, r) } else { r };
                 _mm512_mask_storeu_ps(dst.add(i), k, r);
-                far |= (f as u64) << ((i - b0) / 16);
+                if !S {
+                    far |= (f as u64) << ((i - b0) / 16);
+                }
             }
             while far != 0 {
                 let i = b0 + far.trailing_zeros() as usize * 16;
@@ -435,6 +543,14 @@ unsafe fn lanes_run<const N: usize>(
             }
         }
     }
+}
+
+/// `r` with [`tail`] in the lanes at `x <= NEG_END` or NaN ([`far_blend`]).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn far_fix(x: __m512, r: __m512) -> __m512 {
+    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
+    far_blend(x, r, far)
 }
 
 /// `gelu1::<Fused>` on `W` vectors of 16 lanes, except in the lanes at `x <= NEG_END` or

@@ -7,7 +7,7 @@
 
 use super::arith::Fused;
 use super::gelu::gelu1;
-use super::gelu512::{Pre, after, after_rows, available, map};
+use super::gelu512::{Pre, after, after_rows, available, map, map_stream};
 use super::tests::Rng;
 use tessera_ir::graph::BinaryOp;
 
@@ -75,15 +75,22 @@ fn map_matches_gelu1_at_every_length_and_offset() {
                 let s = &src[off..];
                 let mut into = vec![f32::NAN; n];
                 let mut inplace = s.to_vec();
+                // A 64-byte aligned destination, so that whole vectors stream.
+                let mut sbuf = vec![f32::NAN; n + 16];
+                let a = sbuf.as_ptr().align_offset(64);
+                let streamed = &mut sbuf[a..a + n];
                 // SAFETY: AVX-512F/DQ (checked); `n` floats each, distinct or the same.
                 unsafe {
                     map(s.as_ptr(), into.as_mut_ptr(), n);
                     map(inplace.as_ptr(), inplace.as_mut_ptr(), n);
+                    map_stream(s.as_ptr(), streamed.as_mut_ptr(), n);
+                    core::arch::x86_64::_mm_sfence();
                 }
                 for i in 0..n {
                     let want = gelu1::<Fused>(s[i]);
                     assert!(same(into[i], want), "n={n} off={off} i={i} x={:e}", s[i]);
                     assert!(same(inplace[i], want), "in place n={n} off={off} i={i}");
+                    assert!(same(streamed[i], want), "streamed n={n} off={off} i={i}");
                 }
             }
         }
@@ -211,8 +218,16 @@ fn check_rows(
         .map(|&(op, left, row, k)| (op, left, row.map(|r| &rows[r][..c]), k))
         .collect();
     let mut y = vec![f32::NAN; n];
-    // SAFETY: AVX-512F/DQ (the caller checked).
-    unsafe { after_rows(&pre, x, &mut y, col, c) };
+    // A 64-byte aligned destination, so that whole vectors stream where `col` allows.
+    let mut sbuf = vec![f32::NAN; n + 16];
+    let a = sbuf.as_ptr().align_offset(64);
+    let ys = &mut sbuf[a..a + n];
+    // SAFETY: AVX-512F/DQ (the caller checked); the streaming stores are fenced below.
+    unsafe {
+        after_rows(&pre, x, &mut y, col, c, false);
+        after_rows(&pre, x, ys, col, c, true);
+        core::arch::x86_64::_mm_sfence();
+    }
     for i in 0..n {
         let mut v = x[i];
         for &(op, left, row, k) in chain {
@@ -225,9 +240,10 @@ fn check_rows(
         }
         let want = gelu1::<Fused>(v);
         assert!(
-            same(y[i], want),
-            "{chain:?} n={n} col={col} c={c} i={i}: {:e} vs {want:e}",
-            y[i]
+            same(y[i], want) && same(ys[i], want),
+            "{chain:?} n={n} col={col} c={c} i={i}: {:e} / streamed {:e} vs {want:e}",
+            y[i],
+            ys[i]
         );
     }
 }
