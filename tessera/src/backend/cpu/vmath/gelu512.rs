@@ -183,7 +183,7 @@ pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
 unsafe fn put<const S: bool>(p: *mut f32, r: __m512) {
     // SAFETY: the caller's contract; the streaming store's address is 64-byte aligned.
     unsafe {
-        if S && (p as usize) % 64 == 0 {
+        if S && (p as usize).is_multiple_of(64) {
             _mm512_stream_ps(p, r)
         } else {
             _mm512_storeu_ps(p, r)
