@@ -234,7 +234,7 @@ pub(crate) fn piece(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
-    if let Some(p) = gelu_pre(ops, ks) {
+    if let Some(p) = gelu_pre(ops, ks, true) {
         // SAFETY: `gelu_pre`: `gelu512::available` (AVX-512F/DQ, AVX2 and FMA).
         unsafe { crate::backend::cpu::vmath::gelu512::after(&p[..ops.len() - 1], x, y) };
         return true;
@@ -243,14 +243,15 @@ unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
 }
 
 /// The chain's ops before gelu as `vmath::gelu512`'s [`Pre`](crate::backend::cpu::vmath::gelu512::Pre)
-/// ops (the first `ops.len() - 1`), when `gelu512` may run and the chain is
-/// `add`/`sub`/`mul`/`div` ops then gelu: those ops run inside gelu's vector loop, each on
+/// ops (the first `ops.len() - 1`), when the chain is `add`/`sub`/`mul`/`div` ops then gelu
+/// (and, with `avx512`, `gelu512` may run): those ops run inside gelu's vector loop, each on
 /// the value in registers, so the input is read and the output written once.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn gelu_pre<'a>(
     ops: &[Op],
     ks: &[V<'a>],
+    avx512: bool,
 ) -> Option<[crate::backend::cpu::vmath::gelu512::Pre<'a>; MAX_OPS]> {
     use crate::backend::cpu::vmath::gelu512::{Pre, available};
     let arith = |o: &BinaryOp| {
@@ -266,7 +267,7 @@ fn gelu_pre<'a>(
         && pre
             .iter()
             .all(|o| matches!(o, Op::Binary { op, .. } if arith(op)));
-    if !ok || !available() {
+    if !ok || (avx512 && !available()) {
         return None;
     }
     let mut p: [Pre; MAX_OPS] = [(BinaryOp::Add, true, None, 0.0); MAX_OPS];
@@ -285,7 +286,8 @@ fn gelu_pre<'a>(
 /// operand of `ks` one whole row of `c` values read at the value's column: one call of
 /// `vmath::gelu512::after_rows` over all the rows when the chain is of [`gelu_pre`]'s form
 /// at the AVX-512 level (its stores non-temporal where aligned when `stream`: the caller
-/// fences); `false` (nothing done) otherwise.
+/// fences), or of `vmath::gelu_simd::avx2_after_rows` at the AVX2 level without `stream`;
+/// `false` (nothing done) otherwise.
 pub(crate) fn rows(
     ops: &[Op],
     ks: &[V],
@@ -297,7 +299,7 @@ pub(crate) fn rows(
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if simd::active() >= SimdLevel::Avx512
-        && let Some(p) = gelu_pre(ops, ks)
+        && let Some(p) = gelu_pre(ops, ks, true)
     {
         // SAFETY: `gelu_pre`: `gelu512::available`.
         unsafe {
@@ -312,17 +314,50 @@ pub(crate) fn rows(
         };
         return true;
     }
+    #[cfg(target_arch = "x86_64")]
+    if simd::active() >= SimdLevel::Avx2
+        && !stream
+        && let Some(p) = gelu_pre(ops, ks, false)
+    {
+        // SAFETY: the active level is at most the detected one: AVX2 and FMA.
+        unsafe {
+            crate::backend::cpu::vmath::gelu_simd::avx2_after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                col,
+                c,
+            )
+        };
+        return true;
+    }
     let _ = (ops, ks, x, y, col, c, stream);
     false
 }
 
-/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour.
+/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour; chains of
+/// [`gelu_pre`]'s form through `vmath::gelu_simd::avx2_after_rows` instead (one row).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    if let Some(p) = gelu_pre(ops, ks, false)
+        && !x.is_empty()
+    {
+        // SAFETY: AVX2 and FMA (this function's contract); one row of `x.len()` values.
+        unsafe {
+            crate::backend::cpu::vmath::gelu_simd::avx2_after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                0,
+                x.len(),
+            )
+        };
+        return true;
+    }
     lanes::<Fused, 32>(ops, ks, x, y)
 }
 
