@@ -169,8 +169,14 @@ pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
 /// As [`map`], `dst` not overlapping `src`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
-    // SAFETY: this function's contract.
-    unsafe { map_with::<true>(src, dst, n, &table(), &mut true) }
+    let tab = table();
+    // Plain stores up to the first 64-byte boundary of `dst`, so that the rest streams.
+    let h = dst.align_offset(64).min(n);
+    // SAFETY: this function's contract; `h <= n`.
+    unsafe {
+        map_with::<false>(src, dst, h, &tab, &mut true);
+        map_with::<true>(src.add(h), dst.add(h), n - h, &tab, &mut true)
+    }
 }
 
 /// Stores the 16 floats of `r` at `p`: non-temporally (`vmovntps`) when `S` and `p` is
@@ -251,6 +257,7 @@ const LIN_MAX: usize = 3;
 ///   `flip` the sign bit for `v − k`, else 0.
 ///
 /// `row[q]` is null for a constant.
+#[derive(Clone, Copy)]
 struct Lanes<const N: usize> {
     row: [*const f32; N],
     mul: [bool; N],
@@ -292,6 +299,15 @@ impl<const N: usize> Lanes<N> {
                     l.a[q] = _mm512_set1_ps(a);
                 }
             }
+        }
+        l
+    }
+
+    /// The same ops with every row read from `h` values further on.
+    fn at(&self, h: usize) -> Self {
+        let mut l = *self;
+        for r in l.row.iter_mut().filter(|r| !r.is_null()) {
+            *r = r.wrapping_add(h);
         }
         l
     }
@@ -446,10 +462,14 @@ unsafe fn run_n<const N: usize>(
     tab: &[__m512; 8],
     stream: bool,
 ) {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller's contract; `h <= n`, the rows read from `h` on by `l.at(h)`.
     unsafe {
         if stream {
-            lanes_run::<N, true>(l, src, dst, n, tab)
+            // Plain stores up to the first 64-byte boundary of `dst`, so that the rest
+            // streams.
+            let h = dst.align_offset(64).min(n);
+            lanes_run::<N, false>(l, src, dst, h, tab);
+            lanes_run::<N, true>(&l.at(h), src.add(h), dst.add(h), n - h, tab)
         } else {
             lanes_run::<N, false>(l, src, dst, n, tab)
         }

@@ -75,9 +75,10 @@ fn map_matches_gelu1_at_every_length_and_offset() {
                 let s = &src[off..];
                 let mut into = vec![f32::NAN; n];
                 let mut inplace = s.to_vec();
-                // A 64-byte aligned destination, so that whole vectors stream.
-                let mut sbuf = vec![f32::NAN; n + 16];
-                let a = sbuf.as_ptr().align_offset(64);
+                // A destination `off` floats past a 64-byte boundary (plain stores up to the
+                // next one, then streamed).
+                let mut sbuf = vec![f32::NAN; n + 20];
+                let a = sbuf.as_ptr().align_offset(64) + off;
                 let streamed = &mut sbuf[a..a + n];
                 // SAFETY: AVX-512F/DQ (checked); `n` floats each, distinct or the same.
                 unsafe {
@@ -218,9 +219,9 @@ fn check_rows(
         .map(|&(op, left, row, k)| (op, left, row.map(|r| &rows[r][..c]), k))
         .collect();
     let mut y = vec![f32::NAN; n];
-    // A 64-byte aligned destination, so that whole vectors stream where `col` allows.
-    let mut sbuf = vec![f32::NAN; n + 16];
-    let a = sbuf.as_ptr().align_offset(64);
+    // A destination `col % 5` floats past a 64-byte boundary (streamed from the next one).
+    let mut sbuf = vec![f32::NAN; n + 20];
+    let a = sbuf.as_ptr().align_offset(64) + col % 5;
     let ys = &mut sbuf[a..a + n];
     // SAFETY: AVX-512F/DQ (the caller checked); the streaming stores are fenced below.
     unsafe {
