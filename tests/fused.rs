@@ -32,6 +32,36 @@ fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
 }
 
 #[tessera::kernel]
+fn chain_sub3(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu((x - y) * 0.5 + y)
+}
+
+#[tessera::kernel]
+fn chain_row_minus(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu(y - x * 0.25)
+}
+
+#[tessera::kernel]
+fn chain_scalars(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    gelu(x * 1.5 - 0.75)
+}
+
+#[tessera::kernel]
+fn chain_div(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu(x / y + 1.0)
+}
+
+#[tessera::kernel]
+fn chain_four(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    gelu((x * y + 1.0) * 0.5 - y)
+}
+
+#[tessera::kernel]
+fn chain_full(x: Tensor<f32, (R, C)>, z: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    gelu(x * z + 1.0)
+}
+
+#[tessera::kernel]
 fn chain_mixed(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
     tanh(y / x) * y - 0.5
 }
@@ -2135,6 +2165,60 @@ fn flat_chain_bits(shapes: &[((usize, usize), bool)]) {
     }
 }
 
+/// Operand chains ending in gelu of other forms than `gelu(x * y + 1)`, on the whole-tensor
+/// path and tile by tile (`flat_and_tiles`), on one thread and two, bit for bit with the
+/// interpreter: a row operand on either side of `sub` and three ops (`gelu((x - y) * 0.5 +
+/// y)`, `gelu(y - x * 0.25)`), constants only (`gelu(x * 1.5 - 0.75)`), a `div`
+/// (`gelu(x / y + 1)`) and four ops (`gelu((x * y + 1) * 0.5 - y)`), the last two on the
+/// per-vector dispatch; and a full `[R, C]` operand (`gelu(x * z + 1)`, whichever path its
+/// plan takes). Fresh [`gelu_inputs`] for `x` (every gelu form), `randn` rows with inf, NaN
+/// and a zero.
+#[test]
+fn gelu_operand_chains_of_every_form_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    gelu_chain_forms_bits();
+}
+
+fn gelu_chain_forms_bits() {
+    let shapes = [(37, 300), (1, 1), (9, 1025), (300, 1), (2, 4100)];
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 4100 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let x = gelu_inputs(r, c, s);
+        let mut yv = Tensor::<f32>::randn(&[c], s + 1).to_vec().unwrap();
+        if c > 2 {
+            yv[c / 2] = f32::INFINITY;
+            yv[c - 1] = f32::NAN;
+            yv[1] = 0.0;
+        }
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        let z = Tensor::<f32>::randn(&[r, c], s + 2);
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                let t = format!("{tag} {threads}T");
+                flat_and_tiles(&format!("gelu((x-y)*0.5+y) {t}"), false, || {
+                    chain_sub3(&x, &y).unwrap()
+                });
+                flat_and_tiles(&format!("gelu(y-x*0.25) {t}"), false, || {
+                    chain_row_minus(&x, &y).unwrap()
+                });
+                flat_and_tiles(&format!("gelu(x*1.5-0.75) {t}"), false, || {
+                    chain_scalars(&x).unwrap()
+                });
+                flat_and_tiles(&format!("gelu(x/y+1) {t}"), false, || {
+                    chain_div(&x, &y).unwrap()
+                });
+                flat_and_tiles(&format!("gelu((x*y+1)*0.5-y) {t}"), false, || {
+                    chain_four(&x, &y).unwrap()
+                });
+                bits_match(&format!("gelu(x*z+1) {t}"), fused::launches, || {
+                    chain_full(&x, &z).unwrap()
+                });
+            });
+        }
+    }
+}
+
 /// Inputs of `vmath::gelu`'s three forms: `randn · 5` (about 18% of the lanes at
 /// `x <= -4.5`, the `exp` form, and 5% at `x >= 8`, mixed in a vector with central-range
 /// lanes), every central interval's edges `±k/2` (k = 1..=16) and their neighbouring floats,
@@ -2291,6 +2375,7 @@ fn every_simd_level_agrees() {
         operand_chains_bits();
         flat_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
         flat_chain_bits(&large_flat_shapes());
+        gelu_chain_forms_bits();
         gelu_ranges_bits();
         unary_chains_bits();
         gelu_bf16_bits(false);

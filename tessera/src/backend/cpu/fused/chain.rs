@@ -7,8 +7,8 @@
 //! kernels of `vmath`'s slice functions with the flavour those use at the active SIMD level,
 //! in blocks of 256 floats), so the input is read once and the output written once. At
 //! AVX-512, `add`/`sub`/`mul`/`div` ops followed by gelu run inside gelu's vector loop
-//! (`vmath::gelu512::after`) instead. Each op is the interpreter's, in the same order, so the
-//! result is its own bit for bit.
+//! (`vmath::gelu512::after`, or [`rows`] over many rows in one call) instead, in registers.
+//! Each op is the interpreter's, in the same order, so the result is its own bit for bit.
 
 use super::chunk::{self, V};
 use super::plan::{COp, Group, Kind, Member, Src};
@@ -226,55 +226,138 @@ pub(crate) fn piece(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
     lanes::<Plain, 16>(ops, ks, x, y)
 }
 
-/// [`lanes`] built with AVX-512F: blocks of 64 floats, `vmath`'s FMA flavour.
+/// [`lanes`] built with AVX-512F: blocks of 64 floats, `vmath`'s FMA flavour; chains of
+/// [`gelu_pre`]'s form through `vmath::gelu512::after` instead.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn lanes_avx512(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
-    // `add`/`sub`/`mul`/`div` ops then gelu: the ops run inside gelu's vector loop, so the
-    // input's loads overlap gelu's arithmetic.
-    use crate::backend::cpu::vmath::gelu512::{Pre, after, available};
+    if let Some(p) = gelu_pre(ops, ks, true) {
+        // SAFETY: `gelu_pre`: `gelu512::available` (AVX-512F/DQ, AVX2 and FMA).
+        unsafe { crate::backend::cpu::vmath::gelu512::after(&p[..ops.len() - 1], x, y) };
+        return true;
+    }
+    lanes::<Fused, 64>(ops, ks, x, y)
+}
+
+/// The chain's ops before gelu as `vmath::gelu512`'s [`Pre`](crate::backend::cpu::vmath::gelu512::Pre)
+/// ops (the first `ops.len() - 1`), when the chain is `add`/`sub`/`mul`/`div` ops then gelu
+/// (and, with `avx512`, `gelu512` may run): those ops run inside gelu's vector loop, each on
+/// the value in registers, so the input is read and the output written once.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn gelu_pre<'a>(
+    ops: &[Op],
+    ks: &[V<'a>],
+    avx512: bool,
+) -> Option<[crate::backend::cpu::vmath::gelu512::Pre<'a>; MAX_OPS]> {
+    use crate::backend::cpu::vmath::gelu512::{Pre, available};
     let arith = |o: &BinaryOp| {
         matches!(
             o,
             BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
         )
     };
-    if let [pre @ .., Op::Unary(UnaryOp::Gelu)] = ops
-        && available()
-        && pre.len() < MAX_OPS
+    let [pre @ .., Op::Unary(UnaryOp::Gelu)] = ops else {
+        return None;
+    };
+    let ok = pre.len() < MAX_OPS
         && pre
             .iter()
-            .all(|o| matches!(o, Op::Binary { op, .. } if arith(op)))
-    {
-        let mut p: [Pre; MAX_OPS] = [(BinaryOp::Add, true, None, 0.0); MAX_OPS];
-        for ((d, o), k) in p.iter_mut().zip(pre).zip(ks) {
-            if let Op::Binary { op, left, .. } = o {
-                *d = match *k {
-                    V::S(s) => (*op, *left, Some(s), 0.0),
-                    V::K(c) => (*op, *left, None, c),
-                };
-            }
-        }
-        for i in (0..x.len()).step_by(16) {
-            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
-        }
-        // SAFETY: `available`: AVX-512F/DQ, AVX2 and FMA.
-        unsafe { after(&p[..pre.len()], x, y) };
-        return true;
+            .all(|o| matches!(o, Op::Binary { op, .. } if arith(op)));
+    if !ok || (avx512 && !available()) {
+        return None;
     }
-    lanes::<Fused, 64>(ops, ks, x, y)
+    let mut p: [Pre; MAX_OPS] = [(BinaryOp::Add, true, None, 0.0); MAX_OPS];
+    for ((d, o), k) in p.iter_mut().zip(pre).zip(ks) {
+        if let Op::Binary { op, left, .. } = o {
+            *d = match *k {
+                V::S(s) => (*op, *left, Some(s), 0.0),
+                V::K(c) => (*op, *left, None, c),
+            };
+        }
+    }
+    Some(p)
 }
 
-/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour.
+/// `y[j] = ops(x[j])` for values from column `col` of rows `c` long (row-major), each slice
+/// operand of `ks` one whole row of `c` values read at the value's column: one call of
+/// `vmath::gelu512::after_rows` over all the rows when the chain is of [`gelu_pre`]'s form
+/// at the AVX-512 level (its stores non-temporal where aligned when `stream`: the caller
+/// fences), or of `vmath::gelu_simd::avx2_after_rows` at the AVX2 level without `stream`;
+/// `false` (nothing done) otherwise.
+pub(crate) fn rows(
+    ops: &[Op],
+    ks: &[V],
+    x: &[f32],
+    y: &mut [f32],
+    col: usize,
+    c: usize,
+    stream: bool,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if simd::active() >= SimdLevel::Avx512
+        && let Some(p) = gelu_pre(ops, ks, true)
+    {
+        // SAFETY: `gelu_pre`: `gelu512::available`.
+        unsafe {
+            crate::backend::cpu::vmath::gelu512::after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                col,
+                c,
+                stream,
+            )
+        };
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd::active() >= SimdLevel::Avx2
+        && !stream
+        && let Some(p) = gelu_pre(ops, ks, false)
+    {
+        // SAFETY: the active level is at most the detected one: AVX2 and FMA.
+        unsafe {
+            crate::backend::cpu::vmath::gelu_simd::avx2_after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                col,
+                c,
+            )
+        };
+        return true;
+    }
+    let _ = (ops, ks, x, y, col, c, stream);
+    false
+}
+
+/// [`lanes`] built with AVX2: blocks of 32 floats, `vmath`'s FMA flavour; chains of
+/// [`gelu_pre`]'s form through `vmath::gelu_simd::avx2_after_rows` instead (one row).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn lanes_avx2(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32]) -> bool {
+    if let Some(p) = gelu_pre(ops, ks, false)
+        && !x.is_empty()
+    {
+        // SAFETY: AVX2 and FMA (this function's contract); one row of `x.len()` values.
+        unsafe {
+            crate::backend::cpu::vmath::gelu_simd::avx2_after_rows(
+                &p[..ops.len() - 1],
+                x,
+                y,
+                0,
+                x.len(),
+            )
+        };
+        return true;
+    }
     lanes::<Fused, 32>(ops, ks, x, y)
 }
 

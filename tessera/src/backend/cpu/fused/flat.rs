@@ -249,6 +249,9 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
             (lo + n) * 4 <= x.len && (lo + n) * 4 <= out.len,
             "flat chain out of bounds"
         );
+        if chain_rows(ch, f, args, x, out, lo, n, nt) {
+            return;
+        }
         let mut buf = [0f32; PIECE];
         let mut k = lo;
         // Pieces of at most `PIECE` elements within one row: each row operand is one slice.
@@ -286,4 +289,46 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
             k += m;
         }
     }
+}
+
+/// Elements `lo .. lo + n` of an operand chain through [`super::chain::rows`] (many rows
+/// per call, each row operand one whole row), straight into the output, its stores
+/// non-temporal when `nt` (the span is fenced after). `false` (nothing done) when
+/// `chain::rows` does not take the chain.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chain_rows(
+    ch: &super::chain::Chain,
+    f: &Flat,
+    args: &[Buffer],
+    x: &Buffer,
+    out: &Buffer,
+    lo: usize,
+    n: usize,
+    nt: bool,
+) -> bool {
+    let c = out.dims()[1];
+    let mut ks = [V::K(0.0); super::chain::MAX_OPS];
+    for (v, op) in ks.iter_mut().zip(&f.operands) {
+        *v = match *op {
+            Operand::None => V::K(0.0),
+            Operand::Const(s) => V::K(s),
+            // SAFETY: `shaped`: an f32 tensor of `c` elements, not written during the launch
+            // (the output is never a loaded parameter).
+            Operand::Row(p) => {
+                V::S(unsafe { std::slice::from_raw_parts(args[p].ptr as *const f32, c) })
+            }
+        };
+    }
+    let (ops, ks) = (&ch.ops[..], &ks[..ch.ops.len()]);
+    // SAFETY: in bounds (the caller asserted `(lo + n) * 4` against both lengths); the input
+    // is not written during the launch; this range's output elements are this task's alone
+    // (the output is never a loaded parameter).
+    let (xs, ys) = unsafe {
+        (
+            std::slice::from_raw_parts((x.ptr as *const f32).add(lo), n),
+            std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(lo), n),
+        )
+    };
+    super::chain::rows(ops, ks, xs, ys, lo % c, c, nt)
 }

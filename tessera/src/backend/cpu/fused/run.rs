@@ -872,6 +872,28 @@ pub(crate) fn direct_run(
         super::lut::steps(rest, o);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if let (DType::F32, [DirectStep::Unary(UnaryOp::Gelu)]) = (bo.dtype, ops)
+        && crate::backend::cpu::vmath::gelu512::available()
+    {
+        // gelu alone at AVX-512: streamed from gelu's loop itself (`nt` here).
+        assert!(
+            (at_i + n) * 4 <= bi.len && (at_o + n) * 4 <= bo.len,
+            "fused gelu out of bounds"
+        );
+        // SAFETY: in bounds (checked above); an f32 input (bf16 returned above) not written
+        // during the launch, an output that is never a loaded parameter (`plan::compile`),
+        // so the two do not overlap; this range's output elements; AVX-512F/DQ
+        // (`available`); the caller fences the streaming stores (`nt`).
+        unsafe {
+            crate::backend::cpu::vmath::gelu512::map_stream(
+                (bi.ptr as *const f32).add(at_i),
+                (bo.ptr as *mut f32).add(at_o),
+                n,
+            )
+        };
+        return;
+    }
     let ops = match ops.split_last() {
         Some((DirectStep::Round, rest)) if bo.dtype == DType::BF16 => rest,
         _ => ops,

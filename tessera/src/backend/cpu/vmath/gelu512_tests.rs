@@ -2,11 +2,12 @@
 //! `gelu1::<Fused>` (NaN payloads aside): [`map`] at every length up to 70 and a few longer
 //! ones, offsets 0..4, in place and into another slice; [`after`] for every op, side and
 //! operand kind, pairs and triples of ops (one FMA each) and a four-op chain (per-vector
-//! dispatch), against the ops computed one by one.
+//! dispatch), against the ops computed one by one; [`after_rows`] over many rows from a
+//! column offset.
 
 use super::arith::Fused;
 use super::gelu::gelu1;
-use super::gelu512::{Pre, after, available, map};
+use super::gelu512::{Pre, after, after_rows, available, map, map_stream};
 use super::tests::Rng;
 use tessera_ir::graph::BinaryOp;
 
@@ -74,15 +75,23 @@ fn map_matches_gelu1_at_every_length_and_offset() {
                 let s = &src[off..];
                 let mut into = vec![f32::NAN; n];
                 let mut inplace = s.to_vec();
+                // A destination `off` floats past a 64-byte boundary (plain stores up to the
+                // next one, then streamed).
+                let mut sbuf = vec![f32::NAN; n + 20];
+                let a = sbuf.as_ptr().align_offset(64) + off;
+                let streamed = &mut sbuf[a..a + n];
                 // SAFETY: AVX-512F/DQ (checked); `n` floats each, distinct or the same.
                 unsafe {
                     map(s.as_ptr(), into.as_mut_ptr(), n);
                     map(inplace.as_ptr(), inplace.as_mut_ptr(), n);
+                    map_stream(s.as_ptr(), streamed.as_mut_ptr(), n);
+                    core::arch::x86_64::_mm_sfence();
                 }
                 for i in 0..n {
                     let want = gelu1::<Fused>(s[i]);
                     assert!(same(into[i], want), "n={n} off={off} i={i} x={:e}", s[i]);
                     assert!(same(inplace[i], want), "in place n={n} off={off} i={i}");
+                    assert!(same(streamed[i], want), "streamed n={n} off={off} i={i}");
                 }
             }
         }
@@ -192,5 +201,86 @@ fn after_matches_the_ops_then_gelu1() {
             &rows,
             &x,
         );
+    }
+}
+
+/// `after_rows` over `n` values from column `col` of rows `c` long (row operands one row,
+/// read at each value's column) against the ops one by one, then `gelu1::<Fused>`.
+fn check_rows(
+    chain: &[(BinaryOp, bool, Option<usize>, f32)],
+    rows: &[Vec<f32>],
+    x: &[f32],
+    col: usize,
+    c: usize,
+) {
+    let n = x.len();
+    let pre: Vec<Pre> = chain
+        .iter()
+        .map(|&(op, left, row, k)| (op, left, row.map(|r| &rows[r][..c]), k))
+        .collect();
+    let mut y = vec![f32::NAN; n];
+    // A destination `col % 5` floats past a 64-byte boundary (streamed from the next one).
+    let mut sbuf = vec![f32::NAN; n + 20];
+    let a = sbuf.as_ptr().align_offset(64) + col % 5;
+    let ys = &mut sbuf[a..a + n];
+    // SAFETY: AVX-512F/DQ (the caller checked); the streaming stores are fenced below.
+    unsafe {
+        after_rows(&pre, x, &mut y, col, c, false);
+        after_rows(&pre, x, ys, col, c, true);
+        core::arch::x86_64::_mm_sfence();
+    }
+    for i in 0..n {
+        let mut v = x[i];
+        for &(op, left, row, k) in chain {
+            let k = row.map_or(k, |r| rows[r][(col + i) % c]);
+            v = if left {
+                apply(op, v, k)
+            } else {
+                apply(op, k, v)
+            };
+        }
+        let want = gelu1::<Fused>(v);
+        assert!(
+            same(y[i], want) && same(ys[i], want),
+            "{chain:?} n={n} col={col} c={c} i={i}: {:e} / streamed {:e} vs {want:e}",
+            y[i],
+            ys[i]
+        );
+    }
+}
+
+#[test]
+fn after_rows_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let rows: Vec<Vec<f32>> = (0..2).map(|r| values(500 + r, 1100)).collect();
+    let chains: [&[(BinaryOp, bool, Option<usize>, f32)]; 4] = [
+        &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+        &[
+            (Sub, false, Some(1), 0.0),
+            (Mul, true, None, -0.5),
+            (Sub, true, Some(0), 0.0),
+        ],
+        &[(Add, false, None, 2.0)],
+        &[(Div, true, Some(0), 0.0), (Add, true, None, 1.0)],
+    ];
+    for (t, (c, col, n)) in [
+        (1, 0, 5),
+        (300, 0, 11100),
+        (300, 17, 2000),
+        (1025, 1000, 3000),
+        (16, 3, 1037),
+        (1100, 5, 1095),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = values(600 + t as u64, n);
+        for ch in chains {
+            check_rows(ch, &rows, &x, col, c);
+        }
     }
 }

@@ -141,6 +141,85 @@ fn gelu8(x: __m256, tab: &[[__m256; 2]; 8]) -> __m256 {
     _mm256_blendv_ps(r, unsafe { _mm256_loadu_ps(t.as_ptr()) }, far)
 }
 
+/// `dst[i] = gelu1::<Fused>(pre(src[i]))` for values from column `col` of rows `c` long,
+/// as [`super::gelu512::after_rows`] (the same [`Pre`](super::gelu512::Pre) ops, each row
+/// operand one row of `c` values read at the value's column), 8 lanes per step: the ops on
+/// the vector in registers (each op's own instruction, dispatched per vector), then
+/// [`gelu8`]; the last `n % 8` values of each row segment one by one.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// If the lengths differ, `col >= c`, a row is shorter than `c`, or an op is not `add`,
+/// `sub`, `mul` or `div`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn avx2_after_rows(
+    pre: &[super::gelu512::Pre],
+    src: &[f32],
+    dst: &mut [f32],
+    col: usize,
+    c: usize,
+) {
+    use tessera_ir::graph::BinaryOp as B;
+    let n = src.len();
+    assert!(dst.len() == n && col < c && pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= c)));
+    assert!(
+        pre.iter()
+            .all(|p| matches!(p.0, B::Add | B::Sub | B::Mul | B::Div))
+    );
+    // SAFETY: `CT[k]` holds 16 floats.
+    let tab: [[__m256; 2]; 8] = core::array::from_fn(|k| unsafe {
+        [
+            _mm256_loadu_ps(CT[k].as_ptr()),
+            _mm256_loadu_ps(CT[k].as_ptr().add(8)),
+        ]
+    });
+    let (mut at, mut col) = (0, col);
+    while at < n {
+        let m = (n - at).min(c - col);
+        let mut i = 0;
+        while i + 8 <= m {
+            // SAFETY: `at + i + 8 <= n` and `col + i + 8 <= c` (asserted lengths).
+            unsafe {
+                let mut v = _mm256_loadu_ps(src.as_ptr().add(at + i));
+                for &(op, left, s, k) in pre {
+                    let k = match s {
+                        Some(s) => _mm256_loadu_ps(s.as_ptr().add(col + i)),
+                        None => _mm256_set1_ps(k),
+                    };
+                    let (a, b) = if left { (v, k) } else { (k, v) };
+                    v = match op {
+                        B::Add => _mm256_add_ps(a, b),
+                        B::Sub => _mm256_sub_ps(a, b),
+                        B::Mul => _mm256_mul_ps(a, b),
+                        _ => _mm256_div_ps(a, b),
+                    };
+                }
+                _mm256_storeu_ps(dst.as_mut_ptr().add(at + i), gelu8(v, &tab));
+            }
+            i += 8;
+        }
+        for j in i..m {
+            let mut v = src[at + j];
+            for &(op, left, s, k) in pre {
+                let k = s.map_or(k, |s| s[col + j]);
+                let (a, b) = if left { (v, k) } else { (k, v) };
+                v = match op {
+                    B::Add => a + b,
+                    B::Sub => a - b,
+                    B::Mul => a * b,
+                    _ => a / b,
+                };
+            }
+            dst[at + j] = gelu1::<Fused>(v);
+        }
+        at += m;
+        col = 0;
+    }
+}
+
 /// Best available instantiation for this CPU.
 #[inline]
 pub(crate) fn run(x: &mut [f32]) {
