@@ -44,29 +44,35 @@ fn parse(t: &str) -> Option<Vec<(String, i64)>> {
 
 /// A hash of the defaults and the space's points (names and values, in order): what the
 /// candidate list is built from, without building it, so a memoised launch allocates no
-/// candidate names.
+/// candidate names. Each knob is hashed eight bytes at a time, and each point on its own
+/// chain (mixed with its index, then summed): a launch hashes every point of the space, and
+/// one byte-at-a-time chain through a 64-point space measured ≈ 2 µs per launch.
 fn space_key(defaults: &[(&'static str, i64)], space: &TileSpace) -> u64 {
-    fn eat(h: &mut u64, bytes: &[u8]) {
-        for b in bytes {
-            *h = (*h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    fn mix(h: u64, w: u64) -> u64 {
+        let h = (h ^ w).wrapping_mul(K);
+        h ^ (h >> 29)
+    }
+    fn knob(mut h: u64, n: &str, v: i64) -> u64 {
+        let b = n.as_bytes();
+        for c in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            h = mix(h, u64::from_le_bytes(w));
         }
+        mix(mix(h, b.len() as u64), v as u64)
     }
-    fn knob(h: &mut u64, n: &str, v: i64) {
-        eat(h, n.as_bytes());
-        eat(h, &[0xff]);
-        eat(h, &v.to_le_bytes());
-    }
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for (n, v) in defaults {
-        knob(&mut h, n, *v);
-    }
-    for p in &space.points {
-        eat(&mut h, &[0xfe]);
-        for (n, v) in p {
-            knob(&mut h, n, *v);
-        }
-    }
-    h
+    let point = |seed: u64, p: &[(String, i64)]| p.iter().fold(seed, |h, (n, v)| knob(h, n, *v));
+    let d = defaults
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, (n, v)| knob(h, n, *v));
+    space
+        .points
+        .iter()
+        .enumerate()
+        .fold(mix(d, space.points.len() as u64), |acc, (i, p)| {
+            acc.wrapping_add(mix(point(i as u64 + 1, p), p.len() as u64))
+        })
 }
 
 /// Chooses the knobs of a `tile!` launch on `bufs` (its real arguments; outputs writable):
