@@ -113,10 +113,8 @@ pub(crate) fn tune_tile(
         return Ok(full(&[]));
     }
     let space_hash = space_key(defaults, space);
-    let shape: Vec<u64> = bufs
-        .iter()
-        .flat_map(|b| b.dims().iter().map(|&d| d as u64))
-        .collect();
+    let mut shape: Vec<u64> = Vec::with_capacity(bufs.iter().map(|b| b.dims().len()).sum());
+    shape.extend(bufs.iter().flat_map(|b| b.dims().iter().map(|&d| d as u64)));
     let generation_now = generation(m);
     {
         let d = memo.0.lock().unwrap_or_else(|e| e.into_inner());
