@@ -744,6 +744,10 @@ tessera::tile! {
 #[test]
 fn column_reductions_of_padded_row_tiles_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
+    padded_column_bits();
+}
+
+fn padded_column_bits() {
     let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
     let cr = fused::direct_column_reductions;
     for threads in [1, 2] {
@@ -811,6 +815,10 @@ fn column_reductions_of_padded_row_tiles_match_the_interpreter_bit_for_bit() {
 #[test]
 fn transposes_of_ragged_edges_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
+    ragged_transpose_bits();
+}
+
+fn ragged_transpose_bits() {
     let f_specials = [
         f32::NAN,
         f32::from_bits(0x7FA0_0001),
@@ -2422,6 +2430,8 @@ fn every_simd_level_agrees() {
         fresh_outputs_bits();
         column_pass_bits();
         column_pass_bf16_bits();
+        padded_column_bits();
+        ragged_transpose_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
