@@ -762,7 +762,7 @@ impl Fused {
         }
         // A launch that is done within `serial::BUDGET` runs on this thread alone.
         if !serial::large(args) {
-            first = serial::probe(first, total, &span);
+            first = serial::probe(first, total, span);
             if first == total {
                 return;
             }
