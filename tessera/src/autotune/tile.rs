@@ -44,9 +44,10 @@ fn parse(t: &str) -> Option<Vec<(String, i64)>> {
 
 /// A hash of the defaults and the space's points (names and values, in order): what the
 /// candidate list is built from, without building it, so a memoised launch allocates no
-/// candidate names. Each knob is hashed eight bytes at a time, and each point on its own
-/// chain (mixed with its index, then summed): a launch hashes every point of the space, and
-/// one byte-at-a-time chain through a 64-point space measured ≈ 2 µs per launch.
+/// candidate names. A knob's name is taken eight bytes at a time, and each point is hashed
+/// on its own chain seeded by its index, the points' hashes summed: a launch hashes every
+/// point of the space, and one byte-at-a-time chain through the depthwise 64-point space
+/// measured ≈ 2 µs per launch.
 fn space_key(defaults: &[(&'static str, i64)], space: &TileSpace) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     fn step(h: u64, w: u64) -> u64 {
