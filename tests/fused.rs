@@ -765,6 +765,205 @@ fn column_pass_bits() {
     }
 }
 
+// Column reductions whose rows past the tensor read an `other` of 1.5 (a sum that must add
+// it once per such row), of -0.0 (adding it changes nothing), and a max reading 2.5.
+tessera::tile! {
+    fn col_sum_other<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC], other = 1.5), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_sum_neg_zero<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = zeros::<f32>([BC]);
+        for r in range(0, x.dim(0), BR) {
+            acc = acc + sum(load(x, [r, c0], [BR, BC], other = -0.0), 0);
+        }
+        store(y, [c0], acc);
+    }
+}
+
+tessera::tile! {
+    fn col_max_other<const BR: i64 = 64, const BC: i64 = 256>(x: In<f32, 2>, y: Out<f32, 1>)
+        grid = (cdiv(x.dim(1), BC))
+    {
+        let c0 = program_id(0) * BC;
+        let mut acc = full::<f32>([BC], -inf);
+        for r in range(0, x.dim(0), BR) {
+            acc = maximum(acc, max(load(x, [r, c0], [BR, BC], other = 2.5), 0));
+        }
+        store(y, [c0], acc);
+    }
+}
+
+/// Column reductions whose last tile of rows reaches past the tensor (row counts just below,
+/// at and above the 64-row tile, and tiles of 16 rows), where the rows past the tensor
+/// combine the load's `other` into every column (once where that is idempotent: a zero
+/// added, a max), on one and two threads, with columns of -0.0 and NaN: the library's
+/// column sum, mean and max (f32 and bf16) and block programs with an `other` of 1.5, -0.0
+/// and (a max) 2.5, against the interpreter bit for bit; with more columns than one
+/// program's tile the whole-row pass runs (`fused::column_passes`), with fewer each
+/// program's loop.
+#[test]
+fn column_reductions_of_padded_row_tiles_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    padded_column_bits();
+}
+
+fn padded_column_bits() {
+    let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
+    let cr = fused::direct_column_reductions;
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, &(r, c)) in [
+                (1, 300),
+                (2, 257),
+                (37, 300),
+                (63, 300),
+                (64, 300),
+                (65, 300),
+                (127, 255),
+                (129, 513),
+                (15, 200),
+                (17, 16),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let seed = 3100 + 10 * i as u64 + threads as u64;
+                let mut v = with_specials(r, c, seed, &specials).to_vec().unwrap();
+                // A column of -0.0 and one of NaN.
+                for u in 0..r {
+                    v[u * c] = -0.0;
+                    v[u * c + c - 1] = f32::NAN;
+                }
+                let x = Tensor::from_vec(v, &[r, c]).unwrap();
+                let xb = to_bf16(&x);
+                let tag = format!("[{r}, {c}] {threads}T");
+                direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
+                direct_same_bits(&format!("col mean {tag}"), cr, true, || {
+                    col_mean(&x).unwrap()
+                });
+                direct_same_bits(&format!("col max {tag}"), cr, true, || col_max(&x).unwrap());
+                col_bf16_bits(&tag, cr, &xb);
+                for (def, name) in [
+                    (&col_sum_other::DEF, "other 1.5"),
+                    (&col_sum_neg_zero::DEF, "other -0.0"),
+                    (&col_max_other::DEF, "max other 2.5"),
+                ] {
+                    for knobs in [&[][..], &[("BR", 16), ("BC", 128)][..]] {
+                        let launch = || {
+                            let mut y = Tensor::<f32>::full(&[c], f32::NAN).unwrap();
+                            let mut args = [Arg::In(x.arg()), Arg::Out(y.arg_mut().unwrap())];
+                            def.launch(knobs, &mut args).unwrap();
+                            y
+                        };
+                        let tag = format!("col {name} {knobs:?} {tag}");
+                        let before = cr();
+                        let fast = launch();
+                        assert!(cr() > before, "{tag}: the direct kernel did not run");
+                        let slow = fused::with_interpreter(launch);
+                        assert_same_bits(&tag, &fast, &slow);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Whole-tensor transposes (f32 and bf16, random values with NaNs, ±inf and -0.0) whose
+/// source rows and columns are just below, at and above multiples of the AVX-512 blocks
+/// (16 f32, 32 bf16 values), so the edges take the masked partial blocks, on one thread
+/// and two: the interpreter's bits (a bf16 NaN made quiet as it does).
+#[test]
+fn transposes_of_ragged_edges_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    ragged_transpose_bits();
+}
+
+fn ragged_transpose_bits() {
+    let f_specials = [
+        f32::NAN,
+        f32::from_bits(0x7FA0_0001),
+        f32::NEG_INFINITY,
+        -0.0,
+    ];
+    let b_specials = [
+        bf16::from_bits(0x7FC1),
+        bf16::from_bits(0x7F81),
+        bf16::NEG_INFINITY,
+        bf16::from_bits(0x8000),
+    ];
+    let t = fused::whole_transposes;
+    let sizes = [1, 5, 15, 16, 17, 31, 32, 33, 47, 63, 65, 300];
+    for (i, &r) in sizes.iter().enumerate() {
+        for (j, &c) in sizes.iter().enumerate() {
+            let seed = 4000 + 100 * i as u64 + 2 * j as u64;
+            let x = with_specials(r, c, seed, &f_specials);
+            let xb = with_specials(r, c, seed + 1, &b_specials);
+            for threads in [1, 2] {
+                on_threads(threads, || {
+                    let tag = format!("[{r}, {c}] {threads}T");
+                    direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                        transpose_f32(&x).unwrap()
+                    });
+                    direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                        transpose_bf16(&xb).unwrap()
+                    });
+                });
+            }
+        }
+    }
+}
+
+/// Row loops (layernorm, rmsnorm, softmax; f32 and bf16) on two threads, on tensors just
+/// below and just above the 4 MiB from which a launch splits its programs among the threads
+/// at once (below it the first programs run on the calling thread until a time budget
+/// passes), and on small ones that the calling thread finishes alone: the interpreter's
+/// bits.
+#[test]
+fn row_loops_around_the_serial_launch_size_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let programs = fused::norm_programs;
+    on_threads(2, || {
+        // f32 rows of 1023 and 1025 values: 1024 rows hold 4 MiB - 4 KiB and 4 MiB + 4 KiB.
+        for (i, &(r, c)) in [(37, 300), (3, 5), (1024, 1023), (1024, 1025)]
+            .iter()
+            .enumerate()
+        {
+            let s = 5200 + 10 * i as u64;
+            let tag = format!("[{r}, {c}] 2T");
+            let x = Tensor::<f32>::randn(&[r, c], s + 1);
+            let g = Tensor::<f32>::randn(&[c], s + 2);
+            let b = Tensor::<f32>::randn(&[c], s + 3);
+            bits_match(&format!("layernorm {tag}"), programs, || {
+                tessera_kernels::layernorm(&x, &g, &b).unwrap()
+            });
+            bits_match(&format!("rmsnorm {tag}"), programs, || {
+                tessera_kernels::rmsnorm(&x, &g).unwrap()
+            });
+            bits_match(&format!("softmax {tag}"), fused::softmax_programs, || {
+                tessera_kernels::softmax(&x).unwrap()
+            });
+            let xb = to_bf16(&x);
+            let gb = to_bf16(&g);
+            bits_match(&format!("rmsnorm bf16 {tag}"), programs, || {
+                tessera_kernels::rmsnorm(&xb, &gb).unwrap()
+            });
+        }
+    });
+}
+
 #[test]
 fn depthwise_conv_agrees() {
     let _level = level_guard();
@@ -2363,6 +2562,8 @@ fn every_simd_level_agrees() {
         fresh_outputs_bits();
         column_pass_bits();
         column_pass_bf16_bits();
+        padded_column_bits();
+        ragged_transpose_bits();
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();

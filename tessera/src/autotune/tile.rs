@@ -44,29 +44,48 @@ fn parse(t: &str) -> Option<Vec<(String, i64)>> {
 
 /// A hash of the defaults and the space's points (names and values, in order): what the
 /// candidate list is built from, without building it, so a memoised launch allocates no
-/// candidate names.
+/// candidate names. A knob's name is taken eight bytes at a time, and each point is hashed
+/// on its own chain seeded by its index, the points' hashes summed: a launch hashes every
+/// point of the space, and one byte-at-a-time chain through the depthwise 64-point space
+/// measured ≈ 2 µs per launch.
 fn space_key(defaults: &[(&'static str, i64)], space: &TileSpace) -> u64 {
-    fn eat(h: &mut u64, bytes: &[u8]) {
-        for b in bytes {
-            *h = (*h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    fn step(h: u64, w: u64) -> u64 {
+        (h ^ w).wrapping_mul(K)
+    }
+    // The final mix of a chain (its high bits into the low ones).
+    fn fmix(h: u64) -> u64 {
+        let h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
+    }
+    fn knob(mut h: u64, n: &str, v: i64) -> u64 {
+        let b = n.as_bytes();
+        let word = |c: &[u8]| c.iter().rev().fold(0u64, |w, &x| (w << 8) | x as u64);
+        if b.len() < 8 {
+            // The name's bytes and its length in the top byte: one word per name.
+            h = step(h, word(b) | (b.len() as u64) << 56);
+        } else {
+            for c in b.chunks(8) {
+                h = step(h, word(c));
+            }
+            h = step(h, b.len() as u64);
         }
+        step(h, v as u64)
     }
-    fn knob(h: &mut u64, n: &str, v: i64) {
-        eat(h, n.as_bytes());
-        eat(h, &[0xff]);
-        eat(h, &v.to_le_bytes());
-    }
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for (n, v) in defaults {
-        knob(&mut h, n, *v);
-    }
-    for p in &space.points {
-        eat(&mut h, &[0xfe]);
-        for (n, v) in p {
-            knob(&mut h, n, *v);
-        }
-    }
-    h
+    let point = |seed: u64, p: &[(String, i64)]| {
+        let h = p.iter().fold(seed, |h, (n, v)| knob(h, n, *v));
+        fmix(step(h, p.len() as u64))
+    };
+    let d = defaults
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, (n, v)| knob(h, n, *v));
+    space
+        .points
+        .iter()
+        .enumerate()
+        .fold(fmix(step(d, space.points.len() as u64)), |acc, (i, p)| {
+            acc.wrapping_add(point(i as u64 + 1, p))
+        })
 }
 
 /// Chooses the knobs of a `tile!` launch on `bufs` (its real arguments; outputs writable):
@@ -95,10 +114,8 @@ pub(crate) fn tune_tile(
         return Ok(full(&[]));
     }
     let space_hash = space_key(defaults, space);
-    let shape: Vec<u64> = bufs
-        .iter()
-        .flat_map(|b| b.dims().iter().map(|&d| d as u64))
-        .collect();
+    let mut shape: Vec<u64> = Vec::with_capacity(bufs.iter().map(|b| b.dims().len()).sum());
+    shape.extend(bufs.iter().flat_map(|b| b.dims().iter().map(|&d| d as u64)));
     let generation_now = generation(m);
     {
         let d = memo.0.lock().unwrap_or_else(|e| e.into_inner());

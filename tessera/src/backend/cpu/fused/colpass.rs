@@ -297,10 +297,13 @@ fn strip(c: &ColReduce, buf: &Buffer, l: &Layout, k: usize, j0: usize, part: &mu
     // tensor (its length checked in `shaped`; rows to `r` prefetched); loaded tensors are not
     // written during a launch.
     unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part, ahead, l.r - u0) };
+    // The rows past the tensor each combine `other` into every column (once where that is
+    // idempotent: `colreduce::repeats`).
+    let pad = super::colreduce::repeats(c.op, c.other, c.rows - n);
     match c.op {
-        TileReduce::Sum => (n..c.rows).for_each(|_| part.iter_mut().for_each(|v| *v += c.other)),
+        TileReduce::Sum => (0..pad).for_each(|_| part.iter_mut().for_each(|v| *v += c.other)),
         TileReduce::Max => {
-            (n..c.rows).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
+            (0..pad).for_each(|_| part.iter_mut().for_each(|v| *v = max_nan(*v, c.other)))
         }
     }
 }

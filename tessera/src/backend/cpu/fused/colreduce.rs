@@ -262,7 +262,7 @@ fn folded(
         && hi > 0
         && c.step == c.rows as i64
         && (hi as usize).div_ceil(c.rows) == p.blocks()
-        && acc.iter().all(|v| v.to_bits() == id.to_bits());
+        && identities(acc, id);
     if !shaped {
         return false;
     }
@@ -288,11 +288,11 @@ fn folded(
             TileReduce::Max => max_nan(a, x),
         };
         let mut v = id;
-        for _ in 0..p.blocks() {
-            let mut q = id;
-            for _ in 0..c.rows {
-                q = f(q, c.other);
-            }
+        let mut q = id;
+        for _ in 0..repeats(c.op, c.other, c.rows) {
+            q = f(q, c.other);
+        }
+        for _ in 0..repeats(c.op, q, p.blocks()) {
             v = f(v, q);
         }
         acc[..c0].fill(v);
@@ -378,9 +378,12 @@ fn rows(
     let buf = &args[c.param];
     let w = rect(buf, &c.idx, sc, c.rows, c.cols);
     part.fill(id);
-    let other = |part: &mut [f32]| part.iter_mut().for_each(|p| *p = f(*p, c.other));
+    let other = |part: &mut [f32], n: usize| {
+        (0..repeats(c.op, c.other, n))
+            .for_each(|_| part.iter_mut().for_each(|p| *p = f(*p, c.other)))
+    };
     if w.is_empty() {
-        (0..c.rows).for_each(|_| other(part));
+        other(part, c.rows);
         return;
     }
     let ((r0, r1), (c0, c1)) = (w.r, w.c);
@@ -390,7 +393,7 @@ fn rows(
         last as usize * size <= buf.len && w.base + (r0 * w.stride + c0) as i64 >= 0,
         "fused load out of bounds"
     );
-    (0..r0).for_each(|_| other(part));
+    other(part, r0);
     let (pl, pm, pr) = {
         let (l, rest) = part.split_at_mut(c0);
         let (m, r) = rest.split_at_mut(c1 - c0);
@@ -401,12 +404,29 @@ fn rows(
     // loaded tensors are not written during a launch.
     unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
     if c0 > 0 || c1 < c.cols {
-        for _ in r0..r1 {
-            other(pl);
-            other(pr);
-        }
+        other(pl, r1 - r0);
+        other(pr, r1 - r0);
     }
-    (r1..c.rows).for_each(|_| other(part));
+    other(part, c.rows - r1);
+}
+
+/// How many of `n` successive combines of a value with `x` must run for the same bits as
+/// all `n`: one (or none for `n = 0`) where the combine is idempotent in `x` — a max
+/// (`max_nan(max_nan(a, x), x) = max_nan(a, x)`), or a sum with `x` a zero (`a + 0 + 0 =
+/// a + 0`: only `-0 + +0` changes a value, to `+0`, which adding a zero keeps) — else `n`.
+pub(crate) fn repeats(op: TileReduce, x: f32, n: usize) -> usize {
+    match op {
+        TileReduce::Max => n.min(1),
+        TileReduce::Sum if x == 0.0 => n.min(1),
+        TileReduce::Sum => n,
+    }
+}
+
+/// Whether every value of `acc` has the bits of `id` (no early exit: the compares vectorise).
+fn identities(acc: &[f32], id: f32) -> bool {
+    let id = id.to_bits();
+    acc.chunks(16)
+        .all(|c| c.iter().fold(true, |ok, v| ok & (v.to_bits() == id)))
 }
 
 /// The max of two values, NaN if either is NaN (the interpreter's rule).

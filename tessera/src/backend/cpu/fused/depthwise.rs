@@ -22,6 +22,24 @@ use tessera_ir::DType;
 thread_local! {
     /// Launches on this thread that ran the 3×3 kernel with its taps in registers.
     static TAPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The launching thread's laid-out filter rows, kept between launches.
+    static FE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Filter rows taken from `FE` for one launch, put back when dropped.
+struct Held(Vec<f32>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        FE.set(std::mem::take(&mut self.0));
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.0
+    }
 }
 
 /// How many launches on this thread ran [`dwtaps`] (see `super::depthwise_tap_launches`).
@@ -73,8 +91,10 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
     let taps = g.kh == dwtaps::K && g.kw == dwtaps::K && n >= dwtaps::lanes(level);
     // Each tap's filter row repeated to `C + 16` floats for `dwtaps`, `C + B` for `rows`.
     let fl = c + if taps { 16 } else { B };
-    let mut fe = vec![0f32; g.kh * g.kw * fl];
-    for (row, tap) in fe.chunks_exact_mut(fl).zip(f.chunks_exact(c)) {
+    // The launching thread's buffer, reused across launches (every float is written here).
+    let mut fe = Held(FE.take());
+    fe.0.resize(g.kh * g.kw * fl, 0.0);
+    for (row, tap) in fe.0.chunks_exact_mut(fl).zip(f.chunks_exact(c)) {
         for piece in row.chunks_mut(c) {
             piece.copy_from_slice(&tap[..piece.len()]);
         }

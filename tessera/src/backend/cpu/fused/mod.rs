@@ -53,6 +53,7 @@ mod plan;
 mod rect;
 mod rowmatch;
 mod run;
+mod serial;
 mod softmax;
 mod stream;
 mod transpose;
@@ -780,6 +781,13 @@ impl Fused {
                 return;
             }
             first = 1;
+        }
+        // A launch that is done within `serial::BUDGET` runs on this thread alone.
+        if !serial::large(args) {
+            first = serial::probe(first, total, span);
+            if first == total {
+                return;
+            }
         }
         // Contiguous runs of programs per task keep scratch and rows hot.
         let rest = total - first;

@@ -518,7 +518,8 @@ mod x86 {
     }
 
     /// [`super::copy_f32_nt`] with 16 × 16 AVX-512 register transposes over the full blocks
-    /// (one 64-byte store per destination row and block), the rest by [`f32_avx2`].
+    /// (one 64-byte store per destination row and block), the edges (fewer than 16 rows or
+    /// columns) in masked 16 × 16 blocks.
     ///
     /// # Safety
     /// AVX-512F present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte aligned).
@@ -541,23 +542,59 @@ mod x86 {
                 }
                 // SAFETY: rows b..b+16 of `s` at columns a..a+16, rows a..a+16 of `d` at
                 // columns b..b+16: inside the window.
-                unsafe { block16_f32::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe {
+                    block16_f32::<NT, false>(s.add(b * ss + a), ss, d.add(a * ds + b), ds, 16, 16)
+                };
             }
         }
-        // SAFETY: the two strips left: rows a16.. of `d` (all columns), and rows ..a16 at
-        // columns b16.. (b16 a multiple of 16: aligned as `d` is).
+        // The two strips left, in masked blocks (plain stores): rows a16.. of `d` (all
+        // columns), and rows ..a16 at columns b16...
+        // SAFETY: each block's rows and columns are inside the window (masked to it).
         unsafe {
-            f32_avx2::<NT>(s.add(a16), ss, d.add(a16 * ds), ds, na - a16, nb);
-            f32_avx2::<NT>(s.add(b16 * ss), ss, d.add(b16), ds, a16, nb - b16);
+            if a16 < na {
+                for b in (0..nb).step_by(16) {
+                    let (s, d) = (s.add(b * ss + a16), d.add(a16 * ds + b));
+                    block16_f32::<false, true>(s, ss, d, ds, na - a16, (nb - b).min(16));
+                }
+            }
+            if b16 < nb {
+                for a in (0..a16).step_by(16) {
+                    let (s, d) = (s.add(b16 * ss + a), d.add(a * ds + b16));
+                    block16_f32::<false, true>(s, ss, d, ds, 16, nb - b16);
+                }
+            }
         }
     }
 
-    /// `d[i][j] = s[j][i]` for a 16 × 16 block.
+    /// The lane mask of the first `n` (≤ 32) lanes.
+    #[inline(always)]
+    fn lanes(n: usize) -> u32 {
+        if n >= 32 { !0 } else { (1u32 << n) - 1 }
+    }
+
+    /// `d[i][j] = s[j][i]` for a 16 × 16 block; with `PART` only for `i < na`, `j < nb`
+    /// (each at most 16: masked loads and stores, plain even with `NT`).
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
-    unsafe fn block16_f32<const NT: bool>(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+    unsafe fn block16_f32<const NT: bool, const PART: bool>(
+        s: *const f32,
+        ss: usize,
+        d: *mut f32,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
         unsafe {
-            let r: [__m512; 16] = core::array::from_fn(|i| _mm512_loadu_ps(s.add(i * ss)));
+            let (lm, sm) = (lanes(na) as __mmask16, lanes(nb) as __mmask16);
+            let r: [__m512; 16] = core::array::from_fn(|i| {
+                if !PART {
+                    _mm512_loadu_ps(s.add(i * ss))
+                } else if i < nb {
+                    _mm512_maskz_loadu_ps(lm, s.add(i * ss))
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
             // Within each 128-bit lane: pairs of rows interleaved, then groups of four rows.
             let t: [__m512; 16] = core::array::from_fn(|i| {
                 let (x, y) = (r[i & !1], r[i | 1]);
@@ -578,7 +615,11 @@ mod x86 {
                 }
             });
             let w = |i: usize, v: __m512| {
-                if NT {
+                if PART {
+                    if i < na {
+                        _mm512_mask_storeu_ps(d.add(i * ds), sm, v)
+                    }
+                } else if NT {
                     _mm512_stream_ps(d.add(i * ds), v)
                 } else {
                     _mm512_storeu_ps(d.add(i * ds), v)
@@ -698,8 +739,8 @@ mod x86 {
     }
 
     /// [`super::copy_bf16_nt`] with 32 × 32 AVX-512BW register transposes of 16-bit values
-    /// over the full blocks (one 64-byte store per destination row and block), the rest by
-    /// [`bf16_avx2_16`].
+    /// over the full blocks (one 64-byte store per destination row and block), the edges
+    /// (fewer than 32 rows or columns) in masked 32 × 32 blocks.
     ///
     /// # Safety
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
@@ -722,29 +763,59 @@ mod x86 {
                     unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) };
                 }
                 // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
-                unsafe { block32_bf16::<NT>(s.add(b * ss + a), ss, d.add(a * ds + b), ds) };
+                unsafe {
+                    block32_bf16::<NT, false>(s.add(b * ss + a), ss, d.add(a * ds + b), ds, 32, 32)
+                };
             }
         }
-        // SAFETY: as in `f32_avx512` (b32 a multiple of 32: 64-byte aligned as `d` is).
+        // SAFETY: as in `f32_avx512`, in masked 32 × 32 blocks.
         unsafe {
-            bf16_avx2_16::<NT>(s.add(a32), ss, d.add(a32 * ds), ds, na - a32, nb);
-            bf16_avx2_16::<NT>(s.add(b32 * ss), ss, d.add(b32), ds, a32, nb - b32);
+            if a32 < na {
+                for b in (0..nb).step_by(32) {
+                    let (s, d) = (s.add(b * ss + a32), d.add(a32 * ds + b));
+                    block32_bf16::<false, true>(s, ss, d, ds, na - a32, (nb - b).min(32));
+                }
+            }
+            if b32 < nb {
+                for a in (0..a32).step_by(32) {
+                    let (s, d) = (s.add(b32 * ss + a), d.add(a * ds + b32));
+                    block32_bf16::<false, true>(s, ss, d, ds, 32, nb - b32);
+                }
+            }
         }
     }
 
-    /// `d[i][j] = quiet(s[j][i])` for a 32 × 32 block of 16-bit values: the 8 × 8 steps of
+    /// `d[i][j] = quiet(s[j][i])` for a 32 × 32 block of 16-bit values (with `PART` only for
+    /// `i < na`, `j < nb`, each at most 32: masked loads and stores, plain): the 8 × 8 steps of
     /// [`block_bf16`] in each 128-bit lane of rows 0..8, 8..16, 16..24, 24..32, then the lanes
     /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
     #[allow(clippy::needless_range_loop)]
-    unsafe fn block32_bf16<const NT: bool>(s: *const u16, ss: usize, d: *mut u16, ds: usize) {
+    unsafe fn block32_bf16<const NT: bool, const PART: bool>(
+        s: *const u16,
+        ss: usize,
+        d: *mut u16,
+        ds: usize,
+        na: usize,
+        nb: usize,
+    ) {
         unsafe {
+            let (lm, sm) = (lanes(na), lanes(nb));
             let abs = _mm512_set1_epi16(0x7FFF);
             let mut top = _mm512_setzero_si512();
-            let mut group = |s: *const u16| -> [__m512i; 8] {
-                let r: [__m512i; 8] =
-                    core::array::from_fn(|i| _mm512_loadu_si512(s.add(i * ss) as *const _));
+            // Rows `j0 .. j0 + 8` of the block (with `PART`, those past `nb` zero).
+            let mut group = |j0: usize| -> [__m512i; 8] {
+                let r: [__m512i; 8] = core::array::from_fn(|i| {
+                    let p = s.add((j0 + i) * ss);
+                    if !PART {
+                        _mm512_loadu_si512(p as *const _)
+                    } else if j0 + i < nb {
+                        _mm512_maskz_loadu_epi16(lm, p as *const _)
+                    } else {
+                        _mm512_setzero_si512()
+                    }
+                });
                 for v in &r {
                     top = _mm512_max_epu16(top, _mm512_and_si512(*v, abs));
                 }
@@ -774,30 +845,28 @@ mod x86 {
                     }
                 })
             };
-            let x = [
-                group(s),
-                group(s.add(8 * ss)),
-                group(s.add(16 * ss)),
-                group(s.add(24 * ss)),
-            ];
+            let x = [group(0), group(8), group(16), group(24)];
             if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
-                lanes32::<NT, true>(&x, d, ds)
+                lanes32::<NT, true, PART>(&x, d, ds, na, sm)
             } else {
-                lanes32::<NT, false>(&x, d, ds)
+                lanes32::<NT, false, PART>(&x, d, ds, na, sm)
             }
         }
     }
 
     /// The last step of [`block32_bf16`]: row `8k + c` of the block's destination is lane
-    /// `k` of `x[0..4][c]` gathered, NaNs made quiet with `NAN`. Unrolled by hand: as a loop
+    /// `k` of `x[0..4][c]` gathered, NaNs made quiet with `NAN`; with `PART` only rows
+    /// `i < na` are stored, each under the column mask `sm`. Unrolled by hand: as a loop
     /// over `c` the compiler kept `x` on the stack and indexed it, and tested the NaN flag
     /// at every store.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
-    unsafe fn lanes32<const NT: bool, const NAN: bool>(
+    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool>(
         x: &[[__m512i; 8]; 4],
         d: *mut u16,
         ds: usize,
+        na: usize,
+        sm: __mmask32,
     ) {
         unsafe {
             let (abs, inf, bit) = (
@@ -812,7 +881,11 @@ mod x86 {
                 } else {
                     v
                 };
-                if NT {
+                if PART {
+                    if i < na {
+                        _mm512_mask_storeu_epi16(d.add(i * ds) as *mut _, sm, v)
+                    }
+                } else if NT {
                     _mm512_stream_si512(d.add(i * ds) as *mut _, v)
                 } else {
                     _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
