@@ -552,6 +552,41 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// The whole-tensor transpose's per-program check is remembered per set of argument shapes
+/// (at most 8): launches alternating between shapes, past that many and back, on one and two
+/// threads, each give the interpreter's bits on fresh inputs.
+#[test]
+fn whole_transposes_alternating_shapes_match_the_interpreter_bit_for_bit() {
+    let mut shapes = vec![
+        (37, 300),
+        (300, 37),
+        (1056, 544),
+        (37, 300),
+        (1, 1),
+        (1056, 544),
+    ];
+    shapes.extend((1..=9).map(|k| (16 * k + 1, 33 * k)));
+    shapes.extend([(300, 37), (37, 300), (17, 34), (1056, 544)]);
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let x = Tensor::<f32>::randn(&[r, c], 900 + i as u64);
+        let t = fused::whole_transposes;
+        direct_same_bits(
+            &format!("transpose [{r}, {c}] launch {i}"),
+            t,
+            false,
+            || transpose_f32(&x).unwrap(),
+        );
+        on_threads(2, || {
+            direct_same_bits(
+                &format!("transpose 2 threads [{r}, {c}] launch {i}"),
+                t,
+                false,
+                || transpose_f32(&x).unwrap(),
+            )
+        });
+    }
+}
+
 // Column sums as block programs: `col_sum_tile` is the loop the library's column sum lowers
 // to (the whole-row pass folds it); `col_sum_from_one` starts its accumulator at 1.0 and
 // `col_sum_skip_first` skips the first tile of rows, so the pass runs but their programs must

@@ -475,6 +475,19 @@ pub(crate) fn count_covered() {
     COVERED.with(|c| c.set(c.get() + 1));
 }
 
+/// How many sets of argument shapes [`Fused::whole`] remembers its check for.
+const WHOLE_CHECKED: usize = 8;
+
+/// Every argument's rank and dims, one after another.
+fn shape_key(args: &[Buffer]) -> Vec<usize> {
+    let mut key = Vec::with_capacity(args.len() * 3);
+    for a in args {
+        key.push(a.dims().len());
+        key.extend_from_slice(a.dims());
+    }
+    key
+}
+
 /// A kernel compiled for the fast path.
 pub(crate) struct Fused {
     plan: plan::Plan,
@@ -488,6 +501,10 @@ pub(crate) struct Fused {
     chain: bool,
     /// The plan's transpose when all its other steps are scalar (see [`Fused::whole`]).
     whole: Option<transpose::Transpose>,
+    /// [`Fused::whole`]'s per-program check by argument shapes ([`shape_key`]): the
+    /// programs' scalars read only program ids and argument dims (`plan::SOp`), so the
+    /// answer for one set of shapes holds for every launch with them.
+    whole_checked: std::sync::Mutex<Vec<(Vec<usize>, bool)>>,
     /// The kernel is the library's depthwise convolution (`depthwise`).
     depthwise: Option<dwmatch::Depthwise>,
     /// The group [`flat::run`] may run over whole tensors, and its operands.
@@ -534,6 +551,7 @@ impl Fused {
             direct,
             chain,
             whole,
+            whole_checked: std::sync::Mutex::new(Vec::new()),
             depthwise: dwmatch::depthwise(k),
             flat,
             colreduce,
@@ -615,9 +633,23 @@ impl Fused {
                 v(&t.dst_idx, 0) == v(&t.src_idx, 1) && v(&t.dst_idx, 1) == v(&t.src_idx, 0)
             })
         };
-        let ok = SCRATCH.with(|s| match s.try_borrow_mut() {
-            Ok(mut s) => check(&mut s),
-            Err(_) => check(&mut run::Scratch::default()),
+        // The check walks every program (18 µs of a `[4096, 1024]` f32 transpose's 4096
+        // programs, before its threads start): once per set of argument shapes.
+        let key = shape_key(args);
+        let known = |c: &Vec<(Vec<usize>, bool)>| c.iter().find(|(k, _)| *k == key).map(|e| e.1);
+        let cached = self.whole_checked.lock().ok().and_then(|c| known(&c));
+        let ok = cached.unwrap_or_else(|| {
+            let ok = SCRATCH.with(|s| match s.try_borrow_mut() {
+                Ok(mut s) => check(&mut s),
+                Err(_) => check(&mut run::Scratch::default()),
+            });
+            if let Ok(mut c) = self.whole_checked.lock() {
+                if c.len() == WHOLE_CHECKED {
+                    c.remove(0);
+                }
+                c.push((key, ok));
+            }
+            ok
         });
         ok.then_some(t)
     }
