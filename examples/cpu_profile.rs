@@ -22,6 +22,9 @@
 //! copy of half of them into a kept destination) and the same copy with non-temporal
 //! stores, with the kernel's ratio to each and when each thread's chunk started and ended:
 //! `RAYON_NUM_THREADS=2 cargo run --release --example cpu_profile -- rmsnorm 4096 1024 200 --pool`.
+//! On a machine shared with other work, two-thread figures mostly time the scheduler (the
+//! second worker waits for a CPU: the printed chunk starts show it); run the binary under
+//! `chrt -f 50` (real-time FIFO, root) for repeatable ones.
 //! `--halves` (gelu, softmax, layernorm, rmsnorm, transpose) runs the launch split by hand
 //! instead: each of `RAYON_NUM_THREADS` threads launches on its own `[R / T, C]` input in a
 //! one-thread pool, all released together by a barrier, and the fastest round is printed
