@@ -24,11 +24,26 @@ fn nt_bytes() -> usize {
 /// 102–104, depthwise 95 → 107–111, add 90–96 → 102–114, rmsnorm bf16→f32 61–62 →
 /// 118–127; rmsnorm `[6144, 1024]` (24 MiB output) 81–82 → 88–95, `[8192, 1024]` (32 MiB)
 /// 75 both; `[1024, 4096]`: rmsnorm 86 → 95, gelu 77 → 103, depthwise 91 → 105, layernorm
-/// 82 → 78–81 (its 16 KiB rows, the one loss measured). One thread keeps streaming
+/// 82 → 78–81 (its 16 KiB rows). In the rarer state where two threads' streaming stores
+/// ran twice as fast (a non-temporal copy at 175 GB/s), depthwise lost (140 → 121, one
+/// process) while gelu, rmsnorm and layernorm still gained. One thread keeps streaming
 /// (rmsnorm 74 → 63, layernorm 74 → 52 with plain stores).
 fn streamed(len: usize) -> bool {
     let llc = crate::backend::cpu::cache::last_level_bytes();
-    len >= nt_bytes() && (rayon::current_num_threads() == 1 || len > llc / 4 * 3)
+    len >= nt_bytes() && (threads() == 1 || len > llc / 4 * 3)
+}
+
+/// The number of threads a launch made here runs on: the current rayon pool's on one of its
+/// threads, else the global pool's (fixed once built, so read once: outside a pool
+/// `rayon::current_num_threads` took ≈ 11 ns a call, and a one-thread layernorm launched from
+/// outside asks once per program, 4096 times at `[4096, 1024]`: ≈ 50 µs of a 440 µs launch).
+fn threads() -> usize {
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        static GLOBAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *GLOBAL.get_or_init(rayon::current_num_threads)
+    }
 }
 
 /// Whether a launch writes `out` with [`copy`]: an unrounded f32 output [`streamed`] by its
