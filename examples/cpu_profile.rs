@@ -16,6 +16,19 @@
 //! `--into` (anywhere on the line) launches the memory-bound kernels with
 //! `KernelDef::launch_into` (depthwise: `depthwise_conv2d_into`) into one output tensor kept
 //! across launches instead of returning a fresh one: `-- add 8192 4096 20 --into`.
+//! `--pool` times the launches on a thread of a pool of `RAYON_NUM_THREADS` threads (as
+//! `benches/cpu.rs` does: no wake-up of the pool from outside per launch) and then prints,
+//! from the same process, the bench's memcpy yardstick for the kernel's bytes (a parallel
+//! copy of half of them into a kept destination) and the same copy with non-temporal
+//! stores, with the kernel's ratio to each and when each thread's chunk started and ended:
+//! `RAYON_NUM_THREADS=2 cargo run --release --example cpu_profile -- rmsnorm 4096 1024 200 --pool`.
+//! On a machine shared with other work, two-thread figures mostly time the scheduler (the
+//! second worker waits for a CPU: the printed chunk starts show it); run the binary under
+//! `chrt -f 50` (real-time FIFO, root) for repeatable ones.
+//! `--halves` (gelu, softmax, layernorm, rmsnorm, transpose) runs the launch split by hand
+//! instead: each of `RAYON_NUM_THREADS` threads launches on its own `[R / T, C]` input in a
+//! one-thread pool, all released together by a barrier, and the fastest round is printed
+//! with each thread's start and time.
 //! Prints wall time and this thread's CPU time per launch (one thread: the launch runs on
 //! the calling thread), the process's minor page faults per launch and the fastest single
 //! launch's wall time; for gelu also the launch's work (a copy of the input and
@@ -77,11 +90,17 @@ fn main() {
     let mut a: Vec<String> = std::env::args().collect();
     // `--into`: launch into an output kept across launches (`KernelDef::launch_into`).
     let into = a.iter().any(|s| s == "--into");
-    a.retain(|s| s != "--into");
+    // `--pool`: the timed launches run on a pool thread (`ThreadPool::install`), as
+    // `benches/cpu.rs` times them, and the run ends with the pool's memcpy yardstick.
+    let in_pool = a.iter().any(|s| s == "--pool");
+    // `--halves`: the launch split by hand (see `halves`).
+    let by_halves = a.iter().any(|s| s == "--halves");
+    a.retain(|s| !matches!(s.as_str(), "--into" | "--pool" | "--halves"));
     let name = a.get(1).map_or("gelu", |s| s.as_str()).to_string();
     let r: usize = a.get(2).map_or(37, |s| s.parse().unwrap());
     let c: usize = a.get(3).map_or(300, |s| s.parse().unwrap());
     let n: usize = a.get(4).map_or(1000, |s| s.parse().unwrap());
+    let launches = n;
     if name == "vmath_chain" {
         // `vmath::gelu` alone on the chain's values `x · y + 1` and on `x` itself.
         let x = Tensor::<f32>::randn(&[r, c], 1);
@@ -161,9 +180,9 @@ fn main() {
             .unwrap_or_else(|_| panic!("CPU_PROFILE_PAD={v:?}: expected a byte count"))
     });
     let _pad = vec![1u8; pad];
-    let shown = std::cell::Cell::new(false);
+    let shown = std::sync::atomic::AtomicBool::new(false);
     let show = |o: *const u8| {
-        if !shown.replace(true) {
+        if !shown.swap(true, std::sync::atomic::Ordering::Relaxed) {
             println!(
                 "input at {:#x} (mod 4096: {}), output at {:#x} (mod 4096: {})",
                 x.as_slice().unwrap().as_ptr() as usize,
@@ -305,32 +324,47 @@ fn main() {
         "memcpy_kept" => kept.copy_from_slice(x.as_slice().unwrap()),
         _ => panic!("unknown kernel {name}"),
     };
-    run();
-    let (t, cpu, faults) = (Instant::now(), thread_cpu_ns(), minor_faults());
-    // The fastest single launch too: on a machine shared with other work it is the figure
-    // least disturbed by preemption.
-    let mut fastest = f64::INFINITY;
-    for _ in 0..n {
-        let l = Instant::now();
-        run();
-        fastest = fastest.min(l.elapsed().as_secs_f64());
+    if by_halves {
+        return halves(&name, &x, &g, n, into);
     }
-    let s = t.elapsed().as_secs_f64() / n as f64;
-    let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
-    let faults = (minor_faults() - faults) as f64 / n as f64;
-    // Bytes read + written, each once (as `benches/cpu.rs` counts them).
-    let n = (r * c) as f64;
-    let bytes = match name.as_str() {
-        "add" => 12.0 * n,
-        "add_bf16" => 6.0 * n,
-        "softmax_bf16" | "layernorm_bf16" | "rmsnorm_bf16" => 4.0 * n,
-        "softmax_bf16_f32" | "rmsnorm_bf16_f32" => 6.0 * n,
-        "col_mean" => 4.0 * n,
-        "col_sum_bf16" => 2.0 * n,
-        "transpose_bf16" | "gelu_bf16" => 4.0 * n,
-        "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
-        _ => 8.0 * n,
+    let mut timed = || {
+        run();
+        let (t, cpu, faults) = (Instant::now(), thread_cpu_ns(), minor_faults());
+        // The fastest single launch too: on a machine shared with other work it is the
+        // figure least disturbed by preemption.
+        let mut fastest = f64::INFINITY;
+        for _ in 0..n {
+            let l = Instant::now();
+            run();
+            fastest = fastest.min(l.elapsed().as_secs_f64());
+        }
+        let s = t.elapsed().as_secs_f64() / n as f64;
+        let c_s = (thread_cpu_ns() - cpu) as f64 * 1e-9 / n as f64;
+        let faults = (minor_faults() - faults) as f64 / n as f64;
+        (s, c_s, faults, fastest)
     };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    // `CPU_PROFILE_ROUNDS=k` (with `--pool`): k rounds of the launches and the yardsticks,
+    // one line each (whether the machine's state changes within a process).
+    let rounds: usize = std::env::var("CPU_PROFILE_ROUNDS").map_or(1, |v| v.parse().unwrap());
+    for _ in 1..if in_pool { rounds } else { 1 } {
+        let (_, _, _, fastest) = pool.install(&mut timed);
+        println!(
+            "round: {name} fastest launch {:.2} µs ({:.2} GB/s)",
+            fastest * 1e6,
+            bytes_of(&name, r, c) / fastest / 1e9
+        );
+        yardsticks(&pool, bytes_of(&name, r, c) as usize, launches, fastest);
+    }
+    let (s, c_s, faults, fastest) = if in_pool {
+        pool.install(timed)
+    } else {
+        timed()
+    };
+    let bytes = bytes_of(&name, r, c);
     if gemm {
         let flops = 2.0 * (r * c * c) as f64;
         println!(
@@ -351,6 +385,9 @@ fn main() {
         fastest * 1e6,
         bytes / fastest / 1e9
     );
+    if in_pool {
+        yardsticks(&pool, bytes as usize, launches, fastest);
+    }
     println!(
         "outputs allocated uninitialised (fused cover proof), whole process: {}",
         tessera::backend::cpu::fused::covered_outputs()
@@ -380,6 +417,221 @@ fn main() {
             w * 1e6,
             (c_s - w) * 1e6
         );
+    }
+}
+
+/// Bytes a launch of `name` on `[r, c]` reads and writes, each once (as `benches/cpu.rs`
+/// counts them).
+fn bytes_of(name: &str, r: usize, c: usize) -> f64 {
+    let n = (r * c) as f64;
+    let (dh, dw) = (r, (c / 64).max(3));
+    match name {
+        "add" => 12.0 * n,
+        "add_bf16" => 6.0 * n,
+        "softmax_bf16" | "layernorm_bf16" | "rmsnorm_bf16" => 4.0 * n,
+        "softmax_bf16_f32" | "rmsnorm_bf16_f32" => 6.0 * n,
+        "col_mean" => 4.0 * n,
+        "col_sum_bf16" => 2.0 * n,
+        "transpose_bf16" | "gelu_bf16" => 4.0 * n,
+        "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
+        _ => 8.0 * n,
+    }
+}
+
+/// `--pool`: the yardsticks beside the kernel's fastest launch `kernel` (seconds), on `pool`'s
+/// threads as the launches ran: `benches/cpu.rs`'s memcpy (a `par_chunks` copy of `bytes / 2`
+/// into a kept destination, one chunk per thread, timed inside the pool) and the same copy
+/// with non-temporal 64-byte stores (what the kernels' streamed outputs do), each the fastest
+/// of `reps` copies, with when each chunk started and how long it took in that copy.
+fn yardsticks(pool: &rayon::ThreadPool, bytes: usize, reps: usize, kernel: f64) {
+    let half = bytes / 2 / 64 * 64;
+    let t = pool.current_num_threads();
+    let src = vec![1u8; half];
+    // 64 bytes of slack: the streamed copy starts its destination on a line.
+    let mut dst = vec![0u8; half + 64];
+    let at = dst.as_ptr().align_offset(64);
+    let chunk = half.div_ceil(t).div_ceil(64) * 64;
+    for (what, nt) in [
+        ("memcpy (bench yardstick)", false),
+        ("non-temporal copy", true),
+    ] {
+        let d = &mut dst[at..at + half];
+        let (best, spans) = pool.install(|| {
+            let mut best = (f64::INFINITY, Vec::new());
+            for i in 0..=reps {
+                let spans = std::sync::Mutex::new(vec![(0.0, 0.0); t]);
+                let t0 = Instant::now();
+                use rayon::prelude::*;
+                d.par_chunks_mut(chunk)
+                    .zip(src.par_chunks(chunk))
+                    .enumerate()
+                    .for_each(|(k, (d, s))| {
+                        let a = t0.elapsed().as_secs_f64();
+                        copy(d, s, nt);
+                        let b = t0.elapsed().as_secs_f64();
+                        spans.lock().unwrap()[k] = (a, b - a);
+                    });
+                let w = t0.elapsed().as_secs_f64();
+                if i > 0 && w < best.0 {
+                    best = (w, spans.into_inner().unwrap());
+                }
+            }
+            best
+        });
+        let parts: Vec<String> = spans
+            .iter()
+            .map(|(a, d)| format!("start +{:.1} µs, took {:.1} µs", a * 1e6, d * 1e6))
+            .collect();
+        println!(
+            "{t}-thread {what} of {} MiB: fastest {:.2} µs ({:.2} GB/s read + written); kernel / it {:.2}; chunks: {}",
+            half >> 20,
+            best * 1e6,
+            2.0 * half as f64 / best / 1e9,
+            best / kernel,
+            parts.join("; ")
+        );
+    }
+}
+
+/// Copies `s` to `d` (same length), with non-temporal 64-byte stores when `nt` (AVX-512F
+/// present, `d` starting on a 64-byte line, whole lines), else `copy_from_slice`.
+fn copy(d: &mut [u8], s: &[u8], nt: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if nt && is_x86_feature_detected!("avx512f") && d.as_ptr() as usize % 64 == 0 {
+        // SAFETY: AVX-512F is present (checked above).
+        return unsafe { stream_copy(d, s) };
+    }
+    d.copy_from_slice(s);
+}
+
+/// The non-temporal copy of [`copy`]: whole 64-byte lines streamed, the tail copied.
+///
+/// # Safety
+/// AVX-512F is present; `d` starts on a 64-byte boundary.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stream_copy(d: &mut [u8], s: &[u8]) {
+    use std::arch::x86_64::*;
+    let lines = d.len().min(s.len()) / 64;
+    for i in 0..lines {
+        // SAFETY: `i * 64 + 64 <= len`; `d`'s line is 64-byte aligned.
+        unsafe {
+            let v = _mm512_loadu_si512(s.as_ptr().add(i * 64) as *const _);
+            _mm512_stream_si512(d.as_mut_ptr().add(i * 64) as *mut _, v);
+        }
+    }
+    _mm_sfence();
+    d[lines * 64..].copy_from_slice(&s[lines * 64..]);
+}
+
+/// `--halves`: the launch split by hand, for comparison with one launch on rayon's threads:
+/// `RAYON_NUM_THREADS` threads, each with a one-thread pool and its own `[R / T, C]` input
+/// (contiguous rows, 64-byte aligned), launch together after a barrier, `n` rounds; prints
+/// the fastest round's wall time (first start to last finish) and each thread's start and
+/// time in it. Kernels: gelu, softmax, layernorm, rmsnorm, transpose (f32).
+fn halves(name: &str, x: &Tensor<f32>, g: &Tensor<f32>, n: usize, into: bool) {
+    let t = rayon::current_num_threads();
+    let (r, c) = (x.shape()[0], x.shape()[1]);
+    let rows = r / t;
+    let barrier = std::sync::Barrier::new(t);
+    let base = Instant::now();
+    let spans: Vec<Vec<(f64, f64)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..t)
+            .map(|k| {
+                let barrier = &barrier;
+                sc.spawn(move || {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(1)
+                        .build()
+                        .unwrap();
+                    let x = Tensor::<f32>::randn(&[rows, c], 11 + k as u64);
+                    let mut out = None;
+                    pool.install(|| {
+                        launch_f32(name, &x, g, &mut out, into);
+                        (0..n)
+                            .map(|_| {
+                                barrier.wait();
+                                let a = base.elapsed().as_secs_f64();
+                                launch_f32(name, &x, g, &mut out, into);
+                                (a, base.elapsed().as_secs_f64())
+                            })
+                            .collect()
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let wall = |i: usize| {
+        let a = spans.iter().map(|s| s[i].0).fold(f64::INFINITY, f64::min);
+        let b = spans.iter().map(|s| s[i].1).fold(0.0, f64::max);
+        (b - a, a)
+    };
+    let best = (0..n)
+        .min_by(|&i, &j| wall(i).0.total_cmp(&wall(j).0))
+        .unwrap();
+    let (w, a) = wall(best);
+    let parts: Vec<String> = spans
+        .iter()
+        .map(|s| {
+            format!(
+                "start +{:.1} µs, took {:.1} µs",
+                (s[best].0 - a) * 1e6,
+                (s[best].1 - s[best].0) * 1e6
+            )
+        })
+        .collect();
+    let bytes = 8.0 * (rows * t * c) as f64;
+    println!(
+        "{name} [{r}, {c}] by hand on {t} threads ({}): fastest round {:.2} µs ({:.2} GB/s); threads: {}",
+        if into {
+            "kept outputs"
+        } else {
+            "fresh outputs"
+        },
+        w * 1e6,
+        bytes / w / 1e9,
+        parts.join("; ")
+    );
+}
+
+/// One launch of the f32 kernel `name` on `x` (`g` its γ / β), into `out` with `into` (the
+/// first launch makes it), else a fresh output dropped at once.
+fn launch_f32(
+    name: &str,
+    x: &Tensor<f32>,
+    g: &Tensor<f32>,
+    out: &mut Option<Tensor<f32>>,
+    into: bool,
+) {
+    macro_rules! one {
+        ($fresh:expr, $def:expr, [$($arg:expr),*]) => {
+            match (out.as_mut(), into) {
+                (Some(o), true) => $def.launch_into(&[$($arg.arg()),*], o).unwrap(),
+                (None, true) => *out = Some($fresh.unwrap()),
+                (_, false) => drop($fresh.unwrap()),
+            }
+        };
+    }
+    match name {
+        "gelu" => one!(tessera_kernels::gelu(x), tessera_kernels::gelu::KERNEL, [x]),
+        "softmax" => one!(
+            tessera_kernels::softmax(x),
+            tessera_kernels::softmax::KERNEL,
+            [x]
+        ),
+        "layernorm" => one!(
+            tessera_kernels::layernorm(x, g, g),
+            tessera_kernels::layernorm::KERNEL,
+            [x, g, g]
+        ),
+        "rmsnorm" => one!(
+            tessera_kernels::rmsnorm(x, g),
+            tessera_kernels::rmsnorm::KERNEL,
+            [x, g]
+        ),
+        "transpose" => one!(transpose_f32(x), transpose_f32::KERNEL, [x]),
+        _ => panic!("--halves: {name} is not one of gelu, softmax, layernorm, rmsnorm, transpose"),
     }
 }
 

@@ -603,8 +603,12 @@ fn whole_transposes_at_alternating_shapes_match_the_interpreter_bit_for_bit() {
         (1056, 544),
         (544, 1056),
         (37, 300),
+        (300, 37),
+        (1, 1),
         (64, 96),
+        (17, 34),
         (544, 1056),
+        (300, 37),
     ];
     for threads in [1, 2] {
         on_threads(threads, || {
@@ -1162,7 +1166,10 @@ fn depthwise_taps_bits() {
 #[test]
 fn depthwise_streamed_to_a_large_output_matches_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    depthwise_large_bits();
+    // Streamed on one thread; plain stores on two (an output under 3/4 of the LLC).
+    for threads in [1, 2] {
+        on_threads(threads, depthwise_large_bits);
+    }
 }
 
 fn depthwise_large_bits() {
@@ -1797,8 +1804,14 @@ fn chunk_specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
 #[test]
 fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    softmax_rows_bits_on(&large_row_shapes());
-    norm_rows_bits_on(&large_row_shapes());
+    // Streamed on one thread; on two the norms' outputs (under 3/4 of the LLC) take plain
+    // stores and softmax's stay streamed.
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            softmax_rows_bits_on(&large_row_shapes());
+            norm_rows_bits_on(&large_row_shapes());
+        });
+    }
 }
 
 /// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
@@ -1810,7 +1823,10 @@ fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     let mut shapes = large_row_shapes();
     shapes.push(large_whole_tile_rows());
-    elementwise_bits_on(&shapes);
+    // Streamed on one thread; plain stores on two (outputs under 3/4 of the LLC).
+    for threads in [1, 2] {
+        on_threads(threads, || elementwise_bits_on(&shapes));
+    }
 }
 
 /// A ragged width narrower than a `[_, 1024]` tile, rows past the non-temporal threshold: the
@@ -2558,7 +2574,8 @@ fn every_simd_level_agrees() {
         direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit();
         depthwise_bits();
         depthwise_taps_bits();
-        depthwise_large_bits();
+        // The large outputs on one thread: streamed at every level.
+        on_threads(1, depthwise_large_bits);
         fresh_outputs_bits();
         column_pass_bits();
         column_pass_bf16_bits();
@@ -2567,12 +2584,14 @@ fn every_simd_level_agrees() {
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
-        softmax_rows_bits_on(&large_row_shapes()[..1]);
-        norm_rows_bits_on(&large_row_shapes()[..1]);
-        elementwise_bits_on(&[large_whole_tile_rows(), large_row_shapes()[0]]);
+        on_threads(1, || {
+            softmax_rows_bits_on(&large_row_shapes()[..1]);
+            norm_rows_bits_on(&large_row_shapes()[..1]);
+            elementwise_bits_on(&[large_whole_tile_rows(), large_row_shapes()[0]]);
+        });
         binary_elementwise_bits();
         flat_elementwise_bits(&[((37, 300), false), ((256, 256), false), ((9, 1025), false)]);
-        flat_elementwise_bits(&large_flat_shapes());
+        on_threads(1, || flat_elementwise_bits(&large_flat_shapes()));
         operand_chains_bits();
         flat_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
         flat_chain_bits(&large_flat_shapes());
@@ -2670,14 +2689,18 @@ fn bf16_patterns(r: usize, c: usize, seed: u64) -> Tensor<bf16> {
 }
 
 /// Runs `f` on the whole-tensor path (`fused::flat_elementwise`, streamed exactly when
-/// `streamed` at the AVX2 level or higher: `fused::flat_streamed`) and tile by tile
+/// `streamed` at the AVX2 level or higher and, on two or more threads, the output takes more
+/// than 3/4 of the last-level cache: `fused::flat_streamed`) and tile by tile
 /// (`fused::without_flat`), each against the interpreter bit for bit.
 fn flat_and_tiles<T: Element>(name: &str, streamed: bool, f: impl Fn() -> Tensor<T>) {
     let slow = fused::with_interpreter(&f);
     let (flat, nt) = (fused::flat_elementwise(), fused::flat_streamed());
     let fast = f();
     assert!(fused::flat_elementwise() > flat, "{name}: not run whole");
-    let want = streamed && simd::active() >= simd::SimdLevel::Avx2;
+    let bytes = fast.shape().iter().product::<usize>() * std::mem::size_of::<T>();
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let shared = rayon::current_num_threads() > 1 && bytes <= llc / 4 * 3;
+    let want = streamed && simd::active() >= simd::SimdLevel::Avx2 && !shared;
     assert_eq!(fused::flat_streamed() > nt, want, "{name}: streamed");
     assert_same_bits(name, &fast, &slow);
     let (flat, launches) = (fused::flat_elementwise(), fused::launches());
@@ -2701,7 +2724,11 @@ fn flat_elementwise_matches_the_interpreter_bit_for_bit() {
     let mut shapes: Vec<_> = row_shapes().into_iter().map(|s| (s, false)).collect();
     shapes.push(((256, 256), false));
     flat_elementwise_bits(&shapes);
-    flat_elementwise_bits(&large_flat_shapes());
+    // One thread streams every output of the large shape; two stream only the f32 ones
+    // (more than 3/4 of the last-level cache), the bf16 ones taking plain stores.
+    for threads in [1, 2] {
+        on_threads(threads, || flat_elementwise_bits(&large_flat_shapes()));
+    }
 }
 
 /// A 1001-column shape whose bf16 output passes the non-temporal threshold (so f32 ones do

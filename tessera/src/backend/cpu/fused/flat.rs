@@ -6,8 +6,8 @@
 //! of tensors of one shape. Such a launch runs as
 //! one pass over the flat tensors instead of tile by tile: contiguous ranges split among
 //! rayon's threads, each walked in order (the hardware prefetchers see one stream per
-//! tensor), streamed past the non-temporal threshold ([`super::stream::large`]) whatever the
-//! tile's width. Each element gets the same ops on the same values as in the tile loop.
+//! tensor), streamed past the non-temporal threshold ([`super::stream::large`], by the
+//! output's size and the thread count) whatever the tile's width. Each element gets the same ops on the same values as in the tile loop.
 
 use super::chain::Op;
 use super::chunk::V;

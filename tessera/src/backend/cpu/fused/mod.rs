@@ -344,8 +344,8 @@ pub fn flat_elementwise() -> u64 {
 }
 
 /// How many of [`flat_elementwise`]'s launches on this thread wrote their output with
-/// non-temporal stores (an f32 or bf16 output of at least 3/8 of the last-level cache, at
-/// the AVX2 level or higher).
+/// non-temporal stores (an f32 or bf16 output of at least 3/8 of the last-level cache on one
+/// thread, of more than 3/4 of it on two or more, at the AVX2 level or higher).
 ///
 /// ```
 /// let n = tessera::backend::cpu::fused::flat_streamed();

@@ -90,7 +90,7 @@ fn body(
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
     let round = sm.rows.round_bf16;
-    let nt = stream::wanted(out, round);
+    let nt = stream::wanted_at_any_thread_count(out, round);
     let r0 = (pids.start * br).min(rows);
     let r1 = (pids.end * br).min(rows);
     #[cfg(target_arch = "x86_64")]

@@ -6,38 +6,83 @@
 use crate::backend::Buffer;
 use tessera_ir::DType;
 
-/// Outputs of at least 3/8 of the last-level cache take non-temporal stores (measured on a
-/// 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB, non-temporal ones
-/// faster at 16 MiB, where input and output no longer fit the cache together).
+/// On one thread, outputs of at least 3/8 of the last-level cache take non-temporal stores
+/// (measured on a 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB,
+/// non-temporal ones faster at 16 MiB, where input and output no longer fit the cache
+/// together); see [`streamed`] for two or more threads.
 fn nt_bytes() -> usize {
     crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
 
-/// Whether a launch writes `out` with [`copy`]: an unrounded f32 output of at least
-/// [`nt_bytes`], at the AVX2 level or higher.
+/// Whether an output of `len` bytes takes non-temporal stores: from [`nt_bytes`] on one
+/// thread; on two or more threads only above 3/4 of the last-level cache. On the 2-vCPU AMD
+/// EPYC (Zen 5, 32 MiB L3; runs under `chrt -f 50`, 2026-11-27) two threads' streaming stores
+/// wrote ≈ 45–52 GB/s together, no more than one thread alone (the machine's, not each
+/// core's, limit then; other times have measured about twice that), while plain stores
+/// leave an output that fits the cache beside its input there. Two threads, `[4096, 1024]`
+/// f32, GB/s streamed → plain: rmsnorm 85 → 122–132, layernorm 84 → 104–108, gelu 76–79 →
+/// 102–104, depthwise 95 → 107–111, add 90–96 → 102–114, rmsnorm bf16→f32 61–62 →
+/// 118–127; rmsnorm `[6144, 1024]` (24 MiB output) 81–82 → 88–95, `[8192, 1024]` (32 MiB)
+/// 75 both; `[1024, 4096]`: rmsnorm 86 → 95, gelu 77 → 103, depthwise 91 → 105, layernorm
+/// 82 → 78–81 (its 16 KiB rows). In the rarer state where two threads' streaming stores
+/// ran twice as fast (a non-temporal copy at 175 GB/s), depthwise lost (140 → 121, one
+/// process) while gelu, rmsnorm and layernorm still gained. One thread keeps streaming
+/// (rmsnorm 74 → 63, layernorm 74 → 52 with plain stores).
+fn streamed(len: usize) -> bool {
+    let llc = crate::backend::cpu::cache::last_level_bytes();
+    len >= nt_bytes() && (threads() == 1 || len > llc / 4 * 3)
+}
+
+/// The number of threads a launch made here runs on: the current rayon pool's on one of its
+/// threads, else the global pool's (fixed once built, so read once: outside a pool
+/// `rayon::current_num_threads` took ≈ 11 ns a call, and a one-thread layernorm launched from
+/// outside asks once per program, 4096 times at `[4096, 1024]`: ≈ 50 µs of a 440 µs launch).
+fn threads() -> usize {
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        static GLOBAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *GLOBAL.get_or_init(rayon::current_num_threads)
+    }
+}
+
+/// Whether a launch writes `out` with [`copy`]: an unrounded f32 output [`streamed`] by its
+/// size and the thread count, at the AVX2 level or higher.
 pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
+    wanted_if(out, round, streamed(out.len))
+}
+
+/// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
+/// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
+/// 1024]` f32: 88–89 GB/s streamed, 66–68 plain).
+pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
+    wanted_if(out, round, out.len >= nt_bytes())
+}
+
+/// [`wanted`] with the size rule's answer `big`.
+fn wanted_if(out: &Buffer, round: bool, big: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         out.dtype == DType::F32
             && !round
-            && out.len >= nt_bytes()
+            && big
             && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (out, round);
+        let _ = (out, round, big);
         false
     }
 }
 
-/// Whether stores to `out` may stream ([`copy`], [`copy_u16`]): an f32 or bf16 output of at
-/// least [`nt_bytes`], at the AVX2 level or higher (values already rounded to what the tensor
-/// holds).
+/// Whether stores to `out` may stream ([`copy`], [`copy_u16`]): an f32 or bf16 output
+/// [`streamed`] by its size and the thread count, at the AVX2 level or higher (values
+/// already rounded to what the tensor holds).
 pub(crate) fn large(out: &Buffer) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         matches!(out.dtype, DType::F32 | DType::BF16)
-            && out.len >= nt_bytes()
+            && streamed(out.len)
             && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2
     }
     #[cfg(not(target_arch = "x86_64"))]
