@@ -55,6 +55,94 @@ impl Ahead {
     }
 }
 
+impl Ahead {
+    /// The walk over the cache lines of part `t` of `parts` (as [`Ahead::part`]), to be
+    /// issued a few at a time over `steps` calls of [`Walk::step`]; an empty walk when
+    /// `t >= parts`.
+    #[inline(always)]
+    pub(crate) fn walk(&self, t: usize, parts: usize, steps: usize) -> Walk {
+        if t >= parts || self.rows == 0 || self.row_bytes == 0 {
+            return Walk::NONE;
+        }
+        let (r0, r1) = (t * self.rows / parts, (t + 1) * self.rows / parts);
+        if r0 == r1 {
+            return Walk::NONE;
+        }
+        let row = self.base.wrapping_add(r0 * self.stride) as usize;
+        let (line, end) = (row & !63, (row + self.row_bytes - 1) & !63);
+        let lines = (r1 - r0) * ((end - line) / 64 + 1);
+        Walk {
+            row,
+            line,
+            end,
+            row_bytes: self.row_bytes,
+            stride: self.stride,
+            rows: r1 - r0,
+            per: lines.div_ceil(steps.max(1)),
+        }
+    }
+}
+
+/// The cache lines of some rows of an [`Ahead`] region, prefetched into L2 in order a few
+/// per [`Walk::step`] (a micro-kernel steps it once per unrolled k iteration, so the
+/// requests reach memory spread over the tile's run instead of in one burst).
+#[derive(Clone, Copy)]
+pub(crate) struct Walk {
+    /// The current row's first byte.
+    row: usize,
+    /// The next line to prefetch.
+    line: usize,
+    /// The current row's last line.
+    end: usize,
+    row_bytes: usize,
+    stride: usize,
+    /// Rows left, the current one included.
+    rows: usize,
+    /// Lines per step.
+    per: usize,
+}
+
+impl Walk {
+    /// Nothing to prefetch.
+    pub(crate) const NONE: Walk = Walk {
+        row: 0,
+        line: 0,
+        end: 0,
+        row_bytes: 0,
+        stride: 0,
+        rows: 0,
+        per: 0,
+    };
+
+    /// Prefetch the next `per` lines (fewer at the end).
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        for _ in 0..self.per {
+            if self.rows == 0 {
+                return;
+            }
+            prefetch_l2(self.line as *const u8);
+            if self.line == self.end {
+                self.rows -= 1;
+                self.row = self.row.wrapping_add(self.stride);
+                self.line = self.row & !63;
+                self.end = (self.row + self.row_bytes - 1) & !63;
+            } else {
+                self.line += 64;
+            }
+        }
+    }
+
+    /// Prefetch every line left.
+    #[inline(always)]
+    pub(crate) fn rest(&mut self) {
+        while self.rows > 0 {
+            self.per = usize::MAX;
+            self.step();
+        }
+    }
+}
+
 /// Prefetch the `rows × cols` elements of `T` at `p` (row stride `ld` elements), a C tile
 /// that a micro-kernel reads later, into L1 (`l1`) or L2. Only addresses are formed.
 #[inline(always)]

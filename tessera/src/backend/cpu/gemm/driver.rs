@@ -1,6 +1,6 @@
 //! The BLIS-style five-loop driver, generic over the micro-kernel.
 
-use super::ahead::{self, Ahead};
+use super::ahead::{self, Ahead, Walk};
 use super::scratch::with_scratch;
 
 /// Depth of a packed k-block when all of `A`'s rows fit one block or one micro-tile (`B`
@@ -25,6 +25,9 @@ pub(crate) const NC_TARGET: usize = 4096;
 /// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it).
 pub(crate) const NC_SMALL: usize = 256;
 
+/// Steps of k per [`Walk::step`] in [`Kernel::run_walk`] (the micro-kernels' unrolling).
+pub(crate) const WALK_STEP: usize = 4;
+
 /// A register-blocked micro-kernel plus its packing routines.
 ///
 /// # Safety
@@ -38,10 +41,31 @@ pub(crate) unsafe trait Kernel {
     unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
+    /// Pack rows `p0..p1` of `kc × nc` of `B` into their places in its `NR`-column panels
+    /// (see `pack::pack_b_rows`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    );
     /// `C[0..mr, 0..nr] += A · Bpanel` for the micro-tile `t` (see [`Tile`]) whose `t.b` is a
     /// packed panel of depth `t.kc`; with `t.overwrite`, `C[0..mr, 0..nr] = A · Bpanel` (the
     /// accumulators start at `+0.0` instead of C's values, which are not read).
     unsafe fn run(t: Tile);
+    /// [`Kernel::run`] that also prefetches the lines of `w` into L2, spread over its k
+    /// loop ([`Walk::step`] once per [`WALK_STEP`] steps of k). The default prefetches them
+    /// all first.
+    unsafe fn run_walk(t: Tile, mut w: Walk) {
+        unsafe {
+            w.rest();
+            Self::run(t)
+        }
+    }
     /// [`Kernel::run`] for a full-width tile (`t.nr == NR`) whose `kc × NR` block of `B` is
     /// read in place at `t.b` (row stride `ldb`) and written packed to `bp` on the way, for
     /// the panel's later micro-tiles. The default packs first, then runs.
@@ -113,7 +137,16 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
             let a_len = m.div_ceil(mr_) * mr_ * kc_max;
             let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
-            with_scratch(a_len, b_len, |abuf, bbuf| {
+            let pipe = pipe_mode();
+            let bufs = if pipe > 0 { 2 } else { 1 };
+            with_scratch(a_len, bufs * b_len, |abuf, bbuf| {
+                // With `pipe`, chunk `i` is packed while chunk `i - 1` computes, into the
+                // other half of the buffer.
+                let other = bbuf.add((bufs - 1) * b_len);
+                let mut cur = bbuf;
+                if pipe > 0 {
+                    K::pack_b(kc_max.min(k), nc_max.min(n), b, ldb, cur);
+                }
                 let mut pc = 0;
                 while pc < k {
                     let kc = kc_max.min(k - pc);
@@ -122,19 +155,63 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                     let mut jc = 0;
                     while jc < n {
                         let nc = nc_max.min(n - jc);
-                        K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                        if pipe == 0 {
+                            K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
+                        }
                         // The chunk packed next: B's next columns, or the next k-block's first.
-                        let next = if jc + nc < n {
-                            let cols = nc_max.min(n - jc - nc);
-                            Ahead::new(b.wrapping_add(pc * ldb + jc + nc), kc, cols, ldb)
+                        let (np, nj) = if jc + nc < n {
+                            (pc, jc + nc)
                         } else if pc + kc < k {
-                            let rows = kc_max.min(k - pc - kc);
-                            Ahead::new(b.wrapping_add((pc + kc) * ldb), rows, nc_max.min(n), ldb)
+                            (pc + kc, 0)
                         } else {
-                            Ahead::NONE
+                            (k, 0)
                         };
                         let ak = ASrc::Packed(abuf);
-                        block::<K>(m, nc, kc, ak, None, bbuf, c.add(jc), ldc, first, next);
+                        if pipe > 0 {
+                            let dst = if cur == bbuf { other } else { bbuf };
+                            let next = (np < k).then(|| Pipe {
+                                src: b.wrapping_add(np * ldb + nj),
+                                kc: kc_max.min(k - np),
+                                nc: nc_max.min(n - nj),
+                                ldb,
+                                dst,
+                                ahead: pipe,
+                            });
+                            block::<K>(
+                                m,
+                                nc,
+                                kc,
+                                ak,
+                                None,
+                                cur,
+                                c.add(jc),
+                                ldc,
+                                first,
+                                Ahead::NONE,
+                                next,
+                            );
+                            cur = dst;
+                        } else {
+                            let next = if np < k {
+                                let (rows, cols) = (kc_max.min(k - np), nc_max.min(n - nj));
+                                Ahead::new(b.wrapping_add(np * ldb + nj), rows, cols, ldb)
+                            } else {
+                                Ahead::NONE
+                            };
+                            block::<K>(
+                                m,
+                                nc,
+                                kc,
+                                ak,
+                                None,
+                                bbuf,
+                                c.add(jc),
+                                ldc,
+                                first,
+                                next,
+                                None,
+                            );
+                        }
                         jc += nc;
                     }
                     pc += kc;
@@ -168,7 +245,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         // With `fuse`, the first row block packs B as it goes.
                         let src = (fuse && ic == 0).then_some((bk, ldb));
                         let ck = c.add(ic * ldc + jc);
-                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, Ahead::NONE);
+                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, Ahead::NONE, None);
                         ic += mc;
                     }
                     pc += kc;
@@ -177,6 +254,35 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             }
         })
     }
+}
+
+/// Experiment switch (`TESSERA_GEMM_PIPE`): 0 off, else parts ahead.
+fn pipe_mode() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static MODE: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let v = MODE.load(Ordering::Relaxed);
+    if v != usize::MAX {
+        return v;
+    }
+    let v = std::env::var("TESSERA_GEMM_PIPE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    MODE.store(v, Ordering::Relaxed);
+    v
+}
+
+/// The `kc × nc` chunk of `B` (in place at `src`, row stride `ldb`) that a block packs to
+/// `dst` while it computes: after its micro-tile `t` of `tiles`, rows `t·kc/tiles ..
+/// (t+1)·kc/tiles`, whose lines the micro-tile `t - ahead` prefetched ([`Kernel::run_walk`]).
+#[derive(Clone, Copy)]
+struct Pipe {
+    src: *const f32,
+    kc: usize,
+    nc: usize,
+    ldb: usize,
+    dst: *mut f32,
+    ahead: usize,
 }
 
 /// Where a block's rows of `A` are read from.
@@ -209,10 +315,17 @@ unsafe fn block<K: Kernel>(
     ldc: usize,
     overwrite: bool,
     next: Ahead,
+    pipe: Option<Pipe>,
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
         let tiles = nc.div_ceil(nr_) * mc.div_ceil(mr_);
+        let region = pipe.map_or(Ahead::NONE, |p| Ahead::new(p.src, p.kc, p.nc, p.ldb));
+        let ahead = pipe.map_or(0, |p| p.ahead);
+        // The parts that no micro-tile prefetches: all at once.
+        for part in 0..ahead.min(tiles) {
+            region.walk(part, tiles, 1).rest();
+        }
         let mut t = 0;
         let mut jr = 0;
         while jr < nc {
@@ -261,7 +374,14 @@ unsafe fn block<K: Kernel>(
                     Some((b, ldb)) if ir == 0 && nr == nr_ => {
                         K::run_pack(Tile { b, ..tile }, ldb, bp)
                     }
+                    _ if pipe.is_some() => {
+                        K::run_walk(tile, region.walk(t - 1 + ahead, tiles, kc / WALK_STEP))
+                    }
                     _ => K::run(tile),
+                }
+                if let Some(p) = pipe {
+                    let (p0, p1) = ((t - 1) * p.kc / tiles, t * p.kc / tiles);
+                    K::pack_b_rows(p.kc, p0, p1, p.nc, p.src, p.ldb, p.dst);
                 }
                 ir += mr_;
             }

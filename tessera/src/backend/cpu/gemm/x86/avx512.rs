@@ -4,8 +4,9 @@
 use core::arch::x86_64::*;
 use core::ptr::null_mut;
 
-use super::super::driver::{Kernel, Tile};
-use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::super::ahead::Walk;
+use super::super::driver::{Kernel, Tile, WALK_STEP};
+use super::super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
 const MR: usize = 8;
 const NR: usize = 32;
@@ -20,12 +21,13 @@ const PACK_AHEAD: usize = 16;
 /// `t`, reading the `M` rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row
 /// stride `t.ars`), and `B` from a packed panel (`PACK` false: `t.b` with row stride `NR`) or
 /// in place (`PACK`: `t.b` with row stride `ldb`), then each row of `B` is also stored to the
-/// packed panel at `bp`.
+/// packed panel at `bp`. With `WALK`, `w` is stepped once per four steps of k.
 #[inline(always)]
-unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
+unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK: bool>(
     t: &Tile,
     ldb: usize,
     bp: *mut f32,
+    mut w: Walk,
 ) {
     let Tile {
         kc,
@@ -77,7 +79,11 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
         }
         // `bd` is only written with `PACK`.
         let (mut ap, mut bs, mut bd, mut p) = (a, b, bp, kc);
+        const _: () = assert!(WALK_STEP == 4);
         while p >= 4 {
+            if WALK {
+                w.step();
+            }
             step!(ap, bs, bd);
             step!(ap.add(aks), bs.add(ldb), bd.wrapping_add(NR));
             step!(ap.add(2 * aks), bs.add(2 * ldb), bd.wrapping_add(2 * NR));
@@ -105,20 +111,25 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
 
 /// [`tile`] for the `t.mr <= MR` rows of a micro-tile.
 #[inline(always)]
-unsafe fn tile_rows<const PACK: bool>(t: &Tile, ldb: usize, bp: *mut f32) {
+unsafe fn tile_rows<const PACK: bool, const WALK: bool>(
+    t: &Tile,
+    ldb: usize,
+    bp: *mut f32,
+    w: Walk,
+) {
     unsafe {
         // A packed panel has `aks == MR`, rows in place `aks == 1`.
         macro_rules! rows {
             ($panel:literal) => {
                 match t.mr {
-                    8 => tile::<8, PACK, $panel>(t, ldb, bp),
-                    7 => tile::<7, PACK, $panel>(t, ldb, bp),
-                    6 => tile::<6, PACK, $panel>(t, ldb, bp),
-                    5 => tile::<5, PACK, $panel>(t, ldb, bp),
-                    4 => tile::<4, PACK, $panel>(t, ldb, bp),
-                    3 => tile::<3, PACK, $panel>(t, ldb, bp),
-                    2 => tile::<2, PACK, $panel>(t, ldb, bp),
-                    _ => tile::<1, PACK, $panel>(t, ldb, bp),
+                    8 => tile::<8, PACK, $panel, WALK>(t, ldb, bp, w),
+                    7 => tile::<7, PACK, $panel, WALK>(t, ldb, bp, w),
+                    6 => tile::<6, PACK, $panel, WALK>(t, ldb, bp, w),
+                    5 => tile::<5, PACK, $panel, WALK>(t, ldb, bp, w),
+                    4 => tile::<4, PACK, $panel, WALK>(t, ldb, bp, w),
+                    3 => tile::<3, PACK, $panel, WALK>(t, ldb, bp, w),
+                    2 => tile::<2, PACK, $panel, WALK>(t, ldb, bp, w),
+                    _ => tile::<1, PACK, $panel, WALK>(t, ldb, bp, w),
                 }
             };
         }
@@ -134,11 +145,11 @@ unsafe fn tile_rows<const PACK: bool>(t: &Tile, ldb: usize, bp: *mut f32) {
 unsafe fn run_avx512(t: Tile) {
     unsafe {
         if t.nr == NR {
-            tile_rows::<false>(&t, NR, null_mut())
+            tile_rows::<false, false>(&t, NR, null_mut(), Walk::NONE)
         } else {
             let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
             let c = e.as_mut_ptr() as *mut f32;
-            tile_rows::<false>(&Tile { c, ldc: NR, ..t }, NR, null_mut());
+            tile_rows::<false, false>(&Tile { c, ldc: NR, ..t }, NR, null_mut(), Walk::NONE);
             edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
         }
     }
@@ -146,7 +157,23 @@ unsafe fn run_avx512(t: Tile) {
 
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn run_pack_avx512(t: Tile, ldb: usize, bp: *mut f32) {
-    unsafe { tile_rows::<true>(&t, ldb, bp) }
+    unsafe { tile_rows::<true, false>(&t, ldb, bp, Walk::NONE) }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn run_walk_avx512(t: Tile, mut w: Walk) {
+    unsafe {
+        if t.nr == NR && t.mr == MR {
+            if t.aks == 1 {
+                tile::<MR, false, false, true>(&t, NR, null_mut(), w)
+            } else {
+                tile::<MR, false, true, true>(&t, NR, null_mut(), w)
+            }
+        } else {
+            w.rest();
+            run_avx512(t)
+        }
+    }
 }
 
 #[target_feature(enable = "avx512f,fma")]
@@ -157,6 +184,20 @@ unsafe fn pack_a_avx512(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *m
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn pack_b_avx512(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
     unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_b_rows_avx512(
+    kc: usize,
+    p0: usize,
+    p1: usize,
+    nc: usize,
+    b: *const f32,
+    ldb: usize,
+    dst: *mut f32,
+) {
+    unsafe { pack_b_rows::<NR>(kc, p0, p1, nc, b, ldb, dst) }
 }
 
 // SAFETY: only dispatched to after runtime detection of AVX-512F and FMA.
@@ -172,11 +213,27 @@ unsafe impl Kernel for Avx512Kernel {
         unsafe { pack_b_avx512(kc, nc, b, ldb, dst) }
     }
 
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    ) {
+        unsafe { pack_b_rows_avx512(kc, p0, p1, nc, b, ldb, dst) }
+    }
+
     unsafe fn run(t: Tile) {
         unsafe { run_avx512(t) }
     }
 
     unsafe fn run_pack(t: Tile, ldb: usize, bp: *mut f32) {
         unsafe { run_pack_avx512(t, ldb, bp) }
+    }
+
+    unsafe fn run_walk(t: Tile, w: Walk) {
+        unsafe { run_walk_avx512(t, w) }
     }
 }
