@@ -1,6 +1,6 @@
 //! The BLIS-style five-loop driver, generic over the micro-kernel.
 
-use super::ahead::{self, Ahead, Walk};
+use super::ahead::{self, Ahead, Copy16, Walk};
 use super::scratch::with_scratch;
 
 /// Depth of a packed k-block when all of `A`'s rows fit one block or one micro-tile (`B`
@@ -57,13 +57,19 @@ pub(crate) unsafe trait Kernel {
     /// packed panel of depth `t.kc`; with `t.overwrite`, `C[0..mr, 0..nr] = A · Bpanel` (the
     /// accumulators start at `+0.0` instead of C's values, which are not read).
     unsafe fn run(t: Tile);
-    /// [`Kernel::run`] that also prefetches the lines of `w` into L2, spread over its k
-    /// loop ([`Walk::step`] once per [`WALK_STEP`] steps of k). The default prefetches them
-    /// all first.
-    unsafe fn run_walk(t: Tile, mut w: Walk) {
+    /// [`Kernel::run`] that also prefetches the lines of `w` into L2 and copies the units of
+    /// `cp`, both spread over its k loop ([`Walk::step`] and [`Copy16::step`] once per
+    /// [`WALK_STEP`] steps of k, the rest after it). The default prefetches them all first
+    /// and copies after.
+    ///
+    /// # Safety
+    /// As [`Kernel::run`], with `cp` describing a chunk of `B` and its packed buffer that
+    /// the tile does not read.
+    unsafe fn run_walk(t: Tile, mut w: Walk, mut cp: Copy16) {
         unsafe {
             w.rest();
-            Self::run(t)
+            Self::run(t);
+            cp.rest()
         }
     }
     /// [`Kernel::run`] for a full-width tile (`t.nr == NR`) whose `kc × NR` block of `B` is
@@ -175,7 +181,8 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                                 nc: nc_max.min(n - nj),
                                 ldb,
                                 dst,
-                                ahead: pipe,
+                                ahead: pipe % 10,
+                                copy: pipe >= 10,
                             });
                             block::<K>(
                                 m,
@@ -267,7 +274,7 @@ fn pipe_mode() -> usize {
     let v = std::env::var("TESSERA_GEMM_PIPE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(12);
     MODE.store(v, Ordering::Relaxed);
     v
 }
@@ -283,6 +290,7 @@ struct Pipe {
     ldb: usize,
     dst: *mut f32,
     ahead: usize,
+    copy: bool,
 }
 
 /// Where a block's rows of `A` are read from.
@@ -374,14 +382,24 @@ unsafe fn block<K: Kernel>(
                     Some((b, ldb)) if ir == 0 && nr == nr_ => {
                         K::run_pack(Tile { b, ..tile }, ldb, bp)
                     }
-                    _ if pipe.is_some() => {
-                        K::run_walk(tile, region.walk(t - 1 + ahead, tiles, kc / WALK_STEP))
-                    }
-                    _ => K::run(tile),
-                }
-                if let Some(p) = pipe {
-                    let (p0, p1) = ((t - 1) * p.kc / tiles, t * p.kc / tiles);
-                    K::pack_b_rows(p.kc, p0, p1, p.nc, p.src, p.ldb, p.dst);
+                    _ => match pipe {
+                        Some(p) => {
+                            let steps = kc / WALK_STEP;
+                            let w = region.walk(t - 1 + ahead, tiles, steps);
+                            let rows = ((t - 1) * p.kc / tiles, t * p.kc / tiles);
+                            // Full panels copied by the micro-kernel (with `p.copy`), the
+                            // rest packed after it.
+                            let full = if p.copy { p.nc / nr_ } else { 0 };
+                            let cp = Copy16::new(p.src, p.dst, rows, full, p.ldb, p.kc, nr_, steps);
+                            K::run_walk(tile, w, cp);
+                            let (j, (p0, p1)) = (full * nr_, rows);
+                            if j < p.nc {
+                                let (src, dst) = (p.src.add(j), p.dst.add(j * p.kc));
+                                K::pack_b_rows(p.kc, p0, p1, p.nc - j, src, p.ldb, dst);
+                            }
+                        }
+                        None => K::run(tile),
+                    },
                 }
                 ir += mr_;
             }

@@ -4,7 +4,7 @@
 use core::arch::x86_64::*;
 use core::ptr::null_mut;
 
-use super::super::ahead::Walk;
+use super::super::ahead::{Copy16, Walk};
 use super::super::driver::{Kernel, Tile, WALK_STEP};
 use super::super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
@@ -21,13 +21,15 @@ const PACK_AHEAD: usize = 16;
 /// `t`, reading the `M` rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row
 /// stride `t.ars`), and `B` from a packed panel (`PACK` false: `t.b` with row stride `NR`) or
 /// in place (`PACK`: `t.b` with row stride `ldb`), then each row of `B` is also stored to the
-/// packed panel at `bp`. With `WALK`, `w` is stepped once per four steps of k.
+/// packed panel at `bp`. With `WALK`, `w` and `cp` are stepped once per four steps of k (and
+/// `cp` finished after).
 #[inline(always)]
 unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK: bool>(
     t: &Tile,
     ldb: usize,
     bp: *mut f32,
     mut w: Walk,
+    mut cp: Copy16,
 ) {
     let Tile {
         kc,
@@ -83,6 +85,7 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK
         while p >= 4 {
             if WALK {
                 w.step();
+                cp.step();
             }
             step!(ap, bs, bd);
             step!(ap.add(aks), bs.add(ldb), bd.wrapping_add(NR));
@@ -106,6 +109,9 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK
             _mm512_storeu_ps(cr, row[0]);
             _mm512_storeu_ps(cr.add(16), row[1]);
         }
+        if WALK {
+            cp.rest();
+        }
     }
 }
 
@@ -116,20 +122,21 @@ unsafe fn tile_rows<const PACK: bool, const WALK: bool>(
     ldb: usize,
     bp: *mut f32,
     w: Walk,
+    cp: Copy16,
 ) {
     unsafe {
         // A packed panel has `aks == MR`, rows in place `aks == 1`.
         macro_rules! rows {
             ($panel:literal) => {
                 match t.mr {
-                    8 => tile::<8, PACK, $panel, WALK>(t, ldb, bp, w),
-                    7 => tile::<7, PACK, $panel, WALK>(t, ldb, bp, w),
-                    6 => tile::<6, PACK, $panel, WALK>(t, ldb, bp, w),
-                    5 => tile::<5, PACK, $panel, WALK>(t, ldb, bp, w),
-                    4 => tile::<4, PACK, $panel, WALK>(t, ldb, bp, w),
-                    3 => tile::<3, PACK, $panel, WALK>(t, ldb, bp, w),
-                    2 => tile::<2, PACK, $panel, WALK>(t, ldb, bp, w),
-                    _ => tile::<1, PACK, $panel, WALK>(t, ldb, bp, w),
+                    8 => tile::<8, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    7 => tile::<7, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    6 => tile::<6, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    5 => tile::<5, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    4 => tile::<4, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    3 => tile::<3, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    2 => tile::<2, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    _ => tile::<1, PACK, $panel, WALK>(t, ldb, bp, w, cp),
                 }
             };
         }
@@ -145,11 +152,17 @@ unsafe fn tile_rows<const PACK: bool, const WALK: bool>(
 unsafe fn run_avx512(t: Tile) {
     unsafe {
         if t.nr == NR {
-            tile_rows::<false, false>(&t, NR, null_mut(), Walk::NONE)
+            tile_rows::<false, false>(&t, NR, null_mut(), Walk::NONE, Copy16::NONE)
         } else {
             let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
             let c = e.as_mut_ptr() as *mut f32;
-            tile_rows::<false, false>(&Tile { c, ldc: NR, ..t }, NR, null_mut(), Walk::NONE);
+            tile_rows::<false, false>(
+                &Tile { c, ldc: NR, ..t },
+                NR,
+                null_mut(),
+                Walk::NONE,
+                Copy16::NONE,
+            );
             edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
         }
     }
@@ -157,21 +170,22 @@ unsafe fn run_avx512(t: Tile) {
 
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn run_pack_avx512(t: Tile, ldb: usize, bp: *mut f32) {
-    unsafe { tile_rows::<true, false>(&t, ldb, bp, Walk::NONE) }
+    unsafe { tile_rows::<true, false>(&t, ldb, bp, Walk::NONE, Copy16::NONE) }
 }
 
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn run_walk_avx512(t: Tile, mut w: Walk) {
+unsafe fn run_walk_avx512(t: Tile, mut w: Walk, mut cp: Copy16) {
     unsafe {
         if t.nr == NR && t.mr == MR {
             if t.aks == 1 {
-                tile::<MR, false, false, true>(&t, NR, null_mut(), w)
+                tile::<MR, false, false, true>(&t, NR, null_mut(), w, cp)
             } else {
-                tile::<MR, false, true, true>(&t, NR, null_mut(), w)
+                tile::<MR, false, true, true>(&t, NR, null_mut(), w, cp)
             }
         } else {
             w.rest();
-            run_avx512(t)
+            run_avx512(t);
+            cp.rest()
         }
     }
 }
@@ -233,7 +247,7 @@ unsafe impl Kernel for Avx512Kernel {
         unsafe { run_pack_avx512(t, ldb, bp) }
     }
 
-    unsafe fn run_walk(t: Tile, w: Walk) {
-        unsafe { run_walk_avx512(t, w) }
+    unsafe fn run_walk(t: Tile, w: Walk, cp: Copy16) {
+        unsafe { run_walk_avx512(t, w, cp) }
     }
 }
