@@ -1,9 +1,10 @@
-//! Software prefetch of the operand chunk a GEMM packs next, spread over the micro-tiles
-//! of the block it computes now.
+//! Software prefetch and packing of the operand chunk a GEMM packs next, spread over the
+//! micro-tiles of the block it computes now, and prefetch of C tiles.
 //!
 //! With few rows of `A`, packing a chunk of `B` is a pass over memory that the packed
-//! micro-kernels wait for; issuing its loads into L2 while the previous chunk computes
-//! overlaps the two.
+//! micro-kernels wait for; issuing its loads into L2 a little ahead ([`Walk`]) and copying
+//! it into its packed layout ([`Copy16`]) inside the micro-kernels' k loops overlaps the
+//! two (see `driver::Pipe`).
 
 /// A strided region (`rows` rows of `row_bytes` bytes, `stride` bytes apart) to prefetch.
 #[derive(Clone, Copy)]
@@ -53,12 +54,10 @@ impl Ahead {
             }
         }
     }
-}
 
-impl Ahead {
-    /// The walk over the cache lines of part `t` of `parts` (as [`Ahead::part`]), to be
-    /// issued a few at a time over `steps` calls of [`Walk::step`]; an empty walk when
-    /// `t >= parts`.
+    /// The walk over the cache lines of part `t` of `parts` (rows `t·rows/parts ..
+    /// (t+1)·rows/parts`), to be issued a few at a time over `steps` calls of
+    /// [`Walk::step`]; an empty walk when `t >= parts`.
     #[inline(always)]
     pub(crate) fn walk(&self, t: usize, parts: usize, steps: usize) -> Walk {
         if t >= parts || self.rows == 0 || self.row_bytes == 0 {

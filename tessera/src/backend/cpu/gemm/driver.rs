@@ -139,20 +139,14 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             // B panel is read once and long sequential rows of B pack faster): pack it once
             // per k-block (every chunk of B reuses it; read in place it measured ~3 % slower
             // at m = 64, k = n = 4096), and B a chunk at a time that stays in L2 while the
-            // micro-kernels read it.
+            // micro-kernels read it. Each chunk of B is packed while the one before computes
+            // (`Pipe`), into the other half of a two-chunk buffer; the first before.
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
             let a_len = m.div_ceil(mr_) * mr_ * kc_max;
             let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
-            let pipe = pipe_mode();
-            let bufs = if pipe > 0 { 2 } else { 1 };
-            with_scratch(a_len, bufs * b_len, |abuf, bbuf| {
-                // With `pipe`, chunk `i` is packed while chunk `i - 1` computes, into the
-                // other half of the buffer.
-                let other = bbuf.add((bufs - 1) * b_len);
-                let mut cur = bbuf;
-                if pipe > 0 {
-                    K::pack_b(kc_max.min(k), nc_max.min(n), b, ldb, cur);
-                }
+            with_scratch(a_len, 2 * b_len, |abuf, bbuf| {
+                let (mut cur, mut other) = (bbuf, bbuf.add(b_len));
+                K::pack_b(kc_max.min(k), nc_max.min(n), b, ldb, cur);
                 let mut pc = 0;
                 while pc < k {
                     let kc = kc_max.min(k - pc);
@@ -161,64 +155,22 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                     let mut jc = 0;
                     while jc < n {
                         let nc = nc_max.min(n - jc);
-                        if pipe == 0 {
-                            K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
-                        }
                         // The chunk packed next: B's next columns, or the next k-block's first.
                         let (np, nj) = if jc + nc < n {
                             (pc, jc + nc)
-                        } else if pc + kc < k {
+                        } else {
                             (pc + kc, 0)
-                        } else {
-                            (k, 0)
                         };
-                        let ak = ASrc::Packed(abuf);
-                        if pipe > 0 {
-                            let dst = if cur == bbuf { other } else { bbuf };
-                            let next = (np < k).then(|| Pipe {
-                                src: b.wrapping_add(np * ldb + nj),
-                                kc: kc_max.min(k - np),
-                                nc: nc_max.min(n - nj),
-                                ldb,
-                                dst,
-                                ahead: pipe % 10,
-                                copy: pipe >= 10,
-                            });
-                            block::<K>(
-                                m,
-                                nc,
-                                kc,
-                                ak,
-                                None,
-                                cur,
-                                c.add(jc),
-                                ldc,
-                                first,
-                                Ahead::NONE,
-                                next,
-                            );
-                            cur = dst;
-                        } else {
-                            let next = if np < k {
-                                let (rows, cols) = (kc_max.min(k - np), nc_max.min(n - nj));
-                                Ahead::new(b.wrapping_add(np * ldb + nj), rows, cols, ldb)
-                            } else {
-                                Ahead::NONE
-                            };
-                            block::<K>(
-                                m,
-                                nc,
-                                kc,
-                                ak,
-                                None,
-                                bbuf,
-                                c.add(jc),
-                                ldc,
-                                first,
-                                next,
-                                None,
-                            );
-                        }
+                        let next = (np < k).then(|| Pipe {
+                            src: b.add(np * ldb + nj),
+                            kc: kc_max.min(k - np),
+                            nc: nc_max.min(n - nj),
+                            ldb,
+                            dst: other,
+                        });
+                        let (ak, ck) = (ASrc::Packed(abuf), c.add(jc));
+                        block::<K>(m, nc, kc, ak, None, cur, ck, ldc, first, next);
+                        (cur, other) = (other, cur);
                         jc += nc;
                     }
                     pc += kc;
@@ -252,7 +204,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         // With `fuse`, the first row block packs B as it goes.
                         let src = (fuse && ic == 0).then_some((bk, ldb));
                         let ck = c.add(ic * ldc + jc);
-                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, Ahead::NONE, None);
+                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, None);
                         ic += mc;
                     }
                     pc += kc;
@@ -263,25 +215,20 @@ pub(crate) unsafe fn gemm<K: Kernel>(
     }
 }
 
-/// Experiment switch (`TESSERA_GEMM_PIPE`): 0 off, else parts ahead.
-fn pipe_mode() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static MODE: AtomicUsize = AtomicUsize::new(usize::MAX);
-    let v = MODE.load(Ordering::Relaxed);
-    if v != usize::MAX {
-        return v;
-    }
-    let v = std::env::var("TESSERA_GEMM_PIPE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
-    MODE.store(v, Ordering::Relaxed);
-    v
-}
+/// Parts of the next chunk of `B` whose lines a micro-tile prefetches ahead of the part it
+/// packs (see [`Pipe`]).
+pub(crate) const PIPE_AHEAD: usize = 2;
 
 /// The `kc × nc` chunk of `B` (in place at `src`, row stride `ldb`) that a block packs to
-/// `dst` while it computes: after its micro-tile `t` of `tiles`, rows `t·kc/tiles ..
-/// (t+1)·kc/tiles`, whose lines the micro-tile `t - ahead` prefetched ([`Kernel::run_walk`]).
+/// `dst` (the layout of `pack::pack_b`) while it computes: its micro-tile `t` of `tiles`
+/// packs part `t`, rows `t·kc/tiles .. (t+1)·kc/tiles` (the full panels inside its k loop,
+/// a partial last panel after it), and prefetches into L2 the lines of part
+/// `t + PIPE_AHEAD`, both spread over its k loop ([`Kernel::run_walk`]); the block's first
+/// parts are prefetched at its start. Spread so, the 64 MiB of `B` of an `m = 64`,
+/// `k = n = 4096` product stream from memory while the micro-kernels compute, and are
+/// copied by loads and stores that the FMA-bound loop has room for; a separate packing
+/// pass waited on memory (17 % of the samples). Rows of `B` 16 KiB apart share L2 sets, so
+/// a whole chunk prefetched ahead would evict itself: two parts are a few KiB.
 #[derive(Clone, Copy)]
 struct Pipe {
     src: *const f32,
@@ -289,8 +236,6 @@ struct Pipe {
     nc: usize,
     ldb: usize,
     dst: *mut f32,
-    ahead: usize,
-    copy: bool,
 }
 
 /// Where a block's rows of `A` are read from.
@@ -306,10 +251,12 @@ enum ASrc {
 /// `mc × kc` block of A at `a` (row stride `lda`) and packed B (`bbuf`, `nc` columns of
 /// depth `kc`). With `src` (the `kc × nc` block of B in place and its row stride), `bbuf`
 /// is packed here: each panel's first micro-tile packs it while computing
-/// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles).
+/// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles). With `pipe`,
+/// the micro-tiles pack the next chunk of B as they compute (see [`Pipe`]).
 ///
 /// # Safety
-/// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`.
+/// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`; `pipe`'s
+/// chunk lies in B and its `dst` has room for it, apart from `bbuf`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn block<K: Kernel>(
@@ -322,16 +269,14 @@ unsafe fn block<K: Kernel>(
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
-    next: Ahead,
     pipe: Option<Pipe>,
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
         let tiles = nc.div_ceil(nr_) * mc.div_ceil(mr_);
         let region = pipe.map_or(Ahead::NONE, |p| Ahead::new(p.src, p.kc, p.nc, p.ldb));
-        let ahead = pipe.map_or(0, |p| p.ahead);
         // The parts that no micro-tile prefetches: all at once.
-        for part in 0..ahead.min(tiles) {
+        for part in 0..PIPE_AHEAD.min(tiles) {
             region.walk(part, tiles, 1).rest();
         }
         let mut t = 0;
@@ -350,7 +295,6 @@ unsafe fn block<K: Kernel>(
                     ASrc::InPlace(a, lda) => (a.add(ir * lda), lda, 1),
                     ASrc::Packed(a) => (a.add(ir * kc), 1, mr_),
                 };
-                next.part(t, tiles);
                 if !overwrite {
                     // The micro-kernel's FMA chains start from C: fetch the next tile's C
                     // into L2 while this one computes (into L1, C rows `ldc` apart can evict
@@ -385,11 +329,10 @@ unsafe fn block<K: Kernel>(
                     _ => match pipe {
                         Some(p) => {
                             let steps = kc / WALK_STEP;
-                            let w = region.walk(t - 1 + ahead, tiles, steps);
+                            let w = region.walk(t - 1 + PIPE_AHEAD, tiles, steps);
                             let rows = ((t - 1) * p.kc / tiles, t * p.kc / tiles);
-                            // Full panels copied by the micro-kernel (with `p.copy`), the
-                            // rest packed after it.
-                            let full = if p.copy { p.nc / nr_ } else { 0 };
+                            // Full panels copied by the micro-kernel, a partial one after.
+                            let full = p.nc / nr_;
                             let cp = Copy16::new(p.src, p.dst, rows, full, p.ldb, p.kc, nr_, steps);
                             K::run_walk(tile, w, cp);
                             let (j, (p0, p1)) = (full * nr_, rows);
