@@ -370,15 +370,24 @@ fn every_isa_is_one_fma_chain_in_k_order() {
 /// Products whose rows of `A` fit one block (`MR < m <= MC`: the next chunk of `B` packed in
 /// parts between the micro-tiles of the current one, its lines prefetched by the micro-tiles
 /// before) give the in-order FMA chain bit for bit, on every ISA, with and without
-/// `overwrite`: row counts at the edges of the path (both micro-tile heights, one block),
-/// several chunks of `B` with a partial last chunk and panel, one to three k-blocks, more
-/// micro-tiles than rows in a k-block, strided operands.
+/// `overwrite`, on fresh random inputs (the seed is in every failure message): row counts at
+/// the edges of the path (both micro-tile heights, one block) and just outside it (the
+/// two-row path, one micro-tile), several chunks of `B` with a partial last chunk and panel,
+/// one to three k-blocks, more micro-tiles than rows in a k-block, strided operands.
 #[test]
 fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
-    let mut rng = Rng(0x5A11);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut rng = Rng(seed);
     for &(m, n, k, pad) in &[
+        (1, 70, 300, 2),
+        (2, 290, 513, 0),
+        (5, 33, 129, 1),
         (6, 300, 40, 1),
         (7, 290, 300, 0),
+        (8, 545, 300, 1),
         (9, 600, 300, 2),
         (13, 33, 7, 0),
         (16, 530, 513, 1),
@@ -445,15 +454,16 @@ fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
                 for j in 0..ldc {
                     let (x, y) = (c[i * ldc + j], fresh[i * ldc + j]);
                     if j < n {
-                        assert_eq!(x.to_bits(), y.to_bits(), "{isa:?} {m}x{n}x{k} ({i},{j})");
+                        let at = format!("{isa:?} {m}x{n}x{k} ({i},{j}) seed {seed}");
+                        assert_eq!(x.to_bits(), y.to_bits(), "{at}: overwrite");
                     } else {
                         assert!(x.is_nan(), "{isa:?} {m}x{n}x{k}: padding written");
                     }
                 }
             }
         }
-        check(Isa::Avx512, m, n, k, pad, m as u64 * 31 + n as u64);
-        check(Isa::Avx2, m, n, k, pad, k as u64 * 17 + n as u64);
+        check(Isa::Avx512, m, n, k, pad, seed ^ (m as u64 * 31 + n as u64));
+        check(Isa::Avx2, m, n, k, pad, seed ^ (k as u64 * 17 + n as u64));
     }
 }
 
