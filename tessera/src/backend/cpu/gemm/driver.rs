@@ -22,7 +22,8 @@ pub(crate) const FUSE_BYTES: usize = 1 << 20;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
 /// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
-/// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it).
+/// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it, beside the next chunk
+/// that its micro-tiles pack, see [`Pipe`]).
 pub(crate) const NC_SMALL: usize = 256;
 
 /// Steps of k per [`Walk::step`] in [`Kernel::run_walk`] (the micro-kernels' unrolling).
