@@ -170,7 +170,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                             dst: other,
                         });
                         let (ak, ck) = (ASrc::Packed(abuf), c.add(jc));
-                        block::<K>(m, nc, kc, ak, None, cur, ck, ldc, first, next);
+                        block::<K, true>(m, nc, kc, ak, None, cur, ck, ldc, first, next);
                         (cur, other) = (other, cur);
                         jc += nc;
                     }
@@ -205,7 +205,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         // With `fuse`, the first row block packs B as it goes.
                         let src = (fuse && ic == 0).then_some((bk, ldb));
                         let ck = c.add(ic * ldc + jc);
-                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, None);
+                        block::<K, false>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, None);
                         ic += mc;
                     }
                     pc += kc;
@@ -253,14 +253,15 @@ enum ASrc {
 /// depth `kc`). With `src` (the `kc × nc` block of B in place and its row stride), `bbuf`
 /// is packed here: each panel's first micro-tile packs it while computing
 /// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles). With `pipe`,
-/// the micro-tiles pack the next chunk of B as they compute (see [`Pipe`]).
+/// the micro-tiles pack the next chunk of B as they compute (see [`Pipe`]); `PIPE` is
+/// false where it is always `None` (that loop then has none of its code).
 ///
 /// # Safety
 /// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`; `pipe`'s
 /// chunk lies in B and its `dst` has room for it, apart from `bbuf`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn block<K: Kernel>(
+unsafe fn block<K: Kernel, const PIPE: bool>(
     mc: usize,
     nc: usize,
     kc: usize,
@@ -275,10 +276,13 @@ unsafe fn block<K: Kernel>(
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
         let tiles = nc.div_ceil(nr_) * mc.div_ceil(mr_);
+        let pipe = pipe.filter(|_| PIPE);
         let region = pipe.map_or(Ahead::NONE, |p| Ahead::new(p.src, p.kc, p.nc, p.ldb));
-        // The parts that no micro-tile prefetches: all at once.
-        for part in 0..PIPE_AHEAD.min(tiles) {
-            region.walk(part, tiles, 1).rest();
+        if PIPE {
+            // The parts that no micro-tile prefetches: all at once.
+            for part in 0..PIPE_AHEAD.min(tiles) {
+                region.walk(part, tiles, 1).rest();
+            }
         }
         let mut t = 0;
         let mut jr = 0;
