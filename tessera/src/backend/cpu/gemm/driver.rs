@@ -225,11 +225,10 @@ pub(crate) const PIPE_AHEAD: usize = 2;
 /// packs part `t`, rows `t·kc/tiles .. (t+1)·kc/tiles` (the full panels inside its k loop,
 /// a partial last panel after it), and prefetches into L2 the lines of part
 /// `t + PIPE_AHEAD`, both spread over its k loop ([`Kernel::run_walk`]); the block's first
-/// parts are prefetched at its start. Spread so, the 64 MiB of `B` of an `m = 64`,
-/// `k = n = 4096` product stream from memory while the micro-kernels compute, and are
-/// copied by loads and stores that the FMA-bound loop has room for; a separate packing
-/// pass waited on memory (17 % of the samples). Rows of `B` 16 KiB apart share L2 sets, so
-/// a whole chunk prefetched ahead would evict itself: two parts are a few KiB.
+/// parts are prefetched at its start. So the reads of `B` (64 MiB at `m = 64`,
+/// `k = n = 4096`) overlap the micro-kernels' FMAs, and the copy is loads and stores inside
+/// the FMA-bound loop, where a separate packing pass waited on memory (ARCHITECTURE.md,
+/// f32 GEMM). Only a few KiB of `B` are prefetched ahead at a time.
 #[derive(Clone, Copy)]
 struct Pipe {
     src: *const f32,
