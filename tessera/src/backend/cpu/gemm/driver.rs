@@ -1,6 +1,6 @@
 //! The BLIS-style five-loop driver, generic over the micro-kernel.
 
-use super::ahead::{self, Ahead};
+use super::ahead::{self, Ahead, Copy16, Walk};
 use super::scratch::with_scratch;
 
 /// Depth of a packed k-block when all of `A`'s rows fit one block or one micro-tile (`B`
@@ -22,8 +22,12 @@ pub(crate) const FUSE_BYTES: usize = 1 << 20;
 /// Columns of `B` packed per block (the packed `KC × NC` block stays in L3).
 pub(crate) const NC_TARGET: usize = 4096;
 /// Columns of `B` packed per chunk when all of `A`'s rows fit one block (the packed
-/// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it).
+/// `KC × NC_SMALL` chunk stays in L2 while every row of `A` uses it, beside the next chunk
+/// that its micro-tiles pack, see [`Pipe`]).
 pub(crate) const NC_SMALL: usize = 256;
+
+/// Steps of k per [`Walk::step`] in [`Kernel::run_walk`] (the micro-kernels' unrolling).
+pub(crate) const WALK_STEP: usize = 4;
 
 /// A register-blocked micro-kernel plus its packing routines.
 ///
@@ -38,10 +42,37 @@ pub(crate) unsafe trait Kernel {
     unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *mut f32);
     /// Pack `kc × nc` of `B` into `NR`-column panels (see `pack::pack_b`).
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32);
+    /// Pack rows `p0..p1` of `kc × nc` of `B` into their places in its `NR`-column panels
+    /// (see `pack::pack_b_rows`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    );
     /// `C[0..mr, 0..nr] += A · Bpanel` for the micro-tile `t` (see [`Tile`]) whose `t.b` is a
     /// packed panel of depth `t.kc`; with `t.overwrite`, `C[0..mr, 0..nr] = A · Bpanel` (the
     /// accumulators start at `+0.0` instead of C's values, which are not read).
     unsafe fn run(t: Tile);
+    /// [`Kernel::run`] that also prefetches the lines of `w` into L2 and copies the units of
+    /// `cp`, both spread over its k loop ([`Walk::step`] and [`Copy16::step`] once per
+    /// [`WALK_STEP`] steps of k, the rest after it). The default prefetches them all first
+    /// and copies after.
+    ///
+    /// # Safety
+    /// As [`Kernel::run`], with `cp` describing a chunk of `B` and its packed buffer that
+    /// the tile does not read.
+    unsafe fn run_walk(t: Tile, mut w: Walk, mut cp: Copy16) {
+        unsafe {
+            w.rest();
+            Self::run(t);
+            cp.rest()
+        }
+    }
     /// [`Kernel::run`] for a full-width tile (`t.nr == NR`) whose `kc × NR` block of `B` is
     /// read in place at `t.b` (row stride `ldb`) and written packed to `bp` on the way, for
     /// the panel's later micro-tiles. The default packs first, then runs.
@@ -109,11 +140,14 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             // B panel is read once and long sequential rows of B pack faster): pack it once
             // per k-block (every chunk of B reuses it; read in place it measured ~3 % slower
             // at m = 64, k = n = 4096), and B a chunk at a time that stays in L2 while the
-            // micro-kernels read it.
+            // micro-kernels read it. Each chunk of B is packed while the one before computes
+            // (`Pipe`), into the other half of a two-chunk buffer; the first before.
             let nc_max = (NC_SMALL / nr_).max(1) * nr_;
             let a_len = m.div_ceil(mr_) * mr_ * kc_max;
             let b_len = n.min(nc_max).div_ceil(nr_) * nr_ * kc_max;
-            with_scratch(a_len, b_len, |abuf, bbuf| {
+            with_scratch(a_len, 2 * b_len, |abuf, bbuf| {
+                let (mut cur, mut other) = (bbuf, bbuf.add(b_len));
+                K::pack_b(kc_max.min(k), nc_max.min(n), b, ldb, cur);
                 let mut pc = 0;
                 while pc < k {
                     let kc = kc_max.min(k - pc);
@@ -122,19 +156,22 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                     let mut jc = 0;
                     while jc < n {
                         let nc = nc_max.min(n - jc);
-                        K::pack_b(kc, nc, b.add(pc * ldb + jc), ldb, bbuf);
                         // The chunk packed next: B's next columns, or the next k-block's first.
-                        let next = if jc + nc < n {
-                            let cols = nc_max.min(n - jc - nc);
-                            Ahead::new(b.wrapping_add(pc * ldb + jc + nc), kc, cols, ldb)
-                        } else if pc + kc < k {
-                            let rows = kc_max.min(k - pc - kc);
-                            Ahead::new(b.wrapping_add((pc + kc) * ldb), rows, nc_max.min(n), ldb)
+                        let (np, nj) = if jc + nc < n {
+                            (pc, jc + nc)
                         } else {
-                            Ahead::NONE
+                            (pc + kc, 0)
                         };
-                        let ak = ASrc::Packed(abuf);
-                        block::<K>(m, nc, kc, ak, None, bbuf, c.add(jc), ldc, first, next);
+                        let next = (np < k).then(|| Pipe {
+                            src: b.add(np * ldb + nj),
+                            kc: kc_max.min(k - np),
+                            nc: nc_max.min(n - nj),
+                            ldb,
+                            dst: other,
+                        });
+                        let (ak, ck) = (ASrc::Packed(abuf), c.add(jc));
+                        block::<K, true>(m, nc, kc, ak, None, cur, ck, ldc, first, next);
+                        (cur, other) = (other, cur);
                         jc += nc;
                     }
                     pc += kc;
@@ -168,7 +205,7 @@ pub(crate) unsafe fn gemm<K: Kernel>(
                         // With `fuse`, the first row block packs B as it goes.
                         let src = (fuse && ic == 0).then_some((bk, ldb));
                         let ck = c.add(ic * ldc + jc);
-                        block::<K>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, Ahead::NONE);
+                        block::<K, false>(mc, nc, kc, ak, src, bbuf, ck, ldc, first, None);
                         ic += mc;
                     }
                     pc += kc;
@@ -177,6 +214,28 @@ pub(crate) unsafe fn gemm<K: Kernel>(
             }
         })
     }
+}
+
+/// Parts of the next chunk of `B` whose lines a micro-tile prefetches ahead of the part it
+/// packs (see [`Pipe`]).
+pub(crate) const PIPE_AHEAD: usize = 2;
+
+/// The `kc × nc` chunk of `B` (in place at `src`, row stride `ldb`) that a block packs to
+/// `dst` (the layout of `pack::pack_b`) while it computes: its micro-tile `t` of `tiles`
+/// packs part `t`, rows `t·kc/tiles .. (t+1)·kc/tiles` (the full panels inside its k loop,
+/// a partial last panel after it), and prefetches into L2 the lines of part
+/// `t + PIPE_AHEAD`, both spread over its k loop ([`Kernel::run_walk`]); the block's first
+/// parts are prefetched at its start. So the reads of `B` (64 MiB at `m = 64`,
+/// `k = n = 4096`) overlap the micro-kernels' FMAs, and the copy is loads and stores inside
+/// the FMA-bound loop, where a separate packing pass waited on memory (ARCHITECTURE.md,
+/// f32 GEMM). Only a few KiB of `B` are prefetched ahead at a time.
+#[derive(Clone, Copy)]
+struct Pipe {
+    src: *const f32,
+    kc: usize,
+    nc: usize,
+    ldb: usize,
+    dst: *mut f32,
 }
 
 /// Where a block's rows of `A` are read from.
@@ -192,13 +251,16 @@ enum ASrc {
 /// `mc × kc` block of A at `a` (row stride `lda`) and packed B (`bbuf`, `nc` columns of
 /// depth `kc`). With `src` (the `kc × nc` block of B in place and its row stride), `bbuf`
 /// is packed here: each panel's first micro-tile packs it while computing
-/// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles).
+/// ([`Kernel::run_pack`]; a partial last panel is packed before its tiles). With `pipe`,
+/// the micro-tiles pack the next chunk of B as they compute (see [`Pipe`]); `PIPE` is
+/// false where it is always `None` (that loop then has none of its code).
 ///
 /// # Safety
-/// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`.
+/// As [`gemm`], with `bbuf` holding the packed block, or room for it with `src`; `pipe`'s
+/// chunk lies in B and its `dst` has room for it, apart from `bbuf`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn block<K: Kernel>(
+unsafe fn block<K: Kernel, const PIPE: bool>(
     mc: usize,
     nc: usize,
     kc: usize,
@@ -208,11 +270,19 @@ unsafe fn block<K: Kernel>(
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
-    next: Ahead,
+    pipe: Option<Pipe>,
 ) {
     unsafe {
         let (mr_, nr_) = (K::MR, K::NR);
         let tiles = nc.div_ceil(nr_) * mc.div_ceil(mr_);
+        let pipe = pipe.filter(|_| PIPE);
+        let region = pipe.map_or(Ahead::NONE, |p| Ahead::new(p.src, p.kc, p.nc, p.ldb));
+        if PIPE {
+            // The parts that no micro-tile prefetches: all at once.
+            for part in 0..PIPE_AHEAD.min(tiles) {
+                region.walk(part, tiles, 1).rest();
+            }
+        }
         let mut t = 0;
         let mut jr = 0;
         while jr < nc {
@@ -229,7 +299,6 @@ unsafe fn block<K: Kernel>(
                     ASrc::InPlace(a, lda) => (a.add(ir * lda), lda, 1),
                     ASrc::Packed(a) => (a.add(ir * kc), 1, mr_),
                 };
-                next.part(t, tiles);
                 if !overwrite {
                     // The micro-kernel's FMA chains start from C: fetch the next tile's C
                     // into L2 while this one computes (into L1, C rows `ldc` apart can evict
@@ -261,7 +330,23 @@ unsafe fn block<K: Kernel>(
                     Some((b, ldb)) if ir == 0 && nr == nr_ => {
                         K::run_pack(Tile { b, ..tile }, ldb, bp)
                     }
-                    _ => K::run(tile),
+                    _ => match pipe {
+                        Some(p) => {
+                            let steps = kc / WALK_STEP;
+                            let w = region.walk(t - 1 + PIPE_AHEAD, tiles, steps);
+                            let rows = ((t - 1) * p.kc / tiles, t * p.kc / tiles);
+                            // Full panels copied by the micro-kernel, a partial one after.
+                            let full = p.nc / nr_;
+                            let cp = Copy16::new(p.src, p.dst, rows, full, p.ldb, p.kc, nr_, steps);
+                            K::run_walk(tile, w, cp);
+                            let (j, (p0, p1)) = (full * nr_, rows);
+                            if j < p.nc {
+                                let (src, dst) = (p.src.add(j), p.dst.add(j * p.kc));
+                                K::pack_b_rows(p.kc, p0, p1, p.nc - j, src, p.ldb, dst);
+                            }
+                        }
+                        None => K::run(tile),
+                    },
                 }
                 ir += mr_;
             }

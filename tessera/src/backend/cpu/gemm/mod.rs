@@ -4,7 +4,8 @@
 //! `KC`/`MC`/`NC` cache blocking. `A` is read in place, its elements broadcast from its
 //! rows by the micro-kernel (as faer's kernels do), except when it has more rows than one
 //! micro-tile (`MR`) and all of them fit one block (`MC`): then it is packed into `MR`-row
-//! panels once per k-block (see `driver`).
+//! panels once per k-block, and the micro-tiles pack the next chunk of `B` as they compute
+//! (see `driver`).
 //!
 //! A register-blocked micro-kernel is selected once at runtime:
 //!

@@ -64,6 +64,26 @@ pub(crate) unsafe fn pack_b<const NR: usize>(
     ldb: usize,
     dst: *mut f32,
 ) {
+    unsafe { pack_b_rows::<NR>(kc, 0, kc, nc, b, ldb, dst) }
+}
+
+/// Pack rows `p0..p1` of the `kc × nc` block of `B` at `b` (row stride `ldb`) into their
+/// places in the `nr`-column panels of the whole block at `dst` (the layout of
+/// [`pack_b`]; the other rows are not written).
+///
+/// # Safety
+/// `p0 <= p1 <= kc`; `b` must address `kc` rows of `nc` readable elements with stride
+/// `ldb`; `dst` must hold `nc.div_ceil(nr) * nr * kc` writable elements.
+#[inline(always)]
+pub(crate) unsafe fn pack_b_rows<const NR: usize>(
+    kc: usize,
+    p0: usize,
+    p1: usize,
+    nc: usize,
+    b: *const f32,
+    ldb: usize,
+    dst: *mut f32,
+) {
     unsafe {
         // Full panels, a few rows of B at a time across all panels: B is read as `ROWS`
         // sequential streams (a panel-at-a-time walk reads one cache line per row, `ldb`
@@ -71,24 +91,24 @@ pub(crate) unsafe fn pack_b<const NR: usize>(
         // product), and each panel receives `ROWS × NR` contiguous floats.
         const ROWS: usize = 8;
         let full = nc / NR;
-        let mut p0 = 0;
-        while p0 < kc {
-            let rows = ROWS.min(kc - p0);
+        let mut p = p0;
+        while p < p1 {
+            let rows = ROWS.min(p1 - p);
             for jp in 0..full {
-                let src = b.add(p0 * ldb + jp * NR);
-                let o = dst.add(jp * NR * kc + p0 * NR);
-                for p in 0..rows {
+                let src = b.add(p * ldb + jp * NR);
+                let o = dst.add(jp * NR * kc + p * NR);
+                for r in 0..rows {
                     // Fixed-size copy: lowered to a few vector moves.
-                    core::ptr::copy_nonoverlapping(src.add(p * ldb), o.add(p * NR), NR);
+                    core::ptr::copy_nonoverlapping(src.add(r * ldb), o.add(r * NR), NR);
                 }
             }
-            p0 += rows;
+            p += rows;
         }
         let j = full * NR;
         if j < nc {
             let cols = nc - j;
             let out = dst.add(full * NR * kc);
-            for p in 0..kc {
+            for p in p0..p1 {
                 let s = b.add(p * ldb + j);
                 let o = out.add(p * NR);
                 for c in 0..NR {

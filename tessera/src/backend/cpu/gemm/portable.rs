@@ -1,7 +1,7 @@
 //! Portable micro-kernel in plain Rust (any target; LLVM auto-vectorises it).
 
 use super::driver::{Kernel, Tile};
-use super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
 const MR: usize = 4;
 const NR: usize = 16;
@@ -81,6 +81,18 @@ unsafe impl Kernel for PortableKernel {
 
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
         unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
+    }
+
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    ) {
+        unsafe { pack_b_rows::<NR>(kc, p0, p1, nc, b, ldb, dst) }
     }
 
     unsafe fn run(t: Tile) {

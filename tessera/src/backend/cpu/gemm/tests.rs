@@ -367,6 +367,106 @@ fn every_isa_is_one_fma_chain_in_k_order() {
     }
 }
 
+/// Products whose rows of `A` fit one block (`MR < m <= MC`: the next chunk of `B` packed in
+/// parts between the micro-tiles of the current one, its lines prefetched by the micro-tiles
+/// before) give the in-order FMA chain bit for bit, on every ISA, with and without
+/// `overwrite`, on fresh random inputs (the seed is in every failure message): row counts at
+/// the edges of the path (both micro-tile heights, one block) and just outside it (the
+/// two-row path, one micro-tile), several chunks of `B` with a partial last chunk and panel,
+/// one to three k-blocks, more micro-tiles than rows in a k-block, strided operands.
+#[test]
+fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut rng = Rng(seed);
+    for &(m, n, k, pad) in &[
+        (1, 70, 300, 2),
+        (2, 290, 513, 0),
+        (5, 33, 129, 1),
+        (6, 300, 40, 1),
+        (7, 290, 300, 0),
+        (8, 545, 300, 1),
+        (9, 600, 300, 2),
+        (13, 33, 7, 0),
+        (16, 530, 513, 1),
+        (17, 257, 129, 3),
+        (31, 100, 260, 0),
+        (33, 545, 3, 2),
+        (57, 288, 300, 0),
+        (63, 300, 257, 1),
+        (64, 600, 513, 0),
+        (65, 47, 33, 2),
+        (143, 70, 300, 1),
+        (144, 290, 40, 0),
+        (145, 40, 300, 3),
+    ] {
+        let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+        let a = rng.vec((m - 1) * lda + k);
+        let b = rng.vec((k - 1) * ldb + n);
+        let c0 = rng.vec(m * ldc);
+        let mut want = c0.clone();
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    let w = &mut want[i * ldc + j];
+                    *w = a[i * lda + p].mul_add(b[p * ldb + j], *w);
+                }
+            }
+        }
+        let mut fresh = vec![0.0; m * ldc];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    let w = &mut fresh[i * ldc + j];
+                    *w = a[i * lda + p].mul_add(b[p * ldb + j], *w);
+                }
+            }
+        }
+        for isa in all_isas() {
+            let mut c = c0.clone();
+            gemm_f32_with(isa, m, n, k, &a, lda, &b, ldb, &mut c, ldc);
+            let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{isa:?} {m}x{n}x{k} pad {pad}: not the in-order FMA chain"
+            );
+            // Overwrite: C's garbage (NaN) is not read; its padding is kept.
+            let mut c = vec![f32::NAN; m * ldc];
+            // SAFETY: the slices hold the described matrices.
+            unsafe {
+                gemm_f32_raw(
+                    isa,
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    c.as_mut_ptr(),
+                    ldc,
+                    true,
+                )
+            };
+            for i in 0..m {
+                for j in 0..ldc {
+                    let (x, y) = (c[i * ldc + j], fresh[i * ldc + j]);
+                    if j < n {
+                        let at = format!("{isa:?} {m}x{n}x{k} ({i},{j}) seed {seed}");
+                        assert_eq!(x.to_bits(), y.to_bits(), "{at}: overwrite");
+                    } else {
+                        assert!(x.is_nan(), "{isa:?} {m}x{n}x{k}: padding written");
+                    }
+                }
+            }
+        }
+        check(Isa::Avx512, m, n, k, pad, seed ^ (m as u64 * 31 + n as u64));
+        check(Isa::Avx2, m, n, k, pad, seed ^ (k as u64 * 17 + n as u64));
+    }
+}
+
 /// `overwrite` (what `matmul::whole` uses) writes C without reading it: bit for bit what
 /// zeroing C and accumulating gives, on every ISA and blocking path (two-row, small-m chunks
 /// of B over several k-blocks, several row blocks), padding untouched.

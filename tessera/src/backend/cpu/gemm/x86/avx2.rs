@@ -3,7 +3,7 @@
 use core::arch::x86_64::*;
 
 use super::super::driver::{Kernel, Tile};
-use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
 const MR: usize = 6;
 const NR: usize = 16;
@@ -125,6 +125,20 @@ unsafe fn pack_b_avx2(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut
     unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
 }
 
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_b_rows_avx2(
+    kc: usize,
+    p0: usize,
+    p1: usize,
+    nc: usize,
+    b: *const f32,
+    ldb: usize,
+    dst: *mut f32,
+) {
+    unsafe { pack_b_rows::<NR>(kc, p0, p1, nc, b, ldb, dst) }
+}
+
 // SAFETY: only dispatched to after runtime detection of AVX2 and FMA.
 unsafe impl Kernel for Avx2Kernel {
     const MR: usize = MR;
@@ -136,6 +150,18 @@ unsafe impl Kernel for Avx2Kernel {
 
     unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
         unsafe { pack_b_avx2(kc, nc, b, ldb, dst) }
+    }
+
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    ) {
+        unsafe { pack_b_rows_avx2(kc, p0, p1, nc, b, ldb, dst) }
     }
 
     unsafe fn run(t: Tile) {

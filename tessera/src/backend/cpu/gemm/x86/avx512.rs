@@ -4,8 +4,9 @@
 use core::arch::x86_64::*;
 use core::ptr::null_mut;
 
-use super::super::driver::{Kernel, Tile};
-use super::super::pack::{edge_load, edge_store, pack_a, pack_b};
+use super::super::ahead::{Copy16, Walk};
+use super::super::driver::{Kernel, Tile, WALK_STEP};
+use super::super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
 const MR: usize = 8;
 const NR: usize = 32;
@@ -20,12 +21,15 @@ const PACK_AHEAD: usize = 16;
 /// `t`, reading the `M` rows of `A` from a packed `MR`-row panel (`A_PANEL`) or in place (row
 /// stride `t.ars`), and `B` from a packed panel (`PACK` false: `t.b` with row stride `NR`) or
 /// in place (`PACK`: `t.b` with row stride `ldb`), then each row of `B` is also stored to the
-/// packed panel at `bp`.
+/// packed panel at `bp`. With `WALK`, `w` and `cp` are stepped once per four steps of k (and
+/// `cp` finished after).
 #[inline(always)]
-unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
+unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK: bool>(
     t: &Tile,
     ldb: usize,
     bp: *mut f32,
+    mut w: Walk,
+    mut cp: Copy16,
 ) {
     let Tile {
         kc,
@@ -77,7 +81,12 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
         }
         // `bd` is only written with `PACK`.
         let (mut ap, mut bs, mut bd, mut p) = (a, b, bp, kc);
+        const _: () = assert!(WALK_STEP == 4);
         while p >= 4 {
+            if WALK {
+                w.step();
+                cp.step();
+            }
             step!(ap, bs, bd);
             step!(ap.add(aks), bs.add(ldb), bd.wrapping_add(NR));
             step!(ap.add(2 * aks), bs.add(2 * ldb), bd.wrapping_add(2 * NR));
@@ -100,25 +109,34 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool>(
             _mm512_storeu_ps(cr, row[0]);
             _mm512_storeu_ps(cr.add(16), row[1]);
         }
+        if WALK {
+            cp.rest();
+        }
     }
 }
 
 /// [`tile`] for the `t.mr <= MR` rows of a micro-tile.
 #[inline(always)]
-unsafe fn tile_rows<const PACK: bool>(t: &Tile, ldb: usize, bp: *mut f32) {
+unsafe fn tile_rows<const PACK: bool, const WALK: bool>(
+    t: &Tile,
+    ldb: usize,
+    bp: *mut f32,
+    w: Walk,
+    cp: Copy16,
+) {
     unsafe {
         // A packed panel has `aks == MR`, rows in place `aks == 1`.
         macro_rules! rows {
             ($panel:literal) => {
                 match t.mr {
-                    8 => tile::<8, PACK, $panel>(t, ldb, bp),
-                    7 => tile::<7, PACK, $panel>(t, ldb, bp),
-                    6 => tile::<6, PACK, $panel>(t, ldb, bp),
-                    5 => tile::<5, PACK, $panel>(t, ldb, bp),
-                    4 => tile::<4, PACK, $panel>(t, ldb, bp),
-                    3 => tile::<3, PACK, $panel>(t, ldb, bp),
-                    2 => tile::<2, PACK, $panel>(t, ldb, bp),
-                    _ => tile::<1, PACK, $panel>(t, ldb, bp),
+                    8 => tile::<8, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    7 => tile::<7, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    6 => tile::<6, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    5 => tile::<5, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    4 => tile::<4, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    3 => tile::<3, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    2 => tile::<2, PACK, $panel, WALK>(t, ldb, bp, w, cp),
+                    _ => tile::<1, PACK, $panel, WALK>(t, ldb, bp, w, cp),
                 }
             };
         }
@@ -134,11 +152,17 @@ unsafe fn tile_rows<const PACK: bool>(t: &Tile, ldb: usize, bp: *mut f32) {
 unsafe fn run_avx512(t: Tile) {
     unsafe {
         if t.nr == NR {
-            tile_rows::<false>(&t, NR, null_mut())
+            tile_rows::<false, false>(&t, NR, null_mut(), Walk::NONE, Copy16::NONE)
         } else {
             let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
             let c = e.as_mut_ptr() as *mut f32;
-            tile_rows::<false>(&Tile { c, ldc: NR, ..t }, NR, null_mut());
+            tile_rows::<false, false>(
+                &Tile { c, ldc: NR, ..t },
+                NR,
+                null_mut(),
+                Walk::NONE,
+                Copy16::NONE,
+            );
             edge_store::<MR, NR>(t.mr, t.nr, t.c, t.ldc, &e);
         }
     }
@@ -146,7 +170,24 @@ unsafe fn run_avx512(t: Tile) {
 
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn run_pack_avx512(t: Tile, ldb: usize, bp: *mut f32) {
-    unsafe { tile_rows::<true>(&t, ldb, bp) }
+    unsafe { tile_rows::<true, false>(&t, ldb, bp, Walk::NONE, Copy16::NONE) }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn run_walk_avx512(t: Tile, mut w: Walk, mut cp: Copy16) {
+    unsafe {
+        if t.nr == NR && t.mr == MR {
+            if t.aks == 1 {
+                tile::<MR, false, false, true>(&t, NR, null_mut(), w, cp)
+            } else {
+                tile::<MR, false, true, true>(&t, NR, null_mut(), w, cp)
+            }
+        } else {
+            w.rest();
+            run_avx512(t);
+            cp.rest()
+        }
+    }
 }
 
 #[target_feature(enable = "avx512f,fma")]
@@ -157,6 +198,20 @@ unsafe fn pack_a_avx512(mc: usize, kc: usize, a: *const f32, lda: usize, dst: *m
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn pack_b_avx512(kc: usize, nc: usize, b: *const f32, ldb: usize, dst: *mut f32) {
     unsafe { pack_b::<NR>(kc, nc, b, ldb, dst) }
+}
+
+#[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_b_rows_avx512(
+    kc: usize,
+    p0: usize,
+    p1: usize,
+    nc: usize,
+    b: *const f32,
+    ldb: usize,
+    dst: *mut f32,
+) {
+    unsafe { pack_b_rows::<NR>(kc, p0, p1, nc, b, ldb, dst) }
 }
 
 // SAFETY: only dispatched to after runtime detection of AVX-512F and FMA.
@@ -172,11 +227,27 @@ unsafe impl Kernel for Avx512Kernel {
         unsafe { pack_b_avx512(kc, nc, b, ldb, dst) }
     }
 
+    unsafe fn pack_b_rows(
+        kc: usize,
+        p0: usize,
+        p1: usize,
+        nc: usize,
+        b: *const f32,
+        ldb: usize,
+        dst: *mut f32,
+    ) {
+        unsafe { pack_b_rows_avx512(kc, p0, p1, nc, b, ldb, dst) }
+    }
+
     unsafe fn run(t: Tile) {
         unsafe { run_avx512(t) }
     }
 
     unsafe fn run_pack(t: Tile, ldb: usize, bp: *mut f32) {
         unsafe { run_pack_avx512(t, ldb, bp) }
+    }
+
+    unsafe fn run_walk(t: Tile, w: Walk, cp: Copy16) {
+        unsafe { run_walk_avx512(t, w, cp) }
     }
 }
