@@ -2394,6 +2394,35 @@ fn gelu_operand_chains_of_every_form_match_the_interpreter_bit_for_bit() {
     gelu_chain_forms_bits();
 }
 
+/// The chain forms past the non-temporal threshold, on one thread and two: three ops stream
+/// from gelu's loop at AVX-512; a `div` and four ops (which that loop stores plainly) take
+/// the buffered pieces and `stream::copy`; each bit for bit with the interpreter.
+#[test]
+fn streamed_gelu_operand_chains_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    for ((r, c), nt) in large_flat_shapes() {
+        let x = gelu_inputs(r, c, 4700);
+        let mut yv = Tensor::<f32>::randn(&[c], 4701).to_vec().unwrap();
+        yv[c / 2] = f32::INFINITY;
+        yv[1] = 0.0;
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                let t = format!("[{r}, {c}] {threads}T");
+                flat_and_tiles(&format!("gelu((x-y)*0.5+y) {t}"), nt, || {
+                    chain_sub3(&x, &y).unwrap()
+                });
+                flat_and_tiles(&format!("gelu(x/y+1) {t}"), nt, || {
+                    chain_div(&x, &y).unwrap()
+                });
+                flat_and_tiles(&format!("gelu((x*y+1)*0.5-y) {t}"), nt, || {
+                    chain_four(&x, &y).unwrap()
+                });
+            });
+        }
+    }
+}
+
 fn gelu_chain_forms_bits() {
     let shapes = [(37, 300), (1, 1), (9, 1025), (300, 1), (2, 4100)];
     for (i, &(r, c)) in shapes.iter().enumerate() {

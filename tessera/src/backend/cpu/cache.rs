@@ -1,7 +1,8 @@
 //! The CPU's cache sizes, as the CPU path's size thresholds and its benches read them.
 
 /// The largest cache of CPU 0 in bytes (Linux sysfs, `cpu0/cache/index*/size`), else 32 MiB;
-/// read once per process. The fused path's non-temporal stores start at 3/8 of it, and
+/// read once per process. The fused path's non-temporal stores start at 3/8 of it on one
+/// thread and above 3/4 of it in a pool of two or more (`fused::stream`), and
 /// `benches/cpu.rs` sizes its "four times the last-level cache" shape from it.
 ///
 /// ```

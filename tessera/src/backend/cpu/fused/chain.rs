@@ -285,8 +285,8 @@ fn gelu_pre<'a>(
 /// `y[j] = ops(x[j])` for values from column `col` of rows `c` long (row-major), each slice
 /// operand of `ks` one whole row of `c` values read at the value's column: one call of
 /// `vmath::gelu512::after_rows` over all the rows when the chain is of [`gelu_pre`]'s form
-/// at the AVX-512 level (its stores non-temporal where aligned when `stream`: the caller
-/// fences), or of `vmath::gelu_simd::avx2_after_rows` at the AVX2 level without `stream`;
+/// at the AVX-512 level when that call streams (`gelu512::streams`; its stores non-temporal
+/// where aligned when `stream`: the caller fences) or `stream` is off, or of `vmath::gelu_simd::avx2_after_rows` at the AVX2 level without `stream`;
 /// `false` (nothing done) otherwise.
 pub(crate) fn rows(
     ops: &[Op],
@@ -300,6 +300,7 @@ pub(crate) fn rows(
     #[cfg(target_arch = "x86_64")]
     if simd::active() >= SimdLevel::Avx512
         && let Some(p) = gelu_pre(ops, ks, true)
+        && !(stream && !crate::backend::cpu::vmath::gelu512::streams(&p[..ops.len() - 1]))
     {
         // SAFETY: `gelu_pre`: `gelu512::available`.
         unsafe {

@@ -279,7 +279,8 @@ fn fold_body(op: TileReduce, acc: &mut [f32], part: &[f32]) {
 }
 
 /// `part` (`part.len()` columns from `j0`) = the partial of tile `k`: the identity combined
-/// with its rows in order, then `other` once per row past the tensor.
+/// with its rows in order, then `other` for each row past the tensor (combined once where
+/// that gives the same bits: `colreduce::repeats`).
 fn strip(c: &ColReduce, buf: &Buffer, l: &Layout, k: usize, j0: usize, part: &mut [f32]) {
     let u0 = k * c.rows;
     let n = c.rows.min(l.r - u0);

@@ -293,7 +293,8 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
 
 /// Elements `lo .. lo + n` of an operand chain through [`super::chain::rows`] (many rows
 /// per call, each row operand one whole row), straight into the output, its stores
-/// non-temporal when `nt` (the span is fenced after). `false` (nothing done) when
+/// non-temporal when `nt` (the span is fenced after; `chain::rows` declines a chain it
+/// would not stream, which then takes the buffered, streamed path). `false` (nothing done) when
 /// `chain::rows` does not take the chain.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -307,6 +308,10 @@ fn chain_rows(
     n: usize,
     nt: bool,
 ) -> bool {
+    if n == 0 {
+        // Nothing to write (and `c` may be 0: no `lo % c`).
+        return true;
+    }
     let c = out.dims()[1];
     let mut ks = [V::K(0.0); super::chain::MAX_OPS];
     for (v, op) in ks.iter_mut().zip(&f.operands) {

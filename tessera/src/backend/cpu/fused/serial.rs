@@ -4,8 +4,8 @@
 //! (rmsnorm `[37, 300]` f32, two threads: 7.4 µs per launch split among them, 1.6 µs on one).
 //! What a program costs is known only by running one (a norm row, a softmax row and an
 //! attention block differ by orders of magnitude), so [`probe`] runs the first programs on
-//! the calling thread, in runs of doubling length, until they are all done or [`BUDGET`]
-//! has passed; the rest are then split among the threads as before. A launch with a tensor
+//! the calling thread, in runs of doubling length, while the next run is predicted (from
+//! the mean time per program so far) to end within [`BUDGET`]; the rest are then split among the threads as before. A launch with a tensor
 //! of [`LARGE`] bytes or more skips the probe. Programs are independent, so which thread
 //! runs one changes no result.
 
@@ -26,8 +26,10 @@ pub(crate) fn large(args: &[Buffer]) -> bool {
 }
 
 /// Runs programs `first ..` of `total` on this thread, `span(a, b)` running programs
-/// `a .. b`, in runs of 1, 2, 4, … programs, until every program ran or [`BUDGET`] has
-/// passed since the call; returns the first program not run (`total` when all ran).
+/// `a .. b`, in runs of 1, 2, 4, … programs; a run starts only when the time so far plus
+/// the run at the mean time per program measured so far stays within [`BUDGET`] (the
+/// first program always runs: it is the first measurement). Returns the first program
+/// not run (`total` when all ran).
 pub(crate) fn probe(first: usize, total: usize, span: impl Fn(usize, usize)) -> usize {
     let start = Instant::now();
     let (mut next, mut run) = (first, 1);
@@ -36,7 +38,9 @@ pub(crate) fn probe(first: usize, total: usize, span: impl Fn(usize, usize)) -> 
         span(next, end);
         next = end;
         run *= 2;
-        if start.elapsed() >= BUDGET {
+        let (spent, done) = (start.elapsed(), (next - first) as u32);
+        let ahead = spent / done * (run.min(total - next) as u32);
+        if spent + ahead > BUDGET {
             break;
         }
     }

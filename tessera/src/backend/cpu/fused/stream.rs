@@ -14,8 +14,10 @@ fn nt_bytes() -> usize {
     crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
 
-/// Whether an output of `len` bytes takes non-temporal stores: from [`nt_bytes`] on one
-/// thread; on two or more threads only above 3/4 of the last-level cache. On the 2-vCPU AMD
+/// Whether an output of `len` bytes takes non-temporal stores: from [`nt_bytes`] when the
+/// launch's pool ([`threads`]) has one thread; in a pool of two or more threads only above
+/// 3/4 of the last-level cache (by the pool's size, even when a launch's programs happen to
+/// run on one of its threads). On the 2-vCPU AMD
 /// EPYC (Zen 5, 32 MiB L3; runs under `chrt -f 50`, 2026-11-27) two threads' streaming stores
 /// wrote ≈ 45–52 GB/s together, no more than one thread alone (the machine's, not each
 /// core's, limit then; other times have measured about twice that), while plain stores
@@ -420,7 +422,9 @@ mod tests {
         let r = std::panic::catch_unwind(|| fenced_once(|| panic!("inside")));
         assert!(r.is_err());
         assert!(!deferred());
-        // Streamed values written inside are all there after it returns.
+        // Streamed values written inside are all there, in order, after it returns (one
+        // thread: this checks the values and the deferral, not the ordering a fence gives
+        // other threads).
         let src: Vec<f32> = (0..64).map(|j| j as f32 + 0.5).collect();
         let mut out = vec![0.0f32; 64 + 16];
         let at = out.as_ptr().align_offset(64);

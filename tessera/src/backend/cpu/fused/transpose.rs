@@ -807,11 +807,11 @@ mod x86 {
             // Rows `j0 .. j0 + 8` of the block (with `PART`, those past `nb` zero).
             let mut group = |j0: usize| -> [__m512i; 8] {
                 let r: [__m512i; 8] = core::array::from_fn(|i| {
-                    let p = s.add((j0 + i) * ss);
+                    // Rows past `nb` are never addressed: `add` past the allocation is UB.
                     if !PART {
-                        _mm512_loadu_si512(p as *const _)
+                        _mm512_loadu_si512(s.add((j0 + i) * ss) as *const _)
                     } else if j0 + i < nb {
-                        _mm512_maskz_loadu_epi16(lm, p as *const _)
+                        _mm512_maskz_loadu_epi16(lm, s.add((j0 + i) * ss) as *const _)
                     } else {
                         _mm512_setzero_si512()
                     }

@@ -375,6 +375,13 @@ pub(crate) unsafe fn after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
     }
 }
 
+/// Whether [`after_rows`] with `stream` streams its stores for this chain: up to
+/// `LIN_MAX` ops, none a division (longer chains and divisions take `after_any`'s plain
+/// stores).
+pub(crate) fn streams(pre: &[Pre]) -> bool {
+    pre.len() <= LIN_MAX && pre.iter().all(|p| p.0 != BinaryOp::Div)
+}
+
 /// [`after`] over values that start at column `col` of rows `c` long (row-major: the
 /// value at `i` has column `(col + i) % c`), each [`Pre`] slice one row of `c` values
 /// read at the value's column: the table and the ops' registers are set up once for all
@@ -412,9 +419,7 @@ pub(crate) unsafe fn after_rows(
         // do not overlap (`&mut` and `&`); every row holds `c >= col + m` floats.
         unsafe {
             match pre.len() {
-                _ if pre.len() > LIN_MAX || pre.iter().any(|p| p.0 == B::Div) => {
-                    after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab)
-                }
+                _ if !streams(pre) => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
                 0 if stream => map_with::<true>(x.add(i), y.add(i), m, &tab, &mut true),
                 0 => map_with::<false>(x.add(i), y.add(i), m, &tab, &mut true),
                 1 => run_n(
