@@ -843,6 +843,10 @@ pub(crate) fn direct_run(
                 // the output is never a loaded parameter, `plan::compile`).
                 return super::gelubf16::look(ops, t, s, unsafe { out_u16(bo, at_o, n) });
             }
+            // SAFETY: as above; `nt`: the caller fences.
+            if unsafe { super::gelubf16::look_stream(ops, t, s, out_u16(bo, at_o, n)) } {
+                return;
+            }
             let mut h = [0u16; CHUNK];
             for k in (0..n).step_by(piece) {
                 let m = (n - k).min(piece);
