@@ -572,6 +572,39 @@ mod tests {
         }
     }
 
+    /// The streamed variant gives the table's bits for every input, in order and shuffled,
+    /// with the output starting at every 2-byte offset of a 64-byte line (plain head, streamed
+    /// lines, plain tail) and the input at other offsets, at lengths `0..=96` and all 65 536;
+    /// its lines left to the table (inputs mostly outside the range, in order) take the
+    /// whole-block lookup too.
+    #[test]
+    fn streamed_outputs_give_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = table();
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let shuffled = shuffled(all.clone());
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in [&all, &shuffled] {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96).chain([s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(0x7FC1);
+                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
+                    unsafe { x86::gelu_stream(&t, &s[..n], o) };
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { core::arch::x86_64::_mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(*y, t[*x as usize], "input {x:#06x}, offset {off}, {n}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The polynomial decides the lanes: with a table of a value gelu never gives
     /// (`0x7FC1`, a NaN), all but the lanes left to the table still get the true bits, from
     /// each of the 32 offsets (so every input meets every lane), and those left are few:
