@@ -812,7 +812,8 @@ fn direct(
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
 /// `bo` from `at_o`, streamed when `nt` ([`super::stream::large`] of `bo`; the caller
 /// fences). A bf16 input is looked up in the chain's table ([`super::lut`]; a bf16 gelu
-/// computed where [`super::gelubf16`] can, with the same results). Otherwise an f32
+/// computed where [`super::gelubf16`] can, with the same results, and streamed from its loop
+/// when `nt`). Otherwise an f32
 /// output written without `nt` receives the widened input and the steps run there; other
 /// outputs are written from `buf` (f32, the ops run there) piece by piece with
 /// [`super::stream::store`], a bf16 output's last rounding left to the store, which rounds
