@@ -2167,15 +2167,17 @@ fn unary_chain3_bf16(x: Tensor<bf16, (B, R, C)>) -> Tensor<bf16, (B, R, C)> {
 /// `fused/gelubf16.rs`; looked up in the table at the others) against the interpreter, bit for
 /// bit, on the whole-tensor path and tile by tile, with one and two threads: standard-normal
 /// inputs with [`bf16_specials`] (±0, subnormals, ±inf, NaNs), values at both ends of the
-/// polynomial's range and in both tails, at `[37, 300]`, `[1, 1]`, `[9, 1025]`, a `[256, 256]`
-/// holding every bf16 pattern, and (`large`) a streamed output.
+/// polynomial's range and in both tails, at `[37, 300]`, `[1, 1]`, `[9, 1025]`, `[300, 1]`, a
+/// `[256, 256]` holding every bf16 pattern, and (`large`) a streamed output of 1001 columns
+/// (tile by tile, its rows start at every even byte offset of a 64-byte line; streamed from
+/// the AVX-512 loop on one thread, plain stores on two).
 #[test]
 fn gelu_bf16_matches_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    gelu_bf16_bits(true);
+    gelu_bf16_bits(true, &[1, 2]);
 }
 
-fn gelu_bf16_bits(large: bool) {
+fn gelu_bf16_bits(large: bool, threads: &[usize]) {
     let mut sp = bf16_specials();
     sp.extend(
         [
@@ -2185,19 +2187,20 @@ fn gelu_bf16_bits(large: bool) {
         .map(bf16::from_f32),
     );
     sp.extend([0x8001u16, 0x007F, 0x0081, 0x8080].map(bf16::from_bits));
-    let mut shapes = vec![(37, 300), (1, 1), (9, 1025), (256, 256)];
+    let mut shapes: Vec<_> = [(37, 300), (1, 1), (9, 1025), (300, 1), (256, 256)]
+        .map(|s| (s, false))
+        .to_vec();
     if large {
-        shapes.push(large_flat_shapes()[0].0);
+        shapes.extend(large_flat_shapes());
     }
-    for threads in [1, 2] {
+    for &threads in threads {
         on_threads(threads, || {
-            for (i, &(r, c)) in shapes.iter().enumerate() {
+            for (i, &((r, c), nt)) in shapes.iter().enumerate() {
                 let x = if (r, c) == (256, 256) {
                     bf16_patterns(r, c, 3 + threads as u64)
                 } else {
                     with_specials(r, c, 2600 + 10 * i as u64 + threads as u64, &sp)
                 };
-                let nt = i == 4;
                 flat_and_tiles(&format!("gelu bf16 [{r}, {c}] {threads}T"), nt, || {
                     gelu_bf16(&x).unwrap()
                 });
@@ -2627,7 +2630,10 @@ fn every_simd_level_agrees() {
         gelu_chain_forms_bits();
         gelu_ranges_bits();
         unary_chains_bits();
-        gelu_bf16_bits(false);
+        gelu_bf16_bits(false, &[1, 2]);
+        // The streamed output (one thread) at every level: from the AVX-512 loop, through
+        // the table and a copy at the others.
+        gelu_bf16_bits(true, &[1]);
         bf16_storage_bits();
         let (m, k, n) = (37, 300, 45);
         let a = Tensor::<f32>::randn(&[m, k], 500);

@@ -56,6 +56,35 @@ pub(crate) fn look(ops: &[DirectStep], t: &[u16; 1 << 16], s: &[u16], o: &mut [u
     lut::look_u16(t, s, o)
 }
 
+/// [`look`] into an output whose whole 64-byte lines take streaming stores, when `ops` is a
+/// gelu and the active SIMD level is AVX-512: each step's 32 results go to memory from the
+/// computing loop ([`x86::gelu_stream`]), no L1 buffer and separate copy between. Returns
+/// `false` (nothing written) otherwise.
+///
+/// # Safety
+/// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
+/// read by anyone else.
+#[inline(always)]
+pub(crate) unsafe fn look_stream(
+    ops: &[DirectStep],
+    t: &[u16; 1 << 16],
+    s: &[u16],
+    o: &mut [u16],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if is_gelu(ops)
+        && crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
+    {
+        let n = o.len();
+        // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
+        // the caller fences.
+        unsafe { x86::gelu_stream(t, &s[..n], o) };
+        return true;
+    }
+    let _ = (ops, t, s, o);
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{CT, HALF, HI, LO, lut};
@@ -123,6 +152,103 @@ mod x86 {
         }
     }
 
+    /// [`gelu`] with the whole 64-byte lines of `o` written by streaming stores straight from
+    /// the loop: plain stores ([`gelu`]) up to the first 64-byte boundary of `o` and for the
+    /// last `< 32` elements; between them steps of 32 elements (one line each), a step with
+    /// lanes left to the table fixed in a 32-element buffer before its line is stored, and,
+    /// after a block of 256 elements with more than [`MANY`] such lanes, the next [`SKIP`]
+    /// blocks looked up whole into a 256-element buffer and streamed from there.
+    ///
+    /// # Safety
+    /// As [`gelu`]; the caller orders the streaming stores (`sfence`) before `o` is read
+    /// elsewhere.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn gelu_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 32 * 32;
+        // SAFETY: as this function's.
+        unsafe { gelu(t, &s[..h], &mut o[..h]) };
+        // SAFETY: `CT[k]` holds 32 floats.
+        let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+        // SAFETY: as above.
+        let hi: [__m512; 5] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
+        let mut i = h;
+        let mut skip = 0;
+        let mut b = [0u16; 256];
+        while i + 256 <= end {
+            if skip > 0 {
+                look(t, &s[i..i + 256], &mut b);
+                for k in (0..256).step_by(32) {
+                    // SAFETY: `o[i + k]` is 64-byte aligned (`h`, steps of 32) and
+                    // `i + k + 32 <= n`.
+                    unsafe {
+                        let v = _mm512_loadu_si512(b.as_ptr().add(k).cast());
+                        _mm512_stream_si512(o.as_mut_ptr().add(i + k).cast(), v);
+                    }
+                }
+                skip -= 1;
+                i += 256;
+                continue;
+            }
+            let mut left = 0;
+            for k in (0..256).step_by(32) {
+                // SAFETY: as above.
+                left += unsafe {
+                    stream_step(
+                        t,
+                        &s[i + k..i + k + 32],
+                        o.as_mut_ptr().add(i + k),
+                        &lo,
+                        &hi,
+                    )
+                };
+            }
+            if left > MANY {
+                skip = SKIP;
+            }
+            i += 256;
+        }
+        while i < end {
+            // SAFETY: as above.
+            unsafe { stream_step(t, &s[i..i + 32], o.as_mut_ptr().add(i), &lo, &hi) };
+            i += 32;
+        }
+        // SAFETY: as this function's.
+        unsafe { gelu(t, &s[end..], &mut o[end..]) };
+    }
+
+    /// The 32 elements `s` (the table's entries for the lanes left to it) streamed to `o`;
+    /// returns how many lanes took the table's entry.
+    ///
+    /// # Safety
+    /// As [`gelu`]; `o` 64-byte aligned and writable for 32 elements.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn stream_step(
+        t: &[u16; 1 << 16],
+        s: &[u16],
+        o: *mut u16,
+        lo: &[__m512; 5],
+        hi: &[__m512; 5],
+    ) -> u32 {
+        // SAFETY: `s` holds 32 elements.
+        let (mut v, m) = unsafe { compute(s[..32].as_ptr(), lo, hi) };
+        if m != 0 {
+            let mut b = [0u16; 32];
+            // SAFETY: `b` holds 32 elements.
+            unsafe { _mm512_storeu_si512(b.as_mut_ptr().cast(), v) };
+            fix(t, s, &mut b, m);
+            // SAFETY: as above.
+            v = unsafe { _mm512_loadu_si512(b.as_ptr().cast()) };
+        }
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_stream_si512(o.cast(), v) };
+        m.count_ones()
+    }
+
     /// The 32 elements from `s` into `o`; returns the lanes left to the table: bit `k` for
     /// element `2k`, bit `16 + k` for element `2k + 1`.
     ///
@@ -131,6 +257,21 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
     unsafe fn step(s: *const u16, o: *mut u16, lo: &[__m512; 5], hi: &[__m512; 5]) -> u32 {
+        // SAFETY: the caller's contract.
+        let (out, m) = unsafe { compute(s, lo, hi) };
+        // SAFETY: as above.
+        unsafe { _mm512_storeu_si512(o.cast(), out) };
+        m
+    }
+
+    /// The 32 results from `s` (the lanes left to the table undecided) and those lanes, as
+    /// [`step`] returns them.
+    ///
+    /// # Safety
+    /// As [`gelu`]; `s` readable for 32 elements.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    unsafe fn compute(s: *const u16, lo: &[__m512; 5], hi: &[__m512; 5]) -> (__m512i, u32) {
         let top = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         // SAFETY: the caller's contract.
         let v = unsafe { _mm512_loadu_si512(s.cast()) };
@@ -139,9 +280,7 @@ mod x86 {
         let (wo, bo) = lanes(_mm512_castsi512_ps(_mm512_and_si512(v, top)), lo, hi);
         // (top & wo) | (!top & we >> 16)
         let out = _mm512_ternarylogic_epi32::<0xCA>(top, wo, _mm512_srli_epi32::<16>(we));
-        // SAFETY: as above.
-        unsafe { _mm512_storeu_si512(o.cast(), out) };
-        u32::from(be) | u32::from(bo) << 16
+        (out, u32::from(be) | u32::from(bo) << 16)
     }
 
     /// More lanes than this left to the table in a block of 256 elements: look the block
@@ -428,6 +567,39 @@ mod tests {
                 unsafe { x86::gelu(&t, s, &mut o) };
                 for (x, y) in s.iter().zip(&o) {
                     assert_eq!(*y, t[*x as usize], "input {x:#06x}");
+                }
+            }
+        }
+    }
+
+    /// The streamed variant gives the table's bits for every input, in order and shuffled,
+    /// with the output starting at every 2-byte offset of a 64-byte line (plain head, streamed
+    /// lines, plain tail) and the input at other offsets, at lengths `0..=96` and all 65 536;
+    /// its lines left to the table (inputs mostly outside the range, in order) take the
+    /// whole-block lookup too.
+    #[test]
+    fn streamed_outputs_give_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = table();
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let shuffled = shuffled(all.clone());
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in [&all, &shuffled] {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96).chain([s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(0x7FC1);
+                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
+                    unsafe { x86::gelu_stream(&t, &s[..n], o) };
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { core::arch::x86_64::_mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(*y, t[*x as usize], "input {x:#06x}, offset {off}, {n}");
+                    }
                 }
             }
         }

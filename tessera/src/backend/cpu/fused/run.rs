@@ -812,7 +812,8 @@ fn direct(
 /// Runs a direct chain over `n` contiguous elements: input `bi` from element `at_i`, output
 /// `bo` from `at_o`, streamed when `nt` ([`super::stream::large`] of `bo`; the caller
 /// fences). A bf16 input is looked up in the chain's table ([`super::lut`]; a bf16 gelu
-/// computed where [`super::gelubf16`] can, with the same results). Otherwise an f32
+/// computed where [`super::gelubf16`] can, with the same results, and streamed from its loop
+/// when `nt`). Otherwise an f32
 /// output written without `nt` receives the widened input and the steps run there; other
 /// outputs are written from `buf` (f32, the ops run there) piece by piece with
 /// [`super::stream::store`], a bf16 output's last rounding left to the store, which rounds
@@ -842,6 +843,10 @@ pub(crate) fn direct_run(
                 // SAFETY: this program's or range's output elements (disjoint within a launch;
                 // the output is never a loaded parameter, `plan::compile`).
                 return super::gelubf16::look(ops, t, s, unsafe { out_u16(bo, at_o, n) });
+            }
+            // SAFETY: as above; `nt`: the caller fences.
+            if unsafe { super::gelubf16::look_stream(ops, t, s, out_u16(bo, at_o, n)) } {
+                return;
             }
             let mut h = [0u16; CHUNK];
             for k in (0..n).step_by(piece) {
