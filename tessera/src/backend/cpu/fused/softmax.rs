@@ -599,72 +599,45 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
             *d.add(j) = *ep.add(j) * inv;
         }
         let mut q = head;
-        // One 32-column step: the exponentials and their sum; with `$next` the next row's
-        // max step (and with `$pf` a prefetch); with `$store` two vectors of the scaled row.
-        macro_rules! step {
-            ($j:expr, $next:expr, $pf:expr, $store:expr) => {{
-                let j = $j;
-                let (v0, v1) = (
-                    _mm512_loadu_ps(xs.as_ptr().add(j)),
-                    _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
-                );
-                let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
-                a0 = _mm512_add_ps(a0, e0);
-                a1 = _mm512_add_ps(a1, e1);
-                let (e0, e1) = if REDO {
-                    (exp(_mm512_sub_ps(v0, fv)), exp(_mm512_sub_ps(v1, fv)))
-                } else {
-                    (e0, e1)
-                };
-                _mm512_storeu_ps(es.add(j), e0);
-                _mm512_storeu_ps(es.add(j + 16), e1);
-                if $next {
-                    if $pf {
-                        // A prefetch never faults.
-                        let b = pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
-                        _mm_prefetch::<_MM_HINT_T0>(b);
-                        if !BF {
-                            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
-                        }
-                    }
-                    m.step::<BF>(next, j, keep);
-                }
-                if $store {
-                    for _ in 0..2 {
-                        if q < qend {
-                            let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-                            if nt {
-                                _mm512_stream_ps(d.add(q), v);
-                            } else {
-                                _mm512_storeu_ps(d.add(q), v);
-                            }
-                            q += 16;
-                        }
+        for j in (0..full).step_by(32) {
+            let (v0, v1) = (
+                _mm512_loadu_ps(xs.as_ptr().add(j)),
+                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
+            );
+            let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            let (e0, e1) = if REDO {
+                (exp(_mm512_sub_ps(v0, fv)), exp(_mm512_sub_ps(v1, fv)))
+            } else {
+                (e0, e1)
+            };
+            _mm512_storeu_ps(es.add(j), e0);
+            _mm512_storeu_ps(es.add(j + 16), e1);
+            if has_next {
+                if !pf.is_null() {
+                    // A prefetch never faults.
+                    let b = pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(b);
+                    if !BF {
+                        _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
                     }
                 }
-            }};
-        }
-        // The common case (a next row to take the max of, a row after it to ask for, a
-        // previous row to store with streaming stores): past the lag every step stores two
-        // whole vectors (`q + 32 <= qend` while `j < full`, as `q - head = j - lag'`,
-        // `head < 16` and `lag' >= 32`), so that loop has no branch but its own.
-        let common = has_next && !pf.is_null() && has_d && nt;
-        let split = if common {
-            (lag.max(32).div_ceil(32) * 32).min(full)
-        } else {
-            full
-        };
-        for j in (0..split).step_by(32) {
-            step!(j, has_next, !pf.is_null(), has_d && j >= lag);
-        }
-        for j in (split..full).step_by(32) {
-            debug_assert!(q + 32 <= qend);
-            let v0 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
-            let v1 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q + 16)), iv);
-            _mm512_stream_ps(d.add(q), v0);
-            _mm512_stream_ps(d.add(q + 16), v1);
-            q += 32;
-            step!(j, true, true, false);
+                m.step::<BF>(next, j, keep);
+            }
+            if has_d && j >= lag {
+                for _ in 0..2 {
+                    if q < qend {
+                        let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
+                        if nt {
+                            _mm512_stream_ps(d.add(q), v);
+                        } else {
+                            _mm512_storeu_ps(d.add(q), v);
+                        }
+                        q += 16;
+                    }
+                }
+            }
         }
         if has_d {
             while q < qend {
