@@ -1699,7 +1699,8 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 /// two against the interpreter, bit for bit: programs of several one-chunk rows, whose AVX-512
 /// loop takes a later row's max and stores an earlier row during each row's exponentials,
 /// at odd widths (whole 32-value steps and a tail, rows off cache lines), and outputs past the
-/// non-temporal threshold (streamed, ragged and aligned rows).
+/// non-temporal threshold (streamed, ragged and aligned rows; rows narrower than the store
+/// lag, whose streamed stores all follow the loop, and rows of one 32-value step past it).
 #[test]
 fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
@@ -1722,6 +1723,8 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 big(1000),
                 big(1024),
                 big(300),
+                big(40),
+                big(97),
             ])
         });
     }
