@@ -29,10 +29,6 @@ thread_local! {
     static TABLE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Rows ahead the pass prefetches in a bf16 tensor beyond the last-level cache (two passes of
-/// four rows).
-const AHEAD: usize = 8;
-
 /// Columns per strip of the pass (16 KiB of f32 partials: the strip stays in L1).
 const STRIP: usize = 4096;
 
@@ -286,18 +282,13 @@ fn strip(c: &ColReduce, buf: &Buffer, l: &Layout, k: usize, j0: usize, part: &mu
     let n = c.rows.min(l.r - u0);
     part.fill(identity(c.op));
     let at = u0 * l.cols + j0;
-    // A bf16 tensor past the LLC: the rows two passes on are prefetched into L2 (measured at
-    // `[8192, 4096]`, one thread: 2.8–3.3 → 2.2–2.6 ms; an f32 one measured both faster and
-    // slower, an L3-resident one slower).
-    let ahead = if c.bf16 && buf.len > crate::backend::cpu::cache::last_level_bytes() {
-        AHEAD
-    } else {
-        0
-    };
+    // No software prefetch, for any tensor, so a bf16 sum runs `colreduce`'s eight-row passes
+    // (measured at `[8192, 4096]` bf16, one thread: four-row passes prefetching the rows 8 on
+    // into L2, 2.29–2.47 ms; eight-row passes with that prefetch, 2.12–2.28 ms; without it,
+    // 1.84–2.01 ms).
     // SAFETY: rows u0..u0 + n and columns j0..j0 + part.len() lie inside the `[r, cols]`
-    // tensor (its length checked in `shaped`; rows to `r` prefetched); loaded tensors are not
-    // written during a launch.
-    unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part, ahead, l.r - u0) };
+    // tensor (its length checked in `shaped`); loaded tensors are not written during a launch.
+    unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part, 0, n) };
     // The rows past the tensor each combine `other` into every column (once where that is
     // idempotent: `colreduce::repeats`).
     let pad = super::colreduce::repeats(c.op, c.other, c.rows - n);
