@@ -244,6 +244,22 @@ unsafe fn map_with<const S: bool>(
 /// `Div`.
 pub(crate) type Pre<'a> = (BinaryOp, bool, Option<&'a [f32]>, f32);
 
+/// `pre`'s ops on one value `v` at column `j` of its row (a slice operand read at `j`),
+/// each op rounded once, in order: the scalar tail of the vector loops over [`Pre`] ops.
+#[inline(always)]
+pub(crate) fn pre_one(pre: &[Pre], v: f32, j: usize) -> f32 {
+    pre.iter().fold(v, |v, &(op, left, s, c)| {
+        let k = s.map_or(c, |s| s[j]);
+        let (a, b) = if left { (v, k) } else { (k, v) };
+        match op {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            _ => a / b,
+        }
+    })
+}
+
 /// Most [`Pre`] ops [`after`] runs in registers ([`Lanes`]); longer chains, and chains with
 /// a `div`, take [`after_any`].
 const LIN_MAX: usize = 3;
@@ -651,17 +667,6 @@ unsafe fn after_any(pre: &[Pre], col: usize, src: &[f32], dst: &mut [f32], tab: 
         i += 16;
     }
     for j in i..n {
-        let mut v = src[j];
-        for &(op, left, s, c) in pre {
-            let k = s.map_or(c, |s| s[col + j]);
-            let (a, b) = if left { (v, k) } else { (k, v) };
-            v = match op {
-                B::Add => a + b,
-                B::Sub => a - b,
-                B::Mul => a * b,
-                _ => a / b,
-            };
-        }
-        dst[j] = gelu1::<Fused>(v);
+        dst[j] = gelu1::<Fused>(pre_one(pre, src[j], col + j));
     }
 }

@@ -202,18 +202,7 @@ pub(crate) unsafe fn avx2_after_rows(
             i += 8;
         }
         for j in i..m {
-            let mut v = src[at + j];
-            for &(op, left, s, k) in pre {
-                let k = s.map_or(k, |s| s[col + j]);
-                let (a, b) = if left { (v, k) } else { (k, v) };
-                v = match op {
-                    B::Add => a + b,
-                    B::Sub => a - b,
-                    B::Mul => a * b,
-                    _ => a / b,
-                };
-            }
-            dst[at + j] = gelu1::<Fused>(v);
+            dst[at + j] = gelu1::<Fused>(super::gelu512::pre_one(pre, src[at + j], col + j));
         }
         at += m;
         col = 0;
