@@ -108,7 +108,14 @@ pub(crate) struct Tile {
     pub(crate) ldc: usize,
     /// `C =` instead of `C +=`: C is not read.
     pub(crate) overwrite: bool,
+    /// The C tile that the next micro-tile reads (same `ldc`), or null: a kernel may fetch
+    /// its lines into L1 near the end of its k loop ([`C_AHEAD`]).
+    pub(crate) next: *const f32,
 }
+
+/// Steps of k before the end of its k loop at which the AVX-512 micro-kernel fetches its
+/// own C tile (for its stores) and the next tile's ([`Tile::next`]) into L1.
+pub(crate) const C_AHEAD: usize = 64;
 
 /// `C += A·B` (or, with `overwrite`, `C = A·B` without reading C) with raw pointers; all
 /// dimensions non-zero. `overwrite` gives the bits that zeroing C and accumulating would.
@@ -299,10 +306,12 @@ unsafe fn block<K: Kernel, const PIPE: bool>(
                     ASrc::InPlace(a, lda) => (a.add(ir * lda), lda, 1),
                     ASrc::Packed(a) => (a.add(ir * kc), 1, mr_),
                 };
+                let mut next = core::ptr::null();
                 if !overwrite {
                     // The micro-kernel's FMA chains start from C: fetch the next tile's C
-                    // into L2 while this one computes (into L1, C rows `ldc` apart can evict
-                    // the B panel where they share cache sets).
+                    // into L2 while this one computes (into L1 only near the end of its k
+                    // loop, `Tile::next`: C rows `ldc` apart can evict the B panel where
+                    // they share cache sets).
                     let (ni, nj) = if ir + mr_ < mc {
                         (ir + mr_, jr)
                     } else {
@@ -310,7 +319,8 @@ unsafe fn block<K: Kernel, const PIPE: bool>(
                     };
                     if nj < nc {
                         let (rows, cols) = (mr_.min(mc - ni), nr_.min(nc - nj));
-                        ahead::tile(c.wrapping_add(ni * ldc + nj), rows, cols, ldc, false);
+                        next = c.wrapping_add(ni * ldc + nj) as *const f32;
+                        ahead::tile(next, rows, cols, ldc, false);
                     }
                 }
                 t += 1;
@@ -325,6 +335,7 @@ unsafe fn block<K: Kernel, const PIPE: bool>(
                     c: c.add(ir * ldc + jr),
                     ldc,
                     overwrite,
+                    next,
                 };
                 match pack {
                     Some((b, ldb)) if ir == 0 && nr == nr_ => {

@@ -662,3 +662,68 @@ fn bf16_dot_reads_subnormal_inputs_as_zero() {
     let want = if has_vdpbf16ps() { 0.0 } else { 2f32.powi(-33) };
     assert_eq!(dot[0], want);
 }
+
+/// The AVX-512 micro-kernel fetches its C tile and the next tile's into L1 once, at the
+/// iteration of its 4-step k loop that is `C_AHEAD` steps from the end, or before the loop
+/// when the k-block is shorter: depths on each side of that point (and not multiples of the
+/// unrolling), tiles narrower and shorter than `MR × NR`, odd strides, several row blocks,
+/// with and without `overwrite`, give the in-order FMA chain bit for bit on every ISA.
+#[test]
+fn c_fetch_points_keep_the_in_order_chain() {
+    use super::driver::C_AHEAD;
+    let mut rng = Rng(0xCA11);
+    let depths = [
+        1,
+        C_AHEAD - 1,
+        C_AHEAD,
+        C_AHEAD + 1,
+        C_AHEAD + 3,
+        C_AHEAD + 4,
+        C_AHEAD + 5,
+        2 * C_AHEAD + 7,
+    ];
+    for &k in &depths {
+        for &(m, n, pad) in &[(3, 7, 1), (8, 32, 0), (9, 31, 2), (17, 65, 3), (150, 33, 1)] {
+            let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+            let a = rng.vec((m - 1) * lda + k);
+            let b = rng.vec((k - 1) * ldb + n);
+            let c0 = rng.vec(m * ldc);
+            for overwrite in [false, true] {
+                let mut want = c0.clone();
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = if overwrite { 0.0 } else { c0[i * ldc + j] };
+                        for p in 0..k {
+                            acc = a[i * lda + p].mul_add(b[p * ldb + j], acc);
+                        }
+                        want[i * ldc + j] = acc;
+                    }
+                }
+                for isa in all_isas() {
+                    let mut c = c0.clone();
+                    // SAFETY: the slices hold the described matrices.
+                    unsafe {
+                        gemm_f32_raw(
+                            isa,
+                            m,
+                            n,
+                            k,
+                            a.as_ptr(),
+                            lda,
+                            b.as_ptr(),
+                            ldb,
+                            c.as_mut_ptr(),
+                            ldc,
+                            overwrite,
+                        )
+                    };
+                    let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{isa:?} {m}x{n}x{k} pad {pad} overwrite {overwrite}: not the chain"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@ use core::arch::x86_64::*;
 use core::ptr::null_mut;
 
 use super::super::ahead::{Copy16, Walk};
-use super::super::driver::{Kernel, Tile, WALK_STEP};
+use super::super::driver::{C_AHEAD, Kernel, Tile, WALK_STEP};
 use super::super::pack::{edge_load, edge_store, pack_a, pack_b, pack_b_rows};
 
 const MR: usize = 8;
@@ -39,6 +39,7 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK
         c,
         ldc,
         overwrite,
+        next,
         ..
     } = *t;
     unsafe {
@@ -79,6 +80,26 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK
                 }
             }};
         }
+        // This tile's C lines (which its stores write) and the next tile's (which its
+        // loads read) into L1, `C_AHEAD` steps of k before the end: by then the k loop's
+        // stream of B has evicted the lines loaded at the start.
+        let fetch_c = || {
+            for i in 0..M {
+                let cr = c.wrapping_add(i * ldc) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(cr);
+                _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(4 * NR - 1));
+            }
+            if !next.is_null() {
+                for i in 0..MR {
+                    let cr = next.wrapping_add(i * ldc) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T0>(cr);
+                    _mm_prefetch::<_MM_HINT_T0>(cr.wrapping_add(4 * NR - 1));
+                }
+            }
+        };
+        if kc < C_AHEAD + 4 {
+            fetch_c();
+        }
         // `bd` is only written with `PACK`.
         let (mut ap, mut bs, mut bd, mut p) = (a, b, bp, kc);
         const _: () = assert!(WALK_STEP == 4);
@@ -86,6 +107,9 @@ unsafe fn tile<const M: usize, const PACK: bool, const A_PANEL: bool, const WALK
             if WALK {
                 w.step();
                 cp.step();
+            }
+            if (C_AHEAD..C_AHEAD + 4).contains(&p) && kc >= C_AHEAD + 4 {
+                fetch_c();
             }
             step!(ap, bs, bd);
             step!(ap.add(aks), bs.add(ldb), bd.wrapping_add(NR));
