@@ -888,7 +888,10 @@ mod tests {
     /// columns around them, with and without the prefetch) against a scalar sum of the same
     /// rows in order, over start offsets of 0 to 33 elements inside a 64-byte line, row
     /// pitches of whole lines and not, ragged row counts and widths; bf16 inputs of random
-    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs).
+    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs). Without the prefetch the
+    /// four-row passes run for 4–7 rows (`sum_avx512`), for the last 4–7 rows after the
+    /// eight-row passes (12, 77 rows), and over every row of pair blocks wider than 2048
+    /// columns (4133 columns).
     #[test]
     fn bf16_pair_sum_matches_row_order_at_every_offset() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
@@ -901,7 +904,7 @@ mod tests {
             s ^= s << 17;
             s
         };
-        for &m in &[1usize, 15, 16, 31, 32, 33, 64, 100, 2053] {
+        for &m in &[1usize, 15, 16, 31, 32, 33, 64, 100, 2053, 4133] {
             for pitch in [
                 m,
                 m.next_multiple_of(32),
