@@ -29,8 +29,11 @@ thread_local! {
     static TABLE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Columns per strip of the pass (16 KiB of f32 partials: the strip stays in L1).
-const STRIP: usize = 4096;
+/// Columns per strip of an f32 tensor's pass (8 KiB of partials and 8 KiB of each row: the
+/// partials and a pass's four row segments fit in L1 together; measured at `[1024, 4096]`,
+/// one thread, the fastest launch of each of 25 rounds: 153–166 µs against 169–180 for strips of
+/// 4096, whose 16 KiB of partials and 64 KiB of rows per pass do not).
+const STRIP: usize = 2048;
 
 /// Columns per strip of a bf16 tensor's pass (4 KiB of each row: eight rows per pass of
 /// `colreduce`'s bf16 sum fit in L1; measured at `[1024, 4096]`, one thread: 97–98 → 86 µs
@@ -282,13 +285,13 @@ fn strip(c: &ColReduce, buf: &Buffer, l: &Layout, k: usize, j0: usize, part: &mu
     let n = c.rows.min(l.r - u0);
     part.fill(identity(c.op));
     let at = u0 * l.cols + j0;
-    // No software prefetch, for any tensor, so a bf16 sum runs `colreduce`'s eight-row passes
-    // (measured at `[8192, 4096]` bf16, one thread: four-row passes prefetching the rows 8 on
+    // The rows are read without a software prefetch, for any tensor (`colreduce` has none;
+    // measured at `[8192, 4096]` bf16, one thread: four-row passes prefetching the rows 8 on
     // into L2, 2.29–2.47 ms; eight-row passes with that prefetch, 2.12–2.28 ms; without it,
     // 1.84–2.01 ms).
     // SAFETY: rows u0..u0 + n and columns j0..j0 + part.len() lie inside the `[r, cols]`
     // tensor (its length checked in `shaped`); loaded tensors are not written during a launch.
-    unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part, 0, n) };
+    unsafe { super::colreduce::combine(c, buf, at, l.cols, n, part) };
     // The rows past the tensor each combine `other` into every column (once where that is
     // idempotent: `colreduce::repeats`).
     let pad = super::colreduce::repeats(c.op, c.other, c.rows - n);

@@ -402,7 +402,7 @@ fn rows(
     let at = (w.base + (r0 * w.stride + c0) as i64) as usize;
     // SAFETY: rows r0..r1, columns c0..c1 of the window are in bounds (asserted above);
     // loaded tensors are not written during a launch.
-    unsafe { combine(c, buf, at, w.stride, r1 - r0, pm, 0, r1 - r0) };
+    unsafe { combine(c, buf, at, w.stride, r1 - r0, pm) };
     if c0 > 0 || c1 < c.cols {
         other(pl, r1 - r0);
         other(pr, r1 - r0);
@@ -438,14 +438,11 @@ pub(crate) fn max_nan(a: f32, x: f32) -> f32 {
 
 /// `part[j] = f(part[j], x[u][j])` for rows `u < n` of the tensor `buf` starting at element
 /// `at` (rows `stride` elements apart), `j < part.len()`, rows in order, four rows per pass
-/// over `part` (eight in the AVX-512 bf16 sum's pair blocks without prefetch), at the active
-/// SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
-/// With `ahead` > 0, the AVX-512 sum also prefetches into L2 the rows `ahead` rows on, of
-/// the `avail` (≥ `n`) rows from `at` that lie in the tensor.
+/// over `part` (eight in the AVX-512 bf16 sum's pair blocks of at most 2048 columns), at the
+/// active SIMD level (`f` the reduction's combine: `+` or [`max_nan`]).
 ///
 /// # Safety
 /// Those rows and columns are inside `buf`, which nothing writes meanwhile.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn combine(
     c: &ColReduce,
     buf: &Buffer,
@@ -453,8 +450,6 @@ pub(crate) unsafe fn combine(
     stride: usize,
     n: usize,
     part: &mut [f32],
-    ahead: usize,
-    avail: usize,
 ) {
     let size = if c.bf16 { 2 } else { 4 };
     let x = (buf.ptr as *const u8).wrapping_add(at * size);
@@ -466,9 +461,9 @@ pub(crate) unsafe fn combine(
         // caller's contract.
         return unsafe {
             if c.bf16 {
-                x86::sum_bf16_avx512(x, stride * size, n, part, ahead, avail)
+                x86::sum_bf16_avx512(x, stride * size, n, part)
             } else {
-                x86::sum_avx512::<false>(x, stride * size, n, part, ahead, avail)
+                x86::sum_avx512::<false>(x, stride * size, n, part)
             }
         };
     }
@@ -477,7 +472,6 @@ pub(crate) unsafe fn combine(
         // SAFETY: AVX2 and FMA present; the caller's contract.
         return unsafe { combine_avx2(c, x, stride, n, part) };
     }
-    let _ = (ahead, avail);
     unsafe { combine_body(c, x, stride, n, part) }
 }
 
@@ -539,8 +533,8 @@ mod x86 {
     use core::arch::x86_64::*;
 
     /// [`super::combine`] of a sum with AVX-512F: 16 columns per vector (from the first
-    /// column whose row vectors start cache lines, see below), four rows per pass over `part`; f32 rows (`BF` false) or bf16 rows widened exactly (`BF`); with `ahead`
-    /// > 0 each pass prefetches the same columns of the rows `ahead` rows on (below `avail`).
+    /// column whose row vectors start cache lines, see below), four rows per pass over `part`;
+    /// f32 rows (`BF` false) or bf16 rows widened exactly (`BF`).
     ///
     /// # Safety
     /// AVX-512F present; rows `u < n` at `x + u · sb` bytes hold `part.len()` readable
@@ -551,8 +545,6 @@ mod x86 {
         sb: usize,
         n: usize,
         part: &mut [f32],
-        ahead: usize,
-        avail: usize,
     ) {
         let m = part.len();
         let pp = part.as_mut_ptr();
@@ -621,14 +613,7 @@ mod x86 {
                             (((*pp.add(j) + sc!(r0, j)) + sc!(r1, j)) + sc!(r2, j)) + sc!(r3, j);
                     }
                 }
-                // The rows `ahead` rows on, up to the last readable one, into L2.
-                let q = x.wrapping_add((u + ahead) * sb);
-                let k = avail.saturating_sub(u + ahead).min(4);
-                if ahead > 0 && k > 0 {
-                    quad::<BF, true>([r0, r1, r2, r3], pp, j0, m16, q, k, sb);
-                } else {
-                    quad::<BF, false>([r0, r1, r2, r3], pp, j0, m16, q, 0, sb);
-                }
+                quad::<BF>([r0, r1, r2, r3], pp, j0, m16);
                 if wide {
                     if m16 < m {
                         edge!([r0, r1, r2, r3], m - 16, tail);
@@ -684,14 +669,7 @@ mod x86 {
     /// # Safety
     /// As [`sum_avx512`].
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn sum_bf16_avx512(
-        x: *const u8,
-        sb: usize,
-        n: usize,
-        part: &mut [f32],
-        ahead: usize,
-        avail: usize,
-    ) {
+    pub(super) unsafe fn sum_bf16_avx512(x: *const u8, sb: usize, n: usize, part: &mut [f32]) {
         let m = part.len();
         let j0 = if sb.is_multiple_of(64) {
             ((64 - x as usize % 64) % 64 / 2).min(m)
@@ -702,16 +680,16 @@ mod x86 {
         // SAFETY (all three): the caller's contract, on sub-ranges of its columns.
         unsafe {
             if n < PAIR_MIN || m32 == j0 {
-                return sum_avx512::<true>(x, sb, n, part, ahead, avail);
+                return sum_avx512::<true>(x, sb, n, part);
             }
             let (head, rest) = part.split_at_mut(j0);
             let (mid, tail) = rest.split_at_mut(m32 - j0);
             if j0 > 0 {
-                sum_avx512::<true>(x, sb, n, head, ahead, avail);
+                sum_avx512::<true>(x, sb, n, head);
             }
-            pairs(x.add(2 * j0), sb, n, mid, ahead, avail);
+            pairs(x.add(2 * j0), sb, n, mid);
             if m32 < m {
-                sum_avx512::<true>(x.add(2 * m32), sb, n, tail, ahead, avail);
+                sum_avx512::<true>(x.add(2 * m32), sb, n, tail);
             }
         }
     }
@@ -720,21 +698,12 @@ mod x86 {
     /// of 32) columns: each 64-byte load holds 32 columns as 16 pairs, widened without a
     /// shuffle (the even columns `<< 16`, the odd ones `& 0xFFFF_0000`) and added into `part`
     /// held as even and odd columns per block of 32 (permuted once on entry and back on
-    /// exit), eight rows per pass over at most 2048 columns without prefetch, else four;
-    /// with `ahead` > 0 each pass prefetches its columns of the rows `ahead` rows on (below
-    /// `avail`) into L2.
+    /// exit), eight rows per pass over at most 2048 columns, else four.
     ///
     /// # Safety
     /// As [`sum_avx512`]; `part.len()` a multiple of 32.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn pairs(
-        x: *const u8,
-        sb: usize,
-        n: usize,
-        part: &mut [f32],
-        ahead: usize,
-        avail: usize,
-    ) {
+    unsafe fn pairs(x: *const u8, sb: usize, n: usize, part: &mut [f32]) {
         let m = part.len();
         let pp = part.as_mut_ptr();
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -743,7 +712,7 @@ mod x86 {
         let hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
         let mask = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         // SAFETY (all accesses): rows u < n hold m columns (the caller's contract); `pp`
-        // holds m values; prefetches never fault.
+        // holds m values.
         unsafe {
             let mut j = 0;
             while j < m {
@@ -756,9 +725,8 @@ mod x86 {
             let ev = |v: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
             let od = |v: __m512i| _mm512_castsi512_ps(_mm512_and_si512(v, mask));
             // Eight rows per pass where eight rows of the strip fit in 32 KiB (measured at
-            // `[4096, 1024]`, one thread: 85–95 → 78–80 µs; no faster over 8 KiB rows);
-            // four with the prefetch.
-            let eight = ahead == 0 && m <= 2048;
+            // `[4096, 1024]`, one thread: 85–95 → 78–80 µs; no faster over 8 KiB rows).
+            let eight = m <= 2048;
             let mut u = 0;
             while eight && u + 8 <= n {
                 let r0 = x.add(u * sb);
@@ -781,17 +749,8 @@ mod x86 {
             while u + 4 <= n {
                 let r0 = x.add(u * sb);
                 let (r1, r2, r3) = (r0.add(sb), r0.add(2 * sb), r0.add(3 * sb));
-                let q = x.wrapping_add((u + ahead) * sb);
-                let k = if ahead > 0 {
-                    avail.saturating_sub(u + ahead).min(4)
-                } else {
-                    0
-                };
                 let mut j = 0;
                 while j < m {
-                    for i in 0..k {
-                        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + 2 * j) as *const i8);
-                    }
                     let (v0, v1, v2, v3) = (ld(r0, j), ld(r1, j), ld(r2, j), ld(r3, j));
                     let mut e = _mm512_loadu_ps(pp.add(j));
                     let mut o = _mm512_loadu_ps(pp.add(j + 16));
@@ -833,35 +792,17 @@ mod x86 {
     }
 
     /// `part[j] = (((part[j] + r0[j]) + r1[j]) + r2[j]) + r3[j]` for the vectors of columns
-    /// `j0 .. m16` (`pp`: `part`'s first value); with `PF`, every 16 f32 or 32 bf16 columns
-    /// also prefetches them in the `k` rows from `q` (`sb` bytes apart) into L2. Its own loop,
-    /// so the common one (no prefetch) keeps every pointer in a register.
+    /// `j0 .. m16` (`pp`: `part`'s first value).
     ///
     /// # Safety
     /// As [`sum_avx512`]: the rows hold those columns, `pp` holds `m16` values; AVX-512F.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn quad<const BF: bool, const PF: bool>(
-        r: [*const u8; 4],
-        pp: *mut f32,
-        j0: usize,
-        m16: usize,
-        q: *const u8,
-        k: usize,
-        sb: usize,
-    ) {
-        let e = if BF { 2 } else { 4 };
+    unsafe fn quad<const BF: bool>(r: [*const u8; 4], pp: *mut f32, j0: usize, m16: usize) {
         let [r0, r1, r2, r3] = r;
         let mut j = j0;
         // SAFETY: the caller's contract.
         unsafe {
             while j < m16 {
-                if PF && (!BF || (j - j0).is_multiple_of(32)) {
-                    for i in 0..k {
-                        // A prefetch never faults; the row is inside the tensor.
-                        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(i * sb + e * j) as *const i8);
-                    }
-                }
                 let ld = |r: *const u8| {
                     if BF {
                         let v = _mm256_loadu_si256(r.add(2 * j) as *const __m256i);
@@ -885,10 +826,12 @@ mod x86 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     /// The AVX-512 bf16 sum (32-column pair blocks, eight- and four-row passes, head and tail
-    /// columns around them, with and without the prefetch) against a scalar sum of the same
+    /// columns around them) against a scalar sum of the same
     /// rows in order, over start offsets of 0 to 33 elements inside a 64-byte line, row
     /// pitches of whole lines and not, ragged row counts and widths; bf16 inputs of random
-    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs).
+    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs). The four-row passes run
+    /// for 4–7 rows (`sum_avx512`), for the last 4–7 rows after the eight-row passes (12, 77
+    /// rows), and over every row of pair blocks wider than 2048 columns (4133 columns).
     #[test]
     fn bf16_pair_sum_matches_row_order_at_every_offset() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
@@ -901,7 +844,7 @@ mod tests {
             s ^= s << 17;
             s
         };
-        for &m in &[1usize, 15, 16, 31, 32, 33, 64, 100, 2053] {
+        for &m in &[1usize, 15, 16, 31, 32, 33, 64, 100, 2053, 4133] {
             for pitch in [
                 m,
                 m.next_multiple_of(32),
@@ -937,26 +880,22 @@ mod tests {
                                 *w += f32::from_bits((xs[off + u * pitch + j] as u32) << 16);
                             }
                         }
-                        for ahead in [0usize, 8] {
-                            let mut got = init.clone();
-                            // SAFETY: AVX-512F detected; rows u < n hold m elements from
-                            // `off` inside the slice.
-                            unsafe {
-                                super::x86::sum_bf16_avx512(
-                                    xs.as_ptr().add(off) as *const u8,
-                                    2 * pitch,
-                                    n,
-                                    &mut got,
-                                    ahead,
-                                    n,
-                                )
-                            };
-                            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
-                                assert!(
-                                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                                    "m {m} pitch {pitch} n {n} off {off} ahead {ahead} column {j}: {g} vs {w}"
-                                );
-                            }
+                        let mut got = init.clone();
+                        // SAFETY: AVX-512F detected; rows u < n hold m elements from `off`
+                        // inside the slice.
+                        unsafe {
+                            super::x86::sum_bf16_avx512(
+                                xs.as_ptr().add(off) as *const u8,
+                                2 * pitch,
+                                n,
+                                &mut got,
+                            )
+                        };
+                        for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                "m {m} pitch {pitch} n {n} off {off} column {j}: {g} vs {w}"
+                            );
                         }
                     }
                 }
