@@ -1682,15 +1682,22 @@ fn large_row_shapes() -> Vec<(usize, usize)> {
 }
 
 /// Layernorm and rmsnorm (f32, bf16, bf16→f32, specials) on one thread and on two against
-/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, and a
-/// streamed output (the f32 rows pipeline each row's memory pass with the previous row's
+/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, wide
+/// rows (four chunks, whole and ragged), and a streamed output (the f32 rows pipeline each row's memory pass with the previous row's
 /// squared deviations within a program).
 #[test]
 fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     for threads in [1, 2] {
         on_threads(threads, || {
-            norm_rows_bits_on(&[(37, 300), (9, 1025), (17, 2048), large_row_shapes()[0]])
+            norm_rows_bits_on(&[
+                (37, 300),
+                (9, 1025),
+                (17, 2048),
+                (6, 4096),
+                (3, 4099),
+                large_row_shapes()[0],
+            ])
         });
     }
 }
