@@ -47,7 +47,7 @@ pub(crate) unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize)
 
 /// 16 bf16 bit patterns widened to f32 (exact: the bits shifted into the high half).
 #[inline(always)]
-fn widen16(v: __m256i) -> __m512 {
+pub(crate) fn widen16(v: __m256i) -> __m512 {
     // SAFETY: only called from functions built with AVX-512F.
     unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v))) }
 }
