@@ -16,6 +16,13 @@
 use super::norm512::{Pass, step, tail, tree};
 use core::arch::x86_64::*;
 
+/// The rmsnorm bf16 rows wider than this are widened again by their write rather than kept
+/// as f32: at `[1024, 4096]` (one thread) the kept 16 KiB f32 row, the 16 KiB `γ` and the
+/// bf16 rows read and asked for came to the 48 KiB of L1 and the launch took 544–574 µs,
+/// 412–417 µs widened again; at `[4096, 1024]` the two measured within the machine's noise
+/// of each other (390 µs against 433 in one run, 465 against 420 in another).
+const AGAIN: usize = 2048;
+
 /// The row a pass writes: its values (f32, or bf16 bit patterns for a `write::<true>`),
 /// mean and `rstd`, and the output row.
 #[derive(Clone, Copy)]
@@ -250,10 +257,9 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
 /// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines) and, for layernorm,
 /// takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm) or
-/// `t − 1` (layernorm). A layernorm's bf16 row is kept widened in `keep` until its write;
-/// an rmsnorm's is read again (from L1) and widened again by its write: keeping it measured
-/// slower (an f32 row buffer stored and loaded again, twice the bf16 row's cache footprint:
-/// rmsnorm bf16→f32 `[1024, 4096]` 0.55 of memcpy with it).
+/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write, except an
+/// rmsnorm's of more than [`AGAIN`] columns, which its write reads again (from L1) and
+/// widens again.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
@@ -288,8 +294,8 @@ pub(crate) unsafe fn rows(
     // deviations and write follow the next row's mean sums).
     let ring = 1 + usize::from(nm.layer);
     let kept = |row: usize| kp.wrapping_add(row % ring * n);
-    // rmsnorm bf16: the write reads the bf16 row again.
-    let again = !layer && !f32in;
+    // A wide rmsnorm bf16 row: the write reads the bf16 row again.
+    let again = !layer && !f32in && n > AGAIN;
     let vals = |row: usize| {
         if f32in || again {
             row_ptr(row)
@@ -346,13 +352,14 @@ pub(crate) unsafe fn rows(
             (true, false) => go!(false, true),
             (false, true) => go!(true, false),
             // SAFETY: as above.
-            (false, false) => unsafe {
+            (false, false) if again => unsafe {
                 if hi {
                     sums::<true, true, true, false, false>(&r, ip, mp)
                 } else {
                     (0.0, 0.0)
                 }
             },
+            (false, false) => go!(true, true),
         };
         // `vmath::rsqrt`'s `1 / sqrt`.
         let done = if layer {
