@@ -1731,7 +1731,7 @@ fn large_row_shapes() -> Vec<(usize, usize)> {
 
 /// Layernorm and rmsnorm (f32, bf16, bf16→f32, specials) on one thread and on two against
 /// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, wide
-/// rows (four chunks, whole and ragged), and a streamed output (the f32 rows pipeline each row's memory pass with the previous row's
+/// rows (four chunks, whole and ragged), and streamed outputs (the f32 rows pipeline each row's memory pass with the previous row's
 /// squared deviations within a program).
 #[test]
 fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
@@ -1745,6 +1745,12 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 (6, 4096),
                 (3, 4099),
                 large_row_shapes()[0],
+                // Streamed (on one thread) rows of 4099 columns, ragged against the lines.
+                (
+                    (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * 4099)
+                        + 1,
+                    4099,
+                ),
             ])
         });
     }
