@@ -10,8 +10,9 @@
 //! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
-//! `vmaxps` chain per lane, `max_min_avx512`; a bf16 row is widened in registers there and
-//! kept) and (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
+//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
+//! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
+//! (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
 //! (`stream`).
 
 use super::super::vmath;
@@ -22,8 +23,8 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
-/// Where [`rows_avx512`]'s row buffers (three of exponentials, three of widened bf16 rows)
-/// start within a 4 KiB page, in bytes from the offset of the input's first row (the
+/// Where [`rows_avx512`]'s row buffers (three of exponentials; three more laid out but not
+/// used since bf16 rows are no longer kept widened) start within a 4 KiB page, in bytes from the offset of the input's first row (the
 /// output's with a bf16 input and an f32 output): a load that follows a store to an address
 /// a multiple of 4 KiB away waits on it (4K aliasing), and with the output's stores trailing
 /// the loop's loads by `LAG` columns these offsets measured best: measured on `[4096, 1024]` f32 and bf16→f32 (one thread) the
@@ -181,7 +182,7 @@ fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
 /// (unspecified when there is a NaN).
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `n` values from `p` are readable (and, with
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `n` values from `p` are readable (and, with
 /// `BF`, `n` writable at `keep`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
@@ -433,7 +434,7 @@ impl MaxMin16 {
 /// `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
 /// `6(n + 32) + 6·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
@@ -638,17 +639,18 @@ struct Step {
     pf: *const u8,
 }
 
-/// One step of [`rows_avx512`] over a chunk of `n = xs.len()` columns: `exp(xs[j] − m)`
+/// One step of [`rows_avx512`] over a chunk of `n` columns from `xs`: `exp(xs[j] − m)`
 /// into `es` and their `vmath::sum` (32 lanes in two registers, the same bits), or with
 /// `REDO` that sum while `es` gets `exp(xs[j] − mf)`; with a non-null `next`,
-/// [`max_min_avx512`] of the `n` values at `next` (widened into `keep` with `BF`), else
+/// the max and least value of the `n` values at `next` ([`max_min_avx512`]'s, or with `BF`
+/// [`max_min_bf16`]'s), else
 /// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `nt` as
 /// [`stream::scale_avx512`] stores it: streaming stores from the first 64-byte boundary of
 /// `d` to its last whole vector);
 /// with a non-null `pf`, the cache lines of the `n` values at `pf` are asked for.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `es`, `ep` and
 /// `d` (when non-null) hold `n` values; `next` (when non-null) that many elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
