@@ -414,7 +414,8 @@ mod tests {
     }
 
     /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output
-    /// row within a cache line, streamed or not, and writes nothing outside the row.
+    /// row within a cache line, streamed or not, from an f32 row or a bf16 one (widened), and
+    /// writes nothing outside the row.
     #[test]
     fn write_matches_the_formula_at_every_line_offset() {
         if !std::is_x86_feature_detected!("avx512f") {
@@ -428,8 +429,25 @@ mod tests {
         let mut seed = start;
         for n in [1, 7, 15, 16, 17, 31, 33, 100, 1031] {
             for off in 0..16 {
-                for (nt, beta) in [(false, false), (false, true), (true, false), (true, true)] {
+                for (nt, beta, bf) in [
+                    (false, false, false),
+                    (false, true, false),
+                    (true, false, false),
+                    (true, true, false),
+                    (false, true, true),
+                    (true, false, true),
+                    (true, true, true),
+                ] {
                     let xs = values(&mut seed, n);
+                    // The bf16 row: the values' high halves (what `xs` holds then).
+                    let bits: Vec<u16> = xs.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                    let xs: Vec<f32> = if bf {
+                        bits.iter()
+                            .map(|&b| f32::from_bits((b as u32) << 16))
+                            .collect()
+                    } else {
+                        xs
+                    };
                     let g = values(&mut seed, n);
                     let b = values(&mut seed, n);
                     let (mean, rstd) = (values(&mut seed, 1)[0], 0.37);
@@ -443,7 +461,11 @@ mod tests {
                         nt,
                     };
                     let w = Write {
-                        xs: xs.as_ptr() as *const u8,
+                        xs: if bf {
+                            bits.as_ptr() as *const u8
+                        } else {
+                            xs.as_ptr() as *const u8
+                        },
                         mean,
                         rstd,
                         out: buf[at..].as_mut_ptr(),
@@ -451,7 +473,11 @@ mod tests {
                     // SAFETY: AVX-512F is present; every row holds `n` values; nothing else
                     // touches `buf` before the fence.
                     unsafe {
-                        write::<false>(&r, w);
+                        if bf {
+                            write::<true>(&r, w);
+                        } else {
+                            write::<false>(&r, w);
+                        }
                         core::arch::x86_64::_mm_sfence();
                     }
                     for (j, &v) in buf.iter().enumerate() {
@@ -465,7 +491,7 @@ mod tests {
                         assert_eq!(
                             v.to_bits(),
                             want.to_bits(),
-                            "n {n} offset {off} nt {nt} beta {beta} element {j} (seed {start})"
+                            "n {n} offset {off} nt {nt} beta {beta} bf16 {bf} element {j} (seed {start})"
                         );
                     }
                 }
