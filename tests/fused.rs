@@ -1669,7 +1669,55 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
             true,
             || softmax_bf16(&spb).unwrap(),
         );
+        let zb = zero_max_bf16(&xb, c);
+        direct_same_bits(
+            &format!("softmax bf16→f32 zero maxima {tag}"),
+            programs,
+            true,
+            || softmax_bf16(&zb).unwrap(),
+        );
+        bits_match(&format!("softmax bf16 zero maxima {tag}"), programs, || {
+            tessera_kernels::softmax(&zb).unwrap()
+        });
     }
+}
+
+/// Rows of bf16 values whose max is a zero of either sign or both, or a subnormal (the
+/// AVX-512 loop takes bf16 maxima on 16-bit keys that order `-0` below `+0`): every value
+/// made `-|x|`, then row by row `+0` and `-0` at scattered columns, `-0` only, `+0` only,
+/// the least positive subnormal, a row of zeros alone, a row with a negative NaN (`0xffc1`)
+/// and one with a row of `-inf` but for one `-0`.
+fn zero_max_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
+    let mut v: Vec<bf16> = x
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(|e| bf16::from_bits(e.to_bits() | 0x8000))
+        .collect();
+    for (r, row) in v.chunks_mut(c).enumerate() {
+        let n = row.len();
+        match r % 7 {
+            0 => {
+                for j in (0..n).step_by(37) {
+                    row[j] = bf16::from_bits(if j % 2 == 0 { 0x8000 } else { 0x0000 });
+                }
+            }
+            1 => row[n / 2] = bf16::from_bits(0x8000),
+            2 => row[n - 1] = bf16::from_bits(0x0000),
+            3 => row[n / 3] = bf16::from_bits(0x0001),
+            4 => {
+                for (j, e) in row.iter_mut().enumerate() {
+                    *e = bf16::from_bits(if j % 3 == 0 { 0x8000 } else { 0x0000 });
+                }
+            }
+            5 => row[(n * 2) / 3] = bf16::from_bits(0xffc1),
+            _ => {
+                row.fill(bf16::from_bits(0xff80));
+                row[n / 4] = bf16::from_bits(0x8000);
+            }
+        }
+    }
+    Tensor::from_vec(v, x.shape()).unwrap()
 }
 
 /// Row shapes whose f32 output is past the row loops' non-temporal threshold: a ragged width
@@ -1682,15 +1730,28 @@ fn large_row_shapes() -> Vec<(usize, usize)> {
 }
 
 /// Layernorm and rmsnorm (f32, bf16, bf16→f32, specials) on one thread and on two against
-/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, and a
-/// streamed output (the f32 rows pipeline each row's memory pass with the previous row's
+/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, wide
+/// rows (four chunks, whole and ragged), and streamed outputs (the f32 rows pipeline each row's memory pass with the previous row's
 /// squared deviations within a program).
 #[test]
 fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     for threads in [1, 2] {
         on_threads(threads, || {
-            norm_rows_bits_on(&[(37, 300), (9, 1025), (17, 2048), large_row_shapes()[0]])
+            norm_rows_bits_on(&[
+                (37, 300),
+                (9, 1025),
+                (17, 2048),
+                (6, 4096),
+                (3, 4099),
+                large_row_shapes()[0],
+                // Streamed (on one thread) rows of 4099 columns, ragged against the lines.
+                (
+                    (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * 4099)
+                        + 1,
+                    4099,
+                ),
+            ])
         });
     }
 }
@@ -1725,6 +1786,8 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 big(300),
                 big(40),
                 big(97),
+                (7, 4096),
+                (7, 4099),
             ])
         });
     }

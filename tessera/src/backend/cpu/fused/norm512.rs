@@ -32,7 +32,7 @@ pub(crate) unsafe fn load<const BF: bool>(p: *const u8, j: usize) -> __m512 {
 /// # Safety
 /// Those `t` elements are readable; the CPU supports AVX-512F.
 #[inline(always)]
-unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
+pub(crate) unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
     // SAFETY: the caller's; the masked load reads only the first `t` lanes.
     unsafe {
         if BF {
@@ -47,7 +47,7 @@ unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 
 
 /// 16 bf16 bit patterns widened to f32 (exact: the bits shifted into the high half).
 #[inline(always)]
-fn widen16(v: __m256i) -> __m512 {
+pub(crate) fn widen16(v: __m256i) -> __m512 {
     // SAFETY: only called from functions built with AVX-512F.
     unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v))) }
 }
@@ -94,12 +94,12 @@ pub(crate) struct Pass {
 }
 
 /// Lanes `a0 ‖ a1` after the 32 columns from `j` of `p` (values or squares); a bf16 row's
-/// values are stored to `p.keep`.
+/// values are stored to `p.keep` with `KEEP`.
 ///
 /// # Safety
 /// As [`sum`], for columns `j .. j + 32`.
 #[inline(always)]
-pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
+pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool, const KEEP: bool>(
     p: &Pass,
     m: __m512,
     j: usize,
@@ -115,7 +115,7 @@ pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
             }
         }
         let (v0, v1) = (load::<BF>(p.src, j), load::<BF>(p.src, j + 16));
-        if BF {
+        if BF && KEEP {
             _mm512_storeu_ps(p.keep.add(j), v0);
             _mm512_storeu_ps(p.keep.add(j + 16), v1);
         }
@@ -128,12 +128,13 @@ pub(crate) unsafe fn step<const SQ: bool, const BF: bool, const AHEAD: bool>(
 
 /// Lanes `a0 ‖ a1` after the last `t < 32` columns (from `j`) of `p`: the lanes of those
 /// columns added as the portable loop adds them (a lane accumulator starts at `+0` and so
-/// is never `-0`), the others left as they are.
+/// is never `-0`), the others left as they are; a bf16 row's values are stored to `p.keep`
+/// with `KEEP`.
 ///
 /// # Safety
 /// As [`sum`], for columns `j .. j + t`.
 #[inline(always)]
-pub(crate) unsafe fn tail<const SQ: bool, const BF: bool>(
+pub(crate) unsafe fn tail<const SQ: bool, const BF: bool, const KEEP: bool>(
     p: &Pass,
     m: __m512,
     j: usize,
@@ -150,7 +151,7 @@ pub(crate) unsafe fn tail<const SQ: bool, const BF: bool>(
         } else {
             _mm512_setzero_ps()
         };
-        if BF {
+        if BF && KEEP {
             _mm512_mask_storeu_ps(p.keep.add(j), k0, v0);
             _mm512_mask_storeu_ps(p.keep.wrapping_add(j + 16), k1, v1);
         }
@@ -183,11 +184,11 @@ pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool>(
     let mut a = (_mm512_setzero_ps(), _mm512_setzero_ps());
     for j in (c0..full).step_by(32) {
         // SAFETY: `j + 32 <= c1`.
-        a = unsafe { step::<SQ, BF, AHEAD>(&p, m, j, a) };
+        a = unsafe { step::<SQ, BF, AHEAD, BF>(&p, m, j, a) };
     }
     if full < c1 {
         // SAFETY: the columns `full .. c1` are in bounds.
-        a = unsafe { tail::<SQ, BF>(&p, m, full, c1 - full, a) };
+        a = unsafe { tail::<SQ, BF, BF>(&p, m, full, c1 - full, a) };
     }
     tree(a.0, a.1)
 }

@@ -16,10 +16,18 @@
 use super::norm512::{Pass, step, tail, tree};
 use core::arch::x86_64::*;
 
-/// The row a pass writes: its f32 values, mean and `rstd`, and the output row.
+/// The rmsnorm bf16 rows wider than this are widened again by their write rather than kept
+/// as f32: at `[1024, 4096]` (one thread) the kept 16 KiB f32 row, the 16 KiB `γ` and the
+/// bf16 rows read and asked for came to the 48 KiB of L1 and the launch took 544–574 µs,
+/// 412–417 µs widened again; at `[4096, 1024]` the two measured within the machine's noise
+/// of each other (390 µs against 433 in one run, 465 against 420 in another).
+const AGAIN: usize = 2048;
+
+/// The row a pass writes: its values (f32, or bf16 bit patterns for a `write::<true>`),
+/// mean and `rstd`, and the output row.
 #[derive(Clone, Copy)]
 pub(crate) struct Write {
-    pub xs: *const f32,
+    pub xs: *const u8,
     pub mean: f32,
     pub rstd: f32,
     pub out: *mut f32,
@@ -36,18 +44,43 @@ pub(crate) struct Rows {
     pub nt: bool,
 }
 
-/// Output values `j .. j + 16` of `w` where `k` (a lane mask) is set; streamed (`d[j]`
-/// 64-byte aligned, `k` full) with `NT`.
+/// Values `j .. j + 16` of the row `xs` (f32, or bf16 widened with `BF`) where `k` is set,
+/// `+0` in the other lanes.
+///
+/// # Safety
+/// Those lanes are readable; the CPU supports AVX-512F.
+#[inline(always)]
+unsafe fn xload<const BF: bool>(xs: *const u8, j: usize, k: __mmask16) -> __m512 {
+    // SAFETY: the caller's; only the set lanes are read.
+    unsafe {
+        if !BF {
+            _mm512_maskz_loadu_ps(k, (xs as *const f32).add(j))
+        } else if k == !0 {
+            super::norm512::load::<true>(xs, j)
+        } else {
+            let mut w = [0u16; 16];
+            for (l, w) in w.iter_mut().enumerate() {
+                if k >> l & 1 != 0 {
+                    *w = *(xs as *const u16).add(j + l);
+                }
+            }
+            super::norm512::load::<true>(w.as_ptr() as *const u8, 0)
+        }
+    }
+}
+
+/// Output values `j .. j + 16` of `w` (its row bf16 with `BF`) where `k` (a lane mask) is
+/// set; streamed (`d[j]` 64-byte aligned, `k` full) with `NT`.
 ///
 /// # Safety
 /// Those lanes are in bounds of `w.xs`, `w.out`, `r.g` (and `r.b`); the CPU supports
 /// AVX-512F.
 #[inline(always)]
-unsafe fn put<const NT: bool>(r: &Rows, w: &Write, j: usize, k: __mmask16) {
+unsafe fn put<const NT: bool, const BF: bool>(r: &Rows, w: &Write, j: usize, k: __mmask16) {
     // SAFETY: the caller's; masked loads read only the set lanes.
     unsafe {
         let (mv, rv) = (_mm512_set1_ps(w.mean), _mm512_set1_ps(w.rstd));
-        let x = _mm512_maskz_loadu_ps(k, w.xs.add(j));
+        let x = xload::<BF>(w.xs, j, k);
         let y = _mm512_mul_ps(
             _mm512_mul_ps(_mm512_sub_ps(x, mv), rv),
             _mm512_maskz_loadu_ps(k, r.g.add(j)),
@@ -70,21 +103,22 @@ unsafe fn put<const NT: bool>(r: &Rows, w: &Write, j: usize, k: __mmask16) {
 /// # Safety
 /// As [`put`], for 32 lanes; with `r.nt`, `w.out + j` is 64-byte aligned.
 #[inline(always)]
-unsafe fn put32(r: &Rows, w: &Write, j: usize) {
+unsafe fn put32<const BF: bool>(r: &Rows, w: &Write, j: usize) {
     // SAFETY: the caller's.
     unsafe {
         if r.nt {
-            put::<true>(r, w, j, !0);
-            put::<true>(r, w, j + 16, !0);
+            put::<true, BF>(r, w, j, !0);
+            put::<true, BF>(r, w, j + 16, !0);
         } else {
-            put::<false>(r, w, j, !0);
-            put::<false>(r, w, j + 16, !0);
+            put::<false, BF>(r, w, j, !0);
+            put::<false, BF>(r, w, j + 16, !0);
         }
     }
 }
 
 /// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
-/// their squares about `i.mean`; bf16 with `BF`, widened and stored to `i.keep`; the lines
+/// their squares about `i.mean`; bf16 with `BF`, widened and, with `KEEP`, stored to
+/// `i.keep`; the lines
 /// of `i.ahead` asked for as it goes), with `MID` the sums of the squared deviations of the
 /// f32 row `m` about `m.mean`, in one loop. Returns the two sums (`0` for a stage not run),
 /// each `norm512::sum`'s bits over the row's chunks, added in column order.
@@ -92,7 +126,13 @@ unsafe fn put32(r: &Rows, w: &Write, j: usize) {
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; the rows (and `keep`) hold `r.n` values.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const MID: bool>(
+pub(crate) unsafe fn sums<
+    const IN: bool,
+    const SQ: bool,
+    const BF: bool,
+    const MID: bool,
+    const KEEP: bool,
+>(
     r: &Rows,
     i: Pass,
     m: Pass,
@@ -111,10 +151,10 @@ pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const 
             // SAFETY: `j + 32 <= n`; the caller's level and bounds.
             unsafe {
                 if IN {
-                    a = step::<SQ, BF, true>(&i, mi, j, a);
+                    a = step::<SQ, BF, true, KEEP>(&i, mi, j, a);
                 }
                 if MID {
-                    b = step::<true, false, false>(&m, mm, j, b);
+                    b = step::<true, false, false, false>(&m, mm, j, b);
                 }
             }
             j += 32;
@@ -123,10 +163,10 @@ pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const 
             // SAFETY: the columns `full .. c1` are in bounds.
             unsafe {
                 if IN {
-                    a = tail::<SQ, BF>(&i, mi, full, c1 - full, a);
+                    a = tail::<SQ, BF, KEEP>(&i, mi, full, c1 - full, a);
                 }
                 if MID {
-                    b = tail::<true, false>(&m, mm, full, c1 - full, b);
+                    b = tail::<true, false, false>(&m, mm, full, c1 - full, b);
                 }
             }
         }
@@ -141,7 +181,8 @@ pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const 
     (si, sm)
 }
 
-/// The output row `w`: `((x − mean)·rstd)·γ (+ β)` for its `r.n` values, with `r.nt`
+/// The output row `w` (its row bf16, widened here, with `BF`): `((x − mean)·rstd)·γ (+ β)`
+/// for its `r.n` values, with `r.nt`
 /// streaming stores from its first 64-byte boundary to its last whole vector and masked
 /// plain stores around them.
 ///
@@ -150,10 +191,10 @@ pub(crate) unsafe fn sums<const IN: bool, const SQ: bool, const BF: bool, const 
 /// `r.n` values; with `r.nt`, nothing else accesses the output row before `stream::fence`
 /// runs on this thread.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) unsafe fn write(r: &Rows, w: Write) {
+pub(crate) unsafe fn write<const BF: bool>(r: &Rows, w: Write) {
     let head = head(r, &w);
     // SAFETY: the caller's.
-    unsafe { finish(r, &w, head, head) }
+    unsafe { finish::<BF>(r, &w, head, head) }
 }
 
 /// The columns before the output row's first 64-byte boundary (streamed rows).
@@ -170,32 +211,32 @@ fn head(r: &Rows, w: &Write) -> usize {
 /// # Safety
 /// As [`write`].
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn finish(r: &Rows, w: &Write, mut j: usize, head: usize) {
+unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize) {
     let n = r.n;
     let w = *w;
     // SAFETY: every lane written is below `n`; `j` stays 64-byte aligned with `r.nt`.
     unsafe {
         while j + 32 <= n {
-            put32(r, &w, j);
+            put32::<BF>(r, &w, j);
             j += 32;
         }
         while j + 16 <= n {
             if r.nt {
-                put::<true>(r, &w, j, !0);
+                put::<true, BF>(r, &w, j, !0);
             } else {
-                put::<false>(r, &w, j, !0);
+                put::<false, BF>(r, &w, j, !0);
             }
             j += 16;
         }
         if j < n {
-            put::<false>(r, &w, j, ((1u32 << (n - j)) - 1) as u16);
+            put::<false, BF>(r, &w, j, ((1u32 << (n - j)) - 1) as u16);
         }
         if head > 0 {
             // The line before the first boundary, as one aligned vector whose last `head`
             // lanes are the row's first values: a store that crossed into the next line would
             // touch a line that streaming stores are writing.
             let w0 = Write {
-                xs: w.xs.wrapping_sub(16 - head),
+                xs: w.xs.wrapping_sub((16 - head) * if BF { 2 } else { 4 }),
                 out: w.out.wrapping_sub(16 - head),
                 ..w
             };
@@ -208,7 +249,7 @@ unsafe fn finish(r: &Rows, w: &Write, mut j: usize, head: usize) {
                 },
                 ..*r
             };
-            put::<false>(&r0, &w0, 0, (0xffffu32 << (16 - head)) as u16);
+            put::<false, BF>(&r0, &w0, 0, (0xffffu32 << (16 - head)) as u16);
         }
     }
 }
@@ -216,7 +257,9 @@ unsafe fn finish(r: &Rows, w: &Write, mut j: usize, head: usize) {
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
 /// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines) and, for layernorm,
 /// takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm) or
-/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write.
+/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write, except an
+/// rmsnorm's of more than [`AGAIN`] columns, which its write reads again (from L1) and
+/// widens again.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
@@ -251,11 +294,13 @@ pub(crate) unsafe fn rows(
     // deviations and write follow the next row's mean sums).
     let ring = 1 + usize::from(nm.layer);
     let kept = |row: usize| kp.wrapping_add(row % ring * n);
+    // A wide rmsnorm bf16 row: the write reads the bf16 row again.
+    let again = !layer && !f32in && n > AGAIN;
     let vals = |row: usize| {
-        if f32in {
-            row_ptr(row) as *const f32
+        if f32in || again {
+            row_ptr(row)
         } else {
-            kept(row) as *const f32
+            kept(row) as *const u8
         }
     };
     let r = Rows {
@@ -283,7 +328,7 @@ pub(crate) unsafe fn rows(
         };
         let prev = t.wrapping_sub(1);
         let mp = Pass {
-            src: vals(prev) as *const u8,
+            src: vals(prev),
             mean: mean[prev % 3],
             keep: kp,
             ahead: std::ptr::null(),
@@ -294,9 +339,9 @@ pub(crate) unsafe fn rows(
             ($sq:literal, $bf:literal) => {
                 unsafe {
                     match (hi, hm) {
-                        (true, false) => sums::<true, $sq, $bf, false>(&r, ip, mp),
-                        (true, true) => sums::<true, $sq, $bf, true>(&r, ip, mp),
-                        (false, true) => sums::<false, $sq, $bf, true>(&r, ip, mp),
+                        (true, false) => sums::<true, $sq, $bf, false, $bf>(&r, ip, mp),
+                        (true, true) => sums::<true, $sq, $bf, true, $bf>(&r, ip, mp),
+                        (false, true) => sums::<false, $sq, $bf, true, $bf>(&r, ip, mp),
                         (false, false) => (0.0, 0.0),
                     }
                 }
@@ -306,6 +351,14 @@ pub(crate) unsafe fn rows(
             (true, true) => go!(false, false),
             (true, false) => go!(false, true),
             (false, true) => go!(true, false),
+            // SAFETY: as above.
+            (false, false) if again => unsafe {
+                if hi {
+                    sums::<true, true, true, false, false>(&r, ip, mp)
+                } else {
+                    (0.0, 0.0)
+                }
+            },
             (false, false) => go!(true, true),
         };
         // `vmath::rsqrt`'s `1 / sqrt`.
@@ -333,7 +386,13 @@ pub(crate) unsafe fn rows(
             out: (out.ptr as *mut f32).wrapping_add(done * n),
         };
         // SAFETY: as above; `done` is in `r0 .. r1`.
-        unsafe { write(&r, w) };
+        unsafe {
+            if again {
+                write::<true>(&r, w)
+            } else {
+                write::<false>(&r, w)
+            }
+        };
     }
 }
 
@@ -355,7 +414,8 @@ mod tests {
     }
 
     /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output
-    /// row within a cache line, streamed or not, and writes nothing outside the row.
+    /// row within a cache line, streamed or not, from an f32 row or a bf16 one (widened), and
+    /// writes nothing outside the row.
     #[test]
     fn write_matches_the_formula_at_every_line_offset() {
         if !std::is_x86_feature_detected!("avx512f") {
@@ -369,8 +429,25 @@ mod tests {
         let mut seed = start;
         for n in [1, 7, 15, 16, 17, 31, 33, 100, 1031] {
             for off in 0..16 {
-                for (nt, beta) in [(false, false), (false, true), (true, false), (true, true)] {
+                for (nt, beta, bf) in [
+                    (false, false, false),
+                    (false, true, false),
+                    (true, false, false),
+                    (true, true, false),
+                    (false, true, true),
+                    (true, false, true),
+                    (true, true, true),
+                ] {
                     let xs = values(&mut seed, n);
+                    // The bf16 row: the values' high halves (what `xs` holds then).
+                    let bits: Vec<u16> = xs.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                    let xs: Vec<f32> = if bf {
+                        bits.iter()
+                            .map(|&b| f32::from_bits((b as u32) << 16))
+                            .collect()
+                    } else {
+                        xs
+                    };
                     let g = values(&mut seed, n);
                     let b = values(&mut seed, n);
                     let (mean, rstd) = (values(&mut seed, 1)[0], 0.37);
@@ -384,7 +461,11 @@ mod tests {
                         nt,
                     };
                     let w = Write {
-                        xs: xs.as_ptr(),
+                        xs: if bf {
+                            bits.as_ptr() as *const u8
+                        } else {
+                            xs.as_ptr() as *const u8
+                        },
                         mean,
                         rstd,
                         out: buf[at..].as_mut_ptr(),
@@ -392,7 +473,11 @@ mod tests {
                     // SAFETY: AVX-512F is present; every row holds `n` values; nothing else
                     // touches `buf` before the fence.
                     unsafe {
-                        write(&r, w);
+                        if bf {
+                            write::<true>(&r, w);
+                        } else {
+                            write::<false>(&r, w);
+                        }
                         core::arch::x86_64::_mm_sfence();
                     }
                     for (j, &v) in buf.iter().enumerate() {
@@ -406,7 +491,7 @@ mod tests {
                         assert_eq!(
                             v.to_bits(),
                             want.to_bits(),
-                            "n {n} offset {off} nt {nt} beta {beta} element {j} (seed {start})"
+                            "n {n} offset {off} nt {nt} beta {beta} bf16 {bf} element {j} (seed {start})"
                         );
                     }
                 }

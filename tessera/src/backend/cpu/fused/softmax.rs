@@ -10,8 +10,9 @@
 //! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
-//! `vmaxps` chain per lane, `max_min_avx512`; a bf16 row is widened in registers there and
-//! kept) and (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
+//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
+//! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
+//! (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
 //! (`stream`).
 
 use super::super::vmath;
@@ -22,8 +23,8 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
-/// Where [`rows_avx512`]'s row buffers (three of exponentials, three of widened bf16 rows)
-/// start within a 4 KiB page, in bytes from the offset of the input's first row (the
+/// Where [`rows_avx512`]'s row buffers (three of exponentials; three more laid out but not
+/// used since bf16 rows are no longer kept widened) start within a 4 KiB page, in bytes from the offset of the input's first row (the
 /// output's with a bf16 input and an f32 output): a load that follows a store to an address
 /// a multiple of 4 KiB away waits on it (4K aliasing), and with the output's stores trailing
 /// the loop's loads by `LAG` columns these offsets measured best: measured on `[4096, 1024]` f32 and bf16→f32 (one thread) the
@@ -94,9 +95,12 @@ fn body(
     let r0 = (pids.start * br).min(rows);
     let r1 = (pids.end * br).min(rows);
     #[cfg(target_arch = "x86_64")]
-    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 && n > 0
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+        && n > 0
+        && std::arch::is_x86_feature_detected!("avx512bw")
     {
-        // SAFETY: the active level is at most the detected one: AVX-512F is present; `buf`
+        // SAFETY: the active level is at most the detected one: AVX-512F is present, and
+        // AVX-512BW (detected); `buf`
         // holds `6(n + 32) + 6·1024 + 7·chunks` values (`run`).
         unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
@@ -178,10 +182,10 @@ fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
 /// (unspecified when there is a NaN).
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `n` values from `p` are readable (and, with
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `n` values from `p` are readable (and, with
 /// `BF`, `n` writable at `keep`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
     let full = n / 32 * 32;
     let mut m = MaxMin::new();
@@ -225,7 +229,7 @@ impl MaxMin {
     /// # Safety
     /// AVX-512F present; values `j .. j + 32` readable at `p` (and, with `BF`, writable at
     /// `keep`).
-    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
     unsafe fn step<const BF: bool>(&mut self, p: *const u8, j: usize, keep: *mut f32) {
         use super::norm512::load;
@@ -258,7 +262,7 @@ impl MaxMin {
 /// # Safety
 /// As [`max_min_avx512`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 #[inline]
 unsafe fn max_finish<const BF: bool>(
     p: *const u8,
@@ -313,6 +317,112 @@ unsafe fn max_finish<const BF: bool>(
     (_mm512_cvtss_f32(r), lo)
 }
 
+/// For the `n` bf16 values from `p`: their max as `vmath::max` gives it (NaN when there is
+/// one; a zero max may have the other sign, which no use of it can tell: `x − m` and the
+/// exponentials of differences of maxima take the same bits) and the least value
+/// (unspecified when there is a NaN), by [`MaxMin16`].
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW; `n` values from `p` are readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn max_min_bf16(p: *const u8, n: usize) -> (f32, f32) {
+    let mut m = MaxMin16::new();
+    for j in (0..n / 32 * 32).step_by(32) {
+        // SAFETY: `j + 32 <= n`.
+        unsafe { m.step(p, j) };
+    }
+    // SAFETY: the caller's.
+    unsafe { m.finish(p, n) }
+}
+
+/// The running greatest and least keys of the bf16 values of a row, 32 lanes of 16 bits in
+/// one register each: a value's key is its bit pattern as an `i16`, with the magnitude bits
+/// flipped when the sign is set, so that keys order as the values do (`-0` below `+0`),
+/// `±inf` are `±0x7f80`-ish ends (`0x7f80` and `0x807f`) and every NaN lies beyond them.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct MaxMin16 {
+    max: core::arch::x86_64::__m512i,
+    min: core::arch::x86_64::__m512i,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl MaxMin16 {
+    /// Nothing seen.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn new() -> MaxMin16 {
+        use core::arch::x86_64::*;
+        MaxMin16 {
+            max: _mm512_set1_epi16(i16::MIN),
+            min: _mm512_set1_epi16(i16::MAX),
+        }
+    }
+
+    /// The keys of 32 bf16 bit patterns.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn key(v: core::arch::x86_64::__m512i) -> core::arch::x86_64::__m512i {
+        use core::arch::x86_64::*;
+        let s = _mm512_srai_epi16::<15>(v);
+        _mm512_xor_si512(v, _mm512_and_si512(s, _mm512_set1_epi16(0x7fff)))
+    }
+
+    /// Takes the 32 values from column `j` of the bf16 row at `p`.
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512BW present; values `j .. j + 32` readable at `p`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn step(&mut self, p: *const u8, j: usize) {
+        use core::arch::x86_64::*;
+        // SAFETY: the caller's.
+        let t = MaxMin16::key(unsafe { _mm512_loadu_si512((p as *const u16).add(j) as *const _) });
+        self.max = _mm512_max_epi16(self.max, t);
+        self.min = _mm512_min_epi16(self.min, t);
+    }
+
+    /// The max and least value of the `n` values at `p` after the steps over their whole
+    /// 32-value steps: the last `n % 32` values, the reduction over the lanes, the values of
+    /// the keys (NaN for a max when a key lies beyond `±inf`'s).
+    ///
+    /// # Safety
+    /// As [`max_min_bf16`].
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn finish(mut self, p: *const u8, n: usize) -> (f32, f32) {
+        use core::arch::x86_64::*;
+        let full = n / 32 * 32;
+        if n > full {
+            let k = ((1u64 << (n - full)) - 1) as __mmask32;
+            // SAFETY: the masked load reads only the row's last `n - full` values.
+            let v = unsafe { _mm512_maskz_loadu_epi16(k, (p as *const i16).add(full)) };
+            let t = MaxMin16::key(v);
+            let (lo, hi) = (_mm512_set1_epi16(i16::MIN), _mm512_set1_epi16(i16::MAX));
+            self.max = _mm512_max_epi16(self.max, _mm512_mask_mov_epi16(lo, k, t));
+            self.min = _mm512_min_epi16(self.min, _mm512_mask_mov_epi16(hi, k, t));
+        }
+        let wide = |v: __m512i| {
+            (
+                _mm512_cvtepi16_epi32(_mm512_castsi512_si256(v)),
+                _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64::<1>(v)),
+            )
+        };
+        let (a, b) = wide(self.max);
+        let mx = _mm512_reduce_max_epi32(_mm512_max_epi32(a, b));
+        let (a, b) = wide(self.min);
+        let mn = _mm512_reduce_min_epi32(_mm512_min_epi32(a, b));
+        let value = |t: i32| {
+            let t = t as i16;
+            let bits = if t < 0 { t as u16 ^ 0x7fff } else { t as u16 };
+            f32::from_bits((bits as u32) << 16)
+        };
+        let nan = mx > 0x7f80 || mn < 0x807f_u16 as i16 as i32;
+        (if nan { f32::NAN } else { value(mx) }, value(mn))
+    }
+}
+
 /// The rows `r0..r1` of a `[_, n]` softmax in chunks of `bc` columns at the AVX-512 level,
 /// the same bits as the passes in [`body`], with the passes of neighbouring rows in one loop
 /// per chunk ([`fused_avx512`]): while chunk `k` of row `r` has its exponentials and sum
@@ -324,10 +434,10 @@ unsafe fn max_finish<const BF: bool>(
 /// `exp(x − m)` for the output in the same loop.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `buf` holds at least
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
 /// `6(n + 32) + 6·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 unsafe fn rows_avx512(
     buf: &mut [f32],
     x: &Buffer,
@@ -365,7 +475,7 @@ unsafe fn rows_avx512(
         let (row, r) = r.split_at_mut(n + 32);
         (*b, rest) = (row, r);
     }
-    let [ea, eb, ec, xa, xb, xc] = rows;
+    let [ea, eb, ec, ..] = rows;
     // Per chunk of rows `r`, `r + 1` and `r + 2`: the max and least value; and the running
     // maxima of row `r`.
     let (s0, rest) = rest.split_at_mut(2 * chunks);
@@ -375,8 +485,6 @@ unsafe fn rows_avx512(
     // The exponentials of rows `r`, `r − 1` and `r − 2` (stored during step `r`: its `1/s`
     // is known a whole step before, so the stores do not wait on the row just finished).
     let mut ex = [ea.as_mut_ptr(), eb.as_mut_ptr(), ec.as_mut_ptr()];
-    // The widened rows `r`, `r + 1` and `r + 2` (bf16).
-    let mut xw = [xa.as_mut_ptr(), xb.as_mut_ptr(), xc.as_mut_ptr()];
     let mut st = [s0, s1, s2];
     let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
     // Rows `r0` and `r0 + 1` before the loop; each step takes row `r + 2`'s.
@@ -384,10 +492,10 @@ unsafe fn rows_avx512(
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
             let p = rowp(row).wrapping_add(c0 * esz);
-            // SAFETY: the chunk is in the input (asserted); `xw[i]` holds `n` values.
+            // SAFETY: the chunk is in the input (asserted).
             let (cm, lo) = unsafe {
                 if bf {
-                    max_min_avx512::<true>(p, c1 - c0, xw[i].add(c0))
+                    max_min_bf16(p, c1 - c0)
                 } else {
                     max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
                 }
@@ -403,12 +511,11 @@ unsafe fn rows_avx512(
     let lag = std::hint::black_box(LAG);
     for row in r0..r1 {
         let at = row * n;
-        let xs: &[f32] = if bf {
-            // SAFETY: `xw[0]` holds the widened row (`n` values), written two steps before
-            // (or before the loop); nothing writes it during this one.
-            unsafe { std::slice::from_raw_parts(xw[0], n) }
+        // The row (bf16 bit patterns, widened as the exponentials are taken, or f32).
+        let xs = if bf {
+            rowp(row)
         } else {
-            chunk::f32s(x, at, n)
+            chunk::f32s(x, at, n).as_ptr() as *const u8
         };
         // The online pass's running max after each chunk, and the row's max `m`.
         let mut m = f32::NEG_INFINITY;
@@ -435,7 +542,8 @@ unsafe fn rows_avx512(
             let tame =
                 mn.is_finite() && m.is_finite() && lo.is_finite() && lo - m >= vmath::EXP16_FAST_LO;
             let a = Step {
-                xs: &xs[c0..c1],
+                xs: xs.wrapping_add(c0 * esz),
+                n: c1 - c0,
                 m: mn,
                 mf: m,
                 // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
@@ -445,7 +553,6 @@ unsafe fn rows_avx512(
                 } else {
                     std::ptr::null()
                 },
-                keep: unsafe { xw[2].add(c0) },
                 d: if d.is_null() { d } else { d.wrapping_add(c0) },
                 ep: unsafe { ex[2].add(c0) as *const f32 },
                 inv: inv_prev,
@@ -457,8 +564,8 @@ unsafe fn rows_avx512(
                     std::ptr::null()
                 },
             };
-            // SAFETY: `xs` holds the chunk's values; `ex[0]`, `ex[2]` and `xw[2]` hold `n`
-            // values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
+            // SAFETY: `xs` holds the chunk's values (in the input, asserted, or f32s');
+            // `ex[0]` and `ex[2]` hold `n` values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
             // input (asserted) or null; `d` is the chunk of the row `ex[2]` belongs to in the
             // output (asserted) or null.
             let (sum, nm) = unsafe {
@@ -487,8 +594,6 @@ unsafe fn rows_avx512(
             let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
             stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
         }
-        let [a, b, c] = xw;
-        xw = [b, c, a];
         let [a, b, c] = st;
         st = [b, c, a];
     }
@@ -507,9 +612,11 @@ unsafe fn rows_avx512(
 
 /// The operands of one [`fused_avx512`] step: a chunk of `xs.len()` columns.
 #[cfg(target_arch = "x86_64")]
-struct Step<'a> {
-    /// This row's chunk (f32).
-    xs: &'a [f32],
+struct Step {
+    /// This row's chunk (f32, or bf16 bit patterns with `BF`).
+    xs: *const u8,
+    /// The chunk's columns.
+    n: usize,
     /// The chunk's running max `m'`.
     m: f32,
     /// The row's max (with `REDO`).
@@ -518,8 +625,6 @@ struct Step<'a> {
     es: *mut f32,
     /// The next row's chunk (f32 or bf16 bits) or null.
     next: *const u8,
-    /// Where the next row's chunk goes widened (bf16).
-    keep: *mut f32,
     /// The previous row's chunk in the output, or null.
     d: *mut f32,
     /// The previous row's exponentials for `d`.
@@ -534,28 +639,29 @@ struct Step<'a> {
     pf: *const u8,
 }
 
-/// One step of [`rows_avx512`] over a chunk of `n = xs.len()` columns: `exp(xs[j] − m)`
+/// One step of [`rows_avx512`] over a chunk of `n` columns from `xs`: `exp(xs[j] − m)`
 /// into `es` and their `vmath::sum` (32 lanes in two registers, the same bits), or with
 /// `REDO` that sum while `es` gets `exp(xs[j] − mf)`; with a non-null `next`,
-/// [`max_min_avx512`] of the `n` values at `next` (widened into `keep` with `BF`), else
+/// the max and least value of the `n` values at `next` ([`max_min_avx512`]'s, or with `BF`
+/// [`max_min_bf16`]'s), else
 /// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `nt` as
 /// [`stream::scale_avx512`] stores it: streaming stores from the first 64-byte boundary of
 /// `d` to its last whole vector);
 /// with a non-null `pf`, the cache lines of the `n` values at `pf` are asked for.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `es`, `ep`, `keep` (with `BF` and `next`) and
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `es`, `ep` and
 /// `d` (when non-null) hold `n` values; `next` (when non-null) that many elements.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     Step {
         xs,
+        n,
         m,
         mf,
         es,
         next,
-        keep,
         d,
         ep,
         inv,
@@ -564,8 +670,8 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         pf,
     }: Step,
 ) -> (f32, (f32, f32)) {
+    use super::norm512::{load, widen16};
     use core::arch::x86_64::*;
-    let n = xs.len();
     let full = n / 32 * 32;
     let (has_next, has_d) = (!next.is_null(), !d.is_null());
     let mv = _mm512_set1_ps(m);
@@ -583,6 +689,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     };
     let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let mut m = MaxMin::new();
+    let mut m16 = MaxMin16::new();
     // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
     // `q` to `qend`, plain ones after.
     let (head, qend) = if has_d {
@@ -600,10 +707,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
-            let (v0, v1) = (
-                _mm512_loadu_ps(xs.as_ptr().add(j)),
-                _mm512_loadu_ps(xs.as_ptr().add(j + 16)),
-            );
+            let (v0, v1) = (load::<BF>(xs, j), load::<BF>(xs, j + 16));
             let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
             a0 = _mm512_add_ps(a0, e0);
             a1 = _mm512_add_ps(a1, e1);
@@ -623,7 +727,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                         _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
                     }
                 }
-                m.step::<BF>(next, j, keep);
+                if BF {
+                    m16.step(next, j);
+                } else {
+                    m.step::<false>(next, j, std::ptr::null_mut());
+                }
             }
             if has_d && j >= lag {
                 for _ in 0..2 {
@@ -663,8 +771,19 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         // values of slack past `n` (`rows_avx512`), so whole vectors are stored (the lanes
         // past the chunk are never read, or are written again by the next chunk).
         unsafe {
-            let x0 = _mm512_maskz_loadu_ps(k0, xs.as_ptr().add(full));
-            let x1 = _mm512_maskz_loadu_ps(k1, xs.as_ptr().add(full + 16));
+            let (x0, x1) = if BF {
+                let v = _mm512_maskz_loadu_epi16(k as __mmask32, (xs as *const i16).add(full));
+                (
+                    widen16(_mm512_castsi512_si256(v)),
+                    widen16(_mm512_extracti64x4_epi64::<1>(v)),
+                )
+            } else {
+                let xs = xs as *const f32;
+                (
+                    _mm512_maskz_loadu_ps(k0, xs.add(full)),
+                    _mm512_maskz_loadu_ps(k1, xs.add(full + 16)),
+                )
+            };
             // Lanes past the row hold `0 − m`, any value: the checked form.
             let (e0, e1) = (
                 vmath::exp16(_mm512_sub_ps(x0, mv)),
@@ -684,9 +803,12 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
             _mm512_storeu_ps(es.add(full + 16), e1);
         }
     }
-    let mx = if has_next {
+    let mx = if has_next && BF {
         // SAFETY: the caller's.
-        unsafe { max_finish::<BF>(next, n, keep, m) }
+        unsafe { m16.finish(next, n) }
+    } else if has_next {
+        // SAFETY: the caller's.
+        unsafe { max_finish::<false>(next, n, std::ptr::null_mut(), m) }
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
