@@ -1756,6 +1756,20 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// Layernorm and rmsnorm rows wider than the level-1 data cache holds with `γ`, `β` and the
+/// output row (4100 columns, ragged), outputs past the one-thread non-temporal threshold: on
+/// two threads layernorm's output streams too (`stream::wanted_for_rows`), rmsnorm's takes
+/// plain stores on a 48 KiB L1; on one and two threads against the interpreter, bit for bit.
+#[test]
+fn wide_norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let c = 4100;
+    let r = (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1;
+    for threads in [1, 2] {
+        on_threads(threads, || norm_rows_bits_on(&[(r, c)]));
+    }
+}
+
 /// Softmax (f32, bf16, bf16→f32, specials: rows of `-inf`, NaN, `±inf`) on one thread and on
 /// two against the interpreter, bit for bit: programs of several one-chunk rows, whose AVX-512
 /// loop takes a later row's max and stores an earlier row during each row's exponentials,

@@ -27,3 +27,34 @@ pub fn last_level_bytes() -> usize {
             .unwrap_or(32 << 20)
     })
 }
+
+/// The level-1 data cache of CPU 0 in bytes (Linux sysfs: the `cpu0/cache/index*` whose
+/// `level` is 1 and `type` is `Data`), else 32 KiB; read once per process. A norm row loop
+/// whose rows, `γ`, `β` and output row take more than this streams its output on two or
+/// more threads too (`fused::stream`).
+///
+/// ```
+/// let l1 = tessera::backend::cpu::cache::l1_data_bytes();
+/// assert!(l1 >= 1 << 10, "{l1}");
+/// ```
+pub fn l1_data_bytes() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        (0..8)
+            .find_map(|i| {
+                let at = |f: &str| {
+                    std::fs::read_to_string(format!(
+                        "/sys/devices/system/cpu/cpu0/cache/index{i}/{f}"
+                    ))
+                    .ok()
+                };
+                if at("level")?.trim() != "1" || at("type")?.trim() != "Data" {
+                    return None;
+                }
+                let s = at("size")?;
+                let n = s.trim().strip_suffix('K')?;
+                Some(n.parse::<usize>().ok()? << 10)
+            })
+            .unwrap_or(32 << 10)
+    })
+}

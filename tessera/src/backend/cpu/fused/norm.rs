@@ -108,7 +108,10 @@ fn body(
     *kept = launch;
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
-    let nt = stream::wanted(out, round);
+    // What a row of the AVX-512 f32 pipeline keeps in L1: its rows (layernorm: the row
+    // read and the previous one), `γ`, `β` and the output row.
+    let kept_rows = 1 + usize::from(nm.layer) + 1 + usize::from(nm.beta.is_some()) + 1;
+    let nt = stream::wanted_for_rows(out, round, kept_rows * n * 4);
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     #[cfg(target_arch = "x86_64")]

@@ -1,17 +1,17 @@
-//! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row:
-//! a pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
-//! squares for rmsnorm; a bf16 row widened and kept in a row buffer; the lines of row
-//! `t + 1` asked for as it goes) and, for layernorm, takes the squared deviations of row
-//! `t − 1` (in L1) in the same loop, so the adds of the two rows' sums overlap the wait on
-//! memory; then the write of the row whose `rstd` is now known (`t`, or `t − 1` for
-//! layernorm), with streaming stores into a large output. Writing in the memory pass as
-//! well measured slower (streaming stores mixed with the loads that miss). The output row's
-//! columns before its first 64-byte boundary take one masked store of the aligned vector
+//! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row: a
+//! pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
+//! squares for rmsnorm; a bf16 row widened and kept in a row buffer; into a streamed output,
+//! the lines of row `t + 1` asked for as it goes) and, for layernorm, takes the squared
+//! deviations of row `t − 1` (in L1) in the same loop, so the adds of the two rows' sums
+//! overlap the wait on memory; then the write of the row whose `rstd` is now known (`t`, or
+//! `t − 1` for layernorm), with streaming stores into a large output. Writing in the memory
+//! pass as well measured slower (streaming stores mixed with the loads that miss). The output
+//! row's columns before its first 64-byte boundary take one masked store of the aligned vector
 //! that ends there: a masked store of the unaligned vector that starts the row reaches into
-//! the first streamed line and measured 2–3× slower (rmsnorm bf16→f32 `[4096, 1024]`
-//! 52 → 19 GB/s). Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree
-//! in registers, chunks added in column order) and every output value the interpreter's
-//! `((x − mean)·rstd)·γ (+ β)`, so the bits are the other loops'.
+//! the first streamed line and measured 2–3× slower (rmsnorm bf16→f32 `[4096, 1024]` 52 → 19
+//! GB/s). Every sum is `norm512::sum`'s (lanes by column index, the chunk's tree in registers,
+//! chunks added in column order) and every output value the interpreter's `((x − mean)·rstd)·γ
+//! (+ β)`, so the bits are the other loops'.
 
 use super::norm512::{Pass, step, tail, tree};
 use core::arch::x86_64::*;
@@ -34,7 +34,10 @@ pub(crate) struct Write {
 }
 
 /// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
-/// width `bc` of the sums, and whether the body of an output row takes streaming stores.
+/// width `bc` of the sums, and whether the body of an output row takes streaming stores
+/// (`nt`; then the passes of sums also ask for the next row's lines as they go: with plain
+/// stores the output row's lines share L1 with the row, `γ` (and `β`), and asking for the
+/// next row too measured slower, see ARCHITECTURE.md).
 #[derive(Clone, Copy)]
 pub(crate) struct Rows {
     pub g: *const f32,
@@ -118,10 +121,10 @@ unsafe fn put32<const BF: bool>(r: &Rows, w: &Write, j: usize) {
 
 /// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
 /// their squares about `i.mean`; bf16 with `BF`, widened and, with `KEEP`, stored to
-/// `i.keep`; the lines
-/// of `i.ahead` asked for as it goes), with `MID` the sums of the squared deviations of the
-/// f32 row `m` about `m.mean`, in one loop. Returns the two sums (`0` for a stage not run),
-/// each `norm512::sum`'s bits over the row's chunks, added in column order.
+/// `i.keep`; with `r.nt` the lines of `i.ahead` asked for as it goes), with `MID` the sums
+/// of the squared deviations of the f32 row `m` about `m.mean`, in one loop. Returns the two
+/// sums (`0` for a stage not run), each `norm512::sum`'s bits over the row's chunks, added
+/// in column order.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; the rows (and `keep`) hold `r.n` values.
@@ -151,7 +154,11 @@ pub(crate) unsafe fn sums<
             // SAFETY: `j + 32 <= n`; the caller's level and bounds.
             unsafe {
                 if IN {
-                    a = step::<SQ, BF, true, KEEP>(&i, mi, j, a);
+                    a = if r.nt {
+                        step::<SQ, BF, true, KEEP>(&i, mi, j, a)
+                    } else {
+                        step::<SQ, BF, false, KEEP>(&i, mi, j, a)
+                    };
                 }
                 if MID {
                     b = step::<true, false, false, false>(&m, mm, j, b);
@@ -255,9 +262,9 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 }
 
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
-/// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines) and, for layernorm,
-/// takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm) or
-/// `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write, except an
+/// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines with `nt`) and, for
+/// layernorm, takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm)
+/// or `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write, except an
 /// rmsnorm's of more than [`AGAIN`] columns, which its write reads again (from L1) and
 /// widens again.
 ///

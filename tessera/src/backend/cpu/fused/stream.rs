@@ -54,6 +54,19 @@ pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {
     wanted_if(out, round, streamed(out.len))
 }
 
+/// As [`wanted`], and also (on two or more threads, from [`nt_bytes`]) when a row loop's
+/// working set per row, `row_bytes` (the rows it keeps, `γ`, `β` and the output row), is
+/// more than the level-1 data cache: then a plain store's output line pushes out a line the
+/// loop reads again (`super::normpipe`). Two threads, `[1024, 4096]` f32 (layernorm: 80 KiB
+/// per row on a 48 KiB L1; `chrt -f 50 env RAYON_NUM_THREADS=2 cpu_profile layernorm 1024
+/// 4096 200 --pool`, 2026-11-27 11:14 UTC, the slow-write state), plain → streamed 71–75 →
+/// 81–82 GB/s; `[2048, 2048]` (40 KiB) 90–93 → 87 (plain kept); rmsnorm `[1024, 4096]`
+/// (48 KiB: not more) 166 → 151 in the fast-write state, 84 → 85–86 in the slow one.
+pub(crate) fn wanted_for_rows(out: &Buffer, round: bool, row_bytes: usize) -> bool {
+    let wide = out.len >= nt_bytes() && row_bytes > crate::backend::cpu::cache::l1_data_bytes();
+    wanted_if(out, round, streamed(out.len) || wide)
+}
+
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
 /// 1024]` f32: 88–89 GB/s streamed, 66–68 plain).
