@@ -208,10 +208,6 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 fn band(bf16: bool, c: usize) -> usize {
     use crate::backend::cpu::simd::{SimdLevel, active};
     if bf16 {
-        let k = knob(1);
-        if k > 0 {
-            return k;
-        }
         (c / 8 / 32 * 32).clamp(128, 512)
     } else if active() >= SimdLevel::Avx512 {
         64
@@ -239,10 +235,7 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     // plain stores. From 1 MiB (f32, one thread, 1 MiB L2: plain stores measured faster up to
     // 768 KiB, non-temporal ones from 896 KiB, 2× faster from 1 MiB to 16 MiB).
     let lead = (64 - dp % 64) % 64 / size;
-    let nt = dp % size == 0
-        && (r * size) % 64 == 0
-        && lead <= r
-        && r * c * size >= if t.bf16 { knob(0) } else { 1 << 20 };
+    let nt = dp % size == 0 && (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
     let lead = if nt { lead } else { 0 };
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
@@ -312,29 +305,6 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
         let a0 = if i == 0 { 0 } else { skew + i * per };
         part(a0, (skew + (i + 1) * per).min(c));
     });
-}
-
-/// TB14 experiment knobs: 0 NT threshold (bytes), 1 pass, 2 dst prefetchw distance, 3 mode.
-pub(crate) fn knob(i: usize) -> usize {
-    static K: std::sync::OnceLock<[usize; 8]> = std::sync::OnceLock::new();
-    K.get_or_init(|| {
-        let g = |n: &str, d: usize| {
-            std::env::var(n)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(d)
-        };
-        [
-            g("TB_NT", 1 << 20),
-            g("TB_PASS", 0),
-            g("TB_PFW", 0),
-            g("TB_MODE", 0),
-            g("TB_SPF", 1),
-            g("TB_MIX", 15),
-            g("TB_W", 0),
-            g("TB_PD", 1),
-        ]
-    })[i]
 }
 
 /// A destination window not inside the transposed source window: element by element, with
@@ -499,9 +469,16 @@ unsafe fn blocked<T: std::marker::Copy>(
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 4;
 
+/// Column steps by which [`x86::bf16_avx512`] staggers its groups of 32 source rows:
+/// measured on one thread (µs per launch, none / 16 / 32 / 64): `[1024, 4096]` 317–344 /
+/// 258–259 / 248–256 / 252–253, `[2048, 2048]` 324–331 / 265–267 / 264–274 / 264–272,
+/// `[4096, 1024]` 259–266 / 245–251 / 246–248 / 242–245.
+#[cfg(target_arch = "x86_64")]
+const SKEW: usize = 32;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::AHEAD;
+    use super::{AHEAD, SKEW};
     use core::arch::x86_64::*;
 
     /// Prefetches into L1 the cache line at `p` of each of `N` rows `ss` elements apart.
@@ -768,16 +745,9 @@ mod x86 {
         }
     }
 
-    /// prefetchw
-    #[inline(always)]
-    unsafe fn pfw(p: *const u16) {
-        unsafe {
-            core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
-        };
-    }
-
     /// [`super::copy_bf16_nt`] with 32 × 32 AVX-512BW register transposes of 16-bit values
-    /// over the full blocks (one 64-byte store per destination row and block), the edges
+    /// over the full blocks (one 64-byte store per destination row and block), each group of
+    /// 32 rows starting [`SKEW`] column steps or fewer after the one above it, the edges
     /// (fewer than 32 rows or columns) in masked 32 × 32 blocks.
     ///
     /// # Safety
@@ -793,172 +763,23 @@ mod x86 {
         nb: usize,
     ) {
         let (a32, b32) = (na & !31, nb & !31);
-        let nbb = b32 / 32;
-        let k = super::knob(2);
-        let w = super::knob(6);
-        if w > 0 {
-            let pd = super::knob(7);
-            for a0 in (0..a32).step_by(w) {
-                let a1 = (a0 + w).min(a32);
-                for b in (0..b32).step_by(32) {
-                    for a in (a0..a1).step_by(32) {
-                        let bp = b + 32 * pd;
-                        if pd > 0 && bp < b32 {
-                            unsafe { prefetch_rows::<_, 32>(s.add(bp * ss + a), ss) };
-                        }
-                        unsafe {
-                            block32_bf16::<NT, false>(
-                                s.add(b * ss + a),
-                                ss,
-                                d.add(a * ds + b),
-                                ds,
-                                32,
-                                32,
-                            )
-                        };
-                    }
-                }
-            }
-        } else if !NT && super::knob(3) >= 8 {
-            let h = super::knob(3);
-            let ah = na / h * h;
-            for a in (0..ah).step_by(h) {
-                for b in (0..b32).step_by(32) {
-                    unsafe {
-                        block32_bf16::<false, true>(
-                            s.add(b * ss + a),
-                            ss,
-                            d.add(a * ds + b),
-                            ds,
-                            h,
-                            32,
-                        )
-                    };
-                }
-            }
-            unsafe {
-                if ah < na {
-                    for b in (0..nb).step_by(32) {
-                        let (s, d) = (s.add(b * ss + ah), d.add(ah * ds + b));
-                        block32_bf16::<false, true>(s, ss, d, ds, na - ah, (nb - b).min(32));
-                    }
-                }
-                if b32 < nb {
-                    for a in (0..ah).step_by(32) {
-                        let (s, d) = (s.add(b32 * ss + a), d.add(a * ds + b32));
-                        block32_bf16::<false, true>(s, ss, d, ds, (ah - a).min(32), nb - b32);
-                    }
-                }
-            }
-            return;
-        }
-        if w > 0 {
-        } else if !NT && (1..=2).contains(&super::knob(3)) && b32 <= 512 && b32 > 0 {
-            let sst = b32 + 32;
-            let mut st = [0u16; 32 * 544];
-            let sp = st.as_mut_ptr();
-            for a in (0..a32).step_by(32) {
+        let steps = a32 / 32;
+        for t in 0..steps {
+            for b in (0..b32).step_by(32) {
+                // Group `b / 32` of 32 rows starts `b / 32 % SKEW` column steps later (each
+                // group still visits every step once): the blocks of one step read lines in
+                // up to `SKEW` different cache sets where rows a power of two apart would
+                // put all in one.
+                let a = (t + b / 32 % SKEW) % steps * 32;
                 let ahead = a + 32;
-                for b in (0..b32).step_by(32) {
-                    if ahead < na {
-                        match super::knob(4) {
-                            0 => {}
-                            2 => {
-                                for i in 0..32 {
-                                    _mm_prefetch::<_MM_HINT_T1>(unsafe {
-                                        s.add(b * ss + ahead + i * ss)
-                                    }
-                                        as *const i8)
-                                }
-                            }
-                            _ => unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) },
-                        }
-                    }
-                    unsafe {
-                        block32_bf16::<false, false>(s.add(b * ss + a), ss, sp.add(b), sst, 32, 32)
-                    };
+                if ahead < na {
+                    // SAFETY: rows b..b+32 of `s` at column `ahead` < na: inside the window.
+                    unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) };
                 }
-                if k > 0 && a + 32 < a32 {
-                    for j in 0..32 {
-                        for b in (0..b32).step_by(32) {
-                            unsafe { pfw(d.add((a + 32 + j) * ds + b)) };
-                        }
-                    }
-                }
-                if super::knob(3) == 2 {
-                    for j in 0..32 {
-                        unsafe {
-                            core::arch::asm!("rep movsb", inout("rcx") b32 * 2 => _, inout("rsi") sp.add(j * sst) => _, inout("rdi") d.add((a + j) * ds) => _, options(nostack, preserves_flags));
-                        }
-                    }
-                    continue;
-                }
-                for j in 0..32 {
-                    for b in (0..b32).step_by(32) {
-                        unsafe {
-                            let v = _mm512_loadu_si512(sp.add(j * sst + b) as *const _);
-                            _mm512_storeu_si512(d.add((a + j) * ds + b) as *mut _, v);
-                        }
-                    }
-                }
-            }
-        } else {
-            for a in (0..a32).step_by(32) {
-                let ahead = a + 32;
-                for b in (0..b32).step_by(32) {
-                    if !NT && k > 0 {
-                        let i = a / 32 * nbb + b / 32 + k;
-                        let (a2, b2) = (i / nbb * 32, i % nbb * 32);
-                        if a2 < a32 {
-                            let m = super::knob(3);
-                            for j in 0..32 {
-                                let p = unsafe { d.add((a2 + j) * ds + b2) } as *const i8;
-                                match m {
-                                    3 => _mm_prefetch::<_MM_HINT_T1>(p),
-                                    4 => _mm_prefetch::<_MM_HINT_T0>(p),
-                                    5 => _mm_prefetch::<_MM_HINT_T2>(p),
-                                    _ => unsafe { pfw(p as *const u16) },
-                                }
-                            }
-                        }
-                    }
-                    if super::knob(4) == 3 {
-                        let bp = b + 32 * super::knob(7);
-                        let (bq, aq) = if bp < b32 {
-                            (bp, a)
-                        } else {
-                            (bp - b32, a + 32)
-                        };
-                        if aq < na && bq + 32 <= b32 {
-                            unsafe { prefetch_rows::<_, 32>(s.add(bq * ss + aq), ss) };
-                        }
-                    } else if ahead < na {
-                        // SAFETY: rows b..b+32 of `s` at column `ahead` < na: inside the window.
-                        match super::knob(4) {
-                            0 => {}
-                            2 => {
-                                for i in 0..32 {
-                                    _mm_prefetch::<_MM_HINT_T1>(unsafe {
-                                        s.add(b * ss + ahead + i * ss)
-                                    }
-                                        as *const i8)
-                                }
-                            }
-                            _ => unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) },
-                        }
-                    }
-                    // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
-                    unsafe {
-                        block32_bf16::<NT, false>(
-                            s.add(b * ss + a),
-                            ss,
-                            d.add(a * ds + b),
-                            ds,
-                            32,
-                            32,
-                        )
-                    };
-                }
+                // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
+                unsafe {
+                    block32_bf16::<NT, false>(s.add(b * ss + a), ss, d.add(a * ds + b), ds, 32, 32)
+                };
             }
         }
         // SAFETY: as in `f32_avx512`, in masked 32 × 32 blocks.
@@ -1040,9 +861,9 @@ mod x86 {
             };
             let x = [group(0), group(8), group(16), group(24)];
             if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
-                lanes32::<NT, true, PART>(&x, d, ds, na, sm, super::knob(5))
+                lanes32::<NT, true, PART>(&x, d, ds, na, sm)
             } else {
-                lanes32::<NT, false, PART>(&x, d, ds, na, sm, super::knob(5))
+                lanes32::<NT, false, PART>(&x, d, ds, na, sm)
             }
         }
     }
@@ -1060,7 +881,6 @@ mod x86 {
         ds: usize,
         na: usize,
         sm: __mmask32,
-        mix: usize,
     ) {
         unsafe {
             let (abs, inf, bit) = (
@@ -1079,7 +899,7 @@ mod x86 {
                     if i < na {
                         _mm512_mask_storeu_epi16(d.add(i * ds) as *mut _, sm, v)
                     }
-                } else if NT && (mix >> (i / 8)) & 1 != 0 {
+                } else if NT {
                     _mm512_stream_si512(d.add(i * ds) as *mut _, v)
                 } else {
                     _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
