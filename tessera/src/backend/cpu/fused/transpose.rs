@@ -1127,6 +1127,9 @@ mod tests {
                 check(300, 37, true, so, dof, threads);
                 // bf16 passes of 512 source rows, the last one ragged.
                 check(608, 4096, true, so, dof, threads);
+                // Groups of 32 rows staggered over 32 and over 3 column steps.
+                check(1024, 1024, true, so, dof, threads);
+                check(2048, 96, true, so, dof, threads);
             }
         }
     }
