@@ -509,6 +509,10 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         // the whole-tensor transpose starts its blocks at the source's first line boundary.
         (1056, 544),
         (4099, 17),
+        // Source rows of 8 KiB: the bf16 blocks' staggered row groups (128 column steps,
+        // 32 groups), and three column steps for 64 groups (the stagger wraps).
+        (1024, 4096),
+        (2048, 96),
     ];
     let f_specials = [
         f32::NAN,
