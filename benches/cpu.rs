@@ -18,8 +18,8 @@
 //!
 //! The summary times each memory-bound row's kernel, its `→ reused out` launch and its memcpy
 //! yardstick (one per row, buffers allocated once), and each GEMM's faer and ours, in
-//! alternating windows of about 75 ms (kernel, copy, kernel, copy, …; four each, about 0.3 s
-//! per closure), each taking its best over all its windows ([`best_alternating`]): this
+//! alternating windows of at most about 75 ms and 50 runs (kernel, copy, kernel, copy, …; four
+//! each, at most about 0.3 s and 200 runs per closure), each taking its best over all its windows ([`best_alternating`]): this
 //! machine moves between a fast and a slow memory state every few tens of milliseconds within
 //! one process, the slow state slowing the copy as well, and timing a kernel and its copy each
 //! in its own 0.3 s let one row's ratio pair the two states (`col_mean [4096, 1024]` one thread
@@ -138,14 +138,14 @@ struct Timed {
 /// Best time of each closure, timed in alternating windows: one untimed run of each, then
 /// rounds in which each closure in turn runs for one window of about [`WINDOW`] (at least one
 /// run, at most [`WINDOW_RUNS`], and no run started that the last one says would end past the
-/// window), until there have been [`WINDOWS`] rounds and every closure has run at least 5 times.
+/// window), until there have been [`WINDOWS`] rounds and every closure has had at least 5 timed runs.
 ///
 /// Why: this machine moves between a fast and a slow memory state every few tens of
-/// milliseconds, within one process, and the slow state slows the memcpy yardstick as much as
-/// the kernels (`col_mean [4096, 1024]` one thread read 0.72 of memcpy in one run and 0.88 in
+/// milliseconds, within one process, and the slow state slows the memcpy yardstick too
+/// (`col_mean [4096, 1024]` one thread read 0.72 of memcpy in one run and 0.88 in
 /// the next when each was the best of its own 0.3 s). Alternating the windows gives a kernel and
 /// its yardstick the same chances at the fast state, so a ratio pairs like with like. Page
-/// faults are read between runs, outside the timed region.
+/// faults are read around each window, outside the timed runs.
 fn best_alternating(fs: &mut [&mut dyn FnMut()]) -> Vec<Timed> {
     let mut out: Vec<Timed> = fs
         .iter_mut()
@@ -629,7 +629,8 @@ fn write_docs(rows: &[Row]) {
          per whole launch, and how many times slower the interpreter is; \
          \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Each \
          memory-bound row's kernel, its `→ reused out` launch and its memcpy (one per row, buffers \
-         kept), and each GEMM's faer and ours, are timed in alternating windows of ≈ 75 ms (4 each) \
+         kept), and each GEMM's faer and ours, are timed in alternating windows of ≤ 75 ms and ≤ 50 \
+         runs (4 each) \
          and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
          memory state; launches: best of ≥ 5 runs.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
