@@ -19,11 +19,11 @@
 //! The summary times each memory-bound row's kernel, its `→ reused out` launch and its memcpy
 //! yardstick (one per row, buffers allocated once), and each GEMM's faer and ours, in
 //! alternating windows of at most about 75 ms and 50 runs (kernel, copy, kernel, copy, …; four
-//! each, at most about 0.3 s and 200 runs per closure), each taking its best over all its windows ([`best_alternating`]): this
-//! machine moves between a fast and a slow memory state every few tens of milliseconds within
-//! one process, the slow state slowing the copy as well, and timing a kernel and its copy each
-//! in its own 0.3 s let one row's ratio pair the two states (`col_mean [4096, 1024]` one thread
-//! 0.72 in one run, 0.88 in the next).
+//! each, at most about 0.3 s and 200 runs per closure), each taking its best over all its
+//! windows ([`best_alternating`]): this machine moves between a fast and a slow memory state
+//! every few tens of milliseconds within one process, the slow state slowing the copy as well,
+//! and timing a kernel and its copy each in its own 0.3 s let one row's ratio pair the two
+//! states (`col_mean [4096, 1024]` one thread 0.72 in one run, 0.88 in the next).
 
 use criterion::{Criterion, Throughput};
 use faer::{Accum, Mat, Par};
@@ -138,7 +138,8 @@ struct Timed {
 /// Best time of each closure, timed in alternating windows: one untimed run of each, then
 /// rounds in which each closure in turn runs for one window of about [`WINDOW`] (at least one
 /// run, at most [`WINDOW_RUNS`], and no run started that the last one says would end past the
-/// window), until there have been [`WINDOWS`] rounds and every closure has had at least 5 timed runs.
+/// window), until there have been [`WINDOWS`] rounds and every closure has had at least 5 timed
+/// runs.
 ///
 /// Why: this machine moves between a fast and a slow memory state every few tens of
 /// milliseconds, within one process, and the slow state slows the memcpy yardstick too
