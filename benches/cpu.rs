@@ -9,13 +9,21 @@
 //! GEMMs in GFLOP/s and as a ratio to faer. Launch overhead (a `[1, 1]` and a `[37, 300]`
 //! launch, fast path and interpreter) is in µs.
 //!
-//! Criterion measures the `[4096, 1024]` cases; the summary (best of several runs per case)
-//! is printed as one table and written, with an SVG plot (plotters), to `docs/performance.md`
-//! and `docs/performance.svg`:
+//! Criterion measures the `[4096, 1024]` cases; the summary is printed as one table and
+//! written, with an SVG plot (plotters), to `docs/performance.md` and `docs/performance.svg`:
 //!
 //!     cargo bench --bench cpu
 //!
 //! `TESSERA_BENCH_QUICK=1` skips criterion and runs only the summary.
+//!
+//! The summary times each memory-bound row's kernel, its `→ reused out` launch and its memcpy
+//! yardstick (one per row, buffers allocated once), and each GEMM's faer and ours, in
+//! alternating windows of at most about 75 ms and 50 runs (kernel, copy, kernel, copy, …; four
+//! each, at most about 0.3 s and 200 runs per closure), each taking its best over all its
+//! windows ([`best_alternating`]): this machine moves between a fast and a slow memory state
+//! every few tens of milliseconds within one process, the slow state slowing the copy as well,
+//! and timing a kernel and its copy each in its own 0.3 s let one row's ratio pair the two
+//! states (`col_mean [4096, 1024]` one thread 0.72 in one run, 0.88 in the next).
 
 use criterion::{Criterion, Throughput};
 use faer::{Accum, Mat, Par};
@@ -110,25 +118,87 @@ fn best(mut f: impl FnMut()) -> f64 {
     b
 }
 
-/// GB/s of a parallel `copy_from_slice` of `bytes` (read + written) on `t` threads.
+/// Timing windows per closure in [`best_alternating`].
+const WINDOWS: usize = 4;
+/// Length of one window: `WINDOWS` of them make about the 0.3 s that [`best`] gives one closure.
+const WINDOW: Duration = Duration::from_millis(75);
+/// Most runs in one window: `WINDOWS` of them make the 200 runs that [`best`] allows.
+const WINDOW_RUNS: usize = 50;
+
+/// What [`best_alternating`] measured for one closure.
+struct Timed {
+    /// Best time of one run, in seconds.
+    best: f64,
+    /// Runs, the untimed first one included.
+    runs: u32,
+    /// Minor page faults over those runs.
+    faults: i64,
+}
+
+/// Best time of each closure, timed in alternating windows: one untimed run of each, then
+/// rounds in which each closure in turn runs for one window of about [`WINDOW`] (at least one
+/// run, at most [`WINDOW_RUNS`], and no run started that the last one says would end past the
+/// window), until there have been [`WINDOWS`] rounds and every closure has had at least 5 timed
+/// runs.
 ///
-/// Timed inside the pool, as the kernels are (`p.install(|| best(..))`): timing each copy
-/// through its own `install` would add the pool thread's wake-up to a copy of a few
-/// microseconds, and the yardstick of the `[37, 300]` rows would move severalfold between runs.
-fn memcpy_gbs(bytes: usize, t: usize) -> f64 {
+/// Why: this machine moves between a fast and a slow memory state every few tens of
+/// milliseconds, within one process, and the slow state slows the memcpy yardstick too
+/// (`col_mean [4096, 1024]` one thread read 0.72 of memcpy in one run and 0.88 in
+/// the next when each was the best of its own 0.3 s). Alternating the windows gives a kernel and
+/// its yardstick the same chances at the fast state, so a ratio pairs like with like. Page
+/// faults are read around each window, outside the timed runs.
+fn best_alternating(fs: &mut [&mut dyn FnMut()]) -> Vec<Timed> {
+    let mut out: Vec<Timed> = fs
+        .iter_mut()
+        .map(|f| {
+            let f0 = minor_faults();
+            f();
+            Timed {
+                best: f64::INFINITY,
+                runs: 1,
+                faults: minor_faults() - f0,
+            }
+        })
+        .collect();
+    let mut round = 0;
+    while round < WINDOWS || out.iter().any(|t| t.runs < 6) {
+        for (f, t) in fs.iter_mut().zip(&mut out) {
+            let (f0, start) = (minor_faults(), Instant::now());
+            let (mut n, mut last) = (0, 0.0);
+            while n == 0
+                || (start.elapsed().as_secs_f64() + last < WINDOW.as_secs_f64() && n < WINDOW_RUNS)
+            {
+                let s = Instant::now();
+                f();
+                last = s.elapsed().as_secs_f64();
+                t.best = t.best.min(last);
+                n += 1;
+            }
+            t.runs += n as u32;
+            t.faults += minor_faults() - f0;
+        }
+        round += 1;
+    }
+    out
+}
+
+/// A parallel `copy_from_slice` of `bytes` on the current pool's threads into a destination it
+/// keeps: the memory-bound rows' yardstick, which moves `2 * bytes` (read + written).
+///
+/// Timed inside the pool, as the kernels are (`p.install(|| ..)` around the whole timing):
+/// timing each copy through its own `install` would add the pool thread's wake-up to a copy of
+/// a few microseconds, and the yardstick of the `[37, 300]` rows would move severalfold between
+/// runs.
+fn memcpy(bytes: usize, t: usize) -> impl FnMut() {
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
-    let p = pool(t);
     let chunk = bytes.div_ceil(t).max(1);
-    let s = p.install(|| {
-        best(|| {
-            use rayon::prelude::*;
-            dst.par_chunks_mut(chunk)
-                .zip(src.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s))
-        })
-    });
-    2.0 * bytes as f64 / s / 1e9
+    move || {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .for_each(|(d, s)| d.copy_from_slice(s))
+    }
 }
 
 /// One row of the summary.
@@ -343,20 +413,22 @@ fn summary_memory(rows: &mut Vec<Row>) {
             let p = pool(t);
             for (_, cases) in &groups {
                 for case in cases {
-                    let (f0, mut calls) = (minor_faults(), 0u32);
-                    let s = p.install(|| {
-                        best(|| {
-                            calls += 1;
-                            (case.run)()
-                        })
+                    // One yardstick per row, allocated once and timed in windows alternating
+                    // with the kernel's (and the `→ reused out` launch's).
+                    let mut copy = memcpy(case.bytes / 2, t);
+                    let mut kernel = || (case.run)();
+                    let mut into = case.reused.as_ref().filter(|_| reuse).map(|make| make());
+                    let timed = p.install(|| match into.as_mut() {
+                        Some(into) => best_alternating(&mut [&mut kernel, into, &mut copy]),
+                        None => best_alternating(&mut [&mut kernel, &mut copy]),
                     });
                     eprintln!(
                         "{} {shape} {t}T: {:.1} minor faults per launch",
                         case.name,
-                        (minor_faults() - f0) as f64 / f64::from(calls)
+                        timed[0].faults as f64 / f64::from(timed[0].runs)
                     );
-                    let gbs = case.bytes as f64 / s / 1e9;
-                    let copy = memcpy_gbs(case.bytes / 2, t);
+                    let copy = (2 * (case.bytes / 2)) as f64 / timed[timed.len() - 1].best / 1e9;
+                    let gbs = case.bytes as f64 / timed[0].best / 1e9;
                     rows.push(Row {
                         kernel: case.name.into(),
                         shape: shape.clone(),
@@ -366,10 +438,8 @@ fn summary_memory(rows: &mut Vec<Row>) {
                         ratio: gbs / copy,
                         yardstick: "memcpy",
                     });
-                    if let Some(make) = case.reused.as_ref().filter(|_| reuse) {
-                        let mut run = make();
-                        let s = p.install(|| best(&mut run));
-                        let gbs = case.bytes as f64 / s / 1e9;
+                    if into.is_some() {
+                        let gbs = case.bytes as f64 / timed[1].best / 1e9;
                         rows.push(Row {
                             kernel: format!("{} → reused out", case.name),
                             shape: shape.clone(),
@@ -415,21 +485,24 @@ fn summary_gemm(rows: &mut Vec<Row>) {
         let flop = 2.0 * (m * k * n) as f64;
         for t in THREADS {
             let p = pool(t);
-            let faer_s = p.install(|| {
-                best(|| {
-                    faer::linalg::matmul::matmul(
-                        fc.as_mut(),
-                        Accum::Replace,
-                        fa.as_ref(),
-                        fb.as_ref(),
-                        1.0f32,
-                        faer_par(t),
-                    )
-                })
+            // faer and ours timed in alternating windows (see `best_alternating`).
+            let timed = p.install(|| {
+                best_alternating(&mut [
+                    &mut || {
+                        faer::linalg::matmul::matmul(
+                            fc.as_mut(),
+                            Accum::Replace,
+                            fa.as_ref(),
+                            fb.as_ref(),
+                            1.0f32,
+                            faer_par(t),
+                        )
+                    },
+                    &mut || drop(tessera_kernels::matmul(&a, &b).unwrap()),
+                    &mut || drop(tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap()),
+                ])
             });
-            let f32_s = p.install(|| best(|| drop(tessera_kernels::matmul(&a, &b).unwrap())));
-            let bf_s =
-                p.install(|| best(|| drop(tessera_kernels::matmul_bf16_f32(&ab, &bb).unwrap())));
+            let (faer_s, f32_s, bf_s) = (timed[0].best, timed[1].best, timed[2].best);
             for (name, s) in [("matmul f32", f32_s), ("matmul bf16", bf_s)] {
                 rows.push(Row {
                     kernel: name.into(),
@@ -555,7 +628,12 @@ fn write_docs(rows: &[Row]) {
          output tensor kept across launches, as the copy keeps \
          its destination. GEMMs: GFLOP/s and the ratio to faer's f32 GEMM in the same run. Launches: µs \
          per whole launch, and how many times slower the interpreter is; \
-         \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Best of ≥ 5 runs per case.\n\n\
+         \"beyond work\": the launch minus a copy + `vmath::gelu` of the same elements. Each \
+         memory-bound row's kernel, its `→ reused out` launch and its memcpy (one per row, buffers \
+         kept), and each GEMM's faer and ours, are timed in alternating windows of ≤ 75 ms and ≤ 50 \
+         runs (4 each) \
+         and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
+         memory state; launches: best of ≥ 5 runs.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
