@@ -36,8 +36,9 @@ pub enum SimdLevel {
     /// x86-64 AVX2 with FMA (8 f32 lanes, fused multiply-add).
     Avx2,
     /// x86-64 AVX-512F (+AVX2, FMA): used by `vmath`, the f32 GEMM micro-kernel and the f32
-    /// passes of the softmax and norm row loops; the fused executor's other loops run their
-    /// AVX2 build at this level.
+    /// passes of the norm row loops, and (where AVX-512BW is also present, checked at run
+    /// time) the softmax row loop; the fused executor's other loops run their AVX2 build at
+    /// this level.
     Avx512,
 }
 

@@ -64,7 +64,9 @@ unsafe fn xload<const BF: bool>(xs: *const u8, j: usize, k: __mmask16) -> __m512
             let mut w = [0u16; 16];
             for (l, w) in w.iter_mut().enumerate() {
                 if k >> l & 1 != 0 {
-                    *w = *(xs as *const u16).add(j + l);
+                    // `wrapping_add`: the head's `xs` may point before the row's allocation
+                    // (`finish`), so only the set lanes' addresses are in bounds.
+                    *w = *(xs as *const u16).wrapping_add(j + l);
                 }
             }
             super::norm512::load::<true>(w.as_ptr() as *const u8, 0)
@@ -269,7 +271,7 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// widens again.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted`] of
+/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted_for_rows`] of
 /// `out`) the caller fences before the program returns.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn rows(

@@ -109,7 +109,8 @@ pub(crate) struct Tile {
     /// `C =` instead of `C +=`: C is not read.
     pub(crate) overwrite: bool,
     /// The C tile that the next micro-tile reads (same `ldc`), or null: a kernel may fetch
-    /// its lines into L1 near the end of its k loop ([`C_AHEAD`]).
+    /// its lines into L1 near the end of its k loop ([`C_AHEAD`]). A ragged tile computed
+    /// in an edge buffer (another `ldc`) fetches no next tile.
     pub(crate) next: *const f32,
 }
 

@@ -180,8 +180,14 @@ unsafe fn run_avx512(t: Tile) {
         } else {
             let mut e = edge_load::<MR, NR>(t.mr, t.nr, t.c, t.ldc, t.overwrite);
             let c = e.as_mut_ptr() as *mut f32;
+            // `next` is dropped: its rows are `t.ldc` apart, not the edge buffer's `NR`.
             tile_rows::<false, false>(
-                &Tile { c, ldc: NR, ..t },
+                &Tile {
+                    c,
+                    ldc: NR,
+                    next: core::ptr::null(),
+                    ..t
+                },
                 NR,
                 null_mut(),
                 Walk::NONE,
