@@ -32,7 +32,7 @@ pub(crate) unsafe fn load<const BF: bool>(p: *const u8, j: usize) -> __m512 {
 /// # Safety
 /// Those `t` elements are readable; the CPU supports AVX-512F.
 #[inline(always)]
-pub(crate) unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
+unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
     // SAFETY: the caller's; the masked load reads only the first `t` lanes.
     unsafe {
         if BF {
