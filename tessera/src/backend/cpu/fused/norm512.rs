@@ -1,8 +1,8 @@
 //! AVX-512 loops of the norm row loop (`norm`, `normpipe`): the 32-lane sums of
 //! `vmath::sum` over a row (of the values, or of the squared deviations without a buffer of
-//! squares; an f32 row, or a bf16 row widened in registers and kept as f32 in the row
-//! buffer), with the lane accumulators and the final tree in registers, and the steps they
-//! are made of. The same operations in the same order as the portable loops, so the same
+//! squares; an f32 row, or a bf16 row widened in registers and, with `KEEP`, kept as f32
+//! in the row buffer), with the lane accumulators and the final tree in registers, and the
+//! steps they are made of. The same operations in the same order as the portable loops, so the same
 //! bits (rmsnorm passes `mean = 0`: `x − 0 = x` exactly, `-0` included).
 
 use core::arch::x86_64::*;
@@ -82,7 +82,8 @@ fn term<const SQ: bool>(v: __m512, m: __m512) -> __m512 {
 }
 
 /// One pass's view of a row: its first element (f32, or bf16 bit patterns), the mean its
-/// squares are taken about (`SQ` passes), where its widened values are kept (bf16 rows),
+/// squares are taken about (`SQ` passes), where its widened values are kept (bf16 rows,
+/// `KEEP` steps),
 /// and the first element of a row (of the same type) whose lines are asked for as the pass
 /// goes (`AHEAD` passes).
 #[derive(Clone, Copy)]

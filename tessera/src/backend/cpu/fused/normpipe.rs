@@ -1,10 +1,11 @@
 //! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row: a
 //! pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
-//! squares for rmsnorm; a bf16 row widened and kept in a row buffer; into a streamed output,
-//! the lines of row `t + 1` asked for as it goes) and, for layernorm, takes the squared
-//! deviations of row `t − 1` (in L1) in the same loop, so the adds of the two rows' sums
-//! overlap the wait on memory; then the write of the row whose `rstd` is now known (`t`, or
-//! `t − 1` for layernorm), with streaming stores into a large output. Writing in the memory
+//! squares for rmsnorm; a bf16 row widened and kept in a row buffer, but for rmsnorm rows
+//! wider than [`AGAIN`], which the write widens again; into a streamed output, the lines of
+//! row `t + 1` asked for as it goes) and, for layernorm, takes the squared deviations of
+//! row `t − 1` (in L1) in the same loop, so the adds of the two rows' sums overlap the wait
+//! on memory; then the write of the row whose `rstd` is now known (`t`, or `t − 1` for
+//! layernorm), with streaming stores into a large output. Writing in the memory
 //! pass as well measured slower (streaming stores mixed with the loads that miss). The output
 //! row's columns before its first 64-byte boundary take one masked store of the aligned vector
 //! that ends there: a masked store of the unaligned vector that starts the row reaches into

@@ -23,14 +23,15 @@ use crate::backend::Buffer;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
-/// Where [`rows_avx512`]'s row buffers (three of exponentials; three more laid out but not
-/// used since bf16 rows are no longer kept widened) start within a 4 KiB page, in bytes from the offset of the input's first row (the
-/// output's with a bf16 input and an f32 output): a load that follows a store to an address
-/// a multiple of 4 KiB away waits on it (4K aliasing), and with the output's stores trailing
-/// the loop's loads by `LAG` columns these offsets measured best: measured on `[4096, 1024]` f32 and bf16→f32 (one thread) the
-/// loop ran 7-15 % slower with every buffer at the input's offset, 3-8 % slower with other
-/// spreads tried, 2-5 % slower without the lag.
-const PLACE: [usize; 6] = [1024, 2304, 3584, 0, 2048, 512];
+/// Where [`rows_avx512`]'s three rows of exponentials start within a 4 KiB page, in bytes
+/// from the offset of the input's first row (the output's with a bf16 input and an f32
+/// output): a load that follows a store to an address a multiple of 4 KiB away waits on it
+/// (4K aliasing), and with the output's stores trailing the loop's loads by `LAG` columns
+/// these offsets measured best (chosen when three widened bf16 rows followed them at 0, 2048
+/// and 512): on `[4096, 1024]` f32 and bf16→f32 (one thread) the loop ran 7-15 % slower
+/// with every buffer at the input's offset, 3-8 % slower with other spreads tried, 2-5 %
+/// slower without the lag.
+const PLACE: [usize; 3] = [1024, 2304, 3584];
 
 /// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
 const LAG: usize = 64;
@@ -48,9 +49,9 @@ pub(crate) fn run(
     let bc = sm.rows.bc;
     let chunks = n.div_ceil(bc);
     // Exponentials of the row, a widened chunk, each chunk's running max, an output chunk.
-    // (A row of one chunk on the AVX-512 path: two exponential rows, two widened rows, an
-    // output chunk.)
-    let need = (n + bc + chunks + bc).max(6 * (n + 32) + 6 * 1024 + bc + 7 * chunks);
+    // (On the AVX-512 path: three exponential rows placed within a page, each chunk's max
+    // and least value for three rows and running max, an output chunk.)
+    let need = (n + bc + chunks + bc).max(3 * (n + 32) + 3 * 1024 + bc + 7 * chunks);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -100,8 +101,7 @@ fn body(
         && std::arch::is_x86_feature_detected!("avx512bw")
     {
         // SAFETY: the active level is at most the detected one: AVX-512F is present, and
-        // AVX-512BW (detected); `buf`
-        // holds `6(n + 32) + 6·1024 + 7·chunks` values (`run`).
+        // AVX-512BW (detected); `buf` holds `3(n + 32) + 3·1024 + 7·chunks` values (`run`).
         unsafe { rows_avx512(buf, x, out, (r0, r1), (n, bc), round, nt) };
         if nt {
             stream::fence();
@@ -175,26 +175,24 @@ fn chunk_scale(k: usize, m: f32, mn: f32) -> f32 {
     scale[0]
 }
 
-/// For the `n` values from `p` (f32, or bf16 bit patterns widened in registers and also
-/// stored to `keep` with `BF`): `vmath::max` of them, bit for bit but for NaN payloads (32 lanes in two registers, the same
-/// steps and final tree; a lane's steps are one `vmaxps` each, with the lanes that met a NaN
-/// recorded in a mask and set to NaN after the loop), and the least value
-/// (unspecified when there is a NaN).
+/// For the `n` f32 values from `p`: `vmath::max` of them, bit for bit but for NaN payloads
+/// (32 lanes in two registers, the same steps and final tree; a lane's steps are one
+/// `vmaxps` each, with the lanes that met a NaN recorded in a mask and set to NaN after the
+/// loop), and the least value (unspecified when there is a NaN).
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `n` values from `p` are readable (and, with
-/// `BF`, `n` writable at `keep`).
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `n` values from `p` are readable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-unsafe fn max_min_avx512<const BF: bool>(p: *const u8, n: usize, keep: *mut f32) -> (f32, f32) {
+unsafe fn max_min_avx512(p: *const f32, n: usize) -> (f32, f32) {
     let full = n / 32 * 32;
     let mut m = MaxMin::new();
     for j in (0..full).step_by(32) {
-        // SAFETY: `j + 32 <= n`; `keep` holds `n` values.
-        unsafe { m.step::<BF>(p, j, keep) };
+        // SAFETY: `j + 32 <= n`.
+        unsafe { m.step(p, j) };
     }
     // SAFETY: the caller's.
-    unsafe { max_finish::<BF>(p, n, keep, m) }
+    unsafe { max_finish(p, n, m) }
 }
 
 /// The running state of [`max_min_avx512`]'s steps over a row, 32 lanes in two registers:
@@ -222,27 +220,18 @@ impl MaxMin {
         }
     }
 
-    /// Takes the 32 values from column `j` of the row at `p` (f32, or bf16 widened and also
-    /// stored to `keep` with `BF`). `vmaxps(v, a)` is `v > a ? v : a` (`a` when either is
-    /// NaN): `vmath::max`'s step but for a NaN `v`, which the masks record.
+    /// Takes the 32 f32 values from column `j` of the row at `p`. `vmaxps(v, a)` is
+    /// `v > a ? v : a` (`a` when either is NaN): `vmath::max`'s step but for a NaN `v`, which
+    /// the masks record.
     ///
     /// # Safety
-    /// AVX-512F present; values `j .. j + 32` readable at `p` (and, with `BF`, writable at
-    /// `keep`).
+    /// AVX-512F present; values `j .. j + 32` readable at `p`.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
-    unsafe fn step<const BF: bool>(&mut self, p: *const u8, j: usize, keep: *mut f32) {
-        use super::norm512::load;
+    unsafe fn step(&mut self, p: *const f32, j: usize) {
         use core::arch::x86_64::*;
         // SAFETY: the caller's.
-        let (v0, v1) = unsafe { (load::<BF>(p, j), load::<BF>(p, j + 16)) };
-        if BF {
-            // SAFETY: the caller's.
-            unsafe {
-                _mm512_storeu_ps(keep.add(j), v0);
-                _mm512_storeu_ps(keep.add(j + 16), v1);
-            }
-        }
+        let (v0, v1) = unsafe { (_mm512_loadu_ps(p.add(j)), _mm512_loadu_ps(p.add(j + 16))) };
         self.max = [
             _mm512_max_ps(v0, self.max[0]),
             _mm512_max_ps(v1, self.max[1]),
@@ -264,12 +253,7 @@ impl MaxMin {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 #[inline]
-unsafe fn max_finish<const BF: bool>(
-    p: *const u8,
-    n: usize,
-    keep: *mut f32,
-    m: MaxMin,
-) -> (f32, f32) {
+unsafe fn max_finish(p: *const f32, n: usize, m: MaxMin) -> (f32, f32) {
     use core::arch::x86_64::*;
     let ([mut a0, mut a1], [n0, n1], [l0, l1]) = (m.max, m.nan, m.min);
     let full = n / 32 * 32;
@@ -287,16 +271,8 @@ unsafe fn max_finish<const BF: bool>(
     let mut tail = [f32::NEG_INFINITY; vmath::SUM_LANES];
     for (i, t) in tail.iter_mut().enumerate().take(n - full) {
         let j = full + i;
-        // SAFETY: `j < n`; with `BF`, `keep` holds `n` values.
-        let v = unsafe {
-            if BF {
-                let v = f32::from_bits((*(p as *const u16).add(j) as u32) << 16);
-                *keep.add(j) = v;
-                v
-            } else {
-                *(p as *const f32).add(j)
-            }
-        };
+        // SAFETY: `j < n`.
+        let v = unsafe { *p.add(j) };
         *t = v;
         lo = lo.min(v);
     }
@@ -435,7 +411,7 @@ impl MaxMin16 {
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
-/// `6(n + 32) + 6·1024 + 7·⌈n/bc⌉` values.
+/// `3(n + 32) + 3·1024 + 7·⌈n/bc⌉` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 unsafe fn rows_avx512(
@@ -458,15 +434,15 @@ unsafe fn rows_avx512(
     // stores with `nt`, plain ones otherwise); a bf16 one after each row (`stream::write`).
     let fuse = out.dtype == DType::F32 && !round;
     assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
-    // The row buffers start at `PLACE`'s offsets within a 4 KiB page from the input's first
-    // row (f32) or the output's (bf16 input, f32 output).
+    // The rows of exponentials start at `PLACE`'s offsets within a 4 KiB page from the
+    // input's first row (f32) or the output's (bf16 input, f32 output).
     let base = if bf && fuse {
         (out.ptr as usize).wrapping_add(r0 * n * 4)
     } else {
         (x.ptr as usize).wrapping_add(r0 * n * esz)
     };
     let mut rest = buf;
-    let mut rows: [&mut [f32]; 6] = Default::default();
+    let mut rows: [&mut [f32]; 3] = Default::default();
     for (b, off) in rows.iter_mut().zip(PLACE) {
         let want = (base.wrapping_add(off) % 4096) / 4 * 4;
         let skip = (want + 4096 - rest.as_ptr() as usize % 4096) % 4096 / 4;
@@ -475,7 +451,7 @@ unsafe fn rows_avx512(
         let (row, r) = r.split_at_mut(n + 32);
         (*b, rest) = (row, r);
     }
-    let [ea, eb, ec, ..] = rows;
+    let [ea, eb, ec] = rows;
     // Per chunk of rows `r`, `r + 1` and `r + 2`: the max and least value; and the running
     // maxima of row `r`.
     let (s0, rest) = rest.split_at_mut(2 * chunks);
@@ -497,7 +473,7 @@ unsafe fn rows_avx512(
                 if bf {
                     max_min_bf16(p, c1 - c0)
                 } else {
-                    max_min_avx512::<false>(p, c1 - c0, std::ptr::null_mut())
+                    max_min_avx512(p as *const f32, c1 - c0)
                 }
             };
             (st[i][2 * k], st[i][2 * k + 1]) = (cm, lo);
@@ -565,9 +541,9 @@ unsafe fn rows_avx512(
                 },
             };
             // SAFETY: `xs` holds the chunk's values (in the input, asserted, or f32s');
-            // `ex[0]` and `ex[2]` hold `n` values each from `c0` on and are distinct; `next` is row `r + 2`'s chunk in the
-            // input (asserted) or null; `d` is the chunk of the row `ex[2]` belongs to in the
-            // output (asserted) or null.
+            // `ex[0]` and `ex[2]` hold `n` values each from `c0` on and are distinct; `next`
+            // is row `r + 2`'s chunk in the input (asserted) or null; `d` is the chunk of the
+            // row `ex[2]` belongs to in the output (asserted) or null.
             let (sum, nm) = unsafe {
                 match (tame, bf, redo) {
                     (true, false, false) => fused_avx512::<false, false, false>(a),
@@ -610,7 +586,7 @@ unsafe fn rows_avx512(
     }
 }
 
-/// The operands of one [`fused_avx512`] step: a chunk of `xs.len()` columns.
+/// The operands of one [`fused_avx512`] step: a chunk of `n` columns.
 #[cfg(target_arch = "x86_64")]
 struct Step {
     /// This row's chunk (f32, or bf16 bit patterns with `BF`).
@@ -730,7 +706,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                 if BF {
                     m16.step(next, j);
                 } else {
-                    m.step::<false>(next, j, std::ptr::null_mut());
+                    m.step(next as *const f32, j);
                 }
             }
             if has_d && j >= lag {
@@ -808,7 +784,7 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
         unsafe { m16.finish(next, n) }
     } else if has_next {
         // SAFETY: the caller's.
-        unsafe { max_finish::<false>(next, n, std::ptr::null_mut(), m) }
+        unsafe { max_finish(next as *const f32, n, m) }
     } else {
         (f32::NEG_INFINITY, f32::INFINITY)
     };
