@@ -327,6 +327,33 @@ fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
     ];
     let bf16_cases = vec![
         case(
+            "softmax bf16",
+            2 * b2,
+            Box::new(move || drop(tessera_kernels::softmax(xb).unwrap())),
+            reused(
+                move || k::softmax(xb),
+                move |o| k::softmax::KERNEL.launch_into(&[xb.arg()], o),
+            ),
+        ),
+        case(
+            "layernorm bf16",
+            2 * b2,
+            Box::new(move || drop(tessera_kernels::layernorm(xb, gb, gb).unwrap())),
+            reused(
+                move || k::layernorm(xb, gb, gb),
+                move |o| k::layernorm::KERNEL.launch_into(&[xb.arg(), gb.arg(), gb.arg()], o),
+            ),
+        ),
+        case(
+            "rmsnorm bf16",
+            2 * b2,
+            Box::new(move || drop(tessera_kernels::rmsnorm(xb, gb).unwrap())),
+            reused(
+                move || k::rmsnorm(xb, gb),
+                move |o| k::rmsnorm::KERNEL.launch_into(&[xb.arg(), gb.arg()], o),
+            ),
+        ),
+        case(
             "softmax bf16→f32",
             b2 + f4,
             Box::new(move || drop(softmax_bf16(xb).unwrap())),

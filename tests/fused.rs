@@ -1683,7 +1683,89 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
         bits_match(&format!("softmax bf16 zero maxima {tag}"), programs, || {
             tessera_kernels::softmax(&zb).unwrap()
         });
+        // bf16 in and out: the specials, and rows whose products round at a tie or to a
+        // subnormal.
+        direct_same_bits(
+            &format!("softmax bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::softmax(&spb).unwrap(),
+        );
+        if c >= 3 {
+            let tb = ties_bf16(&xb, c);
+            direct_same_bits(
+                &format!("softmax bf16 ties and subnormals {tag}"),
+                programs,
+                true,
+                || tessera_kernels::softmax(&tb).unwrap(),
+            );
+        }
     }
+}
+
+/// bf16 rows `[0, d1, d2]` (`d1`, `d2` negative, from `-1/64` to `-16`) where the
+/// interpreter's softmax has an f32 product `exp(x − m)·(1/s)` whose low 16 bits are
+/// `0x8000`: a tie for the rounding to bf16 (found with the interpreter's bf16→f32 softmax).
+fn softmax_tie_triples() -> &'static [[bf16; 3]] {
+    static T: std::sync::OnceLock<Vec<[bf16; 3]>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let ds: Vec<bf16> = (0x3C80u16..0x4180)
+            .map(|b| bf16::from_bits(b | 0x8000))
+            .collect();
+        let mut v = Vec::new();
+        for (i, d1) in ds.iter().enumerate() {
+            for d2 in ds.iter().skip(i % 5).step_by(5) {
+                v.extend([bf16::from_bits(0), *d1, *d2]);
+            }
+        }
+        let n = v.len() / 3;
+        let x = Tensor::from_vec(v.clone(), &[n, 3]).unwrap();
+        let y = fused::with_interpreter(|| softmax_bf16(&x).unwrap());
+        let y = y.as_slice().unwrap();
+        let t: Vec<[bf16; 3]> = (0..n)
+            .filter(|&i| {
+                y[3 * i..3 * i + 3]
+                    .iter()
+                    .any(|e| e.to_bits() & 0xFFFF == 0x8000)
+            })
+            .map(|i| [v[3 * i], v[3 * i + 1], v[3 * i + 2]])
+            .collect();
+        assert!(t.len() >= 4, "only {} tie rows found", t.len());
+        t
+    })
+}
+
+/// `x` (bf16, rows of `c >= 3` columns) with rows whose bf16 softmax rounds at ties or to
+/// subnormals, by row: a tie triple ([`softmax_tie_triples`]) at columns 0..3, the rest
+/// `-inf`; one at the last 32-aligned columns of the first chunk of 1024 (the same sum:
+/// the `-inf` lanes add `+0`), the rest `-inf`; a `0` and otherwise values from `-104` to
+/// `-86` (exponentials and products subnormal in f32, and in bf16); a row kept.
+fn ties_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
+    let ties = softmax_tie_triples();
+    let mut v = x.to_vec().unwrap();
+    for (r, row) in v.chunks_mut(c).enumerate() {
+        let t = ties[r % ties.len()];
+        match r % 4 {
+            0 | 1 => {
+                row.fill(bf16::from_bits(0xff80));
+                let at = if r % 4 == 0 {
+                    0
+                } else {
+                    (c.min(1024) - 3) / 32 * 32
+                };
+                row[at..at + 3].copy_from_slice(&t);
+            }
+            2 => {
+                for (j, e) in row.iter_mut().enumerate() {
+                    let f = e.to_f32().abs().fract();
+                    *e = bf16::from_f32(-86.0 - 18.0 * f - (j % 3) as f32);
+                }
+                row[(r * 7) % c] = bf16::from_bits(0);
+            }
+            _ => {}
+        }
+    }
+    Tensor::from_vec(v, x.shape()).unwrap()
 }
 
 /// Rows of bf16 values whose max is a zero of either sign or both, or a subnormal (the

@@ -13,9 +13,11 @@
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
 //! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
 //! (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
-//! (`stream`).
+//! (`stream`). A bf16 output row is stored after its loop, `exp·(1/s)` multiplied and
+//! narrowed 16 lanes at a time (`bf16io::narrow_scaled`, the interpreter's rounding).
 
 use super::super::vmath;
+use super::bf16io;
 use super::chunk::{self, bin_f};
 use super::rowmatch::Softmax;
 use super::stream;
@@ -153,7 +155,13 @@ fn body(
                 vmath::exp(es);
             }
             let es = &*es;
-            stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
+            if out.dtype == DType::BF16 {
+                // SAFETY: the programs of a launch write disjoint rows.
+                let d = unsafe { stream::out_u16(out, at + c0, c1 - c0) };
+                bf16io::narrow_scaled(es, inv, d);
+            } else {
+                stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
+            }
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -431,7 +439,9 @@ unsafe fn rows_avx512(
     let chunks = n.div_ceil(bc);
     assert!(r1 * n * esz <= x.len, "fused load out of bounds");
     // An f32 output takes each row's scaled exponentials in the next row's loop (streaming
-    // stores with `nt`, plain ones otherwise); a bf16 one after each row (`stream::write`).
+    // stores with `nt`, plain ones otherwise); a bf16 one after each row, multiplied and
+    // narrowed 16 lanes at a time (`bf16io::narrow_scaled`, plain stores); a rounded f32
+    // one after each row (`stream::write`).
     let fuse = out.dtype == DType::F32 && !round;
     assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
     // The rows of exponentials start at `PLACE`'s offsets within a 4 KiB page from the
@@ -568,7 +578,13 @@ unsafe fn rows_avx512(
         } else {
             // SAFETY: `ex[0]` holds this row's `n` exponentials.
             let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
-            stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
+            if out.dtype == DType::BF16 {
+                // SAFETY: the programs of a launch write disjoint rows.
+                let d = unsafe { stream::out_u16(out, at, n) };
+                bf16io::narrow_scaled(es, inv, d);
+            } else {
+                stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
+            }
         }
         let [a, b, c] = st;
         st = [b, c, a];
