@@ -663,6 +663,43 @@ mod tests {
         }
     }
 
+    /// [`x86::store2_512`] (32 lanes narrowed by one word permute) gives
+    /// `half::bf16::from_f32` of each lane over the rounding patterns (ties, subnormals,
+    /// NaNs, infinities), 32 at a time, and writes nothing past them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_gives_half_from_f32_of_each_lane() {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw"))
+        {
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn run(s: &[f32], o: &mut [u16]) {
+            use core::arch::x86_64::_mm512_loadu_ps;
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                // SAFETY: 32 values read and 32 written; the features are present.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_ps(k.as_ptr()),
+                        _mm512_loadu_ps(k.as_ptr().add(16)),
+                    );
+                    x86::store2_512(w.as_mut_ptr(), v0, v1);
+                }
+            }
+        }
+        let p = patterns();
+        let n = p.len() / 32 * 32;
+        let mut o = vec![0xAAAAu16; n + 3];
+        // SAFETY: AVX-512F and BW detected above.
+        unsafe { run(&p[..n], &mut o[..n]) };
+        for i in 0..n {
+            let want = half::bf16::from_f32(p[i]).to_bits();
+            assert_eq!(o[i], want, "at {i}: {:#x}", p[i].to_bits());
+        }
+        assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
+    }
+
     #[test]
     fn widen_is_exact_and_binary_rounds_once() {
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
