@@ -1825,6 +1825,7 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     for threads in [1, 2] {
         on_threads(threads, || {
             norm_rows_bits_on(&[
+                (1, 1),
                 (37, 300),
                 (9, 1025),
                 (17, 2048),
@@ -2135,6 +2136,33 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
             true,
             || rmsnorm_bf16(&spb, &gb).unwrap(),
         );
+        // bf16 in and out (each output lane narrowed in registers at the AVX-512 level): the
+        // specials, and a `γ` of about 2e-39 whose outputs are mostly bf16 subnormals
+        // (narrowed as the interpreter narrows them, not flushed).
+        direct_same_bits(
+            &format!("layernorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::layernorm(&spb, &gb, &bb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("rmsnorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::rmsnorm(&spb, &gb).unwrap(),
+        );
+        let tiny = Tensor::<f32>::from_vec(
+            g.to_vec().unwrap().iter().map(|v| v * 2e-39).collect(),
+            &[c],
+        )
+        .unwrap();
+        let (gt, bt) = (to_bf16(&tiny), to_bf16(&tiny));
+        bits_match(&format!("layernorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gt, &bt).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gt).unwrap()
+        });
     }
 }
 

@@ -156,6 +156,11 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
+/// Narrows 16 f32 lanes to bf16 in registers and stores the lanes a mask selects (row loops
+/// that compute their output in registers, e.g. `norm`'s bf16 rows).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{store_512 as store16, store2_512 as store32};
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{bf16_bits, round_bf16, scalar};
@@ -190,9 +195,13 @@ mod x86 {
         }
     }
 
-    /// Narrows the 16 lanes of `v` to `p` (`k` selects the lanes written).
+    /// Narrows the 16 lanes of `v` to `p` (`k` selects the lanes written): the bits of
+    /// [`bf16_bits`] (round to nearest even, subnormals kept, a NaN made quiet).
+    ///
+    /// # Safety
+    /// AVX-512F present (the caller is built with it); the lanes of `k` are writable at `p`.
     #[inline(always)]
-    unsafe fn store_512(p: *mut u16, k: __mmask16, v: __m512) {
+    pub(crate) unsafe fn store_512(p: *mut u16, k: __mmask16, v: __m512) {
         unsafe {
             let r = bits_512(v);
             if k == 0xFFFF {
@@ -200,6 +209,36 @@ mod x86 {
             } else {
                 _mm512_mask_cvtepi32_storeu_epi16(p as *mut i16, k, r);
             }
+        }
+    }
+
+    /// Narrows the 32 lanes of `v0 ‖ v1` to `p` (the bits of [`store_512`] twice): the
+    /// rounded lanes' high halves gathered by one two-source word permute, one 64-byte
+    /// store.
+    ///
+    /// # Safety
+    /// AVX-512F and BW present (the caller is built with them); 32 elements writable at `p`.
+    #[inline(always)]
+    pub(crate) unsafe fn store2_512(p: *mut u16, v0: __m512, v1: __m512) {
+        // Each lane's rounded bits in its high half (`bits_512` before its final shift; a
+        // NaN's high half ORed with 0x40), then the 32 high halves gathered in lane order.
+        #[inline(always)]
+        unsafe fn high(v: __m512) -> __m512i {
+            unsafe {
+                let b = _mm512_castps_si512(v);
+                let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+                let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+                _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x0040_0000))
+            }
+        }
+        unsafe {
+            let odd = _mm512_set_epi16(
+                63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23,
+                21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+            );
+            let w = _mm512_permutex2var_epi16(high(v0), odd, high(v1));
+            _mm512_storeu_si512(p as *mut __m512i, w);
         }
     }
 
@@ -622,6 +661,43 @@ mod tests {
                 }
             });
         }
+    }
+
+    /// [`x86::store2_512`] (32 lanes narrowed by one word permute) gives
+    /// `half::bf16::from_f32` of each lane over the rounding patterns (ties, subnormals,
+    /// NaNs, infinities), 32 at a time, and writes nothing past them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_gives_half_from_f32_of_each_lane() {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw"))
+        {
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn run(s: &[f32], o: &mut [u16]) {
+            use core::arch::x86_64::_mm512_loadu_ps;
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                // SAFETY: 32 values read and 32 written; the features are present.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_ps(k.as_ptr()),
+                        _mm512_loadu_ps(k.as_ptr().add(16)),
+                    );
+                    x86::store2_512(w.as_mut_ptr(), v0, v1);
+                }
+            }
+        }
+        let p = patterns();
+        let n = p.len() / 32 * 32;
+        let mut o = vec![0xAAAAu16; n + 3];
+        // SAFETY: AVX-512F and BW detected above.
+        unsafe { run(&p[..n], &mut o[..n]) };
+        for i in 0..n {
+            let want = half::bf16::from_f32(p[i]).to_bits();
+            assert_eq!(o[i], want, "at {i}: {:#x}", p[i].to_bits());
+        }
+        assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
     }
 
     #[test]

@@ -260,6 +260,11 @@ unsafe fn rows_avx512(
         };
         // SAFETY: the f32 row (in the tensor, asserted) or `xw`'s, `n` values.
         let xs = unsafe { std::slice::from_raw_parts(vals, n) };
+        if out.dtype == DType::BF16 && !nt {
+            // SAFETY: the caller's level; `xs`, `g` (and `b`) hold `n` values.
+            unsafe { write_bf16(out, row * n, xs, (mean, rstd), (g, b), nm.layer) };
+            continue;
+        }
         write(
             out,
             row * n,
@@ -270,6 +275,64 @@ unsafe fn rows_avx512(
             nt,
             ow,
         );
+    }
+}
+
+/// The output row `((x − mean)·rstd)·γ (+ β)` of [`write`] into a bf16 tensor at element `at`,
+/// 16 lanes at a time in registers, each lane narrowed as `bf16io::narrow` narrows it
+/// (`bf16io::store16`) and stored: the same bits without the f32 row in between.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `xs.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+#[inline]
+unsafe fn write_bf16(
+    out: &Buffer,
+    at: usize,
+    xs: &[f32],
+    (mean, rstd): (f32, f32),
+    (g, b): (&[f32], Option<&[f32]>),
+    layer: bool,
+) {
+    use core::arch::x86_64::*;
+    let n = xs.len();
+    assert!(
+        out.dtype == DType::BF16
+            && (at + n) * 2 <= out.len
+            && g.len() >= n
+            && b.is_none_or(|b| b.len() >= n),
+        "fused store out of bounds"
+    );
+    // SAFETY: in bounds (asserted); programs of a launch write disjoint rows.
+    unsafe {
+        let o = (out.ptr as *mut u16).add(at);
+        let (mv, rv) = (_mm512_set1_ps(mean), _mm512_set1_ps(rstd));
+        let (xp, gp) = (xs.as_ptr(), g.as_ptr());
+        let lanes = |j: usize, k: __mmask16| {
+            let x = _mm512_maskz_loadu_ps(k, xp.add(j));
+            let gv = _mm512_maskz_loadu_ps(k, gp.add(j));
+            // rmsnorm's `x − 0` is `x` (NaN payloads aside): not computed.
+            let d = if layer { _mm512_sub_ps(x, mv) } else { x };
+            let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), gv);
+            match b {
+                Some(b) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b.as_ptr().add(j))),
+                None => v,
+            }
+        };
+        let mut j = 0;
+        while j + 32 <= n {
+            super::bf16io::store32(o.add(j), lanes(j, 0xFFFF), lanes(j + 16, 0xFFFF));
+            j += 32;
+        }
+        while j + 16 <= n {
+            super::bf16io::store16(o.add(j), 0xFFFF, lanes(j, 0xFFFF));
+            j += 16;
+        }
+        if j < n {
+            let k = ((1u32 << (n - j)) - 1) as __mmask16;
+            super::bf16io::store16(o.add(j), k, lanes(j, k));
+        }
     }
 }
 
