@@ -260,8 +260,11 @@ unsafe fn rows_avx512(
         };
         // SAFETY: the f32 row (in the tensor, asserted) or `xw`'s, `n` values.
         let xs = unsafe { std::slice::from_raw_parts(vals, n) };
-        if out.dtype == DType::BF16 && !nt {
-            // SAFETY: the caller's level; `xs`, `g` (and `b`) hold `n` values.
+        // `write_bf16` narrows with AVX-512BW word permutes, which the AVX-512 level (AVX-512F)
+        // does not imply: without BW the row goes through `write`.
+        if out.dtype == DType::BF16 && !nt && std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the caller's level and AVX-512BW (checked); `xs`, `g` (and `b`) hold
+            // `n` values.
             unsafe { write_bf16(out, row * n, xs, (mean, rstd), (g, b), nm.layer) };
             continue;
         }
@@ -283,7 +286,8 @@ unsafe fn rows_avx512(
 /// (`bf16io::store16`) and stored: the same bits without the f32 row in between.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `xs.len()` values.
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `g` (and `b`) hold `xs.len()`
+/// values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 #[inline]
