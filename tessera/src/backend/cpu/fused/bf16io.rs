@@ -171,14 +171,21 @@ mod x86 {
     /// (lsb: bit 16 of `b`), and `(b >> 16) | 0x40` for a NaN.
     #[inline(always)]
     unsafe fn bits_512(v: __m512) -> __m512i {
+        // SAFETY: the caller's.
+        unsafe { _mm512_srli_epi32::<16>(high_512(v)) }
+    }
+
+    /// Each lane's [`bits_512`] in its high 16 bits (round to nearest even by adding
+    /// `0x7FFF + lsb`; a NaN's own high half with the quiet bit `0x0040_0000` set), the low
+    /// half left over.
+    #[inline(always)]
+    unsafe fn high_512(v: __m512) -> __m512i {
         unsafe {
             let b = _mm512_castps_si512(v);
-            let hi = _mm512_srli_epi32::<16>(b);
-            let lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
             let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-            let r = _mm512_srli_epi32::<16>(r);
             let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-            _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40))
+            _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x0040_0000))
         }
     }
 
@@ -220,24 +227,12 @@ mod x86 {
     /// AVX-512F and BW present (the caller is built with them); 32 elements writable at `p`.
     #[inline(always)]
     pub(crate) unsafe fn store2_512(p: *mut u16, v0: __m512, v1: __m512) {
-        // Each lane's rounded bits in its high half (`bits_512` before its final shift; a
-        // NaN's high half ORed with 0x40), then the 32 high halves gathered in lane order.
-        #[inline(always)]
-        unsafe fn high(v: __m512) -> __m512i {
-            unsafe {
-                let b = _mm512_castps_si512(v);
-                let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
-                let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-                _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x0040_0000))
-            }
-        }
         unsafe {
             let odd = _mm512_set_epi16(
                 63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23,
                 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
             );
-            let w = _mm512_permutex2var_epi16(high(v0), odd, high(v1));
+            let w = _mm512_permutex2var_epi16(high_512(v0), odd, high_512(v1));
             _mm512_storeu_si512(p as *mut __m512i, w);
         }
     }

@@ -82,6 +82,27 @@ unsafe fn run_avx2(
     body(sm, buf, pids, args, rows, n)
 }
 
+/// `es[j]·inv` into `out` from element `at`: a bf16 output multiplied and narrowed 16 lanes at
+/// a time (`bf16io::narrow_scaled`, the interpreter's rounding), any other through
+/// `stream::write` (rounded with `round`, streamed with `nt`, staged in `ow`).
+fn store_scaled(
+    out: &Buffer,
+    at: usize,
+    es: &[f32],
+    inv: f32,
+    round: bool,
+    nt: bool,
+    ow: &mut [f32],
+) {
+    if out.dtype == DType::BF16 {
+        // SAFETY: the programs of a launch write disjoint rows.
+        let d = unsafe { stream::out_u16(out, at, es.len()) };
+        bf16io::narrow_scaled(es, inv, d);
+    } else {
+        stream::write(out, at, es.len(), round, nt, ow, |j| es[j] * inv);
+    }
+}
+
 #[inline(always)]
 fn body(
     sm: &Softmax,
@@ -154,14 +175,7 @@ fn body(
                 }
                 vmath::exp(es);
             }
-            let es = &*es;
-            if out.dtype == DType::BF16 {
-                // SAFETY: the programs of a launch write disjoint rows.
-                let d = unsafe { stream::out_u16(out, at + c0, c1 - c0) };
-                bf16io::narrow_scaled(es, inv, d);
-            } else {
-                stream::write(out, at + c0, c1 - c0, round, nt, ow, |j| es[j] * inv);
-            }
+            store_scaled(out, at + c0, es, inv, round, nt, ow);
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -578,13 +592,7 @@ unsafe fn rows_avx512(
         } else {
             // SAFETY: `ex[0]` holds this row's `n` exponentials.
             let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
-            if out.dtype == DType::BF16 {
-                // SAFETY: the programs of a launch write disjoint rows.
-                let d = unsafe { stream::out_u16(out, at, n) };
-                bf16io::narrow_scaled(es, inv, d);
-            } else {
-                stream::write(out, at, n, round, false, ow, |j| es[j] * inv);
-            }
+            store_scaled(out, at, es, inv, round, false, ow);
         }
         let [a, b, c] = st;
         st = [b, c, a];

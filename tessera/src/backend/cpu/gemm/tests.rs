@@ -2,6 +2,38 @@
 
 use super::*;
 
+/// [`gemm_f32_raw`] on slices, their lengths checked against the shapes and strides.
+#[allow(clippy::too_many_arguments)]
+fn raw(
+    isa: Isa,
+    (m, n, k): (usize, usize, usize),
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[f32], usize),
+    c: &mut [f32],
+    ldc: usize,
+    overwrite: bool,
+) {
+    assert!(lda >= k && ldb >= n && ldc >= n);
+    assert!(m == 0 || (a.len() >= (m - 1) * lda + k && c.len() >= (m - 1) * ldc + n));
+    assert!(k == 0 || b.len() >= (k - 1) * ldb + n);
+    // SAFETY: the slices hold the described matrices (asserted above).
+    unsafe {
+        gemm_f32_raw(
+            isa,
+            m,
+            n,
+            k,
+            a.as_ptr(),
+            lda,
+            b.as_ptr(),
+            ldb,
+            c.as_mut_ptr(),
+            ldc,
+            overwrite,
+        )
+    }
+}
+
 /// Tiny splitmix64 generator (no external crates).
 struct Rng(u64);
 
@@ -434,22 +466,7 @@ fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
             );
             // Overwrite: C's garbage (NaN) is not read; its padding is kept.
             let mut c = vec![f32::NAN; m * ldc];
-            // SAFETY: the slices hold the described matrices.
-            unsafe {
-                gemm_f32_raw(
-                    isa,
-                    m,
-                    n,
-                    k,
-                    a.as_ptr(),
-                    lda,
-                    b.as_ptr(),
-                    ldb,
-                    c.as_mut_ptr(),
-                    ldc,
-                    true,
-                )
-            };
+            raw(isa, (m, n, k), (&a, lda), (&b, ldb), &mut c, ldc, true);
             for i in 0..m {
                 for j in 0..ldc {
                     let (x, y) = (c[i * ldc + j], fresh[i * ldc + j]);
@@ -501,22 +518,7 @@ fn overwrite_is_zeroed_accumulate_all_isas() {
             }
             gemm_f32_with(isa, m, n, k, &a, lda, &b, ldb, &mut want, ldc);
             let mut c = garbage.clone();
-            // SAFETY: the slices hold the described matrices.
-            unsafe {
-                gemm_f32_raw(
-                    isa,
-                    m,
-                    n,
-                    k,
-                    a.as_ptr(),
-                    lda,
-                    b.as_ptr(),
-                    ldb,
-                    c.as_mut_ptr(),
-                    ldc,
-                    true,
-                )
-            };
+            raw(isa, (m, n, k), (&a, lda), (&b, ldb), &mut c, ldc, true);
             let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{isa:?} {m}x{n}x{k} pad {pad}: overwrite differs");
         }
@@ -701,22 +703,7 @@ fn c_fetch_points_keep_the_in_order_chain() {
                 }
                 for isa in all_isas() {
                     let mut c = c0.clone();
-                    // SAFETY: the slices hold the described matrices.
-                    unsafe {
-                        gemm_f32_raw(
-                            isa,
-                            m,
-                            n,
-                            k,
-                            a.as_ptr(),
-                            lda,
-                            b.as_ptr(),
-                            ldb,
-                            c.as_mut_ptr(),
-                            ldc,
-                            overwrite,
-                        )
-                    };
+                    raw(isa, (m, n, k), (&a, lda), (&b, ldb), &mut c, ldc, overwrite);
                     let same = c.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
                     assert!(
                         same,
