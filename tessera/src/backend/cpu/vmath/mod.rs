@@ -35,6 +35,7 @@ pub(crate) mod arith;
 mod erf;
 mod exp;
 mod exp16;
+mod exp_simd;
 mod gelu;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod gelu512;
@@ -46,6 +47,8 @@ mod sigmoid;
 mod sqrt;
 mod tanh;
 
+#[cfg(test)]
+mod exp_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod gelu512_tests;
 #[cfg(test)]
@@ -55,7 +58,7 @@ mod tests;
 pub(crate) use exp16::{FAST_LO as EXP16_FAST_LO, exp16, exp16_in_range};
 pub(crate) use reduce::L as SUM_LANES;
 
-elementwise!(k_exp, exp::exp1);
+use exp_simd as k_exp;
 elementwise!(k_log, log::log1);
 elementwise!(k_tanh, tanh::tanh1);
 elementwise!(k_sigmoid, sigmoid::sigmoid1);
@@ -78,21 +81,21 @@ pub fn exp(x: &mut [f32]) {
 
 /// In place `x[i] = e^x[i]` by the canonical sequence of deterministic kernels
 /// (`tessera_ir::canonical::exp`, fused multiply-adds on every CPU): bit for bit what a
-/// deterministic kernel's PTX computes. [`exp`] is the same on CPUs with FMA.
+/// deterministic kernel's PTX computes. [`exp`] is another sequence (a `2^(j/16)` table).
 pub fn exp_fused(x: &mut [f32]) {
-    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    #[cfg(target_arch = "x86_64")]
     {
         if dispatch::has_avx512() {
             // SAFETY: AVX-512F, AVX2 and FMA were detected at run time.
-            return unsafe { k_exp::avx512(x) };
+            return unsafe { k_exp::canonical_avx512(x) };
         }
         if dispatch::has_avx2_fma() {
             // SAFETY: AVX2 and FMA were detected at run time.
-            return unsafe { k_exp::avx2(x) };
+            return unsafe { k_exp::canonical_avx2(x) };
         }
     }
     // `mul_add` is an instruction on aarch64, a correctly rounded library call elsewhere.
-    dispatch::map(x, exp::exp1::<arith::Fused>)
+    dispatch::map(x, exp::exp1_canonical::<arith::Fused>)
 }
 
 /// In place natural logarithm: `log(0) = -inf`, `log(x<0) = NaN`,
