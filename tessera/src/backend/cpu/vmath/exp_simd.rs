@@ -7,7 +7,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::arith::Fused;
-use super::arith::Plain;
+use super::arith::{Arith, Plain};
 use super::exp::exp1;
 #[cfg(target_arch = "x86_64")]
 use super::exp::{EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E};
@@ -102,6 +102,21 @@ pub(crate) fn run(x: &mut [f32]) {
         }
     }
     portable(x)
+}
+
+/// `v[k] = exp1::<A>(v[k])` for a block of lanes (`vmath::lanes`): with the FMA flavour (the
+/// one the AVX2 and AVX-512 levels use) through [`run`]'s vector kernels (an auto-vectorised
+/// `exp1` would gather `T[j]`), else lane by lane.
+#[inline(always)]
+pub(crate) fn block<A: Arith, const L: usize>(v: &mut [f32; L]) {
+    #[cfg(target_arch = "x86_64")]
+    if A::FUSED && super::dispatch::has_avx2_fma() {
+        // `run` picks AVX-512 or AVX2; both give `exp1::<Fused>`'s bits.
+        return run(v);
+    }
+    for e in v.iter_mut() {
+        *e = exp1::<A>(*e);
+    }
 }
 
 /// `exp1::<Fused>` on 8 lanes; `tab` holds `T[0..8]` and `T[8..16]`.
