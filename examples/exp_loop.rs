@@ -10,7 +10,9 @@
 //! The `new` copy here is checked bit for bit against `tessera::backend::cpu::vmath::exp` on
 //! the timed values first. AVX-512F only (prints a line and exits elsewhere).
 
+// Coefficients are written with all the digits of their fit.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::excessive_precision)]
 mod body {
     use core::arch::x86_64::*;
     use std::time::Instant;
