@@ -1,7 +1,14 @@
-//! `exp`: Cody–Waite range reduction + degree-5 minimax polynomial
-//! (Cephes `expf` coefficients), branch-free. The `2^n` scale is applied in
-//! two halves (an exponent-field integer add, then one multiply), so results
-//! in the subnormal range are rounded once and correctly.
+//! Two `exp` sequences, branch-free, both applying the `2^n` scale in two halves (an
+//! exponent-field integer add, then one multiply), so results in the subnormal range are
+//! rounded once and correctly:
+//!
+//! * [`exp1`] (`vmath::exp`): `x = (16n + j)·ln2/16 + r` with `|r| <= ln2/32` (Cody–Waite,
+//!   `ln2/16` split in two), `e^x = 2^n · T[j]·(1 + q(r))` with `T[j] = 2^(j/16)` from a
+//!   16-entry table and `q` a degree-3 polynomial; within 1 ulp (tests).
+//! * [`exp1_canonical`] (`vmath::exp_fused`, `tessera_ir::canonical::exp`) and the pieces the
+//!   other functions build on ([`exp_core`], [`exp_mid`], [`exp_reduce`] / [`exp_finish`]):
+//!   `x = n·ln2 + r` with `|r| <= ln2/2`, a degree-5 minimax polynomial (Cephes `expf`
+//!   coefficients).
 
 use super::arith::Arith;
 
@@ -98,8 +105,76 @@ pub(crate) fn exp_mid<A: Arith>(x: f32) -> f32 {
     f32::from_bits(p.to_bits().wrapping_add((ni as u32) << 23))
 }
 
-/// Element kernel for [`super::exp`].
+/// Element kernel for [`super::exp_fused`]: `tessera_ir::canonical::exp`'s sequence.
+#[inline(always)]
+pub(crate) fn exp1_canonical<A: Arith>(x: f32) -> f32 {
+    exp_core::<A>(x, -0.0)
+}
+
+/// `16 / ln 2`.
+pub(super) const T_LOG2E: f32 = 23.083_120_654_223_414;
+/// `ln2/16` split: `T_LN2_HI = 2839·2^-16` has 12 significant bits, so `m · T_LN2_HI` is
+/// exact for `|m| < 2^12` and `x - m·T_LN2_HI` is exact.
+pub(super) const T_LN2_HI: f32 = 0.043_319_702_148_437_5;
+/// `ln2/16 - T_LN2_HI`.
+pub(super) const T_LN2_LO: f32 = 1.996_636_559_5e-6;
+/// `e^r - 1 ≈ r + r²·(T_C2 + T_C3·r)` on `|r| <= ln2/32` (relative error of `e^r`
+/// 1.6e-9 in f64).
+pub(super) const T_C2: f32 = 0.500_016_274_841_592_1;
+/// See [`T_C2`].
+pub(super) const T_C3: f32 = 0.166_673_233_039_846_63;
+/// `2^(j/16)` rounded to f32 (each correctly rounded), as bits.
+pub(super) const T_BITS: [u32; 16] = [
+    0x3F80_0000,
+    0x3F85_AAC3,
+    0x3F8B_95C2,
+    0x3F91_C3D3,
+    0x3F98_37F0,
+    0x3F9E_F532,
+    0x3FA5_FED7,
+    0x3FAD_583F,
+    0x3FB5_04F3,
+    0x3FBD_08A4,
+    0x3FC5_672A,
+    0x3FCE_248C,
+    0x3FD7_44FD,
+    0x3FE0_CCDF,
+    0x3FEA_C0C7,
+    0x3FF5_257D,
+];
+
+/// [`exp1`]'s reduction for `x` in `[EXP_LO, EXP_HI]` (or NaN): `(r, k)` with
+/// `x = m·ln2/16 + r`, `|r| <= ~ln2/32`, and `m + 0x0040_0000` in `k`'s low 23 bits (so
+/// `k.to_bits() & 15 = m mod 16`).
+#[inline(always)]
+pub(super) fn exp_t_reduce<A: Arith>(x: f32) -> (f32, f32) {
+    let k = A::fma(x, T_LOG2E, SHIFTER);
+    let m = k - SHIFTER;
+    let r = A::fma(m, -T_LN2_HI, x);
+    (A::fma(m, -T_LN2_LO, r), k)
+}
+
+/// `T[j]·(1 + q(r)) ≈ 2^(j/16)·e^r`, in `[0.97, 2)`.
+#[inline(always)]
+pub(super) fn exp_t_poly<A: Arith>(r: f32, t: f32) -> f32 {
+    let q = A::fma(T_C3, r, T_C2);
+    let e = A::fma(q, r * r, r);
+    A::fma(t, e, t)
+}
+
+/// Element kernel for [`super::exp`]: clamp to `[EXP_LO, EXP_HI]` (NaN passes),
+/// [`exp_t_reduce`], [`exp_t_poly`] with `T[m mod 16]`, then `2^(m >> 4)` in two halves as
+/// in [`exp_finish`] (an exponent-field add of `n1 = n >> 1`, a multiply by `2^(n - n1)`).
 #[inline(always)]
 pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
-    exp_core::<A>(x, -0.0)
+    let x = if x < EXP_LO { EXP_LO } else { x };
+    let x = if x > EXP_HI { EXP_HI } else { x };
+    let (r, k) = exp_t_reduce::<A>(x);
+    let t = f32::from_bits(T_BITS[(k.to_bits() & 15) as usize]);
+    let y = exp_t_poly::<A>(r, t);
+    // m in [-2401, 2055], n in [-151, 128].
+    let n = (k.to_bits() as i32).wrapping_sub(0x4B40_0000) >> 4;
+    let n1 = n >> 1;
+    let n2 = n - n1;
+    f32::from_bits(y.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2)
 }

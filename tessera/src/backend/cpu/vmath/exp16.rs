@@ -1,20 +1,36 @@
-//! `exp` of 16 lanes in AVX-512 registers, bit for bit [`super::exp`]'s AVX-512 build, for
-//! loops that keep their values in registers (the softmax row loop). When every lane lies in
-//! `[-86, 87]` the result is normal, so the two-step `2^n` scale of `exp_finish` equals one
-//! exponent-field add (both are exact) and the clamps are no-ops: that single-add form runs;
-//! any other vector (a lane out of range, `±inf` or NaN) runs `exp_core` op for op.
+//! `exp` of 16 lanes in AVX-512 registers, bit for bit [`super::exp`] (`exp1::<Fused>`), for
+//! loops that keep their values in registers (the softmax row loop, `vmath::exp`'s AVX-512
+//! slice kernel). `T[j] = 2^(j/16)` comes from one register by `vpermps` indexed by the
+//! reduction's `k` (its low 4 bits are `m mod 16`). When every lane lies in `[-86, 87]` the
+//! result and `T[j]·2^n` are normal, so scaling the table value by `2^n` before the last
+//! multiply-add (one integer add: the register holds `bits(T[j]) − (j << 19)`, and `k << 19`
+//! is `(16n + j) << 19`) equals `exp1`'s two-step scale after it, and the clamps are no-ops:
+//! that form runs; any other vector (a lane out of range, `±inf` or NaN) runs `exp1` op for op.
 
 #[cfg(target_arch = "x86_64")]
-use super::exp::{EXP_HI, EXP_LO, LN2_HI, LN2_LO, LOG2E, POLY, SHIFTER};
+use super::exp::{EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E};
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
-/// Lowest argument of the single-add form: `n ≥ −124` and `e^r ≥ 0.7`, so the result is normal.
+/// Lowest argument of the single-add form: `n ≥ −125` and the result is above `e^-86`, so
+/// `T[j]·2^n` and the result are normal.
 #[cfg(target_arch = "x86_64")]
 pub(crate) const FAST_LO: f32 = -86.0;
-/// Highest argument of the single-add form (`e^87` is finite).
+/// Highest argument of the single-add form (`e^87` and `T[j]·2^n <= 2^126` are finite).
 #[cfg(target_arch = "x86_64")]
 const FAST_HI: f32 = 87.0;
+
+/// `bits(T[j]) − (j << 19)`: adding `m << 19` (`m = 16n + j`) gives `bits(T[j]·2^n)`.
+#[cfg(target_arch = "x86_64")]
+const T_ADJ: [u32; 16] = {
+    let mut a = [0u32; 16];
+    let mut j = 0;
+    while j < 16 {
+        a[j] = T_BITS[j].wrapping_sub((j as u32) << 19);
+        j += 1;
+    }
+    a
+};
 
 /// `e^x` lane by lane, the bits of [`super::exp`] at the AVX-512 level.
 ///
@@ -41,15 +57,15 @@ pub(crate) unsafe fn exp16(x: __m512) -> __m512 {
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
 pub(crate) unsafe fn exp16_in_range(x: __m512) -> __m512 {
-    let (p, ni) = reduce_poly(x);
-    _mm512_castsi512_ps(_mm512_add_epi32(
-        _mm512_castps_si512(p),
-        _mm512_slli_epi32::<23>(ni),
-    ))
+    let (r, k) = reduce(x);
+    // SAFETY: `T_ADJ` holds 16 values.
+    let adj = unsafe { _mm512_loadu_si512(T_ADJ.as_ptr() as *const _) };
+    let ts = _mm512_add_epi32(_mm512_permutexvar_epi32(k, adj), _mm512_slli_epi32::<19>(k));
+    poly(r, _mm512_castsi512_ps(ts))
 }
 
-/// `exp_core(x, -0.0)` lane by lane: the clamps (a NaN lane passes), then the `2^n` scale in
-/// two halves (an exponent-field add, then a multiply).
+/// `exp1::<Fused>` lane by lane: the clamps (a NaN lane passes), then the `2^n` scale in two
+/// halves (an exponent-field add, then a multiply).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
@@ -58,32 +74,37 @@ fn full(x: __m512) -> __m512 {
     let x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo), lo);
     let hi = _mm512_set1_ps(EXP_HI);
     let x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi), hi);
-    let (p, ni) = reduce_poly(x);
-    let n1 = _mm512_srai_epi32::<1>(ni);
-    let n2 = _mm512_sub_epi32(ni, n1);
-    let scaled = _mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32::<23>(n1));
+    let (r, k) = reduce(x);
+    // SAFETY: `T_BITS` holds 16 values.
+    let tab = unsafe { _mm512_loadu_ps(T_BITS.as_ptr() as *const f32) };
+    let y = poly(r, _mm512_permutexvar_ps(k, tab));
+    let n = _mm512_srai_epi32::<4>(_mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000)));
+    let n1 = _mm512_srai_epi32::<1>(n);
+    let n2 = _mm512_sub_epi32(n, n1);
+    let scaled = _mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32::<23>(n1));
     let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n2, _mm512_set1_epi32(127)));
     _mm512_mul_ps(_mm512_castsi512_ps(scaled), _mm512_castsi512_ps(pow2))
 }
 
-/// `exp_reduce` and `exp_poly`: the polynomial `p ≈ e^r` and `n` (with `x = n ln2 + r`).
+/// `exp_t_reduce`: `r` and `k`'s bits (`m + 0x4B40_0000`, with `x = m·ln2/16 + r`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-fn reduce_poly(x: __m512) -> (__m512, __m512i) {
+fn reduce(x: __m512) -> (__m512, __m512i) {
     let shifter = _mm512_set1_ps(SHIFTER);
-    let k = _mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), shifter);
-    let n = _mm512_sub_ps(k, shifter);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-    let mut p = _mm512_set1_ps(POLY[0]);
-    for c in &POLY[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
-    }
-    let p = _mm512_add_ps(
-        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-        _mm512_set1_ps(1.0),
-    );
-    let ni = _mm512_sub_epi32(_mm512_castps_si512(k), _mm512_set1_epi32(0x4B40_0000));
-    (p, ni)
+    let k = _mm512_fmadd_ps(x, _mm512_set1_ps(T_LOG2E), shifter);
+    let m = _mm512_sub_ps(k, shifter);
+    let r = _mm512_fmadd_ps(m, _mm512_set1_ps(-T_LN2_HI), x);
+    let r = _mm512_fmadd_ps(m, _mm512_set1_ps(-T_LN2_LO), r);
+    (r, _mm512_castps_si512(k))
+}
+
+/// `exp_t_poly`: `t·(1 + q(r))`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+fn poly(r: __m512, t: __m512) -> __m512 {
+    let q = _mm512_fmadd_ps(_mm512_set1_ps(T_C3), r, _mm512_set1_ps(T_C2));
+    let e = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
+    _mm512_fmadd_ps(t, e, t)
 }

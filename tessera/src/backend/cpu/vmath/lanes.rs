@@ -21,7 +21,7 @@ pub(crate) fn unary<A: Arith, const L: usize>(op: UnaryOp, v: &mut [f32; L]) {
         UnaryOp::Neg => each!(neg),
         UnaryOp::Abs => each!(f32::abs),
         UnaryOp::Relu => each!(relu),
-        UnaryOp::Exp => each!(super::exp::exp1::<A>),
+        UnaryOp::Exp => super::exp_simd::block::<A, L>(v),
         UnaryOp::Log => each!(super::log::log1::<A>),
         UnaryOp::Sqrt => each!(super::sqrt::sqrt1::<A>),
         UnaryOp::Rsqrt => each!(super::sqrt::rsqrt1::<A>),
