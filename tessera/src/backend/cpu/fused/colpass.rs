@@ -40,9 +40,13 @@ const STRIP: usize = 2048;
 /// against strips of 4096, 84–88 at 1024).
 const STRIP_BF16: usize = 2048;
 
-/// Runs of tiles per thread of a multi-thread pass (a thread that starts late, or is taken
-/// by other work, leaves the others more of them).
-const RUNS: usize = 4;
+/// Runs of tiles per thread of a multi-thread pass: one, a contiguous share of the rows per
+/// thread (two threads, `chrt -f 50`, fastest launch, `[1024, 4096]` bf16 sum 61–63 µs with
+/// four runs per thread against 50–60 with one; the runs after the first write every tile's
+/// partial to the table and the launching thread folds what is left after the join, so
+/// fewer runs write and fold less; splitting the columns among the threads instead, each
+/// walking every row's share, measured slower: 63–77 µs for 2048-column halves).
+const RUNS: usize = 1;
 
 /// Tensors of fewer elements than this run the pass on the calling thread.
 const PAR_MIN: usize = 1 << 16;
