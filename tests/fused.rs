@@ -1900,6 +1900,68 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// bf16 → bf16 softmax rows whose output is past the non-temporal threshold (the AVX-512
+/// loop stores each row narrowed during the next rows' loop, streamed), on one thread and on
+/// two, with and without the `vcvtne2ps2bf16` narrowing
+/// (`fused::without_bf16_convert`, process-wide: the test holds `LEVEL` for writing), against
+/// the interpreter, bit for bit: ragged and aligned widths (rows off and on cache lines),
+/// rows narrower than the store lag and of one 32-value step past it, and smaller outputs
+/// (plain stores) at odd widths.
+#[test]
+fn bf16_softmax_rows_streamed_and_plain_match_the_interpreter_bit_for_bit() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    let big = |c: usize| {
+        (
+            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(2 * c) + 3,
+            c,
+        )
+    };
+    let shapes = [
+        big(1000),
+        big(1024),
+        big(97),
+        big(40),
+        (9, 1025),
+        (33, 17),
+        (65, 1000),
+        (3, 4099),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            softmax_bf16_rows_bits_on(&shapes);
+            fused::without_bf16_convert(|| softmax_bf16_rows_bits_on(&shapes));
+        });
+    }
+}
+
+/// bf16 → bf16 softmax on the row loop against the interpreter at each shape: random rows,
+/// specials ([`specials`]) and rows that round at ties or to subnormals ([`ties_bf16`]).
+fn softmax_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
+    let programs = fused::softmax_programs;
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1700 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let xb = Tensor::<bf16>::randn(&[r, c], s);
+        bits_match(&format!("softmax bf16 {tag}"), programs, || {
+            tessera_kernels::softmax(&xb).unwrap()
+        });
+        let spb = to_bf16(&specials(&Tensor::<f32>::randn(&[r, c], s + 1), c));
+        direct_same_bits(
+            &format!("softmax bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::softmax(&spb).unwrap(),
+        );
+        let tb = ties_bf16(&xb, c);
+        direct_same_bits(
+            &format!("softmax bf16 ties and subnormals {tag}"),
+            programs,
+            true,
+            || tessera_kernels::softmax(&tb).unwrap(),
+        );
+    }
+}
+
 /// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima two
 /// steps before, then each chunk's exponentials, redone with the row's max in the same
 /// loop where the running max grew later) on one thread and on two against the interpreter,
@@ -2816,6 +2878,13 @@ fn every_simd_level_agrees() {
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
+        if level == simd::SimdLevel::Avx512 {
+            // bf16 outputs narrowed by integer rounding, as where the CPU lacks AVX-512 BF16.
+            fused::without_bf16_convert(|| {
+                softmax_rows_bits();
+                norm_rows_bits();
+            });
+        }
         on_threads(1, || {
             softmax_rows_bits_on(&large_row_shapes()[..1]);
             norm_rows_bits_on(&large_row_shapes()[..1]);

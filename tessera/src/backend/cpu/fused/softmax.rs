@@ -818,9 +818,9 @@ unsafe fn fused_avx512<
     // (the caller's); `d.add(q)` (`d16.add(q)`) is 64-byte aligned for `head <= q`,
     // `q - head` a multiple of `w`.
     unsafe {
-        if O16 {
+        if O16 && has_d {
             narrow(0, head);
-        } else {
+        } else if has_d {
             for j in 0..head {
                 *d.add(j) = *ep.add(j) * inv;
             }
