@@ -2228,6 +2228,68 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
+/// bf16 → bf16 layernorm and rmsnorm whose output streams (`stream::large`: past the
+/// non-temporal threshold on one thread, past 3/4 of the last-level cache on two), rows
+/// ragged against the cache lines (plain-store heads) and whole, with and without the
+/// `vcvtne2ps2bf16` narrowing (`fused::without_bf16_convert`, process-wide: the test holds
+/// `LEVEL` for writing), against the interpreter, bit for bit.
+#[test]
+fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let one = |c: usize| ((llc / 8 * 3).div_ceil(2 * c) + 1, c);
+    let two = |c: usize| ((llc / 4 * 3).div_ceil(2 * c) + 1, c);
+    on_threads(1, || {
+        norm_bf16_rows_bits_on(&[one(1031), one(4096)]);
+        fused::without_bf16_convert(|| norm_bf16_rows_bits_on(&[one(1031)]));
+    });
+    on_threads(2, || norm_bf16_rows_bits_on(&[two(1031)]));
+}
+
+/// bf16 → bf16 layernorm and rmsnorm against the interpreter at each shape: random rows,
+/// the specials, and a `γ` (and `β`) of about 2e-39 (outputs mostly bf16 subnormals).
+fn norm_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
+    let programs = fused::norm_programs;
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1900 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let xb = Tensor::<bf16>::randn(&[r, c], s);
+        let g = Tensor::<f32>::randn(&[c], s + 1);
+        let (gb, bb) = (to_bf16(&g), Tensor::<bf16>::randn(&[c], s + 2));
+        bits_match(&format!("layernorm bf16 {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gb, &bb).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gb).unwrap()
+        });
+        let spb = to_bf16(&specials(&Tensor::<f32>::randn(&[r, c], s + 3), c));
+        direct_same_bits(
+            &format!("layernorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::layernorm(&spb, &gb, &bb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("rmsnorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::rmsnorm(&spb, &gb).unwrap(),
+        );
+        let tiny = Tensor::<f32>::from_vec(
+            g.to_vec().unwrap().iter().map(|v| v * 2e-39).collect(),
+            &[c],
+        )
+        .unwrap();
+        let (gt, bt) = (to_bf16(&tiny), to_bf16(&tiny));
+        bits_match(&format!("layernorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gt, &bt).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gt).unwrap()
+        });
+    }
+}
+
 /// Norms with a bf16 `γ` (and `β`) launched again and again with new values, on one thread
 /// and on two, against the interpreter: a worker widens `γ` once per launch and keeps it for
 /// that launch's later programs only, so no launch reads an earlier launch's `γ`.

@@ -12,9 +12,10 @@
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
 //! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
-//! (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
-//! (`stream`). A bf16 output row is stored after its loop, `exp·(1/s)` multiplied and
-//! narrowed 16 lanes at a time (`bf16io::narrow_scaled`, the interpreter's rounding).
+//! row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or bf16
+//! narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the CPU
+//! has AVX-512 BF16 and no lane is an f32 subnormal, else integer rounding:
+//! `bf16io::store32`).
 
 use super::super::vmath;
 use super::bf16io;
