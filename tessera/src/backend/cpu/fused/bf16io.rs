@@ -766,6 +766,46 @@ mod tests {
         assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
     }
 
+    /// [`x86::store2_cvt`] (`vcvtne2ps2bf16`, or integer rounding for 32 lanes with an f32
+    /// subnormal) gives `half::bf16::from_f32` of each lane over the rounding patterns, as
+    /// they come (pairs with subnormals among them) and with the subnormals left out (every
+    /// pair converted by the instruction: ties, NaNs, infinities, overflow to infinity).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_cvt_gives_half_from_f32_of_each_lane() {
+        if !x86::has_cvt() {
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
+        unsafe fn run(s: &[f32], o: &mut [u16]) {
+            use core::arch::x86_64::_mm512_loadu_ps;
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                // SAFETY: 32 values read and 32 written; the features are present.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_ps(k.as_ptr()),
+                        _mm512_loadu_ps(k.as_ptr().add(16)),
+                    );
+                    x86::store2_cvt(w.as_mut_ptr(), v0, v1);
+                }
+            }
+        }
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| !v.is_subnormal()).collect();
+        assert!(normal.len() >= 1024, "too few patterns");
+        for p in [all, normal] {
+            let n = p.len() / 32 * 32;
+            let mut o = vec![0xAAAAu16; n + 3];
+            // SAFETY: the features are detected (`has_cvt`).
+            unsafe { run(&p[..n], &mut o[..n]) };
+            for i in 0..n {
+                let want = half::bf16::from_f32(p[i]).to_bits();
+                assert_eq!(o[i], want, "at {i}: {:#x}", p[i].to_bits());
+            }
+            assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
+        }
+    }
+
     #[test]
     fn widen_is_exact_and_binary_rounds_once() {
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
