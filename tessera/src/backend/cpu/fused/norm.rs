@@ -445,8 +445,12 @@ unsafe fn write_row_bf16<const BF: bool, const CVT: bool>(
         // The 16 lanes from column `j`, the first `t` of them (a macro: a closure here is
         // not built with the caller's features).
         macro_rules! lanes {
-            ($j:expr, $t:expr) => {{
+            ($j:expr, $t:expr) => {
+                lanes!($j, $t, layer, bp)
+            };
+            ($j:expr, $t:expr, $layer:expr, $bp:expr) => {{
                 let (j, t): (usize, usize) = ($j, $t);
+                let (layer, bp): (bool, Option<*const f32>) = ($layer, $bp);
                 let k = if t >= 16 {
                     0xFFFF
                 } else {
@@ -477,15 +481,28 @@ unsafe fn write_row_bf16<const BF: bool, const CVT: bool>(
             super::bf16io::store16(o.add(j), k, lanes!(j, t));
             j += t;
         }
-        while j + 32 <= n {
-            let (v0, v1) = (lanes!(j, 16), lanes!(j + 16, 16));
-            match (nt, CVT) {
-                (true, true) => super::bf16io::stream32_cvt(o.add(j), v0, v1),
-                (false, true) => super::bf16io::store32_cvt(o.add(j), v0, v1),
-                (true, false) => super::bf16io::stream32(o.add(j), v0, v1),
-                (false, false) => super::bf16io::store32(o.add(j), v0, v1),
-            }
-            j += 32;
+        // The whole 32-lane steps, with `layer`, `β` and `nt` made constants of each loop.
+        macro_rules! steps {
+            ($layer:expr, $bp:expr, $nt:expr) => {
+                while j + 32 <= n {
+                    let v0 = lanes!(j, 16, $layer, $bp);
+                    let v1 = lanes!(j + 16, 16, $layer, $bp);
+                    match ($nt, CVT) {
+                        (true, true) => super::bf16io::stream32_cvt(o.add(j), v0, v1),
+                        (false, true) => super::bf16io::store32_cvt(o.add(j), v0, v1),
+                        (true, false) => super::bf16io::stream32(o.add(j), v0, v1),
+                        (false, false) => super::bf16io::store32(o.add(j), v0, v1),
+                    }
+                    j += 32;
+                }
+            };
+        }
+        match (layer, bp, nt) {
+            (true, Some(q), false) => steps!(true, Some(q), false),
+            (true, Some(q), true) => steps!(true, Some(q), true),
+            (false, None, false) => steps!(false, None, false),
+            (false, None, true) => steps!(false, None, true),
+            _ => steps!(layer, bp, nt),
         }
         while j + 16 <= n {
             super::bf16io::store16(o.add(j), 0xFFFF, lanes!(j, 16));
