@@ -1900,6 +1900,68 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// bf16 → bf16 softmax rows whose output is past the non-temporal threshold (the AVX-512
+/// loop stores each row narrowed during the next rows' loop, streamed), on one thread and on
+/// two, with and without the `vcvtne2ps2bf16` narrowing
+/// (`fused::without_bf16_convert`, process-wide: the test holds `LEVEL` for writing), against
+/// the interpreter, bit for bit: ragged and aligned widths (rows off and on cache lines),
+/// rows narrower than the store lag and of one 32-value step past it, and smaller outputs
+/// (plain stores) at odd widths.
+#[test]
+fn bf16_softmax_rows_streamed_and_plain_match_the_interpreter_bit_for_bit() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    let big = |c: usize| {
+        (
+            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(2 * c) + 3,
+            c,
+        )
+    };
+    let shapes = [
+        big(1000),
+        big(1024),
+        big(97),
+        big(40),
+        (9, 1025),
+        (33, 17),
+        (65, 1000),
+        (3, 4099),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            softmax_bf16_rows_bits_on(&shapes);
+            fused::without_bf16_convert(|| softmax_bf16_rows_bits_on(&shapes));
+        });
+    }
+}
+
+/// bf16 → bf16 softmax on the row loop against the interpreter at each shape: random rows,
+/// specials ([`specials`]) and rows that round at ties or to subnormals ([`ties_bf16`]).
+fn softmax_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
+    let programs = fused::softmax_programs;
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1700 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let xb = Tensor::<bf16>::randn(&[r, c], s);
+        bits_match(&format!("softmax bf16 {tag}"), programs, || {
+            tessera_kernels::softmax(&xb).unwrap()
+        });
+        let spb = to_bf16(&specials(&Tensor::<f32>::randn(&[r, c], s + 1), c));
+        direct_same_bits(
+            &format!("softmax bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::softmax(&spb).unwrap(),
+        );
+        let tb = ties_bf16(&xb, c);
+        direct_same_bits(
+            &format!("softmax bf16 ties and subnormals {tag}"),
+            programs,
+            true,
+            || tessera_kernels::softmax(&tb).unwrap(),
+        );
+    }
+}
+
 /// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima two
 /// steps before, then each chunk's exponentials, redone with the row's max in the same
 /// loop where the running max grew later) on one thread and on two against the interpreter,
@@ -2139,6 +2201,68 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         // bf16 in and out (each output lane narrowed in registers at the AVX-512 level): the
         // specials, and a `γ` of about 2e-39 whose outputs are mostly bf16 subnormals
         // (narrowed as the interpreter narrows them, not flushed).
+        direct_same_bits(
+            &format!("layernorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::layernorm(&spb, &gb, &bb).unwrap(),
+        );
+        direct_same_bits(
+            &format!("rmsnorm bf16 specials {tag}"),
+            programs,
+            true,
+            || tessera_kernels::rmsnorm(&spb, &gb).unwrap(),
+        );
+        let tiny = Tensor::<f32>::from_vec(
+            g.to_vec().unwrap().iter().map(|v| v * 2e-39).collect(),
+            &[c],
+        )
+        .unwrap();
+        let (gt, bt) = (to_bf16(&tiny), to_bf16(&tiny));
+        bits_match(&format!("layernorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gt, &bt).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 subnormal {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gt).unwrap()
+        });
+    }
+}
+
+/// bf16 → bf16 layernorm and rmsnorm whose output streams (`stream::large`: past the
+/// non-temporal threshold on one thread, past 3/4 of the last-level cache on two), rows
+/// ragged against the cache lines (plain-store heads) and whole, with and without the
+/// `vcvtne2ps2bf16` narrowing (`fused::without_bf16_convert`, process-wide: the test holds
+/// `LEVEL` for writing), against the interpreter, bit for bit.
+#[test]
+fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let one = |c: usize| ((llc / 8 * 3).div_ceil(2 * c) + 1, c);
+    let two = |c: usize| ((llc / 4 * 3).div_ceil(2 * c) + 1, c);
+    on_threads(1, || {
+        norm_bf16_rows_bits_on(&[one(1031), one(4096)]);
+        fused::without_bf16_convert(|| norm_bf16_rows_bits_on(&[one(1031)]));
+    });
+    on_threads(2, || norm_bf16_rows_bits_on(&[two(1031)]));
+}
+
+/// bf16 → bf16 layernorm and rmsnorm against the interpreter at each shape: random rows,
+/// the specials, and a `γ` (and `β`) of about 2e-39 (outputs mostly bf16 subnormals).
+fn norm_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
+    let programs = fused::norm_programs;
+    for (i, &(r, c)) in shapes.iter().enumerate() {
+        let s = 1900 + 10 * i as u64;
+        let tag = format!("[{r}, {c}]");
+        let xb = Tensor::<bf16>::randn(&[r, c], s);
+        let g = Tensor::<f32>::randn(&[c], s + 1);
+        let (gb, bb) = (to_bf16(&g), Tensor::<bf16>::randn(&[c], s + 2));
+        bits_match(&format!("layernorm bf16 {tag}"), programs, || {
+            tessera_kernels::layernorm(&xb, &gb, &bb).unwrap()
+        });
+        bits_match(&format!("rmsnorm bf16 {tag}"), programs, || {
+            tessera_kernels::rmsnorm(&xb, &gb).unwrap()
+        });
+        let spb = to_bf16(&specials(&Tensor::<f32>::randn(&[r, c], s + 3), c));
         direct_same_bits(
             &format!("layernorm bf16 specials {tag}"),
             programs,
@@ -2816,6 +2940,13 @@ fn every_simd_level_agrees() {
         matmul_direct_gemm_agrees();
         softmax_rows_bits();
         norm_rows_bits();
+        if level == simd::SimdLevel::Avx512 {
+            // bf16 outputs narrowed by integer rounding, as where the CPU lacks AVX-512 BF16.
+            fused::without_bf16_convert(|| {
+                softmax_rows_bits();
+                norm_rows_bits();
+            });
+        }
         on_threads(1, || {
             softmax_rows_bits_on(&large_row_shapes()[..1]);
             norm_rows_bits_on(&large_row_shapes()[..1]);

@@ -36,6 +36,10 @@ fn level() -> Lvl {
     Lvl::Portable
 }
 
+/// Set while [`super::without_bf16_convert`] runs: [`has_cvt`] answers false.
+pub(super) static CVT_OFF: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// `o[i]` = `s[i]` widened to f32 (exact), over `o.len()` elements.
 pub(crate) fn widen(s: &[u16], o: &mut [f32]) {
     let n = o.len();
@@ -159,7 +163,10 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 /// Narrows 16 f32 lanes to bf16 in registers and stores the lanes a mask selects (row loops
 /// that compute their output in registers, e.g. `norm`'s bf16 rows).
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{store_512 as store16, store2_512 as store32};
+pub(crate) use x86::{
+    has_cvt, store_512 as store16, store2_512 as store32, store2_cvt as store32_cvt,
+    stream2_512 as stream32, stream2_cvt as stream32_cvt,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -227,14 +234,78 @@ mod x86 {
     /// AVX-512F and BW present (the caller is built with them); 32 elements writable at `p`.
     #[inline(always)]
     pub(crate) unsafe fn store2_512(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_512(v0, v1)) }
+    }
+
+    /// The 32 bf16 bits of [`store2_512`] for `v0 ‖ v1`, in one register.
+    #[inline(always)]
+    unsafe fn pack2_512(v0: __m512, v1: __m512) -> __m512i {
         unsafe {
             let odd = _mm512_set_epi16(
                 63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23,
                 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
             );
-            let w = _mm512_permutex2var_epi16(high_512(v0), odd, high_512(v1));
-            _mm512_storeu_si512(p as *mut __m512i, w);
+            _mm512_permutex2var_epi16(high_512(v0), odd, high_512(v1))
         }
+    }
+
+    /// [`store2_512`] with a streaming store.
+    ///
+    /// # Safety
+    /// As [`store2_512`], and `p` is 64-byte aligned.
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_512(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_512(v0, v1)) }
+    }
+
+    /// Whether [`store2_cvt`] and [`stream2_cvt`] may run: AVX-512F, BW, DQ and BF16
+    /// detected, and not turned off by [`super::super::without_bf16_convert`].
+    pub(crate) fn has_cvt() -> bool {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512bf16")
+        }) && !super::CVT_OFF.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The bits of [`pack2_512`] by one `vcvtne2ps2bf16` (round to nearest even, a NaN made
+    /// quiet as [`high_512`] makes it), which reads an f32 subnormal as zero: a pair with a
+    /// subnormal lane takes [`pack2_512`].
+    ///
+    /// # Safety
+    /// AVX-512F, BW, DQ and BF16 present (the caller is built with them: [`has_cvt`]).
+    #[inline(always)]
+    unsafe fn pack2_cvt(v0: __m512, v1: __m512) -> __m512i {
+        unsafe {
+            // `vfpclassps` category 0x20: denormal.
+            let sub = _mm512_fpclass_ps_mask::<0x20>(v0) | _mm512_fpclass_ps_mask::<0x20>(v1);
+            if sub == 0 {
+                std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(v1, v0))
+            } else {
+                pack2_512(v0, v1)
+            }
+        }
+    }
+
+    /// [`store2_512`] by [`pack2_cvt`].
+    ///
+    /// # Safety
+    /// As [`store2_512`] and [`pack2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn store2_cvt(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_cvt(v0, v1)) }
+    }
+
+    /// [`stream2_512`] by [`pack2_cvt`].
+    ///
+    /// # Safety
+    /// As [`stream2_512`] and [`pack2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_cvt(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_cvt(v0, v1)) }
     }
 
     /// The lane mask of the first `m` (< 16) lanes.
@@ -693,6 +764,46 @@ mod tests {
             assert_eq!(o[i], want, "at {i}: {:#x}", p[i].to_bits());
         }
         assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
+    }
+
+    /// [`x86::store2_cvt`] (`vcvtne2ps2bf16`, or integer rounding for 32 lanes with an f32
+    /// subnormal) gives `half::bf16::from_f32` of each lane over the rounding patterns, as
+    /// they come (pairs with subnormals among them) and with the subnormals left out (every
+    /// pair converted by the instruction: ties, NaNs, infinities, overflow to infinity).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_cvt_gives_half_from_f32_of_each_lane() {
+        if !x86::has_cvt() {
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
+        unsafe fn run(s: &[f32], o: &mut [u16]) {
+            use core::arch::x86_64::_mm512_loadu_ps;
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                // SAFETY: 32 values read and 32 written; the features are present.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_ps(k.as_ptr()),
+                        _mm512_loadu_ps(k.as_ptr().add(16)),
+                    );
+                    x86::store2_cvt(w.as_mut_ptr(), v0, v1);
+                }
+            }
+        }
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| !v.is_subnormal()).collect();
+        assert!(normal.len() >= 1024, "too few patterns");
+        for p in [all, normal] {
+            let n = p.len() / 32 * 32;
+            let mut o = vec![0xAAAAu16; n + 3];
+            // SAFETY: the features are detected (`has_cvt`).
+            unsafe { run(&p[..n], &mut o[..n]) };
+            for i in 0..n {
+                let want = half::bf16::from_f32(p[i]).to_bits();
+                assert_eq!(o[i], want, "at {i}: {:#x}", p[i].to_bits());
+            }
+            assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
+        }
     }
 
     #[test]

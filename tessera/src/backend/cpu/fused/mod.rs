@@ -106,6 +106,26 @@ pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
     with_flag(&NO_FLAT, f)
 }
 
+/// Runs `f` with the row loops' narrowing of bf16 outputs by `vcvtne2ps2bf16` (AVX-512
+/// BF16, where the CPU has it) off in the whole process: they narrow by integer rounding
+/// instead, as on a CPU without it (the same bits; the tests compare both).
+///
+/// ```
+/// let n = tessera::backend::cpu::fused::without_bf16_convert(|| 1 + 1);
+/// assert_eq!(n, 2);
+/// ```
+pub fn without_bf16_convert<R>(f: impl FnOnce() -> R) -> R {
+    use std::sync::atomic::Ordering;
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            bf16io::CVT_OFF.store(self.0, Ordering::Relaxed);
+        }
+    }
+    let _restore = Restore(bf16io::CVT_OFF.swap(true, Ordering::Relaxed));
+    f()
+}
+
 /// Runs `f` with this thread's `flag` set, restoring its old value afterwards, also when `f`
 /// panics (a test harness that catches the panic keeps using the thread).
 fn with_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {

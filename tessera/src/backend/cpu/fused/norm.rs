@@ -7,9 +7,10 @@
 //! the row's own columns are computed. At the AVX-512 level the rows into an unrounded f32
 //! output run in `normpipe::rows` (each row's memory pass shares its loop with the previous
 //! row's squared deviations), the others in `rows_avx512`, both with the sums of `norm512`
-//! (the same bits): a bf16 row is widened in registers by its first pass, the passes that
-//! read a row from memory ask for the next row's lines as they go, and a large f32 output
-//! takes non-temporal stores (`stream`).
+//! (the same bits): a bf16 row is widened in registers by its first pass (into a bf16
+//! output: by every pass, no f32 row kept), the passes that read a row from memory ask for
+//! the next row's lines as they go, and a large f32 or bf16 output takes non-temporal
+//! stores (`stream`).
 
 use super::super::vmath;
 use super::rowmatch::Norm;
@@ -182,8 +183,10 @@ fn body(
 /// The rows `r0 .. r1` of [`body`] at the AVX-512 level into a bf16 or bf16-rounded output
 /// (an unrounded f32 output takes [`super::normpipe::rows`]), the same bits with the sums
 /// of [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16
-/// row is widened into `xw` in registers by its first pass (the mean's, or rmsnorm's
-/// squares); the pass over its squared deviations (or squares) asks for the next row's
+/// row into a bf16 output (with AVX-512BW) is widened in registers by every pass, from
+/// memory and then from L1, and written by [`write_bf16`] (streamed when `stream::large`);
+/// another bf16 row is widened into `xw` in registers by its first pass (the mean's, or
+/// rmsnorm's squares). The pass that reads a row from memory asks for the next row's
 /// lines.
 ///
 /// # Safety
@@ -223,19 +226,63 @@ unsafe fn rows_avx512(
             ahead: if next < rows { row_ptr(next) } else { src },
         }
     };
-    // Chunk sums of a pass (`sum::<SQ, BF, AHEAD>`), added in column order.
+    // Chunk sums of a pass (`sum::<SQ, BF, AHEAD, KEEP>`; `KEEP` as `BF` unless given),
+    // added in column order.
     macro_rules! sums {
-        ($sq:literal, $bf:literal, $ahead:literal, $p:expr) => {{
+        ($sq:literal, $bf:literal, $ahead:literal, $p:expr) => {
+            sums!($sq, $bf, $ahead, $bf, $p)
+        };
+        ($sq:literal, $bf:literal, $ahead:literal, $keep:literal, $p:expr) => {{
             let p = $p;
             let mut s = 0.0f32;
             for c0 in (0..n).step_by(bc) {
                 // SAFETY: the caller's level; the row and `xw` hold `n` values (asserted).
-                s += unsafe { sum::<$sq, $bf, $ahead>(p, c0, (c0 + bc).min(n)) };
+                s += unsafe { sum::<$sq, $bf, $ahead, $keep>(p, c0, (c0 + bc).min(n)) };
             }
             s
         }};
     }
+    // A bf16 output row narrowed in registers (`write_bf16`, which narrows with AVX-512BW
+    // word permutes, which the AVX-512 level (AVX-512F) does not imply: without BW the row
+    // goes through `write`), with `vcvtne2ps2bf16` where the CPU has it.
+    let direct = out.dtype == DType::BF16 && !nt && std::arch::is_x86_feature_detected!("avx512bw");
+    let cvt = direct && super::bf16io::has_cvt();
+    // A large bf16 output takes streaming stores (`stream::large`: by its size and the
+    // thread count), fenced below.
+    let nt16 = direct && stream::large(out);
     for row in r0..r1 {
+        if direct && !f32in {
+            // A bf16 row into a bf16 output: every pass widens the row in registers (from
+            // memory, then from the level-1 cache), no f32 row kept.
+            let (mean, ss) = if nm.layer {
+                let mean = sums!(false, true, true, false, pass(row, true, 0.0, row + 1)) / nf;
+                (
+                    mean,
+                    sums!(true, true, false, false, pass(row, true, mean, row)),
+                )
+            } else {
+                (
+                    0.0,
+                    sums!(true, true, true, false, pass(row, true, 0.0, row + 1)),
+                )
+            };
+            let rstd = 1.0 / (ss / nf + nm.eps).sqrt();
+            // SAFETY: the caller's level and AVX-512BW (checked); the row (asserted), `g`
+            // (and `b`) hold `n` values.
+            unsafe {
+                write_bf16(
+                    out,
+                    row * n,
+                    (row_ptr(row), true),
+                    (mean, rstd),
+                    (g, b),
+                    nm.layer,
+                    cvt,
+                    nt16,
+                )
+            };
+            continue;
+        }
         let (mean, ss) = match (nm.layer, f32in) {
             (true, true) => {
                 let mean = sums!(false, false, false, pass(row, true, 0.0, row)) / nf;
@@ -260,12 +307,21 @@ unsafe fn rows_avx512(
         };
         // SAFETY: the f32 row (in the tensor, asserted) or `xw`'s, `n` values.
         let xs = unsafe { std::slice::from_raw_parts(vals, n) };
-        // `write_bf16` narrows with AVX-512BW word permutes, which the AVX-512 level (AVX-512F)
-        // does not imply: without BW the row goes through `write`.
-        if out.dtype == DType::BF16 && !nt && std::arch::is_x86_feature_detected!("avx512bw") {
+        if direct {
             // SAFETY: the caller's level and AVX-512BW (checked); `xs`, `g` (and `b`) hold
             // `n` values.
-            unsafe { write_bf16(out, row * n, xs, (mean, rstd), (g, b), nm.layer) };
+            unsafe {
+                write_bf16(
+                    out,
+                    row * n,
+                    (vals as *const u8, false),
+                    (mean, rstd),
+                    (g, b),
+                    nm.layer,
+                    cvt,
+                    nt16,
+                )
+            };
             continue;
         }
         write(
@@ -279,63 +335,182 @@ unsafe fn rows_avx512(
             ow,
         );
     }
+    if nt16 {
+        stream::fence();
+    }
 }
 
-/// The output row `((x − mean)·rstd)·γ (+ β)` of [`write`] into a bf16 tensor at element `at`,
-/// 16 lanes at a time in registers, each lane narrowed as `bf16io::narrow` narrows it
-/// (`bf16io::store16`) and stored: the same bits without the f32 row in between.
+/// The output row `((x − mean)·rstd)·γ (+ β)` of [`write`] into a bf16 tensor at element
+/// `at`, from the `n` values at `xs` (f32, or with `bf` bf16 widened in registers), 16 lanes
+/// at a time in registers, each lane narrowed as `bf16io::narrow` narrows it and stored:
+/// the same bits without an f32 row in between. 32 lanes take one store, narrowed by
+/// `vcvtne2ps2bf16` with `cvt` (`bf16io::store32_cvt`), else by integer rounding
+/// (`bf16io::store32`); a ragged tail `bf16io::store16`.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `g` (and `b`) hold `xs.len()`
-/// values.
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA (with `cvt` also AVX-512DQ and
+/// AVX-512 BF16: `bf16io::has_cvt`); `xs`, `g` (and `b`) hold `n` values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-#[inline]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn write_bf16(
     out: &Buffer,
     at: usize,
-    xs: &[f32],
+    (xs, bf): (*const u8, bool),
+    mv: (f32, f32),
+    gb: (&[f32], Option<&[f32]>),
+    layer: bool,
+    cvt: bool,
+    nt: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        match (bf, cvt) {
+            (false, false) => write_bf16_512::<false>(out, at, xs, mv, gb, layer, nt),
+            (true, false) => write_bf16_512::<true>(out, at, xs, mv, gb, layer, nt),
+            (false, true) => write_bf16_cvt::<false>(out, at, xs, mv, gb, layer, nt),
+            (true, true) => write_bf16_cvt::<true>(out, at, xs, mv, gb, layer, nt),
+        }
+    }
+}
+
+/// [`write_row_bf16`] narrowing by integer rounding.
+///
+/// # Safety
+/// As [`write_bf16`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn write_bf16_512<const BF: bool>(
+    out: &Buffer,
+    at: usize,
+    xs: *const u8,
+    mv: (f32, f32),
+    gb: (&[f32], Option<&[f32]>),
+    layer: bool,
+    nt: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe { write_row_bf16::<BF, false>(out, at, xs, mv, gb, layer, nt) }
+}
+
+/// [`write_row_bf16`] narrowing by `vcvtne2ps2bf16`.
+///
+/// # Safety
+/// As [`write_bf16`] with `cvt`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma")]
+unsafe fn write_bf16_cvt<const BF: bool>(
+    out: &Buffer,
+    at: usize,
+    xs: *const u8,
+    mv: (f32, f32),
+    gb: (&[f32], Option<&[f32]>),
+    layer: bool,
+    nt: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe { write_row_bf16::<BF, true>(out, at, xs, mv, gb, layer, nt) }
+}
+
+/// The loop of [`write_bf16`] over a row of `g.len()` values (`BF`: bf16 `xs`; `CVT`:
+/// `vcvtne2ps2bf16`), inlined into the function built with the features it needs.
+///
+/// # Safety
+/// As [`write_bf16`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn write_row_bf16<const BF: bool, const CVT: bool>(
+    out: &Buffer,
+    at: usize,
+    xs: *const u8,
     (mean, rstd): (f32, f32),
     (g, b): (&[f32], Option<&[f32]>),
     layer: bool,
+    nt: bool,
 ) {
+    use super::norm512::{load, load_part};
     use core::arch::x86_64::*;
-    let n = xs.len();
+    let n = g.len();
     assert!(
-        out.dtype == DType::BF16
-            && (at + n) * 2 <= out.len
-            && g.len() >= n
-            && b.is_none_or(|b| b.len() >= n),
+        out.dtype == DType::BF16 && (at + n) * 2 <= out.len && b.is_none_or(|b| b.len() >= n),
         "fused store out of bounds"
     );
-    // SAFETY: in bounds (asserted); programs of a launch write disjoint rows.
+    // SAFETY: in bounds (asserted; `xs` holds `n` values: the caller's); programs of a
+    // launch write disjoint rows.
     unsafe {
         let o = (out.ptr as *mut u16).add(at);
         let (mv, rv) = (_mm512_set1_ps(mean), _mm512_set1_ps(rstd));
-        let (xp, gp) = (xs.as_ptr(), g.as_ptr());
-        let lanes = |j: usize, k: __mmask16| {
-            let x = _mm512_maskz_loadu_ps(k, xp.add(j));
-            let gv = _mm512_maskz_loadu_ps(k, gp.add(j));
-            // rmsnorm's `x − 0` is `x` (NaN payloads aside): not computed.
-            let d = if layer { _mm512_sub_ps(x, mv) } else { x };
-            let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), gv);
-            match b {
-                Some(b) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b.as_ptr().add(j))),
-                None => v,
-            }
-        };
+        let gp = g.as_ptr();
+        let bp = b.map(|b| b.as_ptr());
+        // The 16 lanes from column `j`, the first `t` of them (a macro: a closure here is
+        // not built with the caller's features).
+        macro_rules! lanes {
+            ($j:expr, $t:expr) => {
+                lanes!($j, $t, layer, bp)
+            };
+            ($j:expr, $t:expr, $layer:expr, $bp:expr) => {{
+                let (j, t): (usize, usize) = ($j, $t);
+                let (layer, bp): (bool, Option<*const f32>) = ($layer, $bp);
+                let k = if t >= 16 {
+                    0xFFFF
+                } else {
+                    ((1u32 << t) - 1) as __mmask16
+                };
+                let x = if t >= 16 {
+                    load::<BF>(xs, j)
+                } else {
+                    load_part::<BF>(xs, j, t)
+                };
+                let gv = _mm512_maskz_loadu_ps(k, gp.add(j));
+                // rmsnorm's `x − 0` is `x` (NaN payloads aside): not computed.
+                let d = if layer { _mm512_sub_ps(x, mv) } else { x };
+                let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), gv);
+                match bp {
+                    Some(bp) => _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, bp.add(j))),
+                    None => v,
+                }
+            }};
+        }
         let mut j = 0;
-        while j + 32 <= n {
-            super::bf16io::store32(o.add(j), lanes(j, 0xFFFF), lanes(j + 16, 0xFFFF));
-            j += 32;
+        // With `nt`: plain stores up to the first 64-byte boundary, streaming ones of 32
+        // lanes from there.
+        let head = if nt { o.align_offset(64).min(n) } else { 0 };
+        while j < head {
+            let t = (head - j).min(16);
+            let k = ((1u32 << t) - 1) as __mmask16;
+            super::bf16io::store16(o.add(j), k, lanes!(j, t));
+            j += t;
+        }
+        // The whole 32-lane steps, with `layer`, `β` and `nt` made constants of each loop.
+        macro_rules! steps {
+            ($layer:expr, $bp:expr, $nt:expr) => {
+                while j + 32 <= n {
+                    let v0 = lanes!(j, 16, $layer, $bp);
+                    let v1 = lanes!(j + 16, 16, $layer, $bp);
+                    match ($nt, CVT) {
+                        (true, true) => super::bf16io::stream32_cvt(o.add(j), v0, v1),
+                        (false, true) => super::bf16io::store32_cvt(o.add(j), v0, v1),
+                        (true, false) => super::bf16io::stream32(o.add(j), v0, v1),
+                        (false, false) => super::bf16io::store32(o.add(j), v0, v1),
+                    }
+                    j += 32;
+                }
+            };
+        }
+        match (layer, bp, nt) {
+            (true, Some(q), false) => steps!(true, Some(q), false),
+            (true, Some(q), true) => steps!(true, Some(q), true),
+            (false, None, false) => steps!(false, None, false),
+            (false, None, true) => steps!(false, None, true),
+            _ => steps!(layer, bp, nt),
         }
         while j + 16 <= n {
-            super::bf16io::store16(o.add(j), 0xFFFF, lanes(j, 0xFFFF));
+            super::bf16io::store16(o.add(j), 0xFFFF, lanes!(j, 16));
             j += 16;
         }
         if j < n {
             let k = ((1u32 << (n - j)) - 1) as __mmask16;
-            super::bf16io::store16(o.add(j), k, lanes(j, k));
+            super::bf16io::store16(o.add(j), k, lanes!(j, n - j));
         }
     }
 }

@@ -32,7 +32,7 @@ pub(crate) unsafe fn load<const BF: bool>(p: *const u8, j: usize) -> __m512 {
 /// # Safety
 /// Those `t` elements are readable; the CPU supports AVX-512F.
 #[inline(always)]
-unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
+pub(crate) unsafe fn load_part<const BF: bool>(p: *const u8, j: usize, t: usize) -> __m512 {
     // SAFETY: the caller's; the masked load reads only the first `t` lanes.
     unsafe {
         if BF {
@@ -167,15 +167,15 @@ pub(crate) unsafe fn tail<const SQ: bool, const BF: bool, const KEEP: bool>(
 /// `(x − p.mean)²` (`SQ` true), bit for bit: 32 lane accumulators in two registers (column
 /// `c0 + k` goes to lane `k mod 32`, in column order), the tail's lanes added as the
 /// portable loop adds them, the same final tree. A `BF` row is bf16 (widened in registers,
-/// and stored to `p.keep`); with `AHEAD` the lines of `p.ahead` (columns `c0 .. c1`) are
-/// asked for as the pass goes.
+/// and with `KEEP` stored to `p.keep`); with `AHEAD` the lines of `p.ahead` (columns
+/// `c0 .. c1`) are asked for as the pass goes.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; elements `c0 .. c1` of the row (and of
-/// `keep`, with `BF`) are in bounds.
+/// `keep`, with `BF` and `KEEP`) are in bounds.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool>(
+pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool, const KEEP: bool>(
     p: Pass,
     c0: usize,
     c1: usize,
@@ -185,11 +185,11 @@ pub(crate) unsafe fn sum<const SQ: bool, const BF: bool, const AHEAD: bool>(
     let mut a = (_mm512_setzero_ps(), _mm512_setzero_ps());
     for j in (c0..full).step_by(32) {
         // SAFETY: `j + 32 <= c1`.
-        a = unsafe { step::<SQ, BF, AHEAD, BF>(&p, m, j, a) };
+        a = unsafe { step::<SQ, BF, AHEAD, KEEP>(&p, m, j, a) };
     }
     if full < c1 {
         // SAFETY: the columns `full .. c1` are in bounds.
-        a = unsafe { tail::<SQ, BF, BF>(&p, m, full, c1 - full, a) };
+        a = unsafe { tail::<SQ, BF, KEEP>(&p, m, full, c1 - full, a) };
     }
     tree(a.0, a.1)
 }

@@ -12,9 +12,10 @@
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
 //! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
-//! (f32 output) row `r − 2`'s scaled store, non-temporal for a large output
-//! (`stream`). A bf16 output row is stored after its loop, `exp·(1/s)` multiplied and
-//! narrowed 16 lanes at a time (`bf16io::narrow_scaled`, the interpreter's rounding).
+//! row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or bf16
+//! narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the CPU
+//! has AVX-512 BF16 and no lane is an f32 subnormal, else integer rounding:
+//! `bf16io::store32`).
 
 use super::super::vmath;
 use super::bf16io;
@@ -115,7 +116,11 @@ fn body(
     let (x, out) = (&args[sm.rows.x], &args[sm.rows.out]);
     let (br, bc) = (sm.rows.br, sm.rows.bc);
     let round = sm.rows.round_bf16;
-    let nt = stream::wanted_at_any_thread_count(out, round);
+    let nt = if out.dtype == DType::BF16 {
+        stream::wanted_bf16_at_any_thread_count(out)
+    } else {
+        stream::wanted_at_any_thread_count(out, round)
+    };
     let r0 = (pids.start * br).min(rows);
     let r1 = (pids.end * br).min(rows);
     #[cfg(target_arch = "x86_64")]
@@ -452,15 +457,21 @@ unsafe fn rows_avx512(
     let esz = if bf { 2 } else { 4 };
     let chunks = n.div_ceil(bc);
     assert!(r1 * n * esz <= x.len, "fused load out of bounds");
-    // An f32 output takes each row's scaled exponentials in the next row's loop (streaming
-    // stores with `nt`, plain ones otherwise); a bf16 one after each row, multiplied and
-    // narrowed 16 lanes at a time (`bf16io::narrow_scaled`, plain stores); a rounded f32
-    // one after each row (`stream::write`).
-    let fuse = out.dtype == DType::F32 && !round;
-    assert!(!fuse || r1 * n * 4 <= out.len, "fused store out of bounds");
+    // An f32 or bf16 output takes each row's scaled exponentials in the next row's loop
+    // (streaming stores with `nt`, plain ones otherwise; a bf16 one narrowed 32 lanes at a
+    // time, `bf16io::store32`); a rounded f32 one after each row (`stream::write`).
+    let o16 = out.dtype == DType::BF16;
+    let osz = if o16 { 2 } else { 4 };
+    let fuse = (out.dtype == DType::F32 && !round) || o16;
+    // A bf16 output narrowed by `vcvtne2ps2bf16` where the CPU has it.
+    let cvt = o16 && bf16io::has_cvt();
+    assert!(
+        !fuse || r1 * n * osz <= out.len,
+        "fused store out of bounds"
+    );
     // The rows of exponentials start at `PLACE`'s offsets within a 4 KiB page from the
-    // input's first row (f32) or the output's (bf16 input, f32 output).
-    let base = if bf && fuse {
+    // input's first row (f32 or bf16 output) or the f32 output's (bf16 input).
+    let base = if bf && fuse && !o16 {
         (out.ptr as usize).wrapping_add(r0 * n * 4)
     } else {
         (x.ptr as usize).wrapping_add(r0 * n * esz)
@@ -528,7 +539,7 @@ unsafe fn rows_avx512(
         let next = row + 2 < r1;
         let pf = (row + 4) * n * esz <= x.len;
         let (d, inv_prev) = match pending[0] {
-            Some((pat, inv)) => ((out.ptr as *mut f32).wrapping_add(pat), inv),
+            Some((pat, inv)) => (out.ptr.wrapping_add(pat * osz), inv),
             _ => (std::ptr::null_mut(), 0.0),
         };
         let (mut mp, mut s) = (f32::NEG_INFINITY, 0.0f32);
@@ -553,7 +564,11 @@ unsafe fn rows_avx512(
                 } else {
                     std::ptr::null()
                 },
-                d: if d.is_null() { d } else { d.wrapping_add(c0) },
+                d: if d.is_null() {
+                    d
+                } else {
+                    d.wrapping_add(c0 * osz)
+                },
                 ep: unsafe { ex[2].add(c0) as *const f32 },
                 inv: inv_prev,
                 lag,
@@ -569,15 +584,10 @@ unsafe fn rows_avx512(
             // is row `r + 2`'s chunk in the input (asserted) or null; `d` is the chunk of the
             // row `ex[2]` belongs to in the output (asserted) or null.
             let (sum, nm) = unsafe {
-                match (tame, bf, redo) {
-                    (true, false, false) => fused_avx512::<false, false, false>(a),
-                    (true, true, false) => fused_avx512::<false, true, false>(a),
-                    (false, false, false) => fused_avx512::<true, false, false>(a),
-                    (false, true, false) => fused_avx512::<true, true, false>(a),
-                    (true, false, true) => fused_avx512::<false, false, true>(a),
-                    (true, true, true) => fused_avx512::<false, true, true>(a),
-                    (false, false, true) => fused_avx512::<true, false, true>(a),
-                    (false, true, true) => fused_avx512::<true, true, true>(a),
+                if cvt {
+                    steps_avx512_cvt(tame, bf, redo, a)
+                } else {
+                    steps_avx512(tame, bf, redo, o16, a)
                 }
             };
             s = s1 + sum;
@@ -601,11 +611,73 @@ unsafe fn rows_avx512(
         let Some((at, inv)) = p else { continue };
         // SAFETY: `e` holds that row's `n` exponentials.
         let es = unsafe { std::slice::from_raw_parts(e, n) };
-        if nt {
+        if o16 {
+            // SAFETY: the programs of a launch write disjoint rows.
+            bf16io::narrow_scaled(es, inv, unsafe { stream::out_u16(out, at, n) });
+        } else if nt {
             // SAFETY: AVX-512F is present; the caller fences the streaming stores.
             unsafe { stream::scale_avx512(out, at, es, inv) };
         } else {
             stream::write(out, at, n, false, false, ow, |j| es[j] * inv);
+        }
+    }
+}
+
+/// [`fused_avx512`] for the step's `tame`, `bf` and `redo`, into an f32 output or (`o16`)
+/// a bf16 one narrowed by integer rounding (`bf16io::store32`).
+///
+/// # Safety
+/// As [`fused_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn steps_avx512(tame: bool, bf: bool, redo: bool, o16: bool, a: Step) -> (f32, (f32, f32)) {
+    // SAFETY: the caller's.
+    unsafe {
+        if o16 {
+            step_avx512::<true, false>(tame, bf, redo, a)
+        } else {
+            step_avx512::<false, false>(tame, bf, redo, a)
+        }
+    }
+}
+
+/// [`fused_avx512`] for the step's `tame`, `bf` and `redo` into a bf16 output narrowed by
+/// `vcvtne2ps2bf16` (`bf16io::store32_cvt`).
+///
+/// # Safety
+/// As [`fused_avx512`]; the CPU must support AVX-512DQ and AVX-512 BF16 (`bf16io::has_cvt`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma")]
+unsafe fn steps_avx512_cvt(tame: bool, bf: bool, redo: bool, a: Step) -> (f32, (f32, f32)) {
+    // SAFETY: the caller's.
+    unsafe { step_avx512::<true, true>(tame, bf, redo, a) }
+}
+
+/// [`fused_avx512`] for the step's `tame`, `bf` and `redo` (`O16`: a bf16 output, `CVT`:
+/// narrowed by `vcvtne2ps2bf16`), inlined into the function built with the features it
+/// needs.
+///
+/// # Safety
+/// As [`fused_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn step_avx512<const O16: bool, const CVT: bool>(
+    tame: bool,
+    bf: bool,
+    redo: bool,
+    a: Step,
+) -> (f32, (f32, f32)) {
+    // SAFETY: the caller's.
+    unsafe {
+        match (tame, bf, redo) {
+            (true, false, false) => fused_avx512::<false, false, false, O16, CVT>(a),
+            (true, true, false) => fused_avx512::<false, true, false, O16, CVT>(a),
+            (false, false, false) => fused_avx512::<true, false, false, O16, CVT>(a),
+            (false, true, false) => fused_avx512::<true, true, false, O16, CVT>(a),
+            (true, false, true) => fused_avx512::<false, false, true, O16, CVT>(a),
+            (true, true, true) => fused_avx512::<false, true, true, O16, CVT>(a),
+            (false, false, true) => fused_avx512::<true, false, true, O16, CVT>(a),
+            (false, true, true) => fused_avx512::<true, true, true, O16, CVT>(a),
         }
     }
 }
@@ -625,8 +697,8 @@ struct Step {
     es: *mut f32,
     /// The next row's chunk (f32 or bf16 bits) or null.
     next: *const u8,
-    /// The previous row's chunk in the output, or null.
-    d: *mut f32,
+    /// The previous row's chunk in the output (f32, or bf16 with `O16`), or null.
+    d: *mut u8,
     /// The previous row's exponentials for `d`.
     ep: *const f32,
     /// The previous row's `1/s`.
@@ -644,17 +716,27 @@ struct Step {
 /// `REDO` that sum while `es` gets `exp(xs[j] − mf)`; with a non-null `next`,
 /// the max and least value of the `n` values at `next` ([`max_min_avx512`]'s, or with `BF`
 /// [`max_min_bf16`]'s), else
-/// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `nt` as
+/// `(-inf, inf)`; with a non-null `d`, `d[j] = ep[j]·inv` (with `O16` narrowed to bf16 as
+/// `bf16io::narrow_scaled` narrows it, 32 lanes a store; with `nt` as
 /// [`stream::scale_avx512`] stores it: streaming stores from the first 64-byte boundary of
 /// `d` to its last whole vector);
 /// with a non-null `pf`, the cache lines of the `n` values at `pf` are asked for.
 ///
+/// Inlined into its callers, which are built with the features it needs.
+///
 /// # Safety
-/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `es`, `ep` and
-/// `d` (when non-null) hold `n` values; `next` (when non-null) that many elements.
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA (with `CVT` also AVX-512DQ and
+/// AVX-512 BF16); `es`, `ep` and `d` (when non-null) hold `n` values; `next` (when
+/// non-null) that many elements.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
+#[inline(always)]
+unsafe fn fused_avx512<
+    const CHECK: bool,
+    const BF: bool,
+    const REDO: bool,
+    const O16: bool,
+    const CVT: bool,
+>(
     Step {
         xs,
         n,
@@ -674,45 +756,84 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
     use core::arch::x86_64::*;
     let full = n / 32 * 32;
     let (has_next, has_d) = (!next.is_null(), !d.is_null());
-    let mv = _mm512_set1_ps(m);
-    let fv = _mm512_set1_ps(mf);
-    let iv = _mm512_set1_ps(inv);
-    let exp = |v: __m512| -> __m512 {
-        // SAFETY: the level is the caller's; without `CHECK` every lane is in range.
-        unsafe {
+    // SAFETY (these register set-ups): the caller's level.
+    let (mv, fv, iv) = unsafe { (_mm512_set1_ps(m), _mm512_set1_ps(mf), _mm512_set1_ps(inv)) };
+    // (Macros, not closures: a closure here is not built with the caller's features.
+    // Both are used in the unsafe block below, under its SAFETY note.)
+    // `exp` of 16 lanes: the level is the caller's; without `CHECK` every lane is in range.
+    macro_rules! exp {
+        ($v:expr) => {{
+            let v: __m512 = $v;
             if CHECK {
                 vmath::exp16(v)
             } else {
                 vmath::exp16_in_range(v)
             }
-        }
-    };
-    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut m = MaxMin::new();
-    let mut m16 = MaxMin16::new();
+        }};
+    }
+    let (mut a0, mut a1) = unsafe { (_mm512_setzero_ps(), _mm512_setzero_ps()) };
+    let mut m = unsafe { MaxMin::new() };
+    let mut m16 = unsafe { MaxMin16::new() };
     // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
-    // `q` to `qend`, plain ones after.
+    // `q` to `qend` (whole vectors: 16 f32 or 32 bf16), plain ones after.
+    let (d, d16) = (d as *mut f32, d as *mut u16);
+    let w = if O16 { 32 } else { 16 };
     let (head, qend) = if has_d {
-        let head = d.align_offset(64).min(n);
-        (head, head + (n - head) / 16 * 16)
+        let head = if O16 {
+            d16.align_offset(64)
+        } else {
+            d.align_offset(64)
+        }
+        .min(n);
+        (head, head + (n - head) / w * w)
     } else {
         (0, 0)
     };
+    // The bf16 output's elements `j0 .. j1` (plain stores).
+    let narrow = |j0: usize, j1: usize| {
+        // SAFETY: `j0 <= j1 <= n`; `ep` and `d16` hold `n` values (the caller's).
+        unsafe {
+            bf16io::narrow_scaled(
+                std::slice::from_raw_parts(ep.add(j0), j1 - j0),
+                inv,
+                std::slice::from_raw_parts_mut(d16.add(j0), j1 - j0),
+            )
+        }
+    };
+    // The bf16 output's elements `q .. q + 32`, `d16.add(q)` 64-byte aligned (streaming
+    // stores with `nt`).
+    macro_rules! put32 {
+        ($q:expr) => {{
+            let q: usize = $q;
+            let v0 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
+            let v1 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q + 16)), iv);
+            match (nt, CVT) {
+                (true, true) => bf16io::stream32_cvt(d16.add(q), v0, v1),
+                (false, true) => bf16io::store32_cvt(d16.add(q), v0, v1),
+                (true, false) => bf16io::stream32(d16.add(q), v0, v1),
+                (false, false) => bf16io::store32(d16.add(q), v0, v1),
+            }
+        }};
+    }
     // SAFETY (this block): every index below is under `n`; the pointers hold `n` values
-    // (the caller's); `d.add(q)` is 64-byte aligned for `head <= q`, `q - head` a multiple
-    // of 16.
+    // (the caller's); `d.add(q)` (`d16.add(q)`) is 64-byte aligned for `head <= q`,
+    // `q - head` a multiple of `w`.
     unsafe {
-        for j in 0..head {
-            *d.add(j) = *ep.add(j) * inv;
+        if O16 && has_d {
+            narrow(0, head);
+        } else if has_d {
+            for j in 0..head {
+                *d.add(j) = *ep.add(j) * inv;
+            }
         }
         let mut q = head;
         for j in (0..full).step_by(32) {
             let (v0, v1) = (load::<BF>(xs, j), load::<BF>(xs, j + 16));
-            let (e0, e1) = (exp(_mm512_sub_ps(v0, mv)), exp(_mm512_sub_ps(v1, mv)));
+            let (e0, e1) = (exp!(_mm512_sub_ps(v0, mv)), exp!(_mm512_sub_ps(v1, mv)));
             a0 = _mm512_add_ps(a0, e0);
             a1 = _mm512_add_ps(a1, e1);
             let (e0, e1) = if REDO {
-                (exp(_mm512_sub_ps(v0, fv)), exp(_mm512_sub_ps(v1, fv)))
+                (exp!(_mm512_sub_ps(v0, fv)), exp!(_mm512_sub_ps(v1, fv)))
             } else {
                 (e0, e1)
             };
@@ -733,7 +854,11 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                     m.step(next as *const f32, j);
                 }
             }
-            if has_d && j >= lag {
+            if O16 && has_d && j >= lag && q < qend {
+                put32!(q);
+                q += 32;
+            }
+            if !O16 && has_d && j >= lag {
                 for _ in 0..2 {
                     if q < qend {
                         let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
@@ -747,7 +872,14 @@ unsafe fn fused_avx512<const CHECK: bool, const BF: bool, const REDO: bool>(
                 }
             }
         }
-        if has_d {
+        if O16 && has_d {
+            while q < qend {
+                put32!(q);
+                q += 32;
+            }
+            narrow(qend, n);
+        }
+        if !O16 && has_d {
             while q < qend {
                 let v = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
                 if nt {

@@ -74,6 +74,23 @@ pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
     wanted_if(out, round, out.len >= nt_bytes())
 }
 
+/// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):
+/// from [`nt_bytes`] whatever the thread count, as [`wanted_at_any_thread_count`] an f32
+/// one, at the AVX-512 level (the loop that streams them).
+pub(crate) fn wanted_bf16_at_any_thread_count(out: &Buffer) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        out.dtype == DType::BF16
+            && out.len >= nt_bytes()
+            && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = out;
+        false
+    }
+}
+
 /// [`wanted`] with the size rule's answer `big`.
 fn wanted_if(out: &Buffer, round: bool, big: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
