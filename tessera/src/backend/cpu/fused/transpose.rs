@@ -217,25 +217,31 @@ fn band(bf16: bool, c: usize) -> usize {
 }
 
 /// How many of each full AVX-512 block's destination rows (its last ones, of 16 f32 or 32
-/// bf16) [`run_whole`] stores plainly when the rest are streamed: with `out` bytes of output
-/// on `threads` threads, 4 of 16 for f32 on two or more threads and 12 of 32 for bf16 on one,
-/// while the output takes at most 3/4 (f32) or 3/8 (bf16) of the last-level cache; else none.
-/// The plain lines stay in the cache and add to the streamed ones' rate, where streaming
-/// alone held a launch at the machine's non-temporal write rate. Measured (`chrt -f 50
+/// bf16) [`run_whole`] stores plainly when the rest are streamed, for `out` bytes of output
+/// on `threads` threads: 4 of 16 (f32) or 12 of 32 (bf16) while the output takes at most 3/4
+/// of the last-level cache on two or more threads, or 3/8 of it on one thread for bf16; else
+/// none. The plain lines stay in the cache and add to the streamed ones' rate, where
+/// streaming alone held a launch at the non-temporal write rate (on two threads ≈ 86 GB/s of
+/// writes when the host lets each core stream at its own rate, and ≈ 44 GB/s for the whole
+/// machine when it does not: a state the host flips within minutes). Measured (`chrt -f 50
 /// cpu_profile transpose|transpose_bf16 R C 300 --pool`, fastest launch, µs, all streamed →
-/// mixed): f32 two threads `[4096, 1024]` 201–202 → 181–190 (the same run's two-thread
-/// non-temporal copy 192–199), `[1024, 4096]` 198–202 → 178–182, `[2048, 2048]` 198–202 →
-/// 177–181 (3, 6 or 8 plain rows of 16 measured no better, 2 worse); one thread 4 of 16
-/// plain lost (432 → 491 at `[4096, 1024]`). bf16 one thread `[4096, 1024]` 222–230 →
-/// 207–222, `[1024, 4096]` 233–240 → 214–217, `[2048, 2048]` 247–254 → 228–238 (16, 24 or
-/// 26 plain rows of 32 measured slower); two threads no change (113–131 both ways). Beyond
-/// the cache plain lines lose: `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one
-/// thread 4.4–4.5 → 5.4–5.5 ms, two 2.0–2.1 → 2.7–2.8 ms.
+/// mixed). f32 two threads, per-core state: `[4096, 1024]` 201–202 → 181–190 (the same
+/// run's two-thread non-temporal copy 192–199), `[1024, 4096]` 198–202 → 178–182,
+/// `[2048, 2048]` 198–202 → 177–181; machine-wide state: 381 → 309–319, 380 → 310, 373 →
+/// 293 (the non-temporal copy 378–386); 6 of 16 plain read 271–293 there but 179–192 in
+/// the other state, 8 of 16 no better, 2 worse; one thread 4 of 16 lost (432 → 491 at
+/// `[4096, 1024]`). bf16 one thread: `[4096, 1024]` 222–230 → 207–222, `[1024, 4096]`
+/// 233–240 → 214–217, `[2048, 2048]` 247–254 → 228–238 (16, 20 or 26 of 32 slower); two
+/// threads, machine-wide state: 202 → 136, 203 → 134, 210 → 143 (16 of 32: 143, 125, 153);
+/// per-core state 113–131 either way (within 1–3 %). Beyond the cache plain lines lose:
+/// `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one thread 4.4–4.5 → 5.4–5.5 ms, two
+/// 2.0–2.1 → 2.7–2.8 ms.
 fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
         (false, 2..) if out <= llc / 4 * 3 => 4,
-        (true, 1) if out <= llc / 8 * 3 => 12,
+        (true, 2..) if out <= llc / 4 * 3 => 12,
+        (true, _) if out <= llc / 8 * 3 => 12,
         _ => 0,
     }
 }
