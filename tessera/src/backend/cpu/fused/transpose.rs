@@ -218,29 +218,32 @@ fn band(bf16: bool, c: usize) -> usize {
 
 /// How many of each full AVX-512 block's destination rows (its last ones, of 16 f32 or 32
 /// bf16) [`run_whole`] stores plainly when the rest are streamed, for `out` bytes of output
-/// on `threads` threads: 4 of 16 (f32) or 12 of 32 (bf16) while the output takes at most 3/4
-/// of the last-level cache on two or more threads, or 3/8 of it on one thread for bf16; else
-/// none. The plain lines stay in the cache and add to the streamed ones' rate, where
-/// streaming alone held a launch at the non-temporal write rate (on two threads ≈ 86 GB/s of
-/// writes when the host lets each core stream at its own rate, and ≈ 44 GB/s for the whole
-/// machine when it does not: a state the host flips within minutes). Measured (`chrt -f 50
-/// cpu_profile transpose|transpose_bf16 R C 300 --pool`, fastest launch, µs, all streamed →
-/// mixed). f32 two threads, per-core state: `[4096, 1024]` 201–202 → 181–190 (the same
-/// run's two-thread non-temporal copy 192–199), `[1024, 4096]` 198–202 → 178–182,
-/// `[2048, 2048]` 198–202 → 177–181; machine-wide state: 381 → 309–319, 380 → 310, 373 →
-/// 293 (the non-temporal copy 378–386); 6 of 16 plain read 271–293 there but 179–192 in
-/// the other state, 8 of 16 no better, 2 worse; one thread 4 of 16 lost (432 → 491 at
-/// `[4096, 1024]`). bf16 one thread: `[4096, 1024]` 222–230 → 207–222, `[1024, 4096]`
-/// 233–240 → 214–217, `[2048, 2048]` 247–254 → 228–238 (16, 20 or 26 of 32 slower); two
-/// threads, machine-wide state: 202 → 136, 203 → 134, 210 → 143 (16 of 32: 143, 125, 153);
-/// per-core state 113–131 either way (within 1–3 %). Beyond the cache plain lines lose:
+/// on `threads` threads: on two or more threads, while the output takes at most 3/4 of the
+/// last-level cache, 4 of 16 (f32) or 8 of 32 (bf16); on one thread 12 of 32 for bf16 up to
+/// 3/8 of it; else none (the blocks take these counts as a const parameter). The plain lines
+/// stay in the cache and add to the streamed ones' rate, where streaming alone held a launch
+/// at the non-temporal write rate (on two threads ≈ 86 GB/s of writes when the host lets
+/// each core stream at its own rate, ≈ 44 GB/s for the whole machine when it does not: a
+/// state the host flips within minutes). Measured (`chrt -f 50 cpu_profile
+/// transpose|transpose_bf16 R C 300 --pool`, fastest launch, µs, all streamed → mixed).
+/// f32 two threads, per-core state: `[4096, 1024]` 201–202 → 181–190 (the same run's
+/// two-thread non-temporal copy 192–199), `[1024, 4096]` 198–202 → 178–182, `[2048, 2048]`
+/// 198–202 → 177–181; machine-wide state: 381 → 309–319, 380 → 310, 373 → 293 (the
+/// non-temporal copy 378–386); 6 of 16 plain read 271–293 there but 179–192 in the other
+/// state, 8 of 16 no better, 2 worse; one thread 4 of 16 lost (432 → 491 at `[4096, 1024]`).
+/// bf16 one thread: `[4096, 1024]` 222–230 → 207–222, `[1024, 4096]` 233–240 → 214–217,
+/// `[2048, 2048]` 247–254 → 228–238 in some runs, unchanged in others (16, 20 or 26 of 32
+/// slower). bf16 two threads, machine-wide state, 0 / 4 / 8 / 12 / 16 of 32 plain:
+/// `[4096, 1024]` 202 / 175 / 156 / 136 / 143, and 12 read 203 → 134 at `[1024, 4096]`,
+/// 210 → 143 at `[2048, 2048]`; per-core state 127–139 / 130–145 / 124–141 / 132–157: 12
+/// lost up to 20 % there, 8 none beyond the noise. Beyond the cache plain lines lose:
 /// `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one thread 4.4–4.5 → 5.4–5.5 ms, two
 /// 2.0–2.1 → 2.7–2.8 ms.
 fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
         (false, 2..) if out <= llc / 4 * 3 => 4,
-        (true, 2..) if out <= llc / 4 * 3 => 12,
+        (true, 2..) if out <= llc / 4 * 3 => 8,
         (true, _) if out <= llc / 8 * 3 => 12,
         _ => 0,
     }
@@ -386,10 +389,10 @@ unsafe fn copy_f32_nt(
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present.
         return unsafe {
-            if nt {
-                x86::f32_avx512::<true>(s, ss, d, ds, na, nb, keep)
-            } else {
-                x86::f32_avx512::<false>(s, ss, d, ds, na, nb, 0)
+            match (nt, keep) {
+                (true, 4) => x86::f32_avx512::<true, 4>(s, ss, d, ds, na, nb),
+                (true, _) => x86::f32_avx512::<true, 0>(s, ss, d, ds, na, nb),
+                _ => x86::f32_avx512::<false, 0>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -438,10 +441,11 @@ unsafe fn copy_bf16_nt(
     {
         // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
         return unsafe {
-            if nt {
-                x86::bf16_avx512::<true>(s, ss, d, ds, na, nb, keep)
-            } else {
-                x86::bf16_avx512::<false>(s, ss, d, ds, na, nb, 0)
+            match (nt, keep) {
+                (true, 12) => x86::bf16_avx512::<true, 12>(s, ss, d, ds, na, nb),
+                (true, 8) => x86::bf16_avx512::<true, 8>(s, ss, d, ds, na, nb),
+                (true, _) => x86::bf16_avx512::<true, 0>(s, ss, d, ds, na, nb),
+                _ => x86::bf16_avx512::<false, 0>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -566,7 +570,7 @@ mod x86 {
     }
 
     /// [`super::copy_f32_nt`] with 16 × 16 AVX-512 register transposes over the full blocks
-    /// (one 64-byte store per destination row and block; with `NT` the last `keep` rows of
+    /// (one 64-byte store per destination row and block; with `NT` the last `KEEP` rows of
     /// each block plain), each group of 16 rows starting [`SKEW`] column steps or fewer after
     /// the one above it (as in `bf16_avx512`), the edges (fewer than 16 rows or columns) in
     /// masked 16 × 16 blocks.
@@ -574,18 +578,16 @@ mod x86 {
     /// # Safety
     /// AVX-512F present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte aligned).
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn f32_avx512<const NT: bool>(
+    pub(super) unsafe fn f32_avx512<const NT: bool, const KEEP: usize>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
         ds: usize,
         na: usize,
         nb: usize,
-        keep: usize,
     ) {
         let (a16, b16) = (na & !15, nb & !15);
         let steps = a16 / 16;
-        let nt_rows = 16 - keep;
         for t in 0..steps {
             for b in (0..b16).step_by(16) {
                 // Staggered as in `bf16_avx512`, by groups of 16 rows.
@@ -599,7 +601,7 @@ mod x86 {
                 // columns b..b+16: inside the window.
                 unsafe {
                     let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
-                    block16_f32::<NT, false>(s, ss, d, ds, 16, 16, nt_rows)
+                    block16_f32::<NT, false, KEEP>(s, ss, d, ds, 16, 16)
                 };
             }
         }
@@ -610,13 +612,13 @@ mod x86 {
             if a16 < na {
                 for b in (0..nb).step_by(16) {
                     let (s, d) = (s.add(b * ss + a16), d.add(a16 * ds + b));
-                    block16_f32::<false, true>(s, ss, d, ds, na - a16, (nb - b).min(16), 0);
+                    block16_f32::<false, true, 0>(s, ss, d, ds, na - a16, (nb - b).min(16));
                 }
             }
             if b16 < nb {
                 for a in (0..a16).step_by(16) {
                     let (s, d) = (s.add(b16 * ss + a), d.add(a * ds + b16));
-                    block16_f32::<false, true>(s, ss, d, ds, 16, nb - b16, 0);
+                    block16_f32::<false, true, 0>(s, ss, d, ds, 16, nb - b16);
                 }
             }
         }
@@ -630,18 +632,16 @@ mod x86 {
 
     /// `d[i][j] = s[j][i]` for a 16 × 16 block; with `PART` only for `i < na`, `j < nb`
     /// (each at most 16: masked loads and stores, plain even with `NT`). With `NT` rows
-    /// `i < nt_rows` are streamed, the others stored plainly.
+    /// `i < 16 - KEEP` are streamed, the others stored plainly.
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn block16_f32<const NT: bool, const PART: bool>(
+    unsafe fn block16_f32<const NT: bool, const PART: bool, const KEEP: usize>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
         ds: usize,
         na: usize,
         nb: usize,
-        nt_rows: usize,
     ) {
         unsafe {
             let (lm, sm) = (lanes(na) as __mmask16, lanes(nb) as __mmask16);
@@ -678,7 +678,7 @@ mod x86 {
                     if i < na {
                         _mm512_mask_storeu_ps(d.add(i * ds), sm, v)
                     }
-                } else if NT && i < nt_rows {
+                } else if NT && i < 16 - KEEP {
                     _mm512_stream_ps(d.add(i * ds), v)
                 } else {
                     _mm512_storeu_ps(d.add(i * ds), v)
@@ -806,18 +806,16 @@ mod x86 {
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
     /// aligned).
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    pub(super) unsafe fn bf16_avx512<const NT: bool>(
+    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
         ds: usize,
         na: usize,
         nb: usize,
-        keep: usize,
     ) {
         let (a32, b32) = (na & !31, nb & !31);
         let steps = a32 / 32;
-        let nt_rows = 32 - keep;
         for t in 0..steps {
             for b in (0..b32).step_by(32) {
                 // Group `b / 32` of 32 rows starts `b / 32 % SKEW` column steps later (each
@@ -833,7 +831,7 @@ mod x86 {
                 // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
                 unsafe {
                     let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
-                    block32_bf16::<NT, false>(s, ss, d, ds, 32, 32, nt_rows)
+                    block32_bf16::<NT, false, KEEP>(s, ss, d, ds, 32, 32)
                 };
             }
         }
@@ -842,13 +840,13 @@ mod x86 {
             if a32 < na {
                 for b in (0..nb).step_by(32) {
                     let (s, d) = (s.add(b * ss + a32), d.add(a32 * ds + b));
-                    block32_bf16::<false, true>(s, ss, d, ds, na - a32, (nb - b).min(32), 0);
+                    block32_bf16::<false, true, 0>(s, ss, d, ds, na - a32, (nb - b).min(32));
                 }
             }
             if b32 < nb {
                 for a in (0..a32).step_by(32) {
                     let (s, d) = (s.add(b32 * ss + a), d.add(a * ds + b32));
-                    block32_bf16::<false, true>(s, ss, d, ds, 32, nb - b32, 0);
+                    block32_bf16::<false, true, 0>(s, ss, d, ds, 32, nb - b32);
                 }
             }
         }
@@ -858,19 +856,17 @@ mod x86 {
     /// `i < na`, `j < nb`, each at most 32: masked loads and stores, plain): the 8 × 8 steps of
     /// [`block_bf16`] in each 128-bit lane of rows 0..8, 8..16, 16..24, 24..32, then the lanes
     /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows. With
-    /// `NT` rows `i < nt_rows` are streamed, the others stored plainly.
+    /// `NT` rows `i < 32 - KEEP` are streamed, the others stored plainly.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
     #[allow(clippy::needless_range_loop)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn block32_bf16<const NT: bool, const PART: bool>(
+    unsafe fn block32_bf16<const NT: bool, const PART: bool, const KEEP: usize>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
         ds: usize,
         na: usize,
         nb: usize,
-        nt_rows: usize,
     ) {
         unsafe {
             let (lm, sm) = (lanes(na), lanes(nb));
@@ -919,9 +915,9 @@ mod x86 {
             };
             let x = [group(0), group(8), group(16), group(24)];
             if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
-                lanes32::<NT, true, PART>(&x, d, ds, na, sm, nt_rows)
+                lanes32::<NT, true, PART, KEEP>(&x, d, ds, na, sm)
             } else {
-                lanes32::<NT, false, PART>(&x, d, ds, na, sm, nt_rows)
+                lanes32::<NT, false, PART, KEEP>(&x, d, ds, na, sm)
             }
         }
     }
@@ -933,13 +929,12 @@ mod x86 {
     /// at every store.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
-    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool>(
+    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool, const KEEP: usize>(
         x: &[[__m512i; 8]; 4],
         d: *mut u16,
         ds: usize,
         na: usize,
         sm: __mmask32,
-        nt_rows: usize,
     ) {
         unsafe {
             let (abs, inf, bit) = (
@@ -958,7 +953,7 @@ mod x86 {
                     if i < na {
                         _mm512_mask_storeu_epi16(d.add(i * ds) as *mut _, sm, v)
                     }
-                } else if NT && i < nt_rows {
+                } else if NT && i < 32 - KEEP {
                     _mm512_stream_si512(d.add(i * ds) as *mut _, v)
                 } else {
                     _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
