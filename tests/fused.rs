@@ -513,6 +513,11 @@ fn direct_transposes_and_column_reductions_match_the_interpreter_bit_for_bit() {
         // 32 groups), and three column steps for 64 groups (the stagger wraps).
         (1024, 4096),
         (2048, 96),
+        // Rows a multiple of 4 KiB on both sides (f32 `[1024, 1024]`, bf16 `[4096, 512]`
+        // destination rows): streamed blocks whose last rows take plain stores (f32 on two
+        // threads, bf16 on one and two) and staggered f32 row groups.
+        (1024, 1024),
+        (4096, 512),
     ];
     let f_specials = [
         f32::NAN,

@@ -216,6 +216,39 @@ fn band(bf16: bool, c: usize) -> usize {
     }
 }
 
+/// How many of each full AVX-512 block's destination rows (its last ones, of 16 f32 or 32
+/// bf16) [`run_whole`] stores plainly when the rest are streamed, for `out` bytes of output
+/// on `threads` threads: on two or more threads, while the output takes at most 3/4 of the
+/// last-level cache, 4 of 16 (f32) or 8 of 32 (bf16); on one thread 12 of 32 for bf16 up to
+/// 3/8 of it; else none (the blocks take these counts as a const parameter). The plain lines
+/// stay in the cache and add to the streamed ones' rate, where streaming alone held a launch
+/// at the non-temporal write rate (on two threads ≈ 86 GB/s of writes when the host lets
+/// each core stream at its own rate, ≈ 44 GB/s for the whole machine when it does not: a
+/// state the host flips within minutes). Measured (`chrt -f 50 cpu_profile
+/// transpose|transpose_bf16 R C 300 --pool`, fastest launch, µs, all streamed → mixed).
+/// f32 two threads, per-core state: `[4096, 1024]` 201–202 → 181–190 (the same run's
+/// two-thread non-temporal copy 192–199), `[1024, 4096]` 198–202 → 178–182, `[2048, 2048]`
+/// 198–202 → 177–181; machine-wide state: 381 → 309–319, 380 → 310, 373 → 293 (the
+/// non-temporal copy 378–386); 6 of 16 plain read 271–293 there but 179–192 in the other
+/// state, 8 of 16 no better, 2 worse; one thread 4 of 16 lost (432 → 491 at `[4096, 1024]`).
+/// bf16 one thread: `[4096, 1024]` 222–230 → 207–222, `[1024, 4096]` 233–240 → 214–217,
+/// `[2048, 2048]` 247–254 → 228–238 in some runs, unchanged in others (16, 20 or 26 of 32
+/// slower). bf16 two threads, machine-wide state, 0 / 4 / 8 / 12 / 16 of 32 plain:
+/// `[4096, 1024]` 202 / 175 / 156 / 136 / 143, and 12 read 203 → 134 at `[1024, 4096]`,
+/// 210 → 143 at `[2048, 2048]`; per-core state 127–139 / 130–145 / 124–141 / 132–157: 12
+/// lost up to 20 % there, 8 none beyond the noise. Beyond the cache plain lines lose:
+/// `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one thread 4.4–4.5 → 5.4–5.5 ms, two
+/// 2.0–2.1 → 2.7–2.8 ms.
+fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
+    let llc = crate::backend::cpu::cache::last_level_bytes();
+    match (bf16, threads) {
+        (false, 2..) if out <= llc / 4 * 3 => 4,
+        (true, 2..) if out <= llc / 4 * 3 => 8,
+        (true, _) if out <= llc / 8 * 3 => 12,
+        _ => 0,
+    }
+}
+
 /// `d[a][b] = s[b][a]` over the whole `[r, c]` source and `[c, r]` destination of `t`
 /// (their shapes checked by the caller), the destination rows split among rayon's threads in
 /// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
@@ -237,6 +270,8 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     let lead = (64 - dp % 64) % 64 / size;
     let nt = dp % size == 0 && (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
     let lead = if nt { lead } else { 0 };
+    let threads = rayon::current_num_threads();
+    let keep = plain_rows(t.bf16, r * c * size, threads);
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
         // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
@@ -246,11 +281,11 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
             if t.bf16 {
                 let s = (sp as *const u16).add(b0 * c + a0);
                 let d = (dp as *mut u16).add(a0 * r + b0);
-                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt);
+                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt, if nt { keep } else { 0 });
             } else {
                 let s = (sp as *const f32).add(b0 * c + a0);
                 let d = (dp as *mut f32).add(a0 * r + b0);
-                copy_f32_nt(s, c, d, r, a1 - a0, nb, nt);
+                copy_f32_nt(s, c, d, r, a1 - a0, nb, nt, if nt { keep } else { 0 });
             }
         }
     };
@@ -294,7 +329,6 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
             unsafe { core::arch::x86_64::_mm_sfence() };
         }
     };
-    let threads = rayon::current_num_threads();
     if threads == 1 || r * c < 1 << 16 {
         return part(0, c);
     }
@@ -330,15 +364,17 @@ fn edge(t: &Transpose, s: &Rect, d: &Rect, bs: &Buffer, bd: &Buffer) {
 /// # Safety
 /// Every such element of `s` is readable and of `d` writable; the two do not overlap.
 unsafe fn copy_f32(s: *const f32, ss: usize, d: *mut f32, ds: usize, na: usize, nb: usize) {
-    unsafe { copy_f32_nt(s, ss, d, ds, na, nb, false) }
+    unsafe { copy_f32_nt(s, ss, d, ds, na, nb, false, 0) }
 }
 
 /// As [`copy_f32`]; with `nt` (at the AVX2 level) the full 8 × 8 blocks' rows are written
 /// with non-temporal stores, which need `d` and `ds` 32-byte aligned and a later
-/// `_mm_sfence` before another thread reads them.
+/// `_mm_sfence` before another thread reads them; at the `avx512` level the last `keep`
+/// rows of each full 16 × 16 block take plain stores all the same ([`plain_rows`]).
 ///
 /// # Safety
 /// As [`copy_f32`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn copy_f32_nt(
     s: *const f32,
     ss: usize,
@@ -347,15 +383,16 @@ unsafe fn copy_f32_nt(
     na: usize,
     nb: usize,
     nt: bool,
+    keep: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present.
         return unsafe {
-            if nt {
-                x86::f32_avx512::<true>(s, ss, d, ds, na, nb)
-            } else {
-                x86::f32_avx512::<false>(s, ss, d, ds, na, nb)
+            match (nt, keep) {
+                (true, 4) => x86::f32_avx512::<true, 4>(s, ss, d, ds, na, nb),
+                (true, _) => x86::f32_avx512::<true, 0>(s, ss, d, ds, na, nb),
+                _ => x86::f32_avx512::<false, 0>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -370,7 +407,7 @@ unsafe fn copy_f32_nt(
             }
         };
     }
-    let _ = nt;
+    let _ = (nt, keep);
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, |x: f32| x) }
 }
 
@@ -379,13 +416,15 @@ unsafe fn copy_f32_nt(
 /// # Safety
 /// As [`copy_f32`].
 unsafe fn copy_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize, na: usize, nb: usize) {
-    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false) }
+    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false, 0) }
 }
 
-/// As [`copy_bf16`], with `nt` as in [`copy_f32_nt`] (16-byte alignment).
+/// As [`copy_bf16`], with `nt` and `keep` as in [`copy_f32_nt`] (16-byte alignment; `keep`
+/// of each 32 × 32 block's rows).
 ///
 /// # Safety
 /// As [`copy_f32`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn copy_bf16_nt(
     s: *const u16,
     ss: usize,
@@ -394,6 +433,7 @@ unsafe fn copy_bf16_nt(
     na: usize,
     nb: usize,
     nt: bool,
+    keep: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
@@ -401,10 +441,11 @@ unsafe fn copy_bf16_nt(
     {
         // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
         return unsafe {
-            if nt {
-                x86::bf16_avx512::<true>(s, ss, d, ds, na, nb)
-            } else {
-                x86::bf16_avx512::<false>(s, ss, d, ds, na, nb)
+            match (nt, keep) {
+                (true, 12) => x86::bf16_avx512::<true, 12>(s, ss, d, ds, na, nb),
+                (true, 8) => x86::bf16_avx512::<true, 8>(s, ss, d, ds, na, nb),
+                (true, _) => x86::bf16_avx512::<true, 0>(s, ss, d, ds, na, nb),
+                _ => x86::bf16_avx512::<false, 0>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -419,7 +460,7 @@ unsafe fn copy_bf16_nt(
             }
         };
     }
-    let _ = nt;
+    let _ = (nt, keep);
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, quiet) }
 }
 
@@ -472,7 +513,11 @@ const AHEAD: usize = 4;
 /// Column steps by which [`x86::bf16_avx512`] staggers its groups of 32 source rows:
 /// measured on one thread (µs per launch, none / 16 / 32 / 64): `[1024, 4096]` 317–344 /
 /// 258–259 / 248–256 / 252–253, `[2048, 2048]` 324–331 / 265–267 / 264–274 / 264–272,
-/// `[4096, 1024]` 259–266 / 245–251 / 246–248 / 242–245.
+/// `[4096, 1024]` 259–266 / 245–251 / 246–248 / 242–245. [`x86::f32_avx512`] staggers its
+/// groups of 16 rows by as much (a pass of 64 rows has four groups, so steps 0–3): one
+/// thread, fastest of 300 launches, µs, none → staggered, `[1024, 4096]` 463–544 → 422–444,
+/// `[2048, 2048]` 441–470 → 409–439, `[4096, 1024]` 425–433 → 406–424; two threads
+/// `[4096, 1024]` 222–232 → 201–202.
 #[cfg(target_arch = "x86_64")]
 const SKEW: usize = 32;
 
@@ -525,13 +570,15 @@ mod x86 {
     }
 
     /// [`super::copy_f32_nt`] with 16 × 16 AVX-512 register transposes over the full blocks
-    /// (one 64-byte store per destination row and block), the edges (fewer than 16 rows or
-    /// columns) in masked 16 × 16 blocks.
+    /// (one 64-byte store per destination row and block; with `NT` the last `KEEP` rows of
+    /// each block plain), each group of 16 rows starting [`SKEW`] column steps or fewer after
+    /// the one above it (as in `bf16_avx512`), the edges (fewer than 16 rows or columns) in
+    /// masked 16 × 16 blocks.
     ///
     /// # Safety
     /// AVX-512F present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte aligned).
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn f32_avx512<const NT: bool>(
+    pub(super) unsafe fn f32_avx512<const NT: bool, const KEEP: usize>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
@@ -540,9 +587,12 @@ mod x86 {
         nb: usize,
     ) {
         let (a16, b16) = (na & !15, nb & !15);
-        for a in (0..a16).step_by(16) {
-            let ahead = a + 16 * AHEAD;
+        let steps = a16 / 16;
+        for t in 0..steps {
             for b in (0..b16).step_by(16) {
+                // Staggered as in `bf16_avx512`, by groups of 16 rows.
+                let a = (t + b / 16 % SKEW) % steps * 16;
+                let ahead = a + 16 * AHEAD;
                 if ahead < na {
                     // SAFETY: rows b..b+16 of `s` at column `ahead` < na: inside the window.
                     unsafe { prefetch_rows::<_, 16>(s.add(b * ss + ahead), ss) };
@@ -550,7 +600,8 @@ mod x86 {
                 // SAFETY: rows b..b+16 of `s` at columns a..a+16, rows a..a+16 of `d` at
                 // columns b..b+16: inside the window.
                 unsafe {
-                    block16_f32::<NT, false>(s.add(b * ss + a), ss, d.add(a * ds + b), ds, 16, 16)
+                    let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
+                    block16_f32::<NT, false, KEEP>(s, ss, d, ds, 16, 16)
                 };
             }
         }
@@ -561,13 +612,13 @@ mod x86 {
             if a16 < na {
                 for b in (0..nb).step_by(16) {
                     let (s, d) = (s.add(b * ss + a16), d.add(a16 * ds + b));
-                    block16_f32::<false, true>(s, ss, d, ds, na - a16, (nb - b).min(16));
+                    block16_f32::<false, true, 0>(s, ss, d, ds, na - a16, (nb - b).min(16));
                 }
             }
             if b16 < nb {
                 for a in (0..a16).step_by(16) {
                     let (s, d) = (s.add(b16 * ss + a), d.add(a * ds + b16));
-                    block16_f32::<false, true>(s, ss, d, ds, 16, nb - b16);
+                    block16_f32::<false, true, 0>(s, ss, d, ds, 16, nb - b16);
                 }
             }
         }
@@ -580,10 +631,11 @@ mod x86 {
     }
 
     /// `d[i][j] = s[j][i]` for a 16 × 16 block; with `PART` only for `i < na`, `j < nb`
-    /// (each at most 16: masked loads and stores, plain even with `NT`).
+    /// (each at most 16: masked loads and stores, plain even with `NT`). With `NT` rows
+    /// `i < 16 - KEEP` are streamed, the others stored plainly.
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[inline]
-    unsafe fn block16_f32<const NT: bool, const PART: bool>(
+    unsafe fn block16_f32<const NT: bool, const PART: bool, const KEEP: usize>(
         s: *const f32,
         ss: usize,
         d: *mut f32,
@@ -626,7 +678,7 @@ mod x86 {
                     if i < na {
                         _mm512_mask_storeu_ps(d.add(i * ds), sm, v)
                     }
-                } else if NT {
+                } else if NT && i < 16 - KEEP {
                     _mm512_stream_ps(d.add(i * ds), v)
                 } else {
                     _mm512_storeu_ps(d.add(i * ds), v)
@@ -754,7 +806,7 @@ mod x86 {
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
     /// aligned).
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    pub(super) unsafe fn bf16_avx512<const NT: bool>(
+    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -778,7 +830,8 @@ mod x86 {
                 }
                 // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
                 unsafe {
-                    block32_bf16::<NT, false>(s.add(b * ss + a), ss, d.add(a * ds + b), ds, 32, 32)
+                    let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
+                    block32_bf16::<NT, false, KEEP>(s, ss, d, ds, 32, 32)
                 };
             }
         }
@@ -787,13 +840,13 @@ mod x86 {
             if a32 < na {
                 for b in (0..nb).step_by(32) {
                     let (s, d) = (s.add(b * ss + a32), d.add(a32 * ds + b));
-                    block32_bf16::<false, true>(s, ss, d, ds, na - a32, (nb - b).min(32));
+                    block32_bf16::<false, true, 0>(s, ss, d, ds, na - a32, (nb - b).min(32));
                 }
             }
             if b32 < nb {
                 for a in (0..a32).step_by(32) {
                     let (s, d) = (s.add(b32 * ss + a), d.add(a * ds + b32));
-                    block32_bf16::<false, true>(s, ss, d, ds, 32, nb - b32);
+                    block32_bf16::<false, true, 0>(s, ss, d, ds, 32, nb - b32);
                 }
             }
         }
@@ -802,11 +855,12 @@ mod x86 {
     /// `d[i][j] = quiet(s[j][i])` for a 32 × 32 block of 16-bit values (with `PART` only for
     /// `i < na`, `j < nb`, each at most 32: masked loads and stores, plain): the 8 × 8 steps of
     /// [`block_bf16`] in each 128-bit lane of rows 0..8, 8..16, 16..24, 24..32, then the lanes
-    /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows.
+    /// gathered (as in [`block16_f32`]); the NaN check runs once over the block's rows. With
+    /// `NT` rows `i < 32 - KEEP` are streamed, the others stored plainly.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
     #[allow(clippy::needless_range_loop)]
-    unsafe fn block32_bf16<const NT: bool, const PART: bool>(
+    unsafe fn block32_bf16<const NT: bool, const PART: bool, const KEEP: usize>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -861,9 +915,9 @@ mod x86 {
             };
             let x = [group(0), group(8), group(16), group(24)];
             if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
-                lanes32::<NT, true, PART>(&x, d, ds, na, sm)
+                lanes32::<NT, true, PART, KEEP>(&x, d, ds, na, sm)
             } else {
-                lanes32::<NT, false, PART>(&x, d, ds, na, sm)
+                lanes32::<NT, false, PART, KEEP>(&x, d, ds, na, sm)
             }
         }
     }
@@ -875,7 +929,7 @@ mod x86 {
     /// at every store.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
-    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool>(
+    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool, const KEEP: usize>(
         x: &[[__m512i; 8]; 4],
         d: *mut u16,
         ds: usize,
@@ -899,7 +953,7 @@ mod x86 {
                     if i < na {
                         _mm512_mask_storeu_epi16(d.add(i * ds) as *mut _, sm, v)
                     }
-                } else if NT {
+                } else if NT && i < 32 - KEEP {
                     _mm512_stream_si512(d.add(i * ds) as *mut _, v)
                 } else {
                     _mm512_storeu_si512(d.add(i * ds) as *mut _, v)
@@ -1130,6 +1184,9 @@ mod tests {
                 // Groups of 32 rows staggered over 32 and over 3 column steps.
                 check(1024, 1024, true, so, dof, threads);
                 check(2048, 96, true, so, dof, threads);
+                // f32 groups of 16 rows staggered over 64 column steps (32 per band on two
+                // threads), rows of 4 KiB; on two threads the last 4 rows of each block plain.
+                check(1024, 1024, false, so, dof, threads);
             }
         }
     }
