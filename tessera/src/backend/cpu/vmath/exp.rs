@@ -165,6 +165,8 @@ pub(super) fn exp_t_poly<A: Arith>(r: f32, t: f32) -> f32 {
 /// Element kernel for [`super::exp`]: clamp to `[EXP_LO, EXP_HI]` (NaN passes),
 /// [`exp_t_reduce`], [`exp_t_poly`] with `T[m mod 16]`, then `2^(m >> 4)` in two halves as
 /// in [`exp_finish`] (an exponent-field add of `n1 = n >> 1`, a multiply by `2^(n - n1)`).
+/// A NaN `x` returns `y`, the NaN the operations made of it: the integer scale would add the
+/// NaN's payload bits to its exponent field (a finite result for most payloads).
 #[inline(always)]
 pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
     let x = if x < EXP_LO { EXP_LO } else { x };
@@ -172,9 +174,10 @@ pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
     let (r, k) = exp_t_reduce::<A>(x);
     let t = f32::from_bits(T_BITS[(k.to_bits() & 15) as usize]);
     let y = exp_t_poly::<A>(r, t);
-    // m in [-2401, 2055], n in [-151, 128].
+    // m in [-2401, 2054], n in [-151, 128].
     let n = (k.to_bits() as i32).wrapping_sub(0x4B40_0000) >> 4;
     let n1 = n >> 1;
     let n2 = n - n1;
-    f32::from_bits(y.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2)
+    let e = f32::from_bits(y.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2);
+    if x.is_nan() { y } else { e }
 }

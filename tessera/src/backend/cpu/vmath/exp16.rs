@@ -65,11 +65,12 @@ pub(crate) unsafe fn exp16_in_range(x: __m512) -> __m512 {
 }
 
 /// `exp1::<Fused>` lane by lane: the clamps (a NaN lane passes), then the `2^n` scale in two
-/// halves (an exponent-field add, then a multiply).
+/// halves (an exponent-field add, then a multiply); a NaN lane takes `y`, the unscaled NaN.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
 fn full(x: __m512) -> __m512 {
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
     let lo = _mm512_set1_ps(EXP_LO);
     let x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo), lo);
     let hi = _mm512_set1_ps(EXP_HI);
@@ -83,7 +84,8 @@ fn full(x: __m512) -> __m512 {
     let n2 = _mm512_sub_epi32(n, n1);
     let scaled = _mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32::<23>(n1));
     let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n2, _mm512_set1_epi32(127)));
-    _mm512_mul_ps(_mm512_castsi512_ps(scaled), _mm512_castsi512_ps(pow2))
+    let e = _mm512_mul_ps(_mm512_castsi512_ps(scaled), _mm512_castsi512_ps(pow2));
+    _mm512_mask_mov_ps(e, nan, y)
 }
 
 /// `exp_t_reduce`: `r` and `k`'s bits (`m + 0x4B40_0000`, with `x = m·ln2/16 + r`).

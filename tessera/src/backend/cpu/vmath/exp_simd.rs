@@ -147,5 +147,7 @@ fn exp8(x: __m256, tab: &[__m256; 2]) -> __m256 {
     let n2 = _mm256_sub_epi32(n, n1);
     let scaled = _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32::<23>(n1));
     let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, _mm256_set1_epi32(127)));
-    _mm256_mul_ps(_mm256_castsi256_ps(scaled), _mm256_castsi256_ps(pow2))
+    let e = _mm256_mul_ps(_mm256_castsi256_ps(scaled), _mm256_castsi256_ps(pow2));
+    // A NaN lane takes `y`, the unscaled NaN (as `exp1`).
+    _mm256_blendv_ps(e, y, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
 }
