@@ -8,7 +8,7 @@
 //! dependent 1-cycle integer adds:
 //! `cargo run --release --example exp_loop -- 1024 3` (row length, rounds).
 //! The `new` copy here is checked bit for bit against `tessera::backend::cpu::vmath::exp` on
-//! the timed values first. AVX-512F only (prints a line and exits elsewhere).
+//! the timed values first. AVX-512F, AVX2 and FMA only (prints a line and exits elsewhere).
 
 // Coefficients are written with all the digits of their fit.
 #[cfg(target_arch = "x86_64")]
@@ -235,8 +235,12 @@ mod body {
     }
 
     pub fn run(n: usize, rounds: usize) {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            println!("exp_loop: this CPU has no AVX-512F");
+        // The loops are compiled with `avx512f,avx2,fma`.
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            println!("exp_loop: this CPU lacks AVX-512F, AVX2 or FMA");
             return;
         }
         let n = n.div_ceil(32) * 32;
@@ -246,7 +250,7 @@ mod body {
         let mut es = vec![0f32; n];
         let adj: [u32; 16] =
             core::array::from_fn(|j| new::T_BITS[j].wrapping_sub((j as u32) << 19));
-        // SAFETY: AVX-512F was detected; the arrays hold 16 values.
+        // SAFETY: AVX-512F, AVX2 and FMA were detected; the arrays hold 16 values.
         let (adj, tab) = unsafe {
             (
                 _mm512_loadu_si512(adj.as_ptr() as *const _),
@@ -257,7 +261,7 @@ mod body {
         let mut want: Vec<f32> = xs.iter().map(|v| v - m).collect();
         tessera::backend::cpu::vmath::exp(&mut want);
         for f in [new_checked as Row, new_in_range] {
-            // SAFETY: AVX-512F was detected.
+            // SAFETY: AVX-512F, AVX2 and FMA were detected.
             unsafe { f(&xs, &mut es, m, adj, tab) };
             assert!(
                 es.iter()
@@ -281,7 +285,7 @@ mod body {
                     let t = Instant::now();
                     let mut acc = 0.0;
                     for _ in 0..reps {
-                        // SAFETY: AVX-512F was detected.
+                        // SAFETY: AVX-512F, AVX2 and FMA were detected.
                         acc += unsafe { f(&xs, &mut es, m, adj, tab) };
                     }
                     std::hint::black_box(acc);
