@@ -193,10 +193,13 @@ fn exp_fused_is_the_canonical_sequence() {
     }
 }
 
-/// `x` through every form of `exp` at every level this CPU has, as `(name, results)`: the
-/// portable slice kernel and `exp1::<Plain>` (the portable level's bits), then the AVX2 and
-/// AVX-512 slice kernels, `exp16` and `exp1::<Fused>` (the fused levels' bits).
-fn every_form(x: &[f32]) -> (Vec<(&'static str, Vec<f32>)>, Vec<(&'static str, Vec<f32>)>) {
+/// Results of several forms of `exp` on the same arguments, by name.
+type Forms = Vec<(&'static str, Vec<f32>)>;
+
+/// `x` through every form of `exp` at every level this CPU has: the portable slice kernel
+/// and `exp1::<Plain>` (the portable level's bits), then the AVX2 and AVX-512 slice kernels,
+/// `exp16` and `exp1::<Fused>` (the fused levels' bits).
+fn every_form(x: &[f32]) -> (Forms, Forms) {
     let mut y = x.to_vec();
     k_exp::portable(&mut y);
     let plain = vec![
