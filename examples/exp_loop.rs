@@ -142,8 +142,12 @@ mod body {
         fn full(x: __m512, tab: __m512) -> __m512 {
             let (r, k) = reduce(clamp(x));
             let y = poly(r, _mm512_permutexvar_ps(k, tab));
-            let ni = _mm512_srai_epi32::<4>(_mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000)));
-            scale2(y, ni)
+            // `2^n` as two multiplies: exponent fields `(m + 4064) >> 5`, `((m + 4064) >> 4) − that`.
+            let a = _mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000 - 4064));
+            let p1 = _mm512_srai_epi32::<5>(a);
+            let p2 = _mm512_sub_epi32(_mm512_srai_epi32::<4>(a), p1);
+            let y = _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p1)));
+            _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p2)))
         }
 
         #[target_feature(enable = "avx512f,avx2,fma")]
