@@ -8,7 +8,7 @@
 //! dependent 1-cycle integer adds:
 //! `cargo run --release --example exp_loop -- 1024 3` (row length, rounds).
 //! The `new` copy here is checked bit for bit against `tessera::backend::cpu::vmath::exp` on
-//! the timed values first. AVX-512F only (prints a line and exits elsewhere).
+//! the timed values first. AVX-512F, AVX2 and FMA only (prints a line and exits elsewhere).
 
 // Coefficients are written with all the digits of their fit.
 #[cfg(target_arch = "x86_64")]
@@ -142,8 +142,12 @@ mod body {
         fn full(x: __m512, tab: __m512) -> __m512 {
             let (r, k) = reduce(clamp(x));
             let y = poly(r, _mm512_permutexvar_ps(k, tab));
-            let ni = _mm512_srai_epi32::<4>(_mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000)));
-            scale2(y, ni)
+            // `2^n` as two multiplies: exponent fields `(m + 4064) >> 5`, `((m + 4064) >> 4) − that`.
+            let a = _mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000 - 4064));
+            let p1 = _mm512_srai_epi32::<5>(a);
+            let p2 = _mm512_sub_epi32(_mm512_srai_epi32::<4>(a), p1);
+            let y = _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p1)));
+            _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p2)))
         }
 
         #[target_feature(enable = "avx512f,avx2,fma")]
@@ -235,8 +239,12 @@ mod body {
     }
 
     pub fn run(n: usize, rounds: usize) {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            println!("exp_loop: this CPU has no AVX-512F");
+        // The loops are compiled with `avx512f,avx2,fma`.
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            println!("exp_loop: this CPU lacks AVX-512F, AVX2 or FMA");
             return;
         }
         let n = n.div_ceil(32) * 32;
@@ -246,7 +254,7 @@ mod body {
         let mut es = vec![0f32; n];
         let adj: [u32; 16] =
             core::array::from_fn(|j| new::T_BITS[j].wrapping_sub((j as u32) << 19));
-        // SAFETY: AVX-512F was detected; the arrays hold 16 values.
+        // SAFETY: AVX-512F, AVX2 and FMA were detected; the arrays hold 16 values.
         let (adj, tab) = unsafe {
             (
                 _mm512_loadu_si512(adj.as_ptr() as *const _),
@@ -257,7 +265,7 @@ mod body {
         let mut want: Vec<f32> = xs.iter().map(|v| v - m).collect();
         tessera::backend::cpu::vmath::exp(&mut want);
         for f in [new_checked as Row, new_in_range] {
-            // SAFETY: AVX-512F was detected.
+            // SAFETY: AVX-512F, AVX2 and FMA were detected.
             unsafe { f(&xs, &mut es, m, adj, tab) };
             assert!(
                 es.iter()
@@ -281,7 +289,7 @@ mod body {
                     let t = Instant::now();
                     let mut acc = 0.0;
                     for _ in 0..reps {
-                        // SAFETY: AVX-512F was detected.
+                        // SAFETY: AVX-512F, AVX2 and FMA were detected.
                         acc += unsafe { f(&xs, &mut es, m, adj, tab) };
                     }
                     std::hint::black_box(acc);

@@ -1,5 +1,5 @@
-//! Two `exp` sequences, branch-free, both applying the `2^n` scale in two halves (an
-//! exponent-field integer add, then one multiply), so results in the subnormal range are
+//! Two `exp` sequences, branch-free, both applying the `2^n` scale in two halves (the first
+//! exact, the result normal; then one multiply), so results in the subnormal range are
 //! rounded once and correctly:
 //!
 //! * [`exp1`] (`vmath::exp`): `x = (16n + j)·ln2/16 + r` with `|r| <= ln2/32` (Cody–Waite,
@@ -163,8 +163,11 @@ pub(super) fn exp_t_poly<A: Arith>(r: f32, t: f32) -> f32 {
 }
 
 /// Element kernel for [`super::exp`]: clamp to `[EXP_LO, EXP_HI]` (NaN passes),
-/// [`exp_t_reduce`], [`exp_t_poly`] with `T[m mod 16]`, then `2^(m >> 4)` in two halves as
-/// in [`exp_finish`] (an exponent-field add of `n1 = n >> 1`, a multiply by `2^(n - n1)`).
+/// [`exp_t_reduce`], [`exp_t_poly`] with `T[m mod 16]`, then `2^n` (`n = m >> 4`) in two
+/// halves: a multiply by `2^n1` (`n1 = n >> 1`; exact, the product stays normal), then one by
+/// `2^(n - n1)` (rounds once if the result is subnormal). A NaN `x` gives `y`'s NaN (an
+/// integer add to `y`'s exponent field, as in [`exp_finish`], would turn most NaN payloads
+/// into numbers).
 #[inline(always)]
 pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
     let x = if x < EXP_LO { EXP_LO } else { x };
@@ -172,9 +175,13 @@ pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
     let (r, k) = exp_t_reduce::<A>(x);
     let t = f32::from_bits(T_BITS[(k.to_bits() & 15) as usize]);
     let y = exp_t_poly::<A>(r, t);
-    // m in [-2401, 2055], n in [-151, 128].
-    let n = (k.to_bits() as i32).wrapping_sub(0x4B40_0000) >> 4;
-    let n1 = n >> 1;
-    let n2 = n - n1;
-    f32::from_bits(y.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2)
+    // m in [-2401, 2054], n in [-151, 128]; `a = m + 4064`: `a >> 4 = n + 254`,
+    // `a >> 5 = n1 + 127`.
+    let a = (k.to_bits() as i32).wrapping_sub(T_SCALE_BIAS);
+    let p1 = a >> 5;
+    let p2 = (a >> 4).wrapping_sub(p1);
+    y * f32::from_bits((p1 as u32) << 23) * f32::from_bits((p2 as u32) << 23)
 }
+
+/// `0x4B40_0000 − 4064`: `k`'s bits minus this are `m + 4064` (see [`exp1`]).
+pub(super) const T_SCALE_BIAS: i32 = 0x4B40_0000 - 4064;

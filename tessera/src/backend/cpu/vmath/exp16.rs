@@ -8,7 +8,9 @@
 //! that form runs; any other vector (a lane out of range, `±inf` or NaN) runs `exp1` op for op.
 
 #[cfg(target_arch = "x86_64")]
-use super::exp::{EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E};
+use super::exp::{
+    EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E, T_SCALE_BIAS,
+};
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
@@ -65,7 +67,7 @@ pub(crate) unsafe fn exp16_in_range(x: __m512) -> __m512 {
 }
 
 /// `exp1::<Fused>` lane by lane: the clamps (a NaN lane passes), then the `2^n` scale in two
-/// halves (an exponent-field add, then a multiply).
+/// multiplies.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
@@ -78,12 +80,11 @@ fn full(x: __m512) -> __m512 {
     // SAFETY: `T_BITS` holds 16 values.
     let tab = unsafe { _mm512_loadu_ps(T_BITS.as_ptr() as *const f32) };
     let y = poly(r, _mm512_permutexvar_ps(k, tab));
-    let n = _mm512_srai_epi32::<4>(_mm512_sub_epi32(k, _mm512_set1_epi32(0x4B40_0000)));
-    let n1 = _mm512_srai_epi32::<1>(n);
-    let n2 = _mm512_sub_epi32(n, n1);
-    let scaled = _mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32::<23>(n1));
-    let pow2 = _mm512_slli_epi32::<23>(_mm512_add_epi32(n2, _mm512_set1_epi32(127)));
-    _mm512_mul_ps(_mm512_castsi512_ps(scaled), _mm512_castsi512_ps(pow2))
+    let a = _mm512_sub_epi32(k, _mm512_set1_epi32(T_SCALE_BIAS));
+    let p1 = _mm512_srai_epi32::<5>(a);
+    let p2 = _mm512_sub_epi32(_mm512_srai_epi32::<4>(a), p1);
+    let y = _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p1)));
+    _mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(p2)))
 }
 
 /// `exp_t_reduce`: `r` and `k`'s bits (`m + 0x4B40_0000`, with `x = m·ln2/16 + r`).

@@ -10,7 +10,9 @@ use super::arith::Fused;
 use super::arith::{Arith, Plain};
 use super::exp::exp1;
 #[cfg(target_arch = "x86_64")]
-use super::exp::{EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E};
+use super::exp::{
+    EXP_HI, EXP_LO, SHIFTER, T_BITS, T_C2, T_C3, T_LN2_HI, T_LN2_LO, T_LOG2E, T_SCALE_BIAS,
+};
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
 
@@ -142,10 +144,9 @@ fn exp8(x: __m256, tab: &[__m256; 2]) -> __m256 {
     let q = _mm256_fmadd_ps(_mm256_set1_ps(T_C3), r, _mm256_set1_ps(T_C2));
     let e = _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r);
     let y = _mm256_fmadd_ps(t, e, t);
-    let n = _mm256_srai_epi32::<4>(_mm256_sub_epi32(k, _mm256_set1_epi32(0x4B40_0000)));
-    let n1 = _mm256_srai_epi32::<1>(n);
-    let n2 = _mm256_sub_epi32(n, n1);
-    let scaled = _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32::<23>(n1));
-    let pow2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, _mm256_set1_epi32(127)));
-    _mm256_mul_ps(_mm256_castsi256_ps(scaled), _mm256_castsi256_ps(pow2))
+    let a = _mm256_sub_epi32(k, _mm256_set1_epi32(T_SCALE_BIAS));
+    let p1 = _mm256_srai_epi32::<5>(a);
+    let p2 = _mm256_sub_epi32(_mm256_srai_epi32::<4>(a), p1);
+    let y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(p1)));
+    _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(p2)))
 }

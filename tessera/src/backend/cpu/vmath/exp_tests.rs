@@ -7,6 +7,7 @@ use super::arith::{Fused, Plain};
 use super::exp::exp1;
 use super::tests::Rng;
 use super::*;
+use proptest::prelude::*;
 
 /// A slice kernel.
 type Kernel = fn(&mut [f32]);
@@ -189,5 +190,117 @@ fn exp_fused_is_the_canonical_sequence() {
     exp_fused(&mut y);
     for (&v, &g) in x.iter().zip(&y) {
         assert!(same(g, tessera_ir::canonical::exp(v)), "x={v:e}");
+    }
+}
+
+/// Results of several forms of `exp` on the same arguments, by name.
+type Forms = Vec<(&'static str, Vec<f32>)>;
+
+/// `x` through every form of `exp` at every level this CPU has: the portable slice kernel
+/// and `exp1::<Plain>` (the portable level's bits), then the AVX2 and AVX-512 slice kernels,
+/// `exp16` and `exp1::<Fused>` (the fused levels' bits).
+fn every_form(x: &[f32]) -> (Forms, Forms) {
+    let mut y = x.to_vec();
+    k_exp::portable(&mut y);
+    let plain = vec![
+        (
+            "exp1::<Plain>",
+            x.iter().map(|&v| exp1::<Plain>(v)).collect(),
+        ),
+        ("portable", y),
+    ];
+    let mut fused = vec![(
+        "exp1::<Fused>",
+        x.iter().map(|&v| exp1::<Fused>(v)).collect(),
+    )];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::*;
+        if dispatch::has_avx2_fma() {
+            let mut y = x.to_vec();
+            // SAFETY: AVX2 and FMA were detected.
+            unsafe { k_exp::avx2(&mut y) };
+            fused.push(("avx2", y));
+        }
+        if dispatch::has_avx512() {
+            let mut y = x.to_vec();
+            // SAFETY: AVX-512F, AVX2 and FMA were detected.
+            unsafe { k_exp::avx512(&mut y) };
+            fused.push(("avx512", y));
+            let mut y = vec![0f32; x.len().div_ceil(16) * 16];
+            for (i, o) in y.chunks_exact_mut(16).enumerate() {
+                let mut c = [0f32; 16];
+                let n = (x.len() - 16 * i).min(16);
+                c[..n].copy_from_slice(&x[16 * i..16 * i + n]);
+                // SAFETY: AVX-512F, AVX2 and FMA were detected; `c` and `o` hold 16 floats.
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), exp16(_mm512_loadu_ps(c.as_ptr()))) };
+            }
+            y.truncate(x.len());
+            fused.push(("exp16", y));
+        }
+    }
+    (plain, fused)
+}
+
+/// The forms of each group give the same bits (NaNs included), and a result is NaN exactly
+/// when its argument is.
+fn check_every_form(x: &[f32]) -> Result<(), String> {
+    let (plain, fused) = every_form(x);
+    for group in [plain, fused] {
+        let (first, want) = &group[0];
+        for (name, got) in &group {
+            for (i, &v) in x.iter().enumerate() {
+                if got[i].to_bits() != want[i].to_bits() {
+                    return Err(format!(
+                        "x={v:e} ({:#010x}): {name} {:#010x} vs {first} {:#010x}",
+                        v.to_bits(),
+                        got[i].to_bits(),
+                        want[i].to_bits()
+                    ));
+                }
+                if got[i].is_nan() != v.is_nan() {
+                    return Err(format!(
+                        "x={:#010x}: {name} gives {:e}",
+                        v.to_bits(),
+                        got[i]
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn exp_of_every_nan_payload_is_nan_at_every_level() {
+    // Quiet and signalling NaNs of both signs, every 61st payload.
+    let x: Vec<f32> = (1..1u32 << 23)
+        .step_by(61)
+        .flat_map(|p| [0x7F80_0000 | p, 0xFF80_0000 | p])
+        .map(f32::from_bits)
+        .collect();
+    check_every_form(&x).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Random bit patterns (any f32, NaN exponents, the clamp and single-add ranges).
+    #[test]
+    fn exp_levels_agree_on_random_bit_patterns(
+        bits in proptest::collection::vec(
+            prop_oneof![
+                any::<u32>(),
+                any::<u32>().prop_map(|b| b | 0x7F80_0000),
+                (-110f32..95f32).prop_map(f32::to_bits),
+                (-87f32..-85f32).prop_map(f32::to_bits),
+            ],
+            1..80,
+        )
+    ) {
+        let x: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
+        if let Err(e) = check_every_form(&x) {
+            prop_assert!(false, "{}", e);
+        }
     }
 }
