@@ -26,6 +26,7 @@
 use super::arith::Fused;
 use super::gelu::{CT, NEG_END, POS_END, S, gelu1, tail};
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 use tessera_ir::graph::BinaryOp;
 
 // `2|x|` is formed as `|x| + |x|`.
@@ -549,16 +550,20 @@ const PEND: usize = 16 + BLOCK / 16;
 /// per vector that holds one.
 struct Pending {
     n: usize,
-    x: [__m512; PEND],
+    x: [MaybeUninit<__m512>; PEND],
     dst: [*mut f32; PEND],
     keep: [__mmask16; PEND],
 }
 
 impl Pending {
+    /// An empty list (its vectors unwritten until pushed: only the first `n` are read).
     fn new() -> Self {
-        // SAFETY: all-zero bits are valid floats, null pointers and masks; only the
-        // first `n` entries are read.
-        unsafe { core::mem::zeroed() }
+        Pending {
+            n: 0,
+            x: [MaybeUninit::uninit(); PEND],
+            dst: [core::ptr::null_mut(); PEND],
+            keep: [0; PEND],
+        }
     }
 
     /// Holds the vector of values `x` (after the ops) to store at `dst` in the lanes of
@@ -566,7 +571,7 @@ impl Pending {
     #[inline]
     fn push(&mut self, x: __m512, dst: *mut f32, keep: __mmask16) {
         let e = self.n;
-        self.x[e] = x;
+        self.x[e] = MaybeUninit::new(x);
         self.dst[e] = dst;
         self.keep[e] = keep;
         self.n = e + 1;
@@ -585,35 +590,40 @@ impl Pending {
         if n == 0 {
             return;
         }
-        let mut buf = [0f32; PEND * 16 + 16];
+        // SAFETY: the first `n` entries were written by `push`.
+        let xs = unsafe { &*(&self.x[..n] as *const [MaybeUninit<__m512>] as *const [__m512]) };
+        // The tail lanes, gathered, each written before it is read (the last 16 padded).
+        let mut buf = [MaybeUninit::<f32>::uninit(); PEND * 16 + 16];
+        let p = buf.as_mut_ptr() as *mut f32;
         let mut far = [0 as __mmask16; PEND];
         let mut at = 0;
         let neg = _mm512_set1_ps(NEG_END);
-        for e in 0..n {
-            far[e] = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(self.x[e], neg) & self.keep[e];
+        for (e, &x) in xs.iter().enumerate() {
+            far[e] = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, neg) & self.keep[e];
             // SAFETY: at most 16 lanes per vector, `buf` holds 16 per entry and 16 more.
-            unsafe {
-                _mm512_mask_compressstoreu_ps(buf.as_mut_ptr().add(at) as *mut _, far[e], self.x[e])
-            };
+            unsafe { _mm512_mask_compressstoreu_ps(p.add(at) as *mut _, far[e], x) };
             at += far[e].count_ones() as usize;
         }
-        for t in buf[..at.next_multiple_of(16)].chunks_exact_mut(16) {
-            // SAFETY: `t` holds 16 floats.
+        for t in (0..at).step_by(16) {
+            // SAFETY: within `buf` (16 floats from `t < at`); the lanes from `at` on are
+            // written (zeros) before the load.
             unsafe {
-                let v = _mm512_loadu_ps(t.as_ptr());
-                _mm512_storeu_ps(t.as_mut_ptr(), far_blend(v, v, 0xFFFF));
+                if t + 16 > at {
+                    _mm512_mask_storeu_ps(p.add(t), !first(at - t), _mm512_setzero_ps());
+                }
+                let v = _mm512_loadu_ps(p.add(t));
+                _mm512_storeu_ps(p.add(t), far_blend(v, v, 0xFFFF));
             }
         }
         let mut at = 0;
-        for e in 0..n {
-            let x = self.x[e];
+        for (e, &x) in xs.iter().enumerate() {
             let [r] = gelu_w(&[x], tab);
             let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
             let r = _mm512_mask_mov_ps(r, big, x);
             // SAFETY: `buf` holds the tail lanes of every entry in order; the caller's
             // contract for `dst`.
             unsafe {
-                let r = _mm512_mask_expandloadu_ps(r, far[e], buf.as_ptr().add(at) as *const _);
+                let r = _mm512_mask_expandloadu_ps(r, far[e], p.add(at) as *const _);
                 at += far[e].count_ones() as usize;
                 if self.keep[e] == 0xFFFF {
                     put(self.dst[e], r, stream);
@@ -628,8 +638,8 @@ impl Pending {
 
 /// `dst[i] = gelu1::<Fused>(ops(src[i]))` for `i < n` with the [`Lanes`] ops (kind code
 /// `K`): [`gelu_w`] on four vectors per step, then one, then a masked vector for the last
-/// `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane (one
-/// compare per vector, one branch per step) stores them; else each vector gets `x` in its
+/// `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane
+/// ([`outside`], one branch per step) stores them; else each vector gets `x` in its
 /// lanes at `x >= POS_END` ([`settle`]) and, when it has lanes at `x <= NEG_END` or NaN,
 /// joins `pend` instead of being stored; `pend` is flushed after a block of [`BLOCK`]
 /// values once it holds 16 vectors, so that the loop calls nothing. Whole vectors are
