@@ -473,66 +473,82 @@ pub(crate) unsafe fn after_rows(
     let tab = table();
     let mut cp: Copies = [[0.0; 16]; 2 * LIN_MAX];
     let mut pend = Pending::new();
+    // `run!(N; codes)`: every row through the loop for `N` ops, the kind code a constant.
+    macro_rules! run {
+        ($n:literal; $($k:literal),*) => {{
+            let (l, code) = Lanes::<$n>::new(pre, 0, &mut cp);
+            match code {
+                // SAFETY: this function's contract: `src` and `dst` hold `n` floats
+                // (asserted) and do not overlap (`&mut` and `&`); every row `c`.
+                $($k => unsafe { rows_run::<$n, { $k }>(&l, x, y, n, col, c, &tab, stream, &mut pend) },)*
+                _ => unreachable!(),
+            }
+        }};
+    }
+    match pre.len() {
+        _ if !streams(pre) => {}
+        0 => {}
+        1 => return run!(1; 0, 1, 2),
+        2 => return run!(2; 0, 1, 2, 4, 5, 6, 8, 9, 10),
+        _ => return run!(3; 42),
+    }
     let (mut i, mut col) = (0, col);
     while i < n {
         let m = (n - i).min(c - col);
-        // SAFETY: this function's contract: `src` and `dst` hold `n` floats (asserted) and
-        // do not overlap (`&mut` and `&`); every row holds `c >= col + m` floats.
+        // SAFETY: as above; every row holds `c >= col + m` floats.
         unsafe {
             let (x, y) = (x.add(i), y.add(i));
-            // `run!(N; codes)`: the loop for `N` ops with the kind code as a constant.
-            macro_rules! run {
-                ($n:literal; $($k:literal),*) => {{
-                    let (l, code) = Lanes::<$n>::new(pre, col, &mut cp);
-                    match code {
-                        $($k => run_n::<$n, { $k }>(&l, x, y, m, &tab, stream, &mut pend),)*
-                        _ => unreachable!(),
-                    }
-                }};
-            }
             match pre.len() {
-                _ if !streams(pre) => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
                 0 if stream => map_with::<true>(x, y, m, &tab, &mut true),
                 0 => map_with::<false>(x, y, m, &tab, &mut true),
-                1 => run!(1; 0, 1, 2),
-                2 => run!(2; 0, 1, 2, 4, 5, 6, 8, 9, 10),
-                _ => run!(3; 42),
+                _ => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
             }
         }
         i += m;
         col = 0;
     }
-    // SAFETY: as above: the pending vectors' outputs are within `dst`.
-    unsafe { pend.flush(&tab, stream) };
 }
 
-/// [`lanes_run`] from `dst`'s first 64-byte boundary on when `stream` (plain stores before
-/// it), else over all `n`.
+/// The [`Lanes`] ops `l` (rows from column 0, kind code `K`) then gelu over the `n` values
+/// at `src` that start at column `col` of rows `c` long, into `dst`: [`lanes_run`] per row
+/// segment, from `dst`'s first 64-byte boundary on when `stream` (plain stores before it),
+/// with one [`Pending`] for all rows, flushed at the end.
 ///
 /// # Safety
-/// As [`lanes_run`].
+/// [`available`]; `src` readable and `dst` writable for `n` floats, not overlapping; every
+/// row of `l` readable for `c` floats; `col < c`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-#[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn run_n<const N: usize, const K: u32>(
+unsafe fn rows_run<const N: usize, const K: u32>(
     l: &Lanes<N>,
     src: *const f32,
     dst: *mut f32,
     n: usize,
+    col: usize,
+    c: usize,
     tab: &[__m512; 8],
     stream: bool,
     pend: &mut Pending,
 ) {
-    // SAFETY: the caller's contract; `h <= n`, the rows read from `h` on by `l.at(h)`.
-    unsafe {
-        if stream {
-            let h = dst.align_offset(64).min(n);
-            lanes_run::<N, K>(l, src, dst, h, tab, false, pend);
-            lanes_run::<N, K>(&l.at(h), src.add(h), dst.add(h), n - h, tab, true, pend)
-        } else {
-            lanes_run::<N, K>(l, src, dst, n, tab, false, pend)
+    let (mut i, mut col) = (0, col);
+    while i < n {
+        let m = (n - i).min(c - col);
+        // SAFETY: this function's contract; `h <= m`, each segment's rows read from its
+        // first value's column on (`l.at`).
+        unsafe {
+            let (x, y) = (src.add(i), dst.add(i));
+            let h = if stream { y.align_offset(64).min(m) } else { m };
+            for (a, b, s) in [(0, h, false), (h, m, stream)] {
+                if a < b {
+                    lanes_run::<N, K>(&l.at(col + a), x.add(a), y.add(a), b - a, tab, s, pend);
+                }
+            }
         }
+        i += m;
+        col = 0;
     }
+    // SAFETY: the pending vectors' outputs are within `dst`.
+    unsafe { pend.flush(tab, stream) };
 }
 
 /// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
