@@ -548,7 +548,7 @@ unsafe fn rows_run<const N: usize, const K: u32>(
         col = 0;
     }
     // SAFETY: the pending vectors' outputs are within `dst`.
-    unsafe { pend.flush(tab, stream) };
+    unsafe { pend.flush(tab) };
 }
 
 /// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
@@ -559,11 +559,13 @@ const BLOCK: usize = 64 * 16;
 const PEND: usize = 16 + BLOCK / 16;
 
 /// Vectors whose result waits for [`tail`] in some lanes (`x <= NEG_END` or NaN): the
-/// value after the ops, the lanes to store and where. [`Pending::flush`] gathers the tail
-/// lanes of all of them (`vcompressps`), runs [`tail`] on 16 at a time, and stores each
-/// vector once complete, so that the rare tail lanes (about one value in 1500 of
-/// `x · y + 1` for two normal samples) cost one `tail` call per 16 of them instead of one
-/// per vector that holds one.
+/// value after the ops, the lanes to store and where (the loop has stored the vector
+/// without its tail lanes, so that a streamed output is written line after line with no
+/// gap: a gap left for later cost 15 % at `[8192, 4096]`). [`Pending::flush`] gathers the
+/// tail lanes of all of them (`vcompressps`), runs [`tail`] on 16 at a time, and stores
+/// each vector again once complete, so that the rare tail lanes (about one value in 1500
+/// of `x · y + 1` for two normal samples) cost one `tail` call per 16 of them instead of
+/// one per vector that holds one.
 struct Pending {
     n: usize,
     x: [MaybeUninit<__m512>; PEND],
@@ -593,15 +595,16 @@ impl Pending {
         self.n = e + 1;
     }
 
-    /// Stores every held vector: `gelu1::<Fused>` of its values, the [`tail`] lanes
-    /// computed 16 at a time; `stream` as in [`put`] for whole vectors.
+    /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
+    /// [`tail`] lanes computed 16 at a time; plain stores (after the loop's, streamed or
+    /// not, to the same addresses).
     ///
     /// # Safety
     /// [`available`]; every held `dst` writable at the lanes of its `keep`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline(never)]
     #[cold]
-    unsafe fn flush(&mut self, tab: &[__m512; 8], stream: bool) {
+    unsafe fn flush(&mut self, tab: &[__m512; 8]) {
         let n = self.n;
         if n == 0 {
             return;
@@ -641,11 +644,7 @@ impl Pending {
             unsafe {
                 let r = _mm512_mask_expandloadu_ps(r, far[e], p.add(at) as *const _);
                 at += far[e].count_ones() as usize;
-                if self.keep[e] == 0xFFFF {
-                    put(self.dst[e], r, stream);
-                } else {
-                    _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
-                }
+                _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
             }
         }
         self.n = 0;
@@ -657,9 +656,9 @@ impl Pending {
 /// `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane
 /// ([`outside`], one branch per step) stores them; else each vector gets `x` in its
 /// lanes at `x >= POS_END` ([`settle`]) and, when it has lanes at `x <= NEG_END` or NaN,
-/// joins `pend` instead of being stored; `pend` is flushed after a block of [`BLOCK`]
-/// values once it holds 16 vectors, so that the loop calls nothing. Whole vectors are
-/// stored through [`put`] (streamed where aligned when `stream`).
+/// also joins `pend`; `pend` is flushed after a block of [`BLOCK`] values once it holds 16
+/// vectors, so that the loop calls nothing. Whole vectors are stored through [`put`]
+/// (streamed where aligned when `stream`).
 ///
 /// # Safety
 /// [`available`]; `src` and every row of `l` readable and `dst` writable for `n` floats;
@@ -695,9 +694,7 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
                 } else {
                     for w in 0..4 {
                         let p = dst.add(i + 16 * w);
-                        if let Some(r) = settle(x[w], r[w], p, 0xFFFF, pend) {
-                            put(p, r, stream);
-                        }
+                        put(p, settle(x[w], r[w], p, 0xFFFF, pend), stream);
                     }
                 }
                 i += 64;
@@ -708,8 +705,8 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
                 let p = dst.add(i);
                 if !outside(&[x]) {
                     put(p, r, stream);
-                } else if let Some(r) = settle(x, r, p, 0xFFFF, pend) {
-                    put(p, r, stream);
+                } else {
+                    put(p, settle(x, r, p, 0xFFFF, pend), stream);
                 }
                 i += 16;
             }
@@ -720,38 +717,31 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
                 let p = dst.add(i);
                 if !outside(&[x]) {
                     _mm512_mask_storeu_ps(p, k, r);
-                } else if let Some(r) = settle(x, r, p, k, pend) {
-                    _mm512_mask_storeu_ps(p, k, r);
+                } else {
+                    _mm512_mask_storeu_ps(p, k, settle(x, r, p, k, pend));
                 }
             }
         }
         if pend.n >= 16 {
             // SAFETY: the held vectors' outputs are within `dst` of this or an earlier call
             // of the caller's.
-            unsafe { pend.flush(tab, stream) };
+            unsafe { pend.flush(tab) };
         }
     }
 }
 
-/// `r` (the central form of `x`) with `x` in the lanes at `x >= POS_END`, when no lane of
-/// `keep` has `x <= NEG_END` or NaN; else `None`, `x` held in `pend` to be stored at `dst`
-/// later.
+/// `r` (the central form of `x`) with `x` in the lanes at `x >= POS_END`; when a lane of
+/// `keep` has `x <= NEG_END` or NaN, `x` is also held in `pend`, to be stored again at
+/// `dst`, complete, later.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-fn settle(
-    x: __m512,
-    r: __m512,
-    dst: *mut f32,
-    keep: __mmask16,
-    pend: &mut Pending,
-) -> Option<__m512> {
+fn settle(x: __m512, r: __m512, dst: *mut f32, keep: __mmask16, pend: &mut Pending) -> __m512 {
     let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END)) & keep;
     if far != 0 {
         pend.push(x, dst, keep);
-        return None;
     }
     let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
-    Some(_mm512_mask_mov_ps(r, big, x))
+    _mm512_mask_mov_ps(r, big, x)
 }
 
 /// Whether a lane of the `W` vectors is outside `NEG_END < x < POS_END` or NaN, from the
