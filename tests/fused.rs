@@ -2712,6 +2712,57 @@ fn flat_chain_bits(shapes: &[((usize, usize), bool)]) {
     }
 }
 
+/// `gelu(x * y + 1.0)` whose values `x · y + 1` fall in gelu's `exp` form (`<= -4.5`) in
+/// about a quarter of the lanes (`x = 6 · randn − 4`), with NaN, ±inf, ±0 and huge values
+/// in `x` and inf, NaN and 0 in `y`: whole-tensor and tile by tile, on one thread and two,
+/// on odd shapes (one column, one element, rows of every tail width), and past the
+/// non-temporal threshold, bit for bit with the interpreter.
+#[test]
+fn flat_operand_chains_with_many_tail_lanes_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    flat_tail_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
+    flat_tail_chain_bits(&[((300, 1), false), ((300, 1001), false), ((5, 17), false)]);
+    flat_tail_chain_bits(&large_flat_shapes());
+}
+
+fn flat_tail_chain_bits(shapes: &[((usize, usize), bool)]) {
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        1e30,
+        -1e30,
+        -4.5,
+        8.0,
+    ];
+    for (i, &((r, c), nt)) in shapes.iter().enumerate() {
+        let s = 5200 + 10 * i as u64 + (r * c) as u64;
+        let tag = format!("[{r}, {c}]");
+        let v: Vec<f32> = with_specials(r, c, s, &specials)
+            .to_vec()
+            .unwrap()
+            .into_iter()
+            .map(|x| 6.0 * x - 4.0)
+            .collect();
+        let x = Tensor::from_vec(v, &[r, c]).unwrap();
+        let mut yv = Tensor::<f32>::randn(&[c], s + 1).to_vec().unwrap();
+        yv[c / 2] = f32::INFINITY;
+        yv[c - 1] = f32::NAN;
+        yv[c / 3] = 0.0;
+        let y = Tensor::from_vec(yv, &[c]).unwrap();
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                flat_and_tiles(&format!("tail chain {tag} {threads}T"), nt, || {
+                    chain(&x, &y).unwrap()
+                })
+            });
+        }
+    }
+}
+
 /// Operand chains ending in gelu of other forms than `gelu(x * y + 1)`, on the whole-tensor
 /// path and tile by tile (`flat_and_tiles`), on one thread and two, bit for bit with the
 /// interpreter: a row operand on either side of `sub` and three ops (`gelu((x - y) * 0.5 +
@@ -2963,6 +3014,7 @@ fn every_simd_level_agrees() {
         operand_chains_bits();
         flat_chain_bits(&[((37, 300), false), ((9, 1025), false), ((1, 1), false)]);
         flat_chain_bits(&large_flat_shapes());
+        flat_tail_chain_bits(&[((37, 300), false), ((9, 1025), false), ((300, 1), false)]);
         gelu_chain_forms_bits();
         gelu_ranges_bits();
         unary_chains_bits();

@@ -7,21 +7,26 @@
 //!
 //! Per 16 lanes ([`central`]): `j = ⌊2|x|⌋` by `vcvttps2dq`, `u = (2|x| − ⌊2|x|⌋) − ½` from
 //! `vreduceps` (the fraction is exact, so the one rounding is that of `2|x| − (j + ½)`), each
-//! coefficient picked by one `vpermps`, seven FMAs, and one more FMA for the result:
-//! `fma(−|x|, c, b)` with `b = x` for a positive sign (`x − x·c`, rounded once) and `b = −0`
+//! coefficient picked by one `vpermps` (from [`table`]'s negated coefficients, so that the
+//! polynomial comes out as `−c`), seven FMAs, and one more FMA for the result:
+//! `fma(|x|, −c, b)` with `b = x` for a positive sign (`x − x·c`, rounded once) and `b = −0`
 //! for a negative sign (`x·c + (−0)`, which is `x·c` rounded, signed zeros included). Lanes
 //! outside `|x| < 4.5` (`j ≥ 9` as an unsigned integer, which NaN and huge `|x|` also give)
 //! may need [`fix`]: `x` itself from `POS_END` on, [`tail`] lane by lane (out of line) for
 //! `x <= NEG_END` and NaN. Loops take two vectors per step ([`gelu32`]: a pair skips `fix`
 //! when no lane has `|x| >= 4.5`, until the first pair that has one; then each vector is
 //! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one. [`after`]'s
-//! loop ([`lanes_run`]) runs its ops in registers, then takes four vectors per step
-//! ([`gelu_far_w`]: `x` blended in from `POS_END` on without a branch), and recomputes the
-//! vectors with a lane at `x <= NEG_END` or NaN after each block of 1024 values.
+//! loop ([`lanes_run`]) runs its ops in registers (one instruction each, the kinds of ops a
+//! constant of the loop: [`Lanes`]), then takes four vectors per step ([`gelu_w`]), tests
+//! the four at once for lanes outside the central range ([`outside`]: two integer maxima,
+//! two compares), blends `x` in from `POS_END` on in a vector that has such lanes, and holds
+//! the vectors with a lane at `x <= NEG_END` or NaN in a [`Pending`] list whose tail lanes are
+//! gathered and computed 16 at a time.
 
 use super::arith::Fused;
 use super::gelu::{CT, NEG_END, POS_END, S, gelu1, tail};
 use core::arch::x86_64::*;
+use core::mem::MaybeUninit;
 use tessera_ir::graph::BinaryOp;
 
 // `2|x|` is formed as `|x| + |x|`.
@@ -34,12 +39,19 @@ pub(crate) fn available() -> bool {
     super::dispatch::has_avx512() && std::arch::is_x86_feature_detected!("avx512dq")
 }
 
-/// The coefficient table: `CT[k]`'s 16 interval values in one register each.
+/// The coefficient table, negated: `−CT[k]`'s 16 interval values in one register each.
+/// Horner's steps on negated coefficients give exactly `−c` (each FMA's rounding is
+/// symmetric), so the result `fma(|x|, −c, b)` is [`central`]'s `fma(−|x|, c, b)` without
+/// forming `−|x|`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
 fn table() -> [__m512; 8] {
+    let sign = _mm512_set1_epi32(i32::MIN);
     // SAFETY: `CT[k]` holds 16 floats.
-    core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) })
+    core::array::from_fn(|k| unsafe {
+        let t = _mm512_castps_si512(_mm512_loadu_ps(CT[k].as_ptr()));
+        _mm512_castsi512_ps(_mm512_xor_si512(t, sign))
+    })
 }
 
 /// The central form on 16 lanes (right for lanes with `NEG_END < x < POS_END`), and `j`
@@ -59,10 +71,9 @@ fn central(x: __m512, tab: &[__m512; 8]) -> (__m512, __m512i) {
     }
     let xi = _mm512_castps_si512(x);
     let sign = _mm512_set1_epi32(i32::MIN);
-    let nax = _mm512_castsi512_ps(_mm512_or_si512(xi, sign));
-    // x for a clear sign bit, −0 (0x8000_0000) for a set one.
+    // x for a clear sign bit, −0 (0x8000_0000) for a set one; `c` is negated ([`table`]).
     let b = _mm512_castsi512_ps(_mm512_min_epu32(xi, sign));
-    (_mm512_fmadd_ps(nax, c, b), j)
+    (_mm512_fmadd_ps(ax, c, b), j)
 }
 
 /// Whether a lane of `j` (from [`central`]) is outside `|x| < 4.5` (`j ≥ 9` unsigned; NaN
@@ -179,17 +190,17 @@ pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
     }
 }
 
-/// Stores the 16 floats of `r` at `p`: non-temporally (`vmovntps`) when `S` and `p` is
-/// 64-byte aligned, else a plain store.
+/// Stores the 16 floats of `r` at `p`: non-temporally (`vmovntps`) when `stream` and `p`
+/// is 64-byte aligned, else a plain store.
 ///
 /// # Safety
 /// [`available`]; `p` writable for 16 floats.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-unsafe fn put<const S: bool>(p: *mut f32, r: __m512) {
+unsafe fn put(p: *mut f32, r: __m512, stream: bool) {
     // SAFETY: the caller's contract; the streaming store's address is 64-byte aligned.
     unsafe {
-        if S && (p as usize).is_multiple_of(64) {
+        if stream && (p as usize).is_multiple_of(64) {
             _mm512_stream_ps(p, r)
         } else {
             _mm512_storeu_ps(p, r)
@@ -220,13 +231,13 @@ unsafe fn map_with<const S: bool>(
                 tab,
                 test,
             );
-            put::<S>(dst.add(i), r0);
-            put::<S>(dst.add(i + 16), r1);
+            put(dst.add(i), r0, S);
+            put(dst.add(i + 16), r1, S);
         }
         i += 32;
     }
     if i + 16 <= n {
-        unsafe { put::<S>(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), tab)) };
+        unsafe { put(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), tab), S) };
         i += 16;
     }
     if i < n {
@@ -264,89 +275,120 @@ pub(crate) fn pre_one(pre: &[Pre], v: f32, j: usize) -> f32 {
 /// a `div`, take [`after_any`].
 const LIN_MAX: usize = 3;
 
+/// [`Lanes`] kinds of op, two bits per op in a kind code (op `q` at bits `2q`): `v · k`.
+const MUL: u32 = 0;
+/// `v + k` (`k` a row, a constant, or for `v − c` the constant `−c`).
+const ADD: u32 = 1;
+/// `fma(v, m, k ^ flip)` (`m` and `k` each a row or 16 copies of a constant).
+const GEN: u32 = 2;
+/// The kind code of three ops, each [`GEN`] (three-op chains take one loop).
+const GEN3: u32 = GEN | GEN << 2 | GEN << 4;
+// `after_rows` matches kind codes as literals: `MUL`, `ADD`, `GEN` are 0, 1, 2.
+const _: () = assert!(MUL == 0 && ADD == 1 && GEN == 2 && GEN3 == 42);
+
+/// 16 copies of each constant operand of [`Lanes`] (two per op).
+type Copies = [[f32; 16]; 2 * LIN_MAX];
+
 /// `N` [`Pre`] ops without `Div`, each rounded once as the op itself, signed zeros
-/// included (a NaN `k` in `v − k` comes back with its sign flipped):
-/// - a constant `k`: `v = fma(v, m, a)`, `add` with `m = 1, a = k`, `v − k` with
-///   `m = 1, a = −k`, `k − v` with `m = −1, a = k`, `mul` with `m = k, a = −0`;
-/// - a row and `mul`: `v = v · row[j]`;
-/// - a row and `add`/`sub`: `v = fma(v, m, row[j] ^ flip)`, `m = −1` for `k − v`, else 1,
-///   `flip` the sign bit for `v − k`, else 0.
+/// included (a NaN constant in `v − c` comes back with its sign flipped), each op one
+/// instruction of its kind (the code from [`Lanes::new`]; the loops take it as a constant,
+/// so that no op is dispatched per vector):
+/// - [`MUL`] `v · k` (`mul` by a row or a constant);
+/// - [`ADD`] `v + k` (`add` of a row or a constant, `v − c` as `v + (−c)`);
+/// - [`GEN`] `fma(v, m, k ^ flip)`: `k − v` (`m = −1`), `v − row` (`m = 1`, `flip` the sign
+///   bit), and every op of a three-op chain (`mul` as `fma(v, k, −0)`, `add` as
+///   `fma(v, 1, k)`).
 ///
-/// `row[q]` is null for a constant.
+/// An operand is read through a pointer and a step mask: a row from column `col` on (the
+/// value at `i` reads `row[i]`: mask `!0`), or 16 copies of a constant (mask 0, so every
+/// vector reads the same 16 floats), with no branch on which.
 #[derive(Clone, Copy)]
 struct Lanes<const N: usize> {
-    row: [*const f32; N],
-    mul: [bool; N],
-    m: [__m512; N],
-    a: [__m512; N],
+    /// `k` (and [`MUL`]'s factor): pointer and step mask.
+    k: [(*const f32, usize); N],
+    /// [`GEN`]'s `m`.
+    m: [(*const f32, usize); N],
     flip: [__m512i; N],
 }
 
 impl<const N: usize> Lanes<N> {
-    /// The registers of `pre`'s first `N` ops, rows read from column `col`.
+    /// The ops of `pre` (`N` of them), rows read from column `col`, constants from `cp`
+    /// (filled here), and their kind code.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
-    fn new(pre: &[Pre], col: usize) -> Self {
+    fn new(pre: &[Pre], col: usize, cp: &mut Copies) -> (Self, u32) {
         use BinaryOp as B;
         let mut l = Lanes {
-            row: [core::ptr::null(); N],
-            mul: [false; N],
-            m: [_mm512_set1_ps(1.0); N],
-            a: [_mm512_set1_ps(-0.0); N],
+            k: [(core::ptr::null(), 0); N],
+            m: [(core::ptr::null(), 0); N],
             flip: [_mm512_setzero_si512(); N],
         };
+        let mut code = 0;
         for (q, &(op, left, s, c)) in pre.iter().take(N).enumerate() {
             let back = op == B::Sub && !left;
-            let (m, a) = match op {
-                B::Mul => (c, -0.0),
-                B::Sub if left => (1.0, -c),
-                _ => (if back { -1.0 } else { 1.0 }, c),
+            // The op as GEN: `m` (row when `mrow`) and `k` (row when `krow`), and its kind.
+            let (m, mrow, k, krow, kind) = match (op, s) {
+                (B::Mul, None) => (c, false, -0.0, false, MUL),
+                (B::Mul, Some(_)) => (0.0, true, -0.0, false, MUL),
+                (B::Sub, None) if left => (1.0, false, -c, false, ADD),
+                (_, None) => (if back { -1.0 } else { 1.0 }, false, c, false, ADD),
+                (_, Some(_)) => (if back { -1.0 } else { 1.0 }, false, 0.0, true, ADD),
             };
-            match s {
-                Some(s) => {
-                    l.row[q] = s[col..].as_ptr();
-                    l.mul[q] = op == B::Mul;
-                    l.m[q] = _mm512_set1_ps(if back { -1.0 } else { 1.0 });
-                    let neg = op == B::Sub && left;
-                    l.flip[q] = _mm512_set1_epi32(if neg { i32::MIN } else { 0 });
-                }
-                None => {
-                    l.m[q] = _mm512_set1_ps(m);
-                    l.a[q] = _mm512_set1_ps(a);
-                }
+            let kind = if N == 3 || back || (op == B::Sub && s.is_some()) {
+                GEN
+            } else {
+                kind
+            };
+            cp[2 * q] = [k; 16];
+            cp[2 * q + 1] = [m; 16];
+            let row = s.map(|s| s[col..].as_ptr());
+            let at = |r: bool, p: &[f32; 16]| match row {
+                Some(r0) if r => (r0, !0),
+                _ => (p.as_ptr(), 0),
+            };
+            let (kp, mp) = (at(krow, &cp[2 * q]), at(mrow, &cp[2 * q + 1]));
+            (l.k[q], l.m[q]) = match kind {
+                MUL => (mp, (core::ptr::null(), 0)),
+                _ => (kp, mp),
+            };
+            if op == B::Sub && left && s.is_some() {
+                l.flip[q] = _mm512_set1_epi32(i32::MIN);
             }
+            code |= kind << (2 * q);
         }
-        l
+        (l, code)
     }
 
     /// The same ops with every row read from `h` values further on.
     fn at(&self, h: usize) -> Self {
         let mut l = *self;
-        for r in l.row.iter_mut().filter(|r| !r.is_null()) {
-            *r = r.wrapping_add(h);
+        for (p, s) in l.k.iter_mut().chain(l.m.iter_mut()) {
+            *p = p.wrapping_add(h & *s);
         }
         l
     }
 
-    /// The ops on the 16 values at `i` of `src` (rows read at `i` too; `k` masks the lanes
-    /// read, all 16 when `k` is `0xFFFF`).
+    /// The ops (kind code `K`) on the 16 values at `i` of `src` (rows read at `i` too; `k`
+    /// masks the lanes read, all 16 when `k` is `0xFFFF`).
     ///
     /// # Safety
     /// [`available`]; `src` and every row readable at the lanes of `k` from `i`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
-    unsafe fn v(&self, src: *const f32, i: usize, k: __mmask16) -> __m512 {
-        // SAFETY (every load): the caller's contract.
+    unsafe fn v<const K: u32>(&self, src: *const f32, i: usize, k: __mmask16) -> __m512 {
+        // SAFETY (every load): the caller's contract; a constant's 16 copies are read at 0.
         let mut v = unsafe { load(src, i, k) };
         for q in 0..N {
-            v = if self.row[q].is_null() {
-                _mm512_fmadd_ps(v, self.m[q], self.a[q])
-            } else if self.mul[q] {
-                _mm512_mul_ps(v, unsafe { load(self.row[q], i, k) })
-            } else {
-                let r = _mm512_castps_si512(unsafe { load(self.row[q], i, k) });
-                let a = _mm512_castsi512_ps(_mm512_xor_si512(r, self.flip[q]));
-                _mm512_fmadd_ps(v, self.m[q], a)
+            let (kp, ks) = self.k[q];
+            let kv = unsafe { load(kp, i & ks, k) };
+            v = match K >> (2 * q) & 3 {
+                MUL => _mm512_mul_ps(v, kv),
+                ADD => _mm512_add_ps(v, kv),
+                _ => {
+                    let (mp, ms) = self.m[q];
+                    let a = _mm512_xor_si512(_mm512_castps_si512(kv), self.flip[q]);
+                    _mm512_fmadd_ps(v, unsafe { load(mp, i & ms, k) }, _mm512_castsi512_ps(a))
+                }
             };
         }
         v
@@ -401,6 +443,7 @@ pub(crate) fn streams(pre: &[Pre]) -> bool {
 /// [`after`] over values that start at column `col` of rows `c` long (row-major: the
 /// value at `i` has column `(col + i) % c`), each [`Pre`] slice one row of `c` values
 /// read at the value's column: the table and the ops' registers are set up once for all
+/// rows, and the vectors with a lane that needs [`tail`] wait in one [`Pending`] across
 /// rows. With `stream`, whole vectors are stored non-temporally where 64-byte aligned
 /// ([`put`]; not for chains of [`after_any`]'s form); the caller orders them (`sfence`).
 ///
@@ -428,40 +471,37 @@ pub(crate) unsafe fn after_rows(
     );
     let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
     let tab = table();
+    let mut cp: Copies = [[0.0; 16]; 2 * LIN_MAX];
+    let mut pend = Pending::new();
+    // `run!(N; codes)`: every row through the loop for `N` ops, the kind code a constant.
+    macro_rules! run {
+        ($n:literal; $($k:literal),*) => {{
+            let (l, code) = Lanes::<$n>::new(pre, 0, &mut cp);
+            match code {
+                // SAFETY: this function's contract: `src` and `dst` hold `n` floats
+                // (asserted) and do not overlap (`&mut` and `&`); every row `c`.
+                $($k => unsafe { rows_run::<$n, { $k }>(&l, x, y, n, col, c, &tab, stream, &mut pend) },)*
+                _ => unreachable!(),
+            }
+        }};
+    }
+    match pre.len() {
+        _ if !streams(pre) => {}
+        0 => {}
+        1 => return run!(1; 0, 1, 2),
+        2 => return run!(2; 0, 1, 2, 4, 5, 6, 8, 9, 10),
+        _ => return run!(3; 42),
+    }
     let (mut i, mut col) = (0, col);
     while i < n {
         let m = (n - i).min(c - col);
-        // SAFETY: this function's contract: `src` and `dst` hold `n` floats (asserted) and
-        // do not overlap (`&mut` and `&`); every row holds `c >= col + m` floats.
+        // SAFETY: as above; every row holds `c >= col + m` floats.
         unsafe {
+            let (x, y) = (x.add(i), y.add(i));
             match pre.len() {
-                _ if !streams(pre) => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
-                0 if stream => map_with::<true>(x.add(i), y.add(i), m, &tab, &mut true),
-                0 => map_with::<false>(x.add(i), y.add(i), m, &tab, &mut true),
-                1 => run_n(
-                    &Lanes::<1>::new(pre, col),
-                    x.add(i),
-                    y.add(i),
-                    m,
-                    &tab,
-                    stream,
-                ),
-                2 => run_n(
-                    &Lanes::<2>::new(pre, col),
-                    x.add(i),
-                    y.add(i),
-                    m,
-                    &tab,
-                    stream,
-                ),
-                _ => run_n(
-                    &Lanes::<3>::new(pre, col),
-                    x.add(i),
-                    y.add(i),
-                    m,
-                    &tab,
-                    stream,
-                ),
+                0 if stream => map_with::<true>(x, y, m, &tab, &mut true),
+                0 => map_with::<false>(x, y, m, &tab, &mut true),
+                _ => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
             }
         }
         i += m;
@@ -469,139 +509,265 @@ pub(crate) unsafe fn after_rows(
     }
 }
 
-/// [`lanes_run`] with streaming stores or without.
+/// The [`Lanes`] ops `l` (rows from column 0, kind code `K`) then gelu over the `n` values
+/// at `src` that start at column `col` of rows `c` long, into `dst`: [`lanes_run`] per row
+/// segment, from `dst`'s first 64-byte boundary on when `stream` (plain stores before it),
+/// with one [`Pending`] for all rows, flushed at the end.
 ///
 /// # Safety
-/// As [`lanes_run`].
+/// [`available`]; `src` readable and `dst` writable for `n` floats, not overlapping; every
+/// row of `l` readable for `c` floats; `col < c`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-#[inline]
-unsafe fn run_n<const N: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_run<const N: usize, const K: u32>(
     l: &Lanes<N>,
     src: *const f32,
     dst: *mut f32,
     n: usize,
+    col: usize,
+    c: usize,
     tab: &[__m512; 8],
     stream: bool,
+    pend: &mut Pending,
 ) {
-    // SAFETY: the caller's contract; `h <= n`, the rows read from `h` on by `l.at(h)`.
-    unsafe {
-        if stream {
-            // Plain stores up to the first 64-byte boundary of `dst`, so that the rest
-            // streams.
-            let h = dst.align_offset(64).min(n);
-            lanes_run::<N, false>(l, src, dst, h, tab);
-            lanes_run::<N, true>(&l.at(h), src.add(h), dst.add(h), n - h, tab)
-        } else {
-            lanes_run::<N, false>(l, src, dst, n, tab)
+    let (mut i, mut col) = (0, col);
+    while i < n {
+        let m = (n - i).min(c - col);
+        // SAFETY: this function's contract; `h <= m`, each segment's rows read from its
+        // first value's column on (`l.at`).
+        unsafe {
+            let (x, y) = (src.add(i), dst.add(i));
+            let h = if stream { y.align_offset(64).min(m) } else { m };
+            for (a, b, s) in [(0, h, false), (h, m, stream)] {
+                if a < b {
+                    lanes_run::<N, K>(&l.at(col + a), x.add(a), y.add(a), b - a, tab, s, pend);
+                }
+            }
         }
+        i += m;
+        col = 0;
+    }
+    // SAFETY: the pending vectors' outputs are within `dst`.
+    unsafe { pend.flush(tab) };
+}
+
+/// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
+/// two of its checks.
+const BLOCK: usize = 64 * 16;
+
+/// Most vectors [`Pending`] holds: it is flushed once it holds 16 after a block.
+const PEND: usize = 16 + BLOCK / 16;
+
+/// Vectors whose result waits for [`tail`] in some lanes (`x <= NEG_END` or NaN): the
+/// value after the ops, the lanes to store and where (the loop has stored the vector
+/// without its tail lanes, so that a streamed output is written line after line with no
+/// gap: a gap left for later cost 15 % at `[8192, 4096]`). [`Pending::flush`] gathers the
+/// tail lanes of all of them (`vcompressps`), runs [`tail`] on 16 at a time, and stores
+/// each vector again once complete, so that the rare tail lanes (about one value in 1500
+/// of `x · y + 1` for two normal samples) cost one `tail` call per 16 of them instead of
+/// one per vector that holds one.
+struct Pending {
+    n: usize,
+    x: [MaybeUninit<__m512>; PEND],
+    dst: [*mut f32; PEND],
+    keep: [__mmask16; PEND],
+}
+
+impl Pending {
+    /// An empty list (its vectors unwritten until pushed: only the first `n` are read).
+    fn new() -> Self {
+        Pending {
+            n: 0,
+            x: [MaybeUninit::uninit(); PEND],
+            dst: [core::ptr::null_mut(); PEND],
+            keep: [0; PEND],
+        }
+    }
+
+    /// Holds the vector of values `x` (after the ops) to store at `dst` in the lanes of
+    /// `keep`.
+    #[inline]
+    fn push(&mut self, x: __m512, dst: *mut f32, keep: __mmask16) {
+        let e = self.n;
+        self.x[e] = MaybeUninit::new(x);
+        self.dst[e] = dst;
+        self.keep[e] = keep;
+        self.n = e + 1;
+    }
+
+    /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
+    /// [`tail`] lanes computed 16 at a time; plain stores (after the loop's, streamed or
+    /// not, to the same addresses).
+    ///
+    /// # Safety
+    /// [`available`]; every held `dst` writable at the lanes of its `keep`.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline(never)]
+    #[cold]
+    unsafe fn flush(&mut self, tab: &[__m512; 8]) {
+        let n = self.n;
+        if n == 0 {
+            return;
+        }
+        // SAFETY: the first `n` entries were written by `push`.
+        let xs = unsafe { &*(&self.x[..n] as *const [MaybeUninit<__m512>] as *const [__m512]) };
+        // The tail lanes, gathered, each written before it is read (the last 16 padded).
+        let mut buf = [MaybeUninit::<f32>::uninit(); PEND * 16 + 16];
+        let p = buf.as_mut_ptr() as *mut f32;
+        let mut far = [0 as __mmask16; PEND];
+        let mut at = 0;
+        let neg = _mm512_set1_ps(NEG_END);
+        for (e, &x) in xs.iter().enumerate() {
+            far[e] = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, neg) & self.keep[e];
+            // SAFETY: at most 16 lanes per vector, `buf` holds 16 per entry and 16 more.
+            unsafe { _mm512_mask_compressstoreu_ps(p.add(at) as *mut _, far[e], x) };
+            at += far[e].count_ones() as usize;
+        }
+        for t in (0..at).step_by(16) {
+            // SAFETY: within `buf` (16 floats from `t < at`); the lanes from `at` on are
+            // written (zeros) before the load.
+            unsafe {
+                if t + 16 > at {
+                    _mm512_mask_storeu_ps(p.add(t), !first(at - t), _mm512_setzero_ps());
+                }
+                let v = _mm512_loadu_ps(p.add(t));
+                _mm512_storeu_ps(p.add(t), far_blend(v, v, 0xFFFF));
+            }
+        }
+        let mut at = 0;
+        for (e, &x) in xs.iter().enumerate() {
+            let [r] = gelu_w(&[x], tab);
+            let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
+            let r = _mm512_mask_mov_ps(r, big, x);
+            // SAFETY: `buf` holds the tail lanes of every entry in order; the caller's
+            // contract for `dst`.
+            unsafe {
+                let r = _mm512_mask_expandloadu_ps(r, far[e], p.add(at) as *const _);
+                at += far[e].count_ones() as usize;
+                _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
+            }
+        }
+        self.n = 0;
     }
 }
 
-/// Values per block of [`lanes_run`]: one bit of a `u64` per vector of 16.
-const BLOCK: usize = 64 * 16;
-
-/// `dst[i] = gelu1::<Fused>(ops(src[i]))` for `i < n` with the [`Lanes`] ops, in blocks of
-/// [`BLOCK`]: [`gelu_far_w`] on four vectors per step, then one, then a masked vector for
-/// the last `n % 16`; vectors with a lane at `x <= NEG_END` or NaN are marked and, after the
-/// block, recomputed with [`tail`] in those lanes ([`far_blend`]), so that the loop calls
-/// nothing and keeps its registers. With `S` every whole vector is stored through [`put`]
-/// (streamed where aligned), and a marked vector is fixed ([`far_fix`]) before its store
-/// instead, as a streamed line is not read back.
+/// `dst[i] = gelu1::<Fused>(ops(src[i]))` for `i < n` with the [`Lanes`] ops (kind code
+/// `K`): [`gelu_w`] on four vectors per step, then one, then a masked vector for the last
+/// `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane
+/// ([`outside`], one branch per step) stores them; else each vector gets `x` in its
+/// lanes at `x >= POS_END` ([`settle`]) and, when it has lanes at `x <= NEG_END` or NaN,
+/// also joins `pend`; `pend` is flushed after a block of [`BLOCK`] values once it holds 16
+/// vectors, so that the loop calls nothing. Whole vectors are stored through [`put`]
+/// (streamed where aligned when `stream`).
 ///
 /// # Safety
 /// [`available`]; `src` and every row of `l` readable and `dst` writable for `n` floats;
 /// `dst` does not overlap them.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-unsafe fn lanes_run<const N: usize, const S: bool>(
+unsafe fn lanes_run<const N: usize, const K: u32>(
     l: &Lanes<N>,
     src: *const f32,
     dst: *mut f32,
     n: usize,
     tab: &[__m512; 8],
+    stream: bool,
+    pend: &mut Pending,
 ) {
     for b0 in (0..n).step_by(BLOCK) {
         let end = n.min(b0 + BLOCK);
-        let mut far = 0u64;
         let mut i = b0;
         // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
         unsafe {
             while i + 64 <= end {
                 let x = [
-                    l.v(src, i, 0xFFFF),
-                    l.v(src, i + 16, 0xFFFF),
-                    l.v(src, i + 32, 0xFFFF),
-                    l.v(src, i + 48, 0xFFFF),
+                    l.v::<K>(src, i, 0xFFFF),
+                    l.v::<K>(src, i + 16, 0xFFFF),
+                    l.v::<K>(src, i + 32, 0xFFFF),
+                    l.v::<K>(src, i + 48, 0xFFFF),
                 ];
-                let (mut r, f) = gelu_far_w(&x, tab);
-                if S && f != 0 {
-                    for w in 0..4 {
-                        if f >> w & 1 != 0 {
-                            r[w] = far_fix(x[w], r[w]);
-                        }
+                let r = gelu_w(&x, tab);
+                if !outside(&x) {
+                    for (w, r) in r.iter().enumerate() {
+                        put(dst.add(i + 16 * w), *r, stream);
                     }
-                }
-                for (w, r) in r.iter().enumerate() {
-                    put::<S>(dst.add(i + 16 * w), *r);
-                }
-                if !S {
-                    far |= (f as u64) << ((i - b0) / 16);
+                } else {
+                    for w in 0..4 {
+                        let p = dst.add(i + 16 * w);
+                        put(p, settle(x[w], r[w], p, 0xFFFF, pend), stream);
+                    }
                 }
                 i += 64;
             }
             while i + 16 <= end {
-                let x = l.v(src, i, 0xFFFF);
-                let ([r], f) = gelu_far_w(&[x], tab);
-                let r = if S && f != 0 { far_fix(x, r) } else { r };
-                put::<S>(dst.add(i), r);
-                if !S {
-                    far |= (f as u64) << ((i - b0) / 16);
+                let x = l.v::<K>(src, i, 0xFFFF);
+                let [r] = gelu_w(&[x], tab);
+                let p = dst.add(i);
+                if !outside(&[x]) {
+                    put(p, r, stream);
+                } else {
+                    put(p, settle(x, r, p, 0xFFFF, pend), stream);
                 }
                 i += 16;
             }
             if i < end {
                 let k = first(end - i);
-                let x = l.v(src, i, k);
-                let ([r], f) = gelu_far_w(&[x], tab);
-                let r = if S && f != 0 { far_fix(x, r) } else { r };
-                _mm512_mask_storeu_ps(dst.add(i), k, r);
-                if !S {
-                    far |= (f as u64) << ((i - b0) / 16);
+                let x = l.v::<K>(src, i, k);
+                let [r] = gelu_w(&[x], tab);
+                let p = dst.add(i);
+                if !outside(&[x]) {
+                    _mm512_mask_storeu_ps(p, k, r);
+                } else {
+                    _mm512_mask_storeu_ps(p, k, settle(x, r, p, k, pend));
                 }
             }
-            while far != 0 {
-                let i = b0 + far.trailing_zeros() as usize * 16;
-                far &= far - 1;
-                let k = if i + 16 <= end {
-                    0xFFFF
-                } else {
-                    first(end - i)
-                };
-                let x = l.v(src, i, k);
-                let f = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
-                let r = far_blend(x, _mm512_maskz_loadu_ps(k, dst.add(i)), f & k);
-                _mm512_mask_storeu_ps(dst.add(i), k, r);
-            }
+        }
+        if pend.n >= 16 {
+            // SAFETY: the held vectors' outputs are within `dst` of this or an earlier call
+            // of the caller's.
+            unsafe { pend.flush(tab) };
         }
     }
 }
 
-/// `r` with [`tail`] in the lanes at `x <= NEG_END` or NaN ([`far_blend`]).
+/// `r` (the central form of `x`) with `x` in the lanes at `x >= POS_END`; when a lane of
+/// `keep` has `x <= NEG_END` or NaN, `x` is also held in `pend`, to be stored again at
+/// `dst`, complete, later.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-fn far_fix(x: __m512, r: __m512) -> __m512 {
-    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
-    far_blend(x, r, far)
+fn settle(x: __m512, r: __m512, dst: *mut f32, keep: __mmask16, pend: &mut Pending) -> __m512 {
+    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END)) & keep;
+    if far != 0 {
+        pend.push(x, dst, keep);
+    }
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
+    _mm512_mask_mov_ps(r, big, x)
 }
 
-/// `gelu1::<Fused>` on `W` vectors of 16 lanes, except in the lanes at `x <= NEG_END` or
-/// NaN, which need [`tail`]: the central form ([`central`]'s steps, each on all `W` vectors
-/// before the next, so that their chains of dependent FMAs interleave), with `x` blended in
-/// the lanes at `x >= POS_END` (no branch). Bit `w` of the mask returned is set when vector
-/// `w` has a lane that needs [`tail`].
+/// Whether a lane of the `W` vectors is outside `NEG_END < x < POS_END` or NaN, from the
+/// bits: `x >= POS_END` (and `+inf`, `+NaN`) is `bits >= POS_END`'s as signed integers,
+/// `x <= NEG_END` (and `−inf`, `−NaN`) `bits >= NEG_END`'s as unsigned ones; the largest
+/// of each over the vectors, then two compares.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
-fn gelu_far_w<const W: usize>(x: &[__m512; W], tab: &[__m512; 8]) -> ([__m512; W], u32) {
+fn outside<const W: usize>(x: &[__m512; W]) -> bool {
+    let mut s = _mm512_castps_si512(x[0]);
+    let mut u = s;
+    for x in &x[1..] {
+        let xi = _mm512_castps_si512(*x);
+        s = _mm512_max_epi32(s, xi);
+        u = _mm512_max_epu32(u, xi);
+    }
+    let hi = _mm512_cmpge_epi32_mask(s, _mm512_set1_epi32(POS_END.to_bits() as i32));
+    let lo = _mm512_cmpge_epu32_mask(u, _mm512_set1_epi32(NEG_END.to_bits() as i32));
+    hi | lo != 0
+}
+
+/// The central form ([`central`]'s steps, each on all `W` vectors before the next, so that
+/// their chains of dependent FMAs interleave) on `W` vectors of 16 lanes.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn gelu_w<const W: usize>(x: &[__m512; W], tab: &[__m512; 8]) -> [__m512; W] {
     let z = _mm512_setzero_ps();
     let (mut ax, mut u, mut c) = ([z; W], [z; W], [z; W]);
     let mut j = [_mm512_setzero_si512(); W];
@@ -619,19 +785,13 @@ fn gelu_far_w<const W: usize>(x: &[__m512; W], tab: &[__m512; 8]) -> ([__m512; W
         }
     }
     let mut r = [z; W];
-    let mut bits = 0u32;
     let sign = _mm512_set1_epi32(i32::MIN);
     for w in 0..W {
         let xi = _mm512_castps_si512(x[w]);
-        let nax = _mm512_castsi512_ps(_mm512_or_si512(xi, sign));
         let b = _mm512_castsi512_ps(_mm512_min_epu32(xi, sign));
-        let rr = _mm512_fmadd_ps(nax, c[w], b);
-        let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x[w], _mm512_set1_ps(POS_END));
-        let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x[w], _mm512_set1_ps(NEG_END));
-        r[w] = _mm512_mask_mov_ps(rr, big, x[w]);
-        bits |= ((far != 0) as u32) << w;
+        r[w] = _mm512_fmadd_ps(ax[w], c[w], b);
     }
-    (r, bits)
+    r
 }
 
 /// [`after`] for any [`Pre`] ops on values from column `col` of one row: each op

@@ -284,3 +284,83 @@ fn after_rows_matches_the_ops_then_gelu1() {
         }
     }
 }
+
+/// Inputs with many lanes in the `exp` form (`x <= -4.5`), NaN of both signs, ±inf and
+/// `x >= 8`: vectors with several tail lanes, and whole runs of them.
+fn tail_heavy(seed: u64, n: usize) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..n)
+        .map(|_| match r.next_u64() % 8 {
+            0 => {
+                [f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY][(r.next_u64() % 4) as usize]
+            }
+            1 | 2 => r.uniform(-20.0, -4.5),
+            3 => r.uniform(8.0, 30.0),
+            _ => r.uniform(-4.4, 7.9),
+        })
+        .collect()
+}
+
+#[test]
+fn after_rows_with_many_tail_lanes_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let rows: Vec<Vec<f32>> = (0..2).map(|r| tail_heavy(700 + r, 1100)).collect();
+    let ones = vec![1.0f32; 1100];
+    let rows = [rows[0].clone(), rows[1].clone(), ones];
+    let chains: [&[(BinaryOp, bool, Option<usize>, f32)]; 5] = [
+        &[(Mul, true, Some(2), 0.0)],
+        &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+        &[(Sub, true, None, 3.0), (Mul, false, Some(1), 0.0)],
+        &[(Sub, true, Some(0), 0.0), (Sub, false, None, -1.5)],
+        &[
+            (Add, false, Some(1), 0.0),
+            (Mul, true, None, 0.5),
+            (Sub, false, Some(0), 0.0),
+        ],
+    ];
+    // Rows of every kind of width; the vectors waiting for the tail cross rows and blocks.
+    for (t, (c, col, n)) in [
+        (1024, 0, 8192),
+        (300, 7, 6000),
+        (37, 0, 37 * 20),
+        (1, 0, 40),
+        (1100, 1099, 4400),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = tail_heavy(800 + t as u64, n);
+        for ch in chains {
+            check_rows(ch, &rows, &x, col, c);
+        }
+    }
+}
+
+#[test]
+fn after_rows_finds_every_lane_at_the_range_edges() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    // Floats within 40 ulps of 8, -4.5 (and of the central values' edges at ±0), each at
+    // every lane of a vector of central values, through `x · 1`.
+    let mut x = Vec::new();
+    for e in [8.0f32, -4.5, 4.5, -8.0, 0.0, -0.0] {
+        for d in -40i32..=40 {
+            let v = f32::from_bits(e.to_bits().wrapping_add_signed(d));
+            for lane in 0..16 {
+                let mut vec = [0.25f32; 16];
+                vec[lane] = v;
+                x.extend_from_slice(&vec);
+            }
+        }
+    }
+    let n = x.len();
+    let ones = vec![vec![1.0f32; n]];
+    check_rows(&[(BinaryOp::Mul, true, Some(0), 0.0)], &ones, &x, 0, n);
+    check_rows(&[(BinaryOp::Mul, true, None, 1.0)], &ones, &x, 0, n);
+}
