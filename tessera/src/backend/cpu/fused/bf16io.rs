@@ -36,9 +36,9 @@ fn level() -> Lvl {
     Lvl::Portable
 }
 
-/// Set while [`super::without_bf16_convert`] runs: [`has_cvt`] answers false.
-pub(super) static CVT_OFF: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+/// How many calls of [`super::without_bf16_convert`] are running (on any thread): while
+/// any is, [`has_cvt`] answers false.
+pub(super) static CVT_OFF: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// `o[i]` = `s[i]` widened to f32 (exact), over `o.len()` elements.
 pub(crate) fn widen(s: &[u16], o: &mut [f32]) {
@@ -268,7 +268,7 @@ mod x86 {
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512dq")
                 && is_x86_feature_detected!("avx512bf16")
-        }) && !super::CVT_OFF.load(std::sync::atomic::Ordering::Relaxed)
+        }) && super::CVT_OFF.load(std::sync::atomic::Ordering::Relaxed) == 0
     }
 
     /// The bits of [`pack2_512`] by one `vcvtne2ps2bf16` (round to nearest even, a NaN made
@@ -773,7 +773,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn store32_cvt_gives_half_from_f32_of_each_lane() {
-        if !x86::has_cvt() {
+        // The features themselves, not `has_cvt` (which another test's
+        // `without_bf16_convert` may turn off meanwhile).
+        if !(is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512bf16"))
+        {
+            eprintln!("skipped: no AVX-512F, BW, DQ and BF16");
             return;
         }
         #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
@@ -796,7 +803,7 @@ mod tests {
         for p in [all, normal] {
             let n = p.len() / 32 * 32;
             let mut o = vec![0xAAAAu16; n + 3];
-            // SAFETY: the features are detected (`has_cvt`).
+            // SAFETY: the features are detected (above).
             unsafe { run(&p[..n], &mut o[..n]) };
             for i in 0..n {
                 let want = half::bf16::from_f32(p[i]).to_bits();
@@ -804,6 +811,38 @@ mod tests {
             }
             assert!(o[n..].iter().all(|v| *v == 0xAAAA), "wrote past {n}");
         }
+    }
+
+    /// Two calls of [`super::super::without_bf16_convert`] on two threads that overlap without
+    /// nesting (the first returns while the second runs): the setting stays off until the
+    /// second returns, and is on again after it (no other test of this crate calls it).
+    #[test]
+    fn without_bf16_convert_holds_until_every_overlapping_call_returns() {
+        use std::sync::Barrier;
+        use std::sync::atomic::Ordering;
+        let (a_in, b_in, a_out) = (Barrier::new(2), Barrier::new(2), Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                super::super::without_bf16_convert(|| {
+                    a_in.wait();
+                    b_in.wait();
+                });
+                a_out.wait();
+            });
+            s.spawn(|| {
+                a_in.wait();
+                super::super::without_bf16_convert(|| {
+                    b_in.wait();
+                    a_out.wait();
+                    assert!(CVT_OFF.load(Ordering::Relaxed) > 0, "on while a call runs");
+                });
+            });
+        });
+        assert_eq!(
+            CVT_OFF.load(Ordering::Relaxed),
+            0,
+            "off after every call returned"
+        );
     }
 
     #[test]

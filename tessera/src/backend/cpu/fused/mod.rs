@@ -108,7 +108,10 @@ pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
 
 /// Runs `f` with the row loops' narrowing of bf16 outputs by `vcvtne2ps2bf16` (AVX-512
 /// BF16, where the CPU has it) off in the whole process: they narrow by integer rounding
-/// instead, as on a CPU without it (the same bits; the tests compare both).
+/// instead, as on a CPU without it (the same bits; the tests compare both). The setting is
+/// process-wide: launches on other threads meanwhile also narrow by integer rounding (the
+/// same bits), and it is on again once every such call on any thread has returned (or
+/// unwound), however the calls overlap.
 ///
 /// ```
 /// let n = tessera::backend::cpu::fused::without_bf16_convert(|| 1 + 1);
@@ -116,13 +119,15 @@ pub fn without_flat<R>(f: impl FnOnce() -> R) -> R {
 /// ```
 pub fn without_bf16_convert<R>(f: impl FnOnce() -> R) -> R {
     use std::sync::atomic::Ordering;
-    struct Restore(bool);
+    /// Ends this call's hold (also when `f` panics).
+    struct Restore;
     impl Drop for Restore {
         fn drop(&mut self) {
-            bf16io::CVT_OFF.store(self.0, Ordering::Relaxed);
+            bf16io::CVT_OFF.fetch_sub(1, Ordering::Relaxed);
         }
     }
-    let _restore = Restore(bf16io::CVT_OFF.swap(true, Ordering::Relaxed));
+    bf16io::CVT_OFF.fetch_add(1, Ordering::Relaxed);
+    let _restore = Restore;
     f()
 }
 
