@@ -2172,12 +2172,6 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         let xb = Tensor::<bf16>::randn(&[r, c], s + 4);
         let gb = Tensor::<bf16>::randn(&[c], s + 5);
         let bb = Tensor::<bf16>::randn(&[c], s + 6);
-        bits_match(&format!("layernorm bf16 {tag}"), programs, || {
-            tessera_kernels::layernorm(&xb, &gb, &bb).unwrap()
-        });
-        bits_match(&format!("rmsnorm bf16 {tag}"), programs, || {
-            tessera_kernels::rmsnorm(&xb, &gb).unwrap()
-        });
         bits_match(&format!("layernorm bf16→f32 {tag}"), programs, || {
             layernorm_bf16(&xb, &gb, &bb).unwrap()
         });
@@ -2203,34 +2197,9 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
             true,
             || rmsnorm_bf16(&spb, &gb).unwrap(),
         );
-        // bf16 in and out (each output lane narrowed in registers at the AVX-512 level): the
-        // specials, and a `γ` of about 2e-39 whose outputs are mostly bf16 subnormals
-        // (narrowed as the interpreter narrows them, not flushed).
-        direct_same_bits(
-            &format!("layernorm bf16 specials {tag}"),
-            programs,
-            true,
-            || tessera_kernels::layernorm(&spb, &gb, &bb).unwrap(),
-        );
-        direct_same_bits(
-            &format!("rmsnorm bf16 specials {tag}"),
-            programs,
-            true,
-            || tessera_kernels::rmsnorm(&spb, &gb).unwrap(),
-        );
-        let tiny = Tensor::<f32>::from_vec(
-            g.to_vec().unwrap().iter().map(|v| v * 2e-39).collect(),
-            &[c],
-        )
-        .unwrap();
-        let (gt, bt) = (to_bf16(&tiny), to_bf16(&tiny));
-        bits_match(&format!("layernorm bf16 subnormal {tag}"), programs, || {
-            tessera_kernels::layernorm(&xb, &gt, &bt).unwrap()
-        });
-        bits_match(&format!("rmsnorm bf16 subnormal {tag}"), programs, || {
-            tessera_kernels::rmsnorm(&xb, &gt).unwrap()
-        });
     }
+    // bf16 in and out at the same shapes.
+    norm_bf16_rows_bits_on(shapes);
 }
 
 /// bf16 → bf16 layernorm and rmsnorm whose output streams (`stream::large`: past the
