@@ -300,7 +300,7 @@ pub(crate) fn rows(
     #[cfg(target_arch = "x86_64")]
     if simd::active() >= SimdLevel::Avx512
         && let Some(p) = gelu_pre(ops, ks, true)
-        && !(stream && !crate::backend::cpu::vmath::gelu512::streams(&p[..ops.len() - 1]))
+        && (!stream || crate::backend::cpu::vmath::gelu512::streams(&p[..ops.len() - 1]))
     {
         // SAFETY: `gelu_pre`: `gelu512::available`.
         unsafe {
