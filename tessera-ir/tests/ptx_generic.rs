@@ -9,6 +9,8 @@ use tessera_ir::{DType, graph, pipeline};
 
 const GRAPHS: &[&str] = &[
     "graph @sm(%x: f32[R, C]) -> f32[R, C] {\n  %1 = softmax %x : f32[R, C]\n  return %1\n}",
+    // Under `deterministic`: the canonical `exp` sequence (`exp_canonical`).
+    "graph @smd(%x: f32[R, C]) -> f32[R, C] {\n  %1 = softmax %x policy=deterministic : f32[R, C]\n  return %1\n}",
     "graph @ln(%x: bf16[R, C], %g: f32[C], %b: f32[C]) -> f32[R, C] {\n  %3 = layernorm %x, %g, %b eps=1e-5 : f32[R, C]\n  return %3\n}",
     "graph @rms(%x: f32[R, C], %g: f32[C]) -> f32[R, C] {\n  %2 = rmsnorm %x, %g eps=1e-6 : f32[R, C]\n  return %2\n}",
     "graph @ew(%x: f32[R, C], %y: f32[C]) -> bf16[R, C] {\n  %2 = mul %x, %y : f32[R, C]\n  %3 = gelu %2 : f32[R, C]\n  %4 = cast %3 : bf16[R, C]\n  return %4\n}",

@@ -47,7 +47,9 @@ pub fn exp(a: &mut Asm, x: Reg) -> Reg {
 /// `e^x` by the canonical sequence of deterministic kernels ([`crate::canonical::exp`]):
 /// the same IEEE operations in the same order, so the result is the CPU's bit for bit.
 pub fn exp_canonical(a: &mut Asm, x: Reg) -> Reg {
-    use crate::canonical::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, SHIFTER};
+    use crate::canonical::{
+        EXP_HI, EXP_LO, EXP_POLY, EXP_SCALE_BIAS, LN2_HI, LN2_LO, LOG2E, SHIFTER,
+    };
     // Clamp; NaN passes (the comparisons are false).
     let (p, c0) = (a.p(), a.f());
     a.i(format!("setp.lt.f32 {p}, {x}, {}", flit(EXP_LO)));
@@ -74,23 +76,22 @@ pub fn exp_canonical(a: &mut Asm, x: Reg) -> Reg {
     a.i(format!("mul.rn.f32 {r2}, {r}, {r}"));
     a.i(format!("fma.rn.f32 {t}, {poly}, {r2}, {r}"));
     a.i(format!("add.rn.f32 {p1}, {t}, {}", flit(1.0)));
-    // ni = bits(k) − 0x4B400000; n1 = ni >> 1 (arithmetic); n2 = ni − n1;
-    // y = from_bits(bits(p) + (n1 << 23)) · from_bits((n2 + 127) << 23).
-    let (kb, ni, n1, n2) = (a.r(), a.r(), a.r(), a.r());
+    // a = bits(k) − EXP_SCALE_BIAS = n + 254; e1 = a >> 1 (arithmetic) = n1 + 127;
+    // e2 = a − e1 = n2 + 127; y = p · from_bits(e1 << 23) · from_bits(e2 << 23) (a NaN p
+    // stays NaN).
+    let (kb, ab, e1, e2) = (a.r(), a.r(), a.r(), a.r());
     a.i(format!("mov.b32 {kb}, {k}"));
-    a.i(format!("sub.s32 {ni}, {kb}, 1262485504"));
-    a.i(format!("shr.s32 {n1}, {ni}, 1"));
-    a.i(format!("sub.s32 {n2}, {ni}, {n1}"));
-    let (pb, sh, yb, e2, sb) = (a.r(), a.r(), a.r(), a.r(), a.r());
-    a.i(format!("mov.b32 {pb}, {p1}"));
-    a.i(format!("shl.b32 {sh}, {n1}, 23"));
-    a.i(format!("add.s32 {yb}, {pb}, {sh}"));
-    a.i(format!("add.s32 {e2}, {n2}, 127"));
-    a.i(format!("shl.b32 {sb}, {e2}, 23"));
-    let (y0, s, y) = (a.f(), a.f(), a.f());
-    a.i(format!("mov.b32 {y0}, {yb}"));
-    a.i(format!("mov.b32 {s}, {sb}"));
-    a.i(format!("mul.rn.f32 {y}, {y0}, {s}"));
+    a.i(format!("sub.s32 {ab}, {kb}, {EXP_SCALE_BIAS}"));
+    a.i(format!("shr.s32 {e1}, {ab}, 1"));
+    a.i(format!("sub.s32 {e2}, {ab}, {e1}"));
+    let (b1, b2) = (a.r(), a.r());
+    a.i(format!("shl.b32 {b1}, {e1}, 23"));
+    a.i(format!("shl.b32 {b2}, {e2}, 23"));
+    let (s1, s2, y0, y) = (a.f(), a.f(), a.f(), a.f());
+    a.i(format!("mov.b32 {s1}, {b1}"));
+    a.i(format!("mov.b32 {s2}, {b2}"));
+    a.i(format!("mul.rn.f32 {y0}, {p1}, {s1}"));
+    a.i(format!("mul.rn.f32 {y}, {y0}, {s2}"));
     y
 }
 

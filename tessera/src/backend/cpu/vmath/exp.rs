@@ -1,6 +1,6 @@
-//! Two `exp` sequences, branch-free, both applying the `2^n` scale in two halves (the first
-//! exact, the result normal; then one multiply), so results in the subnormal range are
-//! rounded once and correctly:
+//! Two `exp` sequences, branch-free, both applying the `2^n` scale as two multiplies (the
+//! first exact, the result normal), so results in the subnormal range are rounded once and
+//! correctly and a NaN keeps its payload:
 //!
 //! * [`exp1`] (`vmath::exp`): `x = (16n + j)·ln2/16 + r` with `|r| <= ln2/32` (Cody–Waite,
 //!   `ln2/16` split in two), `e^x = 2^n · T[j]·(1 + q(r))` with `T[j] = 2^(j/16)` from a
@@ -45,12 +45,6 @@ fn exp_poly<A: Arith>(r: f32) -> f32 {
     A::fma(p, r * r, r) + 1.0
 }
 
-/// `2^n` as a float for `-126 <= n <= 127`.
-#[inline(always)]
-fn pow2i(n: i32) -> f32 {
-    f32::from_bits((n.wrapping_add(127) as u32) << 23)
-}
-
 /// Range reduction for `x` in `[EXP_LO, EXP_HI]` (or NaN): returns `(r, k)`
 /// with `x = n ln2 + r`, `|r| <= ~0.35`, and `n` encoded in `k`'s bits.
 #[inline(always)]
@@ -61,19 +55,24 @@ pub(crate) fn exp_reduce<A: Arith>(x: f32) -> (f32, f32) {
     (A::fma(n, -LN2_LO, r), k)
 }
 
-/// `pre * e^r * 2^n` from [`exp_reduce`]'s `(r, k)`. Requires
-/// `pre * e^r * 2^(n/2)` to be normal whenever `n != 0` (true for `pre = 1`
-/// and for any `|pre| >= 2^-40`); `pre` may be anything when `n = 0`.
+/// `pre * e^r * 2^n` from [`exp_reduce`]'s `(r, k)`: two multiplies, by `2^n1`
+/// (`n1 = n >> 1`) and by `2^(n - n1)`. Requires `pre * e^r * 2^n1` to be normal whenever
+/// `n != 0` (true for `pre = 1` and for any `|pre| >= 2^-40`), so the first multiply is
+/// exact and the second rounds once; `pre` may be anything when `n = 0`. A NaN `p` (from a
+/// NaN argument or `pre`) stays NaN with its payload.
 #[inline(always)]
 pub(crate) fn exp_finish<A: Arith>(r: f32, k: f32, pre: f32) -> f32 {
     let p = pre * exp_poly::<A>(r);
-    // n in [-150, 129]; n1 goes into the exponent field by an integer add
-    // (result stays normal), n2 by a multiply (rounds once if subnormal).
-    let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    let n1 = ni >> 1;
-    let n2 = ni - n1;
-    f32::from_bits(p.to_bits().wrapping_add((n1 as u32) << 23)) * pow2i(n2)
+    // n in [-150, 129]; `a = n + 254`: `a >> 1 = n1 + 127` and `a - (a >> 1) = n2 + 127`,
+    // the exponent fields of `2^n1` and `2^n2` (`tessera_ir::canonical::exp`'s sequence).
+    let a = (k.to_bits() as i32).wrapping_sub(EXP_SCALE_BIAS);
+    let e1 = a >> 1;
+    let e2 = a.wrapping_sub(e1);
+    p * f32::from_bits((e1 as u32) << 23) * f32::from_bits((e2 as u32) << 23)
 }
+
+/// `0x4B40_0000 − 254`: [`exp_reduce`]'s `k` bits minus this are `n + 254`.
+const EXP_SCALE_BIAS: i32 = 0x4B40_0000 - 254;
 
 /// `exp(hi + lo)` where `lo` is a small correction (|lo| <= ulp(hi)); pass
 /// `lo = -0.0` for a plain `exp(hi)` (the add folds away). Full range:
@@ -95,14 +94,15 @@ pub(crate) fn exp_unclamped<A: Arith>(x: f32, lo: f32) -> f32 {
     exp_finish::<A>(r + lo, k, 1.0)
 }
 
-/// `exp(x)` for arguments known to lie in `[-87, 87]` (single scale, no
-/// subnormal handling). NaN propagates; callers clamp.
+/// `exp(x)` for arguments known to lie in `[-87, 87]` (one multiply by `2^n`, exact there;
+/// no subnormal handling). NaN propagates with its payload; callers clamp.
 #[inline(always)]
 pub(crate) fn exp_mid<A: Arith>(x: f32) -> f32 {
     let (r, k) = exp_reduce::<A>(x);
     let p = exp_poly::<A>(r);
-    let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    f32::from_bits(p.to_bits().wrapping_add((ni as u32) << 23))
+    // n in [-126, 126]: `n + 127` is `2^n`'s exponent field.
+    let e = (k.to_bits() as i32).wrapping_sub(0x4B40_0000 - 127);
+    p * f32::from_bits((e as u32) << 23)
 }
 
 /// Element kernel for [`super::exp_fused`]: `tessera_ir::canonical::exp`'s sequence.
@@ -166,8 +166,7 @@ pub(super) fn exp_t_poly<A: Arith>(r: f32, t: f32) -> f32 {
 /// [`exp_t_reduce`], [`exp_t_poly`] with `T[m mod 16]`, then `2^n` (`n = m >> 4`) in two
 /// halves: a multiply by `2^n1` (`n1 = n >> 1`; exact, the product stays normal), then one by
 /// `2^(n - n1)` (rounds once if the result is subnormal). A NaN `x` gives `y`'s NaN (an
-/// integer add to `y`'s exponent field, as in [`exp_finish`], would turn most NaN payloads
-/// into numbers).
+/// integer add to `y`'s exponent field would turn most NaN payloads into numbers).
 #[inline(always)]
 pub(crate) fn exp1<A: Arith>(x: f32) -> f32 {
     let x = if x < EXP_LO { EXP_LO } else { x };

@@ -304,3 +304,155 @@ proptest! {
         }
     }
 }
+
+/// Every `stride`-th f32 of `[lo, hi]` (both finite, `lo < hi`), in order.
+fn floats(lo: f32, hi: f32, stride: usize) -> Vec<f32> {
+    let key = |v: f32| {
+        let b = v.to_bits() as i64;
+        if b >> 31 == 1 { -(b & 0x7FFF_FFFF) } else { b }
+    };
+    let from = |k: i64| {
+        f32::from_bits(if k < 0 {
+            0x8000_0000 | (-k) as u32
+        } else {
+            k as u32
+        })
+    };
+    (key(lo)..=key(hi)).step_by(stride).map(from).collect()
+}
+
+/// `exp_finish` as it was before the two-multiply scale: an integer add of `n1` to the
+/// exponent field of `p = pre·e^r`, then a multiply by `2^n2`. `p` is `exp_finish` at `n = 0`
+/// (`k = SHIFTER`, both scales 1).
+fn exp_finish_exponent_add<A: arith::Arith>(r: f32, k: f32, pre: f32) -> f32 {
+    use super::exp::{SHIFTER, exp_finish};
+    let p = exp_finish::<A>(r, SHIFTER, pre);
+    let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let scale = f32::from_bits((n2.wrapping_add(127) as u32) << 23);
+    f32::from_bits(p.to_bits().wrapping_add((n1 as u32) << 23)) * scale
+}
+
+/// `exp_finish` and `exp_mid` give the bits of their former exponent-field adds for every
+/// non-NaN argument they are used on: `exp_finish` on every f32 at both ends of
+/// `[EXP_LO, EXP_HI]` and every 61st elsewhere, with `pre = 1` (`exp_core`, `exp_fused`,
+/// sigmoid, erf) and with `pre` of either sign from `2^-40` to `2^40` (gelu's tail passes
+/// `erfcx` or `x/2 · erfcx`); `exp_mid` (tanh) on every 61st f32 of `[-87, 87]`.
+#[test]
+fn exp_scale_by_multiplies_gives_the_exponent_add_bits() {
+    use super::exp::{EXP_HI, EXP_LO, exp_finish, exp_mid, exp_reduce};
+    fn check<A: arith::Arith>(x: &[f32], pres: &[f32]) {
+        for &v in x {
+            let v = v.clamp(EXP_LO, EXP_HI);
+            let (r, k) = exp_reduce::<A>(v);
+            for &pre in pres {
+                let (got, want) = (
+                    exp_finish::<A>(r, k, pre),
+                    exp_finish_exponent_add::<A>(r, k, pre),
+                );
+                assert_eq!(got.to_bits(), want.to_bits(), "x={v:e} pre={pre:e}");
+            }
+        }
+    }
+    let mut x = floats(-105.0, -86.0, 1);
+    x.extend(floats(86.0, 90.0, 1));
+    x.extend(floats(-86.0, 86.0, 61));
+    x.extend([f32::NEG_INFINITY, f32::INFINITY, f32::MAX, f32::MIN]);
+    check::<Fused>(&x, &[1.0]);
+    check::<Plain>(&x, &[1.0]);
+    let mut rng = Rng(15);
+    let pres: Vec<f32> = (0..24)
+        .map(|i| {
+            let m = 2f32.powf(rng.uniform(-40.0, 40.0));
+            if i % 2 == 0 { m } else { -m }
+        })
+        .chain([2f32.powi(-40), -(2f32.powi(40)), 0.5, -7.2])
+        .collect();
+    let x: Vec<f32> = x.iter().step_by(13).copied().collect();
+    check::<Fused>(&x, &pres);
+    check::<Plain>(&x, &pres);
+    fn check_mid<A: arith::Arith>(v: f32) {
+        let (r, k) = exp_reduce::<A>(v);
+        let p = exp_finish::<A>(r, SHIFTER_K, 1.0);
+        let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
+        let want = f32::from_bits(p.to_bits().wrapping_add((ni as u32) << 23));
+        assert_eq!(exp_mid::<A>(v).to_bits(), want.to_bits(), "exp_mid x={v:e}");
+    }
+    for v in floats(-87.0, 87.0, 61) {
+        check_mid::<Fused>(v);
+        check_mid::<Plain>(v);
+    }
+}
+
+/// `k` for `n = 0`.
+const SHIFTER_K: f32 = 12_582_912.0;
+
+/// A NaN argument gives NaN from every function built on the canonical `exp` pieces, at every
+/// level (quiet and signalling NaNs of both signs, every 61st payload): the exponent-field
+/// add made `exp_fused` of `0x7FFFFFFF` `f32::MAX`, and sigmoid and tanh of it finite.
+#[test]
+fn canonical_exp_users_give_nan_for_every_nan_payload() {
+    let x: Vec<f32> = (1..1u32 << 23)
+        .step_by(61)
+        .chain([0x7F_FFFF, 0x40_0000])
+        .flat_map(|p| [0x7F80_0000 | p, 0xFF80_0000 | p])
+        .map(f32::from_bits)
+        .collect();
+    for v in &x {
+        assert!(
+            tessera_ir::canonical::exp(*v).is_nan(),
+            "canonical {:#010x}",
+            v.to_bits()
+        );
+    }
+    macro_rules! levels {
+        ($m:ident, $public:ident) => {{
+            let mut v: Vec<(&'static str, Kernel)> = vec![
+                ("public", $public as Kernel),
+                ("portable", $m::portable as Kernel),
+            ];
+            #[cfg(target_arch = "x86_64")]
+            if dispatch::has_avx2_fma() {
+                // SAFETY: AVX2 and FMA were detected.
+                v.push(("avx2", |x: &mut [f32]| unsafe { $m::avx2(x) }));
+            }
+            #[cfg(target_arch = "x86_64")]
+            if dispatch::has_avx512() {
+                // SAFETY: AVX-512F, AVX2 and FMA were detected.
+                v.push(("avx512", |x: &mut [f32]| unsafe { $m::avx512(x) }));
+            }
+            v
+        }};
+    }
+    let mut fused: Vec<(&'static str, Kernel)> = vec![("public", exp_fused as Kernel)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if dispatch::has_avx2_fma() {
+            // SAFETY: AVX2 and FMA were detected.
+            fused.push(("avx2", |x: &mut [f32]| unsafe { k_exp::canonical_avx2(x) }));
+        }
+        if dispatch::has_avx512() {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected.
+            fused.push(("avx512", |x: &mut [f32]| unsafe {
+                k_exp::canonical_avx512(x)
+            }));
+        }
+    }
+    let all: Vec<(&str, Vec<(&'static str, Kernel)>)> = vec![
+        ("exp_fused", fused),
+        ("sigmoid", levels!(k_sigmoid, sigmoid)),
+        ("tanh", levels!(k_tanh, tanh)),
+        ("erf", levels!(k_erf, erf)),
+        ("gelu", levels!(k_gelu, gelu)),
+    ];
+    for (name, vars) in all {
+        for (vname, f) in vars {
+            let mut y = x.clone();
+            f(&mut y);
+            for (v, g) in x.iter().zip(&y) {
+                assert!(g.is_nan(), "{name}/{vname}({:#010x}) = {g:e}", v.to_bits());
+            }
+        }
+    }
+}

@@ -354,3 +354,42 @@ fn kahan_sum_keeps_what_fast_loses_on_cpu_and_sim() {
         }
     }
 }
+
+/// Under `deterministic` a NaN in a row makes that row's softmax NaN on the CPU and on the
+/// simulator alike, whatever the NaN's payload (the simulator makes every NaN `0x7FFFFFFF`,
+/// which the canonical `exp` turned into `f32::MAX` while its `2^n` scale was an integer add
+/// to the exponent field); the other rows keep the same bits on both.
+#[test]
+fn deterministic_softmax_of_a_nan_row_is_nan_on_cpu_and_sim() {
+    let case = cases("deterministic")
+        .into_iter()
+        .find(|c| c.name == "softmax")
+        .unwrap();
+    let rows = [0usize, 5, 12, 18];
+    let payloads = [0x7FC0_0000u32, 0x7FFF_FFFF, 0xFFC0_0020, 0x7F80_0001];
+    let s = setup(&case, |dtype, dims, seed| {
+        let mut b = random(dtype, dims, seed);
+        let bytes = b.as_bytes_mut();
+        for (i, (&r, &p)) in rows.iter().zip(&payloads).enumerate() {
+            let at = 4 * (r * dims[1] + 7 + 300 * i);
+            bytes[at..at + 4].copy_from_slice(&p.to_le_bytes());
+        }
+        b
+    });
+    let f = |b: &[u8]| -> Vec<f32> {
+        b.chunks(4)
+            .map(|w| f32::from_le_bytes(w.try_into().unwrap()))
+            .collect()
+    };
+    let cpu = f(&s.cpu(&s.c.kernels[0].schedule, 1));
+    let sim = f(&s.sim(&s.device_schedules()[0], Arch::Sm80).unwrap());
+    let c = cpu.len() / 19;
+    for (i, (a, b)) in cpu.iter().zip(&sim).enumerate() {
+        let nan_row = rows.contains(&(i / c));
+        assert_eq!(a.is_nan(), nan_row, "cpu at {i}: {a:e}");
+        assert_eq!(b.is_nan(), nan_row, "sim at {i}: {b:e}");
+        if !nan_row {
+            assert_eq!(a.to_bits(), b.to_bits(), "at {i}: cpu {a:e} vs sim {b:e}");
+        }
+    }
+}
