@@ -1,7 +1,11 @@
 //! The operand chains of [`super`]'s gelu ([`after`], [`after_rows`]): [`Pre`] ops run on
-//! each value before gelu, in registers inside gelu's vector loop ([`lanes_run`], the kinds
-//! of ops a constant of the loop: [`Lanes`]), the vectors with a lane at `x <= NEG_END` or
-//! NaN held in a [`Pending`] list; longer chains and chains with a `div` take [`after_any`].
+//! each value before gelu. [`after`]'s loop ([`lanes_run`]) runs its ops in registers (one
+//! instruction each, the kinds of ops a constant of the loop: [`Lanes`]), then takes four
+//! vectors per step ([`gelu_w`]), tests the four at once for lanes outside the central range
+//! ([`outside`]: two integer maxima, two compares), blends `x` in from `POS_END` on in a vector
+//! that has such lanes, and holds the vectors with a lane at `x <= NEG_END` or NaN in a
+//! [`Pending`] list whose tail lanes are gathered and computed 16 at a time. Longer chains, and
+//! chains with a `div`, take [`after_any`].
 
 use super::{far_blend, first, gelu16, map_with, put, table};
 use crate::backend::cpu::vmath::arith::Fused;

@@ -16,12 +16,7 @@
 //! `x <= NEG_END` and NaN. Loops take two vectors per step ([`gelu32`]: a pair skips `fix`
 //! when no lane has `|x| >= 4.5`, until the first pair that has one; then each vector is
 //! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one. [`after`]'s
-//! loop ([`lanes_run`](chain::lanes_run)) runs its ops in registers (one instruction each, the
-//! kinds of ops a constant of the loop: [`Lanes`](chain::Lanes)), then takes four vectors per step
-//! ([`gelu_w`](chain::gelu_w)), tests the four at once for lanes outside the central range
-//! ([`outside`](chain::outside): two integer maxima, two compares), blends `x` in from `POS_END` on
-//! in a vector that has such lanes, and holds the vectors with a lane at `x <= NEG_END` or NaN in a
-//! [`Pending`](chain::Pending) list whose tail lanes are gathered and computed 16 at a time.
+//! loop: [`chain`].
 
 mod chain;
 
