@@ -1,0 +1,247 @@
+//! The AVX-512 kernels of [`super::gelu()`]: [`map`] (`dst[i] = gelu(src[i])`) and [`after`]
+//! (`add`/`sub`/`mul`/`div` ops, then gelu), both giving every lane
+//! [`gelu1::<Fused>`](super::gelu::gelu1)'s bits, a NaN's sign and payload aside (as
+//! everywhere in the CPU backend: [`after`]'s `v − k` with a NaN `k` is `v·1 + (−k)`, which
+//! returns `−k`'s NaN where `subss` returns `k`'s). They need AVX-512F and AVX-512DQ
+//! ([`available`]).
+//!
+//! Per 16 lanes ([`central`]): `j = ⌊2|x|⌋` by `vcvttps2dq`, `u = (2|x| − ⌊2|x|⌋) − ½` from
+//! `vreduceps` (the fraction is exact, so the one rounding is that of `2|x| − (j + ½)`), each
+//! coefficient picked by one `vpermps` (from [`table`]'s negated coefficients, so that the
+//! polynomial comes out as `−c`), seven FMAs, and one more FMA for the result:
+//! `fma(|x|, −c, b)` with `b = x` for a positive sign (`x − x·c`, rounded once) and `b = −0`
+//! for a negative sign (`x·c + (−0)`, which is `x·c` rounded, signed zeros included). Lanes
+//! outside `|x| < 4.5` (`j ≥ 9` as an unsigned integer, which NaN and huge `|x|` also give)
+//! may need [`fix`]: `x` itself from `POS_END` on, [`tail`] lane by lane (out of line) for
+//! `x <= NEG_END` and NaN. Loops take two vectors per step ([`gelu32`]: a pair skips `fix`
+//! when no lane has `|x| >= 4.5`, until the first pair that has one; then each vector is
+//! tested for `fix`'s own lanes, [`special`]), then one, then a masked last one. [`after`]'s
+//! loop: [`chain`].
+
+mod chain;
+
+pub(crate) use chain::{Pre, after, after_rows, pre_one, streams};
+
+use super::arith::Fused;
+use super::gelu::{CT, NEG_END, POS_END, S, tail};
+use core::arch::x86_64::*;
+
+// `2|x|` is formed as `|x| + |x|`.
+const _: () = assert!(S == 2.0);
+
+/// Whether [`map`] and [`after`] may run: the active level is AVX-512 and the CPU has
+/// AVX-512DQ (`vreduceps`).
+#[inline]
+pub(crate) fn available() -> bool {
+    super::dispatch::has_avx512() && std::arch::is_x86_feature_detected!("avx512dq")
+}
+
+/// The coefficient table, negated: `−CT[k]`'s 16 interval values in one register each.
+/// Horner's steps on negated coefficients give exactly `−c` (each FMA's rounding is
+/// symmetric), so the result `fma(|x|, −c, b)` is [`central`]'s `fma(−|x|, c, b)` without
+/// forming `−|x|`.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn table() -> [__m512; 8] {
+    let sign = _mm512_set1_epi32(i32::MIN);
+    // SAFETY: `CT[k]` holds 16 floats.
+    core::array::from_fn(|k| unsafe {
+        let t = _mm512_castps_si512(_mm512_loadu_ps(CT[k].as_ptr()));
+        _mm512_castsi512_ps(_mm512_xor_si512(t, sign))
+    })
+}
+
+/// The central form on 16 lanes (right for lanes with `NEG_END < x < POS_END`), and `j`
+/// ([`odd`] marks the lanes [`fix`] must see).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn central(x: __m512, tab: &[__m512; 8]) -> (__m512, __m512i) {
+    let ax = _mm512_abs_ps(x);
+    let v = _mm512_add_ps(ax, ax);
+    let j = _mm512_cvttps_epi32(v);
+    // v − ⌊v⌋, exact (imm: M = 0, round down, no precision exception).
+    let f = _mm512_reduce_ps::<0x09>(v);
+    let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+    let mut c = _mm512_permutexvar_ps(j, tab[7]);
+    for k in (0..7).rev() {
+        c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
+    }
+    let xi = _mm512_castps_si512(x);
+    let sign = _mm512_set1_epi32(i32::MIN);
+    // x for a clear sign bit, −0 (0x8000_0000) for a set one; `c` is negated ([`table`]).
+    let b = _mm512_castsi512_ps(_mm512_min_epu32(xi, sign));
+    (_mm512_fmadd_ps(ax, c, b), j)
+}
+
+/// Whether a lane of `j` (from [`central`]) is outside `|x| < 4.5` (`j ≥ 9` unsigned; NaN
+/// and huge `|x|` give `j = 0x8000_0000`).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn odd(j: __m512i) -> bool {
+    _mm512_cmpge_epu32_mask(j, _mm512_set1_epi32(9)) != 0
+}
+
+/// `r` with `x` in the lanes at `x >= POS_END` and [`tail`] in those at `x <= NEG_END` or NaN.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn fix(x: __m512, r: __m512) -> __m512 {
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(POS_END));
+    let r = _mm512_mask_mov_ps(r, big, x);
+    let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x, _mm512_set1_ps(NEG_END));
+    if far == 0 { r } else { far_blend(x, r, far) }
+}
+
+/// `r` with [`tail`] in the lanes of `far`; out of line, so that the loops keep their
+/// registers for the central form.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline(never)]
+#[cold]
+fn far_blend(x: __m512, r: __m512, far: __mmask16) -> __m512 {
+    let mut t = [0f32; 16];
+    // SAFETY: `t` holds 16 floats.
+    unsafe { _mm512_storeu_ps(t.as_mut_ptr(), x) };
+    for e in t.iter_mut() {
+        *e = tail::<Fused>(*e);
+    }
+    // SAFETY: as above.
+    _mm512_mask_blend_ps(far, r, unsafe { _mm512_loadu_ps(t.as_ptr()) })
+}
+
+/// Whether a lane of `x` needs [`fix`] (`x >= POS_END`, `x <= NEG_END` or NaN): the bits of
+/// `|x|` against those of `POS_END` for a clear sign bit, of `-NEG_END` for a set one
+/// (unsigned; NaN's bits are above both).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn special(x: __m512) -> bool {
+    let xi = _mm512_castps_si512(x);
+    let ax = _mm512_castps_si512(_mm512_abs_ps(x));
+    let neg = _mm512_srai_epi32::<31>(xi);
+    let lo = _mm512_set1_epi32((-NEG_END).to_bits() as i32);
+    let hi = _mm512_set1_epi32(POS_END.to_bits() as i32);
+    // neg ? lo : hi, bit by bit.
+    let t = _mm512_ternarylogic_epi32::<0xCA>(neg, lo, hi);
+    _mm512_cmpge_epu32_mask(ax, t) != 0
+}
+
+/// `gelu1::<Fused>` on 16 lanes.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn gelu16(x: __m512, tab: &[__m512; 8]) -> __m512 {
+    let r = central(x, tab).0;
+    if special(x) { fix(x, r) } else { r }
+}
+
+/// `gelu1::<Fused>` on two vectors of 16 lanes. While `test` holds, the pair skips [`fix`]
+/// when every lane has `|x| < 4.5` (one compare and one branch per pair); the first pair with
+/// a lane outside clears `test`, and from then on each vector takes [`fix`] when [`special`]
+/// (one compare and one branch per vector, on a condition that holds more rarely), so that
+/// data often outside `|x| < 4.5` (such as `x · y + 1` of two normal samples) does not pay
+/// a mispredicted branch per pair.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn gelu32(x0: __m512, x1: __m512, tab: &[__m512; 8], test: &mut bool) -> (__m512, __m512) {
+    let ((r0, j0), (r1, j1)) = (central(x0, tab), central(x1, tab));
+    if *test {
+        if !odd(_mm512_max_epu32(j0, j1)) {
+            return (r0, r1);
+        }
+        *test = false;
+    }
+    let r0 = if special(x0) { fix(x0, r0) } else { r0 };
+    let r1 = if special(x1) { fix(x1, r1) } else { r1 };
+    (r0, r1)
+}
+
+/// The mask of the first `n < 16` lanes.
+#[inline]
+fn first(n: usize) -> __mmask16 {
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`: 32 lanes per step, then 16, then a masked
+/// vector for the last `n % 16`.
+///
+/// # Safety
+/// [`available`]; `src` readable and `dst` writable for `n` floats, either the same pointer
+/// or not overlapping.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
+    // SAFETY: this function's contract.
+    unsafe { map_with::<false>(src, dst, n, &table(), &mut true) }
+}
+
+/// [`map`] with non-temporal stores ([`put`]) into `dst`, which must not be `src`; the
+/// caller orders them (`sfence`) before the output is read.
+///
+/// # Safety
+/// As [`map`], `dst` not overlapping `src`.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
+    let tab = table();
+    // Plain stores up to the first 64-byte boundary of `dst`, so that the rest streams.
+    let h = dst.align_offset(64).min(n);
+    // SAFETY: this function's contract; `h <= n`.
+    unsafe {
+        map_with::<false>(src, dst, h, &tab, &mut true);
+        map_with::<true>(src.add(h), dst.add(h), n - h, &tab, &mut true)
+    }
+}
+
+/// Stores the 16 floats of `r` at `p`: non-temporally (`vmovntps`) when `stream` and `p`
+/// is 64-byte aligned, else a plain store.
+///
+/// # Safety
+/// [`available`]; `p` writable for 16 floats.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+unsafe fn put(p: *mut f32, r: __m512, stream: bool) {
+    // SAFETY: the caller's contract; the streaming store's address is 64-byte aligned.
+    unsafe {
+        if stream && (p as usize).is_multiple_of(64) {
+            _mm512_stream_ps(p, r)
+        } else {
+            _mm512_storeu_ps(p, r)
+        }
+    }
+}
+
+/// [`map`] with the table and [`gelu32`]'s `test` from the caller.
+///
+/// # Safety
+/// As [`map`].
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+unsafe fn map_with<const S: bool>(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    tab: &[__m512; 8],
+    test: &mut bool,
+) {
+    let mut i = 0;
+    // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
+    while i + 32 <= n {
+        unsafe {
+            let (r0, r1) = gelu32(
+                _mm512_loadu_ps(src.add(i)),
+                _mm512_loadu_ps(src.add(i + 16)),
+                tab,
+                test,
+            );
+            put(dst.add(i), r0, S);
+            put(dst.add(i + 16), r1, S);
+        }
+        i += 32;
+    }
+    if i + 16 <= n {
+        unsafe { put(dst.add(i), gelu16(_mm512_loadu_ps(src.add(i)), tab), S) };
+        i += 16;
+    }
+    if i < n {
+        let k = first(n - i);
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(k, src.add(i));
+            _mm512_mask_storeu_ps(dst.add(i), k, gelu16(x, tab));
+        }
+    }
+}
