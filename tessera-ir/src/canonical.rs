@@ -40,8 +40,20 @@ pub const EXP_POLY: [f32; 6] = [
 /// assert_eq!(tessera_ir::canonical::exp(f32::NEG_INFINITY), 0.0);
 /// assert!(tessera_ir::canonical::exp(f32::NAN).is_nan());
 /// ```
-#[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub fn exp(x: f32) -> f32 {
+    let (p, k) = reduced(x);
+    // n in [-150, 128]; `a = n + 254`: `a >> 1 = n1 + 127` (`n1 = n >> 1`) and
+    // `a - (a >> 1) = n2 + 127` (`n2 = n - n1`), the exponent fields of `2^n1` and `2^n2`.
+    let a = (k.to_bits() as i32).wrapping_sub(EXP_SCALE_BIAS);
+    let e1 = a >> 1;
+    let e2 = a.wrapping_sub(e1);
+    p * f32::from_bits((e1 as u32) << 23) * f32::from_bits((e2 as u32) << 23)
+}
+
+/// [`exp`] up to its `2^n` scale: the clamped input's `k = n + 1.5·2^23` (`n` its integer part
+/// in units of ln 2) and the polynomial `p ≈ e^r` of the reduced argument.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn reduced(x: f32) -> (f32, f32) {
     // Clamp (comparisons are false for NaN, so NaN passes through).
     let x = if x < EXP_LO { EXP_LO } else { x };
     let x = if x > EXP_HI { EXP_HI } else { x };
@@ -54,12 +66,7 @@ pub fn exp(x: f32) -> f32 {
         p = p.mul_add(r, *c);
     }
     let p = p.mul_add(r * r, r) + 1.0;
-    // n in [-150, 128]; `a = n + 254`: `a >> 1 = n1 + 127` (`n1 = n >> 1`) and
-    // `a - (a >> 1) = n2 + 127` (`n2 = n - n1`), the exponent fields of `2^n1` and `2^n2`.
-    let a = (k.to_bits() as i32).wrapping_sub(EXP_SCALE_BIAS);
-    let e1 = a >> 1;
-    let e2 = a.wrapping_sub(e1);
-    p * f32::from_bits((e1 as u32) << 23) * f32::from_bits((e2 as u32) << 23)
+    (p, k)
 }
 
 /// `0x4B40_0000 − 254`: in [`exp`], the bits of `k = n + 1.5·2^23` minus this are `n + 254`.
@@ -72,17 +79,7 @@ mod tests {
     /// [`exp`] as it was before the two-multiply scale: an integer add of `n1` to the
     /// polynomial's exponent field, then a multiply by `2^n2`.
     fn exp_exponent_add(x: f32) -> f32 {
-        let x = if x < EXP_LO { EXP_LO } else { x };
-        let x = if x > EXP_HI { EXP_HI } else { x };
-        let k = x.mul_add(LOG2E, SHIFTER);
-        let n = k - SHIFTER;
-        let r = n.mul_add(-LN2_HI, x);
-        let r = n.mul_add(-LN2_LO, r);
-        let mut p = EXP_POLY[0];
-        for c in &EXP_POLY[1..] {
-            p = p.mul_add(r, *c);
-        }
-        let p = p.mul_add(r * r, r) + 1.0;
+        let (p, k) = reduced(x);
         let ni = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
         let n1 = ni >> 1;
         let n2 = ni - n1;
