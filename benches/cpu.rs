@@ -154,12 +154,14 @@ struct Timed {
 /// its yardstick the same chances at the fast state, so a ratio pairs like with like. Page
 /// faults are read around each window, outside the timed runs.
 fn best_alternating(fs: &mut [&mut dyn FnMut()]) -> Vec<Timed> {
-    best_alternating_in(fs, WINDOW, WINDOW_RUNS)
+    best_alternating_in(fs, WINDOWS, WINDOW, WINDOW_RUNS)
 }
 
-/// [`best_alternating`] with windows of about `window` and at most `window_runs` runs.
+/// [`best_alternating`] with `windows` rounds of windows of about `window` and at most
+/// `window_runs` runs.
 fn best_alternating_in(
     fs: &mut [&mut dyn FnMut()],
+    windows: usize,
     window: Duration,
     window_runs: usize,
 ) -> Vec<Timed> {
@@ -176,7 +178,7 @@ fn best_alternating_in(
         })
         .collect();
     let mut round = 0;
-    while round < WINDOWS || out.iter().any(|t| t.runs < 6) {
+    while round < windows || out.iter().any(|t| t.runs < 6) {
         for (f, t) in fs.iter_mut().zip(&mut out) {
             let (f0, start) = (minor_faults(), Instant::now());
             let (mut n, mut last) = (0, 0.0);
@@ -474,7 +476,9 @@ const L2_BYTES: usize = 768 << 10;
 const L2_MIN_ROWS: usize = 16;
 /// Windows of the in-L2 timing ([`best_alternating_in`]): shorter than [`WINDOW`], as a
 /// launch takes µs, and with no run cap that binds.
-const L2_WINDOW: Duration = Duration::from_millis(50);
+const L2_WINDOW: Duration = Duration::from_millis(25);
+/// Rounds of in-L2 windows: more and shorter than [`WINDOWS`], the same 0.2 s per launch.
+const L2_WINDOWS: usize = 8;
 /// Most runs in one in-L2 window.
 const L2_WINDOW_RUNS: usize = 20_000;
 
@@ -491,21 +495,34 @@ fn l2_rows(case: &Case, r: usize) -> usize {
     }
 }
 
-/// A kernel's time per element with its data in L2: its `→ reused out` launch on one thread
-/// on the in-L2 shape ([`l2_rows`]), less the same kernel's launch on `[1, 1]` (the
-/// depthwise convolution: `[3, 3, 64]`), both timed in alternating windows.
+/// Rows of the smaller in-L2 launch that [`in_l2`] takes from a launch on `rows` rows: about a
+/// quarter of them (at least 8), with the same remainder modulo 8, so that both shapes leave
+/// the same partial row block (row-wise programs of up to 8 rows, column passes of 4,
+/// depthwise blocks of 4 rows) and the difference is whole blocks and most of the launch.
+fn fewer_rows(rows: usize) -> usize {
+    let b = rows / 4 / 8 * 8 + rows % 8;
+    if b < 8 { b + 8 } else { b }
+}
+
+/// A kernel's time per element with its data in L2, on one thread, from two `→ reused out`
+/// launches of it timed in alternating windows: `a` on the in-L2 shape ([`l2_rows`]) and `b`
+/// a smaller one, `(a − b) / (elements of a − elements of b)`. `b` is the same kernel on
+/// [`fewer_rows`] rows, so the per-launch work (launch overhead, per-column set-up and
+/// finish, partial blocks) cancels; a transpose's `b` is its `[1, 1]` launch (fewer rows
+/// than the in-L2 shape's would take it off whole blocks), so only the launch overhead
+/// cancels there.
 ///
 /// The row's arithmetic ceiling is its memcpy time over the full shape's elements at this
 /// rate: the best ratio it could reach if memory were free. On `t` threads the rate is taken
 /// `t` times (perfect scaling: an upper bound).
 struct InL2 {
-    rows: usize,
+    /// Rows of `a` and of `b`.
+    rows: (usize, usize),
+    /// Bytes `a` reads and writes.
     bytes: usize,
-    /// Best in-L2 launch, seconds.
-    launch: f64,
-    /// Best `[1, 1]` launch, seconds.
-    overhead: f64,
-    /// `(launch - overhead) / elements`, seconds.
+    /// Best times of `a` and `b`, seconds.
+    times: (f64, f64),
+    /// Seconds per element.
     per_elem: f64,
 }
 
@@ -515,32 +532,51 @@ fn in_l2(r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
     let mut one: Vec<Case> = memory_cases(1, 1).into_iter().flat_map(|g| g.1).collect();
     one.push(depthwise_case(3, 1));
     let mut by_rows = std::collections::BTreeMap::new();
+    let mut shape = |rows: usize| -> &'static [Case<'static>] {
+        by_rows
+            .entry(rows)
+            .or_insert_with(|| &*Vec::leak(summary_cases(rows, c)))
+    };
     let mut out = Vec::new();
     for (i, case) in full.iter().enumerate() {
         let rows = l2_rows(case, r);
-        let small = &by_rows
-            .entry(rows)
-            .or_insert_with(|| summary_cases(rows, c))[i];
+        let a = &shape(rows)[i];
+        let (b, rows_b) = if case.transpose {
+            (&one[i], 1)
+        } else {
+            let rb = fewer_rows(rows);
+            (&shape(rb)[i], rb)
+        };
         let make = |k: &Case| (k.reused.as_ref().expect("a reused-output launch"))();
-        let (mut l2, mut o) = (make(small), make(&one[i]));
-        let timed =
-            p.install(|| best_alternating_in(&mut [&mut l2, &mut o], L2_WINDOW, L2_WINDOW_RUNS));
-        let (launch, overhead) = (timed[0].best, timed[1].best);
+        let (mut la, mut lb) = (make(a), make(b));
+        let timed = p.install(|| {
+            best_alternating_in(
+                &mut [&mut la, &mut lb],
+                L2_WINDOWS,
+                L2_WINDOW,
+                L2_WINDOW_RUNS,
+            )
+        });
+        let times = (timed[0].best, timed[1].best);
         let m = InL2 {
-            rows,
-            bytes: small.bytes,
-            launch,
-            overhead,
-            per_elem: (launch - overhead) / small.elems as f64,
+            rows: (rows, rows_b),
+            bytes: a.bytes,
+            times,
+            per_elem: (times.0 - times.1) / (a.elems - b.elems) as f64,
         };
         eprintln!(
-            "{} [{r}, {c}] in L2: [{}, {c}] ({} KiB) {:.2} µs, [1, 1] {:.2} µs ({} + {} runs): \
+            "{} [{r}, {c}] in L2: A {} rows ({} KiB) {:.2} µs, B {} {:.2} µs ({} + {} runs): \
              {:.4} ns per element",
             case.name,
-            m.rows,
+            m.rows.0,
             m.bytes >> 10,
-            m.launch * 1e6,
-            m.overhead * 1e6,
+            m.times.0 * 1e6,
+            if case.transpose {
+                "[1, 1]".into()
+            } else {
+                format!("{} rows", m.rows.1)
+            },
+            m.times.1 * 1e6,
             timed[0].runs,
             timed[1].runs,
             m.per_elem * 1e9
@@ -798,24 +834,26 @@ fn write_docs(rows: &[Row]) {
          *Arithmetic ceiling* (memory-bound rows at `[4096, 1024]` and `[1024, 4096]`, whose \
          tensors the L3 holds; – elsewhere): the ratio the row could reach if memory were free, \
          = the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per \
-         element × the row's elements). The in-L2 time: the kernel's `→ reused out` launch, one \
-         thread, on a shape with the row's column count whose bytes read + written are ≤ 768 KiB \
-         of the 1 MiB L2 (as many rows as fit, at least 16; a transpose the largest power of two \
-         that fits — destination rows of whole cache lines, the full shape's source stride and \
-         pass length, but a shorter destination stride; depthwise the same W × 64 channels with \
-         fewer H rows, its elements its output's), timed in alternating windows (4 each of \
-         ≤ 50 ms) with the same kernel's `[1, 1]` launch (depthwise `[3, 3, 64]`), whose best \
-         time (the launch overhead, ≈ 0.3 µs against in-L2 launches of a few µs) is subtracted \
-         before dividing by the elements. Two threads: that one-thread in-L2 rate doubled \
-         (perfect scaling, so an upper bound) against the two-thread memcpy — not measured on \
-         two threads, since an in-L2 launch is a few µs per thread and the pool's wake-up and \
-         join, which the `[1, 1]` launch (one thread) does not pay, would be a large and varying \
-         part of it. A row whose ceiling is below 0.8 cannot reach 0.8 on this machine without \
-         a cheaper op sequence; one whose ceiling is at or above 0.8 but whose ratio is below \
-         it is held by the memory path (room left). The ratio can exceed the ceiling by the \
-         timing noise, or where the full-shape launch does less per element than the in-L2 \
-         one (the stderr of the run prints each in-L2 shape, launch, overhead and ns per \
-         element).\n\n\
+         element × the row's elements). The in-L2 time per element comes from two `→ reused \
+         out` launches of the kernel on one thread, timed in alternating windows (8 each of \
+         ≤ 25 ms, best of each): A on a shape with the row's column count whose bytes read + \
+         written are ≤ 768 KiB of the 1 MiB L2 (as many rows as fit, at least 16), B on about \
+         a quarter of A's rows (at least 8, the same count modulo 8, so both leave the same \
+         partial row block); time per element = (A − B) / (A's elements − B's), so the launch \
+         overhead (≈ 0.3 µs) and the per-launch column set-up cancel, where A takes 4–33 µs. \
+         A transpose's A has the largest power-of-two row count that fits (destination rows \
+         of whole cache lines, the full shape's source stride and pass length, a shorter \
+         destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave its \
+         16 × 16 (bf16 32 × 32) blocks. The depthwise convolution's rows are its H (W × 64 \
+         channels kept), its elements its output's. Two threads: that one-thread in-L2 rate \
+         doubled (perfect scaling, so an upper bound) against the two-thread memcpy — not \
+         measured on two threads, since an in-L2 launch is a few µs per thread and the \
+         pool's wake-up and join would be a large and varying part of it. A row whose \
+         ceiling is below 0.8 cannot reach 0.8 on this machine without a cheaper op \
+         sequence; one whose ceiling is at or above 0.8 and above its ratio is held by the \
+         memory path (room left). A ratio above its ceiling means the full-shape launch ran \
+         faster per element than the in-L2 one, by timing noise (a few %) or a different \
+         schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
