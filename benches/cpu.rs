@@ -840,7 +840,7 @@ fn write_docs(rows: &[Row]) {
          written are ≤ 768 KiB of the 1 MiB L2 (as many rows as fit, at least 16), B on about \
          a quarter of A's rows (at least 8, the same count modulo 8, so both leave the same \
          partial row block); time per element = (A − B) / (A's elements − B's), so the launch \
-         overhead (≈ 0.3 µs) and the per-launch column set-up cancel, where A takes 4–33 µs. \
+         overhead (≈ 0.3 µs) and the per-launch column set-up cancel (A takes 3–34 µs). \
          A transpose's A has the largest power-of-two row count that fits (destination rows \
          of whole cache lines, the full shape's source stride and pass length, a shorter \
          destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave its \
