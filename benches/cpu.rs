@@ -841,7 +841,8 @@ fn write_docs(rows: &[Row]) {
          a quarter of A's rows (at least 8, the same count modulo 8, so both leave the same \
          partial row block); time per element = (A − B) / (A's elements − B's), so the launch \
          overhead (≈ 0.3 µs) and the per-launch column set-up cancel (A takes 3–34 µs). \
-         A transpose's A has the largest power-of-two row count that fits (destination rows \
+         Column reductions keep their access pattern this way (the same column strips, fewer \
+         passes of 4 rows). A transpose's A has the largest power-of-two row count that fits (destination rows \
          of whole cache lines, the full shape's source stride and pass length, a shorter \
          destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave its \
          16 × 16 (bf16 32 × 32) blocks. The depthwise convolution's rows are its H (W × 64 \
