@@ -484,8 +484,8 @@ const L2_WINDOW_RUNS: usize = 20_000;
 
 /// Rows of the in-L2 shape (same column count `c`) for `case` of a `[r, c]` shape: as many as
 /// keep its bytes within [`L2_BYTES`], at least [`L2_MIN_ROWS`]; a transpose the largest power
-/// of two within that (whole cache lines per destination row, the full shape's source stride
-/// and pass length, full passes).
+/// of two within that (whole 16 × 16, bf16 32 × 32, blocks and whole cache lines per
+/// destination row; the full shape's source stride).
 fn l2_rows(case: &Case, r: usize) -> usize {
     let rows = (L2_BYTES * r / case.bytes).max(L2_MIN_ROWS);
     if case.transpose {
@@ -497,8 +497,8 @@ fn l2_rows(case: &Case, r: usize) -> usize {
 
 /// Rows of the smaller in-L2 launch that [`in_l2`] takes from a launch on `rows` rows: about a
 /// quarter of them (at least 8), with the same remainder modulo 8, so that both shapes leave
-/// the same partial row block (row-wise programs of up to 8 rows, column passes of 4,
-/// depthwise blocks of 4 rows) and the difference is whole blocks and most of the launch.
+/// the same partial block for any row block that divides 8 (the column pass's 4 rows, the
+/// depthwise convolution's 4) and the difference is whole blocks and most of the launch.
 fn fewer_rows(rows: usize) -> usize {
     let b = rows / 4 / 8 * 8 + rows % 8;
     if b < 8 { b + 8 } else { b }
@@ -842,10 +842,10 @@ fn write_docs(rows: &[Row]) {
          partial row block); time per element = (A − B) / (A's elements − B's), so the launch \
          overhead (≈ 0.3 µs) and the per-launch column set-up cancel (A takes 3–34 µs). \
          Column reductions keep their access pattern this way (the same column strips, fewer \
-         passes of 4 rows). A transpose's A has the largest power-of-two row count that fits (destination rows \
-         of whole cache lines, the full shape's source stride and pass length, a shorter \
-         destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave its \
-         16 × 16 (bf16 32 × 32) blocks. The depthwise convolution's rows are its H (W × 64 \
+         passes of 4 rows). A transpose's A has the largest power-of-two row count that fits \
+         (whole 16 × 16, bf16 32 × 32, blocks and destination rows of whole cache lines; the \
+         full shape's source stride, a shorter destination stride) and its B is its `[1, 1]` \
+         launch, as fewer rows would leave those blocks. The depthwise convolution's rows are its H (W × 64 \
          channels kept), its elements its output's. Two threads: that one-thread in-L2 rate \
          doubled (perfect scaling, so an upper bound) against the two-thread memcpy — not \
          measured on two threads, since an in-L2 launch is a few µs per thread and the \
