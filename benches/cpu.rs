@@ -846,9 +846,9 @@ fn write_docs(rows: &[Row]) {
          (whole 16 × 16, bf16 32 × 32, blocks and destination rows of whole cache lines; the \
          full shape's source stride, a shorter destination stride) and its B is its `[1, 1]` \
          launch, as fewer rows would leave those blocks. The depthwise convolution's rows are \
-         its H (W × 64 channels kept), its elements its output's. Two threads: that one-thread in-L2 rate \
-         doubled (perfect scaling, so an upper bound) against the two-thread memcpy — not \
-         measured on two threads, since an in-L2 launch is a few µs per thread and the \
+         its H (W × 64 channels kept), its elements its output's. Two threads: that \
+         one-thread in-L2 rate doubled (perfect scaling, so an upper bound) against the \
+         two-thread memcpy — not measured on two threads, since an in-L2 launch is a few µs per thread and the \
          pool's wake-up and join would be a large and varying part of it. A row whose \
          ceiling is below 0.8 cannot reach 0.8 on this machine without a cheaper op \
          sequence; one whose ceiling is at or above 0.8 and above its ratio is held by the \
