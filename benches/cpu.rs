@@ -832,29 +832,28 @@ fn write_docs(rows: &[Row]) {
          and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
          memory state; launches: best of ≥ 5 runs.\n\n\
          *Arithmetic ceiling* (memory-bound rows at `[4096, 1024]` and `[1024, 4096]`, whose \
-         tensors the L3 holds; – elsewhere): the ratio the row could reach if memory were free, \
-         = the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per \
-         element × the row's elements). The in-L2 time per element comes from two `→ reused \
-         out` launches of the kernel on one thread, timed in alternating windows (8 each of \
-         ≤ 25 ms, best of each): A on a shape with the row's column count whose bytes read + \
-         written are ≤ 768 KiB of the 1 MiB L2 (as many rows as fit, at least 16), B on about \
-         a quarter of A's rows (at least 8, the same count modulo 8, so both leave the same \
-         partial row block); time per element = (A − B) / (A's elements − B's), so the launch \
-         overhead (≈ 0.3 µs) and the per-launch column set-up cancel (A takes 3–34 µs). \
-         Column reductions keep their access pattern this way (the same column strips, fewer \
-         passes of 4 rows). A transpose's A has the largest power-of-two row count that fits \
-         (whole 16 × 16, bf16 32 × 32, blocks and destination rows of whole cache lines; the \
-         full shape's source stride, a shorter destination stride) and its B is its `[1, 1]` \
-         launch, as fewer rows would leave those blocks. The depthwise convolution's rows are \
-         its H (W × 64 channels kept), its elements its output's. Two threads: that \
-         one-thread in-L2 rate doubled (perfect scaling, so an upper bound) against the \
-         two-thread memcpy — not measured on two threads, since an in-L2 launch is a few µs per thread and the \
-         pool's wake-up and join would be a large and varying part of it. A row whose \
-         ceiling is below 0.8 cannot reach 0.8 on this machine without a cheaper op \
-         sequence; one whose ceiling is at or above 0.8 and above its ratio is held by the \
-         memory path (room left). A ratio above its ceiling means the full-shape launch ran \
-         faster per element than the in-L2 one, by timing noise (a few %) or a different \
-         schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
+         tensors the L3 holds; – elsewhere): the ratio the row could reach if memory were free, = \
+         the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per element × \
+         the row's elements). The in-L2 time per element comes from two `→ reused out` launches \
+         of the kernel on one thread, timed in alternating windows (8 each of ≤ 25 ms, best of \
+         each): A on a shape with the row's column count whose bytes read + written are ≤ 768 KiB \
+         of the 1 MiB L2 (as many rows as fit, at least 16), B on about a quarter of A's rows (at \
+         least 8, the same count modulo 8, so both leave the same partial row block); time per \
+         element = (A − B) / (A's elements − B's), so the launch overhead (≈ 0.3 µs) and the \
+         per-launch column set-up cancel (A takes 3–34 µs). Column reductions keep their access \
+         pattern this way (the same column strips, fewer passes of 4 rows). A transpose's A has \
+         the largest power-of-two row count that fits (whole 16 × 16, bf16 32 × 32, blocks and \
+         destination rows of whole cache lines; the full shape's source stride, a shorter \
+         destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave those \
+         blocks. The depthwise convolution's rows are its H (W × 64 channels kept), its elements \
+         its output's. Two threads: that one-thread in-L2 rate doubled (perfect scaling, so an \
+         upper bound) against the two-thread memcpy — not measured on two threads, since an in-L2 \
+         launch is a few µs per thread and the pool's wake-up and join would be a large and \
+         varying part of it. A row whose ceiling is below 0.8 cannot reach 0.8 on this machine \
+         without a cheaper op sequence; one whose ceiling is at or above 0.8 and above its ratio \
+         is held by the memory path (room left). A ratio above its ceiling means the full-shape \
+         launch ran faster per element than the in-L2 one, by timing noise (a few %, more \
+         while other jobs run) or a different schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
