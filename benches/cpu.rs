@@ -526,8 +526,24 @@ struct InL2 {
     per_elem: f64,
 }
 
-/// [`InL2`] for every case of `summary_cases(r, c)`, on `p` (one thread).
+/// Pins the calling thread to the CPU it runs on.
+fn pin_here() {
+    // SAFETY: `sched_getcpu` takes nothing; `sched_setaffinity` reads the zeroed set it is
+    // given, of the size given.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu >= 0 {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// [`InL2`] for every case of `summary_cases(r, c)`, on `p` (one thread), its thread pinned
+/// to one CPU: a move to the other core would leave the data in the first one's L2.
 fn in_l2(r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
+    p.install(pin_here);
     let full = summary_cases(r, c);
     let mut one: Vec<Case> = memory_cases(1, 1).into_iter().flat_map(|g| g.1).collect();
     one.push(depthwise_case(3, 1));
