@@ -24,6 +24,12 @@
 //! every few tens of milliseconds within one process, the slow state slowing the copy as well,
 //! and timing a kernel and its copy each in its own 0.3 s let one row's ratio pair the two
 //! states (`col_mean [4096, 1024]` one thread 0.72 in one run, 0.88 in the next).
+//!
+//! At the shapes whose tensors fit the L3 but not the L2 (`[4096, 1024]`, `[1024, 4096]`)
+//! each memory-bound row also gets an arithmetic ceiling: its memcpy time over the kernel's
+//! time for the row's elements at the rate it runs with its data in L2 ([`InL2`], measured
+//! once per shape on one thread and doubled for two threads), the best ratio the row could
+//! reach if memory were free.
 
 use criterion::{Criterion, Throughput};
 use faer::{Accum, Mat, Par};
@@ -148,6 +154,17 @@ struct Timed {
 /// its yardstick the same chances at the fast state, so a ratio pairs like with like. Page
 /// faults are read around each window, outside the timed runs.
 fn best_alternating(fs: &mut [&mut dyn FnMut()]) -> Vec<Timed> {
+    best_alternating_in(fs, WINDOWS, WINDOW, WINDOW_RUNS)
+}
+
+/// [`best_alternating`] with `windows` rounds of windows of about `window` and at most
+/// `window_runs` runs.
+fn best_alternating_in(
+    fs: &mut [&mut dyn FnMut()],
+    windows: usize,
+    window: Duration,
+    window_runs: usize,
+) -> Vec<Timed> {
     let mut out: Vec<Timed> = fs
         .iter_mut()
         .map(|f| {
@@ -161,12 +178,12 @@ fn best_alternating(fs: &mut [&mut dyn FnMut()]) -> Vec<Timed> {
         })
         .collect();
     let mut round = 0;
-    while round < WINDOWS || out.iter().any(|t| t.runs < 6) {
+    while round < windows || out.iter().any(|t| t.runs < 6) {
         for (f, t) in fs.iter_mut().zip(&mut out) {
             let (f0, start) = (minor_faults(), Instant::now());
             let (mut n, mut last) = (0, 0.0);
             while n == 0
-                || (start.elapsed().as_secs_f64() + last < WINDOW.as_secs_f64() && n < WINDOW_RUNS)
+                || (start.elapsed().as_secs_f64() + last < window.as_secs_f64() && n < window_runs)
             {
                 let s = Instant::now();
                 f();
@@ -209,6 +226,8 @@ struct Row {
     value: f64,
     unit: &'static str,
     ratio: f64,
+    /// The arithmetic ceiling (see [`InL2`]), where measured.
+    ceiling: Option<f64>,
     yardstick: &'static str,
 }
 
@@ -217,6 +236,10 @@ struct Row {
 struct Case<'a> {
     name: &'static str,
     bytes: usize,
+    /// Elements of work: the `[R, C]` tensor's (the depthwise convolution: its output's).
+    elems: usize,
+    /// A transpose: its in-L2 shape takes a power-of-two row count (see [`l2_rows`]).
+    transpose: bool,
     run: Box<dyn Fn() + Send + Sync + 'a>,
     reused: Option<Reused>,
 }
@@ -244,9 +267,11 @@ fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
     let xb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 4)));
     let yb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[r, c], 5)));
     let gb: &'static Tensor<bf16> = Box::leak(Box::new(Tensor::<bf16>::randn(&[c], 6)));
-    let case = |name, bytes, run: Box<dyn Fn() + Send + Sync>, reused| Case {
+    let case = |name: &'static str, bytes, run: Box<dyn Fn() + Send + Sync>, reused| Case {
         name,
         bytes,
+        elems: r * c,
+        transpose: name.starts_with("transpose"),
         run,
         reused,
     };
@@ -421,6 +446,8 @@ fn depthwise_case(r: usize, c: usize) -> Case<'static> {
     Case {
         name: "depthwise 3x3",
         bytes: 4 * (h * w * ch + out),
+        elems: out,
+        transpose: false,
         run: Box::new(move || drop(tessera_kernels::depthwise_conv2d(x, f).unwrap())),
         reused: reused(
             move || tessera_kernels::depthwise_conv2d(x, f),
@@ -429,54 +456,208 @@ fn depthwise_case(r: usize, c: usize) -> Case<'static> {
     }
 }
 
+/// The cases of one shape's memory-bound rows, in table order.
+fn summary_cases(r: usize, c: usize) -> Vec<Case<'static>> {
+    let mut cases: Vec<Case> = memory_cases(r, c).into_iter().flat_map(|g| g.1).collect();
+    cases.push(depthwise_case(r, c));
+    cases
+}
+
+/// Whether a shape's f32 tensor is bigger than the 1 MiB L2 and fits the last-level cache
+/// (`[4096, 1024]` and `[1024, 4096]`): its rows get an arithmetic ceiling ([`InL2`]).
+fn l3_resident(r: usize, c: usize) -> bool {
+    let bytes = 4 * r * c;
+    bytes > 1 << 20 && bytes <= last_level_bytes()
+}
+
+/// Most bytes an in-L2 shape's launch reads and writes: 3/4 of the 1 MiB L2.
+const L2_BYTES: usize = 768 << 10;
+/// Fewest rows of an in-L2 shape.
+const L2_MIN_ROWS: usize = 16;
+/// Windows of the in-L2 timing ([`best_alternating_in`]): shorter than [`WINDOW`], as a
+/// launch takes µs, and with no run cap that binds.
+const L2_WINDOW: Duration = Duration::from_millis(25);
+/// Rounds of in-L2 windows: more and shorter than [`WINDOWS`], the same 0.2 s per launch.
+const L2_WINDOWS: usize = 8;
+/// Most runs in one in-L2 window.
+const L2_WINDOW_RUNS: usize = 20_000;
+
+/// Rows of the in-L2 shape (same column count `c`) for `case` of a `[r, c]` shape: as many as
+/// keep its bytes within [`L2_BYTES`], at least [`L2_MIN_ROWS`]; a transpose the largest power
+/// of two within that (whole 16 × 16, bf16 32 × 32, blocks and whole cache lines per
+/// destination row; the full shape's source stride).
+fn l2_rows(case: &Case, r: usize) -> usize {
+    let rows = (L2_BYTES * r / case.bytes).max(L2_MIN_ROWS);
+    if case.transpose {
+        1 << rows.ilog2()
+    } else {
+        rows
+    }
+}
+
+/// Rows of the smaller in-L2 launch that [`in_l2`] takes from a launch on `rows` rows: about a
+/// quarter of them (at least 8), with the same remainder modulo 8, so that both shapes leave
+/// the same partial block for any row block that divides 8 (the column pass's 4 rows, the
+/// depthwise convolution's 4) and the difference is whole blocks and most of the launch.
+fn fewer_rows(rows: usize) -> usize {
+    let b = rows / 4 / 8 * 8 + rows % 8;
+    if b < 8 { b + 8 } else { b }
+}
+
+/// A kernel's time per element with its data in L2, on one thread, from two `→ reused out`
+/// launches of it timed in alternating windows: `a` on the in-L2 shape ([`l2_rows`]) and `b`
+/// a smaller one, `(a − b) / (elements of a − elements of b)`. `b` is the same kernel on
+/// [`fewer_rows`] rows, so the per-launch work (launch overhead, per-column set-up and
+/// finish, partial blocks) cancels; a transpose's `b` is its `[1, 1]` launch (fewer rows
+/// than the in-L2 shape's would take it off whole blocks), so only the launch overhead
+/// cancels there.
+///
+/// The row's arithmetic ceiling is its memcpy time over the full shape's elements at this
+/// rate: the best ratio it could reach if memory were free. On `t` threads the rate is taken
+/// `t` times (perfect scaling: an upper bound).
+struct InL2 {
+    /// Rows of `a` and of `b`.
+    rows: (usize, usize),
+    /// Bytes `a` reads and writes.
+    bytes: usize,
+    /// Best times of `a` and `b`, seconds.
+    times: (f64, f64),
+    /// Seconds per element.
+    per_elem: f64,
+}
+
+/// Pins the calling thread to the CPU it runs on.
+fn pin_here() {
+    // SAFETY: `sched_getcpu` takes nothing; `sched_setaffinity` reads the zeroed set it is
+    // given, of the size given.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu >= 0 {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// [`InL2`] for every case of `summary_cases(r, c)`, on `p` (one thread), its thread pinned
+/// to one CPU: a move to the other core would leave the data in the first one's L2.
+fn in_l2(r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
+    p.install(pin_here);
+    let full = summary_cases(r, c);
+    let mut one: Vec<Case> = memory_cases(1, 1).into_iter().flat_map(|g| g.1).collect();
+    one.push(depthwise_case(3, 1));
+    let mut by_rows = std::collections::BTreeMap::new();
+    let mut shape = |rows: usize| -> &'static [Case<'static>] {
+        by_rows
+            .entry(rows)
+            .or_insert_with(|| &*Vec::leak(summary_cases(rows, c)))
+    };
+    let mut out = Vec::new();
+    for (i, case) in full.iter().enumerate() {
+        let rows = l2_rows(case, r);
+        let a = &shape(rows)[i];
+        let (b, rows_b) = if case.transpose {
+            (&one[i], 1)
+        } else {
+            let rb = fewer_rows(rows);
+            (&shape(rb)[i], rb)
+        };
+        let make = |k: &Case| (k.reused.as_ref().expect("a reused-output launch"))();
+        let (mut la, mut lb) = (make(a), make(b));
+        let timed = p.install(|| {
+            best_alternating_in(
+                &mut [&mut la, &mut lb],
+                L2_WINDOWS,
+                L2_WINDOW,
+                L2_WINDOW_RUNS,
+            )
+        });
+        let times = (timed[0].best, timed[1].best);
+        let m = InL2 {
+            rows: (rows, rows_b),
+            bytes: a.bytes,
+            times,
+            per_elem: (times.0 - times.1) / (a.elems - b.elems) as f64,
+        };
+        eprintln!(
+            "{} [{r}, {c}] in L2: A {} rows ({} KiB) {:.2} µs, B {} {:.2} µs ({} + {} runs): \
+             {:.4} ns per element",
+            case.name,
+            m.rows.0,
+            m.bytes >> 10,
+            m.times.0 * 1e6,
+            if case.transpose {
+                "[1, 1]".into()
+            } else {
+                format!("{} rows", m.rows.1)
+            },
+            m.times.1 * 1e6,
+            timed[0].runs,
+            timed[1].runs,
+            m.per_elem * 1e9
+        );
+        out.push(m);
+    }
+    out
+}
+
 fn summary_memory(rows: &mut Vec<Row>) {
     for (r, c) in shapes() {
         let shape = format!("[{r}, {c}]");
         // `→ reused out` rows at `[4096, 1024]` and beyond the LLC.
         let reuse = (r, c) == (4096, 1024) || 4 * r * c > last_level_bytes();
-        let mut groups = memory_cases(r, c);
-        groups.push(("f32", vec![depthwise_case(r, c)]));
+        let cases = summary_cases(r, c);
+        let l2 = if l3_resident(r, c) {
+            in_l2(r, c, &pool(1))
+        } else {
+            Vec::new()
+        };
         for t in THREADS {
             let p = pool(t);
-            for (_, cases) in &groups {
-                for case in cases {
-                    // One yardstick per row, allocated once and timed in windows alternating
-                    // with the kernel's (and the `→ reused out` launch's).
-                    let mut copy = memcpy(case.bytes / 2, t);
-                    let mut kernel = || (case.run)();
-                    let mut into = case.reused.as_ref().filter(|_| reuse).map(|make| make());
-                    let timed = p.install(|| match into.as_mut() {
-                        Some(into) => best_alternating(&mut [&mut kernel, into, &mut copy]),
-                        None => best_alternating(&mut [&mut kernel, &mut copy]),
-                    });
-                    eprintln!(
-                        "{} {shape} {t}T: {:.1} minor faults per launch",
-                        case.name,
-                        timed[0].faults as f64 / f64::from(timed[0].runs)
-                    );
-                    let copy = (2 * (case.bytes / 2)) as f64 / timed[timed.len() - 1].best / 1e9;
-                    let gbs = case.bytes as f64 / timed[0].best / 1e9;
+            for (i, case) in cases.iter().enumerate() {
+                // One yardstick per row, allocated once and timed in windows alternating
+                // with the kernel's (and the `→ reused out` launch's).
+                let mut copy = memcpy(case.bytes / 2, t);
+                let mut kernel = || (case.run)();
+                let mut into = case.reused.as_ref().filter(|_| reuse).map(|make| make());
+                let timed = p.install(|| match into.as_mut() {
+                    Some(into) => best_alternating(&mut [&mut kernel, into, &mut copy]),
+                    None => best_alternating(&mut [&mut kernel, &mut copy]),
+                });
+                eprintln!(
+                    "{} {shape} {t}T: {:.1} minor faults per launch",
+                    case.name,
+                    timed[0].faults as f64 / f64::from(timed[0].runs)
+                );
+                let copy_s = timed[timed.len() - 1].best;
+                let copy = (2 * (case.bytes / 2)) as f64 / copy_s / 1e9;
+                let ceiling = l2
+                    .get(i)
+                    .map(|m| copy_s / (m.per_elem * case.elems as f64 / t as f64));
+                let gbs = case.bytes as f64 / timed[0].best / 1e9;
+                rows.push(Row {
+                    kernel: case.name.into(),
+                    shape: shape.clone(),
+                    threads: t,
+                    value: gbs,
+                    unit: "GB/s",
+                    ratio: gbs / copy,
+                    ceiling,
+                    yardstick: "memcpy",
+                });
+                if into.is_some() {
+                    let gbs = case.bytes as f64 / timed[1].best / 1e9;
                     rows.push(Row {
-                        kernel: case.name.into(),
+                        kernel: format!("{} → reused out", case.name),
                         shape: shape.clone(),
                         threads: t,
                         value: gbs,
                         unit: "GB/s",
                         ratio: gbs / copy,
+                        ceiling,
                         yardstick: "memcpy",
                     });
-                    if into.is_some() {
-                        let gbs = case.bytes as f64 / timed[1].best / 1e9;
-                        rows.push(Row {
-                            kernel: format!("{} → reused out", case.name),
-                            shape: shape.clone(),
-                            threads: t,
-                            value: gbs,
-                            unit: "GB/s",
-                            ratio: gbs / copy,
-                            yardstick: "memcpy",
-                        });
-                    }
                 }
             }
         }
@@ -538,6 +719,7 @@ fn summary_gemm(rows: &mut Vec<Row>) {
                     value: flop / s / 1e9,
                     unit: "GFLOP/s",
                     ratio: faer_s / s,
+                    ceiling: None,
                     yardstick: "faer f32",
                 });
             }
@@ -562,6 +744,7 @@ fn summary_launch(rows: &mut Vec<Row>) {
             value: fast * 1e6,
             unit: "µs",
             ratio: slow / fast,
+            ceiling: None,
             yardstick: "interpreter time / fast",
         });
         // The launch's work: read the input, gelu it, write a fresh output.
@@ -580,6 +763,7 @@ fn summary_launch(rows: &mut Vec<Row>) {
             value: (fast - work) * 1e6,
             unit: "µs",
             ratio: (fast - work) * 1e6 / 2.0,
+            ceiling: None,
             yardstick: "2 µs goal",
         });
     }
@@ -587,13 +771,15 @@ fn summary_launch(rows: &mut Vec<Row>) {
 
 fn table(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| kernel | shape | threads | value | unit | ratio | ratio to |\n|---|---|---|---|---|---|---|\n",
+        "| kernel | shape | threads | value | unit | ratio | arithmetic ceiling | ratio to |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
+        let ceiling = r.ceiling.map_or("–".into(), |c| format!("{c:.2}"));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.2} | {} | {:.2} | {} |",
-            r.kernel, r.shape, r.threads, r.value, r.unit, r.ratio, r.yardstick
+            "| {} | {} | {} | {:.2} | {} | {:.2} | {} | {} |",
+            r.kernel, r.shape, r.threads, r.value, r.unit, r.ratio, ceiling, r.yardstick
         );
     }
     s
@@ -661,6 +847,29 @@ fn write_docs(rows: &[Row]) {
          runs (4 each) \
          and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
          memory state; launches: best of ≥ 5 runs.\n\n\
+         *Arithmetic ceiling* (memory-bound rows at `[4096, 1024]` and `[1024, 4096]`, whose \
+         tensors the L3 holds; – elsewhere): the ratio the row could reach if memory were free, = \
+         the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per element × \
+         the row's elements). The in-L2 time per element comes from two `→ reused out` launches \
+         of the kernel on one thread, timed in alternating windows (8 each of ≤ 25 ms, best of \
+         each): A on a shape with the row's column count whose bytes read + written are ≤ 768 KiB \
+         of the 1 MiB L2 (as many rows as fit, at least 16), B on about a quarter of A's rows (at \
+         least 8, the same count modulo 8, so both leave the same partial row block); time per \
+         element = (A − B) / (A's elements − B's), so the launch overhead (≈ 0.3 µs) and the \
+         per-launch column set-up cancel (A takes 3–34 µs). Column reductions keep their access \
+         pattern this way (the same column strips, fewer passes of 4 rows). A transpose's A has \
+         the largest power-of-two row count that fits (whole 16 × 16, bf16 32 × 32, blocks and \
+         destination rows of whole cache lines; the full shape's source stride, a shorter \
+         destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave those \
+         blocks. The depthwise convolution's rows are its H (W × 64 channels kept), its elements \
+         its output's. Two threads: that one-thread in-L2 rate doubled (perfect scaling, so an \
+         upper bound) against the two-thread memcpy — not measured on two threads, since an in-L2 \
+         launch is a few µs per thread and the pool's wake-up and join would be a large and \
+         varying part of it. A row whose ceiling is below 0.8 cannot reach 0.8 on this machine \
+         without a cheaper op sequence; one whose ceiling is at or above 0.8 and above its ratio \
+         is held by the memory path (room left). A ratio above its ceiling means the full-shape \
+         launch ran faster per element than the in-L2 one, by timing noise (a few %, more \
+         while other jobs run) or a different schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         load.trim(),
