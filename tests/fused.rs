@@ -730,6 +730,57 @@ fn column_pass_bf16_bits() {
     }
 }
 
+/// bf16 `add`, `sub`, `mul` and `div` (the AVX-512 loop of 32 elements per step and the
+/// tail after it) and bf16 column sums (the whole-row pass's tile sums from zero, added into
+/// the accumulators in their last pass) on odd shapes and two with whole strips, on one and
+/// two threads, inputs with NaN/±inf/-0.0 and subnormals: the interpreter's bits.
+#[test]
+fn bf16_pair_loops_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    bf16_pair_loops_bits();
+}
+
+fn bf16_pair_loops_bits() {
+    let sp = bf16_specials();
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            let shapes = [
+                (37, 300),
+                (1, 1),
+                (9, 1025),
+                (300, 1),
+                (64, 4096),
+                (130, 2048),
+            ];
+            for (i, &(r, c)) in shapes.iter().enumerate() {
+                let s = 4100 + 10 * i as u64;
+                let tag = format!("[{r}, {c}] {threads}T");
+                let (x, y) = (
+                    with_specials(r, c, s + 1, &sp),
+                    with_specials(r, c, s + 2, &sp),
+                );
+                let launches = fused::launches;
+                direct_same_bits(&format!("add bf16 {tag}"), launches, true, || {
+                    add_bf16(&x, &y).unwrap()
+                });
+                direct_same_bits(&format!("sub bf16 {tag}"), launches, true, || {
+                    sub_bf16(&x, &y).unwrap()
+                });
+                direct_same_bits(&format!("mul bf16 {tag}"), launches, true, || {
+                    mul_bf16(&x, &y).unwrap()
+                });
+                direct_same_bits(&format!("div bf16 {tag}"), launches, true, || {
+                    div_bf16(&x, &y).unwrap()
+                });
+                let cr = fused::direct_column_reductions;
+                direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
+                    col_sum_bf16(&x).unwrap()
+                });
+            }
+        });
+    }
+}
+
 fn column_pass_bits() {
     let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
     for threads in [1, 2] {
@@ -755,6 +806,13 @@ fn column_pass_bits() {
                             "tile 16x128",
                             &[("BR", 16), ("BC", 128)][..],
                             c.div_ceil(128),
+                        ),
+                        // Tiles of 13 rows: three four-row passes and a one-row pass each.
+                        (
+                            &col_sum_tile::DEF,
+                            "tile 13x256",
+                            &[("BR", 13)][..],
+                            c.div_ceil(256),
                         ),
                         (&col_sum_from_one::DEF, "from one", &[][..], 0),
                         (&col_sum_skip_first::DEF, "skip first", &[][..], 0),
@@ -2960,6 +3018,7 @@ fn every_simd_level_agrees() {
         fresh_outputs_bits();
         column_pass_bits();
         column_pass_bf16_bits();
+        bf16_pair_loops_bits();
         padded_column_bits();
         ragged_transpose_bits();
         matmul_direct_gemm_agrees();

@@ -48,6 +48,16 @@ const STRIP_BF16: usize = 2048;
 /// walking every row's share, measured slower: 63–77 µs for 2048-column halves).
 const RUNS: usize = 1;
 
+/// The largest tensor, in bytes, whose whole tiles [`tile_sum`] takes: the last-level cache.
+/// Beyond it the tile sums from zero measured slower than filling, permuting and folding
+/// `part` around [`super::colreduce::combine`] (`[8192, 4096]` bf16, one thread, 64 MiB:
+/// 1.81–1.92 → 1.94–2.06 ms, five interleaved rounds; starting from zero with a separate
+/// fold, 1.97–2.16 ms), while inside it they measured faster (`[1024, 4096]` bf16, one
+/// thread: 85 → 82 µs). The cause was not found.
+fn from_zero_max() -> usize {
+    crate::backend::cpu::cache::last_level_bytes()
+}
+
 /// Tensors of fewer elements than this run the pass on the calling thread.
 const PAR_MIN: usize = 1 << 16;
 
@@ -219,11 +229,16 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
                     // SAFETY: rows 0 and 1 are run 0's only until it is done (runs write
                     // disjoint rows; the fold reads row 0 after run 0 is done).
                     let (acc, part) = unsafe { (l.row(0, j, n), l.row(1, 0, n)) };
-                    strip(c, buf, l, k, j, part);
-                    fold(c.op, acc, part);
+                    if !tile_sum(c, buf, l, k, j, part, Some(&mut *acc)) {
+                        strip(c, buf, l, k, j, part);
+                        fold(c.op, acc, part);
+                    }
                 } else {
                     // SAFETY: tile k's row is run i's only until it is done.
-                    strip(c, buf, l, k, j, unsafe { l.row(2 + k - l.per, j, n) });
+                    let part = unsafe { l.row(2 + k - l.per, j, n) };
+                    if !tile_sum(c, buf, l, k, j, part, None) {
+                        strip(c, buf, l, k, j, part);
+                    }
                 }
             }
         }
@@ -279,6 +294,32 @@ fn fold_body(op: TileReduce, acc: &mut [f32], part: &[f32]) {
             .zip(part)
             .for_each(|(a, p)| *a = max_nan(*a, *p)),
     }
+}
+
+/// [`strip`] for a sum whose tile `k` lies inside the tensor (no rows past it), and with
+/// `acc` then [`fold`] into it, in one call of `colreduce::sum_tile` (the same adds in the
+/// same order per column; `part` is then scratch): no fill of `part` (for bf16 no permute of
+/// it on entry), no separate fold. `false` (nothing done) for a max, a tile with rows past
+/// the tensor, a tensor larger than the last-level cache ([`from_zero_max`]), or below the
+/// AVX-512 level.
+fn tile_sum(
+    c: &ColReduce,
+    buf: &Buffer,
+    l: &Layout,
+    k: usize,
+    j0: usize,
+    part: &mut [f32],
+    acc: Option<&mut [f32]>,
+) -> bool {
+    let u0 = k * c.rows;
+    if c.op != TileReduce::Sum || u0 + c.rows > l.r || buf.len > from_zero_max() {
+        return false;
+    }
+    let at = u0 * l.cols + j0;
+    // SAFETY: rows u0..u0 + c.rows (inside the tensor: checked) and columns j0..j0 +
+    // part.len() of the `[r, cols]` tensor (its length checked in `shaped`); loaded tensors
+    // are not written during a launch; `acc` is as long as `part` (`go`).
+    unsafe { super::colreduce::sum_tile(c.bf16, buf, at, l.cols, c.rows, part, acc) }
 }
 
 /// `part` (`part.len()` columns from `j0`) = the partial of tile `k`: the identity combined

@@ -475,6 +475,52 @@ pub(crate) unsafe fn combine(
     unsafe { combine_body(c, x, stride, n, part) }
 }
 
+/// The partial of one tile of a column sum from the identity, `+0.0`: `part[j] = ((+0.0 +
+/// x[0][j]) + x[1][j]) + … + x[n − 1][j]` over rows `u < n` of `buf` (f32, or bf16 widened
+/// exactly) from element `at` (rows `stride` elements apart), `j < part.len()`; with `acc`,
+/// instead `acc[j] = acc[j] + part[j]` (`part` left as scratch). What `part.fill(+0.0)`,
+/// [`combine`] and an add into `acc` compute, per column in the same order, but the
+/// AVX-512 passes start from zero registers instead of loading a filled (for bf16, also
+/// permuted) `part`, and the last adds into `acc` instead of storing `part` for a separate
+/// fold. `false` (nothing done) below the AVX-512 level.
+///
+/// # Safety
+/// As [`combine`]; `acc`, when given, is `part.len()` long.
+pub(crate) unsafe fn sum_tile(
+    bf16: bool,
+    buf: &Buffer,
+    at: usize,
+    stride: usize,
+    n: usize,
+    part: &mut [f32],
+    acc: Option<&mut [f32]>,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
+        let size = if bf16 { 2 } else { 4 };
+        let x = (buf.ptr as *const u8).wrapping_add(at * size);
+        let acc = match acc {
+            Some(a) => {
+                assert_eq!(a.len(), part.len(), "column sum accumulators");
+                a.as_mut_ptr()
+            }
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: AVX-512F present (the active level is at most the detected one); the
+        // caller's contract; `acc` null or `part.len()` floats (asserted).
+        unsafe {
+            if bf16 {
+                x86::sum_bf16_tile_avx512(x, stride * 2, n, part, acc)
+            } else {
+                x86::sum_f32_tile_avx512(x, stride * 4, n, part, acc)
+            }
+        };
+        return true;
+    }
+    let _ = (bf16, buf, at, stride, n, part, acc);
+    false
+}
+
 /// [`combine_body`] built with AVX2.
 ///
 /// # Safety
@@ -694,6 +740,291 @@ mod x86 {
         }
     }
 
+    /// [`super::sum_tile`] of f32 rows (`acc` null: no accumulators): the columns from the
+    /// first whose row vectors start cache lines in vectors of 16, four rows per pass (then
+    /// one), the first pass from zero registers, the last storing `part` or adding into
+    /// `acc`; the columns before and after those vectors from a zero-filled `part` by
+    /// [`sum_avx512`] (then added into `acc`).
+    ///
+    /// # Safety
+    /// As [`sum_avx512`]; `acc` null or `part.len()` writable floats not inside `part`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn sum_f32_tile_avx512(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        part: &mut [f32],
+        acc: *mut f32,
+    ) {
+        let m = part.len();
+        let j0 = if sb.is_multiple_of(64) {
+            ((64 - x as usize % 64) % 64 / 4).min(m)
+        } else {
+            0
+        };
+        let m16 = j0 + ((m - j0) & !15);
+        let pp = part.as_mut_ptr();
+        // Columns `a .. b` from zero by `sum_avx512`, added into `acc`.
+        let plain = |a: usize, b: usize| {
+            // SAFETY: columns a..b of the caller's rows, `part` and `acc`.
+            unsafe {
+                let p = std::slice::from_raw_parts_mut(pp.add(a), b - a);
+                p.fill(0.0);
+                sum_avx512::<false>(x.add(4 * a), sb, n, p);
+                if !acc.is_null() {
+                    let q = std::slice::from_raw_parts_mut(acc.add(a), b - a);
+                    q.iter_mut().zip(p.iter()).for_each(|(q, p)| *q += *p);
+                }
+            }
+        };
+        if m16 == j0 || n == 0 {
+            return plain(0, m);
+        }
+        if j0 > 0 {
+            plain(0, j0);
+        }
+        let (x, pm, am) = (x.wrapping_add(4 * j0), pp.wrapping_add(j0), m16 - j0);
+        let acc_mid = if acc.is_null() {
+            acc
+        } else {
+            acc.wrapping_add(j0)
+        };
+        let mut u = 0;
+        macro_rules! go {
+            ($k:literal, $first:expr, $last:expr) => {
+                // SAFETY: rows u..u + $k (at most n) and columns j0..m16 of the caller's,
+                // `part` and `acc`.
+                match ($first, $last) {
+                    (true, true) => unsafe {
+                        pass_f32::<$k, true, true>(x.add(u * sb), sb, am, pm, acc_mid)
+                    },
+                    (true, false) => unsafe {
+                        pass_f32::<$k, true, false>(x.add(u * sb), sb, am, pm, acc_mid)
+                    },
+                    (false, true) => unsafe {
+                        pass_f32::<$k, false, true>(x.add(u * sb), sb, am, pm, acc_mid)
+                    },
+                    (false, false) => unsafe {
+                        pass_f32::<$k, false, false>(x.add(u * sb), sb, am, pm, acc_mid)
+                    },
+                }
+            };
+        }
+        while u < n {
+            let k = if u + 4 <= n { 4 } else { 1 };
+            let (first, last) = (u == 0, u + k == n);
+            match k {
+                4 => go!(4, first, last),
+                _ => go!(1, first, last),
+            }
+            u += k;
+        }
+        if m16 < m {
+            plain(m16, m);
+        }
+    }
+
+    /// One pass of [`sum_f32_tile_avx512`] over `K` f32 rows from `r0` (`sb` bytes apart) and
+    /// `m` columns (a multiple of 16): `v = (((p + x0) + x1) + …)` per column, `p` zero with
+    /// `FIRST` else `pp`'s; `LAST` stores `v` to `pp`, or adds it into `acc` (`acc + v`) when
+    /// `acc` is not null; otherwise `v` goes back to `pp`.
+    ///
+    /// # Safety
+    /// AVX-512F present; `K` rows of `m` columns readable, `m` floats at `pp` (and `acc`).
+    #[inline(always)]
+    unsafe fn pass_f32<const K: usize, const FIRST: bool, const LAST: bool>(
+        r0: *const u8,
+        sb: usize,
+        m: usize,
+        pp: *mut f32,
+        acc: *mut f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut j = 0;
+            while j < m {
+                let l: [__m512; K] =
+                    core::array::from_fn(|i| _mm512_loadu_ps(r0.add(i * sb + 4 * j) as *const f32));
+                let mut v = if FIRST {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(pp.add(j))
+                };
+                for r in l {
+                    v = _mm512_add_ps(v, r);
+                }
+                if LAST && !acc.is_null() {
+                    let a = acc.add(j);
+                    _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), v));
+                } else {
+                    _mm512_storeu_ps(pp.add(j), v);
+                }
+                j += 16;
+            }
+        }
+    }
+
+    /// [`super::sum_tile`] of bf16 rows (`acc` null: no accumulators): the columns from the first
+    /// whose row vectors start cache lines in blocks of 32 by [`zero_pairs`], the others
+    /// from a zero-filled `part` by [`sum_avx512`] (then added into `acc`); fewer than
+    /// [`PAIR_MIN`] rows all by [`sum_avx512`].
+    ///
+    /// # Safety
+    /// As [`sum_avx512`]; `acc` null or `part.len()` writable floats not inside `part`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn sum_bf16_tile_avx512(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        part: &mut [f32],
+        acc: *mut f32,
+    ) {
+        let m = part.len();
+        let j0 = if sb.is_multiple_of(64) {
+            ((64 - x as usize % 64) % 64 / 2).min(m)
+        } else {
+            0
+        };
+        let m32 = j0 + ((m - j0) & !31);
+        let pp = part.as_mut_ptr();
+        // Columns `a .. b` from zero by `sum_avx512`, added into `acc`.
+        let plain = |a: usize, b: usize| {
+            // SAFETY: columns a..b of the caller's rows, `part` and `acc`.
+            unsafe {
+                let p = std::slice::from_raw_parts_mut(pp.add(a), b - a);
+                p.fill(0.0);
+                sum_avx512::<true>(x.add(2 * a), sb, n, p);
+                if !acc.is_null() {
+                    let q = std::slice::from_raw_parts_mut(acc.add(a), b - a);
+                    q.iter_mut().zip(p.iter()).for_each(|(q, p)| *q += *p);
+                }
+            }
+        };
+        if n < PAIR_MIN || m32 == j0 {
+            return plain(0, m);
+        }
+        if j0 > 0 {
+            plain(0, j0);
+        }
+        // SAFETY: columns j0..m32 (a multiple of 32 of them) of the caller's rows, `part`
+        // and `acc`.
+        unsafe {
+            let mid = std::slice::from_raw_parts_mut(pp.add(j0), m32 - j0);
+            let acc = if acc.is_null() { acc } else { acc.add(j0) };
+            zero_pairs(x.add(2 * j0), sb, n, mid, acc);
+        }
+        if m32 < m {
+            plain(m32, m);
+        }
+    }
+
+    /// [`pairs`] from `part` all `+0.0` without reading it: the first pass starts its even and
+    /// odd vectors at zero (so no permute on entry), and the last puts each block's columns
+    /// back in order in registers and stores them to `part`, or with `acc` (not null) adds
+    /// them into `acc` (`acc[j] + part[j]`) and leaves `part` as scratch. The same passes in
+    /// the same order as [`pairs`].
+    ///
+    /// # Safety
+    /// As [`pairs`]; `acc` null or `part.len()` writable floats not inside `part`.
+    #[inline(always)]
+    unsafe fn zero_pairs(x: *const u8, sb: usize, n: usize, part: &mut [f32], acc: *mut f32) {
+        let m = part.len();
+        let pp = part.as_mut_ptr();
+        let eight = m <= 2048;
+        let mut u = 0;
+        macro_rules! go {
+            ($k:literal, $first:expr, $last:expr) => {
+                // SAFETY: rows u..u + $k (< n) of the caller's, `part` and `acc`.
+                match ($first, $last) {
+                    (true, true) => unsafe {
+                        pass::<$k, true, true>(x.add(u * sb), sb, m, pp, acc)
+                    },
+                    (true, false) => unsafe {
+                        pass::<$k, true, false>(x.add(u * sb), sb, m, pp, acc)
+                    },
+                    (false, true) => unsafe {
+                        pass::<$k, false, true>(x.add(u * sb), sb, m, pp, acc)
+                    },
+                    (false, false) => unsafe {
+                        pass::<$k, false, false>(x.add(u * sb), sb, m, pp, acc)
+                    },
+                }
+            };
+        }
+        while u < n {
+            let k = if eight && u + 8 <= n {
+                8
+            } else if u + 4 <= n {
+                4
+            } else {
+                1
+            };
+            let (first, last) = (u == 0, u + k == n);
+            match k {
+                8 => go!(8, first, last),
+                4 => go!(4, first, last),
+                _ => go!(1, first, last),
+            }
+            u += k;
+        }
+    }
+
+    /// One pass of [`zero_pairs`] over `K` rows from `r0` (`sb` bytes apart) and `m` columns
+    /// (a multiple of 32): `FIRST` starts from zero instead of `pp`'s even and odd vectors,
+    /// `LAST` puts the columns back in order and stores them to `pp`, or adds them into `acc`
+    /// when it is not null.
+    ///
+    /// # Safety
+    /// As [`zero_pairs`]: `K` rows of `m` columns readable, `m` floats at `pp` (and `acc`).
+    #[inline(always)]
+    unsafe fn pass<const K: usize, const FIRST: bool, const LAST: bool>(
+        r0: *const u8,
+        sb: usize,
+        m: usize,
+        pp: *mut f32,
+        acc: *mut f32,
+    ) {
+        // SAFETY: the caller's contract (AVX-512F present).
+        unsafe {
+            let lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            let hi =
+                _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            let mask = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+            let ld = |r: *const u8, j: usize| _mm512_loadu_si512(r.add(2 * j) as *const _);
+            let ev = |v: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+            let od = |v: __m512i| _mm512_castsi512_ps(_mm512_and_si512(v, mask));
+            let mut j = 0;
+            while j < m {
+                let l: [__m512i; K] = core::array::from_fn(|i| ld(r0.add(i * sb), j));
+                let (mut e, mut o) = if FIRST {
+                    (_mm512_setzero_ps(), _mm512_setzero_ps())
+                } else {
+                    (_mm512_loadu_ps(pp.add(j)), _mm512_loadu_ps(pp.add(j + 16)))
+                };
+                for v in l {
+                    e = _mm512_add_ps(e, ev(v));
+                    o = _mm512_add_ps(o, od(v));
+                }
+                if LAST {
+                    let a = _mm512_permutex2var_ps(e, lo, o);
+                    let b = _mm512_permutex2var_ps(e, hi, o);
+                    if acc.is_null() {
+                        _mm512_storeu_ps(pp.add(j), a);
+                        _mm512_storeu_ps(pp.add(j + 16), b);
+                    } else {
+                        let (p, q) = (acc.add(j), acc.add(j + 16));
+                        _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), a));
+                        _mm512_storeu_ps(q, _mm512_add_ps(_mm512_loadu_ps(q), b));
+                    }
+                } else {
+                    _mm512_storeu_ps(pp.add(j), e);
+                    _mm512_storeu_ps(pp.add(j + 16), o);
+                }
+                j += 32;
+            }
+        }
+    }
+
     /// `part[j] += x[u][j]` over rows `u < n` in order, bf16 rows of `part.len()` (a multiple
     /// of 32) columns: each 64-byte load holds 32 columns as 16 pairs, widened without a
     /// shuffle (the even columns `<< 16`, the odd ones `& 0xFFFF_0000`) and added into `part`
@@ -831,7 +1162,10 @@ mod tests {
     /// pitches of whole lines and not, ragged row counts and widths; bf16 inputs of random
     /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs). The four-row passes run
     /// for 4–7 rows (`sum_avx512`), for the last 4–7 rows after the eight-row passes (12, 77
-    /// rows), and over every row of pair blocks wider than 2048 columns (4133 columns).
+    /// rows), and over every row of pair blocks wider than 2048 columns (4133 columns). The
+    /// same rows through `sum_bf16_tile_avx512` (from +0.0, its first, last and only passes
+    /// of eight, four and one rows) against the scalar tile sum, alone and added into
+    /// accumulators.
     #[test]
     fn bf16_pair_sum_matches_row_order_at_every_offset() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
@@ -896,6 +1230,49 @@ mod tests {
                                 g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
                                 "m {m} pitch {pitch} n {n} off {off} column {j}: {g} vs {w}"
                             );
+                        }
+                        // The tile sum from +0.0 (`sum_tile`): its partial alone, and
+                        // added into accumulators (`part` then scratch, filled with garbage
+                        // first: the kernel must not read it).
+                        let mut tile = vec![0.0f32; m];
+                        for u in 0..n {
+                            for (j, t) in tile.iter_mut().enumerate() {
+                                *t += f32::from_bits((xs[off + u * pitch + j] as u32) << 16);
+                            }
+                        }
+                        let folded: Vec<f32> = init.iter().zip(&tile).map(|(a, t)| a + t).collect();
+                        let x = xs[off..].as_ptr() as *const u8;
+                        let mut part = vec![f32::NAN; m];
+                        // SAFETY: as above; a null `acc`.
+                        unsafe {
+                            super::x86::sum_bf16_tile_avx512(
+                                x,
+                                2 * pitch,
+                                n,
+                                &mut part,
+                                std::ptr::null_mut(),
+                            )
+                        };
+                        let mut acc = init.clone();
+                        let mut scratch: Vec<f32> = (0..m).map(|j| j as f32 - 7.5).collect();
+                        // SAFETY: as above; `acc` holds m floats apart from `scratch`.
+                        unsafe {
+                            super::x86::sum_bf16_tile_avx512(
+                                x,
+                                2 * pitch,
+                                n,
+                                &mut scratch,
+                                acc.as_mut_ptr(),
+                            )
+                        };
+                        for (what, got, want) in [("tile", &part, &tile), ("fold", &acc, &folded)] {
+                            for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                                assert!(
+                                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                    "{what}: m {m} pitch {pitch} n {n} off {off} column {j}: \
+                                     {g} vs {w}"
+                                );
+                            }
                         }
                     }
                 }

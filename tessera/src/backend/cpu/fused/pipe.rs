@@ -136,7 +136,7 @@ fn span_f(
         }
         // bf16 in and out: widened, combined and narrowed in registers (`bf16io::binary`).
         (_, DType::BF16) if super::bf16io::has_binary(op) && !nt => {
-            super::bf16io::binary(op, u16s(a, ia, n), u16s(b, ib, n), unsafe {
+            binary_bf16(op, u16s(a, ia, n), u16s(b, ib, n), unsafe {
                 out_u16(o, io, n)
             });
         }
@@ -144,7 +144,7 @@ fn span_f(
             let mut h = [0u16; PIECE];
             for k in (0..n).step_by(PIECE) {
                 let m = (n - k).min(PIECE);
-                super::bf16io::binary(op, u16s(a, ia + k, m), u16s(b, ib + k, m), &mut h[..m]);
+                binary_bf16(op, u16s(a, ia + k, m), u16s(b, ib + k, m), &mut h[..m]);
                 unsafe { put_u16(o, io + k, &h[..m], true) };
             }
         }
@@ -200,3 +200,105 @@ fn u16s(b: &Buffer, at: usize, n: usize) -> &[u16] {
 
 /// Rows ahead of the current one whose inputs [`run`] prefetches.
 const AHEAD: usize = 2;
+
+/// `o[i] = op(a[i], b[i])` for bf16 `a`, `b` and `o` and an op [`super::bf16io::has_binary`]
+/// takes, with [`super::bf16io::binary`]'s bits: at the AVX-512 level (with BW) 32 elements
+/// per step by [`x86::pairs`] (one 64-byte load per operand and one 64-byte store, where
+/// `bf16io::binary` loads 32 and stores 32 bytes per 16 elements through a narrowing store),
+/// the last `n mod 32` by `bf16io::binary`.
+#[inline(always)]
+fn binary_bf16(op: BinaryOp, a: &[u16], b: &[u16], o: &mut [u16]) {
+    let n = o.len();
+    assert!(a.len() >= n && b.len() >= n, "bf16 binary out of bounds");
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        let m = n & !31;
+        // SAFETY: AVX-512F and BW present (the active level is at most the detected one);
+        // `m` elements readable at `a` and `b` and writable at `o` (asserted above).
+        unsafe { x86::pairs(op, a.as_ptr(), b.as_ptr(), o.as_mut_ptr(), m) };
+        super::bf16io::binary(op, &a[m..n], &b[m..n], &mut o[m..]);
+        return;
+    }
+    super::bf16io::binary(op, a, b, o);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+    use tessera_ir::graph::BinaryOp;
+
+    /// `o[i] = op(a[i], b[i])` for `i < n` (a multiple of 32), bf16 in and out: each
+    /// 64-byte load holds 32 elements as 16 pairs, widened exactly without a shuffle (the
+    /// even elements `<< 16`, the odd ones `& 0xFFFF_0000`), combined as even and odd lanes,
+    /// each lane rounded to bf16 in its high half (round to nearest even, a NaN made quiet:
+    /// `super::super::bf16io`'s narrowing) and the pairs put back by one bitwise select.
+    /// `op` is `Add`, `Sub`, `Mul`, else `Div`.
+    ///
+    /// # Safety
+    /// AVX-512F and BW present; `n` elements readable at `a` and `b` and writable at `o`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn pairs(op: BinaryOp, a: *const u16, b: *const u16, o: *mut u16, n: usize) {
+        // SAFETY (all four): the caller's contract.
+        unsafe {
+            match op {
+                BinaryOp::Add => lanes(a, b, o, n, |x, y| _mm512_add_ps(x, y)),
+                BinaryOp::Sub => lanes(a, b, o, n, |x, y| _mm512_sub_ps(x, y)),
+                BinaryOp::Mul => lanes(a, b, o, n, |x, y| _mm512_mul_ps(x, y)),
+                _ => lanes(a, b, o, n, |x, y| _mm512_div_ps(x, y)),
+            }
+        }
+    }
+
+    /// [`pairs`] with the op `f`.
+    ///
+    /// # Safety
+    /// As [`pairs`].
+    #[inline(always)]
+    unsafe fn lanes(
+        a: *const u16,
+        b: *const u16,
+        o: *mut u16,
+        n: usize,
+        f: impl Fn(__m512, __m512) -> __m512,
+    ) {
+        // SAFETY: AVX-512F and BW present and elements `i .. i + 32 <= n` of each (the
+        // caller's contract).
+        unsafe {
+            let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+            let ev = |v: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+            let od = |v: __m512i| _mm512_castsi512_ps(_mm512_and_si512(v, hi));
+            let mut i = 0;
+            while i < n {
+                let x = _mm512_loadu_si512(a.add(i) as *const _);
+                let y = _mm512_loadu_si512(b.add(i) as *const _);
+                let e = high(f(ev(x), ev(y)));
+                let d = high(f(od(x), od(y)));
+                // Each 32-bit lane: the odd element's bits from `d`'s high half, the even
+                // one's from `e`'s high half moved down (`hi ? d : e >> 16`).
+                let r = _mm512_ternarylogic_epi32::<0xE4>(d, _mm512_srli_epi32::<16>(e), hi);
+                _mm512_storeu_si512(o.add(i) as *mut _, r);
+                i += 32;
+            }
+        }
+    }
+
+    /// Each lane of `v` rounded to bf16 in its high 16 bits (`b + 0x7FFF + lsb`, lsb: bit 16
+    /// of `b`; a NaN's own high half with the quiet bit `0x0040_0000` set), the low half
+    /// left over.
+    ///
+    /// # Safety
+    /// AVX-512F present.
+    #[inline(always)]
+    unsafe fn high(v: __m512) -> __m512i {
+        // SAFETY: AVX-512F present (the caller's).
+        unsafe {
+            let b = _mm512_castps_si512(v);
+            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+            let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x0040_0000))
+        }
+    }
+}
