@@ -1,15 +1,21 @@
 //! Times the AVX-512 gelu central loop on one thread, with the data in L1: `dst[i] =
-//! central(src[i])` for a row of normal samples (every lane in `|x| < 4.5`, so no lane takes
-//! the tail), 32 values per step with one range test per pair as `vmath/gelu512`'s `map`,
-//! for several coefficient-pick sequences. Prints cycles per 16 values, the clock measured
-//! by a chain of dependent 1-cycle integer adds:
-//! `cargo run --release --example gelu_loop -- 1024 3` (row length, rounds).
-//! Sequences: `cur` (`vmath::gelu`'s: 16 intervals, 8 `vpermps`, 8 FMAs; checked bit for
-//! bit against `tessera::backend::cpu::vmath::gelu` first), `noperm` (the same with every
-//! `vpermps` replaced by the table register itself: wrong values, timing only), `perm4` (4
-//! `vpermps`, each coefficient register reused twice: timing only), `t2d6` / `t2d5` (32
-//! intervals, one `vpermt2ps` per coefficient, degree 6 / 5: timing only, the table values
-//! are placeholders). AVX-512F/DQ, AVX2 and FMA only (prints a line and exits elsewhere).
+//! central(src[i])` for a row of normal samples clamped to `|x| <= 4.4` (no lane takes the
+//! tail), with one range test per step as `vmath/gelu512`'s `map`, for several sequences.
+//! Prints cycles per 16 values, the clock measured by a chain of dependent 1-cycle integer
+//! adds: `cargo run --release --example gelu_loop -- 1024 3` (row length, rounds).
+//! Two vectors per step, one after the other: `cur` (`vmath::gelu`'s sequence before it took
+//! four vectors per step: 16 intervals, 8 `vpermps`, 8 FMAs; checked bit for bit against
+//! `tessera::backend::cpu::vmath::gelu` first, as are `w2`, `w4`, `w8`), `noperm` (every `vpermps` replaced by the
+//! table register itself), `perm4` (4 `vpermps`, each result used twice), `t2d6` / `t2d5`
+//! (32 intervals, one `vpermt2ps` per coefficient, degree 6 / 5), `pack2` (`cur` with
+//! `(c7, c6)` and `(c5, c4)` each one register: the lane and the lane shifted left by 16),
+//! `t2p` (`t2d6` with `(c6, c5)` and `(c4, c3)` packed), `estrin` (`cur` by Estrin's scheme),
+//! `t2e` (`t2d6` by Estrin's scheme), `eo` (even and odd Horner chains in `u²`). `wW_*`: `W`
+//! vectors per step, each step on all `W` before the next (`w4` is `vmath::gelu`'s loop now;
+//! `_t2`, `_pack2`, `_t2p`, `_noperm`, `_estrin`, `_t2e` as above; `_pack1` packs `(c7,
+//! c6)` only; `_nosub` drops the `− ½` of `u`). Every sequence but `cur` and `wW` computes
+//! other values than `vmath::gelu` (placeholder tables): timing only. AVX-512F/DQ, AVX2 and
+//! FMA only (prints a line and exits elsewhere).
 
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::excessive_precision)]
@@ -203,8 +209,9 @@ mod body {
     }
 
     /// The central form on `W` vectors, each step on all `W` before the next (as
-    /// `vmath/gelu512/chain.rs`'s `gelu_w`), by sequence `M`: 0 `cur`, 1 `t2d6` (Horner), 2
-    /// `pack2`, 3 `t2d6` with `(c6, c5)` packed, 4 `cur` with `(c7, c6)` packed, 5 `noperm`.
+    /// `vmath/gelu512`'s `central_w`), by sequence `M`: 0 `cur`, 1 `t2d6` (Horner), 2
+    /// `pack2`, 3 `t2d6` with `(c6, c5)` packed, 4 `cur` with `(c7, c6)` packed, 5 `noperm`,
+    /// 6 `estrin`, 7 `t2e`, 8 `cur` without the `− ½` of `u`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn var_w<const W: usize, const M: u32>(
@@ -221,7 +228,11 @@ mod body {
             let v = _mm512_mul_ps(ax[w], s);
             j[w] = _mm512_cvttps_epi32(v);
             let f = _mm512_reduce_ps::<0x09>(v);
-            u[w] = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+            u[w] = if M == 8 {
+                f
+            } else {
+                _mm512_sub_ps(f, _mm512_set1_ps(0.5))
+            };
         }
         let p = |w: usize, k: usize, j: &[__m512i; W]| {
             if t2 {
@@ -330,6 +341,7 @@ mod body {
     row_w!(row_w4_estrin, 4, 6);
     row_w!(row_w4_t2e, 4, 7);
     row_w!(row_w2_estrin, 2, 6);
+    row_w!(row_w4_nosub, 4, 8);
 
     macro_rules! row {
         ($name:ident, $f:ident) => {
@@ -441,18 +453,21 @@ mod body {
             .collect();
         let mut ys = vec![0f32; n];
         let tab = table(&coefficients());
-        // The `cur` copy is `vmath::gelu`, bit for bit, on these values.
+        // The `cur` and `wW` copies are `vmath::gelu`, bit for bit, on these values.
         let mut want = xs.clone();
         tessera::backend::cpu::vmath::gelu(&mut want);
-        // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
-        unsafe { row_cur(&xs, &mut ys, &tab) };
-        assert!(
-            ys.iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits())
-        );
+        for f in [row_cur as Row, row_w2, row_w4, row_w8] {
+            ys.fill(0.0);
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
+            unsafe { f(&xs, &mut ys, &tab) };
+            assert!(
+                ys.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+        }
         let reps = (20_000_000 / n).max(1);
-        let rows: [(&str, Row); 21] = [
+        let rows: [(&str, Row); 22] = [
             ("cur", row_cur),
             ("noperm", row_noperm),
             ("perm4", row_perm4),
@@ -474,6 +489,7 @@ mod body {
             ("w4_estrin", row_w4_estrin),
             ("w4_t2e", row_w4_t2e),
             ("w2_estrin", row_w2_estrin),
+            ("w4_nosub", row_w4_nosub),
         ];
         for round in 0..rounds {
             let nspc = ns_per_cycle();
