@@ -281,9 +281,7 @@ mod body {
                 k -= 2;
             }
         } else {
-            for w in 0..W {
-                c[w] = p(w, top, &j);
-            }
+            c = core::array::from_fn(|w| p(w, top, &j));
             k -= 1;
         }
         loop {
