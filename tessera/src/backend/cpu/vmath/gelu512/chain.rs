@@ -7,7 +7,7 @@
 //! [`Pending`] list whose tail lanes are gathered and computed 16 at a time. Longer chains, and
 //! chains with a `div`, take [`after_any`].
 
-use super::{far_blend, first, gelu16, map_with, put, table};
+use super::{central_w, far_blend, first, gelu16, map_with, put, table};
 use crate::backend::cpu::vmath::arith::Fused;
 use crate::backend::cpu::vmath::gelu::{NEG_END, POS_END, gelu1};
 use core::arch::x86_64::*;
@@ -528,35 +528,11 @@ fn outside<const W: usize>(x: &[__m512; W]) -> bool {
     hi | lo != 0
 }
 
-/// The central form ([`central`](super::central)'s steps, each on all `W` vectors before the next,
-/// so that their chains of dependent FMAs interleave) on `W` vectors of 16 lanes.
+/// [`central_w`]'s results on `W` vectors of 16 lanes.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
 fn gelu_w<const W: usize>(x: &[__m512; W], tab: &[__m512; 8]) -> [__m512; W] {
-    let z = _mm512_setzero_ps();
-    let (mut ax, mut u, mut c) = ([z; W], [z; W], [z; W]);
-    let mut j = [_mm512_setzero_si512(); W];
-    for w in 0..W {
-        ax[w] = _mm512_abs_ps(x[w]);
-        let v = _mm512_add_ps(ax[w], ax[w]);
-        j[w] = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        u[w] = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
-        c[w] = _mm512_permutexvar_ps(j[w], tab[7]);
-    }
-    for k in (0..7).rev() {
-        for w in 0..W {
-            c[w] = _mm512_fmadd_ps(c[w], u[w], _mm512_permutexvar_ps(j[w], tab[k]));
-        }
-    }
-    let mut r = [z; W];
-    let sign = _mm512_set1_epi32(i32::MIN);
-    for w in 0..W {
-        let xi = _mm512_castps_si512(x[w]);
-        let b = _mm512_castsi512_ps(_mm512_min_epu32(xi, sign));
-        r[w] = _mm512_fmadd_ps(ax[w], c[w], b);
-    }
-    r
+    central_w(x, tab).0
 }
 
 /// [`after`] for any [`Pre`] ops on values from column `col` of one row: each op
