@@ -9,7 +9,7 @@ mod parse;
 mod verify;
 
 pub use parse::parse;
-pub use verify::verify;
+pub use verify::{Target, verify, verify_for};
 
 use crate::DType;
 use std::fmt;
@@ -85,6 +85,9 @@ impl KernelClass {
         }
     }
 }
+
+/// Columns of the CPU backend's row-wise tile ([`Schedule::cpu_default`]).
+pub const CPU_ROW_COLS: u32 = 4096;
 
 /// One point of the schedule space.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -210,18 +213,24 @@ impl Schedule {
     /// warp's registers; a CPU core wants larger tiles: the 128×256 f32 matmul accumulator
     /// (128 KiB) sits in a Zen 4 core's L2 and still gives two blocks at n = 256 (the sweeps in
     /// `benches/matmul.rs` and `benches/autotune.rs`: 0.51/0.74/0.73 of faer on one thread at
-    /// n = 256/512/1024, against 0.70/0.69/0.54 with the GPU's 128×128×64), and row-wise and
-    /// elementwise tiles span 1024 columns per step. The autotuner refines per shape.
+    /// n = 256/512/1024, against 0.70/0.69/0.54 with the GPU's 128×128×64), elementwise tiles
+    /// span 1024 columns per step, and a row-wise tile spans 4096 columns: a row of up to 4096
+    /// columns is one chunk of the online softmax (one `exp` per value in the fast path, where
+    /// a row of several chunks takes two for each chunk whose running max is not the row's).
+    /// Its tile is beyond the PTX limit (see [`Target`]): it is legal under
+    /// [`verify_for`]`(_, Target::Cpu)` only. The autotuner refines per shape.
     ///
     /// ```
-    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule}};
-    /// assert_eq!(Schedule::cpu_default(KernelClass::Rowwise, DType::F32).tile, vec![8, 1024]);
+    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule, Target, verify_for}};
+    /// let s = Schedule::cpu_default(KernelClass::Rowwise, DType::F32);
+    /// assert_eq!(s.tile, vec![8, 4096]);
+    /// assert!(verify_for(&s, Target::Cpu).is_ok() && verify_for(&s, Target::Ptx).is_err());
     /// ```
     pub fn cpu_default(class: KernelClass, dtype: DType) -> Schedule {
         let d = Schedule::default_for(class, dtype);
         let tile = match class {
             KernelClass::Matmul => vec![128, 256, 64],
-            KernelClass::Rowwise => vec![8, 1024],
+            KernelClass::Rowwise => vec![8, CPU_ROW_COLS],
             KernelClass::ColReduce => vec![64, 256],
             KernelClass::Elementwise => vec![16, 1024],
             KernelClass::Transpose => vec![64, 64],

@@ -449,15 +449,15 @@ impl KernelDef {
                 }
                 None => k.lowered.kernel.clone(),
             };
-            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`), or the
-            // pinned tile.
+            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`; lowered
+            // under the CPU's tile limit), or the pinned tile.
             let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &k.fused);
             let cpu_schedule = opts.cpu_schedule_for(k.fused.class, dtype);
             let cpu_kernel = if cpu_schedule == k.schedule {
                 kernel
             } else {
                 compiled
-                    .lower_with(i, &cpu_schedule)
+                    .lower_on(i, &cpu_schedule, tessera_ir::schedule::Target::Cpu)
                     .map_err(|e| e.to_string())?
                     .kernel
             };

@@ -12,7 +12,7 @@ use crate::autotune::SearchSpace;
 use crate::backend::{Buffer, cpu, sim};
 use std::collections::HashMap;
 use tessera_ir::pipeline::{self, Compiled, kernel_dtype};
-use tessera_ir::schedule::Schedule;
+use tessera_ir::schedule::{Schedule, Target};
 use tessera_ir::target::ptx::{self, Arch};
 use tessera_ir::{DType, Dim, graph};
 
@@ -176,7 +176,7 @@ impl Setup {
 
     /// The output of schedule `s` on the CPU with `threads` rayon threads.
     pub(super) fn cpu(&self, s: &Schedule, threads: usize) -> Vec<u8> {
-        let l = self.c.lower_with(0, s).unwrap();
+        let l = self.c.lower_on(0, s, Target::Cpu).unwrap();
         let out = self.out_buf();
         let p = cpu::Program::new(l.kernel.clone());
         let pool = rayon::ThreadPoolBuilder::new()
