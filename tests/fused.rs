@@ -2921,6 +2921,42 @@ fn gelu_central_and_tail_forms_match_the_interpreter_bit_for_bit() {
     gelu_ranges_bits();
 }
 
+/// The CPU's row-wise schedules: the row loops' kernels (softmax, layernorm) run the
+/// `[8, CPU_ROW_COLS]` tile (`Schedule::cpu_default`), a kernel they do not run (an epilogue op
+/// after softmax: the chunk program; `deterministic`: the interpreter) the narrower
+/// `[8, CPU_ROW_COLS_GENERAL]` one (`Schedule::cpu_general`), at a narrow and a wide shape.
+#[test]
+fn row_loop_kernels_take_the_wide_cpu_row_tile() {
+    let _level = level_guard();
+    use tessera::ir::schedule::{CPU_ROW_COLS, CPU_ROW_COLS_GENERAL};
+    let tile = || {
+        let ran = tessera::last_launch();
+        assert_eq!(ran.len(), 1, "{ran:?}");
+        ran[0]
+            .schedule
+            .as_ref()
+            .expect("the default schedule ran")
+            .tile
+            .clone()
+    };
+    for (i, (r, c)) in [(37, 300), (5, 4099)].into_iter().enumerate() {
+        let x = Tensor::<f32>::randn(&[r, c], 1250 + i as u64);
+        let g = Tensor::<f32>::randn(&[c], 1260 + i as u64);
+        tessera_kernels::softmax(&x).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS], "softmax [{r}, {c}]");
+        tessera_kernels::layernorm(&x, &g, &g).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS], "layernorm [{r}, {c}]");
+        softmax_twice(&x).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS_GENERAL], "softmax * 2 [{r}, {c}]");
+        softmax_det(&x).unwrap();
+        assert_eq!(
+            tile(),
+            [8, CPU_ROW_COLS_GENERAL],
+            "deterministic softmax [{r}, {c}]"
+        );
+    }
+}
+
 /// Kernels that differ from the matched patterns keep the general paths (the row loop
 /// counters do not move) and still agree with the interpreter: an epilogue op after softmax,
 /// the `tile!` softmax (it divides by the sum instead of multiplying by its inverse), and

@@ -46,11 +46,23 @@ pub fn verify(s: &Schedule) -> Result<(), Vec<String>> {
 /// [`Target::max_tile`].
 ///
 /// ```
-/// use tessera_ir::schedule::{parse, verify_for, Target};
+/// use tessera_ir::{DType, schedule::{parse, verify_for, KernelClass, Schedule, Target}};
 /// let s = parse("schedule rowwise tile=[8, 4096] warps=8 stages=1 vector=4").unwrap();
 /// assert!(verify_for(&s, Target::Cpu).is_ok());
 /// let e = verify_for(&s, Target::Ptx).unwrap_err();
 /// assert_eq!(e, ["tile[1] = 4096 must be a power of two ≤ 1024"]);
+/// assert_eq!(parse(&s.to_string()).unwrap(), s);
+/// let s = parse("schedule rowwise tile=[8, 16384] warps=8 stages=1 vector=4").unwrap();
+/// assert_eq!(verify_for(&s, Target::Cpu).unwrap_err(), ["tile[1] = 16384 must be a power of two ≤ 8192"]);
+/// // The CPU defaults are CPU schedules; the GPU defaults and search spaces PTX ones.
+/// for c in KernelClass::ALL {
+///     for d in [DType::F32, DType::BF16] {
+///         assert!(verify_for(&Schedule::cpu_default(c, d), Target::Cpu).is_ok());
+///         for s in Schedule::space(c, d) {
+///             assert!(verify_for(&s, Target::Ptx).is_ok(), "{s}");
+///         }
+///     }
+/// }
 /// ```
 pub fn verify_for(s: &Schedule, target: Target) -> Result<(), Vec<String>> {
     let mut e = Vec::new();
