@@ -197,12 +197,14 @@ impl Setup {
         Ok(out.as_bytes().to_vec())
     }
 
-    /// The CPU candidates of the autotuner (its built-in space around the CPU default).
+    /// The CPU candidates of the autotuner (its built-in space around the CPU default), the
+    /// CPU default and the CPU's schedule for kernels off its row loops.
     fn cpu_schedules(&self) -> Vec<Schedule> {
         let k = &self.c.kernels[0];
         let dtype = kernel_dtype(&self.c.graph, &k.fused);
         let mut v = SearchSpace::builtin(k.fused.class, dtype).schedules(&k.schedule);
         v.push(Schedule::cpu_default(k.fused.class, dtype));
+        v.push(Schedule::cpu_general(k.fused.class, dtype));
         v
     }
 
