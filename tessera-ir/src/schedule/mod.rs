@@ -222,7 +222,8 @@ impl Schedule {
     /// columns is one chunk of the online softmax (one `exp` per value in the fast path, where
     /// a row of several chunks takes two for each chunk whose running max is not the row's).
     /// Its tile is beyond the PTX limit (see [`Target`]): it is legal under
-    /// [`verify_for`]`(_, Target::Cpu)` only. The autotuner refines per shape.
+    /// [`verify_for`]`(_, Target::Cpu)` only. A row-wise kernel the CPU's row loops do not
+    /// run takes [`Self::cpu_general`] instead. The autotuner refines per shape.
     ///
     /// ```
     /// use tessera_ir::{DType, schedule::{KernelClass, Schedule, Target, verify_for}};
