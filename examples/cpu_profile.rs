@@ -4,7 +4,9 @@
 //! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), softmax_bf16_f32 and
 //! rmsnorm_bf16_f32 (bf16 in, f32 out, as `benches/cpu.rs`), col_mean, transpose, col_sum_bf16,
 //! transpose_bf16, gelu_bf16 (bf16 in and out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
-//! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
+//! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), softmax_x2 (`softmax(x) * 2`: the
+//! chunk program, not the row loop), softmax_det (softmax under `deterministic`: the
+//! interpreter), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
 //! fresh output filled by a copy: the yardstick); `vmath` times the bare `vmath::gelu` loop, `vmath_chain` the fastest `vmath::gelu` on `x` and on the chain's `x * y + 1`;
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
@@ -69,6 +71,18 @@ fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
 #[tessera::kernel]
 fn chain(x: Tensor<f32, (R, C)>, y: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
     gelu(x * y + 1.0)
+}
+
+/// Softmax with an epilogue op: the row loop declines it, so it runs the chunk program.
+#[tessera::kernel]
+fn softmax_x2(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x) * 2.0
+}
+
+/// Softmax under `deterministic`: it runs on the interpreter.
+#[tessera::kernel(numerics = "deterministic")]
+fn softmax_det(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    softmax(x)
 }
 
 #[tessera::kernel]
@@ -307,6 +321,8 @@ fn main() {
         "transpose_bf16" => go!(ob, transpose_bf16(&xb), transpose_bf16::KERNEL, [xb]),
         "gelu_bf16" => go!(ob, gelu_bf16(&xb), gelu_bf16::KERNEL, [xb]),
         "chain" => go!(o32, chain(&x, &g), chain::KERNEL, [x, g]),
+        "softmax_x2" => go!(o32, softmax_x2(&x), softmax_x2::KERNEL, [x]),
+        "softmax_det" => go!(o32, softmax_det(&x), softmax_det::KERNEL, [x]),
         // A `tile!` kernel: `--into` runs `depthwise_conv2d_into`.
         "depthwise" => match (&mut o32, into) {
             (Some(o), true) => tessera_kernels::conv::depthwise_conv2d_into(&dx, &df, o).unwrap(),

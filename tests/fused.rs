@@ -1667,8 +1667,9 @@ fn assert_same_bits<T: Element>(name: &str, fast: &Tensor<T>, slow: &Tensor<T>) 
     }
 }
 
-/// Row shapes for the row loops: `[37, 300]`, one element, ragged widths around the
-/// interpreter's 1024-column chunk, rows of several chunks, one wide block of rows.
+/// Row shapes for the row loops: `[37, 300]`, one element, ragged widths, rows of one chunk
+/// of the CPU's 4096-column row tile (`Schedule::cpu_default`), rows of two and three chunks
+/// (a ragged last chunk of 3 and 1 columns), one wide block of rows.
 fn row_shapes() -> Vec<(usize, usize)> {
     vec![
         (37, 300),
@@ -1679,6 +1680,8 @@ fn row_shapes() -> Vec<(usize, usize)> {
         (4, 3000),
         (256, 1024),
         (17, 2048),
+        (3, 4099),
+        (5, 8193),
     ]
 }
 
@@ -1800,7 +1803,7 @@ fn softmax_tie_triples() -> &'static [[bf16; 3]] {
 
 /// `x` (bf16, rows of `c >= 3` columns) with rows whose bf16 softmax rounds at ties or to
 /// subnormals, by row: a tie triple ([`softmax_tie_triples`]) at columns 0..3, the rest
-/// `-inf`; one at the last 32-aligned columns of the first chunk of 1024 (the same sum:
+/// `-inf`; one at the last 32-aligned columns of the first chunk (`ROW_CHUNK`; the same sum:
 /// the `-inf` lanes add `+0`), the rest `-inf`; a `0` and otherwise values from `-104` to
 /// `-86` (exponentials and products subnormal in f32, and in bf16); a row kept.
 fn ties_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
@@ -1814,7 +1817,7 @@ fn ties_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
                 let at = if r % 4 == 0 {
                     0
                 } else {
-                    (c.min(1024) - 3) / 32 * 32
+                    (c.min(ROW_CHUNK) - 3) / 32 * 32
                 };
                 row[at..at + 3].copy_from_slice(&t);
             }
@@ -1869,18 +1872,22 @@ fn zero_max_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
     Tensor::from_vec(v, x.shape()).unwrap()
 }
 
+/// Columns of one chunk of the CPU's row-wise tile (`Schedule::cpu_default`): a row of the
+/// row loops is `⌈c / ROW_CHUNK⌉` chunks of the interpreter's online softmax and sums.
+const ROW_CHUNK: usize = tessera::ir::schedule::CPU_ROW_COLS as usize;
+
 /// Row shapes whose f32 output is past the row loops' non-temporal threshold: a ragged width
 /// (rows start off a cache line, so each row has plain-store head and tail) and rows of two
 /// chunks.
 fn large_row_shapes() -> Vec<(usize, usize)> {
     let rows =
         |c: usize| (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1;
-    vec![(rows(1031), 1031), (rows(2048), 2048)]
+    vec![(rows(1031), 1031), (rows(2 * ROW_CHUNK), 2 * ROW_CHUNK)]
 }
 
 /// Layernorm and rmsnorm (f32, bf16, bf16→f32, specials) on one thread and on two against
-/// the interpreter, bit for bit: programs of several rows, ragged and two-chunk rows, wide
-/// rows (four chunks, whole and ragged), and streamed outputs (the f32 rows pipeline each row's memory pass with the previous row's
+/// the interpreter, bit for bit: programs of several rows, ragged rows, wide rows (one
+/// whole chunk, two chunks the last ragged, three chunks), and streamed outputs (the f32 rows pipeline each row's memory pass with the previous row's
 /// squared deviations within a program).
 #[test]
 fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
@@ -1894,6 +1901,8 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 (17, 2048),
                 (6, 4096),
                 (3, 4099),
+                (1024, 4096),
+                (5, 8193),
                 large_row_shapes()[0],
                 // Streamed (on one thread) rows of 4099 columns, ragged against the lines.
                 (
@@ -1958,6 +1967,8 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 big(97),
                 (7, 4096),
                 (7, 4099),
+                (1024, 4096),
+                (5, 8193),
             ])
         });
     }
@@ -2040,15 +2051,16 @@ fn softmax_rows_of_several_chunks_match_the_interpreter_bit_for_bit() {
             c,
         )
     };
+    let w = ROW_CHUNK;
     let shapes = [
-        (9, 4096),
-        (5, 3001),
-        (3, 1056),
-        (7, 1030),
-        (1, 2065),
-        (2, 2048),
-        big(4096),
-        big(3001),
+        (9, 4 * w),
+        (5, 2 * w + 953),
+        (3, w + 32),
+        (7, w + 6),
+        (1, 2 * w + 17),
+        (2, 2 * w),
+        big(4 * w),
+        big(2 * w + 953),
     ];
     for threads in [1, 2] {
         on_threads(threads, || {
@@ -2074,13 +2086,13 @@ fn softmax_rows_of_several_chunks_match_the_interpreter_bit_for_bit() {
     }
 }
 
-/// `x` (`c` columns) with one kind of row per row index mod 8, on the 1024-column chunks of
-/// the CPU softmax: a first chunk of `-inf`, a middle chunk of `-inf`, a NaN in the last
+/// `x` (`c` columns) with one kind of row per row index mod 8, on the `ROW_CHUNK`-column
+/// chunks of the CPU softmax: a first chunk of `-inf`, a middle chunk of `-inf`, a NaN in the last
 /// chunk, `1e30` in the second chunk, `-1e30` in the first, the row's max (`+8`) in the last
 /// chunk, in the first chunk, and a plain row.
 fn chunk_specials(x: &Tensor<f32>, c: usize) -> Tensor<f32> {
     let mut v = x.to_vec().unwrap();
-    let chunk = 1024;
+    let chunk = ROW_CHUNK;
     for (r, row) in v.chunks_mut(c).enumerate() {
         let last = (c - 1) / chunk * chunk;
         match r % 8 {
@@ -2965,6 +2977,42 @@ fn gelu_ranges_bits() {
 fn gelu_central_and_tail_forms_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     gelu_ranges_bits();
+}
+
+/// The CPU's row-wise schedules: the row loops' kernels (softmax, layernorm) run the
+/// `[8, CPU_ROW_COLS]` tile (`Schedule::cpu_default`), a kernel they do not run (an epilogue op
+/// after softmax: the chunk program; `deterministic`: the interpreter) the narrower
+/// `[8, CPU_ROW_COLS_GENERAL]` one (`Schedule::cpu_general`), at a narrow and a wide shape.
+#[test]
+fn row_loop_kernels_take_the_wide_cpu_row_tile() {
+    let _level = level_guard();
+    use tessera::ir::schedule::{CPU_ROW_COLS, CPU_ROW_COLS_GENERAL};
+    let tile = || {
+        let ran = tessera::last_launch();
+        assert_eq!(ran.len(), 1, "{ran:?}");
+        ran[0]
+            .schedule
+            .as_ref()
+            .expect("the default schedule ran")
+            .tile
+            .clone()
+    };
+    for (i, (r, c)) in [(37, 300), (5, 4099)].into_iter().enumerate() {
+        let x = Tensor::<f32>::randn(&[r, c], 1250 + i as u64);
+        let g = Tensor::<f32>::randn(&[c], 1260 + i as u64);
+        tessera_kernels::softmax(&x).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS], "softmax [{r}, {c}]");
+        tessera_kernels::layernorm(&x, &g, &g).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS], "layernorm [{r}, {c}]");
+        softmax_twice(&x).unwrap();
+        assert_eq!(tile(), [8, CPU_ROW_COLS_GENERAL], "softmax * 2 [{r}, {c}]");
+        softmax_det(&x).unwrap();
+        assert_eq!(
+            tile(),
+            [8, CPU_ROW_COLS_GENERAL],
+            "deterministic softmax [{r}, {c}]"
+        );
+    }
 }
 
 /// Kernels that differ from the matched patterns keep the general paths (the row loop

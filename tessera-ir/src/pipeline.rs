@@ -8,9 +8,9 @@
 
 use crate::fuse::{FusedKernel, Plan, fuse_with};
 use crate::graph::{self, Graph};
-use crate::lower::{Lowered, lower};
+use crate::lower::{Lowered, lower, lower_on};
 use crate::rewrite::{Applied, RewriteOptions, rewrite};
-use crate::schedule::{KernelClass, Schedule};
+use crate::schedule::{KernelClass, Schedule, Target};
 use crate::{DType, NumericsPolicy};
 
 /// Options of one compilation.
@@ -167,13 +167,40 @@ impl Compiled {
         trace(&self.rewrites, &self.plan)
     }
 
-    /// Lowers kernel `i` under another schedule (for tuning, or a backend's own defaults).
+    /// Lowers kernel `i` under another schedule (for tuning, or a backend's own defaults),
+    /// checked under the PTX rules: [`Self::lower_on`] with [`Target::Ptx`].
     pub fn lower_with(&self, i: usize, s: &Schedule) -> Result<Lowered, CompileError> {
-        Ok(lower(
+        self.lower_on(i, s, Target::Ptx)
+    }
+
+    /// Lowers kernel `i` under a schedule of `target` (see [`crate::lower::lower_on`]): the
+    /// CPU backend lowers its own schedules ([`Schedule::cpu_default`], its tuner's) with
+    /// [`Target::Cpu`].
+    ///
+    /// ```
+    /// use tessera_ir::{pipeline::{compile, kernel_dtype, CompileOptions}, schedule::{Schedule, Target}};
+    /// let g = tessera_ir::graph::parse("graph @sm(%x: f32[R, C]) -> f32[R, C] {
+    ///   %1 = softmax %x : f32[R, C]
+    ///   return %1
+    /// }").unwrap();
+    /// let c = compile(&g, &CompileOptions::default()).unwrap();
+    /// let k = &c.kernels[0];
+    /// let s = Schedule::cpu_default(k.fused.class, kernel_dtype(&c.graph, &k.fused));
+    /// assert!(c.lower_on(0, &s, Target::Cpu).is_ok());
+    /// assert!(c.lower_with(0, &s).is_err());
+    /// ```
+    pub fn lower_on(
+        &self,
+        i: usize,
+        s: &Schedule,
+        target: Target,
+    ) -> Result<Lowered, CompileError> {
+        Ok(lower_on(
             &self.graph,
             &self.kernels[i].fused,
             s,
             self.options.policy,
+            target,
         )?)
     }
 }

@@ -15,7 +15,7 @@ mod rowwise;
 
 use crate::fuse::FusedKernel;
 use crate::graph::{Graph, Op, Value};
-use crate::schedule::{KernelClass, Schedule};
+use crate::schedule::{KernelClass, Schedule, Target};
 use crate::tile::{self, Builder, GridDim, Param, TValue, TileType};
 use crate::{DType, Dim, NumericsPolicy};
 use std::collections::HashMap;
@@ -242,15 +242,29 @@ pub(crate) fn view_groups(shape: &[Dim], rank: usize) -> Vec<Vec<Dim>> {
     }
 }
 
-/// Lowers `k` under schedule `s`. The kernel runs under its root's numerics policy, or
-/// `policy` when the root (an elementwise op, say) has none; under `deterministic` and
-/// `kahan_sum` every reduction is lowered to a fixed association order that does not depend on
-/// `s` (see [`crate::NumericsPolicy`]).
+/// Lowers `k` under schedule `s`, checked under the PTX rules ([`lower_on`] with
+/// [`Target::Ptx`]). The kernel runs under its root's numerics policy, or `policy` when the
+/// root (an elementwise op, say) has none; under `deterministic` and `kahan_sum` every
+/// reduction is lowered to a fixed association order that does not depend on `s` (see
+/// [`crate::NumericsPolicy`]).
 pub fn lower(
     g: &Graph,
     k: &FusedKernel,
     s: &Schedule,
     policy: NumericsPolicy,
+) -> Result<Lowered, LowerError> {
+    lower_on(g, k, s, policy, Target::Ptx)
+}
+
+/// [`lower`] for a schedule of `target`: `s` is checked by
+/// [`verify_for`](crate::schedule::verify_for)`(s, target)`, so a CPU-only tile (wider than
+/// the PTX limit) lowers only for [`Target::Cpu`].
+pub fn lower_on(
+    g: &Graph,
+    k: &FusedKernel,
+    s: &Schedule,
+    policy: NumericsPolicy,
+    target: Target,
 ) -> Result<Lowered, LowerError> {
     crate::invocations::lowered();
     if s.class != k.class {
@@ -263,7 +277,7 @@ pub fn lower(
             ),
         });
     }
-    if let Err(e) = crate::schedule::verify(s) {
+    if let Err(e) = crate::schedule::verify_for(s, target) {
         return Err(LowerError {
             value: k.name.clone(),
             message: format!("invalid schedule: {}", e.join("; ")),

@@ -9,7 +9,7 @@ mod parse;
 mod verify;
 
 pub use parse::parse;
-pub use verify::verify;
+pub use verify::{Target, verify, verify_for};
 
 use crate::DType;
 use std::fmt;
@@ -85,6 +85,13 @@ impl KernelClass {
         }
     }
 }
+
+/// Columns of the CPU backend's row-wise tile ([`Schedule::cpu_default`]).
+pub const CPU_ROW_COLS: u32 = 4096;
+
+/// Columns of the CPU's row-wise tile for a kernel its row loops do not run
+/// ([`Schedule::cpu_general`]).
+pub const CPU_ROW_COLS_GENERAL: u32 = 1024;
 
 /// One point of the schedule space.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -210,18 +217,25 @@ impl Schedule {
     /// warp's registers; a CPU core wants larger tiles: the 128×256 f32 matmul accumulator
     /// (128 KiB) sits in a Zen 4 core's L2 and still gives two blocks at n = 256 (the sweeps in
     /// `benches/matmul.rs` and `benches/autotune.rs`: 0.51/0.74/0.73 of faer on one thread at
-    /// n = 256/512/1024, against 0.70/0.69/0.54 with the GPU's 128×128×64), and row-wise and
-    /// elementwise tiles span 1024 columns per step. The autotuner refines per shape.
+    /// n = 256/512/1024, against 0.70/0.69/0.54 with the GPU's 128×128×64), elementwise tiles
+    /// span 1024 columns per step, and a row-wise tile spans 4096 columns: a row of up to 4096
+    /// columns is one chunk of the online softmax (one `exp` per value in the fast path, where
+    /// a row of several chunks takes two for each chunk whose running max is not the row's).
+    /// Its tile is beyond the PTX limit (see [`Target`]): it is legal under
+    /// [`verify_for`]`(_, Target::Cpu)` only. A row-wise kernel the CPU's row loops do not
+    /// run takes [`Self::cpu_general`] instead. The autotuner refines per shape.
     ///
     /// ```
-    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule}};
-    /// assert_eq!(Schedule::cpu_default(KernelClass::Rowwise, DType::F32).tile, vec![8, 1024]);
+    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule, Target, verify_for}};
+    /// let s = Schedule::cpu_default(KernelClass::Rowwise, DType::F32);
+    /// assert_eq!(s.tile, vec![8, 4096]);
+    /// assert!(verify_for(&s, Target::Cpu).is_ok() && verify_for(&s, Target::Ptx).is_err());
     /// ```
     pub fn cpu_default(class: KernelClass, dtype: DType) -> Schedule {
         let d = Schedule::default_for(class, dtype);
         let tile = match class {
             KernelClass::Matmul => vec![128, 256, 64],
-            KernelClass::Rowwise => vec![8, 1024],
+            KernelClass::Rowwise => vec![8, CPU_ROW_COLS],
             KernelClass::ColReduce => vec![64, 256],
             KernelClass::Elementwise => vec![16, 1024],
             KernelClass::Transpose => vec![64, 64],
@@ -231,6 +245,30 @@ impl Schedule {
             KernelClass::Layout => vec![16, 256],
         };
         Schedule { tile, ..d }
+    }
+
+    /// The CPU schedule of a kernel the CPU's row loops do not run: [`Self::cpu_default`] with
+    /// a row-wise tile of [`CPU_ROW_COLS_GENERAL`] columns. The interpreter and the fused
+    /// chunk program compute a row-wise tile whole, the padding past a narrower row included,
+    /// so a wide tile costs them on narrow rows (`softmax(x)·2`, the chunk program, one
+    /// thread, `[4096, 1024]`: 3.4 ms with `[8, 1024]`, 12.8 ms with `[8, 4096]`), while the
+    /// row loops (softmax, layernorm, rmsnorm) compute only a row's own columns.
+    ///
+    /// ```
+    /// use tessera_ir::{DType, schedule::{KernelClass, Schedule}};
+    /// assert_eq!(Schedule::cpu_general(KernelClass::Rowwise, DType::F32).tile, vec![8, 1024]);
+    /// assert_eq!(Schedule::cpu_general(KernelClass::Matmul, DType::F32),
+    ///            Schedule::cpu_default(KernelClass::Matmul, DType::F32));
+    /// ```
+    pub fn cpu_general(class: KernelClass, dtype: DType) -> Schedule {
+        let d = Schedule::cpu_default(class, dtype);
+        match class {
+            KernelClass::Rowwise => Schedule {
+                tile: vec![8, CPU_ROW_COLS_GENERAL],
+                ..d
+            },
+            _ => d,
+        }
     }
 
     /// The search space of a class: the default first, then the alternatives, all verified.

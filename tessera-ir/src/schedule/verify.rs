@@ -2,7 +2,35 @@
 
 use super::Schedule;
 
-/// Checks tile rank and sizes, warps, stages and vector width.
+/// The backend a schedule runs on: its tile dims have that backend's upper bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A GPU (PTX, or the simulator that runs it): a tile dim is bounded by a block's
+    /// threads and shared memory.
+    Ptx,
+    /// The CPU backend: a tile is a loop step over memory, bounded by the interpreter's
+    /// per-op tile scratch (a tile per op) and the fast path's row buffers.
+    Cpu,
+}
+
+impl Target {
+    /// The largest tile dim of a schedule on this target (tile dims are powers of two).
+    ///
+    /// ```
+    /// use tessera_ir::schedule::Target;
+    /// assert_eq!(Target::Ptx.max_tile(), 1024);
+    /// assert_eq!(Target::Cpu.max_tile(), 8192);
+    /// ```
+    pub fn max_tile(self) -> u32 {
+        match self {
+            Target::Ptx => 1024,
+            Target::Cpu => 8192,
+        }
+    }
+}
+
+/// Checks tile rank and sizes, warps, stages and vector width under the PTX rules
+/// ([`verify_for`] with [`Target::Ptx`]).
 ///
 /// ```
 /// let s = tessera_ir::schedule::parse("schedule matmul tile=[128, 96, 64] warps=3 stages=0 vector=4").unwrap();
@@ -11,6 +39,32 @@ use super::Schedule;
 /// assert!(errs[0].contains("tile[1] = 96"));
 /// ```
 pub fn verify(s: &Schedule) -> Result<(), Vec<String>> {
+    verify_for(s, Target::Ptx)
+}
+
+/// Checks `s` for `target`: the rules of [`verify`], each tile dim a power of two at most
+/// [`Target::max_tile`].
+///
+/// ```
+/// use tessera_ir::{DType, schedule::{parse, verify_for, KernelClass, Schedule, Target}};
+/// let s = parse("schedule rowwise tile=[8, 4096] warps=8 stages=1 vector=4").unwrap();
+/// assert!(verify_for(&s, Target::Cpu).is_ok());
+/// let e = verify_for(&s, Target::Ptx).unwrap_err();
+/// assert_eq!(e, ["tile[1] = 4096 must be a power of two ≤ 1024"]);
+/// assert_eq!(parse(&s.to_string()).unwrap(), s);
+/// let s = parse("schedule rowwise tile=[8, 16384] warps=8 stages=1 vector=4").unwrap();
+/// assert_eq!(verify_for(&s, Target::Cpu).unwrap_err(), ["tile[1] = 16384 must be a power of two ≤ 8192"]);
+/// // The CPU defaults are CPU schedules; the GPU defaults and search spaces PTX ones.
+/// for c in KernelClass::ALL {
+///     for d in [DType::F32, DType::BF16] {
+///         assert!(verify_for(&Schedule::cpu_default(c, d), Target::Cpu).is_ok());
+///         for s in Schedule::space(c, d) {
+///             assert!(verify_for(&s, Target::Ptx).is_ok(), "{s}");
+///         }
+///     }
+/// }
+/// ```
+pub fn verify_for(s: &Schedule, target: Target) -> Result<(), Vec<String>> {
     let mut e = Vec::new();
     if s.tile.len() != s.class.tile_rank() {
         e.push(format!(
@@ -20,9 +74,10 @@ pub fn verify(s: &Schedule) -> Result<(), Vec<String>> {
             s.tile.len()
         ));
     }
+    let max = target.max_tile();
     for (i, t) in s.tile.iter().enumerate() {
-        if !t.is_power_of_two() || *t > 1024 {
-            e.push(format!("tile[{i}] = {t} must be a power of two ≤ 1024"));
+        if !t.is_power_of_two() || *t > max {
+            e.push(format!("tile[{i}] = {t} must be a power of two ≤ {max}"));
         }
     }
     if !s.warps.is_power_of_two() || s.warps > 32 {

@@ -167,7 +167,9 @@ fn program_for(
     {
         return Ok(p.2.clone());
     }
-    let lowered = compiled.lower_with(i, s).map_err(|e| e.to_string())?;
+    let lowered = compiled
+        .lower_on(i, s, tessera_ir::schedule::Target::Cpu)
+        .map_err(|e| e.to_string())?;
     if lowered.bindings != compiled.kernels[i].lowered.bindings {
         return Err(format!("{s} binds other tensors than the default"));
     }

@@ -449,23 +449,31 @@ impl KernelDef {
                 }
                 None => k.lowered.kernel.clone(),
             };
-            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`), or the
-            // pinned tile.
+            // The CPU runs its own default tile shapes (see `Schedule::cpu_default`; lowered
+            // under the CPU's tile limit), or the pinned tile; a kernel its row loops do not
+            // run takes `Schedule::cpu_general` (a narrower row-wise tile).
             let dtype = tessera_ir::pipeline::kernel_dtype(&compiled.graph, &k.fused);
-            let cpu_schedule = opts.cpu_schedule_for(k.fused.class, dtype);
-            let cpu_kernel = if cpu_schedule == k.schedule {
-                kernel
-            } else {
-                compiled
-                    .lower_with(i, &cpu_schedule)
-                    .map_err(|e| e.to_string())?
-                    .kernel
+            let class = k.fused.class;
+            let lower_cpu = |s: &Schedule, kernel: Option<tile::Kernel>| {
+                let kernel = match kernel.filter(|_| *s == k.schedule) {
+                    Some(t) => t,
+                    None => {
+                        compiled
+                            .lower_on(i, s, tessera_ir::schedule::Target::Cpu)
+                            .map_err(|e| e.to_string())?
+                            .kernel
+                    }
+                };
+                Ok::<_, String>(cpu::Program::new(kernel))
             };
-            programs.push((
-                cpu::Program::new(cpu_kernel),
-                k.lowered.bindings.clone(),
-                cpu_schedule,
-            ));
+            let mut cpu_schedule = opts.cpu_schedule_for(class, dtype);
+            let mut program = lower_cpu(&cpu_schedule, Some(kernel.clone()))?;
+            let general = Schedule::cpu_general(class, dtype);
+            if !opts.pins(class) && general != cpu_schedule && !program.on_row_loop() {
+                program = lower_cpu(&general, Some(kernel))?;
+                cpu_schedule = general;
+            }
+            programs.push((program, k.lowered.bindings.clone(), cpu_schedule));
         }
         Ok(Plan {
             compiled,

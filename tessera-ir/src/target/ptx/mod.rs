@@ -52,6 +52,11 @@ pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError
         kernel: k.name.clone(),
         message: format!("unverified Tile IR:\n{e}"),
     })?;
+    // A CPU-only schedule (a tile past the PTX limit) never reaches a GPU.
+    crate::schedule::verify(s).map_err(|e| EmitError {
+        kernel: k.name.clone(),
+        message: format!("{s} is not a PTX schedule: {}", e.join("; ")),
+    })?;
     supports(k, arch)?;
     if let Some(p) = gemm::emit(k, s, arch)? {
         return Ok(p);

@@ -43,6 +43,13 @@ impl Program {
         }
     }
 
+    /// Whether the fused path runs this kernel on its row loops (`fused::rowmatch`: the
+    /// library's softmax, layernorm and rmsnorm under `fast`), which compute only a row's own
+    /// columns whatever the tile's width.
+    pub fn on_row_loop(&self) -> bool {
+        self.fused.as_ref().is_some_and(|f| f.on_row_loop())
+    }
+
     /// Whether launching this program with `args` writes every element of parameter
     /// `param` (the fused path runs them and proves it covers that output, see
     /// `fused::Fused::covers`; or, without a fused path, a plain matmul's direct GEMM writes

@@ -530,6 +530,11 @@ pub(crate) struct Fused {
 }
 
 impl Fused {
+    /// Whether the plan runs on a row loop (`Plan::softmax` or `Plan::norm`).
+    pub fn on_row_loop(&self) -> bool {
+        self.plan.softmax.is_some() || self.plan.norm.is_some()
+    }
+
     /// Compiles `k`; `Err` says why it stays on the interpreter.
     pub fn new(k: &Kernel) -> Result<Fused, String> {
         let plan = plan::compile(k)?;

@@ -12,7 +12,7 @@ use crate::autotune::SearchSpace;
 use crate::backend::{Buffer, cpu, sim};
 use std::collections::HashMap;
 use tessera_ir::pipeline::{self, Compiled, kernel_dtype};
-use tessera_ir::schedule::Schedule;
+use tessera_ir::schedule::{Schedule, Target};
 use tessera_ir::target::ptx::{self, Arch};
 use tessera_ir::{DType, Dim, graph};
 
@@ -176,7 +176,7 @@ impl Setup {
 
     /// The output of schedule `s` on the CPU with `threads` rayon threads.
     pub(super) fn cpu(&self, s: &Schedule, threads: usize) -> Vec<u8> {
-        let l = self.c.lower_with(0, s).unwrap();
+        let l = self.c.lower_on(0, s, Target::Cpu).unwrap();
         let out = self.out_buf();
         let p = cpu::Program::new(l.kernel.clone());
         let pool = rayon::ThreadPoolBuilder::new()
@@ -197,12 +197,14 @@ impl Setup {
         Ok(out.as_bytes().to_vec())
     }
 
-    /// The CPU candidates of the autotuner (its built-in space around the CPU default).
+    /// The CPU candidates of the autotuner (its built-in space around the CPU default), the
+    /// CPU default and the CPU's schedule for kernels off its row loops.
     fn cpu_schedules(&self) -> Vec<Schedule> {
         let k = &self.c.kernels[0];
         let dtype = kernel_dtype(&self.c.graph, &k.fused);
         let mut v = SearchSpace::builtin(k.fused.class, dtype).schedules(&k.schedule);
         v.push(Schedule::cpu_default(k.fused.class, dtype));
+        v.push(Schedule::cpu_general(k.fused.class, dtype));
         v
     }
 
