@@ -250,39 +250,56 @@ unsafe fn rows_avx512(
     // A large bf16 output takes streaming stores (`stream::large`: by its size and the
     // thread count), fenced below.
     let nt16 = direct && stream::large(out);
-    for row in r0..r1 {
-        if direct && !f32in {
-            // A bf16 row into a bf16 output: every pass widens the row in registers (from
-            // memory, then from the level-1 cache), no f32 row kept.
-            let (mean, ss) = if nm.layer {
-                let mean = sums!(false, true, true, false, pass(row, true, 0.0, row + 1)) / nf;
-                (
-                    mean,
-                    sums!(true, true, false, false, pass(row, true, mean, row)),
-                )
-            } else {
-                (
-                    0.0,
-                    sums!(true, true, true, false, pass(row, true, 0.0, row + 1)),
-                )
-            };
-            let rstd = 1.0 / (ss / nf + nm.eps).sqrt();
-            // SAFETY: the caller's level and AVX-512BW (checked); the row (asserted), `g`
-            // (and `b`) hold `n` values.
-            unsafe {
-                write_bf16(
-                    out,
-                    row * n,
-                    (row_ptr(row), true),
-                    (mean, rstd),
-                    (g, b),
-                    nm.layer,
-                    cvt,
-                    nt16,
-                )
-            };
-            continue;
+    if direct && !f32in {
+        // A bf16 row into a bf16 output: every pass widens the row in registers (from
+        // memory, then from the level-1 cache), no f32 row kept. Where [`lags`], the
+        // passes run a row or two apart (rmsnorm: row `t`'s squares, then row `t − 1`'s
+        // write; layernorm: row `t`'s mean, row `t − 1`'s squared deviations, row `t − 2`'s
+        // write), so a row's final tree and `rstd` are computed while the next pass runs
+        // instead of holding up its write; else each row's passes run in turn.
+        let on = lags(nm, n);
+        let sl = usize::from(nm.layer && on);
+        let lag = sl + usize::from(on);
+        let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+        for t in r0..r1 + lag {
+            if t < r1 {
+                if nm.layer {
+                    mean[t % 3] = sums!(false, true, true, false, pass(t, true, 0.0, t + 1)) / nf;
+                } else {
+                    let ss = sums!(true, true, true, false, pass(t, true, 0.0, t + 1));
+                    // `vmath::rsqrt`'s `1 / sqrt`.
+                    rstd[t % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
+                }
+            }
+            let s = t.wrapping_sub(sl);
+            if nm.layer && t >= r0 + sl && s < r1 {
+                let ss = sums!(true, true, false, false, pass(s, true, mean[s % 3], s));
+                rstd[s % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
+            }
+            if t >= r0 + lag {
+                let w = t - lag;
+                // SAFETY: the caller's level and AVX-512BW (checked); the row (asserted),
+                // `g` (and `b`) hold `n` values.
+                unsafe {
+                    write_bf16(
+                        out,
+                        w * n,
+                        (row_ptr(w), true),
+                        (mean[w % 3], rstd[w % 3]),
+                        (g, b),
+                        nm.layer,
+                        cvt,
+                        nt16,
+                    )
+                };
+            }
         }
+        if nt16 {
+            stream::fence();
+        }
+        return;
+    }
+    for row in r0..r1 {
         let (mean, ss) = match (nm.layer, f32in) {
             (true, true) => {
                 let mean = sums!(false, false, false, pass(row, true, 0.0, row)) / nf;
@@ -562,4 +579,16 @@ fn write(
             ((xs[j] - mean) * rstd) * g[j]
         }),
     }
+}
+
+/// Whether the bf16 → bf16 rows of [`rows_avx512`] run their passes a row or two apart:
+/// when what stays in the level-1 cache meanwhile (the bf16 rows `t − lag ..= t`, the row
+/// asked for, the widened `γ` (and `β`) and the output row) takes at most 3/4 of it. One
+/// thread (rn16, `cpu_profile K R C 200 --pool`, load 6–7, µs, in turn → apart): `[4096,
+/// 1024]` rmsnorm bf16 355–359 → 324–325, layernorm bf16 573 → 474–479; `[1024, 4096]`
+/// (over the limit) rmsnorm bf16 271–280 → 295–301, layernorm bf16 505–515 → 531–541.
+fn lags(nm: &Norm, n: usize) -> bool {
+    let rows = 4 + usize::from(nm.layer);
+    let vectors = 1 + usize::from(nm.beta.is_some());
+    (rows * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l1_data_bytes() / 4 * 3
 }
