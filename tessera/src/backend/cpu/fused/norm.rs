@@ -213,7 +213,7 @@ unsafe fn rows_avx512(
         "fused load out of bounds"
     );
     let f32in = x.dtype == DType::F32;
-    let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row.wrapping_mul(n * size)) as *const u8;
     let xwp = xw.as_mut_ptr();
     // A pass over `row` (its values, or `xw`'s with `own` false) that asks for the lines
     // of row `next` while it is in the tensor (else for its own).
@@ -262,7 +262,38 @@ unsafe fn rows_avx512(
         let lag = sl + usize::from(on);
         let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
         for t in r0..r1 + lag {
-            if t < r1 {
+            let s = t.wrapping_sub(sl);
+            let mid = nm.layer && t >= r0 + sl && s < r1;
+            if on && nm.layer {
+                // Row `t`'s mean sums and row `t − 1`'s squared deviations in one loop
+                // (`normpipe::sums`: both rows bf16 widened in registers, the lines of row
+                // `t + 1` asked for).
+                let r = super::normpipe::Rows {
+                    g: std::ptr::null(),
+                    b: std::ptr::null(),
+                    n,
+                    bc,
+                    nt: true,
+                };
+                let (ip, mp) = (pass(t, true, 0.0, t + 1), pass(s, true, mean[s % 3], s));
+                use super::normpipe::sums as sums2;
+                // SAFETY: the caller's level; rows `t` (with `t < r1`) and `s` (with
+                // `mid`) are in the tensor (asserted).
+                let (si, sm) = unsafe {
+                    match (t < r1, mid) {
+                        (true, true) => sums2::<true, false, true, true, false>(&r, ip, mp),
+                        (true, false) => sums2::<true, false, true, false, false>(&r, ip, mp),
+                        (false, true) => sums2::<false, false, true, true, false>(&r, ip, mp),
+                        (false, false) => (0.0, 0.0),
+                    }
+                };
+                if t < r1 {
+                    mean[t % 3] = si / nf;
+                }
+                if mid {
+                    rstd[s % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
+                }
+            } else if t < r1 {
                 if nm.layer {
                     mean[t % 3] = sums!(false, true, true, false, pass(t, true, 0.0, t + 1)) / nf;
                 } else {
@@ -271,8 +302,7 @@ unsafe fn rows_avx512(
                     rstd[t % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
                 }
             }
-            let s = t.wrapping_sub(sl);
-            if nm.layer && t >= r0 + sl && s < r1 {
+            if !on && mid {
                 let ss = sums!(true, true, false, false, pass(s, true, mean[s % 3], s));
                 rstd[s % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
             }

@@ -119,7 +119,8 @@ unsafe fn put32<const BF: bool>(r: &Rows, w: &Write, j: usize) {
 /// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
 /// their squares about `i.mean`; bf16 with `BF`, widened and, with `KEEP`, stored to
 /// `i.keep`; with `r.nt` the lines of `i.ahead` asked for as it goes), with `MID` the sums
-/// of the squared deviations of the f32 row `m` about `m.mean`, in one loop. Returns the two
+/// of the squared deviations of the row `m` about `m.mean` (f32, or with `BF` and not
+/// `KEEP` bf16 widened in registers: the row `i` was, and was not kept), in one loop. Returns the two
 /// sums (`0` for a stage not run), each `norm512::sum`'s bits over the row's chunks, added
 /// in column order.
 ///
@@ -158,7 +159,11 @@ pub(crate) unsafe fn sums<
                     };
                 }
                 if MID {
-                    b = step::<true, false, false, false>(&m, mm, j, b);
+                    b = if BF && !KEEP {
+                        step::<true, true, false, false>(&m, mm, j, b)
+                    } else {
+                        step::<true, false, false, false>(&m, mm, j, b)
+                    };
                 }
             }
             j += 32;
@@ -170,7 +175,11 @@ pub(crate) unsafe fn sums<
                     a = tail::<SQ, BF, KEEP>(&i, mi, full, c1 - full, a);
                 }
                 if MID {
-                    b = tail::<true, false, false>(&m, mm, full, c1 - full, b);
+                    b = if BF && !KEEP {
+                        tail::<true, true, false>(&m, mm, full, c1 - full, b)
+                    } else {
+                        tail::<true, false, false>(&m, mm, full, c1 - full, b)
+                    };
                 }
             }
         }
