@@ -10,7 +10,8 @@
 //! (the same bits): a bf16 row is widened in registers by its first pass (into a bf16
 //! output: by every pass, no f32 row kept), the passes that read a row from memory ask for
 //! the next row's lines as they go, and a large f32 or bf16 output takes non-temporal
-//! stores (`stream`).
+//! stores (`stream`). The bf16 → bf16 rows run their passes a row or two apart where the
+//! rows fit the level-1 cache (`lags`), so no row's write waits on its own `rstd`.
 
 use super::super::vmath;
 use super::rowmatch::Norm;
@@ -184,7 +185,9 @@ fn body(
 /// (an unrounded f32 output takes [`super::normpipe::rows`]), the same bits with the sums
 /// of [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16
 /// row into a bf16 output (with AVX-512BW) is widened in registers by every pass, from
-/// memory and then from L1, and written by [`write_bf16`] (streamed when `stream::large`);
+/// memory and then from L1, and written by [`write_bf16`] (streamed when `stream::large`),
+/// the passes a row or two apart where [`lags`] (layernorm's mean sums of row `t` and
+/// squared deviations of row `t − 1` in one loop, `normpipe::sums`);
 /// another bf16 row is widened into `xw` in registers by its first pass (the mean's, or
 /// rmsnorm's squares). The pass that reads a row from memory asks for the next row's
 /// lines.

@@ -32,7 +32,9 @@ pub(crate) struct Write {
 /// width `bc` of the sums, and whether the body of an output row takes streaming stores
 /// (`nt`; then the passes of sums also ask for the next row's lines as they go: with plain
 /// stores the output row's lines share L1 with the row, `γ` (and `β`), and asking for the
-/// next row too measured slower, see ARCHITECTURE.md).
+/// next row too measured slower, see ARCHITECTURE.md). `norm::rows_avx512` calls [`sums`]
+/// alone (its bf16 → bf16 layernorm rows) with null `γ` and `β` and `nt` set: the passes ask
+/// for the next row's lines.
 #[derive(Clone, Copy)]
 pub(crate) struct Rows {
     pub g: *const f32,
