@@ -2227,8 +2227,10 @@ fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
 /// 11, 19 rows), widths on both sides of where layernorm stops lagging and rmsnorm goes on
 /// (2048, 2049, 3000, 3072, 3073), odd widths (33, 47: rows off cache lines, masked tails), on
 /// one thread and on two, with and without `vcvtne2ps2bf16`; and rmsnorm bf16 → f32 (whose
-/// write widens the bf16 row again at every width) past the non-temporal threshold at
-/// narrow odd widths (streamed heads at every line offset).
+/// write widens the bf16 row again at every width) at narrow odd widths past the
+/// non-temporal threshold, with input and output beyond 3/4 of the last-level cache
+/// (streamed heads at every line offset) and within it (plain stores:
+/// `stream::wanted_for_rows_reading`).
 #[test]
 fn bf16_norm_rows_a_row_or_two_apart_match_the_interpreter_bit_for_bit() {
     let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
@@ -2249,14 +2251,13 @@ fn bf16_norm_rows_a_row_or_two_apart_match_the_interpreter_bit_for_bit() {
             fused::without_bf16_convert(|| norm_bf16_rows_bits_on(&shapes[..4]));
         });
     }
-    let big = |c: usize| {
-        (
-            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1,
-            c,
-        )
-    };
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    // Outputs past the one-thread threshold; `streamed` ones with 2 + 4 bytes per element
+    // past 3/4 of the last-level cache.
+    let plain = |c: usize| ((llc / 8 * 3).div_ceil(4 * c) + 1, c);
+    let streamed = |c: usize| ((llc / 4 * 3).div_ceil(6 * c) + 1, c);
     on_threads(1, || {
-        for (r, c) in [big(47), big(100)] {
+        for (r, c) in [streamed(47), streamed(100), plain(47)] {
             let xb = Tensor::<bf16>::randn(&[r, c], 2301 + c as u64);
             let gb = Tensor::<bf16>::randn(&[c], 2302 + c as u64);
             bits_match(

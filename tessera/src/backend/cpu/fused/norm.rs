@@ -113,7 +113,13 @@ fn body(
     // What a row of the AVX-512 f32 pipeline keeps in L1: its rows (layernorm: the row
     // read and the previous one), `γ`, `β` and the output row.
     let kept_rows = 1 + usize::from(nm.layer) + 1 + usize::from(nm.beta.is_some()) + 1;
-    let nt = stream::wanted_for_rows(out, round, kept_rows * n * 4);
+    // An rmsnorm bf16 row into f32 (no f32 row kept) whose input and output fit the
+    // last-level cache together takes plain stores (`stream::wanted_for_rows_reading`).
+    let nt = if !nm.layer && x.dtype == DType::BF16 {
+        stream::wanted_for_rows_reading(out, round, kept_rows * n * 4, x.len)
+    } else {
+        stream::wanted_for_rows(out, round, kept_rows * n * 4)
+    };
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     #[cfg(target_arch = "x86_64")]
