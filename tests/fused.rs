@@ -2290,6 +2290,55 @@ fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
     on_threads(2, || norm_bf16_rows_bits_on(&[two(1031)]));
 }
 
+/// bf16 → bf16 layernorm and rmsnorm whose AVX-512 passes run a row or two apart
+/// (`norm::lags`: rmsnorm's write a row after its squares, layernorm's two rows after its
+/// mean) or in turn (rows too wide for the level-1 cache), against the interpreter, bit for
+/// bit: programs of fewer rows than the lag (1, 2, 3 rows), a last program cut short (10,
+/// 11, 19 rows), widths on both sides of where layernorm stops lagging and rmsnorm goes on
+/// (2048, 2049, 3000, 3072, 3073), odd widths (33, 47: rows off cache lines, masked tails), on
+/// one thread and on two, with and without `vcvtne2ps2bf16`; and rmsnorm bf16 → f32 (whose
+/// write widens the bf16 row again at every width) at narrow odd widths past the
+/// non-temporal threshold, with input and output beyond 3/4 of the last-level cache
+/// (streamed heads at every line offset) and within it (plain stores:
+/// `stream::wanted_for_rows_reading`).
+#[test]
+fn bf16_norm_rows_a_row_or_two_apart_match_the_interpreter_bit_for_bit() {
+    let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
+    let shapes = [
+        (1, 1031),
+        (2, 1031),
+        (3, 47),
+        (10, 33),
+        (11, 2048),
+        (19, 2049),
+        (9, 3000),
+        (10, 3072),
+        (3, 3073),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            norm_bf16_rows_bits_on(&shapes);
+            fused::without_bf16_convert(|| norm_bf16_rows_bits_on(&shapes[..4]));
+        });
+    }
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    // Outputs past the one-thread threshold; `streamed` ones with 2 + 4 bytes per element
+    // past 3/4 of the last-level cache.
+    let plain = |c: usize| ((llc / 8 * 3).div_ceil(4 * c) + 1, c);
+    let streamed = |c: usize| ((llc / 4 * 3).div_ceil(6 * c) + 1, c);
+    on_threads(1, || {
+        for (r, c) in [streamed(47), streamed(100), plain(47)] {
+            let xb = Tensor::<bf16>::randn(&[r, c], 2301 + c as u64);
+            let gb = Tensor::<bf16>::randn(&[c], 2302 + c as u64);
+            bits_match(
+                &format!("rmsnorm bf16→f32 [{r}, {c}]"),
+                fused::norm_programs,
+                || rmsnorm_bf16(&xb, &gb).unwrap(),
+            );
+        }
+    });
+}
+
 /// bf16 → bf16 layernorm and rmsnorm against the interpreter at each shape: random rows,
 /// the specials, and a `γ` (and `β`) of about 2e-39 (outputs mostly bf16 subnormals).
 fn norm_bf16_rows_bits_on(shapes: &[(usize, usize)]) {

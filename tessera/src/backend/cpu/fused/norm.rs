@@ -10,7 +10,8 @@
 //! (the same bits): a bf16 row is widened in registers by its first pass (into a bf16
 //! output: by every pass, no f32 row kept), the passes that read a row from memory ask for
 //! the next row's lines as they go, and a large f32 or bf16 output takes non-temporal
-//! stores (`stream`).
+//! stores (`stream`). The bf16 → bf16 rows run their passes a row or two apart where the
+//! rows fit the level-1 cache (`lags`), so no row's write waits on its own `rstd`.
 
 use super::super::vmath;
 use super::rowmatch::Norm;
@@ -112,7 +113,13 @@ fn body(
     // What a row of the AVX-512 f32 pipeline keeps in L1: its rows (layernorm: the row
     // read and the previous one), `γ`, `β` and the output row.
     let kept_rows = 1 + usize::from(nm.layer) + 1 + usize::from(nm.beta.is_some()) + 1;
-    let nt = stream::wanted_for_rows(out, round, kept_rows * n * 4);
+    // An rmsnorm bf16 row into f32 (no f32 row kept) whose input and output fit the
+    // last-level cache together takes plain stores (`stream::wanted_for_rows_reading`).
+    let nt = if !nm.layer && x.dtype == DType::BF16 {
+        stream::wanted_for_rows_reading(out, round, kept_rows * n * 4, x.len)
+    } else {
+        stream::wanted_for_rows(out, round, kept_rows * n * 4)
+    };
     let r0 = pid * br;
     let r1 = (r0 + br).min(rows);
     #[cfg(target_arch = "x86_64")]
@@ -184,7 +191,9 @@ fn body(
 /// (an unrounded f32 output takes [`super::normpipe::rows`]), the same bits with the sums
 /// of [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16
 /// row into a bf16 output (with AVX-512BW) is widened in registers by every pass, from
-/// memory and then from L1, and written by [`write_bf16`] (streamed when `stream::large`);
+/// memory and then from L1, and written by [`write_bf16`] (streamed when `stream::large`),
+/// the passes a row or two apart where [`lags`] (layernorm's mean sums of row `t` and
+/// squared deviations of row `t − 1` in one loop, `normpipe::sums`);
 /// another bf16 row is widened into `xw` in registers by its first pass (the mean's, or
 /// rmsnorm's squares). The pass that reads a row from memory asks for the next row's
 /// lines.
@@ -213,7 +222,7 @@ unsafe fn rows_avx512(
         "fused load out of bounds"
     );
     let f32in = x.dtype == DType::F32;
-    let row_ptr = |row: usize| x.ptr.wrapping_add(row * n * size) as *const u8;
+    let row_ptr = |row: usize| x.ptr.wrapping_add(row.wrapping_mul(n * size)) as *const u8;
     let xwp = xw.as_mut_ptr();
     // A pass over `row` (its values, or `xw`'s with `own` false) that asks for the lines
     // of row `next` while it is in the tensor (else for its own).
@@ -250,39 +259,86 @@ unsafe fn rows_avx512(
     // A large bf16 output takes streaming stores (`stream::large`: by its size and the
     // thread count), fenced below.
     let nt16 = direct && stream::large(out);
-    for row in r0..r1 {
-        if direct && !f32in {
-            // A bf16 row into a bf16 output: every pass widens the row in registers (from
-            // memory, then from the level-1 cache), no f32 row kept.
-            let (mean, ss) = if nm.layer {
-                let mean = sums!(false, true, true, false, pass(row, true, 0.0, row + 1)) / nf;
-                (
-                    mean,
-                    sums!(true, true, false, false, pass(row, true, mean, row)),
-                )
-            } else {
-                (
-                    0.0,
-                    sums!(true, true, true, false, pass(row, true, 0.0, row + 1)),
-                )
-            };
-            let rstd = 1.0 / (ss / nf + nm.eps).sqrt();
-            // SAFETY: the caller's level and AVX-512BW (checked); the row (asserted), `g`
-            // (and `b`) hold `n` values.
-            unsafe {
-                write_bf16(
-                    out,
-                    row * n,
-                    (row_ptr(row), true),
-                    (mean, rstd),
-                    (g, b),
-                    nm.layer,
-                    cvt,
-                    nt16,
-                )
-            };
-            continue;
+    if direct && !f32in {
+        // A bf16 row into a bf16 output: every pass widens the row in registers (from
+        // memory, then from the level-1 cache), no f32 row kept. Where [`lags`], the
+        // passes run a row or two apart (rmsnorm: row `t`'s squares, then row `t − 1`'s
+        // write; layernorm: row `t`'s mean, row `t − 1`'s squared deviations, row `t − 2`'s
+        // write), so a row's final tree and `rstd` are computed while the next pass runs
+        // instead of holding up its write; else each row's passes run in turn.
+        let on = lags(nm, n);
+        let sl = usize::from(nm.layer && on);
+        let lag = sl + usize::from(on);
+        let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+        for t in r0..r1 + lag {
+            let s = t.wrapping_sub(sl);
+            let mid = nm.layer && t >= r0 + sl && s < r1;
+            if on && nm.layer {
+                // Row `t`'s mean sums and row `t − 1`'s squared deviations in one loop
+                // (`normpipe::sums`: both rows bf16 widened in registers, the lines of row
+                // `t + 1` asked for).
+                let r = super::normpipe::Rows {
+                    g: std::ptr::null(),
+                    b: std::ptr::null(),
+                    n,
+                    bc,
+                    nt: true,
+                };
+                let (ip, mp) = (pass(t, true, 0.0, t + 1), pass(s, true, mean[s % 3], s));
+                use super::normpipe::sums as sums2;
+                // SAFETY: the caller's level; rows `t` (with `t < r1`) and `s` (with
+                // `mid`) are in the tensor (asserted).
+                let (si, sm) = unsafe {
+                    match (t < r1, mid) {
+                        (true, true) => sums2::<true, false, true, true, false>(&r, ip, mp),
+                        (true, false) => sums2::<true, false, true, false, false>(&r, ip, mp),
+                        (false, true) => sums2::<false, false, true, true, false>(&r, ip, mp),
+                        (false, false) => (0.0, 0.0),
+                    }
+                };
+                if t < r1 {
+                    mean[t % 3] = si / nf;
+                }
+                if mid {
+                    rstd[s % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
+                }
+            } else if t < r1 {
+                if nm.layer {
+                    mean[t % 3] = sums!(false, true, true, false, pass(t, true, 0.0, t + 1)) / nf;
+                } else {
+                    let ss = sums!(true, true, true, false, pass(t, true, 0.0, t + 1));
+                    // `vmath::rsqrt`'s `1 / sqrt`.
+                    rstd[t % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
+                }
+            }
+            if !on && mid {
+                let ss = sums!(true, true, false, false, pass(s, true, mean[s % 3], s));
+                rstd[s % 3] = 1.0 / (ss / nf + nm.eps).sqrt();
+            }
+            if t >= r0 + lag {
+                let w = t - lag;
+                // SAFETY: the caller's level and AVX-512BW (checked); the row (asserted),
+                // `g` (and `b`) hold `n` values.
+                unsafe {
+                    write_bf16(
+                        out,
+                        w * n,
+                        (row_ptr(w), true),
+                        (mean[w % 3], rstd[w % 3]),
+                        (g, b),
+                        nm.layer,
+                        cvt,
+                        nt16,
+                    )
+                };
+            }
         }
+        if nt16 {
+            stream::fence();
+        }
+        return;
+    }
+    for row in r0..r1 {
         let (mean, ss) = match (nm.layer, f32in) {
             (true, true) => {
                 let mean = sums!(false, false, false, pass(row, true, 0.0, row)) / nf;
@@ -562,4 +618,16 @@ fn write(
             ((xs[j] - mean) * rstd) * g[j]
         }),
     }
+}
+
+/// Whether the bf16 → bf16 rows of [`rows_avx512`] run their passes a row or two apart:
+/// when what stays in the level-1 cache meanwhile (the bf16 rows `t − lag ..= t`, the row
+/// asked for, the widened `γ` (and `β`) and the output row) takes at most 3/4 of it. One
+/// thread (rn16, `cpu_profile K R C 200 --pool`, load 6–7, µs, in turn → apart): `[4096,
+/// 1024]` rmsnorm bf16 355–359 → 324–325, layernorm bf16 573 → 474–479; `[1024, 4096]`
+/// (over the limit) rmsnorm bf16 271–280 → 295–301, layernorm bf16 505–515 → 531–541.
+fn lags(nm: &Norm, n: usize) -> bool {
+    let rows = 4 + usize::from(nm.layer);
+    let vectors = 1 + usize::from(nm.beta.is_some());
+    (rows * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l1_data_bytes() / 4 * 3
 }

@@ -1,7 +1,8 @@
 //! The AVX-512 norm rows into an unrounded f32 output (`norm::body`), two loops per row: a
 //! pass of sums that reads row `t` from memory (its mean sums for layernorm, its sums of
-//! squares for rmsnorm; a bf16 row widened and kept in a row buffer, but for rmsnorm rows
-//! wider than [`AGAIN`], which the write widens again; into a streamed output, the lines of
+//! squares for rmsnorm; a layernorm bf16 row widened and kept in a row buffer, an rmsnorm
+//! one read again and widened again by the write (rn16: storing the kept f32 row cost the
+//! `[4096, 1024]` rows ≈ 10 %, see ARCHITECTURE.md); into a streamed output, the lines of
 //! row `t + 1` asked for as it goes) and, for layernorm, takes the squared deviations of
 //! row `t − 1` (in L1) in the same loop, so the adds of the two rows' sums overlap the wait
 //! on memory; then the write of the row whose `rstd` is now known (`t`, or `t − 1` for
@@ -17,13 +18,6 @@
 use super::norm512::{Pass, step, tail, tree};
 use core::arch::x86_64::*;
 
-/// The rmsnorm bf16 rows wider than this are widened again by their write rather than kept
-/// as f32: at `[1024, 4096]` (one thread) the kept 16 KiB f32 row, the 16 KiB `γ` and the
-/// bf16 rows read and asked for came to the 48 KiB of L1 and the launch took 544–574 µs,
-/// 412–417 µs widened again; at `[4096, 1024]` the two measured within the machine's noise
-/// of each other (390 µs against 433 in one run, 465 against 420 in another).
-const AGAIN: usize = 2048;
-
 /// The row a pass writes: its values (f32, or bf16 bit patterns for a `write::<true>`),
 /// mean and `rstd`, and the output row.
 #[derive(Clone, Copy)]
@@ -38,7 +32,9 @@ pub(crate) struct Write {
 /// width `bc` of the sums, and whether the body of an output row takes streaming stores
 /// (`nt`; then the passes of sums also ask for the next row's lines as they go: with plain
 /// stores the output row's lines share L1 with the row, `γ` (and `β`), and asking for the
-/// next row too measured slower, see ARCHITECTURE.md).
+/// next row too measured slower, see ARCHITECTURE.md). `norm::rows_avx512` calls [`sums`]
+/// alone (its bf16 → bf16 layernorm rows) with null `γ` and `β` and `nt` set: the passes ask
+/// for the next row's lines.
 #[derive(Clone, Copy)]
 pub(crate) struct Rows {
     pub g: *const f32,
@@ -125,7 +121,8 @@ unsafe fn put32<const BF: bool>(r: &Rows, w: &Write, j: usize) {
 /// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
 /// their squares about `i.mean`; bf16 with `BF`, widened and, with `KEEP`, stored to
 /// `i.keep`; with `r.nt` the lines of `i.ahead` asked for as it goes), with `MID` the sums
-/// of the squared deviations of the f32 row `m` about `m.mean`, in one loop. Returns the two
+/// of the squared deviations of the row `m` about `m.mean` (f32, or with `BF` and not
+/// `KEEP` bf16 widened in registers: the row `i` was, and was not kept), in one loop. Returns the two
 /// sums (`0` for a stage not run), each `norm512::sum`'s bits over the row's chunks, added
 /// in column order.
 ///
@@ -164,7 +161,11 @@ pub(crate) unsafe fn sums<
                     };
                 }
                 if MID {
-                    b = step::<true, false, false, false>(&m, mm, j, b);
+                    b = if BF && !KEEP {
+                        step::<true, true, false, false>(&m, mm, j, b)
+                    } else {
+                        step::<true, false, false, false>(&m, mm, j, b)
+                    };
                 }
             }
             j += 32;
@@ -176,7 +177,11 @@ pub(crate) unsafe fn sums<
                     a = tail::<SQ, BF, KEEP>(&i, mi, full, c1 - full, a);
                 }
                 if MID {
-                    b = tail::<true, false, false>(&m, mm, full, c1 - full, b);
+                    b = if BF && !KEEP {
+                        tail::<true, true, false>(&m, mm, full, c1 - full, b)
+                    } else {
+                        tail::<true, false, false>(&m, mm, full, c1 - full, b)
+                    };
                 }
             }
         }
@@ -267,9 +272,8 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
 /// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines with `nt`) and, for
 /// layernorm, takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm)
-/// or `t − 1` (layernorm). A bf16 row is kept widened in `keep` until its write, except an
-/// rmsnorm's of more than [`AGAIN`] columns, which its write reads again (from L1) and
-/// widens again.
+/// or `t − 1` (layernorm). A layernorm bf16 row is kept widened in `keep` until its write;
+/// an rmsnorm bf16 row is read again (from L1) by its write and widened again.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted_for_rows`] of
@@ -300,12 +304,12 @@ pub(crate) unsafe fn rows(
     let nf = n as i32 as f32;
     let row_ptr = |row: usize| x.ptr.wrapping_add(row.wrapping_mul(n * size)) as *const u8;
     let kp = keep.as_mut_ptr();
-    // A bf16 row is kept until its write: one row (rmsnorm) or two (layernorm's squared
-    // deviations and write follow the next row's mean sums).
-    let ring = 1 + usize::from(nm.layer);
+    // A layernorm bf16 row is kept until its write: two rows (its squared deviations and
+    // write follow the next row's mean sums).
+    let ring = 2;
     let kept = |row: usize| kp.wrapping_add(row % ring * n);
-    // A wide rmsnorm bf16 row: the write reads the bf16 row again.
-    let again = !layer && !f32in && n > AGAIN;
+    // An rmsnorm bf16 row is not kept: the write reads the bf16 row again (from L1).
+    let again = !layer && !f32in;
     let vals = |row: usize| {
         if f32in || again {
             row_ptr(row)
@@ -362,14 +366,13 @@ pub(crate) unsafe fn rows(
             (true, false) => go!(false, true),
             (false, true) => go!(true, false),
             // SAFETY: as above.
-            (false, false) if again => unsafe {
+            (false, false) => unsafe {
                 if hi {
                     sums::<true, true, true, false, false>(&r, ip, mp)
                 } else {
                     (0.0, 0.0)
                 }
             },
-            (false, false) => go!(true, true),
         };
         // `vmath::rsqrt`'s `1 / sqrt`.
         let done = if layer {

@@ -67,6 +67,25 @@ pub(crate) fn wanted_for_rows(out: &Buffer, round: bool, row_bytes: usize) -> bo
     wanted_if(out, round, streamed(out.len) || wide)
 }
 
+/// As [`wanted_for_rows`], but never when the launch's input (`in_bytes`) and output fit 3/4
+/// of the last-level cache together and `row_bytes` fits 3/4 of the level-1 data cache: then
+/// plain stores leave the output in the cache beside the input. The norm row loop asks this
+/// for rmsnorm rows of a bf16 input (half the output's bytes). One thread, rmsnorm bf16→f32
+/// (rn16, `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile rmsnorm_bf16_f32 R C 200 --pool`, four
+/// interleaved rounds, 17:29 UTC, load 4.7–4.9, streamed → plain): `[4096, 1024]` (8 + 16
+/// MiB) 376–380 → 347–351 µs; `[1024, 4096]` (48 KiB per row, over the L1 limit) 385–388 →
+/// 402–441, streamed as before.
+pub(crate) fn wanted_for_rows_reading(
+    out: &Buffer,
+    round: bool,
+    row_bytes: usize,
+    in_bytes: usize,
+) -> bool {
+    let fits = in_bytes + out.len <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
+        && row_bytes <= crate::backend::cpu::cache::l1_data_bytes() / 4 * 3;
+    !fits && wanted_for_rows(out, round, row_bytes)
+}
+
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
 /// 1024]` f32: 88–89 GB/s streamed, 66–68 plain).
@@ -434,6 +453,67 @@ mod tests {
             ptr,
             len,
             writable: true,
+        }
+    }
+
+    /// [`wanted_for_rows_reading`] takes plain stores where input and output fit 3/4 of the
+    /// last-level cache together and the row's working set 3/4 of the L1, and answers as
+    /// [`wanted_for_rows`] elsewhere, on one thread and on two.
+    #[test]
+    fn rows_reading_streams_only_past_the_cache() {
+        let llc = crate::backend::cpu::cache::last_level_bytes();
+        let l1 = crate::backend::cpu::cache::l1_data_bytes();
+        // The rule reads only the size: the buffer points nowhere.
+        let at = |len: usize| buffer(DType::F32, std::ptr::NonNull::dangling().as_ptr(), len);
+        let cases = [
+            // Output, input, row bytes.
+            (llc / 2, llc / 4, l1 / 4),
+            (llc / 2, llc / 4 + 64, l1 / 4),
+            (llc / 2, llc / 4, l1 / 4 * 3 + 4),
+            (llc / 2, llc / 4, l1 + 4),
+            (llc, llc / 2, l1 / 4),
+            (llc / 4, llc / 8, l1 / 4),
+        ];
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                for &(o, i, row) in &cases {
+                    let out = at(o);
+                    let fits = o + i <= llc / 4 * 3 && row <= l1 / 4 * 3;
+                    let want = !fits && wanted_for_rows(&out, false, row);
+                    assert_eq!(
+                        wanted_for_rows_reading(&out, false, row, i),
+                        want,
+                        "{threads} threads, output {o}, input {i}, row {row}"
+                    );
+                    if fits {
+                        assert!(!wanted_for_rows_reading(&out, false, row, i));
+                    }
+                }
+                // On one thread the first case streamed before (an output past the
+                // threshold): the rule changes its answer.
+                if threads == 1
+                    && crate::backend::cpu::simd::active()
+                        >= crate::backend::cpu::simd::SimdLevel::Avx2
+                {
+                    assert!(wanted_for_rows(&at(llc / 2), false, l1 / 4));
+                    assert!(!wanted_for_rows_reading(
+                        &at(llc / 2),
+                        false,
+                        l1 / 4,
+                        llc / 4
+                    ));
+                    assert!(wanted_for_rows_reading(
+                        &at(llc / 2),
+                        false,
+                        l1 / 4,
+                        llc / 4 + 64
+                    ));
+                }
+            });
         }
     }
 
