@@ -496,12 +496,30 @@ fn l2_rows(case: &Case, r: usize) -> usize {
 }
 
 /// Rows of the smaller in-L2 launch that [`in_l2`] takes from a launch on `rows` rows: about a
-/// quarter of them (at least 8), with the same remainder modulo 8, so that both shapes leave
-/// the same partial block for any row block that divides 8 (the column pass's 4 rows, the
-/// depthwise convolution's 4) and the difference is whole blocks and most of the launch.
+/// quarter of them (at least 8) with the same remainder modulo the column reductions' tile
+/// height ([`col_tile_rows`], 64), so that both shapes leave the same partial tile (a whole
+/// tile takes the column pass's tile sum, a partial one its fill, padding and fold), and so
+/// the same remainder for any row block that divides it (the depthwise convolution's 4, the
+/// row-wise kernels' 8); where that leaves fewer than 8 rows between the two (`rows` under
+/// 72), the same remainder modulo 8. The difference is whole blocks and most of the
+/// launch.
 fn fewer_rows(rows: usize) -> usize {
-    let b = rows / 4 / 8 * 8 + rows % 8;
-    if b < 8 { b + 8 } else { b }
+    let keep = |m: usize| {
+        let b = rows / 4 / m * m + rows % m;
+        if b < 8 { b + m } else { b }
+    };
+    match keep(col_tile_rows()) {
+        b if b + 8 <= rows => b,
+        // At least 8 rows fewer for any `rows` ≥ 16 (`L2_MIN_ROWS`).
+        _ => keep(8),
+    }
+}
+
+/// Rows per tile of a column reduction launched on the CPU (the bench's kernels do not pin a
+/// tile): `Schedule::cpu_default`'s.
+fn col_tile_rows() -> usize {
+    use tessera::ir::schedule::{KernelClass, Schedule};
+    Schedule::cpu_default(KernelClass::ColReduce, tessera::DType::F32).tile[0] as usize
 }
 
 /// A kernel's time per element with its data in L2, on one thread, from two `→ reused out`
@@ -540,11 +558,10 @@ fn pin_here() {
     }
 }
 
-/// [`InL2`] for every case of `summary_cases(r, c)`, on `p` (one thread), its thread pinned
-/// to one CPU: a move to the other core would leave the data in the first one's L2.
-fn in_l2(r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
+/// [`InL2`] for every case of `full` (`summary_cases(r, c)`), on `p` (one thread), its thread
+/// pinned to one CPU: a move to the other core would leave the data in the first one's L2.
+fn in_l2(full: &[Case], r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
     p.install(pin_here);
-    let full = summary_cases(r, c);
     let mut one: Vec<Case> = memory_cases(1, 1).into_iter().flat_map(|g| g.1).collect();
     one.push(depthwise_case(3, 1));
     let mut by_rows = std::collections::BTreeMap::new();
@@ -578,7 +595,7 @@ fn in_l2(r: usize, c: usize, p: &rayon::ThreadPool) -> Vec<InL2> {
             rows: (rows, rows_b),
             bytes: a.bytes,
             times,
-            per_elem: (times.0 - times.1) / (a.elems - b.elems) as f64,
+            per_elem: (times.0 - times.1) / (a.elems as f64 - b.elems as f64),
         };
         eprintln!(
             "{} [{r}, {c}] in L2: A {} rows ({} KiB) {:.2} µs, B {} {:.2} µs ({} + {} runs): \
@@ -609,7 +626,7 @@ fn summary_memory(rows: &mut Vec<Row>) {
         let reuse = (r, c) == (4096, 1024) || 4 * r * c > last_level_bytes();
         let cases = summary_cases(r, c);
         let l2 = if l3_resident(r, c) {
-            in_l2(r, c, &pool(1))
+            in_l2(&cases, r, c, &pool(1))
         } else {
             Vec::new()
         };
@@ -632,8 +649,10 @@ fn summary_memory(rows: &mut Vec<Row>) {
                 );
                 let copy_s = timed[timed.len() - 1].best;
                 let copy = (2 * (case.bytes / 2)) as f64 / copy_s / 1e9;
+                // None where A was not slower than B (timing noise): no rate to divide by.
                 let ceiling = l2
                     .get(i)
+                    .filter(|m| m.per_elem.is_finite() && m.per_elem > 0.0)
                     .map(|m| copy_s / (m.per_elem * case.elems as f64 / t as f64));
                 let gbs = case.bytes as f64 / timed[0].best / 1e9;
                 rows.push(Row {
@@ -827,6 +846,13 @@ fn plot(rows: &[Row], path: &str) -> Result<(), Box<dyn std::error::Error>> {
 fn write_docs(rows: &[Row]) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let ceiling_shapes = shapes()
+        .into_iter()
+        .filter(|&(r, c)| l3_resident(r, c))
+        .map(|(r, c)| format!("`[{r}, {c}]`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let col_tile = col_tile_rows();
     let md = format!(
         "# CPU performance\n\nWritten by `cargo bench --bench cpu` (regenerate with that one command; \
          `TESSERA_BENCH_QUICK=1 cargo bench --bench cpu` skips criterion and the 4096³ GEMM and \
@@ -847,17 +873,19 @@ fn write_docs(rows: &[Row]) {
          runs (4 each) \
          and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
          memory state; launches: best of ≥ 5 runs.\n\n\
-         *Arithmetic ceiling* (memory-bound rows at `[4096, 1024]` and `[1024, 4096]`, whose \
-         tensors the L3 holds; – elsewhere): the ratio the row could reach if memory were free, = \
+         *Arithmetic ceiling* (memory-bound rows at the shapes whose f32 tensor is larger than \
+         the 1 MiB L2 and fits the last-level cache: {ceiling_shapes}; – elsewhere, and where A \
+         did not time slower than B): the ratio the row could reach if memory were free, = \
          the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per element × \
          the row's elements). The in-L2 time per element comes from two `→ reused out` launches \
          of the kernel on one thread, timed in alternating windows (8 each of ≤ 25 ms, best of \
          each): A on a shape with the row's column count whose bytes read + written are ≤ 768 KiB \
          of the 1 MiB L2 (as many rows as fit, at least 16), B on about a quarter of A's rows (at \
-         least 8, the same count modulo 8, so both leave the same partial row block); time per \
+         least 8, the same count modulo the column reductions' {col_tile}-row tile, or modulo 8 where \
+         A has under {} rows, so both leave the same partial tile or row block); time per \
          element = (A − B) / (A's elements − B's), so the launch overhead (≈ 0.3 µs) and the \
          per-launch column set-up cancel (A takes 3–34 µs). Column reductions keep their access \
-         pattern this way (the same column strips, fewer passes of 4 rows). A transpose's A has \
+         pattern this way (the same column strips, fewer row passes). A transpose's A has \
          the largest power-of-two row count that fits (whole 16 × 16, bf16 32 × 32, blocks and \
          destination rows of whole cache lines; the full shape's source stride, a shorter \
          destination stride) and its B is its `[1, 1]` launch, as fewer rows would leave those \
@@ -872,6 +900,7 @@ fn write_docs(rows: &[Row]) {
          while other jobs run) or a different schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
          Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
+        col_tile + 8,
         load.trim(),
         table(rows)
     );

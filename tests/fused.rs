@@ -781,6 +781,69 @@ fn bf16_pair_loops_bits() {
     }
 }
 
+/// Column sums through the whole-row pass (its tile sums start from zero registers) where
+/// columns hold only -0.0, or -0.0 in the first rows of every tile, or -0.0 everywhere but one
+/// row: the interpreter starts each tile's sum and the accumulators at +0.0 (`+0.0 + -0.0 =
+/// +0.0`), so an all -0.0 column sums to +0.0. (The sign a tile's partial starts from cannot
+/// show here: the accumulator it is added to is never -0.0; the tile kernels' own start is
+/// checked by `colreduce`'s `tile_sums_start_from_positive_zero`.) f32 and bf16, tiles whose
+/// rows all lie inside the tensor and a last partial one, one and two threads, random values
+/// in the other columns.
+#[test]
+fn column_sums_of_negative_zeros_keep_the_interpreters_sign() {
+    let _level = level_guard();
+    negative_zero_column_bits();
+}
+
+fn negative_zero_column_bits() {
+    // Column `j`'s kind by `j % 5`: 0 all -0.0, 1 -0.0 in each 64-row tile's first 5 rows, 2
+    // -0.0 but row 7 +0.0, 3 and 4 random.
+    let zeros = |r: usize, c: usize, v: &mut [f32]| {
+        for u in 0..r {
+            for j in 0..c {
+                match j % 5 {
+                    0 => v[u * c + j] = -0.0,
+                    1 if u % 64 < 5 => v[u * c + j] = -0.0,
+                    2 => v[u * c + j] = if u == 7 { 0.0 } else { -0.0 },
+                    _ => {}
+                }
+            }
+        }
+    };
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, &(r, c)) in [(128, 4160), (130, 1000), (64, 2080), (200, 513)]
+                .iter()
+                .enumerate()
+            {
+                let seed = 4300 + 10 * i as u64;
+                let mut v = Tensor::<f32>::randn(&[r, c], seed)
+                    .as_slice()
+                    .unwrap()
+                    .to_vec();
+                zeros(r, c, &mut v);
+                let x = Tensor::from_vec(v.clone(), &[r, c]).unwrap();
+                let xb = Tensor::from_vec(v.iter().map(|&f| bf16::from_f32(f)).collect(), &[r, c])
+                    .unwrap();
+                let tag = format!("[{r}, {c}] {threads}T");
+                let cr = fused::direct_column_reductions;
+                let passes = fused::column_passes();
+                direct_same_bits(&format!("col sum -0.0 {tag}"), cr, true, || {
+                    col_sum(&x).unwrap()
+                });
+                direct_same_bits(&format!("col sum bf16 -0.0 {tag}"), cr, true, || {
+                    col_sum_bf16(&xb).unwrap()
+                });
+                assert!(fused::column_passes() >= passes + 2, "{tag}: column passes");
+                // The all -0.0 columns are +0.0 (the interpreter's sign), as a check of the
+                // inputs above.
+                let s = col_sum(&x).unwrap();
+                assert_eq!(s.as_slice().unwrap()[0].to_bits(), 0, "{tag}: column 0");
+            }
+        });
+    }
+}
+
 fn column_pass_bits() {
     let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -0.0];
     for threads in [1, 2] {
@@ -3116,6 +3179,7 @@ fn every_simd_level_agrees() {
         column_pass_bits();
         column_pass_bf16_bits();
         bf16_pair_loops_bits();
+        negative_zero_column_bits();
         padded_column_bits();
         ragged_transpose_bits();
         matmul_direct_gemm_agrees();

@@ -1279,4 +1279,110 @@ mod tests {
             }
         }
     }
+
+    /// `sum_f32_tile_avx512` and `sum_bf16_tile_avx512` (passes of one, four and eight rows
+    /// from zero registers, head and tail columns from a zero-filled `part`) against a scalar
+    /// sum from +0.0 of the same rows in order, at start offsets inside a 64-byte line and row
+    /// pitches of whole lines and not, where every third column holds only -0.0: its partial
+    /// must be +0.0 (`+0.0 + -0.0`; a start from -0.0 or from the first row gives -0.0), and
+    /// added into accumulators that hold -0.0 among other values, +0.0 again. Other columns
+    /// random with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs).
+    #[test]
+    fn tile_sums_start_from_positive_zero() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for bf16 in [false, true] {
+            let size = if bf16 { 2 } else { 4 };
+            for &m in &[1usize, 16, 33, 64, 100, 2053] {
+                for pitch in [m, m.next_multiple_of(32), m + 7] {
+                    for &n in &[1usize, 4, 5, 8, 9, 13, 64] {
+                        for off in [0usize, 1, 7, 16] {
+                            let len = off + n * pitch + 64;
+                            // `len` elements from `off` past a 64-byte line in the block.
+                            let mut block = vec![0u64; (len * size).div_ceil(8) + 8];
+                            let base = block.as_mut_ptr() as usize;
+                            let at = base + (64 - base % 64) % 64 + off * size;
+                            let mut vals = vec![0.0f32; len - off];
+                            for (i, v) in vals.iter_mut().enumerate() {
+                                let r = next();
+                                *v = if i % pitch < m && (i % pitch) % 3 == 0 {
+                                    -0.0
+                                } else {
+                                    match r % 41 {
+                                        0 => f32::NAN,
+                                        1 => f32::NEG_INFINITY,
+                                        2 => -0.0,
+                                        _ => (r >> 40) as f32 / 4096.0 - 2048.0,
+                                    }
+                                };
+                                if bf16 {
+                                    // Exactly representable: the high half of the bits.
+                                    *v = f32::from_bits(v.to_bits() & 0xFFFF_0000);
+                                }
+                            }
+                            // SAFETY: the block holds at least `len · size + 64` bytes and
+                            // `at` is at most `63 + off · size` bytes into it.
+                            unsafe {
+                                for (i, v) in vals.iter().enumerate() {
+                                    if bf16 {
+                                        *((at as *mut u16).add(i)) = (v.to_bits() >> 16) as u16;
+                                    } else {
+                                        *((at as *mut f32).add(i)) = *v;
+                                    }
+                                }
+                            }
+                            let mut tile = vec![0.0f32; m];
+                            for u in 0..n {
+                                for (j, t) in tile.iter_mut().enumerate() {
+                                    *t += vals[u * pitch + j];
+                                }
+                            }
+                            let init: Vec<f32> = (0..m)
+                                .map(|j| if j % 2 == 0 { -0.0 } else { j as f32 - 9.5 })
+                                .collect();
+                            let folded: Vec<f32> =
+                                init.iter().zip(&tile).map(|(a, t)| a + t).collect();
+                            let run = |part: &mut [f32], acc: *mut f32| {
+                                let x = at as *const u8;
+                                // SAFETY: AVX-512F detected; rows u < n hold m elements from
+                                // `at`; `acc` null or m floats apart from `part`.
+                                unsafe {
+                                    if bf16 {
+                                        super::x86::sum_bf16_tile_avx512(x, 2 * pitch, n, part, acc)
+                                    } else {
+                                        super::x86::sum_f32_tile_avx512(x, 4 * pitch, n, part, acc)
+                                    }
+                                }
+                            };
+                            let mut part = vec![f32::NAN; m];
+                            run(&mut part, std::ptr::null_mut());
+                            let mut acc = init.clone();
+                            let mut scratch = vec![-0.0f32; m];
+                            run(&mut scratch, acc.as_mut_ptr());
+                            for (what, got, want) in
+                                [("tile", &part, &tile), ("fold", &acc, &folded)]
+                            {
+                                for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                                    assert!(
+                                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                        "{what}: bf16 {bf16} m {m} pitch {pitch} n {n} off \
+                                         {off} column {j}: {g:?} vs {w:?}"
+                                    );
+                                }
+                            }
+                            drop(block);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
