@@ -842,8 +842,8 @@ impl KernelDef {
                     .map_err(|m| self.too_large(g, b.value, shape, m))?;
                 bufs.push(buffer(dtype, &view[..rank], ptr, len, j == n - 1));
             }
-            // The autotuner's pick for these shapes (`None`: the default schedule); a pinned
-            // kernel runs its pinned schedule.
+            // The autotuner's pick for these shapes (`None`: the plan's program, which the
+            // tuner times as its default); a pinned kernel runs its pinned schedule.
             let pinned = plan
                 .compiled
                 .options
@@ -857,6 +857,7 @@ impl KernelDef {
                     &plan.compiled,
                     i,
                     &bufs,
+                    program,
                 )?
             } else {
                 None
