@@ -270,7 +270,7 @@ fn decide(
     let space = space_of(name).unwrap_or_else(|| {
         SearchSpace::builtin(k.fused.class, kernel_dtype(&compiled.graph, &k.fused))
     });
-    let cands = space.schedules(&k.schedule);
+    let cands = space.schedules_on(&k.schedule, schedule::Target::Cpu);
     let names: Vec<String> = cands.iter().map(|s| s.to_string()).collect();
     let (hit, near) = lookup(&super::arch_id(), &key, &family, &shape);
     let pick = |text: &str| -> Option<Arc<Program>> {

@@ -202,7 +202,8 @@ impl Setup {
     fn cpu_schedules(&self) -> Vec<Schedule> {
         let k = &self.c.kernels[0];
         let dtype = kernel_dtype(&self.c.graph, &k.fused);
-        let mut v = SearchSpace::builtin(k.fused.class, dtype).schedules(&k.schedule);
+        let mut v =
+            SearchSpace::builtin(k.fused.class, dtype).schedules_on(&k.schedule, Target::Cpu);
         v.push(Schedule::cpu_default(k.fused.class, dtype));
         v.push(Schedule::cpu_general(k.fused.class, dtype));
         v
