@@ -1093,8 +1093,8 @@ impl KernelDef {
     }
 }
 
-/// The cost model's verdict on a plan for these sizes (its kernels under their default
-/// schedules, on the CPU with the current thread pool).
+/// The cost model's verdict on a plan for these sizes (its kernels under the CPU schedules its
+/// programs run, `Plan::programs`, on the CPU with the current thread pool).
 fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
     use tessera_ir::cost::plan::{PlanKernel, plan_estimate};
     use tessera_ir::cost::{Point, Problem};
@@ -1105,7 +1105,8 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
     let kernels: Vec<PlanKernel> = c
         .kernels
         .iter()
-        .map(|k| {
+        .zip(&plan.programs)
+        .map(|(k, (_, _, schedule))| {
             let f = &k.fused;
             let din = tessera_ir::pipeline::kernel_dtype(g, f);
             let dout = g.ty(f.output).dtype;
@@ -1140,7 +1141,7 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
             };
             PlanKernel {
                 problem: Problem::for_class(f.class, &sizes, din, dout),
-                point: Point::from_schedule(&Schedule::cpu_default(f.class, din)),
+                point: Point::from_schedule(schedule),
                 epilogue_ops: (f.epilogue.len() + f.prologue.len()) as u32,
             }
         })
