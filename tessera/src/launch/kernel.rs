@@ -473,6 +473,13 @@ impl KernelDef {
                 program = lower_cpu(&general, Some(kernel))?;
                 cpu_schedule = general;
             }
+            // `TESSERA_DUMP`: the CPU's schedule and Tile IR where they are not the compiled
+            // default's (which `compile` dumped), as `<kernel><tag>.cpu`.
+            if cpu_schedule != k.schedule {
+                let name = format!("{}{tag}.cpu", k.fused.name);
+                tessera_ir::pipeline::dump("schedule", &name, || format!("{cpu_schedule}\n"));
+                tessera_ir::pipeline::dump("tile", &name, || program.kernel.to_string());
+            }
             programs.push((program, k.lowered.bindings.clone(), cpu_schedule));
         }
         Ok(Plan {
