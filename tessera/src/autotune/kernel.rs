@@ -180,9 +180,12 @@ fn program_for(
 }
 
 /// The program to run for fused kernel `i` of a `#[kernel]` launch on `bufs` (its inputs
-/// already computed, its output last); `None` means the default program. `tag` names the
-/// fusion plan (empty for the default plan, `.f1` for fusion depth 1 …): kernel `i` of
-/// another plan is another kernel, with its own cache entries.
+/// already computed, its output last); `None` means `default`, the plan's own program (the
+/// CPU's schedule, `Schedule::cpu_default` or `cpu_general`), which the tuner times as its
+/// first candidate. `tag` names the fusion plan (empty for the default plan, `.f1` for
+/// fusion depth 1 …): kernel `i` of another plan is another kernel, with its own cache
+/// entries.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn select_kernel(
     memo: &KernelMemo,
     name: &str,
@@ -191,6 +194,7 @@ pub(crate) fn select_kernel(
     compiled: &Compiled,
     i: usize,
     bufs: &[Buffer],
+    default: &Program,
 ) -> Result<Option<Arc<Program>>> {
     let m = try_mode()?;
     if m == Mode::Off {
@@ -205,7 +209,7 @@ pub(crate) fn select_kernel(
     {
         return Ok(d.3.clone());
     }
-    let chosen = decide(memo, name, graph_text, tag, compiled, i, bufs, m)?;
+    let chosen = decide(memo, name, graph_text, tag, compiled, i, bufs, default, m)?;
     let mut inner = memo.lock();
     // Entries of older generations are never found again, and the list is scanned on every
     // launch: keep it short (a dropped entry is decided again, from `decisions`).
@@ -233,6 +237,7 @@ fn decide(
     compiled: &Compiled,
     i: usize,
     bufs: &[Buffer],
+    default: &Program,
     m: Mode,
 ) -> Result<Option<Arc<Program>>> {
     let dims: Vec<&[usize]> = bufs.iter().map(|b| b.dims()).collect();
@@ -265,7 +270,7 @@ fn decide(
     let space = space_of(name).unwrap_or_else(|| {
         SearchSpace::builtin(k.fused.class, kernel_dtype(&compiled.graph, &k.fused))
     });
-    let cands = space.schedules(&k.schedule);
+    let cands = space.schedules_on(&k.schedule, schedule::Target::Cpu);
     let names: Vec<String> = cands.iter().map(|s| s.to_string()).collect();
     let (hit, near) = lookup(&super::arch_id(), &key, &family, &shape);
     let pick = |text: &str| -> Option<Arc<Program>> {
@@ -301,7 +306,7 @@ fn decide(
                 prior: near.and_then(|e| e.best),
                 known: hit,
             };
-            let mut runner = KernelRunner::new(memo, compiled, i, &cands, bufs);
+            let mut runner = KernelRunner::new(memo, compiled, i, &cands, bufs, default);
             let out = engine::tune(job, &mut runner)?;
             store(&super::arch_id(), key, out.entry.clone());
             if out.best == 0 {
@@ -317,14 +322,16 @@ fn decide(
     Ok(chosen)
 }
 
-/// Runs schedules of one fused kernel on the launch's inputs into a scratch output.
+/// Runs schedules of one fused kernel on the launch's inputs into a scratch output; candidate
+/// 0 (the compiled default schedule's name) runs `default`, the program a launch runs when the
+/// tuner picks no other.
 struct KernelRunner<'a> {
     memo: &'a KernelMemo,
     compiled: &'a Compiled,
     i: usize,
     cands: &'a [Schedule],
     programs: Vec<Option<Arc<Program>>>,
-    default: Arc<Program>,
+    default: &'a Program,
     bufs: Vec<Buffer>,
     scratch: Vec<u64>,
     out_dtype: DType,
@@ -338,6 +345,7 @@ impl<'a> KernelRunner<'a> {
         i: usize,
         cands: &'a [Schedule],
         bufs: &[Buffer],
+        default: &'a Program,
     ) -> Self {
         let out = *bufs.last().expect("a kernel writes one output");
         let mut scratch = vec![0u64; out.len.div_ceil(8)];
@@ -350,7 +358,7 @@ impl<'a> KernelRunner<'a> {
             i,
             cands,
             programs: vec![None; cands.len()],
-            default: Arc::new(Program::new(compiled.kernels[i].lowered.kernel.clone())),
+            default,
             bufs,
             scratch,
             out_dtype: out.dtype,
@@ -361,21 +369,21 @@ impl<'a> KernelRunner<'a> {
 
 impl Runner for KernelRunner<'_> {
     fn run(&mut self, j: usize) -> Result<()> {
-        let p = if j == 0 {
-            self.default.clone()
-        } else {
-            match &self.programs[j] {
-                Some(p) => p.clone(),
-                None => {
-                    let p = program_for(self.memo, self.compiled, self.i, &self.cands[j]).map_err(
-                        |m| Error::Compile {
+        if j == 0 {
+            return crate::backend::cpu::launch(self.default, &self.bufs);
+        }
+        let p = match &self.programs[j] {
+            Some(p) => p.clone(),
+            None => {
+                let p =
+                    program_for(self.memo, self.compiled, self.i, &self.cands[j]).map_err(|m| {
+                        Error::Compile {
                             kernel: self.compiled.kernels[self.i].fused.name.clone(),
                             message: m,
-                        },
-                    )?;
-                    self.programs[j] = Some(p.clone());
-                    p
-                }
+                        }
+                    })?;
+                self.programs[j] = Some(p.clone());
+                p
             }
         };
         crate::backend::cpu::launch(&p, &self.bufs)
@@ -390,5 +398,74 @@ impl Runner for KernelRunner<'_> {
             self.out_dtype,
             &bytemuck::cast_slice::<u64, u8>(&self.scratch)[..self.out_len],
         )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_ir::graph;
+    use tessera_ir::pipeline::{CompileOptions, compile};
+    use tessera_ir::schedule::Target;
+
+    /// The tuner's first candidate runs the program a launch runs when the tuner picks no
+    /// other (the plan's, under the CPU's schedule), not the compiled default schedule's: on
+    /// rows of several of that schedule's 128-column chunks their `fast` softmax sums differ
+    /// in the last bits, and the first candidate must give the plan's.
+    #[test]
+    fn the_default_candidate_runs_the_plans_program() {
+        let g = graph::parse(
+            "graph @sm(%x: f32[R, C]) -> f32[R, C] {\n  %1 = softmax %x : f32[R, C]\n  return %1\n}",
+        )
+        .unwrap();
+        let c = compile(&g, &CompileOptions::default()).unwrap();
+        let k = &c.kernels[0];
+        let cpu = Schedule::cpu_default(k.fused.class, kernel_dtype(&c.graph, &k.fused));
+        assert_ne!(cpu, k.schedule);
+        let plan = Program::new(c.lower_on(0, &cpu, Target::Cpu).unwrap().kernel);
+        let (r, n) = (5, 3000);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let x: Vec<f32> = (0..r * n)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 16.0
+            })
+            .collect();
+        let buf = |p: *mut f32, writable| Buffer {
+            dtype: DType::F32,
+            shape: [r, n, 1],
+            rank: 2,
+            ptr: p as *mut u8,
+            len: r * n * 4,
+            writable,
+        };
+        let out = |p: &Program| {
+            let mut o = vec![0f32; r * n];
+            let bufs = [
+                buf(x.as_ptr() as *mut f32, false),
+                buf(o.as_mut_ptr(), true),
+            ];
+            crate::backend::cpu::launch(p, &bufs).unwrap();
+            o
+        };
+        let want = out(&plan);
+        // The control: the compiled default schedule's program gives other bits.
+        let compiled_default = Program::new(k.lowered.kernel.clone());
+        assert_ne!(out(&compiled_default), want);
+        let memo = KernelMemo::new();
+        let cands = [k.schedule.clone()];
+        let mut o = vec![0f32; r * n];
+        let bufs = [
+            buf(x.as_ptr() as *mut f32, false),
+            buf(o.as_mut_ptr(), true),
+        ];
+        let mut runner = KernelRunner::new(&memo, &c, 0, &cands, &bufs, &plan);
+        runner.run(0).unwrap();
+        assert_eq!(
+            runner.outputs()[0].1,
+            bytemuck::cast_slice::<f32, u8>(&want)
+        );
     }
 }

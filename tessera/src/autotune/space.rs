@@ -197,8 +197,25 @@ impl SearchSpace {
         SearchSpace::new().tiles(tiles.into_iter().map(TileDims))
     }
 
-    /// Every verified schedule of the space, the default first.
+    /// Every schedule of the space that verifies under the PTX rules (`schedule::verify`), the
+    /// default first: [`Self::schedules_on`] with `Target::Ptx`.
     pub fn schedules(&self, default: &Schedule) -> Vec<Schedule> {
+        self.schedules_on(default, schedule::Target::Ptx)
+    }
+
+    /// Every schedule of the space that verifies for `target`
+    /// (`schedule::verify_for(_, target)`), the default first: the CPU tuner's candidates
+    /// take tile dims up to the CPU's limit, the device tuner's up to the PTX one.
+    ///
+    /// ```
+    /// use tessera::autotune::SearchSpace;
+    /// use tessera::ir::{DType, schedule::{KernelClass, Schedule, Target}};
+    /// let d = Schedule::default_for(KernelClass::Rowwise, DType::F32);
+    /// let s = SearchSpace::new().tiles([(8, 512), (8, 4096)]);
+    /// assert_eq!(s.schedules_on(&d, Target::Cpu).len(), 3);
+    /// assert_eq!(s.schedules_on(&d, Target::Ptx).len(), 2); // [8, 4096] is past the PTX limit
+    /// ```
+    pub fn schedules_on(&self, default: &Schedule, target: schedule::Target) -> Vec<Schedule> {
         let or = |v: &Vec<u32>, d: u32| if v.is_empty() { vec![d] } else { v.clone() };
         let tiles = if self.tiles.is_empty() {
             vec![default.tile.clone()]
@@ -217,7 +234,7 @@ impl SearchSpace {
                             stages: st,
                             vector: v,
                         };
-                        if schedule::verify(&s).is_ok() && !out.contains(&s) {
+                        if schedule::verify_for(&s, target).is_ok() && !out.contains(&s) {
                             out.push(s);
                         }
                     }

@@ -473,6 +473,13 @@ impl KernelDef {
                 program = lower_cpu(&general, Some(kernel))?;
                 cpu_schedule = general;
             }
+            // `TESSERA_DUMP`: the CPU's schedule and Tile IR where they are not the compiled
+            // default's (which `compile` dumped), as `<kernel><tag>.cpu`.
+            if cpu_schedule != k.schedule {
+                let name = format!("{}{tag}.cpu", k.fused.name);
+                tessera_ir::pipeline::dump("schedule", &name, || format!("{cpu_schedule}\n"));
+                tessera_ir::pipeline::dump("tile", &name, || program.kernel.to_string());
+            }
             programs.push((program, k.lowered.bindings.clone(), cpu_schedule));
         }
         Ok(Plan {
@@ -842,8 +849,8 @@ impl KernelDef {
                     .map_err(|m| self.too_large(g, b.value, shape, m))?;
                 bufs.push(buffer(dtype, &view[..rank], ptr, len, j == n - 1));
             }
-            // The autotuner's pick for these shapes (`None`: the default schedule); a pinned
-            // kernel runs its pinned schedule.
+            // The autotuner's pick for these shapes (`None`: the plan's program, which the
+            // tuner times as its default); a pinned kernel runs its pinned schedule.
             let pinned = plan
                 .compiled
                 .options
@@ -857,6 +864,7 @@ impl KernelDef {
                     &plan.compiled,
                     i,
                     &bufs,
+                    program,
                 )?
             } else {
                 None
@@ -1092,8 +1100,8 @@ impl KernelDef {
     }
 }
 
-/// The cost model's verdict on a plan for these sizes (its kernels under their default
-/// schedules, on the CPU with the current thread pool).
+/// The cost model's verdict on a plan for these sizes (its kernels under the CPU schedules its
+/// programs run, `Plan::programs`, on the CPU with the current thread pool).
 fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
     use tessera_ir::cost::plan::{PlanKernel, plan_estimate};
     use tessera_ir::cost::{Point, Problem};
@@ -1104,7 +1112,8 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
     let kernels: Vec<PlanKernel> = c
         .kernels
         .iter()
-        .map(|k| {
+        .zip(&plan.programs)
+        .map(|(k, (_, _, schedule))| {
             let f = &k.fused;
             let din = tessera_ir::pipeline::kernel_dtype(g, f);
             let dout = g.ty(f.output).dtype;
@@ -1139,7 +1148,7 @@ fn plan_cost(plan: &Plan, syms: &Syms) -> (f64, Option<String>) {
             };
             PlanKernel {
                 problem: Problem::for_class(f.class, &sizes, din, dout),
-                point: Point::from_schedule(&Schedule::cpu_default(f.class, din)),
+                point: Point::from_schedule(schedule),
                 epilogue_ops: (f.epilogue.len() + f.prologue.len()) as u32,
             }
         })

@@ -43,9 +43,11 @@ impl Program {
         }
     }
 
-    /// Whether the fused path runs this kernel on its row loops (`fused::rowmatch`: the
+    /// Whether the fused path matched this kernel for its row loops (`fused::rowmatch`: the
     /// library's softmax, layernorm and rmsnorm under `fast`), which compute only a row's own
-    /// columns whatever the tile's width.
+    /// columns whatever the tile's width. A launch may still decline them (`Fused::runs`,
+    /// `Plan::rows`: `with_interpreter`, a dim of 2^24 or more, tensors not `[R, C]` whole)
+    /// and run this program's tile whole.
     pub fn on_row_loop(&self) -> bool {
         self.fused.as_ref().is_some_and(|f| f.on_row_loop())
     }

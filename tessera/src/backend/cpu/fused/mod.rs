@@ -530,7 +530,8 @@ pub(crate) struct Fused {
 }
 
 impl Fused {
-    /// Whether the plan runs on a row loop (`Plan::softmax` or `Plan::norm`).
+    /// Whether the plan has a matched row loop (`Plan::softmax` or `Plan::norm`), which a
+    /// launch runs when its arguments fit (`Fused::runs`, `Plan::rows`).
     pub fn on_row_loop(&self) -> bool {
         self.plan.softmax.is_some() || self.plan.norm.is_some()
     }

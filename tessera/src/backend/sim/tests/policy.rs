@@ -23,8 +23,11 @@ pub(super) struct Case {
     pub syms: Vec<(&'static str, usize)>,
 }
 
-/// Every reduction kind, under `policy`. Rows are longer than the largest column chunk and
-/// not a multiple of 32; K spans several K tiles of every candidate.
+/// Every reduction kind, under `policy`. Rows are longer than the largest column chunk of
+/// the PTX schedules (1024) and not a multiple of 32, but shorter than the CPU's row-wise
+/// tile (`CPU_ROW_COLS`; rows wider than that:
+/// `deterministic_rows_wider_than_the_cpu_row_tile_are_bitwise`); K spans several K tiles of
+/// every candidate.
 fn cases(policy: &str) -> Vec<Case> {
     let rc = vec![("R", 19), ("C", 1100)];
     let case =
@@ -197,12 +200,13 @@ impl Setup {
         Ok(out.as_bytes().to_vec())
     }
 
-    /// The CPU candidates of the autotuner (its built-in space around the CPU default), the
-    /// CPU default and the CPU's schedule for kernels off its row loops.
+    /// The CPU candidates of the autotuner (its built-in space around the compiled default
+    /// schedule), the CPU default and the CPU's schedule for kernels off its row loops.
     fn cpu_schedules(&self) -> Vec<Schedule> {
         let k = &self.c.kernels[0];
         let dtype = kernel_dtype(&self.c.graph, &k.fused);
-        let mut v = SearchSpace::builtin(k.fused.class, dtype).schedules(&k.schedule);
+        let mut v =
+            SearchSpace::builtin(k.fused.class, dtype).schedules_on(&k.schedule, Target::Cpu);
         v.push(Schedule::cpu_default(k.fused.class, dtype));
         v.push(Schedule::cpu_general(k.fused.class, dtype));
         v
@@ -259,6 +263,37 @@ fn deterministic_is_bitwise_across_threads_tiles_and_backends() {
         }
         assert!(runs >= 6, "{}: only {runs} runs", case.name);
     }
+}
+
+/// The row reductions under `deterministic` on rows of more than one chunk of the CPU's
+/// row-wise tile (`Schedule::cpu_default`, `[8, CPU_ROW_COLS]`; the last chunk ragged): the
+/// same bits on every CPU candidate, on 1 and 2 threads.
+#[test]
+fn deterministic_rows_wider_than_the_cpu_row_tile_are_bitwise() {
+    let c = tessera_ir::schedule::CPU_ROW_COLS as usize + 1100;
+    let rows = ["row_sum", "row_mean", "softmax", "layernorm", "rmsnorm"];
+    let mut runs = 0;
+    for mut case in cases("deterministic") {
+        if !rows.contains(&case.name) {
+            continue;
+        }
+        case.syms = vec![("R", 5), ("C", c)];
+        let s = setup(&case, random);
+        let want = s.cpu(&s.c.kernels[0].schedule, 1);
+        let cpu = s.cpu_schedules();
+        let k = &s.c.kernels[0];
+        let dtype = kernel_dtype(&s.c.graph, &k.fused);
+        assert!(cpu.contains(&Schedule::cpu_default(k.fused.class, dtype)));
+        for sch in &cpu {
+            for t in [1, 2] {
+                if let Some(at) = first_diff(&s.cpu(sch, t), &want) {
+                    panic!("{}: cpu {sch} on {t} threads differs at {at}", case.name);
+                }
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs >= 5 * 6, "only {runs} runs");
 }
 
 /// The control: under `fast` the same candidates do disagree in the last bits somewhere,
