@@ -125,7 +125,8 @@ fn body(
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `g`
-        // and `b` are `[n]`; `nt` is `stream::wanted_for_rows` of `out`, fenced here.
+        // and `b` are `[n]`; `nt` is `stream::wanted_for_rows` (or `_reading`, true only where
+        // it is) of `out`, fenced here.
         unsafe {
             if out.dtype == DType::F32 && !round {
                 super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, nt)
@@ -200,8 +201,8 @@ fn body(
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `n` values; `xw` holds
-/// `n`; with `nt` ([`stream::wanted_for_rows`] of `out`) the caller fences before the program
-/// returns.
+/// `n`; with `nt` ([`stream::wanted_for_rows`] or [`stream::wanted_for_rows_reading`] of
+/// `out`) the caller fences before the program returns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(
