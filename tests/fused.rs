@@ -2357,13 +2357,13 @@ fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
 /// (`norm::lags`: rmsnorm's write a row after its squares, layernorm's two rows after its
 /// mean) or in turn (rows too wide for the level-1 cache), against the interpreter, bit for
 /// bit: programs of fewer rows than the lag (1, 2, 3 rows), a last program cut short (10,
-/// 11, 19 rows), widths on both sides of where layernorm stops lagging and rmsnorm goes on
-/// (2048, 2049, 3000, 3072, 3073), odd widths (33, 47: rows off cache lines, masked tails), on
-/// one thread and on two, with and without `vcvtne2ps2bf16`; and rmsnorm bf16 → f32 (whose
-/// write widens the bf16 row again at every width) at narrow odd widths past the
-/// non-temporal threshold, with input and output beyond 3/4 of the last-level cache
-/// (streamed heads at every line offset) and within it (plain stores:
-/// `stream::wanted_for_rows_reading`).
+/// 11, 19 rows), widths on both sides of where (on a 48 KiB L1) layernorm stops lagging and
+/// rmsnorm goes on (2048, 2049, 3000, 3072, 3073), odd widths (33, 47: rows off cache
+/// lines, masked tails), on one thread and on two, with and without `vcvtne2ps2bf16`; and
+/// rmsnorm bf16 → f32 (whose write widens the bf16 row again at every width) at narrow odd
+/// widths past the non-temporal threshold, with input and output beyond 3/4 of the
+/// last-level cache (streamed heads at every line offset at width 47) and within it (plain
+/// stores: `stream::wanted_for_rows_reading`).
 #[test]
 fn bf16_norm_rows_a_row_or_two_apart_match_the_interpreter_bit_for_bit() {
     let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());

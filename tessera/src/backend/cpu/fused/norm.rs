@@ -125,7 +125,8 @@ fn body(
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512 {
         // SAFETY: the active level is at most the detected one: AVX-512F is present; `g`
-        // and `b` are `[n]`; `nt` is `stream::wanted_for_rows` of `out`, fenced here.
+        // and `b` are `[n]`; `nt` is `stream::wanted_for_rows` (or `_reading`, true only where
+        // it is) of `out`, fenced here.
         unsafe {
             if out.dtype == DType::F32 && !round {
                 super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, nt)
@@ -200,8 +201,8 @@ fn body(
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `n` values; `xw` holds
-/// `n`; with `nt` ([`stream::wanted_for_rows`] of `out`) the caller fences before the program
-/// returns.
+/// `n`; with `nt` ([`stream::wanted_for_rows`] or [`stream::wanted_for_rows_reading`] of
+/// `out`) the caller fences before the program returns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(
@@ -630,4 +631,167 @@ fn lags(nm: &Norm, n: usize) -> bool {
     let rows = 4 + usize::from(nm.layer);
     let vectors = 1 + usize::from(nm.beta.is_some());
     (rows * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l1_data_bytes() / 4 * 3
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::super::rowmatch::Rows;
+    use super::*;
+
+    /// A `[r, c]` buffer over `len` bytes at `ptr`.
+    fn buffer(dtype: DType, ptr: *mut u8, (r, c): (usize, usize)) -> Buffer {
+        Buffer {
+            dtype,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr,
+            len: r * c * dtype.size_bytes(),
+            writable: true,
+        }
+    }
+
+    /// Fresh pseudo-random bf16 values about `[-4, 4)` (a xorshift; the seed is in every
+    /// failure message).
+    fn values(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                let v = (*seed >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0;
+                half::bf16::from_f32(v).to_f32()
+            })
+            .collect()
+    }
+
+    /// The interpreter's norm of one row (`body`'s portable loop): sums per chunk of `bc`
+    /// columns by `vmath::sum`, added in column order, `vmath::rsqrt`, the row narrowed.
+    fn reference(xs: &[f32], bc: usize, g: &[f32], b: Option<&[f32]>, layer: bool) -> Vec<u16> {
+        let n = xs.len();
+        let nf = n as i32 as f32;
+        let mean = if layer {
+            let mut acc = 0.0f32;
+            for c0 in (0..n).step_by(bc) {
+                acc += vmath::sum(&xs[c0..(c0 + bc).min(n)]);
+            }
+            acc / nf
+        } else {
+            0.0
+        };
+        let mut ss = 0.0f32;
+        for c0 in (0..n).step_by(bc) {
+            let q: Vec<f32> = xs[c0..(c0 + bc).min(n)]
+                .iter()
+                .map(|v| {
+                    if layer {
+                        (v - mean) * (v - mean)
+                    } else {
+                        v * v
+                    }
+                })
+                .collect();
+            ss += vmath::sum(&q);
+        }
+        let mut rstd = [ss / nf + 1e-5];
+        vmath::rsqrt(&mut rstd);
+        (0..n)
+            .map(|j| {
+                let y = ((xs[j] - mean) * rstd[0]) * g[j];
+                let y = b.map_or(y, |b| y + b[j]);
+                half::bf16::from_f32(y).to_bits()
+            })
+            .collect()
+    }
+
+    /// The bf16 → bf16 rows of [`rows_avx512`], their passes a row or two apart ([`lags`])
+    /// or in turn, with rows of several chunks (a row-wise tile narrower than the row, as
+    /// an autotuned schedule runs: `bc` of 64, 1000 and 1024 columns, ragged last chunks),
+    /// programs of 1, 2, 3 and 8 rows (the lag's first and last rows of each program, a
+    /// last program cut short), against the interpreter's sums, bit for bit.
+    #[test]
+    fn bf16_rows_of_several_chunks_match_the_interpreter_apart_and_in_turn() {
+        if !(std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        let mut seed = start;
+        for (rows, n) in [
+            (5, 47),
+            (19, 1031),
+            (10, 2049),
+            (7, 3000),
+            (4, 3072),
+            (3, 4099),
+        ] {
+            for bc in [64, 1000, 1024, 4096] {
+                for br in [1, 2, 3, 8] {
+                    for (layer, beta) in [(true, true), (false, false), (true, false)] {
+                        let xs = values(&mut seed, rows * n);
+                        let mut xb: Vec<u16> = xs
+                            .iter()
+                            .map(|&v| half::bf16::from_f32(v).to_bits())
+                            .collect();
+                        let g = values(&mut seed, n);
+                        let bv = values(&mut seed, n);
+                        let b = beta.then_some(&bv[..]);
+                        let mut ob = vec![0x7fc1u16; rows * n];
+                        let nm = Norm {
+                            rows: Rows {
+                                x: 0,
+                                out: 1,
+                                br,
+                                bc,
+                                round_bf16: false,
+                            },
+                            gamma: 2,
+                            beta: beta.then_some(3),
+                            layer,
+                            eps: 1e-5,
+                        };
+                        let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n));
+                        let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n));
+                        let (mut xw, mut ow) = (vec![0.0f32; n], vec![0.0f32; n]);
+                        for r0 in (0..rows).step_by(br) {
+                            let r1 = (r0 + br).min(rows);
+                            // SAFETY: AVX-512F/BW, AVX2 and FMA are present; `g` and `b`
+                            // hold `n` values; bf16 outputs are not streamed here (`nt`
+                            // false; `stream::large` outputs are fenced by the loop).
+                            unsafe {
+                                rows_avx512(
+                                    &nm,
+                                    (&x, &out),
+                                    (r0, r1, rows),
+                                    n,
+                                    (&g, b),
+                                    (&mut xw, &mut ow),
+                                    false,
+                                )
+                            };
+                        }
+                        for r in 0..rows {
+                            let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
+                            let got = &ob[r * n..(r + 1) * n];
+                            if let Some(j) = (0..n).find(|&j| got[j] != want[j]) {
+                                panic!(
+                                    "[{rows}, {n}] bc {bc} br {br} layer {layer} beta {beta} \
+                                     lags {}: row {r} column {j}: {:#06x} != {:#06x} (seed {start})",
+                                    lags(&nm, n),
+                                    got[j],
+                                    want[j]
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -121,8 +121,9 @@ unsafe fn put32<const BF: bool>(r: &Rows, w: &Write, j: usize) {
 /// One pass of sums: with `IN` the sums of the row `i` (of its values, or with `SQ` of
 /// their squares about `i.mean`; bf16 with `BF`, widened and, with `KEEP`, stored to
 /// `i.keep`; with `r.nt` the lines of `i.ahead` asked for as it goes), with `MID` the sums
-/// of the squared deviations of the row `m` about `m.mean` (f32, or with `BF` and not
-/// `KEEP` bf16 widened in registers: the row `i` was, and was not kept), in one loop. Returns the two
+/// of the squared deviations of the row `m` about `m.mean` (f32 values: the f32 row, or
+/// with `BF` and `KEEP` the widened row an earlier pass kept; with `BF` and not `KEEP` a
+/// bf16 row, widened in registers), in one loop. Returns the two
 /// sums (`0` for a stage not run), each `norm512::sum`'s bits over the row's chunks, added
 /// in column order.
 ///
@@ -276,8 +277,9 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// an rmsnorm bf16 row is read again (from L1) by its write and widened again.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted_for_rows`] of
-/// `out`) the caller fences before the program returns.
+/// The CPU must support AVX-512F, AVX2 and FMA; with `nt` ([`super::stream::wanted_for_rows`]
+/// or [`super::stream::wanted_for_rows_reading`] of `out`) the caller fences before the
+/// program returns.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(crate) unsafe fn rows(
     nm: &super::rowmatch::Norm,
