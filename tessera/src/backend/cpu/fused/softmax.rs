@@ -520,6 +520,11 @@ unsafe fn rows_avx512(
     // Opaque to the compiler: with the constant it split the loop at the lag, which measured
     // 5-10 % slower on `[4096, 1024]` f32.
     let lag = std::hint::black_box(LAG);
+    // An f32 row into an f32 output, the input larger than the last-level cache: every chunk
+    // takes the loop that computes the output's exponentials apart from the sum's (`REDO`,
+    // with `mf` = `m` the same bits), which measured faster there (see ARCHITECTURE.md,
+    // "The CPU's row-wise tile").
+    let twice = !bf && !o16 && x.len > crate::backend::cpu::cache::last_level_bytes();
     for row in r0..r1 {
         let at = row * n;
         // The row (bf16 bit patterns, widened as the exponentials are taken, or f32).
@@ -547,7 +552,7 @@ unsafe fn rows_avx512(
             let c1 = (c0 + bc).min(n);
             let (mn, lo) = (mk[k], st[0][2 * k + 1]);
             let s1 = s * chunk_scale(k, mp, mn);
-            let redo = mn.to_bits() != m.to_bits();
+            let redo = twice || mn.to_bits() != m.to_bits();
             // Every `x − mn` (and, to redo, `x − m`) in `[-86, 0]` (finite, no NaN): no lane
             // needs a range check.
             let tame =
