@@ -6,9 +6,10 @@
 //! `exp(x − m)·(1/s)`; for a chunk whose `m'` has the final `m`'s bits that exponential is the
 //! kept one, so a row of one chunk (the common case: `bc` is 4096, `Schedule::cpu_default`)
 //! takes one `exp` per element (at the AVX-512 level an f32 input larger than the last-level
-//! cache takes two, the output's apart from the sum's: measured faster there). Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
-//! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
+//! cache takes two, the output's apart from the sum's: measured faster there). Lanes past
+//! the row end add nothing to the interpreter's `-inf`-padded chunk (`max` ignores `-inf`,
+//! `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only the row's own columns
+//! are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
