@@ -2099,6 +2099,24 @@ fn softmax_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
+/// Softmax rows whose f32 input is larger than the last-level cache (where every chunk takes
+/// the AVX-512 loop that computes the output's exponentials apart from the sum's, with the
+/// row's max: the same bits) on one thread and on two against the interpreter, bit for bit:
+/// rows off cache lines (1000), two chunks: a whole one and a tail (4099).
+#[test]
+fn softmax_rows_past_the_last_level_cache_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let past = |c: usize| {
+        (
+            tessera::backend::cpu::cache::last_level_bytes().div_ceil(4 * c) + 3,
+            c,
+        )
+    };
+    for threads in [1, 2] {
+        on_threads(threads, || softmax_rows_bits_on(&[past(1000), past(4099)]));
+    }
+}
+
 /// Softmax rows of several column chunks (the AVX-512 loop takes row `r`'s chunk maxima two
 /// steps before, then each chunk's exponentials, redone with the row's max in the same
 /// loop where the running max grew later) on one thread and on two against the interpreter,

@@ -5,9 +5,11 @@
 //! chunk's columns), and it keeps each `exp(x − m')` in a row buffer. The write pass stores
 //! `exp(x − m)·(1/s)`; for a chunk whose `m'` has the final `m`'s bits that exponential is the
 //! kept one, so a row of one chunk (the common case: `bc` is 4096, `Schedule::cpu_default`)
-//! takes one `exp` per element. Lanes past the row end add nothing to the interpreter's `-inf`-padded chunk
-//! (`max` ignores `-inf`, `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only
-//! the row's own columns are computed. At the AVX-512 level (`rows_avx512`) the passes of
+//! takes one `exp` per element (at the AVX-512 level an f32 input larger than the last-level
+//! cache takes two, the output's apart from the sum's: measured faster there). Lanes past
+//! the row end add nothing to the interpreter's `-inf`-padded chunk (`max` ignores `-inf`,
+//! `exp(-inf) = +0` adds nothing to a lane of `vmath::sum`), so only the row's own columns
+//! are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
@@ -520,6 +522,11 @@ unsafe fn rows_avx512(
     // Opaque to the compiler: with the constant it split the loop at the lag, which measured
     // 5-10 % slower on `[4096, 1024]` f32.
     let lag = std::hint::black_box(LAG);
+    // An f32 row into an f32 output, the input larger than the last-level cache: every chunk
+    // takes the loop that computes the output's exponentials apart from the sum's (`REDO`,
+    // with `mf` = `m` the same bits), which measured faster there (see ARCHITECTURE.md,
+    // "The CPU's row-wise tile").
+    let twice = !bf && !o16 && x.len > crate::backend::cpu::cache::last_level_bytes();
     for row in r0..r1 {
         let at = row * n;
         // The row (bf16 bit patterns, widened as the exponentials are taken, or f32).
@@ -547,7 +554,7 @@ unsafe fn rows_avx512(
             let c1 = (c0 + bc).min(n);
             let (mn, lo) = (mk[k], st[0][2 * k + 1]);
             let s1 = s * chunk_scale(k, mp, mn);
-            let redo = mn.to_bits() != m.to_bits();
+            let redo = twice || mn.to_bits() != m.to_bits();
             // Every `x − mn` (and, to redo, `x − m`) in `[-86, 0]` (finite, no NaN): no lane
             // needs a range check.
             let tame =
