@@ -360,17 +360,6 @@ impl Pending {
         self.n = e + 1;
     }
 
-    /// Writes `x`, `dst` and `keep` into the next slot, kept (the list one longer) when
-    /// `hold`, else overwritten by the next push: no branch on `hold`.
-    #[inline]
-    fn push_if(&mut self, x: __m512, dst: *mut f32, keep: __mmask16, hold: bool) {
-        let e = self.n;
-        self.x[e] = MaybeUninit::new(x);
-        self.dst[e] = dst;
-        self.keep[e] = keep;
-        self.n = e + hold as usize;
-    }
-
     /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
     /// [`tail`](super::tail) lanes computed 16 at a time, after the loop's stores to the same
     /// addresses. A whole vector goes through [`put`] with `stream` (the loop's own store, so
@@ -461,31 +450,25 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
         let mut i = b0;
         // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
         unsafe {
-            if i + 64 <= end {
-                let four = |i: usize| {
-                    [
-                        l.v::<K>(src, i, 0xFFFF),
-                        l.v::<K>(src, i + 16, 0xFFFF),
-                        l.v::<K>(src, i + 32, 0xFFFF),
-                        l.v::<K>(src, i + 48, 0xFFFF),
-                    ]
-                };
-                let mut x = four(i);
-                while i + 64 <= end {
-                    // The next step's values (the last step's again at the end), ahead of
-                    // this step's central form.
-                    let next = four((i + 64).min(end - 64));
-                    let r = gelu_w(&x, tab);
-                    if !outside(&x) {
-                        for (w, r) in r.iter().enumerate() {
-                            put(dst.add(i + 16 * w), *r, stream);
-                        }
-                    } else {
-                        settle4(&x, &r, dst.add(i), stream, pend);
+            while i + 64 <= end {
+                let x = [
+                    l.v::<K>(src, i, 0xFFFF),
+                    l.v::<K>(src, i + 16, 0xFFFF),
+                    l.v::<K>(src, i + 32, 0xFFFF),
+                    l.v::<K>(src, i + 48, 0xFFFF),
+                ];
+                let r = gelu_w(&x, tab);
+                if !outside(&x) {
+                    for (w, r) in r.iter().enumerate() {
+                        put(dst.add(i + 16 * w), *r, stream);
                     }
-                    x = next;
-                    i += 64;
+                } else {
+                    for w in 0..4 {
+                        let p = dst.add(i + 16 * w);
+                        put(p, settle(x[w], r[w], p, 0xFFFF, pend), stream);
+                    }
                 }
+                i += 64;
             }
             while i + 16 <= end {
                 let x = l.v::<K>(src, i, 0xFFFF);
@@ -515,38 +498,6 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
             // of the caller's.
             unsafe { pend.flush(tab, stream) };
         }
-    }
-}
-
-/// The step of [`lanes_run`] whose four vectors `x` (after the ops) have a lane outside
-/// `NEG_END < x < POS_END`: [`gelu_w`], `x` in the lanes at `x >= POS_END`, each vector
-/// stored at `dst` (16 floats apart) through [`put`] and written into `pend`'s next slot,
-/// the slot kept ([`Pending::push_if`]) when the vector has a lane at `x <= NEG_END` or NaN,
-/// with no branch per vector (in such a step about one vector in four has one, which a
-/// branch per vector mispredicts). Out of line: the loop's own step tests first and then
-/// runs the central form on the other path, so that its test resolves ahead of the
-/// central form.
-///
-/// # Safety
-/// [`available`](super::available); `dst` writable for 64 floats; `pend` has room for four
-/// more vectors.
-#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-#[inline]
-unsafe fn settle4(
-    x: &[__m512; 4],
-    r: &[__m512; 4],
-    dst: *mut f32,
-    stream: bool,
-    pend: &mut Pending,
-) {
-    for w in 0..4 {
-        let far = _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(x[w], _mm512_set1_ps(NEG_END));
-        // SAFETY: the caller's contract: 16 floats at `dst + 16 w`.
-        let p = unsafe { dst.add(16 * w) };
-        pend.push_if(x[w], p, 0xFFFF, far != 0);
-        let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x[w], _mm512_set1_ps(POS_END));
-        // SAFETY: as above.
-        unsafe { put(p, _mm512_mask_mov_ps(r[w], big, x[w]), stream) };
     }
 }
 
