@@ -16,6 +16,9 @@
 //! c6)` only; `_nosub` drops the `− ½` of `u`). Every sequence but `cur` and `wW` computes
 //! other values than `vmath::gelu` (placeholder tables): timing only. AVX-512F/DQ, AVX2 and
 //! FMA only (prints a line and exits elsewhere).
+//! `cargo run --release --example gelu_loop -- 1024 3 chain` times the operand chain
+//! `gelu(x · y + 1)` instead (`vmath/gelu512/chain.rs`'s loop: `ch4` and its variants, see
+//! `run_chain`), each form checked bit for bit against `vmath::gelu` on `x · y + 1` first.
 
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::excessive_precision)]
