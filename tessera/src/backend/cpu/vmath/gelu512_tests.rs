@@ -364,3 +364,57 @@ fn after_rows_finds_every_lane_at_the_range_edges() {
     check_rows(&[(BinaryOp::Mul, true, Some(0), 0.0)], &ones, &x, 0, n);
     check_rows(&[(BinaryOp::Mul, true, None, 1.0)], &ones, &x, 0, n);
 }
+
+/// Inputs as `x · y + 1` of two normal samples gives them: central values with a lane
+/// outside the central range now and then (one vector in `every`, at a random lane, a value
+/// at `x <= -4.5`, NaN or `x >= 8`), so that most four-vector steps with such a lane have it
+/// in one vector only, the other three stored at once.
+fn sparse_tails(seed: u64, n: usize, every: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    let mut x: Vec<f32> = (0..n).map(|_| r.uniform(-4.4, 7.9)).collect();
+    for v in x.chunks_mut(16) {
+        if r.next_u64() % every == 0 {
+            let lane = (r.next_u64() % v.len() as u64) as usize;
+            v[lane] = match r.next_u64() % 4 {
+                0 => r.uniform(-30.0, -4.5),
+                1 => f32::NAN,
+                2 => -4.5,
+                _ => r.uniform(8.0, 30.0),
+            };
+        }
+    }
+    x
+}
+
+#[test]
+fn after_rows_with_sparse_tail_lanes_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let y = values(900, 1024);
+    let ones = vec![1.0f32; 1024];
+    let rows = [y, ones];
+    // Rows of whole steps (streamed from their first value, `col % 5 == 0`), rows of a step
+    // and a part, and a start inside a row.
+    for (t, (c, col, n, every)) in [
+        (1024, 0, 16384, 7),
+        (1024, 0, 8192, 40),
+        (80, 0, 8000, 3),
+        (1000, 333, 9000, 11),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = sparse_tails(950 + t as u64, n, every);
+        check_rows(&[(Mul, true, Some(1), 0.0)], &rows, &x, col, c);
+        check_rows(
+            &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+            &rows,
+            &x,
+            col,
+            c,
+        );
+    }
+}

@@ -313,7 +313,7 @@ unsafe fn rows_run<const N: usize, const K: u32>(
         col = 0;
     }
     // SAFETY: the pending vectors' outputs are within `dst`.
-    unsafe { pend.flush(tab) };
+    unsafe { pend.flush(tab, stream) };
 }
 
 /// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
@@ -361,15 +361,17 @@ impl Pending {
     }
 
     /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
-    /// [`tail`](super::tail) lanes computed 16 at a time; plain stores (after the loop's, streamed
-    /// or not, to the same addresses).
+    /// [`tail`](super::tail) lanes computed 16 at a time, after the loop's stores to the same
+    /// addresses. A whole vector goes through [`put`] with `stream` (the loop's own store, so
+    /// that a line the loop streamed is streamed again rather than read back for a plain
+    /// store), the lanes of a partial `keep` through a masked plain store.
     ///
     /// # Safety
     /// [`available`](super::available); every held `dst` writable at the lanes of its `keep`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline(never)]
     #[cold]
-    unsafe fn flush(&mut self, tab: &[__m512; 8]) {
+    unsafe fn flush(&mut self, tab: &[__m512; 8], stream: bool) {
         let n = self.n;
         if n == 0 {
             return;
@@ -409,7 +411,11 @@ impl Pending {
             unsafe {
                 let r = _mm512_mask_expandloadu_ps(r, far[e], p.add(at) as *const _);
                 at += far[e].count_ones() as usize;
-                _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
+                if self.keep[e] == 0xFFFF {
+                    put(self.dst[e], r, stream);
+                } else {
+                    _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
+                }
             }
         }
         self.n = 0;
@@ -490,7 +496,7 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
         if pend.n >= 16 {
             // SAFETY: the held vectors' outputs are within `dst` of this or an earlier call
             // of the caller's.
-            unsafe { pend.flush(tab) };
+            unsafe { pend.flush(tab, stream) };
         }
     }
 }
