@@ -39,7 +39,7 @@ pub(crate) fn available() -> bool {
 
 /// The coefficient table, negated: `−CT[k]`'s 16 interval values in one register each.
 /// Horner's steps on negated coefficients give exactly `−c` (each FMA's rounding is
-/// symmetric), so the result `fma(|x|, −c, b)` is [`central`]'s `fma(−|x|, c, b)` without
+/// symmetric), so that [`central_w`]'s result `fma(|x|, −c, b)` is `fma(−|x|, c, b)` without
 /// forming `−|x|`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
@@ -151,8 +151,8 @@ fn first(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`: 32 lanes per step, then 16, then a masked
-/// vector for the last `n % 16`.
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`: 64 lanes (four vectors) per step, then
+/// up to three vectors of 16, then a masked vector for the last `n % 16`.
 ///
 /// # Safety
 /// [`available`]; `src` readable and `dst` writable for `n` floats, either the same pointer
