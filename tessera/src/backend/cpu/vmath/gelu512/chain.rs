@@ -237,7 +237,7 @@ pub(crate) unsafe fn after_rows(
     let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
     let tab = table();
     let mut cp: Copies = [[0.0; 16]; 2 * LIN_MAX];
-    let mut pend = Pending::new();
+    let mut pend = Pending::new(stream);
     // `run!(N; codes)`: every row through the loop for `N` ops, the kind code a constant.
     macro_rules! run {
         ($n:literal; $($k:literal),*) => {{
@@ -313,7 +313,7 @@ unsafe fn rows_run<const N: usize, const K: u32>(
         col = 0;
     }
     // SAFETY: the pending vectors' outputs are within `dst`.
-    unsafe { pend.flush(tab, stream) };
+    unsafe { pend.flush(tab) };
 }
 
 /// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
@@ -333,16 +333,21 @@ const PEND: usize = 16 + BLOCK / 16;
 /// vector that holds one.
 struct Pending {
     n: usize,
+    /// [`after_rows`]'s `stream`: whole vectors are rewritten through [`put`] streamed (the
+    /// loop streamed every whole vector then), whichever segment's loop flushes.
+    stream: bool,
     x: [MaybeUninit<__m512>; PEND],
     dst: [*mut f32; PEND],
     keep: [__mmask16; PEND],
 }
 
 impl Pending {
-    /// An empty list (its vectors unwritten until pushed: only the first `n` are read).
-    fn new() -> Self {
+    /// An empty list (its vectors unwritten until pushed: only the first `n` are read) for
+    /// [`after_rows`] with `stream`.
+    fn new(stream: bool) -> Self {
         Pending {
             n: 0,
+            stream,
             x: [MaybeUninit::uninit(); PEND],
             dst: [core::ptr::null_mut(); PEND],
             keep: [0; PEND],
@@ -362,17 +367,18 @@ impl Pending {
 
     /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
     /// [`tail`](super::tail) lanes computed 16 at a time, after the loop's stores to the same
-    /// addresses. A whole vector goes through [`put`] with `stream` (the loop's own store, so
-    /// that a line the loop streamed is streamed again rather than read back for a plain
-    /// store), the lanes of a partial `keep` through a masked plain store.
+    /// addresses. A whole vector goes through [`put`] with the list's `stream` (the loop's own
+    /// store, so that a line the loop streamed is streamed again rather than read back for a
+    /// plain store, also when the flush comes from a row's plain head segment), the lanes of
+    /// a partial `keep` through a masked plain store.
     ///
     /// # Safety
     /// [`available`](super::available); every held `dst` writable at the lanes of its `keep`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline(never)]
     #[cold]
-    unsafe fn flush(&mut self, tab: &[__m512; 8], stream: bool) {
-        let n = self.n;
+    unsafe fn flush(&mut self, tab: &[__m512; 8]) {
+        let (n, stream) = (self.n, self.stream);
         if n == 0 {
             return;
         }
@@ -496,7 +502,7 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
         if pend.n >= 16 {
             // SAFETY: the held vectors' outputs are within `dst` of this or an earlier call
             // of the caller's.
-            unsafe { pend.flush(tab, stream) };
+            unsafe { pend.flush(tab) };
         }
     }
 }
