@@ -29,6 +29,9 @@ use core::arch::x86_64::*;
 
 // `2|x|` is formed as `|x| + |x|`.
 const _: () = assert!(S == 2.0);
+// `odd` (`|x| >= 4.5`) marks every lane `fix` changes (`x <= NEG_END`, `x >= POS_END`), so
+// that a step whose lanes are all inside skips `fix`; `table`'s 16 intervals cover `|x| < 8`.
+const _: () = assert!(NEG_END <= -4.5 && POS_END >= 4.5 && POS_END <= 8.0);
 
 /// Whether [`map`] and [`after`] may run: the active level is AVX-512 and the CPU has
 /// AVX-512DQ (`vreduceps`).
