@@ -16,6 +16,9 @@
 //! c6)` only; `_nosub` drops the `− ½` of `u`). Every sequence but `cur` and `wW` computes
 //! other values than `vmath::gelu` (placeholder tables): timing only. AVX-512F/DQ, AVX2 and
 //! FMA only (prints a line and exits elsewhere).
+//! `cargo run --release --example gelu_loop -- 1024 3 chain` times the operand chain
+//! `gelu(x · y + 1)` instead (`vmath/gelu512/chain.rs`'s loop: `ch4` and its variants, see
+//! `run_chain`), each form checked bit for bit against `vmath::gelu` on `x · y + 1` first.
 
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::excessive_precision)]
@@ -375,6 +378,250 @@ mod body {
     row!(row_t2e, t2e);
     row!(row_eo, eo);
 
+    /// The chain's form (`vmath/gelu512/chain.rs`'s `lanes_run` for `gelu(x · y + 1)`): four
+    /// vectors per step, `v = x · y` then `v + 1` (each rounded), the central form, then a
+    /// range test per step: `C = 0` the chain's own (`outside`: signed and unsigned maxima
+    /// of the bits, two compares), `C = 1` gelu's (`j ≥ 9` on the maximum of `j`), `C = 2`
+    /// none, `C = 3` as 0 with the `1` read from 16 copies in memory each vector (as
+    /// `Lanes` reads a constant through its pointer).
+    type ChainRow = unsafe fn(&[f32], &[f32], &mut [f32], &Tab) -> u32;
+
+    /// `n + 1`, out of line: the range test's branch stays a branch.
+    #[inline(never)]
+    fn bump(n: &mut u32) {
+        *n += 1;
+    }
+
+    macro_rules! row_chain {
+        ($name:ident, $c:literal) => {
+            #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+            #[inline(never)]
+            fn $name(xs: &[f32], ks: &[f32], ys: &mut [f32], tab: &Tab) -> u32 {
+                let mut odd = 0u32;
+                let ones = [1f32; 16];
+                let one = std::hint::black_box(ones.as_ptr());
+                for ((x, k), y) in xs
+                    .chunks_exact(64)
+                    .zip(ks.chunks_exact(64))
+                    .zip(ys.chunks_exact_mut(64))
+                {
+                    // SAFETY: `x`, `k` and `y` hold 64 floats, `one` 16.
+                    unsafe {
+                        let v: [__m512; 4] = core::array::from_fn(|w| {
+                            let p = _mm512_mul_ps(
+                                _mm512_loadu_ps(x.as_ptr().add(16 * w)),
+                                _mm512_loadu_ps(k.as_ptr().add(16 * w)),
+                            );
+                            let c = if $c == 3 {
+                                _mm512_loadu_ps(one)
+                            } else {
+                                _mm512_set1_ps(1.0)
+                            };
+                            _mm512_add_ps(p, c)
+                        });
+                        let (r, j) = var_w::<4, 0>(&v, tab);
+                        let out = match $c {
+                            1 => {
+                                let m = _mm512_max_epu32(
+                                    _mm512_max_epu32(j[0], j[1]),
+                                    _mm512_max_epu32(j[2], j[3]),
+                                );
+                                _mm512_cmpge_epu32_mask(m, _mm512_set1_epi32(9)) != 0
+                            }
+                            2 => false,
+                            _ => {
+                                let mut s = _mm512_castps_si512(v[0]);
+                                let mut u = s;
+                                for w in 1..4 {
+                                    let xi = _mm512_castps_si512(v[w]);
+                                    s = _mm512_max_epi32(s, xi);
+                                    u = _mm512_max_epu32(u, xi);
+                                }
+                                let hi = _mm512_cmpge_epi32_mask(
+                                    s,
+                                    _mm512_set1_epi32(8f32.to_bits() as i32),
+                                );
+                                let lo = _mm512_cmpge_epu32_mask(
+                                    u,
+                                    _mm512_set1_epi32((-4.5f32).to_bits() as i32),
+                                );
+                                hi | lo != 0
+                            }
+                        };
+                        if out {
+                            bump(&mut odd);
+                        }
+                        for w in 0..4 {
+                            _mm512_storeu_ps(y.as_mut_ptr().add(16 * w), r[w]);
+                        }
+                    }
+                }
+                odd
+            }
+        };
+    }
+    row_chain!(row_ch4, 0);
+    row_chain!(row_ch4_j, 1);
+    row_chain!(row_ch4_none, 2);
+    row_chain!(row_ch4_mem, 3);
+
+    /// `ch4` software-pipelined: each step loads `x` and `y` and runs the ops for the next
+    /// step's four vectors before the central form of its own, so that the ops are off the
+    /// central form's dependency chain; `C = 0` tests as `ch4`, `C = 1` tests the next
+    /// step's values at once.
+    macro_rules! row_chain_pipe {
+        ($name:ident, $c:literal) => {
+            #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+            #[inline(never)]
+            fn $name(xs: &[f32], ks: &[f32], ys: &mut [f32], tab: &Tab) -> u32 {
+                let mut odd = 0u32;
+                let n = xs.len();
+                let ops = |i: usize| -> [__m512; 4] {
+                    core::array::from_fn(|w| unsafe {
+                        // SAFETY: the caller keeps `i + 64 <= n`.
+                        let p = _mm512_mul_ps(
+                            _mm512_loadu_ps(xs.as_ptr().add(i + 16 * w)),
+                            _mm512_loadu_ps(ks.as_ptr().add(i + 16 * w)),
+                        );
+                        _mm512_add_ps(p, _mm512_set1_ps(1.0))
+                    })
+                };
+                let test = |v: &[__m512; 4]| -> bool {
+                    let mut s = _mm512_castps_si512(v[0]);
+                    let mut u = s;
+                    for w in 1..4 {
+                        let xi = _mm512_castps_si512(v[w]);
+                        s = _mm512_max_epi32(s, xi);
+                        u = _mm512_max_epu32(u, xi);
+                    }
+                    let hi = _mm512_cmpge_epi32_mask(s, _mm512_set1_epi32(8f32.to_bits() as i32));
+                    let lo =
+                        _mm512_cmpge_epu32_mask(u, _mm512_set1_epi32((-4.5f32).to_bits() as i32));
+                    hi | lo != 0
+                };
+                if n < 64 {
+                    return 0;
+                }
+                let mut v = ops(0);
+                let mut out = test(&v);
+                let mut i = 0;
+                loop {
+                    let more = i + 128 <= n;
+                    let next = if more { ops(i + 64) } else { v };
+                    let nout = if $c == 1 && more { test(&next) } else { false };
+                    let (r, _) = var_w::<4, 0>(&v, tab);
+                    let o = if $c == 1 { out } else { test(&v) };
+                    if o {
+                        bump(&mut odd);
+                    }
+                    for w in 0..4 {
+                        // SAFETY: `i + 64 <= n`.
+                        unsafe { _mm512_storeu_ps(ys.as_mut_ptr().add(i + 16 * w), r[w]) };
+                    }
+                    i += 64;
+                    if !more {
+                        break;
+                    }
+                    v = next;
+                    out = nout;
+                }
+                odd
+            }
+        };
+    }
+    row_chain_pipe!(row_ch4_pipe, 0);
+    row_chain_pipe!(row_ch4_pipe_t, 1);
+
+    /// Times the chain's forms (and `w4` on the chain's values `x · y + 1`), the values kept
+    /// in `|x · y + 1| <= 4.4` (no lane outside the central range).
+    pub fn run_chain(n: usize, rounds: usize) {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            println!("gelu_loop: this CPU lacks AVX-512F/DQ, AVX2 or FMA");
+            return;
+        }
+        let n = n.div_ceil(64) * 64;
+        let x = tessera::Tensor::<f32>::randn(&[n], 7);
+        let k = tessera::Tensor::<f32>::randn(&[n], 8);
+        let ks: Vec<f32> = k.as_slice().unwrap().to_vec();
+        // `x` halved until `x · y + 1` is within `[-4.4, 4.4]`.
+        let xs: Vec<f32> = x
+            .as_slice()
+            .unwrap()
+            .iter()
+            .zip(&ks)
+            .map(|(&a, &b)| {
+                let mut a = a;
+                while (a * b + 1.0).abs() > 4.4 {
+                    a *= 0.5;
+                }
+                a
+            })
+            .collect();
+        let vs: Vec<f32> = xs.iter().zip(&ks).map(|(a, b)| a * b + 1.0).collect();
+        let mut ys = vec![0f32; n];
+        let tab = table(&coefficients());
+        let mut want = vs.clone();
+        tessera::backend::cpu::vmath::gelu(&mut want);
+        let rows: [(&str, ChainRow); 6] = [
+            ("ch4", row_ch4),
+            ("ch4_pipe", row_ch4_pipe),
+            ("ch4_pipe_t", row_ch4_pipe_t),
+            ("ch4_j", row_ch4_j),
+            ("ch4_none", row_ch4_none),
+            ("ch4_mem", row_ch4_mem),
+        ];
+        for (_, f) in rows {
+            ys.fill(0.0);
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected above.
+            unsafe { f(&xs, &ks, &mut ys, &tab) };
+            assert!(
+                ys.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+            );
+        }
+        let reps = (20_000_000 / n).max(1);
+        let time = |f: &mut dyn FnMut() -> u32, nspc: f64| {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = Instant::now();
+                let mut acc = 0;
+                for _ in 0..reps {
+                    acc += f();
+                }
+                std::hint::black_box(acc);
+                best = best.min(t.elapsed().as_secs_f64() * 1e9 / (reps * n) as f64);
+            }
+            best * 16.0 / nspc
+        };
+        for round in 0..rounds {
+            let nspc = ns_per_cycle();
+            let mut line = format!("round {round} ({:.2} GHz):", 1.0 / nspc);
+            let mut out = vec![0f32; n];
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
+            let c = time(&mut || unsafe { row_w4(&vs, &mut out, &tab) }, nspc);
+            line += &format!("  w4(x*y+1) {c:.2}");
+            for (name, f) in rows {
+                let mut out = vec![0f32; n];
+                // SAFETY: as above.
+                let c = time(&mut || unsafe { f(&xs, &ks, &mut out, &tab) }, nspc);
+                line += &format!("  {name} {c:.2}");
+            }
+            // The chain's form on unclamped `x` (about one step in 20 has a lane outside
+            // the central range): the cost of the range test's branch, timing only.
+            let mut out = vec![0f32; n];
+            let raw = x.as_slice().unwrap();
+            // SAFETY: as above.
+            let c = time(&mut || unsafe { row_ch4(raw, &ks, &mut out, &tab) }, nspc);
+            line += &format!("  ch4_raw {c:.2}");
+            println!("{line}  (cycles per 16 values, row of {n})");
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2_6(x: __m512, tab: &Tab) -> (__m512, __m512i) {
@@ -441,7 +688,9 @@ mod body {
             println!("gelu_loop: this CPU lacks AVX-512F/DQ, AVX2 or FMA");
             return;
         }
-        let n = n.div_ceil(32) * 32;
+        // Whole steps of every form (`w8` takes 128 values per step): a shorter last step
+        // would leave values unwritten and fail the bit-for-bit check below.
+        let n = n.div_ceil(128) * 128;
         let x = tessera::Tensor::<f32>::randn(&[n], 7);
         let xs: Vec<f32> = x
             .as_slice()
@@ -516,7 +765,11 @@ fn main() {
     let n: usize = a.get(1).map_or(1024, |s| s.parse().unwrap());
     let rounds: usize = a.get(2).map_or(3, |s| s.parse().unwrap());
     #[cfg(target_arch = "x86_64")]
-    body::run(n, rounds);
+    if a.get(3).is_some_and(|s| s == "chain") {
+        body::run_chain(n, rounds)
+    } else {
+        body::run(n, rounds)
+    }
     #[cfg(not(target_arch = "x86_64"))]
     println!("gelu_loop: x86_64 only ({n}, {rounds})");
 }

@@ -3,7 +3,8 @@
 //! ones, offsets 0..4, in place and into another slice; [`after`] for every op, side and
 //! operand kind, pairs and triples of ops (one FMA each) and a four-op chain (per-vector
 //! dispatch), against the ops computed one by one; [`after_rows`] over many rows from a
-//! column offset.
+//! column offset; both with edge lanes (range ends, NaN, ±inf, subnormal results) placed in
+//! every vector of a four-vector step, its remainder and its masked last vector.
 
 use super::arith::Fused;
 use super::gelu::gelu1;
@@ -363,4 +364,184 @@ fn after_rows_finds_every_lane_at_the_range_edges() {
     let ones = vec![vec![1.0f32; n]];
     check_rows(&[(BinaryOp::Mul, true, Some(0), 0.0)], &ones, &x, 0, n);
     check_rows(&[(BinaryOp::Mul, true, None, 1.0)], &ones, &x, 0, n);
+}
+
+/// Inputs as `x · y + 1` of two normal samples gives them: central values with a lane
+/// outside the central range now and then (one vector in `every`, at a random lane, a value
+/// at `x <= -4.5`, NaN or `x >= 8`), so that most four-vector steps with such a lane have it
+/// in one vector only, the other three stored at once.
+fn sparse_tails(seed: u64, n: usize, every: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    let mut x: Vec<f32> = (0..n).map(|_| r.uniform(-4.4, 7.9)).collect();
+    for v in x.chunks_mut(16) {
+        if r.next_u64() % every == 0 {
+            let lane = (r.next_u64() % v.len() as u64) as usize;
+            v[lane] = match r.next_u64() % 4 {
+                0 => r.uniform(-30.0, -4.5),
+                1 => f32::NAN,
+                2 => -4.5,
+                _ => r.uniform(8.0, 30.0),
+            };
+        }
+    }
+    x
+}
+
+#[test]
+fn after_rows_with_sparse_tail_lanes_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let y = values(900, 1024);
+    let ones = vec![1.0f32; 1024];
+    let rows = [y, ones];
+    // Rows of whole steps (streamed from their first value, `col % 5 == 0`), rows of a step
+    // and a part, and a start inside a row.
+    for (t, (c, col, n, every)) in [
+        (1024, 0, 16384, 7),
+        (1024, 0, 8192, 40),
+        (80, 0, 8000, 3),
+        (1000, 333, 9000, 11),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = sparse_tails(950 + t as u64, n, every);
+        check_rows(&[(Mul, true, Some(1), 0.0)], &rows, &x, col, c);
+        check_rows(
+            &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+            &rows,
+            &x,
+            col,
+            c,
+        );
+    }
+}
+
+/// Edge inputs: both ends of the central range and their neighbours, ±inf, NaN of both signs,
+/// huge values, a subnormal, and `tail` inputs whose results are subnormal or zero.
+fn edges() -> Vec<f32> {
+    let up = |x: f32| f32::from_bits(x.to_bits() + 1);
+    vec![
+        -4.5,
+        up(-4.5),
+        -4.499_999_5,
+        8.0,
+        7.999_999_5,
+        4.5,
+        -8.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        1e30,
+        -1e30,
+        -1e-40,
+        1e-40,
+        -0.0,
+        -13.0,
+        -13.7,
+        -14.2,
+        -16.0,
+    ]
+}
+
+/// `map`, in place and streamed (from `off` floats past a 64-byte boundary), against
+/// `gelu1::<Fused>`.
+fn check_map(s: &[f32], off: usize, what: &str) {
+    let n = s.len();
+    let mut into = vec![f32::NAN; n];
+    let mut inplace = s.to_vec();
+    let mut sbuf = vec![f32::NAN; n + 20];
+    let a = sbuf.as_ptr().align_offset(64) + off;
+    let streamed = &mut sbuf[a..a + n];
+    // SAFETY: AVX-512F/DQ (the caller checked); `n` floats each; fenced below.
+    unsafe {
+        map(s.as_ptr(), into.as_mut_ptr(), n);
+        map(inplace.as_ptr(), inplace.as_mut_ptr(), n);
+        map_stream(s.as_ptr(), streamed.as_mut_ptr(), n);
+        core::arch::x86_64::_mm_sfence();
+    }
+    for i in 0..n {
+        let want = gelu1::<Fused>(s[i]);
+        assert!(
+            same(into[i], want) && same(inplace[i], want) && same(streamed[i], want),
+            "{what} n={n} off={off} i={i} x={:e}: {:e} / {:e} / {:e} vs {want:e}",
+            s[i],
+            into[i],
+            inplace[i],
+            streamed[i]
+        );
+    }
+}
+
+#[test]
+fn map_fixes_an_edge_lane_in_every_vector_of_the_first_step_that_has_one() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    // Two calm steps (the four-vector range test still on), then a step, up to three whole
+    // vectors and a masked one.
+    for n in [192, 208, 240, 255, 257] {
+        let mut r = Rng(n as u64);
+        let calm: Vec<f32> = (0..n).map(|_| r.uniform(-4.4, 4.4)).collect();
+        for (e, &v) in edges().iter().enumerate() {
+            for p in (128..n).filter(|p| matches!(p % 16, 0 | 7 | 15) || *p == n - 1) {
+                let mut x = calm.clone();
+                x[p] = v;
+                check_map(&x, e % 5, "one edge lane");
+            }
+        }
+        // A lane in `4.5 <= |x| < 8` (ends the four-vector test, needs no fix) in vector `a`
+        // of the third step, an edge lane in vector `b` of that step or later.
+        for a in 0..4 {
+            for b in (0..(n - 128).div_ceil(16)).filter(|&b| b != a) {
+                for (e, &v) in [-4.5, -6.0, 8.0, f32::NAN, -f32::NAN, f32::NEG_INFINITY]
+                    .iter()
+                    .enumerate()
+                {
+                    let mut x = calm.clone();
+                    x[128 + 16 * a + 3] = [5.0, -5.0, 7.5, -4.5 + 0.25][e % 4];
+                    let q = (128 + 16 * b + 9).min(n - 1);
+                    x[q] = v;
+                    check_map(&x, e % 5, "odd lane then edge lane");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn after_rows_fixes_an_edge_lane_in_every_vector_of_a_step() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let ones = vec![1.0f32; 1024];
+    let rows = [ones];
+    for (n, c, col) in [
+        (257, 1024, 0),
+        (240, 1024, 0),
+        (1100, 300, 7),
+        (700, 256, 250),
+    ] {
+        let mut r = Rng(n as u64 + 77);
+        let calm: Vec<f32> = (0..n).map(|_| r.uniform(-4.4, 7.9)).collect();
+        for &v in &edges() {
+            for p in (0..n).filter(|p| matches!(p % 16, 0 | 13) || *p == n - 1) {
+                let mut x = calm.clone();
+                x[p] = v;
+                // Two or three sparse tail vectors held at once: `p`, and `p + 40` when in range.
+                if p + 40 < n {
+                    x[p + 40] = -7.0;
+                }
+                check_rows(&[(Mul, true, Some(0), 0.0)], &rows, &x, col, c);
+                check_rows(&[(Add, true, None, 0.0)], &rows, &x, col, c);
+            }
+        }
+    }
 }

@@ -237,7 +237,7 @@ pub(crate) unsafe fn after_rows(
     let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
     let tab = table();
     let mut cp: Copies = [[0.0; 16]; 2 * LIN_MAX];
-    let mut pend = Pending::new();
+    let mut pend = Pending::new(stream);
     // `run!(N; codes)`: every row through the loop for `N` ops, the kind code a constant.
     macro_rules! run {
         ($n:literal; $($k:literal),*) => {{
@@ -333,16 +333,21 @@ const PEND: usize = 16 + BLOCK / 16;
 /// vector that holds one.
 struct Pending {
     n: usize,
+    /// [`after_rows`]'s `stream`: whole vectors are rewritten through [`put`] streamed (the
+    /// loop streamed every whole vector then), whichever segment's loop flushes.
+    stream: bool,
     x: [MaybeUninit<__m512>; PEND],
     dst: [*mut f32; PEND],
     keep: [__mmask16; PEND],
 }
 
 impl Pending {
-    /// An empty list (its vectors unwritten until pushed: only the first `n` are read).
-    fn new() -> Self {
+    /// An empty list (its vectors unwritten until pushed: only the first `n` are read) for
+    /// [`after_rows`] with `stream`.
+    fn new(stream: bool) -> Self {
         Pending {
             n: 0,
+            stream,
             x: [MaybeUninit::uninit(); PEND],
             dst: [core::ptr::null_mut(); PEND],
             keep: [0; PEND],
@@ -361,8 +366,11 @@ impl Pending {
     }
 
     /// Stores every held vector again, now complete: `gelu1::<Fused>` of its values, the
-    /// [`tail`](super::tail) lanes computed 16 at a time; plain stores (after the loop's, streamed
-    /// or not, to the same addresses).
+    /// [`tail`](super::tail) lanes computed 16 at a time, after the loop's stores to the same
+    /// addresses. A whole vector goes through [`put`] with the list's `stream` (the loop's own
+    /// store, so that a line the loop streamed is streamed again rather than read back for a
+    /// plain store, also when the flush comes from a row's plain head segment), the lanes of
+    /// a partial `keep` through a masked plain store.
     ///
     /// # Safety
     /// [`available`](super::available); every held `dst` writable at the lanes of its `keep`.
@@ -370,7 +378,7 @@ impl Pending {
     #[inline(never)]
     #[cold]
     unsafe fn flush(&mut self, tab: &[__m512; 8]) {
-        let n = self.n;
+        let (n, stream) = (self.n, self.stream);
         if n == 0 {
             return;
         }
@@ -409,7 +417,11 @@ impl Pending {
             unsafe {
                 let r = _mm512_mask_expandloadu_ps(r, far[e], p.add(at) as *const _);
                 at += far[e].count_ones() as usize;
-                _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
+                if self.keep[e] == 0xFFFF {
+                    put(self.dst[e], r, stream);
+                } else {
+                    _mm512_mask_storeu_ps(self.dst[e], self.keep[e], r);
+                }
             }
         }
         self.n = 0;

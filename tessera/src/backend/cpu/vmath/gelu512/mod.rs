@@ -29,6 +29,9 @@ use core::arch::x86_64::*;
 
 // `2|x|` is formed as `|x| + |x|`.
 const _: () = assert!(S == 2.0);
+// `odd` (`|x| >= 4.5`) marks every lane `fix` changes (`x <= NEG_END`, `x >= POS_END`), so
+// that a step whose lanes are all inside skips `fix`; `table`'s 16 intervals cover `|x| < 8`.
+const _: () = assert!(NEG_END <= -4.5 && POS_END >= 4.5 && POS_END <= 8.0);
 
 /// Whether [`map`] and [`after`] may run: the active level is AVX-512 and the CPU has
 /// AVX-512DQ (`vreduceps`).
@@ -39,7 +42,7 @@ pub(crate) fn available() -> bool {
 
 /// The coefficient table, negated: `−CT[k]`'s 16 interval values in one register each.
 /// Horner's steps on negated coefficients give exactly `−c` (each FMA's rounding is
-/// symmetric), so the result `fma(|x|, −c, b)` is [`central`]'s `fma(−|x|, c, b)` without
+/// symmetric), so that [`central_w`]'s result `fma(|x|, −c, b)` is `fma(−|x|, c, b)` without
 /// forming `−|x|`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 #[inline]
@@ -151,8 +154,8 @@ fn first(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`: 32 lanes per step, then 16, then a masked
-/// vector for the last `n % 16`.
+/// `dst[i] = gelu1::<Fused>(src[i])` for `i < n`: 64 lanes (four vectors) per step, then
+/// up to three vectors of 16, then a masked vector for the last `n % 16`.
 ///
 /// # Safety
 /// [`available`]; `src` readable and `dst` writable for `n` floats, either the same pointer
