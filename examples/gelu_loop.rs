@@ -35,15 +35,33 @@ mod body {
         _mm512_fmadd_ps(ax, c, b)
     }
 
-    /// `vmath/gelu512`'s `central`: returns the result and `j` for the range test.
+    /// 16 intervals of width 1/2: `|x|`, `j = ⌊2|x|⌋` (`2|x|` by an add) and `u = 2|x| − j − ½`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
-    fn cur(x: __m512, tab: &Tab) -> (__m512, __m512i) {
+    fn split2(x: __m512) -> (__m512, __m512i, __m512) {
         let ax = _mm512_abs_ps(x);
         let v = _mm512_add_ps(ax, ax);
         let j = _mm512_cvttps_epi32(v);
         let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        (ax, j, _mm512_sub_ps(f, _mm512_set1_ps(0.5)))
+    }
+
+    /// 32 intervals of width 1/4: `|x|`, `j = ⌊4|x|⌋` and `u = 4|x| − j − ½`.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    fn split4(x: __m512) -> (__m512, __m512i, __m512) {
+        let ax = _mm512_abs_ps(x);
+        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
+        let j = _mm512_cvttps_epi32(v);
+        let f = _mm512_reduce_ps::<0x09>(v);
+        (ax, j, _mm512_sub_ps(f, _mm512_set1_ps(0.5)))
+    }
+
+    /// `vmath/gelu512`'s `central`: returns the result and `j` for the range test.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    fn cur(x: __m512, tab: &Tab) -> (__m512, __m512i) {
+        let (ax, j, u) = split2(x);
         let mut c = _mm512_permutexvar_ps(j, tab[7]);
         for k in (0..7).rev() {
             c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
@@ -54,11 +72,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn noperm(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let mut c = tab[7];
         for k in (0..7).rev() {
             c = _mm512_fmadd_ps(c, u, tab[k]);
@@ -69,11 +83,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn perm4(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p: [__m512; 4] = core::array::from_fn(|k| _mm512_permutexvar_ps(j, tab[k]));
         let mut c = p[3];
         for k in (0..7).rev() {
@@ -86,11 +96,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2<const D: usize>(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let mut c = _mm512_permutex2var_ps(tab[2 * D], j, tab[2 * D + 1]);
         for k in (0..D).rev() {
             c = _mm512_fmadd_ps(c, u, _mm512_permutex2var_ps(tab[2 * k], j, tab[2 * k + 1]));
@@ -103,11 +109,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn pack2(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let lo = |p: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_castps_si512(p)));
         let p76 = _mm512_permutexvar_ps(j, tab[7]);
         let p54 = _mm512_permutexvar_ps(j, tab[5]);
@@ -125,11 +127,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2p(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let lo = |p: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_castps_si512(p)));
         let p65 = _mm512_permutex2var_ps(tab[12], j, tab[13]);
         let p43 = _mm512_permutex2var_ps(tab[8], j, tab[9]);
@@ -147,11 +145,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn estrin(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p = |k: usize| _mm512_permutexvar_ps(j, tab[k]);
         let u2 = _mm512_mul_ps(u, u);
         let u4 = _mm512_mul_ps(u2, u2);
@@ -169,11 +163,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2e(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let p = |k: usize| _mm512_permutex2var_ps(tab[2 * k], j, tab[2 * k + 1]);
         let u2 = _mm512_mul_ps(u, u);
         let u4 = _mm512_mul_ps(u2, u2);
@@ -191,11 +181,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn eo(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p = |k: usize| _mm512_permutexvar_ps(j, tab[k]);
         let u2 = _mm512_mul_ps(u, u);
         let mut e = _mm512_fmadd_ps(p(6), u2, p(4));
