@@ -15,7 +15,6 @@
 #[allow(clippy::excessive_precision)]
 mod body {
     use core::arch::x86_64::*;
-    use std::time::Instant;
 
     const SHIFTER: f32 = 12_582_912.0;
     const EXP_LO: f32 = -104.0;
@@ -222,22 +221,6 @@ mod body {
 
     type Row = unsafe fn(&[f32], &mut [f32], f32, __m512i, __m512) -> f32;
 
-    /// Nanoseconds per cycle: the fastest of 20 chains of 10^7 dependent integer adds.
-    fn ns_per_cycle() -> f64 {
-        let mut best = f64::MAX;
-        for _ in 0..20 {
-            let t = Instant::now();
-            let mut a: u64 = 0;
-            for _ in 0..100_000 {
-                // SAFETY: integer adds on one register.
-                unsafe { core::arch::asm!(".rept 100", "add {0}, 1", ".endr", inout(reg) a) };
-            }
-            std::hint::black_box(a);
-            best = best.min(t.elapsed().as_secs_f64() * 1e9 / 1e7);
-        }
-        best
-    }
-
     pub fn run(n: usize, rounds: usize) {
         // The loops are compiled with `avx512f,avx2,fma`.
         if !(std::arch::is_x86_feature_detected!("avx512f")
@@ -267,45 +250,26 @@ mod body {
         for f in [new_checked as Row, new_in_range] {
             // SAFETY: AVX-512F, AVX2 and FMA were detected.
             unsafe { f(&xs, &mut es, m, adj, tab) };
-            assert!(
-                es.iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
-            );
+            super::loop_timing::assert_same_bits(&es, &want);
         }
-        let reps = (20_000_000 / n).max(1);
         let rows: [(&str, Row); 4] = [
             ("old checked", old_checked),
             ("new checked", new_checked),
             ("old in range", old_in_range),
             ("new in range", new_in_range),
         ];
-        for round in 0..rounds {
-            let nspc = ns_per_cycle();
-            let mut line = format!("round {round} ({:.2} GHz):", 1.0 / nspc);
-            for (name, f) in rows {
-                let mut best = f64::MAX;
-                for _ in 0..5 {
-                    let t = Instant::now();
-                    let mut acc = 0.0;
-                    for _ in 0..reps {
-                        // SAFETY: AVX-512F, AVX2 and FMA were detected.
-                        acc += unsafe { f(&xs, &mut es, m, adj, tab) };
-                    }
-                    std::hint::black_box(acc);
-                    best = best.min(t.elapsed().as_secs_f64() * 1e9 / (reps * n) as f64);
-                }
-                line += &format!("  {name} {:.2}", best * 16.0 / nspc);
-            }
-            println!("{line}  (cycles per 16 values, row of {n})");
-        }
+        super::loop_timing::print_rounds(rounds, n, &rows, |f: Row| {
+            // SAFETY: AVX-512F, AVX2 and FMA were detected.
+            unsafe { f(&xs, &mut es, m, adj, tab) }
+        });
     }
 }
 
+#[path = "loop_timing/mod.rs"]
+mod loop_timing;
+
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    let n: usize = a.get(1).map_or(1024, |s| s.parse().unwrap());
-    let rounds: usize = a.get(2).map_or(3, |s| s.parse().unwrap());
+    let (n, rounds) = loop_timing::args();
     #[cfg(target_arch = "x86_64")]
     body::run(n, rounds);
     #[cfg(not(target_arch = "x86_64"))]

@@ -24,7 +24,6 @@
 #[allow(clippy::excessive_precision)]
 mod body {
     use core::arch::x86_64::*;
-    use std::time::Instant;
 
     /// 16 registers of table values (each sequence uses its first few).
     type Tab = [__m512; 16];
@@ -38,15 +37,33 @@ mod body {
         _mm512_fmadd_ps(ax, c, b)
     }
 
-    /// `vmath/gelu512`'s `central`: returns the result and `j` for the range test.
+    /// 16 intervals of width 1/2: `|x|`, `j = ⌊2|x|⌋` (`2|x|` by an add) and `u = 2|x| − j − ½`.
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
-    fn cur(x: __m512, tab: &Tab) -> (__m512, __m512i) {
+    fn split2(x: __m512) -> (__m512, __m512i, __m512) {
         let ax = _mm512_abs_ps(x);
         let v = _mm512_add_ps(ax, ax);
         let j = _mm512_cvttps_epi32(v);
         let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        (ax, j, _mm512_sub_ps(f, _mm512_set1_ps(0.5)))
+    }
+
+    /// 32 intervals of width 1/4: `|x|`, `j = ⌊4|x|⌋` and `u = 4|x| − j − ½`.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    fn split4(x: __m512) -> (__m512, __m512i, __m512) {
+        let ax = _mm512_abs_ps(x);
+        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
+        let j = _mm512_cvttps_epi32(v);
+        let f = _mm512_reduce_ps::<0x09>(v);
+        (ax, j, _mm512_sub_ps(f, _mm512_set1_ps(0.5)))
+    }
+
+    /// `vmath/gelu512`'s `central`: returns the result and `j` for the range test.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    fn cur(x: __m512, tab: &Tab) -> (__m512, __m512i) {
+        let (ax, j, u) = split2(x);
         let mut c = _mm512_permutexvar_ps(j, tab[7]);
         for k in (0..7).rev() {
             c = _mm512_fmadd_ps(c, u, _mm512_permutexvar_ps(j, tab[k]));
@@ -57,11 +74,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn noperm(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let mut c = tab[7];
         for k in (0..7).rev() {
             c = _mm512_fmadd_ps(c, u, tab[k]);
@@ -72,11 +85,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn perm4(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p: [__m512; 4] = core::array::from_fn(|k| _mm512_permutexvar_ps(j, tab[k]));
         let mut c = p[3];
         for k in (0..7).rev() {
@@ -89,11 +98,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2<const D: usize>(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let mut c = _mm512_permutex2var_ps(tab[2 * D], j, tab[2 * D + 1]);
         for k in (0..D).rev() {
             c = _mm512_fmadd_ps(c, u, _mm512_permutex2var_ps(tab[2 * k], j, tab[2 * k + 1]));
@@ -106,11 +111,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn pack2(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let lo = |p: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_castps_si512(p)));
         let p76 = _mm512_permutexvar_ps(j, tab[7]);
         let p54 = _mm512_permutexvar_ps(j, tab[5]);
@@ -128,11 +129,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2p(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let lo = |p: __m512| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_castps_si512(p)));
         let p65 = _mm512_permutex2var_ps(tab[12], j, tab[13]);
         let p43 = _mm512_permutex2var_ps(tab[8], j, tab[9]);
@@ -150,11 +147,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn estrin(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p = |k: usize| _mm512_permutexvar_ps(j, tab[k]);
         let u2 = _mm512_mul_ps(u, u);
         let u4 = _mm512_mul_ps(u2, u2);
@@ -172,11 +165,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn t2e(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_mul_ps(ax, _mm512_set1_ps(4.0));
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split4(x);
         let p = |k: usize| _mm512_permutex2var_ps(tab[2 * k], j, tab[2 * k + 1]);
         let u2 = _mm512_mul_ps(u, u);
         let u4 = _mm512_mul_ps(u2, u2);
@@ -194,11 +183,7 @@ mod body {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     fn eo(x: __m512, tab: &Tab) -> (__m512, __m512i) {
-        let ax = _mm512_abs_ps(x);
-        let v = _mm512_add_ps(ax, ax);
-        let j = _mm512_cvttps_epi32(v);
-        let f = _mm512_reduce_ps::<0x09>(v);
-        let u = _mm512_sub_ps(f, _mm512_set1_ps(0.5));
+        let (ax, j, u) = split2(x);
         let p = |k: usize| _mm512_permutexvar_ps(j, tab[k]);
         let u2 = _mm512_mul_ps(u, u);
         let mut e = _mm512_fmadd_ps(p(6), u2, p(4));
@@ -635,22 +620,6 @@ mod body {
 
     type Row = unsafe fn(&[f32], &mut [f32], &Tab) -> u32;
 
-    /// Nanoseconds per cycle: the fastest of 20 chains of 10^7 dependent integer adds.
-    fn ns_per_cycle() -> f64 {
-        let mut best = f64::MAX;
-        for _ in 0..20 {
-            let t = Instant::now();
-            let mut a: u64 = 0;
-            for _ in 0..100_000 {
-                // SAFETY: integer adds on one register.
-                unsafe { core::arch::asm!(".rept 100", "add {0}, 1", ".endr", inout(reg) a) };
-            }
-            std::hint::black_box(a);
-            best = best.min(t.elapsed().as_secs_f64() * 1e9 / 1e7);
-        }
-        best
-    }
-
     /// `vmath/gelu.rs`'s `CT` (read from its source text): `CT[k][j]` multiplies `u^k` on
     /// interval `j`.
     fn coefficients() -> [[f32; 16]; 8] {
@@ -707,13 +676,8 @@ mod body {
             ys.fill(0.0);
             // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
             unsafe { f(&xs, &mut ys, &tab) };
-            assert!(
-                ys.iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
-            );
+            super::loop_timing::assert_same_bits(&ys, &want);
         }
-        let reps = (20_000_000 / n).max(1);
         let rows: [(&str, Row); 22] = [
             ("cur", row_cur),
             ("noperm", row_noperm),
@@ -738,32 +702,18 @@ mod body {
             ("w2_estrin", row_w2_estrin),
             ("w4_nosub", row_w4_nosub),
         ];
-        for round in 0..rounds {
-            let nspc = ns_per_cycle();
-            let mut line = format!("round {round} ({:.2} GHz):", 1.0 / nspc);
-            for (name, f) in rows {
-                let mut best = f64::MAX;
-                for _ in 0..5 {
-                    let t = Instant::now();
-                    let mut acc = 0;
-                    for _ in 0..reps {
-                        // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
-                        acc += unsafe { f(&xs, &mut ys, &tab) };
-                    }
-                    std::hint::black_box(acc);
-                    best = best.min(t.elapsed().as_secs_f64() * 1e9 / (reps * n) as f64);
-                }
-                line += &format!("  {name} {:.2}", best * 16.0 / nspc);
-            }
-            println!("{line}  (cycles per 16 values, row of {n})");
-        }
+        super::loop_timing::print_rounds(rounds, n, &rows, |f: Row| {
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
+            unsafe { f(&xs, &mut ys, &tab) }
+        });
     }
 }
 
+#[path = "loop_timing/mod.rs"]
+mod loop_timing;
+
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    let n: usize = a.get(1).map_or(1024, |s| s.parse().unwrap());
-    let rounds: usize = a.get(2).map_or(3, |s| s.parse().unwrap());
+    let (n, rounds) = loop_timing::args();
     #[cfg(target_arch = "x86_64")]
     if a.get(3).is_some_and(|s| s == "chain") {
         body::run_chain(n, rounds)

@@ -740,6 +740,24 @@ fn bf16_pair_loops_match_the_interpreter_bit_for_bit() {
     bf16_pair_loops_bits();
 }
 
+/// `add`, `sub`, `mul` and `div` of bf16 `x` and `y` on the direct elementwise loops, bit for
+/// bit against the interpreter (named `"<op> bf16 {tag}"`).
+fn bf16_binary_ops_same_bits(tag: &str, x: &Tensor<bf16>, y: &Tensor<bf16>) {
+    let launches = fused::launches;
+    direct_same_bits(&format!("add bf16 {tag}"), launches, true, || {
+        add_bf16(x, y).unwrap()
+    });
+    direct_same_bits(&format!("sub bf16 {tag}"), launches, true, || {
+        sub_bf16(x, y).unwrap()
+    });
+    direct_same_bits(&format!("mul bf16 {tag}"), launches, true, || {
+        mul_bf16(x, y).unwrap()
+    });
+    direct_same_bits(&format!("div bf16 {tag}"), launches, true, || {
+        div_bf16(x, y).unwrap()
+    });
+}
+
 fn bf16_pair_loops_bits() {
     let sp = bf16_specials();
     for threads in [1, 2] {
@@ -759,19 +777,7 @@ fn bf16_pair_loops_bits() {
                     with_specials(r, c, s + 1, &sp),
                     with_specials(r, c, s + 2, &sp),
                 );
-                let launches = fused::launches;
-                direct_same_bits(&format!("add bf16 {tag}"), launches, true, || {
-                    add_bf16(&x, &y).unwrap()
-                });
-                direct_same_bits(&format!("sub bf16 {tag}"), launches, true, || {
-                    sub_bf16(&x, &y).unwrap()
-                });
-                direct_same_bits(&format!("mul bf16 {tag}"), launches, true, || {
-                    mul_bf16(&x, &y).unwrap()
-                });
-                direct_same_bits(&format!("div bf16 {tag}"), launches, true, || {
-                    div_bf16(&x, &y).unwrap()
-                });
+                bf16_binary_ops_same_bits(&tag, &x, &y);
                 let cr = fused::direct_column_reductions;
                 direct_same_bits(&format!("col sum bf16 {tag}"), cr, true, || {
                     col_sum_bf16(&x).unwrap()
@@ -1080,12 +1086,7 @@ fn row_loops_around_the_serial_launch_size_match_the_interpreter_bit_for_bit() {
             let x = Tensor::<f32>::randn(&[r, c], s + 1);
             let g = Tensor::<f32>::randn(&[c], s + 2);
             let b = Tensor::<f32>::randn(&[c], s + 3);
-            bits_match(&format!("layernorm {tag}"), programs, || {
-                tessera_kernels::layernorm(&x, &g, &b).unwrap()
-            });
-            bits_match(&format!("rmsnorm {tag}"), programs, || {
-                tessera_kernels::rmsnorm(&x, &g).unwrap()
-            });
+            norms_bits_match(&tag, &x, &g, &b);
             bits_match(&format!("softmax {tag}"), fused::softmax_programs, || {
                 tessera_kernels::softmax(&x).unwrap()
             });
@@ -1701,6 +1702,18 @@ fn kahan_matmul_stays_on_the_interpreter() {
 /// LLVM's constant folding returns a positive one, and which operand's NaN a binary op keeps
 /// depends on the operand order the compiler picked; the release build of this test saw
 /// `chain bf16 [300, 1]` differ only there).
+/// f32 `layernorm(x, g, b)` and `rmsnorm(x, g)` on the row loops, bit for bit against the
+/// interpreter (named `"<op> {tag}"`).
+fn norms_bits_match(tag: &str, x: &Tensor<f32>, g: &Tensor<f32>, b: &Tensor<f32>) {
+    let programs = fused::norm_programs;
+    bits_match(&format!("layernorm {tag}"), programs, || {
+        tessera_kernels::layernorm(x, g, b).unwrap()
+    });
+    bits_match(&format!("rmsnorm {tag}"), programs, || {
+        tessera_kernels::rmsnorm(x, g).unwrap()
+    });
+}
+
 fn bits_match<T: Element>(name: &str, counter: fn() -> u64, f: impl Fn() -> Tensor<T>) {
     let before = counter();
     let fast = f();
@@ -2307,12 +2320,7 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
         let x = Tensor::<f32>::randn(&[r, c], s + 1);
         let g = Tensor::<f32>::randn(&[c], s + 2);
         let b = Tensor::<f32>::randn(&[c], s + 3);
-        bits_match(&format!("layernorm {tag}"), programs, || {
-            tessera_kernels::layernorm(&x, &g, &b).unwrap()
-        });
-        bits_match(&format!("rmsnorm {tag}"), programs, || {
-            tessera_kernels::rmsnorm(&x, &g).unwrap()
-        });
+        norms_bits_match(&tag, &x, &g, &b);
         let sp = specials(&x, c);
         direct_same_bits(&format!("layernorm specials {tag}"), programs, true, || {
             tessera_kernels::layernorm(&sp, &g, &b).unwrap()
@@ -2599,18 +2607,7 @@ fn bf16_storage_bits() {
             Tensor::from_vec(v, &[r, c]).unwrap()
         };
         let (x, y) = (dense(s + 1), dense(s + 2));
-        direct_same_bits(&format!("add bf16 {tag}"), launches, true, || {
-            add_bf16(&x, &y).unwrap()
-        });
-        direct_same_bits(&format!("sub bf16 {tag}"), launches, true, || {
-            sub_bf16(&x, &y).unwrap()
-        });
-        direct_same_bits(&format!("mul bf16 {tag}"), launches, true, || {
-            mul_bf16(&x, &y).unwrap()
-        });
-        direct_same_bits(&format!("div bf16 {tag}"), launches, true, || {
-            div_bf16(&x, &y).unwrap()
-        });
+        bf16_binary_ops_same_bits(&tag, &x, &y);
         direct_same_bits(&format!("unary chain bf16 {tag}"), launches, true, || {
             unary_chain_bf16(&x).unwrap()
         });
