@@ -569,42 +569,24 @@ mod body {
                     .all(|(a, b)| a.to_bits() == b.to_bits())
             );
         }
-        let reps = (20_000_000 / n).max(1);
-        let time = |f: &mut dyn FnMut() -> u32, nspc: f64| {
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                let t = Instant::now();
-                let mut acc = 0;
-                for _ in 0..reps {
-                    acc += f();
+        // Timed rows: `w4` on the chain's values, each chain form, and `ch4` on unclamped `x`
+        // (about one step in 20 has a lane outside the central range: the cost of the range
+        // test's branch, timing only).
+        let mut timed: Vec<(&str, usize)> = vec![("w4(x*y+1)", 0)];
+        timed.extend(rows.iter().enumerate().map(|(i, &(name, _))| (name, i + 1)));
+        timed.push(("ch4_raw", rows.len() + 1));
+        let raw = x.as_slice().unwrap();
+        let mut out = vec![0f32; n];
+        super::loop_timing::print_rounds(rounds, n, &timed, |i: usize| {
+            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected above.
+            unsafe {
+                match i {
+                    0 => row_w4(&vs, &mut out, &tab),
+                    i if i <= rows.len() => (rows[i - 1].1)(&xs, &ks, &mut out, &tab),
+                    _ => row_ch4(raw, &ks, &mut out, &tab),
                 }
-                std::hint::black_box(acc);
-                best = best.min(t.elapsed().as_secs_f64() * 1e9 / (reps * n) as f64);
             }
-            best * 16.0 / nspc
-        };
-        for round in 0..rounds {
-            let nspc = ns_per_cycle();
-            let mut line = format!("round {round} ({:.2} GHz):", 1.0 / nspc);
-            let mut out = vec![0f32; n];
-            // SAFETY: AVX-512F/DQ, AVX2 and FMA were detected.
-            let c = time(&mut || unsafe { row_w4(&vs, &mut out, &tab) }, nspc);
-            line += &format!("  w4(x*y+1) {c:.2}");
-            for (name, f) in rows {
-                let mut out = vec![0f32; n];
-                // SAFETY: as above.
-                let c = time(&mut || unsafe { f(&xs, &ks, &mut out, &tab) }, nspc);
-                line += &format!("  {name} {c:.2}");
-            }
-            // The chain's form on unclamped `x` (about one step in 20 has a lane outside
-            // the central range): the cost of the range test's branch, timing only.
-            let mut out = vec![0f32; n];
-            let raw = x.as_slice().unwrap();
-            // SAFETY: as above.
-            let c = time(&mut || unsafe { row_ch4(raw, &ks, &mut out, &tab) }, nspc);
-            line += &format!("  ch4_raw {c:.2}");
-            println!("{line}  (cycles per 16 values, row of {n})");
-        }
+        });
     }
 
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
@@ -715,7 +697,7 @@ mod loop_timing;
 fn main() {
     let (n, rounds) = loop_timing::args();
     #[cfg(target_arch = "x86_64")]
-    if a.get(3).is_some_and(|s| s == "chain") {
+    if std::env::args().nth(3).is_some_and(|s| s == "chain") {
         body::run_chain(n, rounds)
     } else {
         body::run(n, rounds)
