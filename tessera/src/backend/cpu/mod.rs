@@ -101,3 +101,13 @@ pub(crate) fn launch(program: &Program, args: &[Buffer]) -> Result<()> {
         .into_par_iter()
         .try_for_each_init(|| exec::Registers::new(k), run)
 }
+
+/// Nanoseconds since the Unix epoch: a fresh seed for the unit tests' random inputs (each test
+/// names its seed in its failure messages).
+#[cfg(test)]
+pub(crate) fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}

@@ -556,11 +556,7 @@ mod tests {
         if !std::is_x86_feature_detected!("avx") {
             return;
         }
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-            % 4096;
+        let seed = crate::backend::cpu::clock_seed() % 4096;
         // Distinct small integers: exact in f32 and u16, never a sentinel (-1.0, 0xffff).
         let value = |j: usize| seed as usize + 7 * j + 1;
         for n in 0..60 {
