@@ -33,6 +33,19 @@ thread_local! {
 /// partials and a pass's four row segments fit in L1 together; measured at `[1024, 4096]`,
 /// one thread, the fastest launch of each of 25 rounds: 153–166 µs against 169–180 for strips of
 /// 4096, whose 16 KiB of partials and 64 KiB of rows per pass do not).
+///
+/// On a 2-vCPU KVM Intel Xeon (family 6 model 207: L1D 48 KiB, L2 2 MiB; 2026-11-27, cm17)
+/// this pass at `[1024, 4096]` reads as fast as a plain sequential AVX-512 read of the same
+/// 16 MiB, so there the 16 KiB rows cost nothing and no reordering has room: `RAYON_NUM_THREADS=T
+/// chrt -f 50 cpu_profile col_mean 1024 4096 300 --pool`, fastest launch, 19:45 UTC, load 4.3:
+/// one thread 628–645 µs, two 349–353, against 620–666 and 328–359 for the read (a C loop of
+/// eight accumulators, its halves on two threads) and 628–664 for this access order emulated in
+/// the same C (`[4096, 1024]`: 593–635 µs, one thread). Tried on the pass itself, one thread,
+/// three interleaved rounds, 19:57 UTC, load 18–21 (two-thread rounds there timed the scheduler):
+/// these strips 667–689 µs (`main` 689–717), strips of 1024 666–695, of 4096 710–727, eight rows
+/// per pass 675–726 (`[8192, 4096]`: 9.2–10.6 ms against 10.2–10.9, no clear gain), a T0
+/// software prefetch of the rows 4 or 8 ahead 753–886 (also slower in the C read: the hardware
+/// prefetchers already keep up); none kept.
 const STRIP: usize = 2048;
 
 /// Columns per strip of a bf16 tensor's pass (4 KiB of each row: eight rows per pass of
