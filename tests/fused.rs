@@ -1066,6 +1066,46 @@ fn ragged_transpose_bits() {
     }
 }
 
+/// Whole-tensor transposes of one-row and one-column tensors of 0.5 to 2 MiB (f32 and
+/// bf16, NaNs, ±inf and -0.0), on one thread and two: a `[N, 1]` source of at least 1 MiB
+/// with `N` a multiple of the cache line takes the non-temporal branch with no full block
+/// (its passes all masked edge blocks), `N + 1` or `N + 17` the plain one; a `[1, N]` source
+/// is split in column bands on two threads, each one row of masked 16 × 16 / 32 × 32 edge
+/// blocks. The interpreter's bits (a bf16 NaN made quiet as it does).
+#[test]
+fn one_wide_transposes_of_a_mebibyte_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let f_specials = [f32::NAN, f32::from_bits(0x7FA0_0001), f32::INFINITY, -0.0];
+    let b_specials = [
+        bf16::from_bits(0x7F81),
+        bf16::from_bits(0xFFC3),
+        bf16::NEG_INFINITY,
+        bf16::from_bits(0x8000),
+    ];
+    let t = fused::whole_transposes;
+    for (i, n) in [1 << 18, (1 << 18) + 1, 1 << 19, (1 << 19) + 17]
+        .into_iter()
+        .enumerate()
+    {
+        for (k, (r, c)) in [(n, 1), (1, n)].into_iter().enumerate() {
+            let seed = 9000 + 10 * i as u64 + 2 * k as u64;
+            let x = with_specials(r, c, seed, &f_specials);
+            let xb = with_specials(r, c, seed + 1, &b_specials);
+            for threads in [1, 2] {
+                on_threads(threads, || {
+                    let tag = format!("[{r}, {c}] {threads}T");
+                    direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                        transpose_f32(&x).unwrap()
+                    });
+                    direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                        transpose_bf16(&xb).unwrap()
+                    });
+                });
+            }
+        }
+    }
+}
+
 /// Row loops (layernorm, rmsnorm, softmax; f32 and bf16) on two threads, on tensors just
 /// below and just above the 4 MiB from which a launch splits its programs among the threads
 /// at once (below it the first programs run on the calling thread until a time budget

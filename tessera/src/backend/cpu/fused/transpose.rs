@@ -239,6 +239,23 @@ fn band(bf16: bool, c: usize) -> usize {
 /// lost up to 20 % there, 8 none beyond the noise. Beyond the cache plain lines lose:
 /// `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one thread 4.4–4.5 → 5.4–5.5 ms, two
 /// 2.0–2.1 → 2.7–2.8 ms.
+///
+/// Under load (tt17, 20:00–20:05 UTC 2026-11-27, `uptime` 18–21 from other helpers: the
+/// same process's 16 MiB two-thread yardstick 700–1500 µs where bench run B had ≈ 218) the
+/// bf16 one-thread 12 of 32 is shape-dependent (`chrt -f 50 cpu_profile transpose_bf16 R
+/// C 200 --pool`, one thread, fastest launch, the count forced by a temporary switch in
+/// one binary, 2–8 interleaved rounds; ratio to the same process's yardstick): 0 / 12 of
+/// 32 plain `[4096, 1024]` 924–1227 µs (0.55–0.74; under 1020 µs in 6 of 8 rounds) /
+/// 1062–1349 µs (0.57–0.65; never under 1060), 4 and 8 of 32 940–1286 and 1060–1345,
+/// `[1024, 4096]` 1137–1306 (0.55–0.61) / 1062–1113 (0.63–0.65), `[2048, 2048]` 1052–1091 /
+/// 1044–1097, `[8192, 512]` 906–960 / 920–960: the count was kept (a loss at `[1024,
+/// 4096]`, and `[4096, 1024]` bimodal in both). One `perf record -e cpu-clock` each at
+/// `[4096, 1024]` put 15.5 % of `bf16_avx512`'s samples on the instruction after a block's
+/// first source prefetch with 12 plain rows, 7.3 % with none (likely the store side full
+/// with the plain lines' reads for ownership). f32 two threads, 0 / 4 / 8 / 16 of 16
+/// plain (`transpose 4096 1024`, three rounds): 1737–1773 / 1702–1849 / 1011–2364 /
+/// 4340–6933 µs: every row plain is 2.5–4× slower (likely: the 16 KiB-strided lines take
+/// a read for ownership each, and a block's 16 destination lines share one L1 set).
 fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
@@ -334,6 +351,15 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     }
     use rayon::prelude::*;
     // Bands of whole 16-column steps after `skew`; the first band also takes the skew.
+    // Tried (tt17, under load as in `plain_rows`, `chrt -f 50 env RAYON_NUM_THREADS=2
+    // cpu_profile transpose R C 200 --pool`, five interleaved rounds, ratio to the same
+    // process's yardstick, median): each thread a contiguous half of the passes over all
+    // columns (both write every destination row, in different lines) `[4096, 1024]`
+    // 0.83–0.87 (0.84) against these bands' 0.78–0.82 (0.81), `[1024, 4096]` 0.79–1.24
+    // (0.82) against 0.83–1.11 (0.84); these bands with the second one starting half-way
+    // through the passes (the two threads reading different source rows) 0.47–0.82 (0.78)
+    // and 0.66–0.82 (0.77). Neither beyond the noise: the split is not what holds two
+    // threads (as `--halves` found).
     let per = (c - skew).div_ceil(threads).next_multiple_of(16);
     (0..(c - skew).div_ceil(per)).into_par_iter().for_each(|i| {
         let a0 = if i == 0 { 0 } else { skew + i * per };
@@ -507,6 +533,11 @@ unsafe fn blocked<T: std::marker::Copy>(
 /// How many 16-column steps ahead [`x86::f32_avx512`] (and `f32_avx2`, once per line)
 /// prefetches the source rows of its blocks (`bf16_avx512`, `bf16_avx2_16`: one line): measured on `[4096, 1024]` and
 /// `[1024, 4096]`, 2–4 steps ≈ 10–20% faster than none (bf16 `[1024, 4096]` ≈ 15%).
+/// Prefetching the block each group visits `AHEAD` steps later in its staggered order
+/// (also across its wrap to column 0, and the next pass's rows at the pass's end, where
+/// the `ahead < na` test here prefetches nothing) lost on two threads (tt17, under load as in [`plain_rows`],
+/// five rounds, median ratio to the yardstick): `[4096, 1024]` 0.81 → 0.72 (8 steps: 0.70),
+/// `[1024, 4096]` 0.84 → 0.80 (0.70).
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 4;
 
@@ -801,6 +832,17 @@ mod x86 {
     /// over the full blocks (one 64-byte store per destination row and block), each group of
     /// 32 rows starting [`SKEW`] column steps or fewer after the one above it, the edges
     /// (fewer than 32 rows or columns) in masked 32 × 32 blocks.
+    ///
+    /// Per byte against `f32_avx512` (tt17, one thread, under load as in
+    /// [`super::plain_rows`], fastest launch): in L2 (`cpu_profile transpose 64 1024` and
+    /// `transpose_bf16 128 1024`, 5000 launches `--into`, thread pinned, less the `[1, 1]`
+    /// launch's 0.5–0.6 µs) 10.8–11.2 µs against 12.8–13.1 µs for the same 512 KiB moved: 1.2×
+    /// the time; at 8 MiB each way (`R C 300 --pool`, three rounds) bf16 `[4096, 1024]`
+    /// 1052–1231 µs, `[1024, 4096]` 1054–1233, f32 `[2048, 1024]` 737–795, `[4096, 512]`
+    /// 751–798, `[1024, 2048]` 749–803: 1.4–1.55×. With no plain rows bf16 `[4096, 1024]`
+    /// read 924–1016 µs in most rounds (1.25–1.3× f32, about the in-L2 1.2×), so the rest of
+    /// its loss there looks like the 12 plain rows of 32 that one thread stores (see
+    /// `plain_rows`: not beyond this load's noise, and a loss at `[1024, 4096]`).
     ///
     /// # Safety
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
