@@ -240,7 +240,8 @@ fn band(bf16: bool, c: usize) -> usize {
 /// `[8192, 4096]` f32 two threads 5.7 → 6.1 ms, bf16 one thread 4.4–4.5 → 5.4–5.5 ms, two
 /// 2.0–2.1 → 2.7–2.8 ms.
 ///
-/// Under load (tt17, 20:00–20:05 UTC 2026-11-27, `uptime` 18–21 from other helpers: the
+/// On a 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB per core; the figures above are
+/// the AMD EPYC Zen 5's) under load (tt17, 20:00–20:05 UTC 2026-11-27, `uptime` 18–21: the
 /// same process's 16 MiB two-thread yardstick 700–1500 µs where bench run B had ≈ 218) the
 /// bf16 one-thread 12 of 32 is shape-dependent (`chrt -f 50 cpu_profile transpose_bf16 R
 /// C 200 --pool`, one thread, fastest launch, the count forced by a temporary switch in
