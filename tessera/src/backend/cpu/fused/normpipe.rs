@@ -428,6 +428,158 @@ mod tests {
             .collect()
     }
 
+    /// The interpreter's norm of one row into f32 (`norm::body`'s portable loop): sums per
+    /// chunk of `bc` columns by `vmath::sum`, added in column order, `vmath::rsqrt`.
+    fn reference(xs: &[f32], bc: usize, g: &[f32], b: Option<&[f32]>, layer: bool) -> Vec<f32> {
+        use super::super::super::vmath;
+        let n = xs.len();
+        let nf = n as i32 as f32;
+        let mean = if layer {
+            let mut acc = 0.0f32;
+            for c0 in (0..n).step_by(bc) {
+                acc += vmath::sum(&xs[c0..(c0 + bc).min(n)]);
+            }
+            acc / nf
+        } else {
+            0.0
+        };
+        let mut ss = 0.0f32;
+        for c0 in (0..n).step_by(bc) {
+            let q: Vec<f32> = xs[c0..(c0 + bc).min(n)]
+                .iter()
+                .map(|v| {
+                    if layer {
+                        (v - mean) * (v - mean)
+                    } else {
+                        v * v
+                    }
+                })
+                .collect();
+            ss += vmath::sum(&q);
+        }
+        let mut rstd = [ss / nf + 1e-5];
+        vmath::rsqrt(&mut rstd);
+        (0..n)
+            .map(|j| {
+                let y = ((xs[j] - mean) * rstd[0]) * g[j];
+                b.map_or(y, |b| y + b[j])
+            })
+            .collect()
+    }
+
+    /// [`rows`] into an f32 output, streamed or not: layernorm and rmsnorm of f32 and bf16
+    /// rows, with and without `β`, widths that are not whole vectors, several chunks per row
+    /// (`bc`), programs of 1, 2, 3 and 8 rows (a last one cut short), against the
+    /// interpreter's row, bit for bit. Every row's values differ (fresh random rows), so a
+    /// row written with another row's mean or `rstd` (layernorm's squared deviations run a
+    /// row behind its mean sums, its bf16 rows kept in a ring of two) fails, and the output
+    /// starts as NaN, so a row not written fails.
+    #[test]
+    fn rows_match_the_interpreter_streamed_or_not() {
+        use super::super::rowmatch::{Norm, Rows as RowTile};
+        use crate::backend::Buffer;
+        use tessera_ir::DType;
+        if !(std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let buffer = |dtype: DType, ptr: *mut u8, (r, c): (usize, usize)| Buffer {
+            dtype,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr,
+            len: r * c * dtype.size_bytes(),
+            writable: true,
+        };
+        let start = crate::backend::cpu::clock_seed() | 1;
+        let mut seed = start;
+        for (rows, n) in [(5, 47), (9, 1031), (7, 3000), (4, 4099), (6, 16), (5, 1024)] {
+            for bc in [64, 1000, 4096] {
+                for br in [1, 2, 3, 8] {
+                    for (layer, beta, bf) in [
+                        (true, true, false),
+                        (true, false, false),
+                        (false, false, false),
+                        (false, true, false),
+                        (false, false, true),
+                        (true, true, true),
+                    ] {
+                        for nt in [false, true] {
+                            let xs = values(&mut seed, rows * n);
+                            // bf16 rows: the values' high halves (what `xs` holds then).
+                            let mut bits: Vec<u16> =
+                                xs.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                            let mut xs: Vec<f32> = if bf {
+                                bits.iter()
+                                    .map(|&b| f32::from_bits((b as u32) << 16))
+                                    .collect()
+                            } else {
+                                xs
+                            };
+                            let g = values(&mut seed, n);
+                            let bv = values(&mut seed, n);
+                            let b = beta.then_some(&bv[..]);
+                            let mut ob = vec![f32::from_bits(0x7fc0_1234); rows * n];
+                            let nm = Norm {
+                                rows: RowTile {
+                                    x: 0,
+                                    out: 1,
+                                    br,
+                                    bc,
+                                    round_bf16: false,
+                                },
+                                gamma: 2,
+                                beta: beta.then_some(3),
+                                layer,
+                                eps: 1e-5,
+                            };
+                            let x = if bf {
+                                buffer(DType::BF16, bits.as_mut_ptr() as *mut u8, (rows, n))
+                            } else {
+                                buffer(DType::F32, xs.as_mut_ptr() as *mut u8, (rows, n))
+                            };
+                            let out = buffer(DType::F32, ob.as_mut_ptr() as *mut u8, (rows, n));
+                            let mut keep = vec![0.0f32; 3 * n];
+                            for r0 in (0..rows).step_by(br) {
+                                let r1 = (r0 + br).min(rows);
+                                // SAFETY: AVX-512F, AVX2 and FMA are present; `g` and `b`
+                                // hold `n` values, `keep` 3 rows; fenced below.
+                                unsafe {
+                                    super::rows(
+                                        &nm,
+                                        (&x, &out),
+                                        (r0, r1, rows),
+                                        n,
+                                        (&g, b),
+                                        &mut keep,
+                                        nt,
+                                    );
+                                    core::arch::x86_64::_mm_sfence();
+                                }
+                            }
+                            for r in 0..rows {
+                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
+                                let got = &ob[r * n..(r + 1) * n];
+                                if let Some(j) =
+                                    (0..n).find(|&j| got[j].to_bits() != want[j].to_bits())
+                                {
+                                    panic!(
+                                        "[{rows}, {n}] bc {bc} br {br} layer {layer} beta {beta} \
+                                         bf16 {bf} nt {nt}: row {r} column {j}: {} != {} \
+                                         (seed {start})",
+                                        got[j], want[j]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output
     /// row within a cache line, streamed or not, from an f32 row or a bf16 one (widened), and
     /// writes nothing outside the row.
