@@ -5,7 +5,7 @@
 mod common;
 
 use common::set;
-use tessera::Tensor;
+use tessera::{Tensor, f16};
 
 #[tessera::kernel]
 fn dump_softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
@@ -36,7 +36,7 @@ fn dump_softmax_det(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
 
 /// An f16 softmax: the row loop's match declines the dtype.
 #[tessera::kernel]
-fn dump_softmax_f16(x: Tensor<tessera::f16, (R, C)>) -> Tensor<f32, (R, C)> {
+fn dump_softmax_f16(x: Tensor<f16, (R, C)>) -> Tensor<f32, (R, C)> {
     softmax(x)
 }
 
@@ -91,7 +91,7 @@ fn the_cpu_schedule_and_tile_ir_are_dumped() {
     assert_eq!(bits(&rms3), bits(&rms));
     dump_softmax_x2(&x).unwrap();
     dump_softmax_det(&x).unwrap();
-    dump_softmax_f16(&Tensor::<tessera::f16>::randn(&[6, 300], 3)).unwrap();
+    dump_softmax_f16(&Tensor::<f16>::randn(&[6, 300], 3)).unwrap();
     set("TESSERA_DUMP", None);
     let rows = tessera::ir::schedule::CPU_ROW_COLS;
     let general = tessera::ir::schedule::CPU_ROW_COLS_GENERAL;
