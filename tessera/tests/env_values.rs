@@ -1,6 +1,9 @@
 //! `TESSERA_*` variables set to a value they do not accept are errors naming the variable and
 //! the accepted values. One test in its own binary: the environment is process-wide.
 
+mod common;
+
+use common::set;
 use tessera::Tensor;
 
 #[tessera::kernel]
@@ -11,19 +14,6 @@ fn ev(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
 #[tessera::kernel]
 fn ev_first(x: Tensor<f32, (M, K)>) -> Tensor<f32, (M, K)> {
     exp(x)
-}
-
-fn set(var: &str, value: Option<&str>) {
-    // SAFETY (edition 2024): the only test of this binary; no other thread reads the
-    // environment while it changes.
-    unsafe {
-        match value {
-            Some(v) => std::env::set_var(var, v),
-            None => std::env::remove_var(var),
-        }
-    }
-    // Tessera reads TESSERA_DEVICE and TESSERA_AUTOTUNE* once per process: read them again.
-    tessera::reload_env();
 }
 
 #[test]

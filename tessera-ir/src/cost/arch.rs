@@ -23,15 +23,7 @@
 //! core, bf16 `vdpbf16ps` ≈ 228 GFLOP/s per core, ≈ 20 GB/s from memory for one core and
 //! ≈ 30 GB/s for two.
 
-/// What kind of machine a row describes; decides which limits apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ArchKind {
-    /// SMs with warps, a register file and shared memory.
-    Gpu,
-    /// Cores running one block at a time from a rayon pool; the "shared memory" limit is the
-    /// per-core L2 a block's tiles should fit in.
-    Cpu,
-}
+use crate::schedule::Target;
 
 /// Hardware limits of one CUDA compute capability (per SM unless named per block).
 ///
@@ -153,8 +145,9 @@ pub struct Guidelines {
 pub struct Arch {
     /// Short name; also the cache file's stem (`h100`, `a100`, `l40s`, `gb200`, `cpu`).
     pub name: &'static str,
-    /// A GPU or a CPU: what the occupancy and overhead rules follow.
-    pub kind: ArchKind,
+    /// The target the row describes ([`Target::Ptx`] for a GPU, or [`Target::Cpu`]): what the
+    /// occupancy and overhead rules follow.
+    pub target: Target,
     /// SMs, or CPU cores in use.
     pub units: u32,
     /// What the hardware enforces (GPU rows; the CPU row fills it so that one block runs per
@@ -188,7 +181,7 @@ impl Arch {
     /// NVIDIA H100 SXM (sm_90a): 132 SMs; 989 TFLOP/s bf16 dense, 67 TFLOP/s f32, 3.35 TB/s.
     pub const H100: Arch = Arch {
         name: "h100",
-        kind: ArchKind::Gpu,
+        target: Target::Ptx,
         units: 132,
         hw: HwLimits::SM90,
         guide: HOPPER_GUIDE,
@@ -203,7 +196,7 @@ impl Arch {
     /// NVIDIA A100 SXM (sm_80): 108 SMs; 312 TFLOP/s bf16 dense, 19.5 TFLOP/s f32, 2.04 TB/s.
     pub const A100: Arch = Arch {
         name: "a100",
-        kind: ArchKind::Gpu,
+        target: Target::Ptx,
         units: 108,
         hw: HwLimits::SM80,
         guide: HOPPER_GUIDE,
@@ -219,7 +212,7 @@ impl Arch {
     /// 864 GB/s.
     pub const L40S: Arch = Arch {
         name: "l40s",
-        kind: ArchKind::Gpu,
+        target: Target::Ptx,
         units: 142,
         hw: HwLimits::SM89,
         guide: HOPPER_GUIDE,
@@ -236,7 +229,7 @@ impl Arch {
     /// registers per thread, ≤ 128 KB of shared memory per block.
     pub const GB200: Arch = Arch {
         name: "gb200",
-        kind: ArchKind::Gpu,
+        target: Target::Ptx,
         units: 148,
         hw: HwLimits::SM100,
         guide: Guidelines {
@@ -260,7 +253,7 @@ impl Arch {
         let cores = cores.max(1);
         Arch {
             name: "cpu",
-            kind: ArchKind::Cpu,
+            target: Target::Cpu,
             units: cores,
             hw: HwLimits {
                 compute_capability: (0, 0),

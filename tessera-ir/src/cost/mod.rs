@@ -50,11 +50,11 @@ pub mod resources;
 #[cfg(test)]
 mod tests;
 
-pub use arch::{Arch, ArchKind};
+pub use arch::Arch;
 pub use arch::{Guidelines, HwLimits};
 pub use occupancy::Occupancy;
 
-use crate::schedule::{KernelClass, Schedule};
+use crate::schedule::{KernelClass, Schedule, Target};
 use std::fmt;
 
 /// The work a kernel does, with its sizes.
@@ -443,7 +443,7 @@ pub fn roofline_bound(arch: &Arch, p: &Problem) -> f64 {
 
 /// Estimates one schedule of a problem on an arch. See the module docs for the model.
 pub fn estimate(arch: &Arch, p: &Problem, s: &Point) -> Estimate {
-    let cpu = arch.kind == ArchKind::Cpu;
+    let cpu = arch.target == Target::Cpu;
     let [t0, t1, t2] = s.tile.map(|x| x as u64);
     let res = resources::resources(p, s, cpu);
     let limit = arch.block_smem_limit();

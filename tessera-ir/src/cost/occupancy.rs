@@ -18,7 +18,8 @@
 //! The resident blocks are the minimum of the four; every resource at that minimum is a
 //! limiter (CUDA reports all of them too).
 
-use super::{Arch, ArchKind};
+use super::Arch;
+use crate::schedule::Target;
 
 /// A resource that caps resident blocks per SM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -97,7 +98,7 @@ impl Occupancy {
 /// assert!((o.fraction - 0.25).abs() < 1e-12);
 /// ```
 pub fn occupancy(arch: &Arch, warps: u32, regs_per_thread: u32, smem: u64) -> Occupancy {
-    if arch.kind == ArchKind::Cpu {
+    if arch.target == Target::Cpu {
         return Occupancy {
             blocks_per_unit: 1,
             warps_per_unit: 1,

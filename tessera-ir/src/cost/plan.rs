@@ -9,7 +9,8 @@
 //! [`REGS_PER_EPILOGUE_OP`] more registers live per thread; a kernel pushed over the
 //! register cap would spill, and prunes the plan.
 
-use super::{Arch, ArchKind, Point, Problem, Prune, estimate};
+use super::{Arch, Point, Problem, Prune, estimate};
+use crate::schedule::Target;
 
 /// One kernel of a plan as the cost model sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -53,7 +54,7 @@ pub fn plan_estimate(arch: &Arch, kernels: &[PlanKernel]) -> (f64, Option<Prune>
         if let Some(p) = e.pruned {
             return (f64::INFINITY, Some(p));
         }
-        if arch.kind != ArchKind::Cpu {
+        if arch.target != Target::Cpu {
             let need = e.regs_per_thread + REGS_PER_EPILOGUE_OP * k.epilogue_ops;
             if need > arch.hw.max_regs_per_thread {
                 return (

@@ -258,7 +258,24 @@ pub fn lower(
 
 /// [`lower`] for a schedule of `target`: `s` is checked by
 /// [`verify_for`](crate::schedule::verify_for)`(s, target)`, so a CPU-only tile (wider than
-/// the PTX limit) lowers only for [`Target::Cpu`].
+/// the PTX limit) lowers only for [`Target::Cpu`]. A schedule that fails is an error naming
+/// the kernel, the schedule, the target and each rule broken.
+///
+/// ```
+/// use tessera_ir::{pipeline::{compile, CompileOptions}, schedule::{parse, Target}};
+/// let g = tessera_ir::graph::parse("graph @sm(%x: f32[R, C]) -> f32[R, C] {
+///   %1 = softmax %x : f32[R, C]
+///   return %1
+/// }").unwrap();
+/// let c = compile(&g, &CompileOptions::default()).unwrap();
+/// let s = parse("schedule rowwise tile=[8, 2048] warps=8 stages=1 vector=4").unwrap();
+/// assert!(c.lower_on(0, &s, Target::Cpu).is_ok());
+/// assert_eq!(
+///     c.lower_on(0, &s, Target::Ptx).unwrap_err().to_string(),
+///     "sm_k0: `schedule rowwise tile=[8, 2048] warps=8 stages=1 vector=4` is not a PTX \
+///      schedule: tile[1] = 2048 exceeds the PTX limit 1024"
+/// );
+/// ```
 pub fn lower_on(
     g: &Graph,
     k: &FusedKernel,
@@ -280,7 +297,7 @@ pub fn lower_on(
     if let Err(e) = crate::schedule::verify_for(s, target) {
         return Err(LowerError {
             value: k.name.clone(),
-            message: format!("invalid schedule: {}", e.join("; ")),
+            message: format!("`{s}` is not a {target} schedule: {}", e.join("; ")),
         });
     }
     // The root's own policy (`#[kernel(numerics = ..)]`, a scoped setting) wins over the

@@ -49,7 +49,7 @@ use crate::tile::{self, Kernel};
 /// let s = tessera_ir::schedule::Schedule::cpu_default(k.fused.class, pipeline::kernel_dtype(&c.graph, &k.fused));
 /// let l = c.lower_on(0, &s, tessera_ir::schedule::Target::Cpu).unwrap();
 /// let e = ptx::emit(&l.kernel, &s, ptx::Arch::Sm80).unwrap_err().to_string();
-/// assert!(e.contains("is not a PTX schedule: tile[1] = 4096 must be a power of two ≤ 1024"), "{e}");
+/// assert!(e.contains("is not a PTX schedule: tile[1] = 4096 exceeds the PTX limit 1024"), "{e}");
 /// ```
 pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError> {
     crate::invocations::emitted();
