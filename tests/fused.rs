@@ -2258,6 +2258,22 @@ fn rows_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     }
 }
 
+/// Softmax rows whose f32 output is just past 12 MiB, from which one thread streams it
+/// whatever the last-level cache (`stream::wanted_at_any_thread_count`; on two threads from
+/// 3/8 of the cache: plain stores where it is larger than 32 MiB), on one thread and on two,
+/// against the interpreter bit for bit: a ragged width (rows off cache lines, plain-store
+/// heads and tails) and rows of two chunks; f32, bf16, bf16→f32 and specials
+/// (`softmax_rows_bits_on`).
+#[test]
+fn softmax_rows_past_twelve_mib_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let rows = |c: usize| (12usize << 20).div_ceil(4 * c) + 1;
+    let shapes = [(rows(1031), 1031), (rows(2 * ROW_CHUNK), 2 * ROW_CHUNK)];
+    for threads in [1, 2] {
+        on_threads(threads, || softmax_rows_bits_on(&shapes));
+    }
+}
+
 /// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
 /// the direct unary chain over whole rows, a broadcast chain on the chunk loop) against the
 /// interpreter, bit for bit; ragged widths put the runs' starts and ends off 32-byte

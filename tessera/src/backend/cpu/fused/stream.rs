@@ -88,10 +88,33 @@ pub(crate) fn wanted_for_rows_reading(
 
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
-/// 1024]` f32: 88–89 GB/s streamed, 66–68 plain).
+/// 1024]` f32: 88–89 GB/s streamed, 66–68 plain). On one thread from [`ONE_THREAD_NT_MAX`]
+/// at most: the 32 MiB-L3 machine's own [`nt_bytes`] (so unchanged there), where a larger
+/// last-level cache is reported.
 pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
-    wanted_if(out, round, out.len >= nt_bytes())
+    let from = if threads() == 1 {
+        nt_bytes().min(ONE_THREAD_NT_MAX)
+    } else {
+        nt_bytes()
+    };
+    wanted_if(out, round, out.len >= from)
 }
+
+/// The most output bytes below which the one-thread softmax row loop keeps plain stores
+/// ([`wanted_at_any_thread_count`]): 12 MiB, [`nt_bytes`] of the AMD EPYC's 32 MiB L3, so
+/// nothing changes there (its 4–8 MiB outputs measured faster with plain stores, see
+/// [`nt_bytes`]). On a 2-vCPU Intel Xeon KVM guest (family 6 model 207, AVX-512, sysfs L3
+/// 300 MiB, so [`nt_bytes`] 112.5 MiB) its streaming stores were faster from 4 MiB outputs
+/// on (not taken below 12 MiB: unmeasured on the AMD machine), though input and output fit
+/// the reported L3 (sx17, `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile softmax R C
+/// N --pool` with the store choice forced, 2026-11-27 19:56–20:00 UTC, load 6–20 from other
+/// jobs, fastest launch in µs, plain → streamed): softmax `[4096, 1024]` 1687–1708 →
+/// 1143–1526, `[1024, 4096]` 1774–1870 → 1546–1557, `[2048, 1024]` 872–1011 → 595–598,
+/// `[1024, 1024]` 429–430 → 290–294; softmax bf16→f32 `[4096, 1024]` 1280–1755 → 1155–1170,
+/// `[1024, 4096]` 1549–1724 → 1321–1342. Two threads there (`[4096, 1024]`, the rounds
+/// where the second thread ran: the copy near 600–800 µs) plain stores were faster (911–1013
+/// → 1153–1217), and [`nt_bytes`] keeps them.
+const ONE_THREAD_NT_MAX: usize = 12 << 20;
 
 /// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):
 /// from [`nt_bytes`] whatever the thread count, as [`wanted_at_any_thread_count`] an f32
