@@ -18,7 +18,32 @@ thread_local! {
     static FORCING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The last-level cache size the tests pin the CPU path to (`cache::set_last_level_bytes`),
+/// whatever sysfs reports (a VM reports its host's shared L3, 300 MiB on one): the tests that
+/// size tensors by the cache (outputs past the non-temporal threshold at 3/8 of it, inputs
+/// past it) then build the same shapes, and reach the same paths, on every machine, at 12 to
+/// 40 MiB rather than hundreds of MiB through the interpreter.
+const TEST_LLC: usize = 32 << 20;
+
+/// Pins the CPU path's last-level cache size to [`TEST_LLC`], once per process; every test
+/// calls it (through [`level_guard`], [`on_threads`] or [`llc`]) before it launches.
+fn pin_llc() {
+    static PIN: std::sync::Once = std::sync::Once::new();
+    PIN.call_once(|| {
+        tessera::backend::cpu::cache::set_last_level_bytes(Some(TEST_LLC));
+    });
+}
+
+/// The last-level cache size the CPU path plans for in these tests: [`TEST_LLC`].
+fn llc() -> usize {
+    pin_llc();
+    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    assert_eq!(llc, TEST_LLC, "the pinned last-level cache size");
+    llc
+}
+
 fn level_guard() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    pin_llc();
     if FORCING.with(|c| c.get()) {
         None
     } else {
@@ -416,6 +441,7 @@ impl Bits for bf16 {
 
 /// `f`'s result, run inside a new rayon pool of `threads` threads.
 fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    pin_llc();
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -1345,8 +1371,7 @@ fn depthwise_streamed_to_a_large_output_matches_the_interpreter_bit_for_bit() {
 
 fn depthwise_large_bits() {
     let (w, ch) = (34, 64);
-    let oh =
-        (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * (w - 2) * ch) + 1;
+    let oh = (llc() / 8 * 3).div_ceil(4 * (w - 2) * ch) + 1;
     let x = Tensor::<f32>::randn(&[oh + 2, w, ch], 990);
     let f = Tensor::<f32>::randn(&[3, 3, ch], 991);
     let counter = fused::depthwise_tap_launches;
@@ -1996,8 +2021,7 @@ const ROW_CHUNK: usize = tessera::ir::schedule::CPU_ROW_COLS as usize;
 /// (rows start off a cache line, so each row has plain-store head and tail) and rows of two
 /// chunks.
 fn large_row_shapes() -> Vec<(usize, usize)> {
-    let rows =
-        |c: usize| (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1;
+    let rows = |c: usize| (llc() / 8 * 3).div_ceil(4 * c) + 1;
     vec![(rows(1031), 1031), (rows(2 * ROW_CHUNK), 2 * ROW_CHUNK)]
 }
 
@@ -2021,11 +2045,7 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
                 (5, 8193),
                 large_row_shapes()[0],
                 // Streamed (on one thread) rows of 4099 columns, ragged against the lines.
-                (
-                    (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * 4099)
-                        + 1,
-                    4099,
-                ),
+                ((llc() / 8 * 3).div_ceil(4 * 4099) + 1, 4099),
             ])
         });
     }
@@ -2040,12 +2060,7 @@ fn norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 #[test]
 fn wide_norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    let big = |c: usize| {
-        (
-            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1,
-            c,
-        )
-    };
+    let big = |c: usize| ((llc() / 8 * 3).div_ceil(4 * c) + 1, c);
     for threads in [1, 2] {
         on_threads(threads, || norm_rows_bits_on(&[big(4096), big(4100)]));
     }
@@ -2060,12 +2075,7 @@ fn wide_norm_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 #[test]
 fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    let big = |c: usize| {
-        (
-            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 3,
-            c,
-        )
-    };
+    let big = |c: usize| ((llc() / 8 * 3).div_ceil(4 * c) + 3, c);
     for threads in [1, 2] {
         on_threads(threads, || {
             softmax_rows_bits_on(&[
@@ -2100,12 +2110,7 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 #[test]
 fn bf16_softmax_rows_streamed_and_plain_match_the_interpreter_bit_for_bit() {
     let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
-    let big = |c: usize| {
-        (
-            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(2 * c) + 3,
-            c,
-        )
-    };
+    let big = |c: usize| ((llc() / 8 * 3).div_ceil(2 * c) + 3, c);
     let shapes = [
         big(1000),
         big(1024),
@@ -2159,12 +2164,7 @@ fn softmax_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
 #[test]
 fn softmax_rows_past_the_last_level_cache_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    let past = |c: usize| {
-        (
-            tessera::backend::cpu::cache::last_level_bytes().div_ceil(4 * c) + 3,
-            c,
-        )
-    };
+    let past = |c: usize| (llc().div_ceil(4 * c) + 3, c);
     for threads in [1, 2] {
         on_threads(threads, || softmax_rows_bits_on(&[past(1000), past(4099)]));
     }
@@ -2179,12 +2179,7 @@ fn softmax_rows_past_the_last_level_cache_match_the_interpreter_bit_for_bit() {
 #[test]
 fn softmax_rows_of_several_chunks_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
-    let big = |c: usize| {
-        (
-            (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 2,
-            c,
-        )
-    };
+    let big = |c: usize| ((llc() / 8 * 3).div_ceil(4 * c) + 2, c);
     let w = ROW_CHUNK;
     let shapes = [
         (9, 4 * w),
@@ -2293,10 +2288,7 @@ fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
 /// programs write whole rows (streamed, rows off 32-byte boundaries).
 fn large_whole_tile_rows() -> (usize, usize) {
     let c = 1001;
-    (
-        (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(4 * c) + 1,
-        c,
-    )
+    ((llc() / 8 * 3).div_ceil(4 * c) + 1, c)
 }
 
 fn elementwise_bits_on(shapes: &[(usize, usize)]) {
@@ -2425,7 +2417,7 @@ fn norm_rows_bits_on(shapes: &[(usize, usize)]) {
 #[test]
 fn streamed_bf16_norm_rows_match_the_interpreter_bit_for_bit() {
     let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
-    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let llc = llc();
     let one = |c: usize| ((llc / 8 * 3).div_ceil(2 * c) + 1, c);
     let two = |c: usize| ((llc / 4 * 3).div_ceil(2 * c) + 1, c);
     on_threads(1, || {
@@ -2466,7 +2458,7 @@ fn bf16_norm_rows_a_row_or_two_apart_match_the_interpreter_bit_for_bit() {
             fused::without_bf16_convert(|| norm_bf16_rows_bits_on(&shapes[..4]));
         });
     }
-    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let llc = llc();
     // Outputs past the one-thread threshold; `streamed` ones with 2 + 4 bytes per element
     // past 3/4 of the last-level cache.
     let plain = |c: usize| ((llc / 8 * 3).div_ceil(4 * c) + 1, c);
@@ -3381,7 +3373,7 @@ fn flat_and_tiles<T: Element>(name: &str, streamed: bool, f: impl Fn() -> Tensor
     let fast = f();
     assert!(fused::flat_elementwise() > flat, "{name}: not run whole");
     let bytes = fast.shape().iter().product::<usize>() * std::mem::size_of::<T>();
-    let llc = tessera::backend::cpu::cache::last_level_bytes();
+    let llc = llc();
     let shared = rayon::current_num_threads() > 1 && bytes <= llc / 4 * 3;
     let want = streamed && simd::active() >= simd::SimdLevel::Avx2 && !shared;
     assert_eq!(fused::flat_streamed() > nt, want, "{name}: streamed");
@@ -3418,7 +3410,7 @@ fn flat_elementwise_matches_the_interpreter_bit_for_bit() {
 /// too).
 fn large_flat_shapes() -> Vec<((usize, usize), bool)> {
     let c = 1001;
-    let r = (tessera::backend::cpu::cache::last_level_bytes() / 8 * 3).div_ceil(2 * c) + 1;
+    let r = (llc() / 8 * 3).div_ceil(2 * c) + 1;
     vec![((r, c), true)]
 }
 
