@@ -207,9 +207,11 @@ fn the_capacity_follows_tessera_host_cache() {
     assert_eq!(add(&a, &b).unwrap().as_slice().unwrap(), &sum(&a, &b)[..]);
     unsafe { std::env::remove_var("TESSERA_HOST_CACHE") };
     tessera::reload_env();
+    // Unset: the default, 1/8 of the process's memory and at least 1 GiB.
     assert_eq!(
         host_cache::capacity().unwrap(),
-        host_cache::DEFAULT_CAPACITY
+        host_cache::default_capacity()
     );
+    assert!(host_cache::default_capacity() >= host_cache::MIN_DEFAULT_CAPACITY);
     assert_eq!(add(&x, &y).unwrap().as_slice().unwrap(), &sum(&x, &y)[..]);
 }

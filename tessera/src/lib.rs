@@ -91,10 +91,11 @@ pub mod ptx_cache {
 }
 
 /// The bounded cache of large freed host blocks that CPU launches take their outputs from
-/// (`TESSERA_HOST_CACHE`, default 1 GiB).
+/// (`TESSERA_HOST_CACHE`, default 1/8 of the process's memory, at least 1 GiB).
 pub mod host_cache {
     pub use crate::tensor::host_cache::{
-        DEFAULT_CAPACITY, HostCacheStats, MIN_BLOCK, capacity, release, set_capacity, stats,
+        HostCacheStats, MIN_BLOCK, MIN_DEFAULT_CAPACITY, capacity, default_capacity, release,
+        set_capacity, stats,
     };
 }
 

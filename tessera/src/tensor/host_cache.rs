@@ -9,14 +9,15 @@
 //!
 //! The cache holds only memory nothing uses: a block enters it when the tensor (or launch
 //! intermediate) owning it is dropped, and leaves it owned by exactly one new user. It holds at
-//! most [`capacity`] bytes (default [`DEFAULT_CAPACITY`], `TESSERA_HOST_CACHE` in bytes with an
+//! most [`capacity`] bytes (default [`default_capacity`]: 1/8 of the memory the process may
+//! use, at least [`MIN_DEFAULT_CAPACITY`] = 1 GiB; `TESSERA_HOST_CACHE` in bytes with an
 //! optional `K`/`M`/`G` suffix (powers of 1024), `0` turns it off, [`set_capacity`] overrides
 //! both); a block that would exceed it pushes out the longest-kept blocks, and [`release`]
 //! frees every kept block.
 //!
 //! ```
 //! use tessera::host_cache;
-//! assert!(host_cache::capacity()? <= host_cache::DEFAULT_CAPACITY || std::env::var("TESSERA_HOST_CACHE").is_ok());
+//! assert!(host_cache::capacity()? <= host_cache::default_capacity() || std::env::var("TESSERA_HOST_CACHE").is_ok());
 //! host_cache::release();
 //! assert_eq!(host_cache::stats().cached_bytes, 0);
 //! # Ok::<(), tessera::Error>(())
@@ -27,12 +28,94 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The cache's size limit unless `TESSERA_HOST_CACHE` or [`set_capacity`] says otherwise: 1 GiB.
+/// The least default limit, 1 GiB ([`default_capacity`]: also the default where the machine's
+/// memory cannot be read).
 ///
 /// ```
-/// assert_eq!(tessera::host_cache::DEFAULT_CAPACITY, 1 << 30);
+/// assert_eq!(tessera::host_cache::MIN_DEFAULT_CAPACITY, 1 << 30);
+/// assert!(tessera::host_cache::default_capacity() >= 1 << 30);
 /// ```
-pub const DEFAULT_CAPACITY: usize = 1 << 30;
+pub const MIN_DEFAULT_CAPACITY: usize = 1 << 30;
+
+/// The default limit is this fraction (1/8) of the memory the process may use.
+const MEMORY_SHARE: usize = 8;
+
+/// The cache's size limit unless `TESSERA_HOST_CACHE` or [`set_capacity`] says otherwise:
+/// 1/8 of the memory the process may use (the machine's RAM, or its cgroup v2 `memory.max`
+/// where that is lower), at least [`MIN_DEFAULT_CAPACITY`] (1 GiB); read once per process.
+///
+/// Why it scales with memory: a workload that launches on tensors of a size keeps dropping
+/// one output and asking for the next, and an output the cache cannot keep is a fresh `mmap`
+/// on every launch, page-faulted in and zeroed by the kernel as it is first written. A fixed
+/// 1 GiB left that to every tensor above 1 GiB, which is exactly the beyond-the-cache size a
+/// large machine runs: `benches/cpu.rs`'s "four times the last-level cache" shape on an Intel
+/// Xeon (family 6 model 207, KVM, 2 vCPUs, sysfs L3 300 MiB, 24 GiB RAM) is `[76800, 4096]`,
+/// 1.17 GiB per f32 tensor, and its fresh-output rows ran at 0.28-0.42 of the copy with ~1100
+/// minor page faults per launch, against 0.57-0.85 launching into a kept output (bench run of
+/// 2026-11-27, heavily loaded). With 1/8 of the 24 GiB (3 GiB) the dropped output is kept
+/// and taken back by the next launch. There, the library with the fixed 1 GiB and only
+/// `TESSERA_HOST_CACHE` set, `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile rmsnorm 76800 4096 4
+/// --pool` (fresh outputs), two interleaved rounds, 20:13-20:16 UTC, load 15-20: unset 567 and
+/// 749 ms a launch, 1112 minor page faults each, ratio to the copy 0.29 and 0.26; `=4G` 197 and
+/// 213 ms, no faults, 0.66 and 0.59 (what the same kernel reaches into a kept output). With
+/// this default, nothing set, against the library as it was, the same command, 20:40-20:43
+/// UTC, load 9-10, two interleaved rounds: 730 / 547 → 223 / 212 ms, 1112 → 0 faults, ratio
+/// 0.24 / 0.24 → 0.65 / 0.68.
+///
+/// Why 1/8 and not more: a kept block is memory the process held live a moment earlier, so
+/// the cache raises the process's resident memory above what it uses now by at most its
+/// limit; 1/8 bounds that cost and still keeps a dropped output of an eighth of the memory
+/// (3 GiB on 24 GiB). Up to 8 GiB of memory the 1 GiB floor (the earlier fixed default)
+/// applies. [`release`] gives every kept block back, and `TESSERA_HOST_CACHE` /
+/// [`set_capacity`] set any other limit.
+///
+/// ```
+/// let d = tessera::host_cache::default_capacity();
+/// assert!(d >= tessera::host_cache::MIN_DEFAULT_CAPACITY);
+/// ```
+pub fn default_capacity() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| default_for(process_memory()))
+}
+
+/// The default limit for `memory` bytes the process may use (`None`: unknown).
+fn default_for(memory: Option<usize>) -> usize {
+    memory.map_or(MIN_DEFAULT_CAPACITY, |m| {
+        (m / MEMORY_SHARE).max(MIN_DEFAULT_CAPACITY)
+    })
+}
+
+/// The memory this process may use: the machine's physical memory (`sysconf`), or the cgroup
+/// v2 `memory.max` of the process's cgroup where that is a lower number; `None` when the
+/// machine's memory cannot be read.
+fn process_memory() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    let ram = {
+        // SAFETY: `sysconf` only reads system configuration.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        (pages > 0 && page > 0).then(|| (pages as usize).saturating_mul(page as usize))
+    };
+    #[cfg(not(target_os = "linux"))]
+    let ram: Option<usize> = None;
+    let ram = ram?;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| {
+            let path = s
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))?
+                .trim()
+                .to_string();
+            let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?;
+            max.trim().parse::<usize>().ok()
+        });
+    Some(cgroup.map_or(ram, |c| c.min(ram)))
+}
 
 /// Blocks smaller than this (1 MiB) are never kept: the system allocator reuses them itself.
 ///
@@ -169,7 +252,7 @@ fn lock() -> std::sync::MutexGuard<'static, Cache> {
 }
 
 /// The limit in force: [`set_capacity`]'s, else `TESSERA_HOST_CACHE`'s, else
-/// [`DEFAULT_CAPACITY`]. An invalid `TESSERA_HOST_CACHE` is an error ([`crate::Error::Env`]),
+/// [`default_capacity`]. An invalid `TESSERA_HOST_CACHE` is an error ([`crate::Error::Env`]),
 /// which a launch or constructor that allocates a block of at least [`MIN_BLOCK`] bytes
 /// reports too (nothing is kept while it stands).
 ///
@@ -188,12 +271,12 @@ pub fn capacity() -> crate::Result<usize> {
 fn limit(c: &Cache, env: crate::Result<Option<usize>>) -> crate::Result<usize> {
     match c.capacity {
         Some(bytes) => Ok(bytes),
-        None => Ok(env?.unwrap_or(DEFAULT_CAPACITY)),
+        None => Ok(env?.unwrap_or_else(default_capacity)),
     }
 }
 
 /// Sets the limit in bytes (`Some(0)` turns the cache off), or with `None` returns it to
-/// `TESSERA_HOST_CACHE` / [`DEFAULT_CAPACITY`]; blocks beyond the new limit are freed now,
+/// `TESSERA_HOST_CACHE` / [`default_capacity`]; blocks beyond the new limit are freed now,
 /// oldest first.
 ///
 /// ```
@@ -276,7 +359,7 @@ pub(crate) fn give_back(block: Alloc) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Alloc, Cache, MIN_BLOCK};
+    use super::{Alloc, Cache, MIN_BLOCK, MIN_DEFAULT_CAPACITY, default_for};
     use std::alloc::Layout;
     use std::ptr::NonNull;
 
@@ -326,5 +409,25 @@ mod tests {
         assert_eq!(addrs(&c.shrink(2 * m)), [2]);
         assert_eq!(addrs(&c.put(fake(m, 6), 0)), [3, 6]);
         assert_eq!((c.bytes, c.len()), (0, 0));
+    }
+
+    #[test]
+    fn the_default_is_an_eighth_of_memory_and_at_least_1_gib() {
+        let g = 1usize << 30;
+        assert_eq!(default_for(None), MIN_DEFAULT_CAPACITY);
+        assert_eq!(default_for(Some(4 * g)), g);
+        assert_eq!(default_for(Some(8 * g)), g);
+        assert_eq!(default_for(Some(24 * g)), 3 * g);
+        // A 1.17 GiB output (`[76800, 4096]` f32) fits the default of a 24 GiB machine.
+        assert!(default_for(Some(24 * g)) >= 76800 * 4096 * 4);
+        let mut c = Cache::new(None);
+        assert!(
+            c.put(fake(76800 * 4096 * 4, 1), default_for(Some(24 * g)))
+                .is_empty()
+        );
+        assert_eq!(
+            addrs(&c.put(fake(76800 * 4096 * 4, 2), MIN_DEFAULT_CAPACITY)),
+            [1, 2]
+        );
     }
 }

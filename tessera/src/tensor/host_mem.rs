@@ -159,7 +159,9 @@ mod tests {
     fn a_reused_block_asked_for_zeroed_reads_zeros() {
         // The cache on whatever `TESSERA_HOST_CACHE` says (no other unit test sets it, and
         // none frees 1 GiB of blocks that could push this one out).
-        crate::tensor::host_cache::set_capacity(Some(crate::tensor::host_cache::DEFAULT_CAPACITY));
+        crate::tensor::host_cache::set_capacity(Some(
+            crate::tensor::host_cache::MIN_DEFAULT_CAPACITY,
+        ));
         // An alignment no other test asks for, so no other test takes this block.
         let layout = Layout::from_size_align((3 << 20) + 4160, 8192).unwrap();
         let m = HostMem::new(layout, false).unwrap();

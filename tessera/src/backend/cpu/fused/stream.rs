@@ -9,7 +9,24 @@ use tessera_ir::DType;
 /// On one thread, outputs of at least 3/8 of the last-level cache take non-temporal stores
 /// (measured on a 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB,
 /// non-temporal ones faster at 16 MiB, where input and output no longer fit the cache
-/// together); see [`streamed`] for two or more threads.
+/// together); see [`streamed`] for two or more threads. The cache is the one the process can
+/// count on ([`crate::backend::cpu::cache::last_level_bytes`]): on a 2-vCPU guest shown its
+/// host's 300 MiB L3 that is 32 MiB, so 12 MiB here too, where 3/8 of 300 MiB (112 MiB)
+/// left a 64 MiB rmsnorm output to plain stores at 7.5 GB/s against 13.0 streamed at 128 MiB
+/// (figures at `LLC_PER_CPU`). On that guest (Intel Xeon family 6 model 207, 2 vCPUs,
+/// 2026-11-27 20:31-20:38 UTC, load 8-13), sysfs's 300 MiB → 32 MiB, `chrt -f 50 cpu_profile
+/// K R C 60 --pool --into`, two interleaved rounds of each binary, µs: `[4096, 4096]` (64 MiB)
+/// one thread rmsnorm 13573/15485 → 7921/11196, layernorm 16583/14557 → 9026/9684, softmax
+/// 14750/21107 → 8488/9449, gelu 14965/13745 → 12212/11271; two threads rmsnorm 7507/6646 →
+/// 4925/4221, layernorm 7328/9098 → 4517/5361, softmax 7822/7886 → 5097/4848, gelu
+/// 6134/3912 → 4492/4508. Where the output now streams at 16 MiB (one thread; on two the
+/// softmax row loop and layernorm's wide rows), `[4096, 1024]` one thread: rmsnorm 1495/1751
+/// → 1314/1514, layernorm 1581/1556 → 1353/1304, softmax 1927/2040 → 1698/1690, gelu
+/// 1610/1716 → 1470/1657, but add 2228/2103 → 2321/2242 and transpose 1595/1693 →
+/// 1782/1734; `[1024, 4096]` one thread gelu 1709/2264 → 1404/1458, softmax 2914/2677 →
+/// 2064/1861, rmsnorm and add within the noise, layernorm lost (1992/1718 → 2177/2131), as
+/// on two threads (1036/1043 → 1170/1126), where softmax `[4096, 1024]` gained (1082/1042 →
+/// 842/830).
 fn nt_bytes() -> usize {
     crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
