@@ -463,14 +463,15 @@ fn summary_cases(r: usize, c: usize) -> Vec<Case<'static>> {
     cases
 }
 
-/// Whether a shape's f32 tensor is bigger than the 1 MiB L2 and fits the last-level cache
-/// (`[4096, 1024]` and `[1024, 4096]`): its rows get an arithmetic ceiling ([`InL2`]).
+/// Whether a shape's f32 tensor is bigger than 1 MiB (the smallest L2 measured here) and fits
+/// the last-level cache (`[4096, 1024]` and `[1024, 4096]`): its rows get an arithmetic ceiling ([`InL2`]).
 fn l3_resident(r: usize, c: usize) -> bool {
     let bytes = 4 * r * c;
     bytes > 1 << 20 && bytes <= last_level_bytes()
 }
 
-/// Most bytes an in-L2 shape's launch reads and writes: 3/4 of the 1 MiB L2.
+/// Most bytes an in-L2 shape's launch reads and writes: 3/4 of a 1 MiB L2 (the smallest L2 of
+/// the machines measured: AMD EPYC Zen 5 1 MiB, Intel Xeon model 207 2 MiB).
 const L2_BYTES: usize = 768 << 10;
 /// Fewest rows of an in-L2 shape.
 const L2_MIN_ROWS: usize = 16;
@@ -837,9 +838,42 @@ fn plot(rows: &[Row], path: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The running CPU as `/proc/cpuinfo` names it (model name, vendor, family and model) and its
+/// caches as sysfs reports them for CPU 0, for the docs' machine line: tables taken on
+/// different machines (the machine a session runs on is drawn) must say which one they are.
+fn machine() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|n| n.trim() == k))
+            .and_then(|l| l.split_once(':'))
+            .map_or(String::from("?"), |(_, v)| v.trim().to_string())
+    };
+    let caches = (0..8)
+        .filter_map(|i| {
+            let at = |f: &str| {
+                std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/{f}"))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            };
+            let (level, kind, size) = (at("level")?, at("type")?, at("size")?);
+            (kind != "Instruction").then(|| format!("L{level} {size}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{} ({}, family {}, model {}); caches of CPU 0 (sysfs): {caches}",
+        field("model name"),
+        field("vendor_id"),
+        field("cpu family"),
+        field("model"),
+    )
+}
+
 fn write_docs(rows: &[Row]) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let machine = machine();
     let ceiling_shapes = shapes()
         .into_iter()
         .filter(|&(r, c)| l3_resident(r, c))
@@ -868,13 +902,13 @@ fn write_docs(rows: &[Row]) {
          and take their best over all their runs (≥ 5), so a ratio pairs times from the same \
          memory state; launches: best of ≥ 5 runs.\n\n\
          *Arithmetic ceiling* (memory-bound rows at the shapes whose f32 tensor is larger than \
-         the 1 MiB L2 and fits the last-level cache: {ceiling_shapes}; – elsewhere, and where A \
+         1 MiB and fits the last-level cache: {ceiling_shapes}; – elsewhere, and where A \
          did not time slower than B): the ratio the row could reach if memory were free, = \
          the row's memcpy time (the one its ratio uses) / (the kernel's in-L2 time per element × \
          the row's elements). The in-L2 time per element comes from two `→ reused out` launches \
          of the kernel on one thread, timed in alternating windows (8 each of ≤ 25 ms, best of \
          each): A on a shape with the row's column count whose bytes read + written are ≤ 768 KiB \
-         of the 1 MiB L2 (as many rows as fit, at least 16), B on about a quarter of A's rows (at \
+         (3/4 of a 1 MiB L2, the smallest L2 the table has run on; as many rows as fit, at least 16), B on about a quarter of A's rows (at \
          least 8, the same count modulo the column reductions' {col_tile}-row tile, or modulo 8 where \
          A has under {} rows, so both leave the same partial tile or row block); time per \
          element = (A − B) / (A's elements − B's), so the launch overhead (≈ 0.3 µs) and the \
@@ -892,7 +926,7 @@ fn write_docs(rows: &[Row]) {
          is held by the memory path (room left). A ratio above its ceiling means the full-shape \
          launch ran faster per element than the in-L2 one, by timing noise (a few %, more \
          while other jobs run) or a different schedule; the run's stderr prints each A and B shape, time and ns per element.\n\n\
-         Machine: {threads} hardware threads; load average at the end of the run: `{}` — numbers \
+         Machine: {machine}; {threads} hardware threads; load average at the end of the run: `{}` — numbers \
          taken while other jobs ran are provisional.\n\n![ratios](performance.svg)\n\n{}",
         col_tile + 8,
         load.trim(),

@@ -39,7 +39,8 @@ static LAST_LEVEL: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the last-level cache size, in bytes, that the CPU path plans for, process-wide, for
 /// the launches that start after it (on any thread); `None` returns it to the size sysfs
-/// reports as [`last_level_bytes`] counts it. Returns the size in force before. A value of 0 is taken as 1.
+/// reports as [`last_level_bytes`] counts it. Returns the size in force before. A value of 0
+/// is taken as 1.
 ///
 /// For a machine whose counted size is not the cache a process gets: a virtual machine
 /// reports its host's whole shared L3 (300 MiB on a 2-vCPU Xeon guest, counted as 32 MiB

@@ -121,7 +121,8 @@ pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
 /// ([`wanted_at_any_thread_count`]): 12 MiB, [`nt_bytes`] of the AMD EPYC's 32 MiB L3, so
 /// nothing changes there (its 4–8 MiB outputs measured faster with plain stores, see
 /// [`nt_bytes`]). On a 2-vCPU Intel Xeon KVM guest (family 6 model 207, AVX-512, sysfs L3
-/// 300 MiB, so [`nt_bytes`] 112.5 MiB) its streaming stores were faster from 4 MiB outputs
+/// 300 MiB, so [`nt_bytes`] was 112.5 MiB before `cache::LLC_PER_CPU` counted that as
+/// 32 MiB, making [`nt_bytes`] 12 MiB there too) its streaming stores were faster from 4 MiB outputs
 /// on (not taken below 12 MiB: unmeasured on the AMD machine), though input and output fit
 /// the reported L3 (sx17, `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile softmax R C
 /// N --pool` with the store choice forced, 2026-11-27 19:56–20:00 UTC, load 6–20 from other
