@@ -49,6 +49,14 @@ pub fn gemm_bf16(
 /// where the CPU has them and the SIMD level is AVX-512:
 ///
 /// 1. [`Bf16Path::Amx`]: AMX tiles (`tdpbf16ps`), where CPUID, XCR0 and the kernel allow it.
+///    On that Emerald Rapids, 2026-11-27 20:30-20:55 UTC, load 5-18, interleaved with main's
+///    build (`RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile matmul_bf16 N N R`, GFLOP/s, base
+///    → AMX): 1024: 57-80 → 256-787 (bimodal: 256-290 in some rounds, 670-787 in others, the
+///    f32 `matmul` 85-105 throughout); 256: 64-77 → 363-682; 512: 65-71 → 317-338; 2048:
+///    60-66 → 234-626; `[64, 4096]·[4096, 4096]`: 54-61 → 121-251; `[8, 4096]`: 27-39 →
+///    23-55; `[1, 4096]` runs `vdpbf16ps` (`AMX_MIN_ROWS`): 5.5-7.2 → 6.4-6.6. Two threads:
+///    1024: 120-124 → 551-595 (f32 181-185), 2048: 123-127 → 492-511, `[64, 4096]`: 74-102 →
+///    203-582, `[1, 4096]`: 10.7-11.1 → 10.9-11.3.
 /// 2. [`Bf16Path::Dot`]: AVX-512 BF16 (`vdpbf16ps`), only where it is faster than widening and
 ///    f32 FMAs: on AMD (Zen 5, earlier sessions: 518 GFLOP/s a core, where f32 FMAs peak at
 ///    half of that), not on Intel. On the Intel Xeon (Emerald Rapids, family 6 model 207, KVM)
