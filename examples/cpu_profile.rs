@@ -11,8 +11,10 @@
 //! `matmul M N` multiplies `[M, N] · [N, N]`, e.g. `-- matmul 1 4096 20`; `matmul-interp`
 //! runs the same launch on the interpreter's step-by-step K loop, `faer` the same product in
 //! faer, on the rayon pool's threads; `matmul_bf16` the same product of bf16 operands
-//! (`matmul_bf16_f32`: `vdpbf16ps` where the CPU has it), `matmul_bf16_widen` that launch with
-//! `vdpbf16ps` disabled (`gemm::without_dot`: operands widened to f32); `gemm_f32` and
+//! (`matmul_bf16_f32`: on `gemm::bf16_path`, AMX tiles or `vdpbf16ps` where the CPU has and
+//! prefers them), `matmul_bf16_widen` that launch with k-pair products disabled
+//! (`gemm::without_dot`: operands widened to f32), `matmul_bf16_dot` forced onto `vdpbf16ps`
+//! (`gemm::with_bf16_path`); `gemm_f32` and
 //! `gemm_bf16` the bare single-threaded GEMMs into a preallocated output), `memcpy_kept` the
 //! copy into a buffer kept across launches (what `benches/cpu.rs`'s memcpy yardstick times).
 //! `--into` (anywhere on the line) launches the memory-bound kernels with
@@ -334,6 +336,10 @@ fn main() {
         "matmul_bf16_widen" => drop(tessera::backend::cpu::gemm::without_dot(|| {
             tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap()
         })),
+        "matmul_bf16_dot" => drop(tessera::backend::cpu::gemm::with_bf16_path(
+            tessera::backend::cpu::gemm::Bf16Path::Dot,
+            || tessera_kernels::matmul_bf16_f32(&xb, &wb).unwrap(),
+        )),
         // The yardstick: a fresh output tensor filled by a copy of the input.
         "memcpy" => drop(Tensor::from_vec(x.as_slice().unwrap().to_vec(), &[r, c]).unwrap()),
         // The same copy into a buffer kept across launches (what `benches/cpu.rs` times).

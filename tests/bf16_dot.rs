@@ -154,11 +154,25 @@ fn bf16_matmul_every_level() {
     if !has {
         println!("this CPU has no AVX-512 BF16: the vdpbf16ps path is not tested here");
     }
+    // The k-pair paths run by default where AMX is usable or `vdpbf16ps` is preferred.
+    let pairwise = gemm::has_amx() || gemm::prefers_vdpbf16ps();
     for level in simd::supported() {
         simd::force(Some(level)).unwrap();
-        let dot = has && level >= SimdLevel::Avx512;
+        let dot = pairwise && level >= SimdLevel::Avx512;
         assert_eq!(gemm::dot_enabled(), dot, "{level:?}");
         run_shapes(&format!("{level:?}"), dot, seed);
+        if has && level >= SimdLevel::Avx512 {
+            // Each k-pair path the CPU has, forced (the launches' decision).
+            for path in [gemm::Bf16Path::Amx, gemm::Bf16Path::Dot] {
+                if path == gemm::Bf16Path::Amx && !gemm::has_amx() {
+                    println!("skipped: no AMX");
+                    continue;
+                }
+                gemm::with_bf16_path(path, || {
+                    run_shapes(&format!("{level:?} {path:?}"), true, seed + 2)
+                });
+            }
+        }
         if dot {
             // AVX-512F without vdpbf16ps: the widening fallback at the same level.
             gemm::without_dot(|| {

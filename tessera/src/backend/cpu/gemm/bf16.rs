@@ -1,5 +1,6 @@
-//! `bf16 × bf16 → f32` GEMM: AVX-512 BF16 (`vdpbf16ps`) fast path, with a
-//! fallback that widens to `f32` and reuses [`super::gemm_f32`].
+//! `bf16 × bf16 → f32` GEMM: an AMX path (`tdpbf16ps` on tiles), an AVX-512 BF16 path
+//! (`vdpbf16ps`), and a fallback that widens to `f32` and reuses [`super::gemm_f32`]; which one
+//! runs is [`bf16_path`], decided at run time (see [`Bf16Path`] for the order and its figures).
 
 /// Widen one bf16 bit pattern to `f32` (exact).
 #[inline(always)]
@@ -21,11 +22,11 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// `C (m×n, f32, row stride ldc) += A (m×k) · B (k×n)` where `A` and `B` hold
 /// bf16 bit patterns (`u16`), row-major with strides `lda` / `ldb`.
 ///
-/// Products are accumulated in `f32`. When [`dot_enabled`] this uses `vdpbf16ps`
-/// on k-pairs (two products per step, which, per the ISA, treats bf16 denormal
-/// inputs as zero; not the one-FMA-per-k order of [`super::gemm_f32`]);
-/// otherwise `A` and `B` are widened to `f32` in blocks of k and
-/// [`super::gemm_f32`] is used. Single-threaded.
+/// Products are accumulated in `f32`, on this thread's [`bf16_path`]: AMX and `vdpbf16ps`
+/// add the products of k-pairs (two products per step, which, per the ISA, treats bf16
+/// denormal inputs as zero; not the one-FMA-per-k order of [`super::gemm_f32`]); the
+/// widening path widens `A` and `B` to `f32` in blocks of k and uses [`super::gemm_f32`].
+/// Single-threaded.
 ///
 /// # Panics
 /// Only on invalid arguments (stride shorter than its row, slice too short).
@@ -41,16 +42,49 @@ pub fn gemm_bf16(
     c: &mut [f32],
     ldc: usize,
 ) {
-    gemm_bf16_impl(dot_enabled(), m, n, k, a, lda, b, ldb, c, ldc)
+    gemm_bf16_impl(bf16_path(), m, n, k, a, lda, b, ldb, c, ldc)
 }
 
-/// [`gemm_bf16`] with the choice made by the caller: `dot` runs `vdpbf16ps` where the CPU
-/// has it ([`has_vdpbf16ps`]), else the widening path. A launch decides on its launching
-/// thread and passes that decision to the blocks its rayon workers run (`matmul::block`),
-/// where this thread's [`without_dot`] may say otherwise.
+/// The paths of a bf16 product (`bf16 × bf16 → f32`), in the order [`bf16_path`] prefers them
+/// where the CPU has them and the SIMD level is AVX-512:
+///
+/// 1. [`Bf16Path::Amx`]: AMX tiles (`tdpbf16ps`), where CPUID, XCR0 and the kernel allow it.
+///    On that Emerald Rapids, 2026-11-27 20:30-20:55 UTC, load 5-18, interleaved with main's
+///    build (`RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile matmul_bf16 N N R`, GFLOP/s, base
+///    → AMX): 1024: 57-80 → 256-787 (bimodal: 256-290 in some rounds, 670-787 in others, the
+///    f32 `matmul` 85-105 throughout); 256: 64-77 → 363-682; 512: 65-71 → 317-338; 2048:
+///    60-66 → 234-626; `[64, 4096]·[4096, 4096]`: 54-61 → 121-251; `[8, 4096]`: 27-39 →
+///    23-55; `[1, 4096]` runs `vdpbf16ps` (`AMX_MIN_ROWS`): 5.5-7.2 → 6.4-6.6. Two threads:
+///    1024: 120-124 → 551-595 (f32 181-185), 2048: 123-127 → 492-511, `[64, 4096]`: 74-102 →
+///    203-582, `[1, 4096]`: 10.7-11.1 → 10.9-11.3.
+/// 2. [`Bf16Path::Dot`]: AVX-512 BF16 (`vdpbf16ps`), only where it is faster than widening and
+///    f32 FMAs: on AMD (Zen 5, earlier sessions: 518 GFLOP/s a core, where f32 FMAs peak at
+///    half of that), not on Intel. On the Intel Xeon (Emerald Rapids, family 6 model 207, KVM)
+///    of 2026-11-27 a throw-away `asm!` loop of 12 (and 24) independent accumulators ran
+///    0.83-1.14 G `vdpbf16ps zmm`/s (53-73 GFLOP/s) against 3.3-4.8 G `vfmadd231ps zmm`/s
+///    (104-154 GFLOP/s, 4 rounds under `chrt -f 50`, 20:13 UTC, load 17-18 on 2 vCPUs): a
+///    `vdpbf16ps` does two multiply-adds a lane at a quarter of the FMA's rate, half the
+///    FLOP/s; `cpu_profile matmul_bf16 1024 1024 20` (base, one thread, same time) ran 57-59
+///    GFLOP/s on it against 74-79 widened (`matmul_bf16_widen`).
+/// 3. [`Bf16Path::Widen`]: operands widened to f32, products on the f32 GEMM.
+///
+/// [`with_bf16_path`] forces one (tests, benchmarks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Path {
+    /// AMX tiles (`tdpbf16ps`), k-pair products.
+    Amx,
+    /// AVX-512 BF16 (`vdpbf16ps`), k-pair products.
+    Dot,
+    /// Widened to f32, the f32 GEMM's one FMA per k.
+    Widen,
+}
+
+/// [`gemm_bf16`] on the path the caller chose. A launch decides on its launching thread and
+/// passes that decision to the blocks its rayon workers run (`matmul::block`). A path the CPU
+/// lacks falls back as [`with_bf16_path`] says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_bf16_impl(
-    dot: bool,
+    path: Bf16Path,
     m: usize,
     n: usize,
     k: usize,
@@ -69,10 +103,11 @@ pub(crate) fn gemm_bf16_impl(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if dot && has_vdpbf16ps() {
-        // SAFETY: bounds checked by `check_args`; AVX-512 BF16 detected.
+    if clamp(path) != Bf16Path::Widen {
+        // SAFETY: bounds checked by `check_args`; the path is supported (`clamp`).
         unsafe {
-            super::x86::bf16::gemm(
+            gemm_bf16_dot_raw(
+                path,
                 m,
                 n,
                 k,
@@ -87,13 +122,14 @@ pub(crate) fn gemm_bf16_impl(
         }
         return;
     }
-    let _ = dot;
     widen_fallback(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 thread_local! {
     /// Set by [`without_dot`] on this thread.
     static DOT_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set by [`with_bf16_path`] on this thread.
+    static FORCED: std::cell::Cell<Option<Bf16Path>> = const { std::cell::Cell::new(None) };
 }
 
 /// Whether the running CPU has AVX-512F and AVX-512 BF16 (`vdpbf16ps`), detected once.
@@ -112,20 +148,113 @@ pub fn has_vdpbf16ps() -> bool {
     }
 }
 
-/// Whether bf16 products on this thread use `vdpbf16ps`: the CPU has it
-/// ([`has_vdpbf16ps`]), the active SIMD level is AVX-512 (`simd::active`) and no
-/// [`without_dot`] is in force.
+/// Whether this process can run AMX-BF16 tiles: the CPU has AMX-TILE and AMX-BF16 (CPUID),
+/// the OS enabled their state (XCR0) and, on Linux, granted it to this process
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), and the CPU has AVX-512F (used to pack). Detected once.
+///
+/// ```
+/// let _ = tessera::backend::cpu::gemm::has_amx();
+/// ```
+pub fn has_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::x86::has_bf16() && super::x86::amx::usable()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether `vdpbf16ps` is preferred to widening on this CPU (it has it and is an AMD CPU, see
+/// [`Bf16Path`] for the figures).
+///
+/// ```
+/// use tessera::backend::cpu::gemm;
+/// assert!(!gemm::prefers_vdpbf16ps() || gemm::has_vdpbf16ps());
+/// ```
+pub fn prefers_vdpbf16ps() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_vdpbf16ps() && super::x86::is_amd()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `path`, or the next path down ([`Bf16Path`]) that the CPU has.
+fn clamp(path: Bf16Path) -> Bf16Path {
+    match path {
+        Bf16Path::Amx if has_amx() => Bf16Path::Amx,
+        Bf16Path::Amx | Bf16Path::Dot if has_vdpbf16ps() => Bf16Path::Dot,
+        _ => Bf16Path::Widen,
+    }
+}
+
+/// The path bf16 products take on this thread: the one [`with_bf16_path`] forces (where the CPU
+/// has it, else the next one down), else [`Bf16Path::Widen`] under [`without_dot`] or below the
+/// AVX-512 SIMD level (`simd::active`), else AMX where [`has_amx`], else `vdpbf16ps` where
+/// [`prefers_vdpbf16ps`], else widening.
+///
+/// ```
+/// use tessera::backend::cpu::gemm::{self, Bf16Path};
+/// assert_eq!(gemm::without_dot(gemm::bf16_path), Bf16Path::Widen);
+/// ```
+pub fn bf16_path() -> Bf16Path {
+    use super::super::simd::{SimdLevel, active};
+    if let Some(p) = FORCED.with(|c| c.get()) {
+        return clamp(p);
+    }
+    if DOT_OFF.with(|c| c.get()) || active() < SimdLevel::Avx512 {
+        Bf16Path::Widen
+    } else if has_amx() {
+        Bf16Path::Amx
+    } else if prefers_vdpbf16ps() {
+        Bf16Path::Dot
+    } else {
+        Bf16Path::Widen
+    }
+}
+
+/// Whether bf16 products on this thread add k-pairs ([`bf16_path`] is AMX or `vdpbf16ps`)
+/// rather than widening to f32.
 ///
 /// ```
 /// use tessera::backend::cpu::gemm;
 /// assert!(!gemm::without_dot(gemm::dot_enabled));
 /// ```
 pub fn dot_enabled() -> bool {
-    use super::super::simd::{SimdLevel, active};
-    has_vdpbf16ps() && active() >= SimdLevel::Avx512 && !DOT_OFF.with(|c| c.get())
+    bf16_path() != Bf16Path::Widen
 }
 
-/// Runs `f` with `vdpbf16ps` disabled on this thread: bf16 products take the path that
+/// Runs `f` with bf16 products on this thread on `path` (where the CPU has it, else the next
+/// one down: AMX, `vdpbf16ps`, widening), whatever the SIMD level, vendor or [`without_dot`].
+/// Decisions are made on the launching thread, so this covers a whole launch.
+///
+/// ```
+/// use tessera::backend::cpu::gemm::{self, Bf16Path};
+/// let (a, b) = ([0x3F80u16; 2], [0x4000u16; 2]); // [1, 1] · [2, 2]ᵀ
+/// for path in [Bf16Path::Amx, Bf16Path::Dot, Bf16Path::Widen] {
+///     let mut c = [0.0f32];
+///     gemm::with_bf16_path(path, || gemm::gemm_bf16(1, 1, 2, &a, 2, &b, 1, &mut c, 1));
+///     assert_eq!(c[0], 4.0);
+/// }
+/// ```
+pub fn with_bf16_path<R>(path: Bf16Path, f: impl FnOnce() -> R) -> R {
+    let old = FORCED.with(|c| c.replace(Some(path)));
+    struct Restore(Option<Bf16Path>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(old);
+    f()
+}
+
+/// Runs `f` with k-pair products disabled on this thread: bf16 products take the path that
 /// widens them to f32 (on AVX-512F, AVX2 or portable, per the SIMD level). Decisions are
 /// made on the launching thread, so this covers a whole launch.
 ///
@@ -148,8 +277,18 @@ pub fn without_dot<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// `vdpbf16ps` GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero;
-/// with `overwrite`, `C = A·B` without reading C (the bits adding to a zeroed C gives).
+/// Fewer rows of A than this run on `vdpbf16ps` on the AMX path: the AMX GEMM packs all of B
+/// into k-pair strips and computes 32 rows a tile, so a product of one row spends its time
+/// packing (`cpu_profile matmul_bf16 1 4096 20`, one thread, 2026-11-27 20:30 UTC, load 8-11:
+/// 4.5-4.8 GFLOP/s on AMX against 7.1 on `vdpbf16ps`); at 8 rows AMX ran 26-55 against 27-39,
+/// at 16 rows 51-67 against 38-48, at 32 rows 159-191 against 59-61 (interleaved runs).
+#[cfg(target_arch = "x86_64")]
+const AMX_MIN_ROWS: usize = 8;
+
+/// The k-pair GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero, on
+/// AMX for [`Bf16Path::Amx`] where [`has_amx`] and A has at least `AMX_MIN_ROWS` rows, else on
+/// `vdpbf16ps`; with `overwrite`,
+/// `C = A·B` without reading C (the bits adding to a zeroed C gives).
 ///
 /// # Safety
 /// The pointers address matrices of the given shapes and strides (`lda >= k`, `ldb >= n`,
@@ -158,6 +297,7 @@ pub fn without_dot<R>(f: impl FnOnce() -> R) -> R {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_bf16_dot_raw(
+    path: Bf16Path,
     m: usize,
     n: usize,
     k: usize,
@@ -170,8 +310,14 @@ pub(crate) unsafe fn gemm_bf16_dot_raw(
     overwrite: bool,
 ) {
     debug_assert!(has_vdpbf16ps());
-    // SAFETY: the caller's contract.
-    unsafe { super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite) }
+    // SAFETY: the caller's contract; AMX only where `has_amx`.
+    unsafe {
+        if path == Bf16Path::Amx && m >= AMX_MIN_ROWS && has_amx() {
+            super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+        } else {
+            super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+        }
+    }
 }
 
 /// Widen `A`/`B` to dense `f32` (in blocks of k, to bound memory) and call `gemm_f32`.

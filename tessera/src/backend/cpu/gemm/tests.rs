@@ -274,7 +274,7 @@ fn bf16_vec(rng: &mut Rng, len: usize) -> Vec<u16> {
     (0..len).map(|_| bf16::f32_to_bf16(rng.f32())).collect()
 }
 
-fn check_bf16(native: bool, m: usize, n: usize, k: usize, pad: usize, seed: u64) {
+fn check_bf16(native: Bf16Path, m: usize, n: usize, k: usize, pad: usize, seed: u64) {
     let mut rng = Rng(seed);
     let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
     let a = bf16_vec(&mut rng, if m * k == 0 { 0 } else { (m - 1) * lda + k });
@@ -304,14 +304,14 @@ fn check_bf16(native: bool, m: usize, n: usize, k: usize, pad: usize, seed: u64)
     if max_abs > 0.0 {
         assert!(
             max_err / max_abs < 1e-6,
-            "bf16 native={native} m={m} n={n} k={k}: {}",
+            "bf16 {native:?} m={m} n={n} k={k}: {}",
             max_err / max_abs
         );
     }
     if m * n >= 64 && max_ref > 0.0 {
         assert!(
             max_err / max_ref < 1e-5,
-            "bf16 native={native} m={m} n={n} k={k}: {}",
+            "bf16 {native:?} m={m} n={n} k={k}: {}",
             max_err / max_ref
         );
     }
@@ -321,7 +321,7 @@ fn check_bf16(native: bool, m: usize, n: usize, k: usize, pad: usize, seed: u64)
 fn bf16_random_sizes() {
     let sizes = [0usize, 1, 7, 17, 33, 128, 129];
     let mut seed = 1000;
-    for native in [false, true] {
+    for native in [Bf16Path::Widen, Bf16Path::Dot, Bf16Path::Amx] {
         for &m in &sizes {
             for &n in &sizes {
                 for &k in &[0usize, 1, 2, 7, 64, 129, 300] {
@@ -550,6 +550,7 @@ fn bf16_overwrite_is_zeroed_accumulate() {
             // SAFETY: the slices hold the described matrices; the CPU has AVX-512 BF16.
             unsafe {
                 gemm_bf16_dot_raw(
+                    Bf16Path::Dot,
                     m,
                     n,
                     k,
@@ -620,6 +621,7 @@ fn bf16_a_in_place_matches_packed_bit_for_bit() {
             // CPU has AVX-512 BF16.
             unsafe {
                 gemm_bf16_dot_raw(
+                    Bf16Path::Dot,
                     rows.len(),
                     n,
                     k,
@@ -654,12 +656,14 @@ fn bf16_dot_reads_subnormal_inputs_as_zero() {
     // 2^-133 (the smallest positive bf16 subnormal) times 2^100: 2^-33, a normal f32.
     let (a, b) = ([0x0001u16, 0], [0x7180u16, 0]);
     let mut widened = [0.0f32];
-    bf16::gemm_bf16_impl(false, 1, 1, 2, &a, 2, &b, 1, &mut widened, 1);
+    bf16::gemm_bf16_impl(Bf16Path::Widen, 1, 1, 2, &a, 2, &b, 1, &mut widened, 1);
     assert_eq!(widened[0], 2f32.powi(-33));
-    let mut dot = [0.0f32];
-    bf16::gemm_bf16_impl(true, 1, 1, 2, &a, 2, &b, 1, &mut dot, 1);
-    let want = if has_vdpbf16ps() { 0.0 } else { 2f32.powi(-33) };
-    assert_eq!(dot[0], want);
+    for path in [Bf16Path::Dot, Bf16Path::Amx] {
+        let mut dot = [0.0f32];
+        bf16::gemm_bf16_impl(path, 1, 1, 2, &a, 2, &b, 1, &mut dot, 1);
+        let want = if has_vdpbf16ps() { 0.0 } else { 2f32.powi(-33) };
+        assert_eq!(dot[0], want, "{path:?}");
+    }
 }
 
 /// The AVX-512 micro-kernel fetches its C tile and the next tile's into L1 once, at the
@@ -710,4 +714,224 @@ fn c_fetch_points_keep_the_in_order_chain() {
             }
         }
     }
+}
+
+/// The AMX GEMM itself for [`Bf16Path::Amx`] (whatever the rows: [`gemm_bf16_dot_raw`] sends
+/// fewer than `AMX_MIN_ROWS` to `vdpbf16ps`), else `vdpbf16ps`.
+///
+/// # Safety
+/// As [`gemm_bf16_dot_raw`]'s, and [`has_amx`] for `Amx`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pairwise_raw(
+    path: Bf16Path,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const u16,
+    lda: usize,
+    b: *const u16,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if path == Bf16Path::Amx {
+            super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+        } else {
+            gemm_bf16_dot_raw(path, m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+        }
+    }
+}
+
+/// Runs [`Bf16Path`] `path` on `(m, n, k)` with strides padded by `pad` (C too, its padding
+/// checked untouched), adding to random C or (`overwrite`) writing over NaN garbage, and
+/// checks every element against the f64 reference of the bf16 inputs within the k-pair bound
+/// `(k + 2)·ε_f32·(Σ|a·b| + |c|)`. Returns C.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn check_pairwise(
+    path: Bf16Path,
+    (m, n, k): (usize, usize, usize),
+    pad: usize,
+    overwrite: bool,
+    rng: &mut Rng,
+    what: &str,
+) -> Vec<f32> {
+    let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+    let a = bf16_vec(rng, (m - 1) * lda + k);
+    let b = bf16_vec(rng, (k - 1) * ldb + n);
+    let mut c0 = rng.vec(m * ldc);
+    if overwrite {
+        for x in c0.iter_mut().step_by(3) {
+            *x = f32::NAN;
+        }
+    }
+    let mut c = c0.clone();
+    // SAFETY: the slices hold the described matrices; the CPU has AVX-512 BF16 and, for
+    // `Amx`, AMX (callers check).
+    unsafe {
+        pairwise_raw(
+            path,
+            m,
+            n,
+            k,
+            a.as_ptr(),
+            lda,
+            b.as_ptr(),
+            ldb,
+            c.as_mut_ptr(),
+            ldc,
+            overwrite,
+        )
+    };
+    let af: Vec<f32> = a.iter().map(|&x| bf16_to_f32(x)).collect();
+    let bf: Vec<f32> = b.iter().map(|&x| bf16_to_f32(x)).collect();
+    let mut base = c0.clone();
+    if overwrite {
+        for i in 0..m {
+            base[i * ldc..i * ldc + n].fill(0.0);
+        }
+    }
+    let r = reference(m, n, k, &af, lda, &bf, ldb, &base, ldc);
+    for i in 0..m {
+        for j in 0..ldc {
+            let idx = i * ldc + j;
+            if j >= n {
+                assert_eq!(
+                    c[idx].to_bits(),
+                    c0[idx].to_bits(),
+                    "{what}: padding clobbered"
+                );
+                continue;
+            }
+            let s: f64 = (0..k)
+                .map(|p| (af[i * lda + p] as f64 * bf[p * ldb + j] as f64).abs())
+                .sum::<f64>()
+                + (base[idx] as f64).abs();
+            let err = (c[idx] as f64 - r[idx]).abs();
+            assert!(
+                err <= (k + 2) as f64 * f32::EPSILON as f64 * s,
+                "{what} {path:?} {m}x{n}x{k} pad {pad} overwrite {overwrite}: ({i},{j}) {} vs {}",
+                c[idx],
+                r[idx]
+            );
+        }
+    }
+    c
+}
+
+/// The AMX GEMM against the f64 reference on fresh random bf16 inputs (the seed is in every
+/// failure message), every combination of M, N, K in {1, 15, 16, 17, 31, 33, 100, 257} (one
+/// tile and its edges, one and several 32×32 blocks, partial k-tiles), and shapes across its
+/// blocks (`MC` = 128 rows, `NC` = 1024 columns, `KC` = 512 of k, uneven last blocks), adding
+/// to C and overwriting it; `overwrite` gives the bits of accumulating into a zeroed C; and
+/// the `vdpbf16ps` path agrees within the bound. Says so and does not run on a CPU (or OS)
+/// without AMX.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn amx_bf16_matches_f64_reference_on_every_edge() {
+    if !has_amx() {
+        println!("skipped: no AMX");
+        return;
+    }
+    let seed = crate::backend::cpu::clock_seed();
+    let mut rng = Rng(seed);
+    let what = format!("seed {seed}");
+    let dims = [1usize, 15, 16, 17, 31, 33, 100, 257];
+    let mut shapes = Vec::new();
+    for &m in &dims {
+        for &n in &dims {
+            for &k in &dims {
+                shapes.push((m, n, k));
+            }
+        }
+    }
+    shapes.extend([
+        (130, 1030, 1100),
+        (257, 33, 1025),
+        (33, 2100, 64),
+        (300, 64, 513),
+    ]);
+    for (t, &(m, n, k)) in shapes.iter().enumerate() {
+        let pad = t % 3;
+        let overwrite = t % 2 == 1;
+        let s = rng.0;
+        let c = check_pairwise(Bf16Path::Amx, (m, n, k), pad, overwrite, &mut rng, &what);
+        // The same inputs on `vdpbf16ps`, within the bound of the f64 reference.
+        let mut again = Rng(s);
+        let d = check_pairwise(Bf16Path::Dot, (m, n, k), pad, overwrite, &mut again, &what);
+        assert_eq!(c.len(), d.len());
+        if overwrite {
+            // Overwriting gives the bits of accumulating into a zeroed C.
+            let mut again = Rng(s);
+            let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+            let a = bf16_vec(&mut again, (m - 1) * lda + k);
+            let b = bf16_vec(&mut again, (k - 1) * ldb + n);
+            let mut z = vec![0.0f32; m * ldc];
+            // SAFETY: the slices hold the described matrices; the CPU has AMX.
+            unsafe {
+                pairwise_raw(
+                    Bf16Path::Amx,
+                    m,
+                    n,
+                    k,
+                    a.as_ptr(),
+                    lda,
+                    b.as_ptr(),
+                    ldb,
+                    z.as_mut_ptr(),
+                    ldc,
+                    false,
+                )
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    let idx = i * ldc + j;
+                    assert_eq!(
+                        c[idx].to_bits(),
+                        z[idx].to_bits(),
+                        "{what} {m}x{n}x{k}: overwrite differs at ({i},{j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Two threads run AMX GEMMs at once (each loads its own tile configuration and releases it):
+/// each result within the bound of the f64 reference, fresh random inputs.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn amx_bf16_two_threads() {
+    if !has_amx() {
+        println!("skipped: no AMX");
+        return;
+    }
+    let seed = crate::backend::cpu::clock_seed();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            s.spawn(move || {
+                let mut rng = Rng(seed + t);
+                let what = format!("seed {} thread {t}", seed + t);
+                for &(m, n, k) in &[
+                    (257, 100, 300),
+                    (64, 64, 1030),
+                    (17, 300, 33),
+                    (100, 257, 16),
+                ] {
+                    check_pairwise(
+                        Bf16Path::Amx,
+                        (m, n, k),
+                        t as usize,
+                        t == 1,
+                        &mut rng,
+                        &what,
+                    );
+                }
+            });
+        }
+    });
 }

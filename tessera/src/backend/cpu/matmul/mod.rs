@@ -9,8 +9,9 @@
 //! launch, exactly as a load widens them); only the epilogue runs op by op.
 //!
 //! bf16 operands of a `fast` kernel (the default policy) on a thread where
-//! [`gemm::dot_enabled`] (AVX-512 BF16 CPU, AVX-512 level) are not widened: the product runs
-//! on `vdpbf16ps` (as [`gemm::gemm_bf16`] does), which adds two products of consecutive k per step, so
+//! [`gemm::dot_enabled`] (AMX or AVX-512 BF16 CPU, AVX-512 level: [`gemm::bf16_path`]) are not
+//! widened: the product runs on AMX tiles or `vdpbf16ps` (as [`gemm::gemm_bf16`] does), which
+//! add two products of consecutive k per step, so
 //! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|` for
 //! inputs and partial sums outside the subnormal range: the instruction reads subnormal bf16
 //! inputs as zero and flushes subnormal results to ±0); [`dot_launches`] counts those
@@ -74,6 +75,8 @@ pub(crate) struct Operands<'a> {
     a: Cow<'a, [f32]>,
     b: Cow<'a, [f32]>,
     bf16: Option<(&'a [u16], &'a [u16])>,
+    /// The launching thread's [`gemm::bf16_path`] for `bf16` (AMX or `vdpbf16ps`).
+    path: gemm::Bf16Path,
     m: usize,
     k: usize,
     n: usize,
@@ -86,7 +89,8 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
     let (m, k, n) = dims(lp, args)?;
     let (a, b) = (&args[lp.pa], &args[lp.pb]);
     LAUNCHES.with(|c| c.set(c.get() + 1));
-    if lp.pairwise && gemm::dot_enabled() {
+    let path = gemm::bf16_path();
+    if lp.pairwise && path != gemm::Bf16Path::Widen {
         DOT_LAUNCHES.with(|c| c.set(c.get() + 1));
         // SAFETY: bf16 buffers of at least `m × k` and `k × n` elements (checked above),
         // aligned to 2 bytes, not written during the launch.
@@ -100,6 +104,7 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
             a: Cow::Borrowed(&[]),
             b: Cow::Borrowed(&[]),
             bf16: Some((a16, b16)),
+            path,
             m,
             k,
             n,
@@ -107,6 +112,7 @@ pub(crate) fn operands<'a>(lp: &KLoop, args: &'a [Buffer]) -> Option<Operands<'a
     }
     Some(Operands {
         bf16: None,
+        path,
         a: widen(a, m * k),
         b: widen(b, k * n),
         m,
@@ -231,6 +237,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
             #[cfg(target_arch = "x86_64")]
             if let Some((a16, b16)) = ops.bf16 {
                 gemm::gemm_bf16_dot_raw(
+                    ops.path,
                     r1 - r0,
                     c1 - c0,
                     k,
@@ -301,10 +308,10 @@ pub(crate) fn block(lp: &KLoop, ops: &Operands, acc: &mut [f32], at: [i64; 4]) {
     }
     let (tr, tc) = ((r0 as i64 - row) as usize, (c0 as i64 - col) as usize);
     if let Some((a16, b16)) = ops.bf16 {
-        // `ops.bf16` is the launching thread's decision for `vdpbf16ps`: this block may run
-        // on another thread.
+        // `ops.path` is the launching thread's decision (AMX or `vdpbf16ps`): this block may
+        // run on another thread.
         gemm::gemm_bf16_impl(
-            true,
+            ops.path,
             r1 - r0,
             c1 - c0,
             k1 - k0,
