@@ -9,7 +9,8 @@ use tessera_ir::DType;
 /// On one thread, outputs of at least 3/8 of the last-level cache take non-temporal stores
 /// (measured on a 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB,
 /// non-temporal ones faster at 16 MiB, where input and output no longer fit the cache
-/// together); see [`streamed`] for two or more threads.
+/// together); see [`streamed`] for two or more threads, and [`wanted_at_any_thread_count`]
+/// for the softmax row loop's f32 outputs, which one thread streams from 12 MiB at most.
 fn nt_bytes() -> usize {
     crate::backend::cpu::cache::last_level_bytes() / 8 * 3
 }
@@ -117,8 +118,9 @@ pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
 const ONE_THREAD_NT_MAX: usize = 12 << 20;
 
 /// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):
-/// from [`nt_bytes`] whatever the thread count, as [`wanted_at_any_thread_count`] an f32
-/// one, at the AVX-512 level (the loop that streams them).
+/// from [`nt_bytes`] whatever the thread count (as [`wanted_at_any_thread_count`] an f32
+/// one on two or more threads; one thread's cap at [`ONE_THREAD_NT_MAX`] is for f32 outputs
+/// only, bf16 ones unmeasured), at the AVX-512 level (the loop that streams them).
 pub(crate) fn wanted_bf16_at_any_thread_count(out: &Buffer) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
