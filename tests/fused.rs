@@ -1097,7 +1097,12 @@ fn ragged_transpose_bits() {
 /// with `N` a multiple of the cache line takes the non-temporal branch with no full block
 /// (its passes all masked edge blocks), `N + 1` or `N + 17` the plain one; a `[1, N]` source
 /// is split in column bands on two threads, each one row of masked 16 × 16 / 32 × 32 edge
-/// blocks. The interpreter's bits (a bf16 NaN made quiet as it does).
+/// blocks. The interpreter's bits (a bf16 NaN made quiet as it does). Each launch follows a
+/// freed block of its output's size filled with a NaN no input holds, alone in the host cache
+/// (`host_cache::release` first), so an output of 1 MiB or more takes it (a smaller one may
+/// get it back from the system allocator): the cache hands back its oldest block of a size,
+/// and the launches before transposed the same source, so without this an element left
+/// unwritten (a band skipped on two threads) could read back their correct value.
 #[test]
 fn one_wide_transposes_of_a_mebibyte_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
@@ -1121,9 +1126,13 @@ fn one_wide_transposes_of_a_mebibyte_match_the_interpreter_bit_for_bit() {
                 on_threads(threads, || {
                     let tag = format!("[{r}, {c}] {threads}T");
                     direct_same_bits(&format!("transpose {tag}"), t, false, || {
+                        tessera::host_cache::release();
+                        drop(Tensor::<f32>::full(&[c, r], f32::from_bits(0x7FC0_0BAD)).unwrap());
                         transpose_f32(&x).unwrap()
                     });
                     direct_same_bits(&format!("transpose bf16 {tag}"), t, false, || {
+                        tessera::host_cache::release();
+                        drop(Tensor::<bf16>::full(&[c, r], bf16::from_bits(0x7FDB)).unwrap());
                         transpose_bf16(&xb).unwrap()
                     });
                 });

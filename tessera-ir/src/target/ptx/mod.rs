@@ -60,7 +60,7 @@ pub fn emit(k: &Kernel, s: &Schedule, arch: Arch) -> Result<PtxKernel, EmitError
     // A CPU-only schedule (a tile past the PTX limit) never reaches a GPU.
     crate::schedule::verify(s).map_err(|e| EmitError {
         kernel: k.name.clone(),
-        message: format!("{s} is not a PTX schedule: {}", e.join("; ")),
+        message: format!("`{s}` is not a PTX schedule: {}", e.join("; ")),
     })?;
     supports(k, arch)?;
     if let Some(p) = gemm::emit(k, s, arch)? {

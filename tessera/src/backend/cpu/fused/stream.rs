@@ -9,7 +9,9 @@ use tessera_ir::DType;
 /// On one thread, outputs of at least 3/8 of the last-level cache take non-temporal stores
 /// (measured on a 32 MiB L3: plain stores faster up to 8 MiB outputs, even at 12 MiB,
 /// non-temporal ones faster at 16 MiB, where input and output no longer fit the cache
-/// together); see [`streamed`] for two or more threads. The cache is the one the process can
+/// together); see [`streamed`] for two or more threads, and [`wanted_at_any_thread_count`]
+/// for the softmax row loop's f32 outputs, which one thread streams from 12 MiB at most. The
+/// cache is the one the process can
 /// count on ([`crate::backend::cpu::cache::last_level_bytes`]): on a 2-vCPU guest shown its
 /// host's 300 MiB L3 that is 32 MiB, so 12 MiB here too, where 3/8 of 300 MiB (112 MiB)
 /// left a 64 MiB rmsnorm output to plain stores at 7.5 GB/s against 13.0 streamed at 128 MiB
@@ -135,8 +137,9 @@ pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
 const ONE_THREAD_NT_MAX: usize = 12 << 20;
 
 /// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):
-/// from [`nt_bytes`] whatever the thread count, as [`wanted_at_any_thread_count`] an f32
-/// one, at the AVX-512 level (the loop that streams them).
+/// from [`nt_bytes`] whatever the thread count (as [`wanted_at_any_thread_count`] an f32
+/// one on two or more threads; one thread's cap at [`ONE_THREAD_NT_MAX`] is for f32 outputs
+/// only, bf16 ones unmeasured), at the AVX-512 level (the loop that streams them).
 pub(crate) fn wanted_bf16_at_any_thread_count(out: &Buffer) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
