@@ -160,6 +160,15 @@ fn bf16_matmul_every_level() {
         simd::force(Some(level)).unwrap();
         let dot = pairwise && level >= SimdLevel::Avx512;
         assert_eq!(gemm::dot_enabled(), dot, "{level:?}");
+        // Which k-pair path: AMX first where usable (`dot_enabled` is true on either).
+        let want = if !dot {
+            gemm::Bf16Path::Widen
+        } else if gemm::has_amx() {
+            gemm::Bf16Path::Amx
+        } else {
+            gemm::Bf16Path::Dot
+        };
+        assert_eq!(gemm::bf16_path(), want, "{level:?}");
         run_shapes(&format!("{level:?}"), dot, seed);
         if has && level >= SimdLevel::Avx512 {
             // Each k-pair path the CPU has, forced (the launches' decision).
