@@ -160,6 +160,15 @@ fn bf16_matmul_every_level() {
         simd::force(Some(level)).unwrap();
         let dot = pairwise && level >= SimdLevel::Avx512;
         assert_eq!(gemm::dot_enabled(), dot, "{level:?}");
+        // Which k-pair path: AMX first where usable (`dot_enabled` is true on either).
+        let want = if !dot {
+            gemm::Bf16Path::Widen
+        } else if gemm::has_amx() {
+            gemm::Bf16Path::Amx
+        } else {
+            gemm::Bf16Path::Dot
+        };
+        assert_eq!(gemm::bf16_path(), want, "{level:?}");
         run_shapes(&format!("{level:?}"), dot, seed);
         if has && level >= SimdLevel::Avx512 {
             // Each k-pair path the CPU has, forced (the launches' decision).
@@ -182,4 +191,44 @@ fn bf16_matmul_every_level() {
         }
     }
     simd::force(None).unwrap();
+}
+
+/// A `fast` bf16 product that `matmul::whole` splits into row strips on two threads (`m > n`:
+/// 50 rows in strips of 48 and 2, k = 300 past its one-job size), the last strip shorter than
+/// AMX's least rows: the same bits on one thread and two on each k-pair path the CPU has
+/// (AMX and `vdpbf16ps` round differently, so a strip on the other path would differ), and
+/// within the k-pair bound of the f64 reference. Fresh random inputs (the seed is in the
+/// message).
+#[test]
+fn bf16_row_strips_same_bits_on_one_and_two_threads() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let (m, k, n) = (50, 300, 40);
+    let a = Tensor::<bf16>::randn(&[m, k], seed);
+    let b = Tensor::<bf16>::randn(&[k, n], seed + 1);
+    let (af, bf) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+    for path in [gemm::Bf16Path::Amx, gemm::Bf16Path::Dot] {
+        let run = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| {
+                    gemm::with_bf16_path(path, || tessera_kernels::matmul_bf16_f32(&a, &b)).unwrap()
+                })
+        };
+        let (one, two) = (run(1), run(2));
+        let name = format!("{path:?} seed {seed}");
+        if gemm::has_vdpbf16ps() {
+            check(&name, &one.to_f64_vec().unwrap(), &af, &bf, (m, k, n));
+        }
+        let (x, y) = (bits(&one), bits(&two));
+        let diff = x.iter().zip(&y).position(|(p, q)| p != q);
+        assert_eq!(
+            diff, None,
+            "{name}: one thread and two differ at element {diff:?}"
+        );
+    }
 }

@@ -107,7 +107,7 @@ pub(crate) fn gemm_bf16_impl(
         // SAFETY: bounds checked by `check_args`; the path is supported (`clamp`).
         unsafe {
             gemm_bf16_dot_raw(
-                path,
+                pair_path(path, m),
                 m,
                 n,
                 k,
@@ -283,12 +283,26 @@ pub fn without_dot<R>(f: impl FnOnce() -> R) -> R {
 /// 4.5-4.8 GFLOP/s on AMX against 7.1 on `vdpbf16ps`); at 8 rows AMX ran 26-55 against 27-39,
 /// at 16 rows 51-67 against 38-48, at 32 rows 159-191 against 59-61 (interleaved runs).
 #[cfg(target_arch = "x86_64")]
-const AMX_MIN_ROWS: usize = 8;
+pub(super) const AMX_MIN_ROWS: usize = 8;
+
+/// The k-pair path for a product of `m` rows of A on `path`: [`Bf16Path::Amx`] with fewer
+/// than `AMX_MIN_ROWS` rows is [`Bf16Path::Dot`]. A product split into row strips decides it
+/// on all its rows (`matmul::whole`), not on each strip's: AMX and `vdpbf16ps` round
+/// differently, so a short last strip on the other path would make the bits depend on the
+/// thread count.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn pair_path(path: Bf16Path, m: usize) -> Bf16Path {
+    if path == Bf16Path::Amx && m < AMX_MIN_ROWS {
+        Bf16Path::Dot
+    } else {
+        path
+    }
+}
 
 /// The k-pair GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero, on
-/// AMX for [`Bf16Path::Amx`] where [`has_amx`] and A has at least `AMX_MIN_ROWS` rows, else on
-/// `vdpbf16ps`; with `overwrite`,
-/// `C = A·B` without reading C (the bits adding to a zeroed C gives).
+/// AMX for [`Bf16Path::Amx`] where [`has_amx`] (whatever the rows: callers apply
+/// [`pair_path`]), else on `vdpbf16ps`; with `overwrite`, `C = A·B` without reading C (the
+/// bits adding to a zeroed C gives).
 ///
 /// # Safety
 /// The pointers address matrices of the given shapes and strides (`lda >= k`, `ldb >= n`,
@@ -312,7 +326,7 @@ pub(crate) unsafe fn gemm_bf16_dot_raw(
     debug_assert!(has_vdpbf16ps());
     // SAFETY: the caller's contract; AMX only where `has_amx`.
     unsafe {
-        if path == Bf16Path::Amx && m >= AMX_MIN_ROWS && has_amx() {
+        if path == Bf16Path::Amx && has_amx() {
             super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
         } else {
             super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)

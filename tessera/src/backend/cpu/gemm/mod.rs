@@ -35,13 +35,13 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use bf16::gemm_bf16_dot_raw;
 pub(crate) use bf16::gemm_bf16_impl;
 pub use bf16::{
     Bf16Path, bf16_path, bf16_to_f32, dot_enabled, f32_to_bf16, gemm_bf16, has_amx, has_vdpbf16ps,
     prefers_vdpbf16ps, with_bf16_path, without_dot,
 };
+#[cfg(target_arch = "x86_64")]
+pub(crate) use bf16::{gemm_bf16_dot_raw, pair_path};
 
 /// Instruction-set level picked at runtime for the micro-kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -935,3 +935,54 @@ fn amx_bf16_two_threads() {
         }
     });
 }
+
+/// Which calls reach the AMX GEMM (`x86::amx::CALLS`, this thread's count): [`gemm_bf16`] on
+/// a forced [`Bf16Path::Amx`] from `AMX_MIN_ROWS` rows (and `gemm_bf16_dot_raw` on `Amx`, as
+/// `matmul::whole` calls it), not below that nor on [`Bf16Path::Dot`] or [`Bf16Path::Widen`]. The
+/// `vdpbf16ps` path's results are within the same bound as AMX's, so the reference tests
+/// alone pass with a dispatch that never takes AMX; this one does not. Says so and does not
+/// run without AMX.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn amx_is_reached_from_the_bf16_entry_points() {
+    if !has_amx() {
+        println!("skipped: no AMX");
+        return;
+    }
+    let min = bf16::AMX_MIN_ROWS;
+    let (k, n) = (70, 40);
+    let mut rng = Rng(crate::backend::cpu::clock_seed());
+    let a = bf16_vec(&mut rng, min * k);
+    let b = bf16_vec(&mut rng, k * n);
+    let mut c = vec![0.0f32; min * n];
+    let calls = || super::x86::amx::CALLS.with(|c| c.get());
+    let mut reached = |path: Bf16Path, m: usize| {
+        let before = calls();
+        with_bf16_path(path, || {
+            gemm_bf16(m, n, k, &a, k, &b, n, &mut c, n);
+        });
+        calls() - before
+    };
+    assert_eq!(reached(Bf16Path::Amx, min), 1, "Amx, {min} rows");
+    assert_eq!(reached(Bf16Path::Amx, min - 1), 0, "Amx, {} rows", min - 1);
+    assert_eq!(reached(Bf16Path::Dot, min), 0, "Dot");
+    assert_eq!(reached(Bf16Path::Widen, min), 0, "Widen");
+    let before = calls();
+    // SAFETY: the slices hold the described matrices; the CPU has AMX (so AVX-512 BF16).
+    unsafe {
+        gemm_bf16_dot_raw(
+            Bf16Path::Amx,
+            min,
+            n,
+            k,
+            a.as_ptr(),
+            k,
+            b.as_ptr(),
+            n,
+            c.as_mut_ptr(),
+            n,
+            true,
+        )
+    };
+    assert_eq!(calls() - before, 1, "gemm_bf16_dot_raw");
+}

@@ -213,6 +213,10 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let step = len.div_ceil(jobs).div_ceil(align) * align;
     let c = SendPtr(out.ptr as *mut f32);
     let isa = gemm::active_isa();
+    // The k-pair path from all m rows, not a strip's: a short last row strip on `vdpbf16ps`
+    // beside AMX strips would round differently from the same rows on one thread.
+    #[cfg(target_arch = "x86_64")]
+    let path = gemm::pair_path(ops.path, m);
     let strip = |s: usize| {
         let (lo, hi) = (s * step, ((s + 1) * step).min(len));
         let ((r0, r1), (c0, c1)) = if by_cols {
@@ -237,7 +241,7 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
             #[cfg(target_arch = "x86_64")]
             if let Some((a16, b16)) = ops.bf16 {
                 gemm::gemm_bf16_dot_raw(
-                    ops.path,
+                    path,
                     r1 - r0,
                     c1 - c0,
                     k,

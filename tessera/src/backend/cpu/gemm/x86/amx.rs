@@ -37,6 +37,12 @@ const MC: usize = 128;
 /// Columns of B per packed block (a multiple of 32): `KC × NC` bf16 = 1 MiB (L2).
 const NC: usize = 1024;
 
+#[cfg(test)]
+thread_local! {
+    /// How many [`gemm`] calls this thread made (tests: which paths reach AMX).
+    pub(crate) static CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// 0 = not yet detected, 1 = unusable, 2 = usable.
 static USABLE: AtomicU8 = AtomicU8::new(0);
 
@@ -276,6 +282,8 @@ pub(crate) unsafe fn gemm(
     ldc: usize,
     overwrite: bool,
 ) {
+    #[cfg(test)]
+    CALLS.with(|c| c.set(c.get() + 1));
     unsafe {
         let kblocks = k.div_ceil(KC);
         let kc_max = k.div_ceil(kblocks).div_ceil(32) * 32;
