@@ -664,42 +664,12 @@ mod tests {
             .collect()
     }
 
-    /// The interpreter's norm of one row (`body`'s portable loop): sums per chunk of `bc`
-    /// columns by `vmath::sum`, added in column order, `vmath::rsqrt`, the row narrowed.
+    /// `normpipe`'s [`reference_f32`](super::super::normpipe::tests::reference_f32), the row
+    /// narrowed to bf16.
     fn reference(xs: &[f32], bc: usize, g: &[f32], b: Option<&[f32]>, layer: bool) -> Vec<u16> {
-        let n = xs.len();
-        let nf = n as i32 as f32;
-        let mean = if layer {
-            let mut acc = 0.0f32;
-            for c0 in (0..n).step_by(bc) {
-                acc += vmath::sum(&xs[c0..(c0 + bc).min(n)]);
-            }
-            acc / nf
-        } else {
-            0.0
-        };
-        let mut ss = 0.0f32;
-        for c0 in (0..n).step_by(bc) {
-            let q: Vec<f32> = xs[c0..(c0 + bc).min(n)]
-                .iter()
-                .map(|v| {
-                    if layer {
-                        (v - mean) * (v - mean)
-                    } else {
-                        v * v
-                    }
-                })
-                .collect();
-            ss += vmath::sum(&q);
-        }
-        let mut rstd = [ss / nf + 1e-5];
-        vmath::rsqrt(&mut rstd);
-        (0..n)
-            .map(|j| {
-                let y = ((xs[j] - mean) * rstd[0]) * g[j];
-                let y = b.map_or(y, |b| y + b[j]);
-                half::bf16::from_f32(y).to_bits()
-            })
+        super::super::normpipe::tests::reference_f32(xs, bc, g, b, layer)
+            .into_iter()
+            .map(|y| half::bf16::from_f32(y).to_bits())
             .collect()
     }
 

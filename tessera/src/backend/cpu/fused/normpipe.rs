@@ -412,7 +412,7 @@ pub(crate) unsafe fn rows(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Fresh pseudo-random values (a xorshift seeded from the clock; the seed is in every
@@ -428,10 +428,17 @@ mod tests {
             .collect()
     }
 
-    /// The interpreter's norm of one row into f32 (`norm::body`'s portable loop): sums per
-    /// chunk of `bc` columns by `vmath::sum`, added in column order, `vmath::rsqrt`.
-    fn reference(xs: &[f32], bc: usize, g: &[f32], b: Option<&[f32]>, layer: bool) -> Vec<f32> {
-        use super::super::super::vmath;
+    /// The interpreter's norm of one row into f32 (`norm::body`'s portable loop): sums per chunk of
+    /// `bc` columns by `vmath::sum`, added in column order, `vmath::rsqrt`. Also `norm`'s tests'
+    /// reference (narrowed there).
+    pub(in crate::backend::cpu::fused) fn reference_f32(
+        xs: &[f32],
+        bc: usize,
+        g: &[f32],
+        b: Option<&[f32]>,
+        layer: bool,
+    ) -> Vec<f32> {
+        use crate::backend::cpu::vmath;
         let n = xs.len();
         let nf = n as i32 as f32;
         let mean = if layer {
@@ -560,7 +567,7 @@ mod tests {
                                 }
                             }
                             for r in 0..rows {
-                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
+                                let want = reference_f32(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
                                 let got = &ob[r * n..(r + 1) * n];
                                 if let Some(j) =
                                     (0..n).find(|&j| got[j].to_bits() != want[j].to_bits())
