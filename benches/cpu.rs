@@ -626,7 +626,8 @@ fn summary_memory(rows: &mut Vec<Row>) {
         // `→ reused out` rows at `[4096, 1024]` and beyond the LLC.
         let reuse = (r, c) == (4096, 1024) || 4 * r * c > last_level_bytes();
         let cases = summary_cases(r, c);
-        let l2 = if l3_resident(r, c) {
+        let only = only();
+        let l2 = if l3_resident(r, c) && only.is_none() {
             in_l2(&cases, r, c, &pool(1))
         } else {
             Vec::new()
@@ -634,6 +635,12 @@ fn summary_memory(rows: &mut Vec<Row>) {
         for t in THREADS {
             let p = pool(t);
             for (i, case) in cases.iter().enumerate() {
+                if only
+                    .as_ref()
+                    .is_some_and(|o| !case.name.contains(o.as_str()))
+                {
+                    continue;
+                }
                 // One yardstick per row, allocated once and timed in windows alternating
                 // with the kernel's (and the `→ reused out` launch's).
                 let mut copy = memcpy(case.bytes / 2, t);
@@ -962,7 +969,31 @@ fn quick() -> bool {
     std::env::var_os("TESSERA_BENCH_QUICK").is_some()
 }
 
+/// `TESSERA_BENCH_ONLY=NAME`: the summary's memory-bound rows whose kernel name contains
+/// `NAME` only (no criterion, launch or GEMM rows, no arithmetic ceiling), printed and not
+/// written to `docs/`: one kernel's rows timed the summary's way, e.g.
+/// `TESSERA_BENCH_ONLY=depthwise cargo bench --bench cpu` (an empty `NAME` keeps every
+/// memory-bound row, in the summary's order). What it showed first (dw18, 2026-11-27
+/// 23:30–23:38 UTC, `chrt -f 50`, load 7–11 from other jobs' builds): the quiet table's
+/// depthwise `[4096, 1024]` one thread 0.94 fresh / 0.54 `→ reused out` is no property of
+/// the reused launch. Both launches take the same path (`depthwise::run` → `dwtaps`,
+/// streaming stores: a 14.7 MB output on one thread), the kept output faults no pages
+/// (`cpu_profile depthwise 4096 1024 200 --pool --into`: 0.0 per launch, 1237–1266 µs
+/// against 1254 fresh);
+/// alone the two rows read 1.03 / 1.03, after every other memory-bound row (an empty
+/// `NAME`) 1.06 / 1.04 in one run and 0.67 / 0.47 in another, with `p` (the transposes
+/// first) 0.79 / 0.85, `t` 1.08 / 1.06, `e` 0.82 / 0.83: a run's windows, not the output.
+fn only() -> Option<String> {
+    std::env::var("TESSERA_BENCH_ONLY").ok()
+}
+
 fn main() {
+    if only().is_some() {
+        let mut rows = Vec::new();
+        summary_memory(&mut rows);
+        println!("\n{}", table(&rows));
+        return;
+    }
     if !quick() {
         let mut c = Criterion::default().configure_from_args();
         criterion_benches(&mut c);
