@@ -15,7 +15,8 @@
 //! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|` for
 //! inputs and partial sums outside the subnormal range: the instruction reads subnormal bf16
 //! inputs as zero and flushes subnormal results to ±0); [`dot_launches`] counts those
-//! launches.
+//! launches. Products of fewer rows than AMX takes (`gemm::pair_path`) on an AMX CPU are
+//! widened as B is streamed instead (one FMA per k: the interpreter's bits, within that bound).
 //!
 //! Every other result is bit for bit the interpreter's: `dot` adds products one FMA at a time
 //! in increasing k, and so does every f32 micro-kernel, whatever the blocking; lanes of padded
