@@ -22,7 +22,8 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// `C (m×n, f32, row stride ldc) += A (m×k) · B (k×n)` where `A` and `B` hold
 /// bf16 bit patterns (`u16`), row-major with strides `lda` / `ldb`.
 ///
-/// Products are accumulated in `f32`, on this thread's [`bf16_path`]: AMX and `vdpbf16ps`
+/// Products are accumulated in `f32`, on this thread's [`bf16_path`] (for AMX, fewer rows
+/// than it takes are widened as on [`Bf16Path::Widen`]: `pair_path`): AMX and `vdpbf16ps`
 /// add the products of k-pairs (two products per step, which, per the ISA, treats bf16
 /// denormal inputs as zero; not the one-FMA-per-k order of [`super::gemm_f32`]); the
 /// widening path widens `A` and `B` to `f32` in blocks of k and uses [`super::gemm_f32`].
@@ -54,7 +55,8 @@ pub fn gemm_bf16(
 ///    → AMX): 1024: 57-80 → 256-787 (bimodal: 256-290 in some rounds, 670-787 in others, the
 ///    f32 `matmul` 85-105 throughout); 256: 64-77 → 363-682; 512: 65-71 → 317-338; 2048:
 ///    60-66 → 234-626; `[64, 4096]·[4096, 4096]`: 54-61 → 121-251; `[8, 4096]`: 27-39 →
-///    23-55; `[1, 4096]` runs `vdpbf16ps` (`AMX_MIN_ROWS`): 5.5-7.2 → 6.4-6.6. Two threads:
+///    23-55; `[1, 4096]` ran `vdpbf16ps` (`AMX_MIN_ROWS`; since gv18 fewer than 9 rows stream B
+///    widened, `x86::rows`): 5.5-7.2 → 6.4-6.6. Two threads:
 ///    1024: 120-124 → 551-595 (f32 181-185), 2048: 123-127 → 492-511, `[64, 4096]`: 74-102 →
 ///    203-582, `[1, 4096]`: 10.7-11.1 → 10.9-11.3.
 /// 2. [`Bf16Path::Dot`]: AVX-512 BF16 (`vdpbf16ps`), only where it is faster than widening and

@@ -203,6 +203,20 @@ pub(crate) unsafe fn gemm_f32_raw(
     }
 }
 
+/// Whether an f32 product of `m` rows on [`active_isa`] takes the streamed few-row path
+/// (`x86::rows`: AVX-512, `m <= 8`), as do bf16 ones widened there (`pair_path`).
+pub(crate) fn streams_rows(m: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        active_isa() == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = m;
+        false
+    }
+}
+
 /// Downgrade `isa` to the best level the running CPU actually supports.
 fn clamp_isa(isa: Isa) -> Isa {
     let best = detected_isa();
