@@ -232,3 +232,43 @@ fn bf16_row_strips_same_bits_on_one_and_two_threads() {
         );
     }
 }
+
+/// Few-row `fast` bf16 products (1, 5 and 8 rows: the streamed, widened path on an AMX CPU,
+/// `vdpbf16ps` on AMD) split into two column strips on two threads (k·n past the one-job
+/// size, columns not a multiple of the strips' 32): the same bits on one thread and two on
+/// each path the CPU has, within the k-pair bound of the f64 reference; on AMX the bits of
+/// the widening path (`gemm::without_dot`). Fresh random inputs (the seed is in the message).
+#[test]
+fn few_row_products_same_bits_on_one_and_two_threads() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    for (i, m) in [1usize, 5, 8].into_iter().enumerate() {
+        // k·n past `matmul::whole`'s least for splitting a few-row product.
+        let (k, n) = (300, 2001);
+        let s = seed + 2 * i as u64;
+        let a = Tensor::<bf16>::randn(&[m, k], s);
+        let b = Tensor::<bf16>::randn(&[k, n], s + 1);
+        let (af, bf) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+        let on = |threads: usize, f: &(dyn Fn() -> Tensor<f32> + Sync)| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(f)
+        };
+        let widen = gemm::without_dot(|| tessera_kernels::matmul_bf16_f32(&a, &b).unwrap());
+        for path in [gemm::Bf16Path::Amx, gemm::Bf16Path::Dot] {
+            let run =
+                || gemm::with_bf16_path(path, || tessera_kernels::matmul_bf16_f32(&a, &b).unwrap());
+            let (one, two) = (on(1, &run), on(2, &run));
+            let name = format!("{path:?} m={m} seed {s}");
+            check(&name, &one.to_f64_vec().unwrap(), &af, &bf, (m, k, n));
+            assert_eq!(bits(&one), bits(&two), "{name}: one thread and two differ");
+            if path == gemm::Bf16Path::Amx && gemm::has_amx() {
+                assert_eq!(bits(&one), bits(&widen), "{name}: not the widened bits");
+            }
+        }
+    }
+}

@@ -22,7 +22,8 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 /// `C (m×n, f32, row stride ldc) += A (m×k) · B (k×n)` where `A` and `B` hold
 /// bf16 bit patterns (`u16`), row-major with strides `lda` / `ldb`.
 ///
-/// Products are accumulated in `f32`, on this thread's [`bf16_path`]: AMX and `vdpbf16ps`
+/// Products are accumulated in `f32`, on this thread's [`bf16_path`] (for AMX, fewer rows
+/// than it takes are widened as on [`Bf16Path::Widen`]: `pair_path`): AMX and `vdpbf16ps`
 /// add the products of k-pairs (two products per step, which, per the ISA, treats bf16
 /// denormal inputs as zero; not the one-FMA-per-k order of [`super::gemm_f32`]); the
 /// widening path widens `A` and `B` to `f32` in blocks of k and uses [`super::gemm_f32`].
@@ -54,7 +55,8 @@ pub fn gemm_bf16(
 ///    → AMX): 1024: 57-80 → 256-787 (bimodal: 256-290 in some rounds, 670-787 in others, the
 ///    f32 `matmul` 85-105 throughout); 256: 64-77 → 363-682; 512: 65-71 → 317-338; 2048:
 ///    60-66 → 234-626; `[64, 4096]·[4096, 4096]`: 54-61 → 121-251; `[8, 4096]`: 27-39 →
-///    23-55; `[1, 4096]` runs `vdpbf16ps` (`AMX_MIN_ROWS`): 5.5-7.2 → 6.4-6.6. Two threads:
+///    23-55; `[1, 4096]` ran `vdpbf16ps` (`AMX_MIN_ROWS`; since gv18 fewer than 9 rows stream B
+///    widened, `x86::rows`): 5.5-7.2 → 6.4-6.6. Two threads:
 ///    1024: 120-124 → 551-595 (f32 181-185), 2048: 123-127 → 492-511, `[64, 4096]`: 74-102 →
 ///    203-582, `[1, 4096]`: 10.7-11.1 → 10.9-11.3.
 /// 2. [`Bf16Path::Dot`]: AVX-512 BF16 (`vdpbf16ps`), only where it is faster than widening and
@@ -120,6 +122,28 @@ pub(crate) fn gemm_bf16_impl(
                 false,
             );
         }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if m <= super::x86::rows::ROWS_MAX
+        && super::active_isa() == super::Isa::Avx512
+        && super::x86::rows::usable()
+    {
+        // SAFETY: bounds checked by `check_args`; the CPU has what the kernel needs.
+        unsafe {
+            super::x86::rows::gemm_bf16(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+                false,
+            )
+        };
         return;
     }
     widen_fallback(m, n, k, a, lda, b, ldb, c, ldc);
@@ -277,31 +301,42 @@ pub fn without_dot<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Fewer rows of A than this run on `vdpbf16ps` on the AMX path: the AMX GEMM packs all of B
-/// into k-pair strips and computes 32 rows a tile, so a product of one row spends its time
-/// packing (`cpu_profile matmul_bf16 1 4096 20`, one thread, 2026-11-27 20:30 UTC, load 8-11:
-/// 4.5-4.8 GFLOP/s on AMX against 7.1 on `vdpbf16ps`); at 8 rows AMX ran 26-55 against 27-39,
-/// at 16 rows 51-67 against 38-48, at 32 rows 159-191 against 59-61 (interleaved runs).
+/// Fewer rows of A than this do not run on AMX on the AMX path: the AMX GEMM packs all of B
+/// into k-pair strips and computes 32 rows a tile, so a product of few rows spends its time
+/// packing. They run on `x86::rows` instead (B streamed and widened as it is read, one f32
+/// FMA per k: [`Bf16Path::Widen`]'s bits), or on `vdpbf16ps` on a CPU without it.
+/// `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile matmul_bf16 M 4096 20 --pool` (GFLOP/s), base
+/// (AMX from 8 rows, `vdpbf16ps` below) against `x86::rows`, 2026-11-27 23:30-23:33 UTC, load
+/// 8-19 on 2 vCPUs: M = 1 one thread 6.5 → 13.9, two 6.5 → 19.4; M = 2 7.0-10.9 → 35.4;
+/// M = 4 19.8-21.6 → 49.1; M = 8 19.6-22.7 → 56-77. Earlier (20:30 UTC, load 8-11): AMX
+/// against `vdpbf16ps` at 8 rows 26-55 / 27-39, at 16 rows 51-67 / 38-48, at 32 rows 159-191
+/// / 59-61.
 #[cfg(target_arch = "x86_64")]
-pub(super) const AMX_MIN_ROWS: usize = 8;
+pub(super) const AMX_MIN_ROWS: usize = super::x86::rows::ROWS_MAX + 1;
 
-/// The k-pair path for a product of `m` rows of A on `path`: [`Bf16Path::Amx`] with fewer
-/// than `AMX_MIN_ROWS` rows is [`Bf16Path::Dot`]. A product split into row strips decides it
+/// The path for a product of `m` rows of A on `path`: [`Bf16Path::Amx`] with fewer than
+/// `AMX_MIN_ROWS` rows is [`Bf16Path::Widen`] (`x86::rows`, where the CPU has AVX-512BW/VL),
+/// else [`Bf16Path::Dot`]. A product split into row strips decides it
 /// on all its rows (`matmul::whole`), not on each strip's: AMX and `vdpbf16ps` round
 /// differently, so a short last strip on the other path would make the bits depend on the
 /// thread count.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn pair_path(path: Bf16Path, m: usize) -> Bf16Path {
     if path == Bf16Path::Amx && m < AMX_MIN_ROWS {
-        Bf16Path::Dot
+        if super::x86::rows::usable() {
+            Bf16Path::Widen
+        } else {
+            Bf16Path::Dot
+        }
     } else {
         path
     }
 }
 
-/// The k-pair GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero, on
+/// The bf16 GEMM on raw pointers: `C += A·B` for bf16 `A`/`B`, every dimension non-zero, on
 /// AMX for [`Bf16Path::Amx`] where [`has_amx`] (whatever the rows: callers apply
-/// [`pair_path`]), else on `vdpbf16ps`; with `overwrite`, `C = A·B` without reading C (the
+/// [`pair_path`]), widened to f32 for [`Bf16Path::Widen`] (streamed by `x86::rows` up to its
+/// rows), else on `vdpbf16ps`; with `overwrite`, `C = A·B` without reading C (the
 /// bits adding to a zeroed C gives).
 ///
 /// # Safety
@@ -326,7 +361,21 @@ pub(crate) unsafe fn gemm_bf16_dot_raw(
     debug_assert!(has_vdpbf16ps());
     // SAFETY: the caller's contract; AMX only where `has_amx`.
     unsafe {
-        if path == Bf16Path::Amx && has_amx() {
+        if path == Bf16Path::Widen {
+            if m <= super::x86::rows::ROWS_MAX && super::x86::rows::usable() {
+                super::x86::rows::gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc, overwrite);
+            } else {
+                if overwrite {
+                    for i in 0..m {
+                        std::ptr::write_bytes(c.add(i * ldc), 0, n);
+                    }
+                }
+                let a = std::slice::from_raw_parts(a, (m - 1) * lda + k);
+                let b = std::slice::from_raw_parts(b, (k - 1) * ldb + n);
+                let c = std::slice::from_raw_parts_mut(c, (m - 1) * ldc + n);
+                widen_fallback(m, n, k, a, lda, b, ldb, c, ldc);
+            }
+        } else if path == Bf16Path::Amx && has_amx() {
             super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
         } else {
             super::x86::bf16::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)

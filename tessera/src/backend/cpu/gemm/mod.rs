@@ -13,7 +13,8 @@
 //! * x86_64 with AVX2+FMA: 6×16 kernel on `ymm` registers,
 //! * anything else: a portable kernel written in plain Rust.
 //!
-//! Products of at most two rows (`rows`) skip packing: `B` is streamed in place.
+//! Products of at most eight rows on AVX-512 (`x86::rows`), at most two elsewhere (`rows`),
+//! skip packing: `B` is streamed in place.
 //!
 //! The packing buffer lives in a `thread_local!` scratch and is reused, so a
 //! steady-state call performs no heap allocation. The module depends only on
@@ -164,6 +165,12 @@ pub(crate) unsafe fn gemm_f32_raw(
     overwrite: bool,
 ) {
     let isa = clamp_isa(isa);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable() {
+        // SAFETY: the caller's contract; the CPU has what the kernel needs (`usable`).
+        unsafe { x86::rows::gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, overwrite) };
+        return;
+    }
     if m <= rows::ROWS_MAX {
         // SAFETY: the caller's contract; the ISA is supported (`clamp_isa`).
         unsafe {
@@ -193,6 +200,20 @@ pub(crate) unsafe fn gemm_f32_raw(
                 driver::gemm::<portable::PortableKernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
             }
         }
+    }
+}
+
+/// Whether an f32 product of `m` rows on [`active_isa`] takes the streamed few-row path
+/// (`x86::rows`: AVX-512, `m <= 8`), as do bf16 ones widened there (`pair_path`).
+pub(crate) fn streams_rows(m: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        active_isa() == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = m;
+        false
     }
 }
 

@@ -650,7 +650,8 @@ fn bf16_a_in_place_matches_packed_bit_for_bit() {
 }
 
 /// As documented (`gemm_bf16`, `matmul`): `vdpbf16ps` reads a subnormal bf16 input as zero,
-/// while the widening path multiplies it exactly.
+/// while the widening path multiplies it exactly (also where [`pair_path`] sends a one-row
+/// product on the AMX path: `x86::rows`).
 #[test]
 fn bf16_dot_reads_subnormal_inputs_as_zero() {
     // 2^-133 (the smallest positive bf16 subnormal) times 2^100: 2^-33, a normal f32.
@@ -661,7 +662,12 @@ fn bf16_dot_reads_subnormal_inputs_as_zero() {
     for path in [Bf16Path::Dot, Bf16Path::Amx] {
         let mut dot = [0.0f32];
         bf16::gemm_bf16_impl(path, 1, 1, 2, &a, 2, &b, 1, &mut dot, 1);
-        let want = if has_vdpbf16ps() { 0.0 } else { 2f32.powi(-33) };
+        let widens = cfg!(target_arch = "x86_64") && pair_path(path, 1) == Bf16Path::Widen;
+        let want = if has_vdpbf16ps() && !widens {
+            0.0
+        } else {
+            2f32.powi(-33)
+        };
         assert_eq!(dot[0], want, "{path:?}");
     }
 }
@@ -985,4 +991,183 @@ fn amx_is_reached_from_the_bf16_entry_points() {
         )
     };
     assert_eq!(calls() - before, 1, "gemm_bf16_dot_raw");
+}
+
+/// The AVX-512 few-row path (`x86::rows`, `m <= ROWS_MAX`: B streamed a block of its rows at
+/// a time) on fresh random inputs (the seed is in every message): every row count, ragged
+/// columns (not multiples of 16, 32 or a chunk), k across blocks of `KB`, strided A, B and C,
+/// accumulating and overwriting, and the product split into two column strips run on two
+/// threads (as `matmul::whole` splits it). f32: bit for bit the scalar in-order FMA chain
+/// and the packed micro-kernels (`driver::gemm`), within `(k + 2)·ε` of the f64 reference,
+/// padding untouched. bf16: bit for bit the same chain on the widened operands (what
+/// `Bf16Path::Widen` computes), also through [`gemm_bf16`] on a forced [`Bf16Path::Amx`]
+/// for the rows `pair_path` sends here. Says so and does not run without AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn few_rows_stream_is_the_packed_chain() {
+    use super::x86::rows::{self as xr, KB, ROWS_MAX};
+    if detected_isa() != Isa::Avx512 || !xr::usable() {
+        println!("skipped: no AVX-512");
+        return;
+    }
+    let seed = crate::backend::cpu::clock_seed();
+    let mut rng = Rng(seed);
+    let shapes = [
+        (1, 1),
+        (15, 17),
+        (33, KB),
+        (47, KB + 1),
+        (100, 3 * KB - 1),
+        (257, 300),
+        (130, 513),
+    ];
+    for m in 1..=ROWS_MAX {
+        for &(n, k) in &shapes {
+            for overwrite in [false, true] {
+                let pad = (rng.next_u64() % 3) as usize;
+                let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+                let a = rng.vec((m - 1) * lda + k);
+                let b = rng.vec((k - 1) * ldb + n);
+                let c0 = rng.vec(m * ldc);
+                let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
+                // The scalar chain from C's value (+0.0 with `overwrite`), in increasing k.
+                let chain = |af: &[f32], bf: &[f32]| {
+                    let mut want = c0.clone();
+                    for i in 0..m {
+                        for j in 0..n {
+                            let mut v = if overwrite { 0.0 } else { c0[i * ldc + j] };
+                            for p in 0..k {
+                                v = af[i * lda + p].mul_add(bf[p * ldb + j], v);
+                            }
+                            want[i * ldc + j] = v;
+                        }
+                    }
+                    want
+                };
+                let want = chain(&a, &b);
+                // The product in two column strips on two threads (one strip when n <= 32).
+                let split = (n / 2).div_ceil(32) * 32;
+                let two = |f: &(dyn Fn(usize, usize, usize) + Sync)| {
+                    rayon::join(|| f(0, split.min(n), 0), || f(split.min(n), n, 1));
+                };
+                let mut got = c0.clone();
+                let cp = got.as_mut_ptr() as usize;
+                two(&|j0, j1, _| {
+                    if j1 > j0 {
+                        // SAFETY: the slices hold the described matrices; the strips are
+                        // disjoint columns of C; the CPU has AVX-512F/BW/VL and FMA.
+                        unsafe {
+                            xr::gemm_f32(
+                                m,
+                                j1 - j0,
+                                k,
+                                a.as_ptr(),
+                                lda,
+                                b.as_ptr().add(j0),
+                                ldb,
+                                (cp as *mut f32).add(j0),
+                                ldc,
+                                overwrite,
+                            )
+                        }
+                    }
+                });
+                let mut packed = c0.clone();
+                // SAFETY: as above; the AVX-512 micro-kernels whatever the rows.
+                unsafe {
+                    driver::gemm::<x86::Avx512Kernel>(
+                        m,
+                        n,
+                        k,
+                        a.as_ptr(),
+                        lda,
+                        b.as_ptr(),
+                        ldb,
+                        packed.as_mut_ptr(),
+                        ldc,
+                        overwrite,
+                    )
+                };
+                let same =
+                    |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same(&got, &want), "f32 {name}: not the in-order chain");
+                assert!(
+                    same(&got, &packed),
+                    "f32 {name}: not the packed kernels' bits"
+                );
+                // And through the entry point (one thread).
+                let mut entry = c0.clone();
+                raw(
+                    Isa::Avx512,
+                    (m, n, k),
+                    (&a, lda),
+                    (&b, ldb),
+                    &mut entry,
+                    ldc,
+                    overwrite,
+                );
+                assert!(same(&entry, &want), "f32 {name}: gemm_f32_raw");
+                let start: Vec<f32> = if overwrite {
+                    vec![0.0; m * ldc]
+                } else {
+                    c0.clone()
+                };
+                let r = reference(m, n, k, &a, lda, &b, ldb, &start, ldc);
+                for i in 0..m {
+                    for j in 0..ldc {
+                        let idx = i * ldc + j;
+                        if j >= n {
+                            assert_eq!(got[idx].to_bits(), c0[idx].to_bits(), "{name}: padding");
+                            continue;
+                        }
+                        let mag: f64 = (0..k)
+                            .map(|p| (a[i * lda + p] as f64 * b[p * ldb + j] as f64).abs())
+                            .sum::<f64>()
+                            + (start[idx] as f64).abs();
+                        let err = (got[idx] as f64 - r[idx]).abs();
+                        let bound = (k + 2) as f64 * f32::EPSILON as f64 * mag;
+                        assert!(
+                            err <= bound,
+                            "f32 {name}: ({i},{j}) err {err:e} > {bound:e}"
+                        );
+                    }
+                }
+                // bf16 operands, widened as they are read.
+                let a16 = bf16_vec(&mut rng, a.len());
+                let b16 = bf16_vec(&mut rng, b.len());
+                let af: Vec<f32> = a16.iter().map(|&x| bf16_to_f32(x)).collect();
+                let bf: Vec<f32> = b16.iter().map(|&x| bf16_to_f32(x)).collect();
+                let want = chain(&af, &bf);
+                let mut got = c0.clone();
+                let cp = got.as_mut_ptr() as usize;
+                two(&|j0, j1, _| {
+                    if j1 > j0 {
+                        // SAFETY: as for f32.
+                        unsafe {
+                            xr::gemm_bf16(
+                                m,
+                                j1 - j0,
+                                k,
+                                a16.as_ptr(),
+                                lda,
+                                b16.as_ptr().add(j0),
+                                ldb,
+                                (cp as *mut f32).add(j0),
+                                ldc,
+                                overwrite,
+                            )
+                        }
+                    }
+                });
+                assert!(same(&got, &want), "bf16 {name}: not the widened chain");
+                if !overwrite && has_amx() && bf16::pair_path(Bf16Path::Amx, m) == Bf16Path::Widen {
+                    let mut entry = c0.clone();
+                    with_bf16_path(Bf16Path::Amx, || {
+                        gemm_bf16(m, n, k, &a16, lda, &b16, ldb, &mut entry, ldc)
+                    });
+                    assert!(same(&entry, &want), "bf16 {name}: gemm_bf16 on Amx");
+                }
+            }
+        }
+    }
 }

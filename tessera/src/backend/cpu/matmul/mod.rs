@@ -15,7 +15,8 @@
 //! its results differ from the interpreter's in rounding (within `(k + 2)·ε_f32·Σ|a·b|` for
 //! inputs and partial sums outside the subnormal range: the instruction reads subnormal bf16
 //! inputs as zero and flushes subnormal results to ±0); [`dot_launches`] counts those
-//! launches.
+//! launches. Products of fewer rows than AMX takes (`gemm::pair_path`) on an AMX CPU are
+//! widened as B is streamed instead (one FMA per k: the interpreter's bits, within that bound).
 //!
 //! Every other result is bit for bit the interpreter's: `dot` adds products one FMA at a time
 //! in increasing k, and so does every f32 micro-kernel, whatever the blocking; lanes of padded
@@ -201,8 +202,22 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     }
     /// Products smaller than this many multiply-adds run as one job.
     const JOB_MIN: usize = 1 << 18;
+    /// Few-row products streamed by `gemm::streams_rows` with fewer elements of B than this
+    /// run as one job: on two threads they lost to one at `k·n = 300²`, were even at `2^18`
+    /// and won from `2^19`
+    /// (`RAYON_NUM_THREADS=T chrt -f 50 cpu_profile matmul M N R --pool`, 2026-11-27 23:45
+    /// UTC, load 8-13, GFLOP/s, one thread / two: M = 8, N = 300 79-91 / 32-35; N = 512
+    /// 70-93 / 83-93; N = 1024 64-71 / 79-80; M = 1, N = 300 20-24 / 21-25; N = 724 15-19 /
+    /// 24-29; N = 1024 11 / 20-23).
+    const FEW_JOB_MIN: usize = 1 << 19;
+    #[cfg(target_arch = "x86_64")]
+    let path = gemm::pair_path(ops.path, m);
+    #[cfg(target_arch = "x86_64")]
+    let few = gemm::streams_rows(m) && (ops.bf16.is_none() || path == gemm::Bf16Path::Widen);
+    #[cfg(not(target_arch = "x86_64"))]
+    let few = false;
     let threads = rayon::current_num_threads();
-    let jobs = if threads == 1 || m * n * k < JOB_MIN {
+    let jobs = if threads == 1 || m * n * k < JOB_MIN || (few && k * n < FEW_JOB_MIN) {
         1
     } else {
         threads
@@ -213,10 +228,8 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     let step = len.div_ceil(jobs).div_ceil(align) * align;
     let c = SendPtr(out.ptr as *mut f32);
     let isa = gemm::active_isa();
-    // The k-pair path from all m rows, not a strip's: a short last row strip on `vdpbf16ps`
-    // beside AMX strips would round differently from the same rows on one thread.
-    #[cfg(target_arch = "x86_64")]
-    let path = gemm::pair_path(ops.path, m);
+    // (`path`: the k-pair path from all m rows, not a strip's: a short last row strip on
+    // `vdpbf16ps` beside AMX strips would round differently from the same rows on one thread.)
     let strip = |s: usize| {
         let (lo, hi) = (s * step, ((s + 1) * step).min(len));
         let ((r0, r1), (c0, c1)) = if by_cols {

@@ -4,6 +4,7 @@ pub(crate) mod amx;
 mod avx2;
 mod avx512;
 pub(crate) mod bf16;
+pub(crate) mod rows;
 
 pub(crate) use avx2::Avx2Kernel;
 pub(crate) use avx512::Avx512Kernel;
