@@ -287,7 +287,8 @@ fn gelu_pre<'a>(
 /// `vmath::gelu512::after_rows` over all the rows when the chain is of [`gelu_pre`]'s form
 /// at the AVX-512 level when that call streams (`gelu512::streams`; its stores non-temporal
 /// where aligned when `stream`: the caller fences) or `stream` is off, or of `vmath::gelu_simd::avx2_after_rows` at the AVX2 level without `stream`;
-/// `false` (nothing done) otherwise.
+/// `false` (nothing done) otherwise. `far` (data past the cache,
+/// [`super::stream::past_cache`]): the AVX-512 loop asks for its input ahead.
 pub(crate) fn rows(
     ops: &[Op],
     ks: &[V],
@@ -296,6 +297,7 @@ pub(crate) fn rows(
     col: usize,
     c: usize,
     stream: bool,
+    far: bool,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if simd::active() >= SimdLevel::Avx512
@@ -311,6 +313,7 @@ pub(crate) fn rows(
                 col,
                 c,
                 stream,
+                far,
             )
         };
         return true;
@@ -332,7 +335,7 @@ pub(crate) fn rows(
         };
         return true;
     }
-    let _ = (ops, ks, x, y, col, c, stream);
+    let _ = (ops, ks, x, y, col, c, stream, far);
     false
 }
 

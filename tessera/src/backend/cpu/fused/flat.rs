@@ -335,5 +335,6 @@ fn chain_rows(
             std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(lo), n),
         )
     };
-    super::chain::rows(ops, ks, xs, ys, lo % c, c, nt)
+    let far = super::stream::past_cache(x.len + out.len);
+    super::chain::rows(ops, ks, xs, ys, lo % c, c, nt, far)
 }

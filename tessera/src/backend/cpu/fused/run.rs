@@ -895,6 +895,7 @@ pub(crate) fn direct_run(
                 (bi.ptr as *const f32).add(at_i),
                 (bo.ptr as *mut f32).add(at_o),
                 n,
+                super::stream::past_cache(bi.len + bo.len),
             )
         };
         return;

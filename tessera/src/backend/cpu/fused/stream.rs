@@ -67,6 +67,14 @@ fn threads() -> usize {
     }
 }
 
+/// Whether a launch's tensors of `bytes` bytes together (its input and output) lie past the
+/// last-level cache ([`crate::backend::cpu::cache::last_level_bytes`]): then the gelu loops
+/// ask for their input ahead (`vmath::gelu512::AHEAD`, measured there), which at the shapes
+/// that fit it changed nothing or cost (`[4096, 1024]`: 16 + 16 MiB against 32 MiB here).
+pub(crate) fn past_cache(bytes: usize) -> bool {
+    bytes > crate::backend::cpu::cache::last_level_bytes()
+}
+
 /// Whether a launch writes `out` with [`copy`]: an unrounded f32 output [`streamed`] by its
 /// size and the thread count, at the AVX2 level or higher.
 pub(crate) fn wanted(out: &Buffer, round: bool) -> bool {

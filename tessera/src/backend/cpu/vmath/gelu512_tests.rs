@@ -208,8 +208,8 @@ fn check_rows(
     let ys = &mut sbuf[a..a + n];
     // SAFETY: AVX-512F/DQ (the caller checked); the streaming stores are fenced below.
     unsafe {
-        after_rows(&pre, x, &mut y, col, c, false);
-        after_rows(&pre, x, ys, col, c, true);
+        after_rows(&pre, x, &mut y, col, c, false, false);
+        after_rows(&pre, x, ys, col, c, true, true);
         core::arch::x86_64::_mm_sfence();
     }
     for i in 0..n {
@@ -443,7 +443,7 @@ fn check_map(s: &[f32], off: usize, what: &str) {
     unsafe {
         map(s.as_ptr(), into.as_mut_ptr(), n);
         map(inplace.as_ptr(), inplace.as_mut_ptr(), n);
-        map_stream(s.as_ptr(), streamed.as_mut_ptr(), n);
+        map_stream(s.as_ptr(), streamed.as_mut_ptr(), n, true);
         core::arch::x86_64::_mm_sfence();
     }
     for i in 0..n {

@@ -7,7 +7,7 @@
 //! [`Pending`] list whose tail lanes are gathered and computed 16 at a time. Longer chains, and
 //! chains with a `div`, take [`after_any`].
 
-use super::{central_w, far_blend, first, gelu16, map_with, put, table};
+use super::{AHEAD, ahead, central_w, far_blend, first, gelu16, map_with, put, table};
 use crate::backend::cpu::vmath::arith::Fused;
 use crate::backend::cpu::vmath::gelu::{NEG_END, POS_END, gelu1};
 use core::arch::x86_64::*;
@@ -194,7 +194,7 @@ pub(crate) unsafe fn after(pre: &[Pre], src: &[f32], dst: &mut [f32]) {
     assert!(pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= n)));
     if n > 0 {
         // SAFETY: this function's contract; one row of `n` values.
-        unsafe { after_rows(pre, src, dst, 0, n, false) }
+        unsafe { after_rows(pre, src, dst, 0, n, false, false) }
     }
 }
 
@@ -211,6 +211,8 @@ pub(crate) fn streams(pre: &[Pre]) -> bool {
 /// rows, and the vectors with a lane that needs [`tail`](super::tail) wait in one [`Pending`]
 /// across rows. With `stream`, whole vectors are stored non-temporally where 64-byte aligned
 /// ([`put`]; not for chains of [`after_any`]'s form); the caller orders them (`sfence`).
+/// With `far` (data past the cache) the input is asked for [`AHEAD`] floats ahead of the
+/// loop (not in [`after_any`]).
 ///
 /// # Safety
 /// [`available`](super::available).
@@ -226,8 +228,10 @@ pub(crate) unsafe fn after_rows(
     col: usize,
     c: usize,
     stream: bool,
+    far: bool,
 ) {
     use BinaryOp as B;
+    let d = if far { AHEAD } else { 0 };
     let n = src.len();
     assert!(dst.len() == n && col < c && pre.iter().all(|p| p.2.is_none_or(|s| s.len() >= c)));
     assert!(
@@ -245,7 +249,7 @@ pub(crate) unsafe fn after_rows(
             match code {
                 // SAFETY: this function's contract: `src` and `dst` hold `n` floats
                 // (asserted) and do not overlap (`&mut` and `&`); every row `c`.
-                $($k => unsafe { rows_run::<$n, { $k }>(&l, x, y, n, col, c, &tab, stream, &mut pend) },)*
+                $($k => unsafe { rows_run::<$n, { $k }>(&l, x, y, n, col, c, &tab, stream, &mut pend, d) },)*
                 _ => unreachable!(),
             }
         }};
@@ -264,8 +268,8 @@ pub(crate) unsafe fn after_rows(
         unsafe {
             let (x, y) = (x.add(i), y.add(i));
             match pre.len() {
-                0 if stream => map_with::<true>(x, y, m, &tab, &mut true),
-                0 => map_with::<false>(x, y, m, &tab, &mut true),
+                0 if stream => map_with::<true>(x, y, m, &tab, &mut true, d),
+                0 => map_with::<false>(x, y, m, &tab, &mut true, d),
                 _ => after_any(pre, col, &src[i..i + m], &mut dst[i..i + m], &tab),
             }
         }
@@ -277,7 +281,8 @@ pub(crate) unsafe fn after_rows(
 /// The [`Lanes`] ops `l` (rows from column 0, kind code `K`) then gelu over the `n` values
 /// at `src` that start at column `col` of rows `c` long, into `dst`: [`lanes_run`] per row
 /// segment, from `dst`'s first 64-byte boundary on when `stream` (plain stores before it),
-/// with one [`Pending`] for all rows, flushed at the end.
+/// with one [`Pending`] for all rows, flushed at the end; the input asked for `d` floats
+/// ahead ([`ahead`]).
 ///
 /// # Safety
 /// [`available`](super::available); `src` readable and `dst` writable for `n` floats, not
@@ -294,6 +299,7 @@ unsafe fn rows_run<const N: usize, const K: u32>(
     tab: &[__m512; 8],
     stream: bool,
     pend: &mut Pending,
+    d: usize,
 ) {
     let (mut i, mut col) = (0, col);
     while i < n {
@@ -305,7 +311,7 @@ unsafe fn rows_run<const N: usize, const K: u32>(
             let h = if stream { y.align_offset(64).min(m) } else { m };
             for (a, b, s) in [(0, h, false), (h, m, stream)] {
                 if a < b {
-                    lanes_run::<N, K>(&l.at(col + a), x.add(a), y.add(a), b - a, tab, s, pend);
+                    lanes_run::<N, K>(&l.at(col + a), x.add(a), y.add(a), b - a, tab, s, pend, d);
                 }
             }
         }
@@ -435,7 +441,8 @@ impl Pending {
 /// lanes at `x >= POS_END` ([`settle`]) and, when it has lanes at `x <= NEG_END` or NaN,
 /// also joins `pend`; `pend` is flushed after a block of [`BLOCK`] values once it holds 16
 /// vectors, so that the loop calls nothing. Whole vectors are stored through [`put`]
-/// (streamed where aligned when `stream`).
+/// (streamed where aligned when `stream`). Each step asks for the input `d` floats on
+/// ([`ahead`]; none when `d` is 0).
 ///
 /// # Safety
 /// [`available`](super::available); `src` and every row of `l` readable and `dst` writable for `n`
@@ -450,6 +457,7 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
     tab: &[__m512; 8],
     stream: bool,
     pend: &mut Pending,
+    d: usize,
 ) {
     for b0 in (0..n).step_by(BLOCK) {
         let end = n.min(b0 + BLOCK);
@@ -457,6 +465,7 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
         // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
         unsafe {
             while i + 64 <= end {
+                ahead(src.wrapping_add(i), d);
                 let x = [
                     l.v::<K>(src, i, 0xFFFF),
                     l.v::<K>(src, i + 16, 0xFFFF),

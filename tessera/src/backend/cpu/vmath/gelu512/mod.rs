@@ -40,6 +40,38 @@ pub(crate) fn available() -> bool {
     super::dispatch::has_avx512() && std::arch::is_x86_feature_detected!("avx512dq")
 }
 
+/// How far ahead of a loop step's four vectors their input is asked for ([`ahead`]) where
+/// the caller says the data lies past the cache (`far`), in floats: 4 KiB, one page.
+///
+/// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207, 2026-11-27 23:49–23:52
+/// UTC, load 11–17 from other jobs; `chrt -f 50 env RAYON_NUM_THREADS=T cpu_profile K R C N
+/// --pool`, two interleaved rounds against the build without it, fastest launch in ms):
+/// `[8192, 4096]` (128 MiB in, 128 out) one thread gelu 22.1/23.2/22.5/20.3 → 14.8/17.6
+/// (1024 floats ahead; 15.9/16.0 at 4096 floats)/16.9/14.6, `gelu(x · y + 1)` 28.3/22.9 →
+/// 20.2/16.3; two threads gelu 12.6/21.1 → 8.7/7.6. The one-thread loop alone left memory
+/// idle while it computed (gelu's time near the non-temporal copy's plus its in-L2 compute
+/// time), and the hardware prefetchers did not run far enough ahead of it. At `[4096,
+/// 1024]` and `[1024, 4096]` (input and output fit the counted last-level cache together,
+/// so `far` is off there) the same prefetch measured within the noise on one thread and
+/// 0.61–0.64 against 0.70–0.72 of memcpy on two (the chain at `[4096, 1024]`). Unmeasured
+/// on the AMD Zen 5 of the older notes (its last-level cache counts 32 MiB too, so the
+/// same shapes take it there).
+pub(crate) const AHEAD: usize = 1024;
+
+/// Asks for the four cache lines of the 64 floats `d` floats past `p` when `d` is not 0
+/// (a hint: no access is made, so an address past the input's end is harmless).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn ahead(p: *const f32, d: usize) {
+    if d != 0 {
+        let q = p.wrapping_add(d) as *const i8;
+        for l in 0..4 {
+            // A prefetch reads nothing architecturally and never faults.
+            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * l));
+        }
+    }
+}
+
 /// The coefficient table, negated: `−CT[k]`'s 16 interval values in one register each.
 /// Horner's steps on negated coefficients give exactly `−c` (each FMA's rounding is
 /// symmetric), so that [`central_w`]'s result `fma(|x|, −c, b)` is `fma(−|x|, c, b)` without
@@ -163,23 +195,25 @@ fn first(n: usize) -> __mmask16 {
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize) {
     // SAFETY: this function's contract.
-    unsafe { map_with::<false>(src, dst, n, &table(), &mut true) }
+    unsafe { map_with::<false>(src, dst, n, &table(), &mut true, 0) }
 }
 
 /// [`map`] with non-temporal stores ([`put`]) into `dst`, which must not be `src`; the
-/// caller orders them (`sfence`) before the output is read.
+/// caller orders them (`sfence`) before the output is read. With `far` (data past the
+/// cache) the input is asked for [`AHEAD`] floats ahead of the loop.
 ///
 /// # Safety
 /// As [`map`], `dst` not overlapping `src`.
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize) {
+pub(crate) unsafe fn map_stream(src: *const f32, dst: *mut f32, n: usize, far: bool) {
+    let d = if far { AHEAD } else { 0 };
     let tab = table();
     // Plain stores up to the first 64-byte boundary of `dst`, so that the rest streams.
     let h = dst.align_offset(64).min(n);
     // SAFETY: this function's contract; `h <= n`.
     unsafe {
-        map_with::<false>(src, dst, h, &tab, &mut true);
-        map_with::<true>(src.add(h), dst.add(h), n - h, &tab, &mut true)
+        map_with::<false>(src, dst, h, &tab, &mut true, d);
+        map_with::<true>(src.add(h), dst.add(h), n - h, &tab, &mut true, d)
     }
 }
 
@@ -206,7 +240,8 @@ unsafe fn put(p: *mut f32, r: __m512, stream: bool) {
 /// vectors); the first four with a lane outside clear `test`, and from then on each vector
 /// takes [`fix`] when [`special`] (one compare and one branch per vector, on a condition that
 /// holds more rarely), so that data often outside `|x| < 4.5` (such as `x · y + 1` of two
-/// normal samples) does not pay a mispredicted branch per step.
+/// normal samples) does not pay a mispredicted branch per step. Each step asks for the
+/// input `d` floats on ([`ahead`]; none when `d` is 0).
 ///
 /// # Safety
 /// As [`map`].
@@ -218,10 +253,12 @@ unsafe fn map_with<const S: bool>(
     n: usize,
     tab: &[__m512; 8],
     test: &mut bool,
+    d: usize,
 ) {
     let mut i = 0;
     // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
     while i + 64 <= n {
+        ahead(src.wrapping_add(i), d);
         unsafe {
             let x = [
                 _mm512_loadu_ps(src.add(i)),
