@@ -197,6 +197,24 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
     found
 }
 
+/// Whether the bf16 transpose keeps the tuning measured on the AMD EPYC Zen 5 of the earlier
+/// sessions (passes of [`band`]'s 128–512 rows, a one-line source prefetch a step ahead in
+/// `bf16_avx512`, 12 of 32 rows plain on one thread below 3/8 of the last-level cache)
+/// rather than the one tb18 measured on the Intel Xeon (passes of at most a quarter of the
+/// L2, no prefetch, every row streamed on one thread): each won on the machine it was
+/// measured on and neither was measured on the other, so AMD CPUs keep the Zen's and the
+/// others take the Xeon's.
+fn zen_tuned() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::backend::cpu::gemm::is_amd()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Source rows per pass of [`run_whole`] over `c` source columns: 64 f32 at the `avx512`
 /// level (else 32), or `c / 8` bf16 (a multiple of 32) from 128 to 512: four to sixteen
 /// 64-byte lines into each destination row per pass. With non-temporal stores, 32 f32 or
@@ -206,8 +224,8 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 /// `[2048, 2048]` 372 / 364 / 344, `[1024, 4096]` 420 / 380 / 363, `[512, 8192]` 324 / 306
 /// / 314.
 ///
-/// bf16 passes take at most a quarter of the L2 (`l2`, [`cache::l2_bytes`]) of source rows
-/// (at least 32 rows). On the 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB) that is
+/// Off AMD ([`zen_tuned`]), bf16 passes take at most a quarter of the L2 (`l2`,
+/// [`cache::l2_bytes`]) of source rows (at least 32 rows). On the 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB) that is
 /// 64 rows of 8 KiB instead of 512 and 128 of 4 KiB instead of 256 (tb18, 23:28–23:41 UTC
 /// 2026-11-27, `uptime` 7–25: other helpers' builds; `chrt -f 50 cpu_profile
 /// transpose_bf16 R C N --pool`, one thread, fastest launch's ratio to the same process's
@@ -222,11 +240,14 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 /// then): not measured again there.
 ///
 /// [`cache::l2_bytes`]: crate::backend::cpu::cache::l2_bytes
-fn band(bf16: bool, c: usize, l2: usize) -> usize {
+fn band(bf16: bool, c: usize, l2: Option<usize>) -> usize {
     use crate::backend::cpu::simd::{SimdLevel, active};
     if bf16 {
-        let fit = (l2 / 4 / (c * 2).max(1) / 32 * 32).max(32);
-        (c / 8 / 32 * 32).clamp(128, 512).min(fit)
+        let rows = (c / 8 / 32 * 32).clamp(128, 512);
+        match l2 {
+            Some(l2) => rows.min((l2 / 4 / (c * 2).max(1) / 32 * 32).max(32)),
+            None => rows,
+        }
     } else if active() >= SimdLevel::Avx512 {
         64
     } else {
@@ -276,7 +297,7 @@ fn band(bf16: bool, c: usize, l2: usize) -> usize {
 /// 4340–6933 µs: every row plain is 2.5–4× slower (likely: the 16 KiB-strided lines take
 /// a read for ownership each, and a block's 16 destination lines share one L1 set).
 ///
-/// The bf16 one-thread 12 of 32 is gone since tb18 (on the same Xeon, with [`band`]'s
+/// The bf16 one-thread 12 of 32 is kept only on AMD ([`zen_tuned`]) since tb18 (on the same Xeon, with [`band`]'s
 /// passes and no source prefetch as now, same runs as there, one thread, 12 / 0 of 32
 /// plain): `[4096, 1024]` 0.64–0.78 / 0.69–0.83, `[1024, 4096]` 0.61–0.73 / 0.60–0.73,
 /// `[2048, 2048]` 0.59–0.71 / 0.61–0.93; the Zen 5's gain for it (above) was not measured
@@ -286,6 +307,7 @@ fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
     match (bf16, threads) {
         (false, 2..) if out <= llc / 4 * 3 => 4,
         (true, 2..) if out <= llc / 4 * 3 => 8,
+        (true, _) if out <= llc / 8 * 3 && zen_tuned() => 12,
         _ => 0,
     }
 }
@@ -295,11 +317,12 @@ fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
 /// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
 /// and writes one short run into each of its destination rows per pass.
 pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
-    run_whole_l2(t, args, crate::backend::cpu::cache::l2_bytes())
+    let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
+    run_whole_l2(t, args, l2)
 }
 
 /// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`]).
-fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: usize) {
+fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>) {
     let (bs, bd) = (&args[t.src], &args[t.dst]);
     let (r, c) = (bs.dims()[0], bs.dims()[1]);
     let size = if t.bf16 { 2 } else { 4 };
@@ -496,10 +519,14 @@ unsafe fn copy_bf16_nt(
     {
         // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
         return unsafe {
-            match (nt, keep) {
-                (true, 8) => x86::bf16_avx512::<true, 8>(s, ss, d, ds, na, nb),
-                (true, _) => x86::bf16_avx512::<true, 0>(s, ss, d, ds, na, nb),
-                _ => x86::bf16_avx512::<false, 0>(s, ss, d, ds, na, nb),
+            match (nt, keep, zen_tuned()) {
+                (true, 12, _) => x86::bf16_avx512::<true, 12, true>(s, ss, d, ds, na, nb),
+                (true, 8, true) => x86::bf16_avx512::<true, 8, true>(s, ss, d, ds, na, nb),
+                (true, 8, false) => x86::bf16_avx512::<true, 8, false>(s, ss, d, ds, na, nb),
+                (true, _, true) => x86::bf16_avx512::<true, 0, true>(s, ss, d, ds, na, nb),
+                (true, _, false) => x86::bf16_avx512::<true, 0, false>(s, ss, d, ds, na, nb),
+                (false, _, true) => x86::bf16_avx512::<false, 0, true>(s, ss, d, ds, na, nb),
+                (false, _, false) => x86::bf16_avx512::<false, 0, false>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -561,7 +588,7 @@ unsafe fn blocked<T: std::marker::Copy>(
 /// How many 16-column steps ahead [`x86::f32_avx512`] (and `f32_avx2`, once per line)
 /// prefetches the source rows of its blocks (`bf16_avx2_16`: one line): measured on `[4096,
 /// 1024]` and `[1024, 4096]` (Zen 5), 2–4 steps ≈ 10–20% faster than none (bf16 `[1024,
-/// 4096]` ≈ 15%). `bf16_avx512` prefetches nothing since tb18: on the Intel Xeon of
+/// 4096]` ≈ 15%). `bf16_avx512` prefetches only on AMD ([`zen_tuned`]) since tb18: on the Intel Xeon of
 /// [`band`] (same runs, one thread, passes as [`band`] sets them here) its one-line prefetch
 /// one step ahead read `[4096, 1024]` 0.61–0.65 against none's 0.64–0.78, `[1024, 4096]`
 /// 0.59–0.70 against 0.61–0.66 (2 steps ahead 0.56–0.60, an L2 prefetch 2 or 4 steps ahead
@@ -885,7 +912,7 @@ mod x86 {
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
     /// aligned).
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize>(
+    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize, const PREFETCH: bool>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -901,8 +928,14 @@ mod x86 {
                 // group still visits every step once): the blocks of one step read lines in
                 // up to `SKEW` different cache sets where rows a power of two apart would
                 // put all in one.
-                // No source prefetch: see [`AHEAD`].
+                // With `PREFETCH` (the Zen 5's tuning, `zen_tuned`: see [`AHEAD`]), the next
+                // step's source line of each of the block's rows.
                 let a = (t + b / 32 % SKEW) % steps * 32;
+                let ahead = a + 32;
+                if PREFETCH && ahead < na {
+                    // SAFETY: rows b..b+32 of `s` at column `ahead` < na: inside the window.
+                    unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) };
+                }
                 // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
                 unsafe {
                     let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
@@ -1195,12 +1228,12 @@ mod tests {
     /// threads: each destination element is its source element, bf16 NaNs made quiet.
     fn check(r: usize, c: usize, bf16: bool, so: usize, dof: usize, threads: usize) {
         let seed = (r * 31 + c * 7 + so * 3 + dof) as u64;
-        let l2 = crate::backend::cpu::cache::l2_bytes();
+        let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
         check_with(r, c, bf16, so, dof, threads, l2, seed)
     }
 
-    /// [`check`] with bf16 passes sized for an L2 of `l2` bytes and the source's bits drawn
-    /// from `seed`.
+    /// [`check`] with bf16 passes sized for an L2 of `l2` bytes (`None`: uncapped, the Zen
+    /// 5's tuning) and the source's bits drawn from `seed`.
     #[allow(clippy::too_many_arguments)]
     fn check_with(
         r: usize,
@@ -1209,7 +1242,7 @@ mod tests {
         so: usize,
         dof: usize,
         threads: usize,
-        l2: usize,
+        l2: Option<usize>,
         seed: u64,
     ) {
         let t = Transpose {
@@ -1227,7 +1260,7 @@ mod tests {
             .build()
             .unwrap();
         let tag = format!(
-            "[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads} L2 {l2} seed {seed}"
+            "[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads} L2 {l2:?} seed {seed}"
         );
         if bf16 {
             let s: Vec<u16> = bits(r * c + so, seed).iter().map(|&x| x as u16).collect();
@@ -1273,8 +1306,8 @@ mod tests {
                 check(64, 96, true, so, dof, threads);
                 check(37, 300, false, so, dof, threads);
                 check(300, 37, true, so, dof, threads);
-                // bf16 passes of 512 source rows capped by the L2 (64 at 2 MiB), the last
-                // one ragged.
+                // bf16 passes of 512 source rows (capped by the L2 off AMD: 64 at 2 MiB),
+                // the last one ragged.
                 check(608, 4096, true, so, dof, threads);
                 // Groups of 32 rows staggered over 32 and over 3 column steps.
                 check(1024, 1024, true, so, dof, threads);
@@ -1288,11 +1321,12 @@ mod tests {
 
     /// bf16 passes as [`band`] sizes them for a smaller and a larger L2 than most (rows of
     /// 8 KiB: passes of 32, 64 and 128 rows, the last one ragged; rows of 2 KiB: 128 for
-    /// all three), fresh random bits, non-temporal stores, one and two threads.
+    /// all three) and uncapped (the Zen 5's tuning: 512 and 128), fresh random bits,
+    /// non-temporal stores, one and two threads.
     #[test]
     fn bf16_passes_sized_by_the_l2_copy_every_bit() {
         let seed = crate::backend::cpu::clock_seed();
-        for l2 in [1 << 20, 2 << 20, 4 << 20] {
+        for l2 in [Some(1 << 20), Some(2 << 20), Some(4 << 20), None] {
             for threads in [1, 2] {
                 for (so, dof) in [(0, 0), (5, 11)] {
                     check_with(608, 4096, true, so, dof, threads, l2, seed);
@@ -1320,7 +1354,10 @@ mod tests {
             (4096, 16 * m, 512),
             (2048, 16 * m, 256),
         ] {
-            assert_eq!(band(true, c, l2), rows, "c {c}, L2 {l2}");
+            assert_eq!(band(true, c, Some(l2)), rows, "c {c}, L2 {l2}");
+            // The Zen 5's tuning (`zen_tuned`): no L2 cap.
+            let zen = (c / 8 / 32 * 32).clamp(128, 512);
+            assert_eq!(band(true, c, None), zen, "c {c}, no cap");
         }
     }
 }
