@@ -163,23 +163,38 @@ fn cpus_in(list: &str) -> Option<usize> {
 /// ```
 pub fn l1_data_bytes() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        (0..8)
-            .find_map(|i| {
-                let at = |f: &str| {
-                    std::fs::read_to_string(format!(
-                        "/sys/devices/system/cpu/cpu0/cache/index{i}/{f}"
-                    ))
-                    .ok()
-                };
-                if at("level")?.trim() != "1" || at("type")?.trim() != "Data" {
-                    return None;
-                }
-                let s = at("size")?;
-                let n = s.trim().strip_suffix('K')?;
-                Some(n.parse::<usize>().ok()? << 10)
-            })
-            .unwrap_or(32 << 10)
+    *V.get_or_init(|| sysfs_cache("1", "Data").unwrap_or(32 << 10))
+}
+
+/// The level-2 cache of CPU 0 in bytes (Linux sysfs: the `cpu0/cache/index*` whose `level`
+/// is 2 and `type` is `Unified`), else 1 MiB; read once per process. The bf16 whole-tensor
+/// transpose sizes its passes of source rows by it (`fused::transpose`).
+///
+/// ```
+/// let l2 = tessera::backend::cpu::cache::l2_bytes();
+/// assert!(l2 >= 1 << 10, "{l2}");
+/// ```
+pub fn l2_bytes() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| sysfs_cache("2", "Unified").unwrap_or(1 << 20))
+}
+
+/// The size in bytes of `cpu0`'s sysfs cache of this `level` and `kind` (`Data`,
+/// `Unified`), when sysfs names one and its size parses (`48K`, `2048K`, `2M`).
+fn sysfs_cache(level: &str, kind: &str) -> Option<usize> {
+    (0..8).find_map(|i| {
+        let at = |f: &str| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/{f}")).ok()
+        };
+        if at("level")?.trim() != level || at("type")?.trim() != kind {
+            return None;
+        }
+        let s = at("size")?;
+        let s = s.trim();
+        match s.strip_suffix('K') {
+            Some(n) => Some(n.parse::<usize>().ok()? << 10),
+            None => Some(s.strip_suffix('M')?.parse::<usize>().ok()? << 20),
+        }
     })
 }
 

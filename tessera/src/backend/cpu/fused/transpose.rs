@@ -197,6 +197,24 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
     found
 }
 
+/// Whether the bf16 transpose keeps the tuning measured on the AMD EPYC Zen 5 of the earlier
+/// sessions (passes of [`band`]'s 128–512 rows, a one-line source prefetch a step ahead in
+/// `bf16_avx512`, 12 of 32 rows plain on one thread below 3/8 of the last-level cache)
+/// rather than the one tb18 measured on the Intel Xeon (passes of at most a quarter of the
+/// L2, no prefetch, every row streamed on one thread): each won on the machine it was
+/// measured on and neither was measured on the other, so AMD CPUs keep the Zen's and the
+/// others take the Xeon's.
+fn zen_tuned() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::backend::cpu::gemm::is_amd()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Source rows per pass of [`run_whole`] over `c` source columns: 64 f32 at the `avx512`
 /// level (else 32), or `c / 8` bf16 (a multiple of 32) from 128 to 512: four to sixteen
 /// 64-byte lines into each destination row per pass. With non-temporal stores, 32 f32 or
@@ -205,10 +223,31 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 /// of 128 / 256 / 512): `[4096, 1024]` 277 / 285 / 308, `[8192, 512]` 276 / 274 / 298,
 /// `[2048, 2048]` 372 / 364 / 344, `[1024, 4096]` 420 / 380 / 363, `[512, 8192]` 324 / 306
 /// / 314.
-fn band(bf16: bool, c: usize) -> usize {
+///
+/// Off AMD ([`zen_tuned`]), bf16 passes take at most a quarter of the L2 (`l2`,
+/// [`cache::l2_bytes`]) of source rows (at least 32 rows). On the 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB) that is
+/// 64 rows of 8 KiB instead of 512 and 128 of 4 KiB instead of 256 (tb18, 23:28–23:41 UTC
+/// 2026-11-27, `uptime` 7–25: other helpers' builds; `chrt -f 50 cpu_profile
+/// transpose_bf16 R C N --pool`, one thread, fastest launch's ratio to the same process's
+/// yardstick, passes forced by a temporary switch, no source prefetch and no plain rows as
+/// now): `[8192, 4096]` 512 / 256 / 128 / 64 / 32 rows 0.60 / 0.58–0.69 / 0.56–0.63 /
+/// 0.72–1.30 / 1.05–1.13, `[1024, 4096]` 512 / 64 0.59–0.68 / 0.66–0.76; `[2048, 2048]`
+/// 256 / 128 / 64 0.54–0.69 / 0.55–0.69 / 0.72–0.93: there 64 rows (an eighth of this
+/// L2) read better still, but an eighth would also halve the passes at `[4096, 1024]`
+/// on a 1 MiB L2, where 64 rows measured slower (above). On the Zen 5 (L2 1 MiB) the rule
+/// keeps 128 rows at `[4096, 1024]` and sets 64 at `[2048, 2048]` and 32 at `[1024, 4096]`
+/// where 256 and 512 measured fastest above (with the source prefetch and 12 plain rows of
+/// then): not measured again there.
+///
+/// [`cache::l2_bytes`]: crate::backend::cpu::cache::l2_bytes
+fn band(bf16: bool, c: usize, l2: Option<usize>) -> usize {
     use crate::backend::cpu::simd::{SimdLevel, active};
     if bf16 {
-        (c / 8 / 32 * 32).clamp(128, 512)
+        let rows = (c / 8 / 32 * 32).clamp(128, 512);
+        match l2 {
+            Some(l2) => rows.min((l2 / 4 / (c * 2).max(1) / 32 * 32).max(32)),
+            None => rows,
+        }
     } else if active() >= SimdLevel::Avx512 {
         64
     } else {
@@ -257,12 +296,18 @@ fn band(bf16: bool, c: usize) -> usize {
 /// plain (`transpose 4096 1024`, three rounds): 1737–1773 / 1702–1849 / 1011–2364 /
 /// 4340–6933 µs: every row plain is 2.5–4× slower (likely: the 16 KiB-strided lines take
 /// a read for ownership each, and a block's 16 destination lines share one L1 set).
+///
+/// The bf16 one-thread 12 of 32 is kept only on AMD ([`zen_tuned`]) since tb18 (on the same Xeon, with [`band`]'s
+/// passes and no source prefetch as now, same runs as there, one thread, 12 / 0 of 32
+/// plain): `[4096, 1024]` 0.64–0.78 / 0.69–0.83, `[1024, 4096]` 0.61–0.73 / 0.60–0.73,
+/// `[2048, 2048]` 0.59–0.71 / 0.61–0.93; the Zen 5's gain for it (above) was not measured
+/// again.
 fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
         (false, 2..) if out <= llc / 4 * 3 => 4,
         (true, 2..) if out <= llc / 4 * 3 => 8,
-        (true, _) if out <= llc / 8 * 3 => 12,
+        (true, _) if out <= llc / 8 * 3 && zen_tuned() => 12,
         _ => 0,
     }
 }
@@ -272,6 +317,12 @@ fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
 /// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
 /// and writes one short run into each of its destination rows per pass.
 pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
+    let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
+    run_whole_l2(t, args, l2)
+}
+
+/// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`]).
+fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>) {
     let (bs, bd) = (&args[t.src], &args[t.dst]);
     let (r, c) = (bs.dims()[0], bs.dims()[1]);
     let size = if t.bf16 { 2 } else { 4 };
@@ -280,7 +331,7 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
         "fused transpose out of bounds"
     );
     let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
-    let pass = band(t.bf16, c);
+    let pass = band(t.bf16, c, l2);
     // Non-temporal stores need aligned rows: every destination row starts at the same offset
     // in its cache line, and the first `lead` columns (up to the first line boundary) take
     // plain stores. From 1 MiB (f32, one thread, 1 MiB L2: plain stores measured faster up to
@@ -468,11 +519,14 @@ unsafe fn copy_bf16_nt(
     {
         // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
         return unsafe {
-            match (nt, keep) {
-                (true, 12) => x86::bf16_avx512::<true, 12>(s, ss, d, ds, na, nb),
-                (true, 8) => x86::bf16_avx512::<true, 8>(s, ss, d, ds, na, nb),
-                (true, _) => x86::bf16_avx512::<true, 0>(s, ss, d, ds, na, nb),
-                _ => x86::bf16_avx512::<false, 0>(s, ss, d, ds, na, nb),
+            match (nt, keep, zen_tuned()) {
+                (true, 12, _) => x86::bf16_avx512::<true, 12, true>(s, ss, d, ds, na, nb),
+                (true, 8, true) => x86::bf16_avx512::<true, 8, true>(s, ss, d, ds, na, nb),
+                (true, 8, false) => x86::bf16_avx512::<true, 8, false>(s, ss, d, ds, na, nb),
+                (true, _, true) => x86::bf16_avx512::<true, 0, true>(s, ss, d, ds, na, nb),
+                (true, _, false) => x86::bf16_avx512::<true, 0, false>(s, ss, d, ds, na, nb),
+                (false, _, true) => x86::bf16_avx512::<false, 0, true>(s, ss, d, ds, na, nb),
+                (false, _, false) => x86::bf16_avx512::<false, 0, false>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -532,8 +586,17 @@ unsafe fn blocked<T: std::marker::Copy>(
 }
 
 /// How many 16-column steps ahead [`x86::f32_avx512`] (and `f32_avx2`, once per line)
-/// prefetches the source rows of its blocks (`bf16_avx512`, `bf16_avx2_16`: one line): measured on `[4096, 1024]` and
-/// `[1024, 4096]`, 2–4 steps ≈ 10–20% faster than none (bf16 `[1024, 4096]` ≈ 15%).
+/// prefetches the source rows of its blocks (`bf16_avx2_16`: one line): measured on `[4096,
+/// 1024]` and `[1024, 4096]` (Zen 5), 2–4 steps ≈ 10–20% faster than none (bf16 `[1024,
+/// 4096]` ≈ 15%). `bf16_avx512` prefetches only on AMD ([`zen_tuned`]) since tb18: on the Intel Xeon of
+/// [`band`] (same runs, one thread, passes as [`band`] sets them here) its one-line prefetch
+/// one step ahead read `[4096, 1024]` 0.61–0.65 against none's 0.64–0.78, `[1024, 4096]`
+/// 0.59–0.70 against 0.61–0.66 (2 steps ahead 0.56–0.60, an L2 prefetch 2 or 4 steps ahead
+/// 0.56–0.67), and one `perf record -e cpu-clock` (`[1024, 4096]`, main's build) put about
+/// half of the kernel's samples on its 32 prefetches and the address arithmetic between
+/// them (likely: waiting for fill buffers that the block's streamed lines hold). Beyond the cache (`[8192, 4096]`, one thread) none with passes of 64
+/// rows read 0.72–1.30 and one step ahead 0.98–1.28: the same within this load's noise.
+/// The Zen 5 figure for bf16 (≈ 15 % for 2–4 steps) was not measured again.
 /// Prefetching the block each group visits `AHEAD` steps later in its staggered order
 /// (also across its wrap to column 0, and the next pass's rows at the pass's end, where
 /// the `ahead < na` test here prefetches nothing) lost on two threads (tt17, under load as in [`plain_rows`],
@@ -849,7 +912,7 @@ mod x86 {
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
     /// aligned).
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize>(
+    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize, const PREFETCH: bool>(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -865,9 +928,11 @@ mod x86 {
                 // group still visits every step once): the blocks of one step read lines in
                 // up to `SKEW` different cache sets where rows a power of two apart would
                 // put all in one.
+                // With `PREFETCH` (the Zen 5's tuning, `zen_tuned`: see [`AHEAD`]), the next
+                // step's source line of each of the block's rows.
                 let a = (t + b / 32 % SKEW) % steps * 32;
                 let ahead = a + 32;
-                if ahead < na {
+                if PREFETCH && ahead < na {
                     // SAFETY: rows b..b+32 of `s` at column `ahead` < na: inside the window.
                     unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) };
                 }
@@ -1162,6 +1227,24 @@ mod tests {
     /// first line boundary: the blocks' skew and the non-temporal lead), on `threads`
     /// threads: each destination element is its source element, bf16 NaNs made quiet.
     fn check(r: usize, c: usize, bf16: bool, so: usize, dof: usize, threads: usize) {
+        let seed = (r * 31 + c * 7 + so * 3 + dof) as u64;
+        let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
+        check_with(r, c, bf16, so, dof, threads, l2, seed)
+    }
+
+    /// [`check`] with bf16 passes sized for an L2 of `l2` bytes (`None`: uncapped, the Zen
+    /// 5's tuning) and the source's bits drawn from `seed`.
+    #[allow(clippy::too_many_arguments)]
+    fn check_with(
+        r: usize,
+        c: usize,
+        bf16: bool,
+        so: usize,
+        dof: usize,
+        threads: usize,
+        l2: Option<usize>,
+        seed: u64,
+    ) {
         let t = Transpose {
             src: 0,
             src_idx: vec![],
@@ -1172,12 +1255,13 @@ mod tests {
             other: 0.0,
             bf16,
         };
-        let seed = (r * 31 + c * 7 + so * 3 + dof) as u64;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .unwrap();
-        let tag = format!("[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads}");
+        let tag = format!(
+            "[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads} L2 {l2:?} seed {seed}"
+        );
         if bf16 {
             let s: Vec<u16> = bits(r * c + so, seed).iter().map(|&x| x as u16).collect();
             let mut d = vec![0u16; r * c + dof];
@@ -1185,7 +1269,7 @@ mod tests {
                 buffer(s[so..].as_ptr() as *mut u8, r, c, true, false),
                 buffer(d[dof..].as_mut_ptr() as *mut u8, c, r, true, true),
             ];
-            pool.install(|| run_whole(&t, &args));
+            pool.install(|| run_whole_l2(&t, &args, l2));
             for a in 0..c {
                 for b in 0..r {
                     let want = quiet(s[so + b * c + a]);
@@ -1199,7 +1283,7 @@ mod tests {
                 buffer(s[so..].as_ptr() as *mut u8, r, c, false, false),
                 buffer(d[dof..].as_mut_ptr() as *mut u8, c, r, false, true),
             ];
-            pool.install(|| run_whole(&t, &args));
+            pool.install(|| run_whole_l2(&t, &args, l2));
             for a in 0..c {
                 for b in 0..r {
                     assert_eq!(d[dof + a * r + b], s[so + b * c + a], "{tag}: d[{a}][{b}]");
@@ -1222,7 +1306,8 @@ mod tests {
                 check(64, 96, true, so, dof, threads);
                 check(37, 300, false, so, dof, threads);
                 check(300, 37, true, so, dof, threads);
-                // bf16 passes of 512 source rows, the last one ragged.
+                // bf16 passes of 512 source rows (capped by the L2 off AMD: 64 at 2 MiB),
+                // the last one ragged.
                 check(608, 4096, true, so, dof, threads);
                 // Groups of 32 rows staggered over 32 and over 3 column steps.
                 check(1024, 1024, true, so, dof, threads);
@@ -1231,6 +1316,48 @@ mod tests {
                 // threads), rows of 4 KiB; on two threads the last 4 rows of each block plain.
                 check(1024, 1024, false, so, dof, threads);
             }
+        }
+    }
+
+    /// bf16 passes as [`band`] sizes them for a smaller and a larger L2 than most (rows of
+    /// 8 KiB: passes of 32, 64 and 128 rows, the last one ragged; rows of 2 KiB: 128 for
+    /// all three) and uncapped (the Zen 5's tuning: 512 and 128), fresh random bits,
+    /// non-temporal stores, one and two threads.
+    #[test]
+    fn bf16_passes_sized_by_the_l2_copy_every_bit() {
+        let seed = crate::backend::cpu::clock_seed();
+        for l2 in [Some(1 << 20), Some(2 << 20), Some(4 << 20), None] {
+            for threads in [1, 2] {
+                for (so, dof) in [(0, 0), (5, 11)] {
+                    check_with(608, 4096, true, so, dof, threads, l2, seed);
+                    check_with(1056, 1024, true, so, dof, threads, l2, seed + 1);
+                }
+            }
+        }
+    }
+
+    /// A bf16 pass takes at most a quarter of the L2 of source rows (at least 32 rows),
+    /// else `c / 8` rows from 128 to 512.
+    #[test]
+    fn bf16_passes_fit_a_quarter_of_the_l2() {
+        let m = 1 << 20;
+        for (c, l2, rows) in [
+            (1024, 2 * m, 128),
+            (2048, 2 * m, 128),
+            (4096, 2 * m, 64),
+            (8192, 2 * m, 32),
+            (1 << 16, 2 * m, 32),
+            (512, 2 * m, 128),
+            (1024, m, 128),
+            (2048, m, 64),
+            (4096, m, 32),
+            (4096, 16 * m, 512),
+            (2048, 16 * m, 256),
+        ] {
+            assert_eq!(band(true, c, Some(l2)), rows, "c {c}, L2 {l2}");
+            // The Zen 5's tuning (`zen_tuned`): no L2 cap.
+            let zen = (c / 8 / 32 * 32).clamp(128, 512);
+            assert_eq!(band(true, c, None), zen, "c {c}, no cap");
         }
     }
 }

@@ -32,6 +32,8 @@ mod rows;
 mod scratch;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::is_amd;
 
 #[cfg(test)]
 mod tests;
