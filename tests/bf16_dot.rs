@@ -171,14 +171,21 @@ fn bf16_matmul_every_level() {
         assert_eq!(gemm::bf16_path(), want, "{level:?}");
         run_shapes(&format!("{level:?}"), dot, seed);
         if has && level >= SimdLevel::Avx512 {
-            // Each k-pair path the CPU has, forced (the launches' decision).
+            // Each k-pair path forced (the launches' decision); without AMX a forced `Amx`
+            // runs `vdpbf16ps` (`with_bf16_path`), checked as such.
             for path in [gemm::Bf16Path::Amx, gemm::Bf16Path::Dot] {
-                if path == gemm::Bf16Path::Amx && !gemm::has_amx() {
-                    println!("skipped: no AMX");
-                    continue;
-                }
+                let runs = gemm::with_bf16_path(path, gemm::bf16_path);
+                let want = match path {
+                    gemm::Bf16Path::Amx if gemm::has_amx() => gemm::Bf16Path::Amx,
+                    _ => gemm::Bf16Path::Dot,
+                };
+                assert_eq!(runs, want, "{level:?}: forced {path:?}");
                 gemm::with_bf16_path(path, || {
-                    run_shapes(&format!("{level:?} {path:?}"), true, seed + 2)
+                    run_shapes(
+                        &format!("{level:?} {path:?} (runs {runs:?})"),
+                        true,
+                        seed + 2,
+                    )
                 });
             }
         }

@@ -723,10 +723,12 @@ fn c_fetch_points_keep_the_in_order_chain() {
 }
 
 /// The AMX GEMM itself for [`Bf16Path::Amx`] (whatever the rows: [`gemm_bf16_dot_raw`] sends
-/// fewer than `AMX_MIN_ROWS` to `vdpbf16ps`), else `vdpbf16ps`.
+/// fewer than `AMX_MIN_ROWS` to `vdpbf16ps`), `vdpbf16ps` for [`Bf16Path::Dot`], and for
+/// [`Bf16Path::Widen`] the public [`gemm_bf16`] forced onto that path (with `overwrite`, C's
+/// rows zeroed first: the bits `overwrite` promises).
 ///
 /// # Safety
-/// As [`gemm_bf16_dot_raw`]'s, and [`has_amx`] for `Amx`.
+/// As [`gemm_bf16_dot_raw`]'s (except [`has_vdpbf16ps`] for `Widen`), and [`has_amx`] for `Amx`.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pairwise_raw(
@@ -744,10 +746,20 @@ unsafe fn pairwise_raw(
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        if path == Bf16Path::Amx {
-            super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
-        } else {
-            gemm_bf16_dot_raw(path, m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+        match path {
+            Bf16Path::Amx => super::x86::amx::gemm(m, n, k, a, lda, b, ldb, c, ldc, overwrite),
+            Bf16Path::Dot => gemm_bf16_dot_raw(path, m, n, k, a, lda, b, ldb, c, ldc, overwrite),
+            Bf16Path::Widen => {
+                let a = std::slice::from_raw_parts(a, (m - 1) * lda + k);
+                let b = std::slice::from_raw_parts(b, (k - 1) * ldb + n);
+                let c = std::slice::from_raw_parts_mut(c, (m - 1) * ldc + n);
+                if overwrite {
+                    for i in 0..m {
+                        c[i * ldc..i * ldc + n].fill(0.0);
+                    }
+                }
+                with_bf16_path(path, || gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc));
+            }
         }
     }
 }
@@ -829,20 +841,45 @@ fn check_pairwise(
     c
 }
 
-/// The AMX GEMM against the f64 reference on fresh random bf16 inputs (the seed is in every
-/// failure message), every combination of M, N, K in {1, 15, 16, 17, 31, 33, 100, 257} (one
-/// tile and its edges, one and several 32×32 blocks, partial k-tiles), and shapes across its
-/// blocks (`MC` = 128 rows, `NC` = 1024 columns, `KC` = 512 of k, uneven last blocks), adding
-/// to C and overwriting it; `overwrite` gives the bits of accumulating into a zeroed C; and
-/// the `vdpbf16ps` path agrees within the bound. Says so and does not run on a CPU (or OS)
-/// without AMX.
+/// The path a forced [`Bf16Path::Amx`] runs on this CPU ([`with_bf16_path`]: AMX where
+/// [`has_amx`], else `vdpbf16ps` where [`has_vdpbf16ps`], else widening), checked to be that
+/// one and said on stdout when it is not AMX.
+#[cfg(target_arch = "x86_64")]
+fn forced_amx() -> Bf16Path {
+    let path = with_bf16_path(Bf16Path::Amx, bf16_path);
+    let want = if has_amx() {
+        Bf16Path::Amx
+    } else if has_vdpbf16ps() {
+        Bf16Path::Dot
+    } else {
+        Bf16Path::Widen
+    };
+    assert_eq!(
+        path, want,
+        "a forced Amx runs the first path down the CPU has"
+    );
+    if path != Bf16Path::Amx {
+        println!("no AMX on this CPU (or OS): a forced Amx runs {path:?}, which this test checks");
+    }
+    path
+}
+
+/// The GEMM a forced [`Bf16Path::Amx`] runs ([`forced_amx`]: the AMX kernel where the CPU has
+/// it) against the f64 reference on fresh random bf16 inputs (the seed is in every failure
+/// message), every combination of M, N, K in {1, 15, 16, 17, 31, 33, 100, 257} (one tile and
+/// its edges, one and several 32×32 blocks, partial k-tiles), and shapes across the AMX
+/// kernel's blocks (`MC` = 128 rows, `NC` = 1024 columns, `KC` = 512 of k, uneven last
+/// blocks), adding to C and overwriting it; `overwrite` gives the bits of accumulating into
+/// a zeroed C; and another path (`vdpbf16ps`, else widening) agrees within the bound.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn amx_bf16_matches_f64_reference_on_every_edge() {
-    if !has_amx() {
-        println!("skipped: no AMX");
-        return;
-    }
+fn forced_amx_matches_f64_reference_on_every_edge() {
+    let path = forced_amx();
+    let other = if path != Bf16Path::Dot && has_vdpbf16ps() {
+        Bf16Path::Dot
+    } else {
+        Bf16Path::Widen
+    };
     let seed = crate::backend::cpu::clock_seed();
     let mut rng = Rng(seed);
     let what = format!("seed {seed}");
@@ -865,10 +902,10 @@ fn amx_bf16_matches_f64_reference_on_every_edge() {
         let pad = t % 3;
         let overwrite = t % 2 == 1;
         let s = rng.0;
-        let c = check_pairwise(Bf16Path::Amx, (m, n, k), pad, overwrite, &mut rng, &what);
-        // The same inputs on `vdpbf16ps`, within the bound of the f64 reference.
+        let c = check_pairwise(path, (m, n, k), pad, overwrite, &mut rng, &what);
+        // The same inputs on the other path, within the bound of the f64 reference.
         let mut again = Rng(s);
-        let d = check_pairwise(Bf16Path::Dot, (m, n, k), pad, overwrite, &mut again, &what);
+        let d = check_pairwise(other, (m, n, k), pad, overwrite, &mut again, &what);
         assert_eq!(c.len(), d.len());
         if overwrite {
             // Overwriting gives the bits of accumulating into a zeroed C.
@@ -877,10 +914,10 @@ fn amx_bf16_matches_f64_reference_on_every_edge() {
             let a = bf16_vec(&mut again, (m - 1) * lda + k);
             let b = bf16_vec(&mut again, (k - 1) * ldb + n);
             let mut z = vec![0.0f32; m * ldc];
-            // SAFETY: the slices hold the described matrices; the CPU has AMX.
+            // SAFETY: the slices hold the described matrices; the CPU has `path` (`forced_amx`).
             unsafe {
                 pairwise_raw(
-                    Bf16Path::Amx,
+                    path,
                     m,
                     n,
                     k,
@@ -907,15 +944,13 @@ fn amx_bf16_matches_f64_reference_on_every_edge() {
     }
 }
 
-/// Two threads run AMX GEMMs at once (each loads its own tile configuration and releases it):
-/// each result within the bound of the f64 reference, fresh random inputs.
+/// Two threads run the GEMM a forced [`Bf16Path::Amx`] runs ([`forced_amx`]) at once (on AMX
+/// each loads its own tile configuration and releases it): each result within the bound of
+/// the f64 reference, fresh random inputs.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn amx_bf16_two_threads() {
-    if !has_amx() {
-        println!("skipped: no AMX");
-        return;
-    }
+fn forced_amx_on_two_threads_at_once() {
+    let path = forced_amx();
     let seed = crate::backend::cpu::clock_seed();
     std::thread::scope(|s| {
         for t in 0..2u64 {
@@ -928,14 +963,7 @@ fn amx_bf16_two_threads() {
                     (17, 300, 33),
                     (100, 257, 16),
                 ] {
-                    check_pairwise(
-                        Bf16Path::Amx,
-                        (m, n, k),
-                        t as usize,
-                        t == 1,
-                        &mut rng,
-                        &what,
-                    );
+                    check_pairwise(path, (m, n, k), t as usize, t == 1, &mut rng, &what);
                 }
             });
         }
@@ -946,15 +974,13 @@ fn amx_bf16_two_threads() {
 /// a forced [`Bf16Path::Amx`] from `AMX_MIN_ROWS` rows (and `gemm_bf16_dot_raw` on `Amx`, as
 /// `matmul::whole` calls it), not below that nor on [`Bf16Path::Dot`] or [`Bf16Path::Widen`]. The
 /// `vdpbf16ps` path's results are within the same bound as AMX's, so the reference tests
-/// alone pass with a dispatch that never takes AMX; this one does not. Says so and does not
-/// run without AMX.
+/// alone pass with a dispatch that never takes AMX; this one does not. On a CPU (or OS)
+/// without AMX: that no entry point reaches the AMX kernel, forced or not (its instructions
+/// would fault there).
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn amx_is_reached_from_the_bf16_entry_points() {
-    if !has_amx() {
-        println!("skipped: no AMX");
-        return;
-    }
+fn amx_is_reached_from_the_bf16_entry_points_where_the_cpu_has_it() {
+    let amx = usize::from(has_amx());
     let min = bf16::AMX_MIN_ROWS;
     let (k, n) = (70, 40);
     let mut rng = Rng(crate::backend::cpu::clock_seed());
@@ -969,12 +995,16 @@ fn amx_is_reached_from_the_bf16_entry_points() {
         });
         calls() - before
     };
-    assert_eq!(reached(Bf16Path::Amx, min), 1, "Amx, {min} rows");
+    assert_eq!(reached(Bf16Path::Amx, min), amx, "Amx, {min} rows");
     assert_eq!(reached(Bf16Path::Amx, min - 1), 0, "Amx, {} rows", min - 1);
     assert_eq!(reached(Bf16Path::Dot, min), 0, "Dot");
     assert_eq!(reached(Bf16Path::Widen, min), 0, "Widen");
+    if !has_vdpbf16ps() {
+        println!("no AVX-512 BF16 on this CPU: gemm_bf16_dot_raw not called");
+        return;
+    }
     let before = calls();
-    // SAFETY: the slices hold the described matrices; the CPU has AMX (so AVX-512 BF16).
+    // SAFETY: the slices hold the described matrices; the CPU has AVX-512 BF16.
     unsafe {
         gemm_bf16_dot_raw(
             Bf16Path::Amx,
@@ -990,7 +1020,7 @@ fn amx_is_reached_from_the_bf16_entry_points() {
             true,
         )
     };
-    assert_eq!(calls() - before, 1, "gemm_bf16_dot_raw");
+    assert_eq!(calls() - before, amx, "gemm_bf16_dot_raw");
 }
 
 /// The AVX-512 few-row path (`x86::rows`, `m <= ROWS_MAX`: B streamed a block of its rows at
