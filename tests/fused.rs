@@ -21,9 +21,12 @@ thread_local! {
 /// The last-level cache size the tests pin the CPU path to (`cache::set_last_level_bytes`),
 /// whatever sysfs reports (a VM reports its host's shared L3, 300 MiB on one): the tests that
 /// size tensors by the cache (outputs past the non-temporal threshold at 3/8 of it, inputs
-/// past it) then build the same shapes, and reach the same paths, on every machine, at 12 to
-/// 40 MiB rather than hundreds of MiB through the interpreter.
-const TEST_LLC: usize = 32 << 20;
+/// past it) then build the same shapes, and reach the same paths, on every machine. Every size
+/// rule of the CPU path reads the cache size as a fraction of it, so a small pin reaches each
+/// path with small tensors: 3 to 10 MiB through the interpreter, which the tests run at the
+/// test profile's `opt-level = 1` (32 MiB, the size first pinned, made this file the longest
+/// part of CI: 373 s of test time on a 2-vCPU Xeon).
+const TEST_LLC: usize = 8 << 20;
 
 /// Pins the CPU path's last-level cache size to [`TEST_LLC`], once per process; every test
 /// calls it (through [`level_guard`], [`on_threads`] or [`llc`]) before it launches.
