@@ -647,8 +647,8 @@ fn whole_transposes_at_alternating_shapes_match_the_interpreter_bit_for_bit() {
         (17, 34),
         (544, 1056),
         (300, 37),
-        // bf16 rows of 8 KiB: passes capped by the L2 (64 rows at 2 MiB, 32 at 1 MiB), the
-        // last one ragged.
+        // bf16 rows of 8 KiB: passes capped by the L2 off AMD (64 rows at 2 MiB, the last
+        // one ragged; 32 at 1 MiB), one pass of 160 on AMD (`transpose::zen_tuned`).
         (160, 4096),
         (64, 96),
         (160, 4096),

@@ -107,9 +107,11 @@ pub(crate) fn gemm_bf16_impl(
     #[cfg(target_arch = "x86_64")]
     if clamp(path) != Bf16Path::Widen {
         // SAFETY: bounds checked by `check_args`; the path is supported (`clamp`).
+        // `pair_path` on the clamped path: an `Amx` the CPU lacks is `vdpbf16ps` whatever the
+        // rows (not widened below `AMX_MIN_ROWS`, as `pair_path` does for a real `Amx`).
         unsafe {
             gemm_bf16_dot_raw(
-                pair_path(path, m),
+                pair_path(clamp(path), m),
                 m,
                 n,
                 k,
