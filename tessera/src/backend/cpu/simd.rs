@@ -204,3 +204,24 @@ pub(crate) fn check_env() -> Result<()> {
         Ok(_) => Ok(()),
     }
 }
+
+/// 0 = not yet detected, 1 = no, 2 = yes.
+#[cfg(target_arch = "x86_64")]
+static AMD: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the CPU's vendor is AMD (CPUID leaf 0 says "AuthenticAMD"), cached: the paths
+/// tuned per vendor (`gemm::prefers_vdpbf16ps`, the bf16 transpose's `zen_tuned`) ask it.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn is_amd() -> bool {
+    match AMD.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let l0 = core::arch::x86_64::__cpuid(0);
+            // "Auth" "enti" "cAMD" in EBX, EDX, ECX.
+            let yes = l0.ebx == 0x6874_7541 && l0.edx == 0x6974_6E65 && l0.ecx == 0x444D_4163;
+            AMD.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}

@@ -207,7 +207,7 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 fn zen_tuned() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::backend::cpu::gemm::is_amd()
+        crate::backend::cpu::simd::is_amd()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

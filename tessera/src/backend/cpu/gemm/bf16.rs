@@ -127,10 +127,7 @@ pub(crate) fn gemm_bf16_impl(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if m <= super::x86::rows::ROWS_MAX
-        && super::active_isa() == super::Isa::Avx512
-        && super::x86::rows::usable()
-    {
+    if super::streams_rows(m) {
         // SAFETY: bounds checked by `check_args`; the CPU has what the kernel needs.
         unsafe {
             super::x86::rows::gemm_bf16(
@@ -202,7 +199,7 @@ pub fn has_amx() -> bool {
 pub fn prefers_vdpbf16ps() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        has_vdpbf16ps() && super::x86::is_amd()
+        has_vdpbf16ps() && crate::backend::cpu::simd::is_amd()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

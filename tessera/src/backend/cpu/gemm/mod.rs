@@ -32,8 +32,6 @@ mod rows;
 mod scratch;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86::is_amd;
 
 #[cfg(test)]
 mod tests;
@@ -168,7 +166,7 @@ pub(crate) unsafe fn gemm_f32_raw(
 ) {
     let isa = clamp_isa(isa);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable() {
+    if streams_rows_on(isa, m) {
         // SAFETY: the caller's contract; the CPU has what the kernel needs (`usable`).
         unsafe { x86::rows::gemm_f32(m, n, k, a, lda, b, ldb, c, ldc, overwrite) };
         return;
@@ -210,13 +208,19 @@ pub(crate) unsafe fn gemm_f32_raw(
 pub(crate) fn streams_rows(m: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        active_isa() == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable()
+        streams_rows_on(active_isa(), m)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = m;
         false
     }
+}
+
+/// [`streams_rows`] at `isa`.
+#[cfg(target_arch = "x86_64")]
+fn streams_rows_on(isa: Isa, m: usize) -> bool {
+    isa == Isa::Avx512 && m <= x86::rows::ROWS_MAX && x86::rows::usable()
 }
 
 /// Downgrade `isa` to the best level the running CPU actually supports.

@@ -57,21 +57,3 @@ pub(crate) fn has_bf16() -> bool {
         }
     }
 }
-
-/// 0 = not yet detected, 1 = no, 2 = yes.
-static AMD: AtomicU8 = AtomicU8::new(0);
-
-/// Whether the CPU's vendor is AMD (CPUID leaf 0 says "AuthenticAMD"), cached.
-pub(crate) fn is_amd() -> bool {
-    match AMD.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let l0 = core::arch::x86_64::__cpuid(0);
-            // "Auth" "enti" "cAMD" in EBX, EDX, ECX.
-            let yes = l0.ebx == 0x6874_7541 && l0.edx == 0x6974_6E65 && l0.ecx == 0x444D_4163;
-            AMD.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
-        }
-    }
-}
