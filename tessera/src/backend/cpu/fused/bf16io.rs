@@ -726,22 +726,60 @@ mod tests {
         }
     }
 
-    /// [`x86::store2_512`] (32 lanes narrowed by one word permute) gives
-    /// `half::bf16::from_f32` of each lane over the rounding patterns (ties, subnormals,
-    /// NaNs, infinities), 32 at a time, and writes nothing past them.
+    /// Which 32-lane narrowing the bf16 kernels pick on this CPU: `vcvtne2ps2bf16`
+    /// ([`x86::store2_cvt`]) with AVX-512F, BW, DQ and BF16, the word permute
+    /// ([`x86::store2_512`]) with AVX-512F and BW, else none (they narrow through
+    /// [`narrow`] at the AVX2 or portable level). The features themselves, not `has_cvt`
+    /// (which another test's `without_bf16_convert` may turn off meanwhile).
     #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn store32_gives_half_from_f32_of_each_lane() {
-        if !(std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw"))
-        {
-            return;
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Narrow32 {
+        Cvt,
+        Permute,
+        Dispatched,
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn narrow32_here() -> Narrow32 {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512bw") {
+            if has!("avx512dq") && has!("avx512bf16") {
+                return Narrow32::Cvt;
+            }
+            return Narrow32::Permute;
         }
-        #[target_feature(enable = "avx512f,avx512bw")]
-        unsafe fn run(s: &[f32], o: &mut [u16]) {
+        Narrow32::Dispatched
+    }
+
+    /// `top` and the narrowings below it (each of which the CPU has too).
+    #[cfg(target_arch = "x86_64")]
+    fn narrow32_from(top: Narrow32) -> Vec<Narrow32> {
+        let all = [Narrow32::Cvt, Narrow32::Permute, Narrow32::Dispatched];
+        all.into_iter().skip_while(|h| *h != top).collect()
+    }
+
+    /// `s` narrowed 32 lanes at a time into `o` by `how` (`s.len()` a multiple of 32).
+    #[cfg(target_arch = "x86_64")]
+    fn narrow32(how: Narrow32, s: &[f32], o: &mut [u16]) {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
+        unsafe fn cvt(s: &[f32], o: &mut [u16]) {
             use core::arch::x86_64::_mm512_loadu_ps;
             for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
                 // SAFETY: 32 values read and 32 written; the features are present.
+                unsafe {
+                    let (v0, v1) = (
+                        _mm512_loadu_ps(k.as_ptr()),
+                        _mm512_loadu_ps(k.as_ptr().add(16)),
+                    );
+                    x86::store2_cvt(w.as_mut_ptr(), v0, v1);
+                }
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn permute(s: &[f32], o: &mut [u16]) {
+            use core::arch::x86_64::_mm512_loadu_ps;
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                // SAFETY: as in `cvt`.
                 unsafe {
                     let (v0, v1) = (
                         _mm512_loadu_ps(k.as_ptr()),
@@ -751,12 +789,37 @@ mod tests {
                 }
             }
         }
+        assert_eq!(s.len() % 32, 0);
+        assert!(o.len() >= s.len());
+        match how {
+            // SAFETY: `how` is at most `narrow32_here()`'s, whose features are detected.
+            Narrow32::Cvt => unsafe { cvt(s, o) },
+            Narrow32::Permute => unsafe { permute(s, o) },
+            Narrow32::Dispatched => narrow(s, &mut o[..s.len()]),
+        }
+    }
+
+    /// [`x86::store2_512`] (32 lanes narrowed by one word permute) gives
+    /// `half::bf16::from_f32` of each lane over the rounding patterns (ties, subnormals,
+    /// NaNs, infinities), 32 at a time, and writes nothing past them. Without AVX-512F and
+    /// BW the kernels never call it: then the narrowing they do call ([`narrow`]) is
+    /// checked the same way; where the CPU has it, the dispatched narrowing is checked too,
+    /// and the test says what ran.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_gives_half_from_f32_of_each_lane() {
+        let how = match narrow32_here() {
+            Narrow32::Cvt | Narrow32::Permute => Narrow32::Permute,
+            Narrow32::Dispatched => Narrow32::Dispatched,
+        };
         let p = patterns();
         let n = p.len() / 32 * 32;
-        let mut o = vec![0xAAAAu16; n + 3];
-        // SAFETY: AVX-512F and BW detected above.
-        unsafe { run(&p[..n], &mut o[..n]) };
-        assert_narrowed(&p[..n], &o);
+        for how in narrow32_from(how) {
+            eprintln!("ran: {how:?}");
+            let mut o = vec![0xAAAAu16; n + 3];
+            narrow32(how, &p[..n], &mut o[..n]);
+            assert_narrowed(&p[..n], &o);
+        }
     }
 
     /// `o` holds `half::bf16::from_f32` of each value of `s` and, past them, only the
@@ -775,42 +838,27 @@ mod tests {
     /// subnormal) gives `half::bf16::from_f32` of each lane over the rounding patterns, as
     /// they come (pairs with subnormals among them) and with the subnormals left out (every
     /// pair converted by the instruction: ties, NaNs, infinities, overflow to infinity).
+    /// On a CPU without AVX-512F, BW, DQ and BF16 the kernels cannot take it (`has_cvt` is
+    /// false, asserted): the narrowing they take instead is checked on the same patterns.
+    /// Every narrowing below the CPU's best runs too, and the test says what ran.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn store32_cvt_gives_half_from_f32_of_each_lane() {
-        // The features themselves, not `has_cvt` (which another test's
-        // `without_bf16_convert` may turn off meanwhile).
-        if !(is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512dq")
-            && is_x86_feature_detected!("avx512bf16"))
-        {
-            eprintln!("skipped: no AVX-512F, BW, DQ and BF16");
-            return;
-        }
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
-        unsafe fn run(s: &[f32], o: &mut [u16]) {
-            use core::arch::x86_64::_mm512_loadu_ps;
-            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
-                // SAFETY: 32 values read and 32 written; the features are present.
-                unsafe {
-                    let (v0, v1) = (
-                        _mm512_loadu_ps(k.as_ptr()),
-                        _mm512_loadu_ps(k.as_ptr().add(16)),
-                    );
-                    x86::store2_cvt(w.as_mut_ptr(), v0, v1);
-                }
-            }
+        let how = narrow32_here();
+        if how != Narrow32::Cvt {
+            assert!(!x86::has_cvt(), "has_cvt without the features");
         }
         let all = patterns();
         let normal: Vec<f32> = all.iter().copied().filter(|v| !v.is_subnormal()).collect();
         assert!(normal.len() >= 1024, "too few patterns");
-        for p in [all, normal] {
-            let n = p.len() / 32 * 32;
-            let mut o = vec![0xAAAAu16; n + 3];
-            // SAFETY: the features are detected (above).
-            unsafe { run(&p[..n], &mut o[..n]) };
-            assert_narrowed(&p[..n], &o);
+        for how in narrow32_from(how) {
+            eprintln!("ran: {how:?}");
+            for p in [&all, &normal] {
+                let n = p.len() / 32 * 32;
+                let mut o = vec![0xAAAAu16; n + 3];
+                narrow32(how, &p[..n], &mut o[..n]);
+                assert_narrowed(&p[..n], &o);
+            }
         }
     }
 
