@@ -70,6 +70,7 @@ pub(crate) unsafe fn look_stream(
     t: &[u16; 1 << 16],
     s: &[u16],
     o: &mut [u16],
+    far: bool,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if is_gelu(ops)
@@ -78,10 +79,10 @@ pub(crate) unsafe fn look_stream(
         let n = o.len();
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
         // the caller fences.
-        unsafe { x86::gelu_stream(t, &s[..n], o) };
+        unsafe { x86::gelu_stream(t, &s[..n], o, far) };
         return true;
     }
-    let _ = (ops, t, s, o);
+    let _ = (ops, t, s, o, far);
     false
 }
 
@@ -152,19 +153,41 @@ mod x86 {
         }
     }
 
+    /// How far ahead of a step its input line is asked for where the caller says the data
+    /// lies past the cache (`far`: `super::super::stream::past_cache` of input and output), in
+    /// elements: 4 KiB, one page, as `gelu512::AHEAD`. There the one-thread loop left
+    /// memory idle while it computed (as f32 gelu's did, ch18).
+    ///
+    /// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; experiment build
+    /// with the distance and hint on an environment switch, 2026-11-28 02:51–02:57 UTC, load
+    /// 4.5–5.5 from other jobs; `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile gelu_bf16 8192
+    /// 4096 20 --pool`, interleaved with main's binary, fastest launch in ms): main
+    /// 18.3/19.5/18.9/18.4/19.2; 2048 elements ahead 18.3/12.0/11.0/14.5/11.1, the same into
+    /// L2 (`prefetcht1`) 11.6/11.7/14.8/14.4/11.3, 1024 ahead into L2 12.8/11.7/24.6, 4096
+    /// ahead 18.4/20.0. Final build: see the commit.
+    const AHEAD: usize = 2048;
+
     /// [`gelu`] with the whole 64-byte lines of `o` written by streaming stores straight from
     /// the loop: plain stores ([`gelu`]) up to the first 64-byte boundary of `o` and for the
     /// last `< 32` elements; between them steps of 32 elements (one line each), a step with
     /// lanes left to the table fixed in a 32-element buffer before its line is stored, and,
     /// after a block of 256 elements with more than [`MANY`] such lanes, the next [`SKIP`]
-    /// blocks looked up whole into a 256-element buffer and streamed from there.
+    /// blocks looked up whole into a 256-element buffer and streamed from there. With `far`
+    /// the input is asked for [`AHEAD`] elements ahead.
     ///
     /// # Safety
     /// As [`gelu`]; the caller orders the streaming stores (`sfence`) before `o` is read
     /// elsewhere.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn gelu_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
+    pub(super) unsafe fn gelu_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16], far: bool) {
         let n = o.len();
+        // With `far`, each step of 32 elements (one input line) asks for the line
+        // `AHEAD` elements on (a prefetch never faults).
+        let pre = |i: usize| {
+            if far {
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
+            }
+        };
         assert_eq!(s.len(), n);
         let h = o.as_ptr().align_offset(64).min(n);
         let end = h + (n - h) / 32 * 32;
@@ -182,6 +205,7 @@ mod x86 {
             if skip > 0 {
                 look(t, &s[i..i + 256], &mut b);
                 for k in (0..256).step_by(32) {
+                    pre(i + k);
                     // SAFETY: `o[i + k]` is 64-byte aligned (`h`, steps of 32) and
                     // `i + k + 32 <= n`.
                     unsafe {
@@ -195,6 +219,7 @@ mod x86 {
             }
             let mut left = 0;
             for k in (0..256).step_by(32) {
+                pre(i + k);
                 // SAFETY: as above.
                 left += unsafe {
                     stream_step(
@@ -574,7 +599,8 @@ mod tests {
 
     /// The streamed variant gives the table's bits for every input, in order and shuffled,
     /// with the output starting at every 2-byte offset of a 64-byte line (plain head, streamed
-    /// lines, plain tail) and the input at other offsets, at lengths `0..=96` and all 65 536;
+    /// lines, plain tail) and the input at other offsets, at lengths `0..=96` and all 65 536
+    /// (odd lengths with the prefetch of data past the cache, `far`, even ones without);
     /// its lines left to the table (inputs mostly outside the range, in order) take the
     /// whole-block lookup too.
     #[test]
@@ -594,7 +620,7 @@ mod tests {
                     let o = &mut o[off..off + n];
                     o.fill(0x7FC1);
                     // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
-                    unsafe { x86::gelu_stream(&t, &s[..n], o) };
+                    unsafe { x86::gelu_stream(&t, &s[..n], o, n % 2 == 1) };
                     // SAFETY: SSE is part of x86_64.
                     unsafe { core::arch::x86_64::_mm_sfence() };
                     for (x, y) in s.iter().zip(o.iter()) {

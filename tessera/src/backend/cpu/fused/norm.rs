@@ -129,7 +129,8 @@ fn body(
         // it is) of `out`, fenced here.
         unsafe {
             if out.dtype == DType::F32 && !round {
-                super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, nt)
+                let far = super::normpipe::ahead_rows(nt, x.len, out.len);
+                super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, (nt, far))
             } else {
                 let (xw, rest) = x3.split_at_mut(n);
                 rows_avx512(
@@ -188,6 +189,20 @@ fn body(
     }
 }
 
+/// How many rows past the one a pass of sums reads the write that follows it asks for (into
+/// L2), in [`rows_avx512`]'s bf16 → bf16 rows where the streamed output and the input lie
+/// past the last-level cache together (`stream::past_cache`): the pass of sums already asks
+/// for the next row, and memory sat without reads while the write streamed its row (as in
+/// `normpipe::ahead_rows`, f32).
+///
+/// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; experiment build with
+/// the distance and hint on an environment switch, 2026-11-28 02:51–02:57 UTC, load 4.5–5.5
+/// from other jobs; `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile layernorm_bf16 8192 4096 20
+/// --pool`, interleaved with main's binary, fastest launch in ms): main
+/// 13.3/17.6/19.1/21.1/12.8; 3 rows on 16.1/12.8/12.2/14.3/11.7; 2 rows on
+/// 13.9/13.8/17.5/19.1/14.3 (into L1, `prefetcht0`: 13.0/16.4). Final build: see the commit.
+const WRITE_AHEAD: usize = 3;
+
 /// The rows `r0 .. r1` of [`body`] at the AVX-512 level into a bf16 or bf16-rounded output
 /// (an unrounded f32 output takes [`super::normpipe::rows`]), the same bits with the sums
 /// of [`super::norm512::sum`] (lane accumulators and the final tree in registers). A bf16
@@ -197,7 +212,8 @@ fn body(
 /// squared deviations of row `t − 1` in one loop, `normpipe::sums`);
 /// another bf16 row is widened into `xw` in registers by its first pass (the mean's, or
 /// rmsnorm's squares). The pass that reads a row from memory asks for the next row's
-/// lines.
+/// lines; past the cache a bf16 row's write asks for those of the row [`WRITE_AHEAD`] on
+/// from the one last summed.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA; `g` (and `b`) hold `n` values; `xw` holds
@@ -260,6 +276,17 @@ unsafe fn rows_avx512(
     // A large bf16 output takes streaming stores (`stream::large`: by its size and the
     // thread count), fenced below.
     let nt16 = direct && stream::large(out);
+    // A streamed bf16 output past the last-level cache with its input: the write after the
+    // pass of sums over row `t` asks for row `t + WRITE_AHEAD`'s lines (into L2) as it
+    // streams (a bf16 input's rows only).
+    let wfar = nt16 && stream::past_cache(x.len + out.len);
+    let wpf = |t: usize| {
+        if wfar && t + WRITE_AHEAD < rows {
+            row_ptr(t + WRITE_AHEAD)
+        } else {
+            std::ptr::null()
+        }
+    };
     if direct && !f32in {
         // A bf16 row into a bf16 output: every pass widens the row in registers (from
         // memory, then from the level-1 cache), no f32 row kept. Where [`lags`], the
@@ -329,7 +356,7 @@ unsafe fn rows_avx512(
                         (g, b),
                         nm.layer,
                         cvt,
-                        nt16,
+                        (nt16, wpf(t)),
                     )
                 };
             }
@@ -376,7 +403,7 @@ unsafe fn rows_avx512(
                     (g, b),
                     nm.layer,
                     cvt,
-                    nt16,
+                    (nt16, if f32in { std::ptr::null() } else { wpf(row) }),
                 )
             };
             continue;
@@ -403,6 +430,8 @@ unsafe fn rows_avx512(
 /// the same bits without an f32 row in between. 32 lanes take one store, narrowed by
 /// `vcvtne2ps2bf16` with `cvt` (`bf16io::store32_cvt`), else by integer rounding
 /// (`bf16io::store32`); a ragged tail `bf16io::store16`.
+/// With a non-null `pf` (a bf16 row of `n` values) each 32-lane step asks for that row's line
+/// of the same columns into L2 ([`WRITE_AHEAD`]).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA (with `cvt` also AVX-512DQ and
@@ -418,15 +447,15 @@ unsafe fn write_bf16(
     gb: (&[f32], Option<&[f32]>),
     layer: bool,
     cvt: bool,
-    nt: bool,
+    (nt, pf): (bool, *const u8),
 ) {
     // SAFETY: the caller's.
     unsafe {
         match (bf, cvt) {
-            (false, false) => write_bf16_512::<false>(out, at, xs, mv, gb, layer, nt),
-            (true, false) => write_bf16_512::<true>(out, at, xs, mv, gb, layer, nt),
-            (false, true) => write_bf16_cvt::<false>(out, at, xs, mv, gb, layer, nt),
-            (true, true) => write_bf16_cvt::<true>(out, at, xs, mv, gb, layer, nt),
+            (false, false) => write_bf16_512::<false>(out, at, xs, mv, gb, layer, (nt, pf)),
+            (true, false) => write_bf16_512::<true>(out, at, xs, mv, gb, layer, (nt, pf)),
+            (false, true) => write_bf16_cvt::<false>(out, at, xs, mv, gb, layer, (nt, pf)),
+            (true, true) => write_bf16_cvt::<true>(out, at, xs, mv, gb, layer, (nt, pf)),
         }
     }
 }
@@ -444,7 +473,7 @@ unsafe fn write_bf16_512<const BF: bool>(
     mv: (f32, f32),
     gb: (&[f32], Option<&[f32]>),
     layer: bool,
-    nt: bool,
+    nt: (bool, *const u8),
 ) {
     // SAFETY: the caller's.
     unsafe { write_row_bf16::<BF, false>(out, at, xs, mv, gb, layer, nt) }
@@ -463,7 +492,7 @@ unsafe fn write_bf16_cvt<const BF: bool>(
     mv: (f32, f32),
     gb: (&[f32], Option<&[f32]>),
     layer: bool,
-    nt: bool,
+    nt: (bool, *const u8),
 ) {
     // SAFETY: the caller's.
     unsafe { write_row_bf16::<BF, true>(out, at, xs, mv, gb, layer, nt) }
@@ -483,7 +512,7 @@ unsafe fn write_row_bf16<const BF: bool, const CVT: bool>(
     (mean, rstd): (f32, f32),
     (g, b): (&[f32], Option<&[f32]>),
     layer: bool,
-    nt: bool,
+    (nt, pf): (bool, *const u8),
 ) {
     use super::norm512::{load, load_part};
     use core::arch::x86_64::*;
@@ -542,6 +571,10 @@ unsafe fn write_row_bf16<const BF: bool, const CVT: bool>(
         macro_rules! steps {
             ($layer:expr, $bp:expr, $nt:expr) => {
                 while j + 32 <= n {
+                    if !pf.is_null() {
+                        // The bf16 row's line for these 32 columns; a prefetch never faults.
+                        _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j * 2) as *const i8);
+                    }
                     let v0 = lanes!(j, 16, $layer, $bp);
                     let v1 = lanes!(j + 16, 16, $layer, $bp);
                     match ($nt, CVT) {

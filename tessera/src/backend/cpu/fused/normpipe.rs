@@ -26,6 +26,29 @@ pub(crate) struct Write {
     pub mean: f32,
     pub rstd: f32,
     pub out: *mut f32,
+    /// A row of the input (f32, or bf16 bit patterns for a `write::<true>`) whose lines are
+    /// asked for into the level-2 cache as the write goes ([`ahead_rows`]), or null.
+    pub pf: *const u8,
+}
+
+/// Whether the write of a row asks for the input row two on (into the level-2 cache, as it
+/// streams the output row) where the sums pass asks for the next row's: with streaming
+/// stores (`nt`) into an output that lies past the last-level cache together with the input
+/// (`super::stream::past_cache`). There the sums pass alone left memory without reads while
+/// the write ran, which the hardware prefetchers did not fill.
+///
+/// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; experiment build with
+/// the choice on an environment switch, 2026-11-28 02:37–02:43 UTC, load 1.2–5.2 from other
+/// jobs; `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile K 8192 4096 20 --pool`, interleaved with
+/// the build without it, fastest launch in ms): rmsnorm 16.7/16.5/19.6/17.8 → 16.2/14.3/
+/// 15.4/16.1, layernorm 19.2/18.8/20.9/23.2 → 16.6/18.2/20.2/19.5. The row three or four on
+/// measured the same (rmsnorm 16.0/17.5, 17.7/15.8; layernorm 18.5/19.6, 18.3/18.1), the row
+/// after the next asked for into L1 (`prefetcht0`) no better than none (rmsnorm 18.6/17.6,
+/// layernorm 17.5/19.9), `prefetcht2` in between (rmsnorm 17.8/15.5, layernorm 16.8/20.7);
+/// the sums pass asking for the row two on instead of the next one, no better (rmsnorm
+/// 17.6/17.9, layernorm 21.0/18.9). Final build: see the commit.
+pub(crate) fn ahead_rows(nt: bool, in_bytes: usize, out_bytes: usize) -> bool {
+    nt && super::stream::past_cache(in_bytes + out_bytes)
 }
 
 /// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
@@ -233,6 +256,15 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
     // SAFETY: every lane written is below `n`; `j` stays 64-byte aligned with `r.nt`.
     unsafe {
         while j + 32 <= n {
+            if !w.pf.is_null() {
+                // The row's lines for these 32 columns (one bf16 line, two f32 ones); a
+                // prefetch never faults.
+                let a = w.pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                _mm_prefetch::<_MM_HINT_T1>(a);
+                if !BF {
+                    _mm_prefetch::<_MM_HINT_T1>(a.wrapping_add(64));
+                }
+            }
             put32::<BF>(r, &w, j);
             j += 32;
         }
@@ -273,7 +305,8 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
 /// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines with `nt`) and, for
 /// layernorm, takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm)
-/// or `t − 1` (layernorm). A layernorm bf16 row is kept widened in `keep` until its write;
+/// or `t − 1` (layernorm), asking for row `t + 2`'s lines (into L2) with `nt` and `far`
+/// ([`ahead_rows`]). A layernorm bf16 row is kept widened in `keep` until its write;
 /// an rmsnorm bf16 row is read again (from L1) by its write and widened again.
 ///
 /// # Safety
@@ -288,7 +321,7 @@ pub(crate) unsafe fn rows(
     n: usize,
     (g, b): (&[f32], Option<&[f32]>),
     keep: &mut [f32],
-    nt: bool,
+    (nt, far): (bool, bool),
 ) {
     use tessera_ir::DType;
     let size = x.dtype.size_bytes();
@@ -330,6 +363,8 @@ pub(crate) unsafe fn rows(
     let lag = usize::from(layer);
     // Each row's mean and `rstd`, by row index mod 3.
     let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+    // The writes ask for row `t + 2` with `far` (the caller's [`ahead_rows`]).
+    let far = far && nt;
     for t in r0..r1 + lag {
         let (hi, hm) = (t < r1, layer && t > r0);
         let ip = Pass {
@@ -399,6 +434,11 @@ pub(crate) unsafe fn rows(
             mean: mean[done % 3],
             rstd: rstd[done % 3],
             out: (out.ptr as *mut f32).wrapping_add(done * n),
+            pf: if far && t + 2 < rows {
+                row_ptr(t + 2)
+            } else {
+                std::ptr::null()
+            },
         };
         // SAFETY: as above; `done` is in `r0 .. r1`.
         unsafe {
@@ -474,7 +514,8 @@ pub(super) mod tests {
             .collect()
     }
 
-    /// [`rows`] into an f32 output, streamed or not: layernorm and rmsnorm of f32 and bf16
+    /// [`rows`] into an f32 output, streamed or not (streamed also with the writes asking for
+    /// the row two on, `far`, as past the cache): layernorm and rmsnorm of f32 and bf16
     /// rows, with and without `β`, widths that are not whole vectors, several chunks per row
     /// (`bc`), programs of 1, 2, 3 and 8 rows (a last one cut short), against the
     /// interpreter's row, bit for bit. Every row's values differ (fresh random rows), so a
@@ -513,7 +554,7 @@ pub(super) mod tests {
                         (false, false, true),
                         (true, true, true),
                     ] {
-                        for nt in [false, true] {
+                        for (nt, far) in [(false, false), (true, false), (true, true)] {
                             let xs = values(&mut seed, rows * n);
                             // bf16 rows: the values' high halves (what `xs` holds then).
                             let mut bits: Vec<u16> =
@@ -561,7 +602,7 @@ pub(super) mod tests {
                                         n,
                                         (&g, b),
                                         &mut keep,
-                                        nt,
+                                        (nt, far),
                                     );
                                     core::arch::x86_64::_mm_sfence();
                                 }
@@ -574,7 +615,7 @@ pub(super) mod tests {
                                 {
                                     panic!(
                                         "[{rows}, {n}] bc {bc} br {br} layer {layer} beta {beta} \
-                                         bf16 {bf} nt {nt}: row {r} column {j}: {} != {} \
+                                         bf16 {bf} nt {nt} far {far}: row {r} column {j}: {} != {} \
                                          (seed {start})",
                                         got[j], want[j]
                                     );
@@ -639,6 +680,12 @@ pub(super) mod tests {
                         mean,
                         rstd,
                         out: buf[at..].as_mut_ptr(),
+                        // Streamed writes ask for a row's lines as they go (`ahead_rows`).
+                        pf: if nt {
+                            xs.as_ptr() as *const u8
+                        } else {
+                            std::ptr::null()
+                        },
                     };
                     // SAFETY: AVX-512F is present; every row holds `n` values; nothing else
                     // touches `buf` before the fence.

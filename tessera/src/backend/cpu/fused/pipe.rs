@@ -65,6 +65,34 @@ pub(crate) fn run(
 /// Elements per piece computed into an L1 buffer before it is narrowed or streamed.
 const PIECE: usize = 1024;
 
+/// How far ahead of the 64 elements being combined an f32 operand's lines are asked for
+/// ([`ahead`]) where the operands and the streamed output lie past the last-level cache
+/// together (`super::stream::past_cache`), in floats: 4 KiB, one page, as `gelu512::AHEAD`.
+/// There the one-thread loop left memory idle while it computed, as gelu's did.
+///
+/// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; experiment build with
+/// the distance on an environment switch, 2026-11-28 02:44–02:49 UTC, load 4.4–8.0 from other
+/// jobs; `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile add 8192 4096 20 --pool`, interleaved
+/// with the build without it, fastest launch in ms): without 28.8/25.7/25.4/31.7/28.7
+/// (main's binary 35.0/31.3/33.1/32.9/31.6), 1024 floats ahead 26.1/21.8/23.4/25.0/28.1,
+/// 2048 ahead 24.9/28.7/23.2/31.7/27.5, 1024 ahead into L2 (`prefetcht1`) 31.5/22.5, 4096
+/// into L2 22.6/30.4. Final build: see the commit.
+const AHEAD_F32: usize = 1024;
+
+/// Asks for the four cache lines of the 64 floats at `p` (a hint: no access is made, so an
+/// address past an operand's end is harmless).
+#[inline(always)]
+fn ahead(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    for l in 0..4 {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * l) as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// `o[io + j] = op(a[ia + j], b[ib + j])` for `j < n`: `a` and `b` both f32 or both bf16
 /// (widened exactly), `o` f32 or bf16 (narrowed: [`super::chunk::bf16_bits`]); bf16 operands give a bf16
 /// value, rounded before it is stored to an f32 output. Streamed when `nt`.
@@ -115,9 +143,20 @@ fn span_f(
         }
         (DType::F32, DType::F32) => {
             let mut t = [0f32; PIECE];
+            let far = super::stream::past_cache(a.len + b.len + o.len);
             for k in (0..n).step_by(PIECE) {
                 let m = (n - k).min(PIECE);
-                zip(&mut t[..m], f32s(a, ia + k, m), f32s(b, ib + k, m));
+                let (x, y) = (f32s(a, ia + k, m), f32s(b, ib + k, m));
+                if far {
+                    for s in (0..m).step_by(64) {
+                        let e = (s + 64).min(m);
+                        ahead(x.as_ptr().wrapping_add(s + AHEAD_F32));
+                        ahead(y.as_ptr().wrapping_add(s + AHEAD_F32));
+                        zip(&mut t[s..e], &x[s..e], &y[s..e]);
+                    }
+                } else {
+                    zip(&mut t[..m], x, y);
+                }
                 unsafe { put_f32(o, io + k, &t[..m], true) };
             }
         }

@@ -845,7 +845,8 @@ pub(crate) fn direct_run(
                 return super::gelubf16::look(ops, t, s, unsafe { out_u16(bo, at_o, n) });
             }
             // SAFETY: as above; `nt`: the caller fences.
-            if unsafe { super::gelubf16::look_stream(ops, t, s, out_u16(bo, at_o, n)) } {
+            let far = super::stream::past_cache(bi.len + bo.len);
+            if unsafe { super::gelubf16::look_stream(ops, t, s, out_u16(bo, at_o, n), far) } {
                 return;
             }
             let mut h = [0u16; CHUNK];

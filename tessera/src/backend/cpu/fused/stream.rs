@@ -70,7 +70,9 @@ fn threads() -> usize {
 /// Whether a launch's tensors of `bytes` bytes together (its input and output) lie past the
 /// last-level cache ([`crate::backend::cpu::cache::last_level_bytes`]): then the gelu loops
 /// ask for their input ahead (`vmath::gelu512::AHEAD`, measured there), which at the shapes
-/// that fit it changed nothing or cost (`[4096, 1024]`: 16 + 16 MiB against 32 MiB here).
+/// that fit it changed nothing or cost (`[4096, 1024]`: 16 + 16 MiB against 32 MiB here);
+/// so do the f32 binary pipe (`pipe::AHEAD_F32`), the bf16 gelu (`gelubf16`'s `AHEAD`) and
+/// the streamed norm rows' writes (`normpipe::ahead_rows`, `norm::WRITE_AHEAD`).
 pub(crate) fn past_cache(bytes: usize) -> bool {
     bytes > crate::backend::cpu::cache::last_level_bytes()
 }
