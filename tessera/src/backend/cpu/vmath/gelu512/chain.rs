@@ -452,7 +452,9 @@ unsafe fn flat_run<const N: usize, const K: u32, const S: bool>(
     pend: &mut Pending,
     d: usize,
 ) {
-    debug_assert!(n % 64 == 0 && c % 64 == 0 && col % 64 == 0 && col < c);
+    debug_assert!(
+        n.is_multiple_of(64) && c.is_multiple_of(64) && col.is_multiple_of(64) && col < c
+    );
     debug_assert!(!S || (dst as usize).is_multiple_of(64));
     if n == 0 {
         return;
