@@ -196,15 +196,27 @@ fn check_rows(
     col: usize,
     c: usize,
 ) {
+    check_rows_at(chain, rows, x, col, c, col % 5)
+}
+
+/// [`check_rows`] with the streamed destination `off` floats past a 64-byte boundary.
+fn check_rows_at(
+    chain: &[(BinaryOp, bool, Option<usize>, f32)],
+    rows: &[Vec<f32>],
+    x: &[f32],
+    col: usize,
+    c: usize,
+    off: usize,
+) {
     let n = x.len();
     let pre: Vec<Pre> = chain
         .iter()
         .map(|&(op, left, row, k)| (op, left, row.map(|r| &rows[r][..c]), k))
         .collect();
     let mut y = vec![f32::NAN; n];
-    // A destination `col % 5` floats past a 64-byte boundary (streamed from the next one).
-    let mut sbuf = vec![f32::NAN; n + 20];
-    let a = sbuf.as_ptr().align_offset(64) + col % 5;
+    // A destination `off` floats past a 64-byte boundary (streamed from the next one).
+    let mut sbuf = vec![f32::NAN; n + 16 + off];
+    let a = sbuf.as_ptr().align_offset(64) + off;
     let ys = &mut sbuf[a..a + n];
     // SAFETY: AVX-512F/DQ (the caller checked); the streaming stores are fenced below.
     unsafe {
@@ -399,6 +411,53 @@ fn after_rows_with_sparse_tail_lanes_matches_the_ops_then_gelu1() {
             col,
             c,
         );
+    }
+}
+
+/// `after_rows` where rows are whole 64-value steps (`c` and `col` multiples of 64: one
+/// loop over every step of all rows, the rows' column wrapping, `pend` flushed between
+/// steps), with and without a remainder of `n % 64` values, streamed into an aligned and
+/// into an unaligned destination, on fresh inputs each run (seeded from the clock: the
+/// seed is printed on failure) with sparse and with frequent lanes outside the central
+/// range.
+#[test]
+fn after_rows_over_whole_steps_matches_the_ops_then_gelu1() {
+    if !available() {
+        eprintln!("no AVX-512F/DQ: gelu512 not tested");
+        return;
+    }
+    use BinaryOp::*;
+    let seed = crate::backend::cpu::clock_seed();
+    eprintln!("after_rows_over_whole_steps seed {seed}");
+    let chains: [&[(BinaryOp, bool, Option<usize>, f32)]; 4] = [
+        &[(Mul, true, Some(0), 0.0), (Add, true, None, 1.0)],
+        &[(Add, false, Some(1), 0.0)],
+        &[(Sub, false, Some(1), 0.0), (Mul, true, None, -0.5)],
+        &[
+            (Mul, true, Some(0), 0.0),
+            (Add, true, Some(1), 0.0),
+            (Sub, true, None, 0.25),
+        ],
+    ];
+    for (t, (c, col, n)) in [
+        (64, 0, 64 * 41),
+        (1024, 0, 1024 * 6),
+        (1024, 512, 1024 * 3 + 64 * 5),
+        (192, 128, 192 * 9 + 37),
+        (4096, 0, 4096 * 2 + 5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = seed.wrapping_add(97 * t as u64);
+        let rows: Vec<Vec<f32>> = (0..2).map(|r| values(s ^ (0x5EED + r), c)).collect();
+        for x in [sparse_tails(s, n, 9), values(s.rotate_left(17), n)] {
+            for ch in chains {
+                for off in [0, 3] {
+                    check_rows_at(ch, &rows, &x, col, c, off);
+                }
+            }
+        }
     }
 }
 

@@ -44,15 +44,17 @@ const LIN_MAX: usize = 3;
 const MUL: u32 = 0;
 /// `v + k` (`k` a row, a constant, or for `v − c` the constant `−c`).
 const ADD: u32 = 1;
-/// `fma(v, m, k ^ flip)` (`m` and `k` each a row or 16 copies of a constant).
+/// `fma(v, m, k ^ flip)` (`m` and `k` each a row or 64 copies of a constant).
 const GEN: u32 = 2;
 /// The kind code of three ops, each [`GEN`] (three-op chains take one loop).
 const GEN3: u32 = GEN | GEN << 2 | GEN << 4;
 // `after_rows` matches kind codes as literals: `MUL`, `ADD`, `GEN` are 0, 1, 2.
 const _: () = assert!(MUL == 0 && ADD == 1 && GEN == 2 && GEN3 == 42);
 
-/// 16 copies of each constant operand of [`Lanes`] (two per op).
-type Copies = [[f32; 16]; 2 * LIN_MAX];
+/// 64 copies of each constant operand of [`Lanes`] (two per op): a four-vector step
+/// ([`Lanes::v4`]) reads vector `w` of every operand `16 w` floats on from one address,
+/// rows and constants alike.
+type Copies = [[f32; 64]; 2 * LIN_MAX];
 
 /// `N` [`Pre`] ops without `Div`, each rounded once as the op itself, signed zeros
 /// included (a NaN constant in `v − c` comes back with its sign flipped), each op one
@@ -65,7 +67,7 @@ type Copies = [[f32; 16]; 2 * LIN_MAX];
 ///   `fma(v, 1, k)`).
 ///
 /// An operand is read through a pointer and a step mask: a row from column `col` on (the
-/// value at `i` reads `row[i]`: mask `!0`), or 16 copies of a constant (mask 0, so every
+/// value at `i` reads `row[i]`: mask `!0`), or 64 copies of a constant (mask 0, so every
 /// vector reads the same 16 floats), with no branch on which.
 #[derive(Clone, Copy)]
 struct Lanes<const N: usize> {
@@ -104,10 +106,10 @@ impl<const N: usize> Lanes<N> {
             } else {
                 kind
             };
-            cp[2 * q] = [k; 16];
-            cp[2 * q + 1] = [m; 16];
+            cp[2 * q] = [k; 64];
+            cp[2 * q + 1] = [m; 64];
             let row = s.map(|s| s[col..].as_ptr());
-            let at = |r: bool, p: &[f32; 16]| match row {
+            let at = |r: bool, p: &[f32; 64]| match row {
                 Some(r0) if r => (r0, !0),
                 _ => (p.as_ptr(), 0),
             };
@@ -141,7 +143,7 @@ impl<const N: usize> Lanes<N> {
     #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
     #[inline]
     unsafe fn v<const K: u32>(&self, src: *const f32, i: usize, k: __mmask16) -> __m512 {
-        // SAFETY (every load): the caller's contract; a constant's 16 copies are read at 0.
+        // SAFETY (every load): the caller's contract; a constant's copies are read at 0.
         let mut v = unsafe { load(src, i, k) };
         for q in 0..N {
             let (kp, ks) = self.k[q];
@@ -158,6 +160,76 @@ impl<const N: usize> Lanes<N> {
         }
         v
     }
+}
+
+impl<const N: usize> Lanes<N> {
+    /// [`Lanes::v`] on the four vectors of the 64 values at `i` of `src`, the rows read
+    /// from column `col` (`col` ops on a row read from `row[col]`): each operand's address
+    /// formed once per step (the column masked by its step mask), its four vectors read
+    /// 16 floats apart from there (a constant's 64 copies), so that a step spends no
+    /// scalar work per vector on its operands.
+    ///
+    /// # Safety
+    /// [`available`](super::available); `src` readable for 64 floats from `i`, every row
+    /// for 64 from `col`.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn v4<const K: u32>(&self, src: *const f32, i: usize, col: usize) -> [__m512; 4] {
+        // SAFETY (every load): the caller's contract; a constant's 64 copies are read from 0.
+        let mut v: [__m512; 4] =
+            core::array::from_fn(|w| unsafe { _mm512_loadu_ps(src.add(i + 16 * w)) });
+        for q in 0..N {
+            let (kp, ks) = self.k[q];
+            let kb = kp.wrapping_add(col & ks);
+            match K >> (2 * q) & 3 {
+                MUL => {
+                    for (w, v) in v.iter_mut().enumerate() {
+                        *v = _mm512_mul_ps(*v, unsafe { _mm512_loadu_ps(kb.add(16 * w)) });
+                    }
+                }
+                ADD => {
+                    for (w, v) in v.iter_mut().enumerate() {
+                        *v = _mm512_add_ps(*v, unsafe { _mm512_loadu_ps(kb.add(16 * w)) });
+                    }
+                }
+                _ => {
+                    let (mp, ms) = self.m[q];
+                    let mb = mp.wrapping_add(col & ms);
+                    for (w, v) in v.iter_mut().enumerate() {
+                        let kv = unsafe { _mm512_loadu_ps(kb.add(16 * w)) };
+                        let a = _mm512_xor_si512(_mm512_castps_si512(kv), self.flip[q]);
+                        let m = unsafe { _mm512_loadu_ps(mb.add(16 * w)) };
+                        *v = _mm512_fmadd_ps(*v, m, _mm512_castsi512_ps(a));
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+/// `x` (this step's values) and `next` (the next step's) through an empty `asm` block, so
+/// that the code computes `next` (its loads and ops) before this step's central form reads
+/// `x`: the compiler otherwise schedules the next step's loads and ops after the central
+/// form, where the out-of-order window reaches them only once most of this step has issued.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[inline]
+fn order(x: &mut [__m512; 4], next: &mut [__m512; 4]) {
+    // SAFETY: an empty instruction sequence; the registers come back unchanged.
+    unsafe {
+        core::arch::asm!(
+            "/* {0} {1} {2} {3} {4} {5} {6} {7} */",
+            inout(zmm_reg) x[0],
+            inout(zmm_reg) x[1],
+            inout(zmm_reg) x[2],
+            inout(zmm_reg) x[3],
+            inout(zmm_reg) next[0],
+            inout(zmm_reg) next[1],
+            inout(zmm_reg) next[2],
+            inout(zmm_reg) next[3],
+            options(pure, nomem, nostack, preserves_flags)
+        )
+    };
 }
 
 /// The 16 floats at `p + i` in the lanes of `k` (zeros elsewhere): one plain load when `k`
@@ -240,7 +312,7 @@ pub(crate) unsafe fn after_rows(
     );
     let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
     let tab = table();
-    let mut cp: Copies = [[0.0; 16]; 2 * LIN_MAX];
+    let mut cp: Copies = [[0.0; 64]; 2 * LIN_MAX];
     let mut pend = Pending::new(stream);
     // `run!(N; codes)`: every row through the loop for `N` ops, the kind code a constant.
     macro_rules! run {
@@ -279,10 +351,12 @@ pub(crate) unsafe fn after_rows(
 }
 
 /// The [`Lanes`] ops `l` (rows from column 0, kind code `K`) then gelu over the `n` values
-/// at `src` that start at column `col` of rows `c` long, into `dst`: [`lanes_run`] per row
-/// segment, from `dst`'s first 64-byte boundary on when `stream` (plain stores before it),
-/// with one [`Pending`] for all rows, flushed at the end; the input asked for `d` floats
-/// ahead ([`ahead`]).
+/// at `src` that start at column `col` of rows `c` long, into `dst`: where `c` and `col`
+/// are multiples of 64 (and `dst` 64-byte aligned when `stream`), [`flat_run`] over the
+/// whole 64-value steps of all rows in one loop; else (and for the last `n % 64` values)
+/// [`lanes_run`] per row segment, from `dst`'s first 64-byte boundary on when `stream`
+/// (plain stores before it); one [`Pending`] for all rows, flushed at the end; the input
+/// asked for `d` floats ahead ([`ahead`]).
 ///
 /// # Safety
 /// [`available`](super::available); `src` readable and `dst` writable for `n` floats, not
@@ -302,6 +376,23 @@ unsafe fn rows_run<const N: usize, const K: u32>(
     d: usize,
 ) {
     let (mut i, mut col) = (0, col);
+    if c.is_multiple_of(64)
+        && col.is_multiple_of(64)
+        && (!stream || (dst as usize).is_multiple_of(64))
+    {
+        let m = n - n % 64;
+        // SAFETY: this function's contract; `m <= n` a multiple of 64, `dst` 64-byte
+        // aligned when streamed.
+        unsafe {
+            if stream {
+                flat_run::<N, K, true>(l, src, dst, m, col, c, tab, pend, d)
+            } else {
+                flat_run::<N, K, false>(l, src, dst, m, col, c, tab, pend, d)
+            }
+        }
+        i = m;
+        col = (col + m) % c;
+    }
     while i < n {
         let m = (n - i).min(c - col);
         // SAFETY: this function's contract; `h <= m`, each segment's rows read from its
@@ -322,11 +413,101 @@ unsafe fn rows_run<const N: usize, const K: u32>(
     unsafe { pend.flush(tab) };
 }
 
+/// [`lanes_run`] over `n` values (a multiple of 64) from column `col` of rows `c` long,
+/// `c` and `col` multiples of 64, so that every 64-value step lies within one row: one loop
+/// over all the steps (no call, no block and no pipeline start per row), the rows' column
+/// advanced by 64 per step and wrapped at `c`, each step's operands read through
+/// [`Lanes::v4`] and the next step's values formed ahead of this step's central form
+/// ([`order`]); whole vectors stored non-temporally when `S` (`dst` 64-byte aligned), else
+/// plainly. A step with a lane outside the central range is settled as in [`lanes_run`],
+/// and `pend` is flushed after such a step once it holds 16 vectors.
+///
+/// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; `chrt -f 50 env
+/// RAYON_NUM_THREADS=T cpu_profile chain R C N --pool`, fastest launch, min / median over
+/// 4–6 processes interleaved with the build before this change, load 3.7–5.8 from other
+/// jobs, 2026-11-28 03:13–03:16 UTC): one thread `[4096, 1024]` 1554 / 1778 → 1498 / 1580
+/// µs (gelu 1265 / 1311), `[1024, 4096]` 1486 / 1548 → 1447 / 1466 (gelu 1245 / 1249),
+/// `--into` `[4096, 1024]` 1531 / 1594 → 1412 / 1485; two threads `[4096, 1024]` 822 / 897
+/// → 767 / 933 (gelu 697 / 724), `[1024, 4096]` 830 / 1077 → 737 / 977 (gelu 695 / 778),
+/// `--into` 837 / 1003 → 763 / 962; `[8192, 4096]` one thread (N = 20) 14.73 / 15.11 →
+/// 14.99 / 15.01 ms. In L2 (`[128, 1024]`, one binary with the forms side by side, 12
+/// processes, 03:05 UTC): 49.1 µs before, 46.8 with only the operand addresses and
+/// [`order`] (now [`lanes_run`]'s loop), 44.9 with this loop; gelu 39.4, and 42.5 for
+/// the ordered per-row loop without the `outside` test (timing only): the test and the mul
+/// and add are the rest of the gap (see `ARCHITECTURE.md`).
+///
+/// # Safety
+/// [`available`](super::available); `src` readable and `dst` writable for `n` floats, not
+/// overlapping; every row of `l` readable for `c` floats; `dst` 64-byte aligned when `S`.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn flat_run<const N: usize, const K: u32, const S: bool>(
+    l: &Lanes<N>,
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    col: usize,
+    c: usize,
+    tab: &[__m512; 8],
+    pend: &mut Pending,
+    d: usize,
+) {
+    debug_assert!(
+        n.is_multiple_of(64) && c.is_multiple_of(64) && col.is_multiple_of(64) && col < c
+    );
+    debug_assert!(!S || (dst as usize).is_multiple_of(64));
+    if n == 0 {
+        return;
+    }
+    let (mut i, mut cl) = (0, col);
+    // SAFETY (every access): steps at `i < n` (64 values) and columns `cl < c` (64 values
+    // of each row), the caller's contract; a streamed store's address is `dst` plus a
+    // multiple of 64 floats.
+    unsafe {
+        let mut x = l.v4::<K>(src, i, cl);
+        loop {
+            ahead(src.wrapping_add(i), d);
+            let more = i + 64 < n;
+            let wrap = if cl + 64 == c { 0 } else { cl + 64 };
+            // The next step (this step again after the last: read, not used).
+            let (ni, ncl) = if more { (i + 64, wrap) } else { (i, cl) };
+            let mut next = l.v4::<K>(src, ni, ncl);
+            order(&mut x, &mut next);
+            let r = gelu_w(&x, tab);
+            let put = |p: *mut f32, r: __m512| {
+                if S {
+                    _mm512_stream_ps(p, r)
+                } else {
+                    _mm512_storeu_ps(p, r)
+                }
+            };
+            if !outside(&x) {
+                for (w, r) in r.iter().enumerate() {
+                    put(dst.add(i + 16 * w), *r);
+                }
+            } else {
+                for w in 0..4 {
+                    let p = dst.add(i + 16 * w);
+                    put(p, settle(x[w], r[w], p, 0xFFFF, pend));
+                }
+                if pend.n >= 16 {
+                    pend.flush(tab);
+                }
+            }
+            if !more {
+                break;
+            }
+            (i, cl, x) = (ni, ncl, next);
+        }
+    }
+}
+
 /// Values per block of [`lanes_run`]: at most `BLOCK / 16` vectors join [`Pending`] between
 /// two of its checks.
 const BLOCK: usize = 64 * 16;
 
-/// Most vectors [`Pending`] holds: it is flushed once it holds 16 after a block.
+/// Most vectors [`Pending`] holds: it is flushed once it holds 16 after a block of
+/// [`lanes_run`] (or after a step of [`flat_run`], at most 4 more).
 const PEND: usize = 16 + BLOCK / 16;
 
 /// Vectors whose result waits for [`tail`](super::tail) in some lanes (`x <= NEG_END` or NaN): the
@@ -435,8 +616,9 @@ impl Pending {
 }
 
 /// `dst[i] = gelu1::<Fused>(ops(src[i]))` for `i < n` with the [`Lanes`] ops (kind code
-/// `K`): [`gelu_w`] on four vectors per step, then one, then a masked vector for the last
-/// `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane
+/// `K`): [`gelu_w`] on four vectors per step (their values from [`Lanes::v4`], the next
+/// step's formed ahead of this step's central form: [`order`]), then one, then a masked
+/// vector for the last `n % 16`. A step whose vectors all have `NEG_END < x < POS_END` in every lane
 /// ([`outside`], one branch per step) stores them; else each vector gets `x` in its
 /// lanes at `x >= POS_END` ([`settle`]) and, when it has lanes at `x <= NEG_END` or NaN,
 /// also joins `pend`; `pend` is flushed after a block of [`BLOCK`] values once it holds 16
@@ -464,26 +646,34 @@ unsafe fn lanes_run<const N: usize, const K: u32>(
         let mut i = b0;
         // SAFETY (every access): within the first `n` floats, masked lanes not accessed.
         unsafe {
-            while i + 64 <= end {
-                ahead(src.wrapping_add(i), d);
-                let x = [
-                    l.v::<K>(src, i, 0xFFFF),
-                    l.v::<K>(src, i + 16, 0xFFFF),
-                    l.v::<K>(src, i + 32, 0xFFFF),
-                    l.v::<K>(src, i + 48, 0xFFFF),
-                ];
-                let r = gelu_w(&x, tab);
-                if !outside(&x) {
-                    for (w, r) in r.iter().enumerate() {
-                        put(dst.add(i + 16 * w), *r, stream);
+            if i + 64 <= end {
+                let last = end - 64;
+                let mut x = l.v4::<K>(src, i, i);
+                loop {
+                    ahead(src.wrapping_add(i), d);
+                    let more = i + 64 <= last;
+                    // The next step's values ahead of this step's central form (at the
+                    // last step, the block's last 64 values again: read, not used).
+                    let nx = (i + 64).min(last);
+                    let mut next = l.v4::<K>(src, nx, nx);
+                    order(&mut x, &mut next);
+                    let r = gelu_w(&x, tab);
+                    if !outside(&x) {
+                        for (w, r) in r.iter().enumerate() {
+                            put(dst.add(i + 16 * w), *r, stream);
+                        }
+                    } else {
+                        for w in 0..4 {
+                            let p = dst.add(i + 16 * w);
+                            put(p, settle(x[w], r[w], p, 0xFFFF, pend), stream);
+                        }
                     }
-                } else {
-                    for w in 0..4 {
-                        let p = dst.add(i + 16 * w);
-                        put(p, settle(x[w], r[w], p, 0xFFFF, pend), stream);
+                    i += 64;
+                    if !more {
+                        break;
                     }
+                    x = next;
                 }
-                i += 64;
             }
             while i + 16 <= end {
                 let x = l.v::<K>(src, i, 0xFFFF);
