@@ -201,9 +201,9 @@ pub(crate) fn whole(steps: &[Step]) -> Option<Transpose> {
 /// sessions (passes of [`band`]'s 128–512 rows, a one-line source prefetch a step ahead in
 /// `bf16_avx512`, 12 of 32 rows plain on one thread below 3/8 of the last-level cache)
 /// rather than the one tb18 measured on the Intel Xeon (passes of at most a quarter of the
-/// L2, no prefetch, every row streamed on one thread): each won on the machine it was
-/// measured on and neither was measured on the other, so AMD CPUs keep the Zen's and the
-/// others take the Xeon's.
+/// L2, no prefetch, every row streamed on one thread; since tp19 also the paired blocks of
+/// [`paired`]): each won on the machine it was measured on and neither was measured on the
+/// other, so AMD CPUs keep the Zen's and the others take the Xeon's.
 fn zen_tuned() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -302,12 +302,12 @@ fn band(bf16: bool, c: usize, l2: Option<usize>) -> usize {
 /// plain): `[4096, 1024]` 0.64–0.78 / 0.69–0.83, `[1024, 4096]` 0.61–0.73 / 0.60–0.73,
 /// `[2048, 2048]` 0.59–0.71 / 0.61–0.93; the Zen 5's gain for it (above) was not measured
 /// again.
-fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
+fn plain_rows(bf16: bool, out: usize, threads: usize, zen: bool) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
         (false, 2..) if out <= llc / 4 * 3 => 4,
         (true, 2..) if out <= llc / 4 * 3 => 8,
-        (true, _) if out <= llc / 8 * 3 && zen_tuned() => 12,
+        (true, _) if out <= llc / 8 * 3 && zen => 12,
         _ => 0,
     }
 }
@@ -318,11 +318,21 @@ fn plain_rows(bf16: bool, out: usize, threads: usize) -> usize {
 /// and writes one short run into each of its destination rows per pass.
 pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
-    run_whole_l2(t, args, l2)
+    run_whole_l2(t, args, l2, None)
 }
 
-/// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`]).
-fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>) {
+/// Whether the bf16 AVX-512 blocks with streamed output go in pairs (`x86::bf16_avx512`) for
+/// `out` bytes of output: off AMD (`zen` false, [`zen_tuned`]) while the output takes at
+/// most 3/4 of the last-level cache, the bound [`plain_rows`] uses. Beyond it pairs measured
+/// no gain (`[8192, 4096]` one thread, figures at `bf16_avx512`), so the single blocks stay.
+fn paired(out: usize, zen: bool) -> bool {
+    !zen && out <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
+}
+
+/// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`]; `None`: the Zen
+/// 5's tuning, of the blocks as well) and the bf16 blocks paired as `pair` says (`None`: as
+/// [`paired`] says).
+fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>, pair: Option<bool>) {
     let (bs, bd) = (&args[t.src], &args[t.dst]);
     let (r, c) = (bs.dims()[0], bs.dims()[1]);
     let size = if t.bf16 { 2 } else { 4 };
@@ -340,7 +350,10 @@ fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>) {
     let nt = dp % size == 0 && (r * size) % 64 == 0 && lead <= r && r * c * size >= 1 << 20;
     let lead = if nt { lead } else { 0 };
     let threads = rayon::current_num_threads();
-    let keep = plain_rows(t.bf16, r * c * size, threads);
+    // `l2` is `None` exactly for the Zen 5's tuning (`run_whole`), of the blocks as well.
+    let zen = l2.is_none();
+    let keep = plain_rows(t.bf16, r * c * size, threads, zen);
+    let pair = !zen && pair.unwrap_or_else(|| paired(r * c * size, zen));
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
         // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
@@ -350,7 +363,8 @@ fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>) {
             if t.bf16 {
                 let s = (sp as *const u16).add(b0 * c + a0);
                 let d = (dp as *mut u16).add(a0 * r + b0);
-                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt, if nt { keep } else { 0 });
+                let keep = if nt { keep } else { 0 };
+                copy_bf16_nt(s, c, d, r, a1 - a0, nb, nt, keep, zen, nt && pair);
             } else {
                 let s = (sp as *const f32).add(b0 * c + a0);
                 let d = (dp as *mut f32).add(a0 * r + b0);
@@ -494,11 +508,13 @@ unsafe fn copy_f32_nt(
 /// # Safety
 /// As [`copy_f32`].
 unsafe fn copy_bf16(s: *const u16, ss: usize, d: *mut u16, ds: usize, na: usize, nb: usize) {
-    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false, 0) }
+    unsafe { copy_bf16_nt(s, ss, d, ds, na, nb, false, 0, zen_tuned(), false) }
 }
 
 /// As [`copy_bf16`], with `nt` and `keep` as in [`copy_f32_nt`] (16-byte alignment; `keep`
-/// of each 32 × 32 block's rows).
+/// of each 32 × 32 block's rows); `zen` picks the AVX-512 blocks' tuning ([`zen_tuned`]:
+/// the Zen 5's source prefetch), `pair` (with `nt`, not with `zen`) pairs of blocks writing
+/// two lines into each destination row at once ([`paired`], `x86::bf16_avx512`).
 ///
 /// # Safety
 /// As [`copy_f32`].
@@ -512,6 +528,8 @@ unsafe fn copy_bf16_nt(
     nb: usize,
     nt: bool,
     keep: usize,
+    zen: bool,
+    pair: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
@@ -519,14 +537,17 @@ unsafe fn copy_bf16_nt(
     {
         // SAFETY: AVX-512F (the active level is at most the detected one) and BW present.
         return unsafe {
-            match (nt, keep, zen_tuned()) {
-                (true, 12, _) => x86::bf16_avx512::<true, 12, true>(s, ss, d, ds, na, nb),
-                (true, 8, true) => x86::bf16_avx512::<true, 8, true>(s, ss, d, ds, na, nb),
-                (true, 8, false) => x86::bf16_avx512::<true, 8, false>(s, ss, d, ds, na, nb),
-                (true, _, true) => x86::bf16_avx512::<true, 0, true>(s, ss, d, ds, na, nb),
-                (true, _, false) => x86::bf16_avx512::<true, 0, false>(s, ss, d, ds, na, nb),
-                (false, _, true) => x86::bf16_avx512::<false, 0, true>(s, ss, d, ds, na, nb),
-                (false, _, false) => x86::bf16_avx512::<false, 0, false>(s, ss, d, ds, na, nb),
+            use x86::bf16_avx512 as b;
+            match (nt, keep, zen, pair) {
+                (true, 12, _, _) => b::<true, 12, true, false>(s, ss, d, ds, na, nb),
+                (true, 8, true, _) => b::<true, 8, true, false>(s, ss, d, ds, na, nb),
+                (true, 8, false, true) => b::<true, 8, false, true>(s, ss, d, ds, na, nb),
+                (true, 8, false, false) => b::<true, 8, false, false>(s, ss, d, ds, na, nb),
+                (true, _, true, _) => b::<true, 0, true, false>(s, ss, d, ds, na, nb),
+                (true, _, false, true) => b::<true, 0, false, true>(s, ss, d, ds, na, nb),
+                (true, _, false, false) => b::<true, 0, false, false>(s, ss, d, ds, na, nb),
+                (false, _, true, _) => b::<false, 0, true, false>(s, ss, d, ds, na, nb),
+                (false, _, false, _) => b::<false, 0, false, false>(s, ss, d, ds, na, nb),
             }
         };
     }
@@ -541,7 +562,7 @@ unsafe fn copy_bf16_nt(
             }
         };
     }
-    let _ = (nt, keep);
+    let _ = (nt, keep, zen, pair);
     unsafe { blocked(s, ss, d, ds, na, nb, 0, 0, quiet) }
 }
 
@@ -620,6 +641,11 @@ const SKEW: usize = 32;
 mod x86 {
     use super::{AHEAD, SKEW};
     use core::arch::x86_64::*;
+
+    /// 32 rows of 32 bf16 values, 64-byte aligned: the first block of a pair in
+    /// `bf16_avx512`.
+    #[repr(align(64))]
+    struct Stage([u16; 1024]);
 
     /// Prefetches into L1 the cache line at `p` of each of `N` rows `ss` elements apart.
     ///
@@ -897,6 +923,38 @@ mod x86 {
     /// 32 rows starting [`SKEW`] column steps or fewer after the one above it, the edges
     /// (fewer than 32 rows or columns) in masked 32 × 32 blocks.
     ///
+    /// With `PAIR` (and `NT`; [`super::paired`]) the groups go in pairs at the same column step,
+    /// the first block into an L1 buffer (`Stage`, plain stores), the second storing each
+    /// destination row's two lines, the first's and its own (adjacent, a 128-byte aligned pair),
+    /// back to back; the bits are the single blocks'. Why (tp19, a C model of this walk, `gcc -O3
+    /// -march=native`, `[4096, 1024]`, one thread, 8 MiB each way, best of 200, on the 2-vCPU KVM
+    /// Intel Xeon (family 6 model 207) of [`super::band`]): the blocks' streamed stores alone
+    /// (loads from an L1 buffer) took 645–724 µs, more than the same process's whole non-temporal 8
+    /// MiB copy (505–626 µs in these runs), and the same stores as one sequential run 400 µs; reads
+    /// alone 376–445, the arithmetic alone 235. The stores' cost is their addresses: a block's 32
+    /// lines are rows `2r` bytes apart, a multiple of 128, so all share address bit 6; destination
+    /// rows 64 bytes longer (an odd number of lines apart) ran the stores alone in 435 µs, 128
+    /// bytes longer 673, 4 KiB longer 674, and the length of the run written into each row per pass
+    /// (64 bytes to 4 KiB, stagger on or off) changed nothing. Pairs (the two lines of each row
+    /// back to back) ran the stores alone in 416–516 µs and the whole walk in 683–850 against
+    /// 822–1062 (four groups, 256-byte runs: 782–813, no better). Source prefetch (next-pass lines
+    /// into L2, or each row's next line into L1 or L2) did not help either form. In the library
+    /// (`RAYON_NUM_THREADS=T chrt -f 50 cpu_profile transpose_bf16 R C 200 --pool [--into]`,
+    /// fastest launch's ratio to the same process's yardstick, base = main 713eaa3 interleaved with
+    /// this code, 02:58–03:00 UTC 2026-11-28, `uptime` 3.8–6.2 from other helpers' work, medians of
+    /// 6 rounds (`--into` 4)): one thread `[4096, 1024]` 0.64–0.87 (0.78) → 0.68–0.98 (0.89),
+    /// `[1024, 4096]` 0.66–0.87 (0.80) → 0.89–1.02 (0.97); `--into` 0.68–0.76 (0.72) → 0.70–0.95
+    /// (0.77), 0.70–0.83 (0.77) → 0.82–0.96 (0.90); two threads 0.61–0.74 (0.70) → 0.70–0.90
+    /// (0.80), 0.59–0.68 (0.66) → 0.69–1.01 (0.74); `--into` 0.63–0.69 (0.66) → 0.68–0.74 (0.71),
+    /// 0.59–0.66 (0.64) → 0.76–0.83 (0.82). Passes of other heights with pairs (one thread, two
+    /// rounds, rows 64 / 128 / 256): `[4096, 1024]` 0.80–0.81 / 0.77–0.94 / 0.62–0.69, `[1024,
+    /// 4096]` 0.89–0.93 / 0.73–0.74 / 0.60–0.68, so [`super::band`]'s quarter of the L2 stays (128
+    /// and 64 rows here). Not kept: the same pairing of the f32 16 × 16 blocks (one thread `[4096,
+    /// 1024]` 0.92–0.95 → 0.80–0.88, `[1024, 4096]` 0.90–0.93 → 0.77–0.85; two threads within the
+    /// noise), and pairs beyond the last-level cache: `[8192, 4096]` one thread, 30 launches, 11
+    /// rounds, 0.89–1.46 (median 1.14) against the single blocks' 1.02–1.39 (1.25), no gain at
+    /// best. Not measured on a Zen 5 (AMD keeps the single blocks, [`super::zen_tuned`]).
+    ///
     /// Per byte against `f32_avx512` (tt17, one thread, under load as in
     /// [`super::plain_rows`], fastest launch): in L2 (`cpu_profile transpose 64 1024` and
     /// `transpose_bf16 128 1024`, 5000 launches `--into`, thread pinned, less the `[1, 1]`
@@ -912,7 +970,12 @@ mod x86 {
     /// AVX-512F and BW present; as [`super::copy_f32_nt`] (with `NT`, `d` and `ds` 64-byte
     /// aligned).
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    pub(super) unsafe fn bf16_avx512<const NT: bool, const KEEP: usize, const PREFETCH: bool>(
+    pub(super) unsafe fn bf16_avx512<
+        const NT: bool,
+        const KEEP: usize,
+        const ZEN: bool,
+        const PAIR: bool,
+    >(
         s: *const u16,
         ss: usize,
         d: *mut u16,
@@ -922,24 +985,40 @@ mod x86 {
     ) {
         let (a32, b32) = (na & !31, nb & !31);
         let steps = a32 / 32;
+        // With `PAIR`, groups of 32 rows taken in pairs (rows `64p .. 64p + 64`): the first
+        // block of a pair goes into `stage`, the second writes each destination row's two
+        // lines back to back (see above); a last odd group goes alone.
+        let pairs = if PAIR && NT && !ZEN { b32 / 64 } else { 0 };
+        let mut stage = Stage([0; 1024]);
+        let st = stage.0.as_mut_ptr();
         for t in 0..steps {
-            for b in (0..b32).step_by(32) {
+            for p in 0..pairs {
+                let (b, a) = (64 * p, (t + p % SKEW) % steps * 32);
+                // SAFETY: as in `f32_avx512`, for a 64 × 32 block; `stage` holds 32 rows of
+                // 32 values.
+                unsafe {
+                    let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
+                    block32_bf16::<false, false, 0, false>(s, ss, st, 32, 32, 32, st);
+                    block32_bf16::<NT, false, KEEP, true>(s.add(32 * ss), ss, d, ds, 32, 32, st);
+                }
+            }
+            for b in (64 * pairs..b32).step_by(32) {
                 // Group `b / 32` of 32 rows starts `b / 32 % SKEW` column steps later (each
                 // group still visits every step once): the blocks of one step read lines in
                 // up to `SKEW` different cache sets where rows a power of two apart would
                 // put all in one.
-                // With `PREFETCH` (the Zen 5's tuning, `zen_tuned`: see [`AHEAD`]), the next
+                // With `ZEN` (the Zen 5's tuning, `zen_tuned`: see [`AHEAD`]), the next
                 // step's source line of each of the block's rows.
                 let a = (t + b / 32 % SKEW) % steps * 32;
                 let ahead = a + 32;
-                if PREFETCH && ahead < na {
+                if ZEN && ahead < na {
                     // SAFETY: rows b..b+32 of `s` at column `ahead` < na: inside the window.
                     unsafe { prefetch_rows::<_, 32>(s.add(b * ss + ahead), ss) };
                 }
                 // SAFETY: as in `f32_avx512`, for a 32 × 32 block.
                 unsafe {
                     let (s, d) = (s.add(b * ss + a), d.add(a * ds + b));
-                    block32_bf16::<NT, false, KEEP>(s, ss, d, ds, 32, 32)
+                    block32_bf16::<NT, false, KEEP, false>(s, ss, d, ds, 32, 32, s)
                 };
             }
         }
@@ -948,13 +1027,21 @@ mod x86 {
             if a32 < na {
                 for b in (0..nb).step_by(32) {
                     let (s, d) = (s.add(b * ss + a32), d.add(a32 * ds + b));
-                    block32_bf16::<false, true, 0>(s, ss, d, ds, na - a32, (nb - b).min(32));
+                    block32_bf16::<false, true, 0, false>(
+                        s,
+                        ss,
+                        d,
+                        ds,
+                        na - a32,
+                        (nb - b).min(32),
+                        s,
+                    );
                 }
             }
             if b32 < nb {
                 for a in (0..a32).step_by(32) {
                     let (s, d) = (s.add(b32 * ss + a), d.add(a * ds + b32));
-                    block32_bf16::<false, true, 0>(s, ss, d, ds, 32, nb - b32);
+                    block32_bf16::<false, true, 0, false>(s, ss, d, ds, 32, nb - b32, s);
                 }
             }
         }
@@ -968,13 +1055,20 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
     #[allow(clippy::needless_range_loop)]
-    unsafe fn block32_bf16<const NT: bool, const PART: bool, const KEEP: usize>(
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block32_bf16<
+        const NT: bool,
+        const PART: bool,
+        const KEEP: usize,
+        const PAIR: bool,
+    >(
         s: *const u16,
         ss: usize,
         d: *mut u16,
         ds: usize,
         na: usize,
         nb: usize,
+        pa: *const u16,
     ) {
         unsafe {
             let (lm, sm) = (lanes(na), lanes(nb));
@@ -1023,9 +1117,9 @@ mod x86 {
             };
             let x = [group(0), group(8), group(16), group(24)];
             if _mm512_cmpgt_epu16_mask(top, _mm512_set1_epi16(0x7F80)) != 0 {
-                lanes32::<NT, true, PART, KEEP>(&x, d, ds, na, sm)
+                lanes32::<NT, true, PART, KEEP, PAIR>(&x, d, ds, na, sm, pa)
             } else {
-                lanes32::<NT, false, PART, KEEP>(&x, d, ds, na, sm)
+                lanes32::<NT, false, PART, KEEP, PAIR>(&x, d, ds, na, sm, pa)
             }
         }
     }
@@ -1037,12 +1131,19 @@ mod x86 {
     /// at every store.
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     #[inline]
-    unsafe fn lanes32<const NT: bool, const NAN: bool, const PART: bool, const KEEP: usize>(
+    unsafe fn lanes32<
+        const NT: bool,
+        const NAN: bool,
+        const PART: bool,
+        const KEEP: usize,
+        const PAIR: bool,
+    >(
         x: &[[__m512i; 8]; 4],
         d: *mut u16,
         ds: usize,
         na: usize,
         sm: __mmask32,
+        pa: *const u16,
     ) {
         unsafe {
             let (abs, inf, bit) = (
@@ -1060,6 +1161,16 @@ mod x86 {
                 if PART {
                     if i < na {
                         _mm512_mask_storeu_epi16(d.add(i * ds) as *mut _, sm, v)
+                    }
+                } else if PAIR {
+                    // The staged row `i` of the pair's first block, then this one's.
+                    let u = _mm512_load_si512(pa.add(i * 32) as *const _);
+                    if NT && i < 32 - KEEP {
+                        _mm512_stream_si512(d.add(i * ds) as *mut _, u);
+                        _mm512_stream_si512(d.add(i * ds + 32) as *mut _, v)
+                    } else {
+                        _mm512_storeu_si512(d.add(i * ds) as *mut _, u);
+                        _mm512_storeu_si512(d.add(i * ds + 32) as *mut _, v)
                     }
                 } else if NT && i < 32 - KEEP {
                     _mm512_stream_si512(d.add(i * ds) as *mut _, v)
@@ -1229,11 +1340,14 @@ mod tests {
     fn check(r: usize, c: usize, bf16: bool, so: usize, dof: usize, threads: usize) {
         let seed = (r * 31 + c * 7 + so * 3 + dof) as u64;
         let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
-        check_with(r, c, bf16, so, dof, threads, l2, seed)
+        check_with(r, c, bf16, so, dof, threads, l2, None, seed)
     }
 
     /// [`check`] with bf16 passes sized for an L2 of `l2` bytes (`None`: uncapped, the Zen
-    /// 5's tuning) and the source's bits drawn from `seed`.
+    /// 5's tuning), bf16 blocks paired as `pair` says (`None`: as [`paired`] says) and the
+    /// source's bits drawn from `seed`; bf16 elements of the 64 × 64 squares `(i, j)` with
+    /// `i + j` a multiple of 3 have exponent bit 14 cleared (no NaN there), so blocks with
+    /// and without NaNs both run.
     #[allow(clippy::too_many_arguments)]
     fn check_with(
         r: usize,
@@ -1243,6 +1357,7 @@ mod tests {
         dof: usize,
         threads: usize,
         l2: Option<usize>,
+        pair: Option<bool>,
         seed: u64,
     ) {
         let t = Transpose {
@@ -1260,16 +1375,30 @@ mod tests {
             .build()
             .unwrap();
         let tag = format!(
-            "[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads} L2 {l2:?} seed {seed}"
+            "[{r}, {c}] bf16 {bf16} offsets {so} {dof} threads {threads} L2 {l2:?} pair {pair:?} seed {seed}"
         );
         if bf16 {
-            let s: Vec<u16> = bits(r * c + so, seed).iter().map(|&x| x as u16).collect();
+            let tame = |i: usize| {
+                let (b, a) = (i.wrapping_sub(so) / c, i.wrapping_sub(so) % c);
+                i >= so && (b / 64 + a / 64) % 3 == 0
+            };
+            let s: Vec<u16> = bits(r * c + so, seed)
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    if tame(i) {
+                        x as u16 & !0x4000
+                    } else {
+                        x as u16
+                    }
+                })
+                .collect();
             let mut d = vec![0u16; r * c + dof];
             let args = [
                 buffer(s[so..].as_ptr() as *mut u8, r, c, true, false),
                 buffer(d[dof..].as_mut_ptr() as *mut u8, c, r, true, true),
             ];
-            pool.install(|| run_whole_l2(&t, &args, l2));
+            pool.install(|| run_whole_l2(&t, &args, l2, pair));
             for a in 0..c {
                 for b in 0..r {
                     let want = quiet(s[so + b * c + a]);
@@ -1283,7 +1412,7 @@ mod tests {
                 buffer(s[so..].as_ptr() as *mut u8, r, c, false, false),
                 buffer(d[dof..].as_mut_ptr() as *mut u8, c, r, false, true),
             ];
-            pool.install(|| run_whole_l2(&t, &args, l2));
+            pool.install(|| run_whole_l2(&t, &args, l2, pair));
             for a in 0..c {
                 for b in 0..r {
                     assert_eq!(d[dof + a * r + b], s[so + b * c + a], "{tag}: d[{a}][{b}]");
@@ -1329,8 +1458,60 @@ mod tests {
         for l2 in [Some(1 << 20), Some(2 << 20), Some(4 << 20), None] {
             for threads in [1, 2] {
                 for (so, dof) in [(0, 0), (5, 11)] {
-                    check_with(608, 4096, true, so, dof, threads, l2, seed);
-                    check_with(1056, 1024, true, so, dof, threads, l2, seed + 1);
+                    check_with(608, 4096, true, so, dof, threads, l2, None, seed);
+                    check_with(1056, 1024, true, so, dof, threads, l2, None, seed + 1);
+                }
+            }
+        }
+    }
+
+    /// The paired bf16 blocks ([`paired`]; forced on, and off as beyond the last-level
+    /// cache, on any machine with AVX-512BW): passes of 128 rows (two pairs per column
+    /// step), 64 (one pair) and 96 (a pair and a lone group), the last pass ragged, lead and
+    /// skew offsets, one and two threads (on two, 8 of each block's 32 rows plain, in both
+    /// blocks of a pair), fresh random bits with NaNs in some blocks and none in others.
+    #[test]
+    fn paired_bf16_blocks_copy_every_bit() {
+        let seed = crate::backend::cpu::clock_seed();
+        let k = 1 << 10;
+        for pair in [true, false] {
+            for threads in [1, 2] {
+                for (so, dof) in [(0, 0), (5, 11)] {
+                    let l2 = |rows: usize, c: usize| Some(rows * c * 2 * 4);
+                    check_with(
+                        1056,
+                        1024,
+                        true,
+                        so,
+                        dof,
+                        threads,
+                        l2(128, k),
+                        Some(pair),
+                        seed,
+                    );
+                    check_with(
+                        608,
+                        2048,
+                        true,
+                        so,
+                        dof,
+                        threads,
+                        l2(64, 2 * k),
+                        Some(pair),
+                        seed,
+                    );
+                    check_with(
+                        1120,
+                        1024,
+                        true,
+                        so,
+                        dof,
+                        threads,
+                        l2(96, k),
+                        Some(pair),
+                        seed,
+                    );
+                    assert_eq!(band(true, 1024, l2(96, k)), 96);
                 }
             }
         }
