@@ -416,10 +416,11 @@ fn after_rows_with_sparse_tail_lanes_matches_the_ops_then_gelu1() {
 
 /// `after_rows` where rows are whole 64-value steps (`c` and `col` multiples of 64: one
 /// loop over every step of all rows, the rows' column wrapping, `pend` flushed between
-/// steps), with and without a remainder of `n % 64` values, streamed into an aligned and
-/// into an unaligned destination, on fresh inputs each run (seeded from the clock: the
-/// seed is printed on failure) with sparse and with frequent lanes outside the central
-/// range.
+/// steps), with and without a remainder of `n % 64` values (from the column the steps
+/// reached: the first's, another in the row, the next row's first), streamed into an
+/// aligned and into an unaligned destination, on fresh inputs each run (seeded from the
+/// clock: the seed is printed on failure) with sparse and with frequent lanes outside the
+/// central range.
 #[test]
 fn after_rows_over_whole_steps_matches_the_ops_then_gelu1() {
     if !available() {
@@ -445,6 +446,10 @@ fn after_rows_over_whole_steps_matches_the_ops_then_gelu1() {
         (1024, 512, 1024 * 3 + 64 * 5),
         (192, 128, 192 * 9 + 37),
         (4096, 0, 4096 * 2 + 5),
+        // Remainders that start at another column than the whole steps did: mid-row, and
+        // at the start of the next row.
+        (256, 64, 256 * 3 + 64 * 2 + 37),
+        (256, 192, 64 + 37),
     ]
     .into_iter()
     .enumerate()

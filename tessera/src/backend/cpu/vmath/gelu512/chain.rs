@@ -68,7 +68,7 @@ type Copies = [[f32; 64]; 2 * LIN_MAX];
 ///
 /// An operand is read through a pointer and a step mask: a row from column `col` on (the
 /// value at `i` reads `row[i]`: mask `!0`), or 64 copies of a constant (mask 0, so every
-/// vector reads the same 16 floats), with no branch on which.
+/// step reads the same copies), with no branch on which.
 #[derive(Clone, Copy)]
 struct Lanes<const N: usize> {
     /// `k` (and [`MUL`]'s factor): pointer and step mask.
