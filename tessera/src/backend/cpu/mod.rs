@@ -21,6 +21,7 @@ pub mod fused;
 pub mod gemm;
 pub mod matmul;
 mod memory;
+mod prefetch;
 pub mod simd;
 mod value;
 pub mod vmath;

@@ -14,6 +14,7 @@ use super::chunk::{self, V};
 use super::plan::{COp, Group, Kind, Member, Src};
 use super::run::{read, window};
 use crate::backend::Buffer;
+use crate::backend::cpu::prefetch;
 use crate::backend::cpu::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
 use crate::backend::cpu::vmath::arith::Fused;
@@ -30,19 +31,6 @@ pub(crate) const MAX_OPS: usize = 8;
 
 /// How far ahead of the block being computed its input is prefetched, in floats.
 const AHEAD: usize = 1024;
-
-/// Asks for the cache line at `p` (an address past the input's end is harmless: a prefetch
-/// never faults).
-#[inline(always)]
-fn prefetch(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing architecturally and never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// One op on the running value.
 #[derive(Clone, Copy, Debug)]
@@ -381,7 +369,7 @@ fn lanes<A: Arith, const L: usize>(ops: &[Op], ks: &[V], x: &[f32], y: &mut [f32
     for b0 in (0..w).step_by(WIDE) {
         let b1 = w.min(b0 + WIDE);
         for i in (b0..b1).step_by(16) {
-            prefetch(x.as_ptr().wrapping_add(i + AHEAD));
+            prefetch::l1(x.as_ptr().wrapping_add(i + AHEAD));
         }
         let (xb, yb) = (&x[b0..b1], &mut y[b0..b1]);
         let mut first = true;

@@ -19,6 +19,7 @@
 //! `stream::wanted`) is written with streaming stores where every vector store is aligned
 //! (`n` a multiple of `L`).
 
+use crate::backend::cpu::prefetch;
 use crate::backend::cpu::simd::SimdLevel;
 
 /// The filter size this module computes.
@@ -213,7 +214,7 @@ unsafe fn band<const R: usize, const L: usize, const NT: bool>(
     while t + L <= n {
         for _ in 0..per {
             if at < ahead {
-                prefetch(pf.wrapping_add(at));
+                prefetch::l2(pf.wrapping_add(at));
                 at += 16;
             }
         }
@@ -230,19 +231,6 @@ unsafe fn band<const R: usize, const L: usize, const NT: bool>(
         // SAFETY: floats `n - L..n`.
         unsafe { block::<R, L, false>(g, x, y, s, s % g.c, (t - s, L)) };
     }
-}
-
-/// Asks for the line at `p` in L2.
-#[inline(always)]
-fn prefetch(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults.
-    unsafe {
-        use core::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Floats `t..t + L` of `R` output rows (filter offset `m = t mod c`), stored from `lo` to

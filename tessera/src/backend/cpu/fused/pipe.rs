@@ -8,6 +8,7 @@ use super::chunk::bin_f;
 use super::plan::{COp, Group, Pipe};
 use super::run::window;
 use crate::backend::Buffer;
+use crate::backend::cpu::prefetch;
 use tessera_ir::DType;
 use tessera_ir::graph::BinaryOp;
 
@@ -79,20 +80,6 @@ const PIECE: usize = 1024;
 /// into L2 22.6/30.4. Final build: see the commit.
 const AHEAD_F32: usize = 1024;
 
-/// Asks for the four cache lines of the 64 floats at `p` (a hint: no access is made, so an
-/// address past an operand's end is harmless).
-#[inline(always)]
-fn ahead(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    for l in 0..4 {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch reads nothing architecturally and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * l) as *const i8) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// `o[io + j] = op(a[ia + j], b[ib + j])` for `j < n`: `a` and `b` both f32 or both bf16
 /// (widened exactly), `o` f32 or bf16 (narrowed: [`super::chunk::bf16_bits`]); bf16 operands give a bf16
 /// value, rounded before it is stored to an f32 output. Streamed when `nt`.
@@ -150,8 +137,9 @@ fn span_f(
                 if far {
                     for s in (0..m).step_by(64) {
                         let e = (s + 64).min(m);
-                        ahead(x.as_ptr().wrapping_add(s + AHEAD_F32));
-                        ahead(y.as_ptr().wrapping_add(s + AHEAD_F32));
+                        // The four lines of 64 floats each (past an operand's end: harmless).
+                        prefetch::lines_l1(x.as_ptr().wrapping_add(s + AHEAD_F32), 4);
+                        prefetch::lines_l1(y.as_ptr().wrapping_add(s + AHEAD_F32), 4);
                         zip(&mut t[s..e], &x[s..e], &y[s..e]);
                     }
                 } else {

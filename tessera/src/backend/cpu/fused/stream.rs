@@ -374,20 +374,14 @@ pub(crate) fn prefetch(buf: &Buffer, at: usize, n: usize) {
 /// and none outside the buffer is asked for).
 #[inline(always)]
 pub(crate) fn prefetch_lines(buf: &Buffer, at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let size = buf.dtype.size_bytes();
-        if (at + n) * size <= buf.len {
-            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let p = buf.ptr.wrapping_add(at * size) as *const i8;
-            for b in (0..n * size).step_by(64) {
-                // SAFETY: a prefetch never faults; the address is inside `buf`.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b)) };
-            }
+    let size = buf.dtype.size_bytes();
+    if (at + n) * size <= buf.len {
+        let p = buf.ptr.wrapping_add(at * size);
+        for b in (0..n * size).step_by(64) {
+            // Inside `buf`.
+            crate::backend::cpu::prefetch::l1(p.wrapping_add(b));
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (buf, at, n);
 }
 
 /// Orders this thread's streaming stores before whatever follows (the end of a launch),

@@ -5,6 +5,7 @@
 //! micro-kernels wait for; issuing its loads into L2 a little ahead ([`Walk`]) and copying
 //! it into its packed layout ([`Copy16`]) inside the micro-kernels' k loops overlaps the
 //! two (see `driver::Pipe`).
+use crate::backend::cpu::prefetch;
 
 /// A strided region (`rows` rows of `row_bytes` bytes, `stride` bytes apart) to prefetch.
 #[derive(Clone, Copy)]
@@ -49,7 +50,7 @@ impl Ahead {
             let last = (row as usize + self.row_bytes - 1) & !63;
             let mut line = first;
             while line <= last {
-                prefetch_l2(line as *const u8);
+                prefetch::l2(line as *const u8);
                 line += 64;
             }
         }
@@ -120,7 +121,7 @@ impl Walk {
             if self.rows == 0 {
                 return;
             }
-            prefetch_l2(self.line as *const u8);
+            prefetch::l2(self.line as *const u8);
             if self.line == self.end {
                 self.rows -= 1;
                 self.row = self.row.wrapping_add(self.stride);
@@ -153,38 +154,13 @@ pub(crate) fn tile<T>(p: *const T, rows: usize, cols: usize, ld: usize, l1: bool
         let mut line = first;
         while line <= last {
             if l1 {
-                prefetch_l1(line as *const u8);
+                prefetch::l1(line as *const u8);
             } else {
-                prefetch_l2(line as *const u8);
+                prefetch::l2(line as *const u8);
             }
             line += 64;
         }
     }
-}
-
-/// Ask for the cache line at `p` in L1 (a hint: never faults, reads nothing).
-#[inline(always)]
-fn prefetch_l1(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as `prefetch_l2`.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Ask for the cache line at `p` in L2 (a hint: never faults, reads nothing).
-#[inline(always)]
-fn prefetch_l2(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that does not access memory architecturally (SSE is
-    // part of the x86_64 baseline).
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p as *const i8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Rows `p0..p1` of the full `NR`-column panels of a `kc × nc` chunk of `B` (in place, row

@@ -64,11 +64,7 @@ pub(crate) const AHEAD: usize = 1024;
 #[inline]
 fn ahead(p: *const f32, d: usize) {
     if d != 0 {
-        let q = p.wrapping_add(d) as *const i8;
-        for l in 0..4 {
-            // A prefetch reads nothing architecturally and never faults.
-            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64 * l));
-        }
+        crate::backend::cpu::prefetch::lines_l1(p.wrapping_add(d), 4);
     }
 }
 
