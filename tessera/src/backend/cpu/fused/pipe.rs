@@ -67,7 +67,7 @@ pub(crate) fn run(
 const PIECE: usize = 1024;
 
 /// How far ahead of the 64 elements being combined an f32 operand's lines are asked for
-/// ([`ahead`]) where the operands and the streamed output lie past the last-level cache
+/// (`prefetch::lines_l1`) where the operands and the streamed output lie past the last-level cache
 /// together (`super::stream::past_cache`), in floats: 4 KiB, one page, as `gelu512::AHEAD`.
 /// There the one-thread loop left memory idle while it computed, as gelu's did.
 ///
