@@ -102,8 +102,7 @@ fn body(
     let (x3, rest) = buf.split_at_mut(3 * n);
     let (q, rest) = rest.split_at_mut(bc);
     let (gw, rest) = rest.split_at_mut(n);
-    let (bw, rest) = rest.split_at_mut(n);
-    let (gx, bx) = rest.split_at_mut(n);
+    let (bw, eo) = rest.split_at_mut(n);
     // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
     // `bc` are the launch's).
     let done = launch != 0 && *kept == launch;
@@ -113,6 +112,7 @@ fn body(
     #[cfg(target_arch = "x86_64")]
     if eo_fits(nm, (x, &args[nm.rows.out]), n) {
         // `γ` and `β` in `eo_order` (once a launch, as their widening), then the rows.
+        let (gx, bx) = eo.split_at_mut(n);
         if !done {
             eo_order(g, gx);
             if let Some(b) = b {
@@ -134,6 +134,8 @@ fn body(
         }
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = eo;
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
     // What a row of the AVX-512 f32 pipeline keeps in L1: its rows (layernorm: the row
@@ -703,6 +705,7 @@ fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
 /// `v` (whole 32-column steps) reordered as [`eo_rows_512`] keeps a row: each step's even
 /// columns, then its odd ones (`w[32k + i] = v[32k + 2i]`, `w[32k + 16 + i] = v[32k + 2i +
 /// 1]`, `i < 16`).
+#[cfg(target_arch = "x86_64")]
 fn eo_order(v: &[f32], w: &mut [f32]) {
     for (s, d) in v.chunks_exact(32).zip(w.chunks_exact_mut(32)) {
         for i in 0..16 {
@@ -1023,6 +1026,7 @@ unsafe fn eo_rows<const CVT: bool>(
 /// load 3.7–8.8, three interleaved rounds, experiment build with the choice on an
 /// environment switch), `[1024, 4096]` (8 KiB rows) in turn → apart, fastest launch in µs:
 /// 1T 1203/1437/1698 → 1207/1176/1223, 2T apart 762–780 against main's 883–936.
+#[cfg(target_arch = "x86_64")]
 fn eo_lags(nm: &Norm, n: usize) -> bool {
     let vectors = 1 + usize::from(nm.beta.is_some());
     (4 * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l2_bytes() / 2
