@@ -165,7 +165,8 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{
     has_cvt, store_512 as store16, store2_512 as store32, store2_cvt as store32_cvt,
-    stream2_512 as stream32, stream2_cvt as stream32_cvt,
+    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32,
+    stream2_cvt as stream32_cvt, stream2_eo_512 as stream32_eo, stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -306,6 +307,84 @@ mod x86 {
     #[inline(always)]
     pub(crate) unsafe fn stream2_cvt(p: *mut u16, v0: __m512, v1: __m512) {
         unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_cvt(v0, v1)) }
+    }
+
+    /// The 32 bf16 bits of [`pack2_512`] for the 32 columns whose even ones are the lanes of
+    /// `e` and odd ones those of `o` (lane `i` of `e`: column `2i`; of `o`: column `2i + 1`),
+    /// in column order: each rounded lane's high half, `e`'s shifted down into the low word
+    /// and `o`'s kept in the high word of each 32-bit lane.
+    #[inline(always)]
+    unsafe fn pack2_eo_512(e: __m512, o: __m512) -> __m512i {
+        unsafe {
+            _mm512_mask_mov_epi16(
+                _mm512_srli_epi32::<16>(high_512(e)),
+                0xAAAA_AAAA,
+                high_512(o),
+            )
+        }
+    }
+
+    /// [`pack2_eo_512`] by one `vcvtne2ps2bf16` (as [`pack2_cvt`], which reads a subnormal
+    /// as zero: a step with a `±0` word, a subnormal lane or a zero, takes [`pack2_eo_512`])
+    /// and one word permute into column order.
+    ///
+    /// # Safety
+    /// As [`pack2_cvt`].
+    #[inline(always)]
+    unsafe fn pack2_eo_cvt(e: __m512, o: __m512) -> __m512i {
+        unsafe {
+            let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
+            // Words `0 .. 16` are `e`'s lanes, `16 .. 32` `o`'s: word `2i` of the result is
+            // word `i`, word `2i + 1` word `16 + i`.
+            let at = _mm512_set_epi16(
+                31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+            );
+            let p = _mm512_permutexvar_epi16(at, w);
+            // A subnormal lane comes out `±0`, which a normal one never rounds to: with no
+            // `±0` word every lane is exact (one `vptestnmw` instead of two `vfpclassps`;
+            // on the permuted words, which LLVM does not turn into a bf16 compare with zero,
+            // scalar lane by lane, as it did the converted ones).
+            let zero = _mm512_testn_epi16_mask(p, _mm512_set1_epi16(0x7FFF));
+            if zero == 0 { p } else { pack2_eo_512(e, o) }
+        }
+    }
+
+    /// [`store2_512`] of the 32 columns split into even (`e`) and odd (`o`) lanes
+    /// ([`pack2_eo_512`]).
+    ///
+    /// # Safety
+    /// As [`store2_512`].
+    #[inline(always)]
+    pub(crate) unsafe fn store2_eo_512(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
+    }
+
+    /// [`store2_eo_512`] with a streaming store.
+    ///
+    /// # Safety
+    /// As [`stream2_512`].
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_eo_512(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
+    }
+
+    /// [`store2_eo_512`] by [`pack2_eo_cvt`].
+    ///
+    /// # Safety
+    /// As [`store2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn store2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
+    }
+
+    /// [`stream2_eo_512`] by [`pack2_eo_cvt`].
+    ///
+    /// # Safety
+    /// As [`stream2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
     }
 
     /// The lane mask of the first `m` (< 16) lanes.

@@ -32,8 +32,8 @@ pub(crate) fn run(
     rows: usize,
     n: usize,
 ) {
-    // Three rows, a chunk of squares, γ and β (widened).
-    let need = 5 * n + nm.rows.bc;
+    // Three rows, a chunk of squares, γ and β (widened), and γ and β in `eo_order`.
+    let need = 7 * n + nm.rows.bc;
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -101,13 +101,41 @@ fn body(
     // a chunk of squares, γ and β.
     let (x3, rest) = buf.split_at_mut(3 * n);
     let (q, rest) = rest.split_at_mut(bc);
-    let (gw, bw) = rest.split_at_mut(n);
+    let (gw, rest) = rest.split_at_mut(n);
+    let (bw, eo) = rest.split_at_mut(n);
     // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
     // `bc` are the launch's).
     let done = launch != 0 && *kept == launch;
     let g = widen(&args[nm.gamma], 0, n, gw, done);
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw, done));
     *kept = launch;
+    #[cfg(target_arch = "x86_64")]
+    if eo_fits(nm, (x, &args[nm.rows.out]), n) {
+        // `γ` and `β` in `eo_order` (once a launch, as their widening), then the rows.
+        let (gx, bx) = eo.split_at_mut(n);
+        if !done {
+            eo_order(g, gx);
+            if let Some(b) = b {
+                eo_order(b, &mut bx[..n]);
+            }
+        }
+        let bo = b.map(|_| &bx[..n]);
+        let (x, out) = (x, &args[nm.rows.out]);
+        let (r0, r1) = (pid * br, (pid * br + br).min(rows));
+        // SAFETY: `eo_fits` checked the features and the shapes; `gx` (and `bx`) hold `n`
+        // values in `eo_order`.
+        unsafe {
+            let lag = eo_lags(nm, n);
+            if super::bf16io::has_cvt() {
+                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, (gx, bo), lag)
+            } else {
+                eo_rows_512(nm, (x, out), (r0, r1, rows), n, (gx, bo), lag)
+            }
+        }
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = eo;
     let nf = n as i32 as f32;
     let round = nm.rows.round_bf16;
     // What a row of the AVX-512 f32 pipeline keeps in L1: its rows (layernorm: the row
@@ -654,6 +682,356 @@ fn write(
     }
 }
 
+/// Whether a norm's rows take [`eo_rows_512`] / [`eo_rows_cvt`]: a layernorm of a bf16
+/// row into a bf16 output at the AVX-512 level with AVX-512BW, rows of whole 32-column
+/// steps (`n` a multiple of 32) whose chunks of `bc` columns start on a step (one chunk, or
+/// `bc` a multiple of 32), and, where the output streams (`stream::large`), a 64-byte
+/// aligned output (every row then starts on a line).
+#[cfg(target_arch = "x86_64")]
+fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
+    use crate::backend::cpu::simd::{SimdLevel, active};
+    let bc = nm.rows.bc;
+    nm.layer
+        && x.dtype == DType::BF16
+        && out.dtype == DType::BF16
+        && n > 0
+        && n % 32 == 0
+        && (bc >= n || bc % 32 == 0)
+        && active() >= SimdLevel::Avx512
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && (out.ptr as usize % 64 == 0 || !stream::large(out))
+}
+
+/// `v` (whole 32-column steps) reordered as [`eo_rows_512`] keeps a row: each step's even
+/// columns, then its odd ones (`w[32k + i] = v[32k + 2i]`, `w[32k + 16 + i] = v[32k + 2i +
+/// 1]`, `i < 16`).
+#[cfg(target_arch = "x86_64")]
+fn eo_order(v: &[f32], w: &mut [f32]) {
+    for (s, d) in v.chunks_exact(32).zip(w.chunks_exact_mut(32)) {
+        for i in 0..16 {
+            d[i] = s[2 * i];
+            d[16 + i] = s[2 * i + 1];
+        }
+    }
+}
+
+/// The 32 bf16 values from column `j` of `p`, widened by one 64-byte load and two integer
+/// ops: the even columns (`x << 16` of each 32-bit lane) and the odd ones (its high half),
+/// lane `i` holding column `j + 2i` and `j + 2i + 1` (no word permute, as
+/// `norm512::widen16`'s `vpmovzxwd` is).
+///
+/// # Safety
+/// AVX-512F present (the caller is built with it); the 32 values are readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn widen_eo(
+    p: *const u16,
+    j: usize,
+    hi: core::arch::x86_64::__m512i,
+) -> (core::arch::x86_64::__m512, core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe {
+        let v = _mm512_loadu_si512(p.add(j) as *const __m512i);
+        (
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)),
+            _mm512_castsi512_ps(_mm512_and_si512(v, hi)),
+        )
+    }
+}
+
+/// `norm512::tree` of 32 lane accumulators kept split as [`widen_eo`] splits the columns
+/// (`e`'s lane `i` is accumulator `2i`, `o`'s accumulator `2i + 1`): put back in lane order
+/// first, so the same tree and the same bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tree_eo(e: core::arch::x86_64::__m512, o: core::arch::x86_64::__m512) -> f32 {
+    use core::arch::x86_64::*;
+    // SAFETY: only called from functions built with AVX-512F, AVX2 and FMA.
+    unsafe {
+        let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        let hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        super::norm512::tree(
+            _mm512_permutex2var_ps(e, lo, o),
+            _mm512_permutex2var_ps(e, hi, o),
+        )
+    }
+}
+
+/// The sums of [`eo_rows`]: with `IN` the mean's sum of row `xi` (from memory, asking for
+/// the lines of `ahead` as it goes), with `MID` the squared deviations' sum of row `xm`
+/// about `mean`; per chunk of `bc` columns 32 lane accumulators (column `c0 + k` to lane
+/// `k mod 32`) and [`tree_eo`], added in column order: `vmath::sum`'s bits.
+///
+/// # Safety
+/// As [`eo_rows`]; `n` values at `xi` (`IN`) and `xm` (`MID`); chunks of whole steps.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn eo_sums<const IN: bool, const MID: bool>(
+    (xi, ahead): (*const u16, *const u16),
+    (xm, mean): (*const u16, f32),
+    n: usize,
+    bc: usize,
+) -> (f32, f32) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe {
+        let mm = _mm512_set1_ps(mean);
+        let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        let z = _mm512_setzero_ps();
+        let (mut si, mut sm) = (0.0f32, 0.0f32);
+        let mut c0 = 0;
+        while c0 < n {
+            let c1 = (c0 + bc).min(n);
+            let (mut a, mut b) = ((z, z), (z, z));
+            let mut j = c0;
+            while j < c1 {
+                if IN {
+                    // The next row's line for these 32 columns (a prefetch never faults).
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(j) as *const i8);
+                    let (e, o) = widen_eo(xi, j, hi);
+                    a = (_mm512_add_ps(a.0, e), _mm512_add_ps(a.1, o));
+                }
+                if MID {
+                    let (e, o) = widen_eo(xm, j, hi);
+                    let (de, dq) = (_mm512_sub_ps(e, mm), _mm512_sub_ps(o, mm));
+                    b = (
+                        _mm512_add_ps(b.0, _mm512_mul_ps(de, de)),
+                        _mm512_add_ps(b.1, _mm512_mul_ps(dq, dq)),
+                    );
+                }
+                j += 32;
+            }
+            if IN {
+                si += tree_eo(a.0, a.1);
+            }
+            if MID {
+                sm += tree_eo(b.0, b.1);
+            }
+            c0 = c1;
+        }
+        (si, sm)
+    }
+}
+
+/// The output row `((x − mean)·rstd)·γ (+ β)` at `o` from the bf16 row `x` ([`widen_eo`])
+/// and `γ`, `β` in [`eo_order`], 32 columns a step narrowed in column order
+/// (`bf16io::store32_eo`, or `_cvt` with `CVT`; streamed with `NT`); with a non-null `pf`
+/// each step asks for that bf16 row's line of the same columns into L2 ([`WRITE_AHEAD`]).
+///
+/// # Safety
+/// As [`eo_rows`] (with `CVT` also AVX-512DQ and BF16); `n` values at `x`, `gp` (and `bp`
+/// with `BETA`) and writable at `o`, 64-byte aligned with `NT`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn eo_write<const CVT: bool, const BETA: bool, const NT: bool>(
+    o: *mut u16,
+    (x, mean, rstd): (*const u16, f32, f32),
+    (gp, bp): (*const f32, *const f32),
+    n: usize,
+    pf: *const u16,
+) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe {
+        let (mv, rv) = (_mm512_set1_ps(mean), _mm512_set1_ps(rstd));
+        let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        macro_rules! lanes {
+            ($k:expr, $x:expr) => {{
+                let k: usize = $k;
+                let d = _mm512_sub_ps($x, mv);
+                let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), _mm512_loadu_ps(gp.add(k)));
+                if BETA {
+                    _mm512_add_ps(v, _mm512_loadu_ps(bp.add(k)))
+                } else {
+                    v
+                }
+            }};
+        }
+        let mut j = 0;
+        while j < n {
+            if !pf.is_null() {
+                _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j) as *const i8);
+            }
+            let (e, q) = widen_eo(x, j, hi);
+            let (e, q) = (lanes!(j, e), lanes!(j + 16, q));
+            match (NT, CVT) {
+                (true, true) => super::bf16io::stream32_eo_cvt(o.add(j), e, q),
+                (false, true) => super::bf16io::store32_eo_cvt(o.add(j), e, q),
+                (true, false) => super::bf16io::stream32_eo(o.add(j), e, q),
+                (false, false) => super::bf16io::store32_eo(o.add(j), e, q),
+            }
+            j += 32;
+        }
+    }
+}
+
+/// [`eo_rows`] narrowing by integer rounding.
+///
+/// # Safety
+/// As [`eo_rows`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn eo_rows_512(
+    nm: &Norm,
+    xo: (&Buffer, &Buffer),
+    rr: (usize, usize, usize),
+    n: usize,
+    gb: (&[f32], Option<&[f32]>),
+    lag: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe { eo_rows::<false>(nm, xo, rr, n, gb, lag) }
+}
+
+/// [`eo_rows`] narrowing by `vcvtne2ps2bf16`.
+///
+/// # Safety
+/// As [`eo_rows`], and `bf16io::has_cvt`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma")]
+unsafe fn eo_rows_cvt(
+    nm: &Norm,
+    xo: (&Buffer, &Buffer),
+    rr: (usize, usize, usize),
+    n: usize,
+    gb: (&[f32], Option<&[f32]>),
+    lag: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe { eo_rows::<true>(nm, xo, rr, n, gb, lag) }
+}
+
+/// The rows `r0 .. r1` of a layernorm bf16 → bf16 ([`eo_fits`]) with fewer vector ops per
+/// column than [`rows_avx512`]'s, the same bits: each pass widens its 32 columns by
+/// [`widen_eo`] (one 64-byte load and one integer op per 16 columns instead of a
+/// `vpmovzxwd`, on the shuffle port, and a shift), its sums kept split into even and odd
+/// columns ([`tree_eo`]), and the write takes `γ` and `β` in that order ([`eo_order`]) and
+/// narrows 32 columns with one `vcvtne2ps2bf16` and one word permute (`CVT`; its subnormal
+/// check one `vptestnmw`, not two `vfpclassps`). The passes run a row or two apart as in
+/// [`rows_avx512`]'s (row `t`'s mean with row `t − 1`'s squared deviations in one loop, then
+/// row `t − 2`'s write) with `lag` ([`eo_lags`]), else in turn. Past the cache the write
+/// asks for the lines of row `t + WRITE_AHEAD`.
+///
+/// Intel Xeon (family 6 model 207, 2-vCPU KVM guest), 2026-11-28 06:14–06:15 UTC, load
+/// 3.5–4.0 from other jobs, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile layernorm_bf16 R C
+/// 200 --pool`, four interleaved rounds with main's binary (c5e45d2), fastest launch in µs
+/// (ratio to the same run's memcpy): `[4096, 1024]` 1T 978–1091 (0.63–0.64) → 822–943
+/// (0.68–0.78), 2T 502–544 (0.62–0.65) → 423–444 (0.73–0.77); `[1024, 4096]` 1T 1229–1454
+/// (0.49–0.54) → 1034–1305 (0.57–0.60), 2T 640–673 (0.49–0.56) → 542–721 (0.49–0.60).
+/// Tried, not kept (06:01–06:11, same commands, load 3–9): keeping `x − mean` (f32) from
+/// the squares' pass for the write (two ops fewer per 32 columns; no faster at `[4096,
+/// 1024]`, slower at `[1024, 4096]`, whose 16 KiB f32 rows leave L1), keeping the row
+/// widened by the mean's pass (slower), asking for row `t + 2` or `t + 4` in the write.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA (with `CVT` `bf16io::has_cvt`);
+/// [`eo_fits`]; `g` (and `b`) hold `n` values in [`eo_order`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn eo_rows<const CVT: bool>(
+    nm: &Norm,
+    (x, out): (&Buffer, &Buffer),
+    (r0, r1, rows): (usize, usize, usize),
+    n: usize,
+    (g, b): (&[f32], Option<&[f32]>),
+    lag: bool,
+) {
+    assert!(
+        rows * n * 2 <= x.len
+            && rows * n * 2 <= out.len
+            && n % 32 == 0
+            && g.len() >= n
+            && b.is_none_or(|b| b.len() >= n),
+        "fused load out of bounds"
+    );
+    let bc = nm.rows.bc;
+    let nf = n as i32 as f32;
+    let row = |r: usize| (x.ptr as *const u16).wrapping_add(r.wrapping_mul(n));
+    let orow = |r: usize| (out.ptr as *mut u16).wrapping_add(r.wrapping_mul(n));
+    let nt = stream::large(out);
+    let wfar = nt && stream::past_cache(x.len + out.len);
+    let wpf = |t: usize| {
+        if wfar && t + WRITE_AHEAD < rows {
+            row(t + WRITE_AHEAD)
+        } else {
+            std::ptr::null()
+        }
+    };
+    let ahead = |t: usize| if t + 1 < rows { row(t + 1) } else { row(t) };
+    let gb = (g.as_ptr(), b.map_or(std::ptr::null(), |b| b.as_ptr()));
+    // A row's write (a macro: a closure here is not built with the caller's features).
+    macro_rules! write {
+        ($w:expr, $mean:expr, $rstd:expr, $pf:expr) => {{
+            let (w, pf): (usize, *const u16) = ($w, $pf);
+            let xm = (row(w), $mean, $rstd);
+            // SAFETY: the caller's level; rows below `rows` are in the tensors (asserted);
+            // programs of a launch write disjoint rows.
+            unsafe {
+                match (b.is_some(), nt) {
+                    (true, false) => eo_write::<CVT, true, false>(orow(w), xm, gb, n, pf),
+                    (true, true) => eo_write::<CVT, true, true>(orow(w), xm, gb, n, pf),
+                    (false, false) => eo_write::<CVT, false, false>(orow(w), xm, gb, n, pf),
+                    (false, true) => eo_write::<CVT, false, true>(orow(w), xm, gb, n, pf),
+                }
+            }
+        }};
+    }
+    if lag {
+        let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
+        for t in r0..r1 + 2 {
+            let s = t.wrapping_sub(1);
+            let (first, mid) = (t < r1, t > r0 && s < r1);
+            let (ip, mp) = ((row(t), ahead(t)), (row(s), mean[s % 3]));
+            // SAFETY: rows `t` (with `first`) and `s` (with `mid`) are in the tensor.
+            let (si, sm) = unsafe {
+                match (first, mid) {
+                    (true, true) => eo_sums::<true, true>(ip, mp, n, bc),
+                    (true, false) => eo_sums::<true, false>(ip, mp, n, bc),
+                    (false, true) => eo_sums::<false, true>(ip, mp, n, bc),
+                    (false, false) => (0.0, 0.0),
+                }
+            };
+            if first {
+                mean[t % 3] = si / nf;
+            }
+            if mid {
+                // `vmath::rsqrt`'s `1 / sqrt`.
+                rstd[s % 3] = 1.0 / (sm / nf + nm.eps).sqrt();
+            }
+            if t >= r0 + 2 {
+                let w = t - 2;
+                write!(w, mean[w % 3], rstd[w % 3], wpf(t));
+            }
+        }
+    } else {
+        let null = std::ptr::null();
+        for t in r0..r1 {
+            // SAFETY: row `t` is in the tensor.
+            let (si, _) = unsafe { eo_sums::<true, false>((row(t), ahead(t)), (null, 0.0), n, bc) };
+            let mean = si / nf;
+            // SAFETY: as above.
+            let (_, sm) = unsafe { eo_sums::<false, true>((null, null), (row(t), mean), n, bc) };
+            write!(t, mean, 1.0 / (sm / nf + nm.eps).sqrt(), wpf(t));
+        }
+    }
+    if nt {
+        stream::fence();
+    }
+}
+
+/// Whether [`eo_rows`] runs its passes a row or two apart: when the bf16 rows `t − 2 ..= t
+/// + 1` and the widened `γ` (and `β`) take at most half the level-2 cache (further than
+/// [`lags`]' level-1 limit). On the Intel Xeon of [`eo_rows`]' figures (06:09–06:11 UTC,
+/// load 3.7–8.8, three interleaved rounds, experiment build with the choice on an
+/// environment switch), `[1024, 4096]` (8 KiB rows) in turn → apart, fastest launch in µs:
+/// 1T 1203/1437/1698 → 1207/1176/1223, 2T apart 762–780 against main's 883–936.
+#[cfg(target_arch = "x86_64")]
+fn eo_lags(nm: &Norm, n: usize) -> bool {
+    let vectors = 1 + usize::from(nm.beta.is_some());
+    (4 * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l2_bytes() / 2
+}
+
 /// Whether the bf16 → bf16 rows of [`rows_avx512`] run their passes a row or two apart:
 /// when what stays in the level-1 cache meanwhile (the bf16 rows `t − lag ..= t`, the row
 /// asked for, the widened `γ` (and `β`) and the output row) takes at most 3/4 of it. One
@@ -704,6 +1082,107 @@ mod tests {
             .into_iter()
             .map(|y| half::bf16::from_f32(y).to_bits())
             .collect()
+    }
+
+    /// The layernorm bf16 → bf16 rows of [`eo_rows_512`] and [`eo_rows_cvt`] (where the CPU
+    /// has `vcvtne2ps2bf16`), their passes a row or two apart or in turn: rows of
+    /// one to 128 steps of 32 columns, chunks of `bc` columns (64, 1024, 4096: several
+    /// chunks a row, or one), programs of 1, 2, 3 and 8 rows (a last program cut short),
+    /// with and without `β`, and a `γ` scaled to about `2^-130` (no `β`: most outputs
+    /// subnormal, which `vcvtne2ps2bf16` reads as zero, so its steps take the integer
+    /// narrowing), against the interpreter's sums, bit for bit, with fresh random inputs.
+    #[test]
+    fn layernorm_bf16_rows_split_even_odd_match_the_interpreter() {
+        if !(std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma"))
+        {
+            eprintln!("not run: no AVX-512F/BW");
+            return;
+        }
+        let start = crate::backend::cpu::clock_seed() | 1;
+        let mut seed = start;
+        let mut ran = [0usize; 2];
+        for (rows, n) in [(5, 32), (19, 1024), (10, 2048), (4, 3072), (3, 4096)] {
+            for bc in [64, 1024, 4096] {
+                for br in [1, 2, 3, 8] {
+                    for (beta, tiny) in [(true, false), (false, false), (false, true)] {
+                        let xs = values(&mut seed, rows * n);
+                        let mut xb: Vec<u16> = xs
+                            .iter()
+                            .map(|&v| half::bf16::from_f32(v).to_bits())
+                            .collect();
+                        let mut g = values(&mut seed, n);
+                        if tiny {
+                            for v in &mut g {
+                                *v *= f32::from_bits(0x0080_0000) / 16.0;
+                            }
+                        }
+                        let bv = values(&mut seed, n);
+                        let b = beta.then_some(&bv[..]);
+                        let nm = Norm {
+                            rows: Rows {
+                                x: 0,
+                                out: 1,
+                                br,
+                                bc,
+                                round_bf16: false,
+                            },
+                            gamma: 2,
+                            beta: beta.then_some(3),
+                            layer: true,
+                            eps: 1e-5,
+                        };
+                        let (mut go, mut bo) = (vec![0.0f32; n], vec![0.0f32; n]);
+                        eo_order(&g, &mut go);
+                        eo_order(&bv, &mut bo);
+                        for (cvt, lag) in
+                            [(false, true), (true, true), (false, false), (true, false)]
+                        {
+                            if cvt && !super::super::bf16io::has_cvt() {
+                                continue;
+                            }
+                            let mut ob = vec![0x7fc1u16; rows * n];
+                            let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n));
+                            let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n));
+                            assert!(eo_fits(&nm, (&x, &out), n));
+                            let bo = beta.then_some(&bo[..]);
+                            for r0 in (0..rows).step_by(br) {
+                                let rr = (r0, (r0 + br).min(rows), rows);
+                                // SAFETY: AVX-512F/BW, AVX2 and FMA are present (and the
+                                // `vcvtne2ps2bf16` features with `cvt`); `eo_fits`; `go`
+                                // (and `bo`) hold `n` values in `eo_order`.
+                                unsafe {
+                                    if cvt {
+                                        eo_rows_cvt(&nm, (&x, &out), rr, n, (&go, bo), lag)
+                                    } else {
+                                        eo_rows_512(&nm, (&x, &out), rr, n, (&go, bo), lag)
+                                    }
+                                }
+                            }
+                            ran[usize::from(cvt)] += 1;
+                            for r in 0..rows {
+                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, true);
+                                let got = &ob[r * n..(r + 1) * n];
+                                if let Some(j) = (0..n).find(|&j| got[j] != want[j]) {
+                                    panic!(
+                                        "[{rows}, {n}] bc {bc} br {br} beta {beta} tiny {tiny} \
+                                         cvt {cvt} lag {lag}: row {r} column {j}: {:#06x} != \
+                                         {:#06x} (seed {start})",
+                                        got[j], want[j]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "ran: integer narrowing {}, vcvtne2ps2bf16 {}",
+            ran[0], ran[1]
+        );
     }
 
     /// The bf16 → bf16 rows of [`rows_avx512`], their passes a row or two apart ([`lags`])
