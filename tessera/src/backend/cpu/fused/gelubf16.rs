@@ -71,8 +71,8 @@ pub(crate) fn look(ops: &[DirectStep], t: &lut::Table16, s: &[u16], o: &mut [u16
     {
         let n = o.len();
         if gather_tuned() {
-            // SAFETY: AVX-512F is present at this level; `s` holds at least `n`.
-            return unsafe { x86::gather(t, &s[..n], o) };
+            // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`.
+            return unsafe { x86::mixed(t, &s[..n], o) };
         }
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`.
         return unsafe { x86::gelu(t, &s[..n], o) };
@@ -102,9 +102,9 @@ pub(crate) unsafe fn look_stream(
     {
         let n = o.len();
         if gather_tuned() {
-            // SAFETY: AVX-512F is present at this level; `s` holds at least `n`; the caller
-            // fences.
-            unsafe { x86::gather_stream(t, &s[..n], o, far) };
+            // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
+            // the caller fences.
+            unsafe { x86::mixed_stream(t, &s[..n], o, far) };
             return true;
         }
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
@@ -213,6 +213,133 @@ mod x86 {
         for (o, x) in o[i..].iter_mut().zip(&s[i..]) {
             *o = t[*x as usize];
         }
+    }
+
+    /// Steps of 32 elements computed by the polynomial ([`step`]) per round of [`ROUND`]
+    /// elements in [`mixed`]; the other steps are gathered ([`gather_step`]).
+    const POLY: usize = 2;
+    /// Elements per round of [`mixed`]: [`POLY`] computed steps, four gathered ones.
+    const ROUND: usize = 192;
+    /// More lanes than this left to the table in a round's computed steps: the next
+    /// [`SKIP`] rounds are gathered whole (inputs mostly outside the polynomial's range).
+    const MANY_MIXED: u32 = 8;
+
+    /// [`gather`] for gelu's table with part of the work moved to the polynomial: per round
+    /// of [`ROUND`] elements, [`POLY`] steps of 32 computed ([`step`], their undecided lanes
+    /// fixed from the table at once) and the rest gathered. The gathers are bound by their
+    /// element loads, the polynomial by the two 512-bit ports, so the two kinds of step
+    /// overlap. After a round whose computed steps left more than [`MANY_MIXED`] lanes to the
+    /// table, the next [`SKIP`] rounds are gathered whole. Then [`gather`] for the rest.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn mixed(t: &Table16, s: &[u16], o: &mut [u16]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        // SAFETY: `CT[k]` holds 32 floats.
+        let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+        // SAFETY: as above.
+        let hi: [__m512; 5] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
+        let mut i = 0;
+        let mut skip = 0;
+        while i + ROUND <= n {
+            let first = if skip > 0 {
+                skip -= 1;
+                0
+            } else {
+                let mut left = 0;
+                for k in 0..POLY {
+                    let at = i + 32 * k;
+                    // SAFETY: `at + 32 <= n` elements of `s` and `o`.
+                    let m = unsafe { step(s.as_ptr().add(at), o.as_mut_ptr().add(at), &lo, &hi) };
+                    if m != 0 {
+                        fix(t, &s[at..at + 32], &mut o[at..at + 32], m);
+                        left += m.count_ones();
+                    }
+                }
+                if left > MANY_MIXED {
+                    skip = SKIP;
+                }
+                POLY
+            };
+            for k in first..ROUND / 32 {
+                let at = i + 32 * k;
+                // SAFETY: as above.
+                unsafe {
+                    let v = gather_step(t, s.as_ptr().add(at));
+                    _mm512_storeu_si512(o.as_mut_ptr().add(at).cast(), v);
+                }
+            }
+            i += ROUND;
+        }
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[i..], &mut o[i..]) };
+    }
+
+    /// [`mixed`] with the whole 64-byte lines of `o` written by streaming stores, as
+    /// [`gather_stream`] (plain head and tail by [`gather`]); a computed step with lanes left
+    /// to the table has them fixed in a 32-element buffer before its line is stored
+    /// ([`stream_step`]); with `far` the input is asked for [`AHEAD`] elements ahead.
+    ///
+    /// # Safety
+    /// As [`mixed`]; the caller orders the streaming stores (`sfence`) before `o` is read
+    /// elsewhere.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn mixed_stream(t: &Table16, s: &[u16], o: &mut [u16], far: bool) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let pre = |i: usize| {
+            if far {
+                // A prefetch never faults.
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
+            }
+        };
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 32 * 32;
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[..h], &mut o[..h]) };
+        // SAFETY: `CT[k]` holds 32 floats.
+        let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+        // SAFETY: as above.
+        let hi: [__m512; 5] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
+        let mut i = h;
+        let mut skip = 0;
+        while i + ROUND <= end {
+            let first = if skip > 0 {
+                skip -= 1;
+                0
+            } else {
+                let mut left = 0;
+                for k in 0..POLY {
+                    let at = i + 32 * k;
+                    pre(at);
+                    // SAFETY: `o[at]` is 64-byte aligned (`h`, steps of 32) and
+                    // `at + 32 <= n`; the caller fences.
+                    left += unsafe {
+                        stream_step(t, &s[at..at + 32], o.as_mut_ptr().add(at), &lo, &hi)
+                    };
+                }
+                if left > MANY_MIXED {
+                    skip = SKIP;
+                }
+                POLY
+            };
+            for k in first..ROUND / 32 {
+                let at = i + 32 * k;
+                pre(at);
+                // SAFETY: as above.
+                unsafe {
+                    let v = gather_step(t, s.as_ptr().add(at));
+                    _mm512_stream_si512(o.as_mut_ptr().add(at).cast(), v);
+                }
+            }
+            i += ROUND;
+        }
+        // SAFETY: as this function's; `o[i]` is 64-byte aligned.
+        unsafe { gather_stream(t, &s[i..], &mut o[i..], far) };
     }
 
     /// [`gather`] with the whole 64-byte lines of `o` written by streaming stores, as
@@ -884,6 +1011,94 @@ mod tests {
                     o.fill(!t[0]);
                     // SAFETY: AVX-512F detected; fenced below.
                     unsafe { x86::gather_stream(&t, &s[..n], o, n % 2 == 1) };
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { _mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(
+                            *y, t[*x as usize],
+                            "input {x:#06x}, offset {off}, {n}, seed {seed}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The mixed path ([`x86::mixed`], taken off AMD: computed and gathered steps) gives the
+    /// table's bits for every one of the 65 536 inputs, in order and in a random order, from
+    /// every offset 0..32 (each input in every lane of both kinds of step, the whole-round
+    /// gathers after many undecided lanes, and the tails); and with a poisoned table the
+    /// computed steps still give the true bits: about a third of standard-normal inputs
+    /// (the other two thirds, gathered, read the poison).
+    #[test]
+    fn mixed_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = Table16::new(&table()[..]);
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        for s in [&all, &mixed] {
+            for off in 0..32 {
+                let s = &s[off..];
+                let mut o = vec![0u16; s.len()];
+                // SAFETY: AVX-512F, AVX2 and FMA detected.
+                unsafe { x86::mixed(&t, s, &mut o) };
+                for (x, y) in s.iter().zip(&o) {
+                    assert_eq!(
+                        *y, t[*x as usize],
+                        "input {x:#06x}, offset {off}, seed {seed}"
+                    );
+                }
+            }
+        }
+        let poison = Table16::new(&[0x7FC1u16; 1 << 16]);
+        let normal: Vec<u16> = crate::Tensor::<crate::bf16>::randn(&[1 << 16], seed)
+            .to_vec()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        let mut o = vec![0u16; normal.len()];
+        // SAFETY: AVX-512F, AVX2 and FMA detected.
+        unsafe { x86::mixed(&poison, &normal, &mut o) };
+        let mut right = 0;
+        for (x, y) in normal.iter().zip(&o) {
+            if *y != 0x7FC1 {
+                assert_eq!(*y, t[*x as usize], "input {x:#06x}, seed {seed}");
+                right += 1;
+            }
+        }
+        assert!(
+            right > normal.len() * 3 / 10,
+            "{right} computed, seed {seed}"
+        );
+    }
+
+    /// The streamed mixed path ([`x86::mixed_stream`]) gives the table's bits for every
+    /// input, in order and in a random order, with the output starting at every 2-byte
+    /// offset of a 64-byte line and the input at other offsets, at lengths `0..=96`, 400
+    /// (two rounds and a tail) and all 65 536 (odd lengths with the prefetch, `far`).
+    #[test]
+    fn streamed_mixed_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = Table16::new(&table()[..]);
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in [&all, &mixed] {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96).chain([400, s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(0x7FC1);
+                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
+                    unsafe { x86::mixed_stream(&t, &s[..n], o, n % 2 == 1) };
                     // SAFETY: SSE is part of x86_64.
                     unsafe { _mm_sfence() };
                     for (x, y) in s.iter().zip(o.iter()) {
