@@ -19,12 +19,14 @@
 //! function, and, with a poisoned table, that every input in the polynomial's range which the
 //! polynomial decides gives the true bits from each of the 32 lane positions.
 //!
-//! Off AMD ([`gather_tuned`]) the AVX-512 level looks the table up instead, 16 lanes per
-//! `vpgatherdd` ([`x86::gather`]): on the Intel Xeon of sessions 17-20 the polynomial's ≈ 19
-//! vector ops per 16 lanes (five `vpermt2ps`, four FMAs, three for `j` and `u`, two for
-//! the `x >= 3.875` blend, the rounding add, two compares and a test, and half the split and
-//! merge of the two halves; eight of them port-5 only) held it at ≈ 9 cycles per 16 lanes,
-//! while a gather step costs two ops per 16 lanes besides the gather itself (split, merge).
+//! Off AMD ([`gather_tuned`]) the AVX-512 level computes only a third of the steps so and
+//! looks the others up, 16 lanes per `vpgatherdd` ([`x86::mixed`], [`x86::gather`]): on the
+//! Intel Xeon of sessions 17-20 the polynomial's ≈ 19 vector ops per 16 lanes (five
+//! `vpermt2ps`, four FMAs, three for `j` and `u`, two for the `x >= 3.875` blend, the
+//! rounding add, two compares and a test, and half the split and merge of the two halves;
+//! eight of them port-5 only) held it at ≈ 9 cycles per 16 lanes, while a gathered step costs
+//! 1.5 vector ops per 16 lanes besides the gather (split, merge) and is bound by the gather's
+//! element loads, so the two kinds of step overlap.
 
 use super::lut;
 use super::plan::DirectStep;
@@ -47,14 +49,14 @@ fn is_gelu(ops: &[DirectStep]) -> bool {
     )
 }
 
-/// Whether the AVX-512 level looks gelu's table up with `vpgatherdd` ([`x86::gather`],
-/// [`x86::gather_stream`]) rather than computing the polynomial ([`x86::gelu`]): off AMD
-/// (as `transpose::zen_tuned`). On the Intel Xeon of sessions 17-20 (family 6 model 207) a
+/// Whether the AVX-512 level looks most of gelu's table up with `vpgatherdd` ([`x86::mixed`],
+/// [`x86::mixed_stream`]) rather than computing the polynomial for every step
+/// ([`x86::gelu`]): off AMD (as `transpose::zen_tuned`). On the Intel Xeon of sessions 17-20 (family 6 model 207) a
 /// 16-lane gather from the (L1-resident for normal inputs) table costs less than the
 /// polynomial's ≈ 19 vector ops per 16 lanes, all of them on the two 512-bit ports, five
 /// `vpermt2ps` and three mask-producing compares on port 5 alone; on the AMD Zen 5 of the
 /// earlier sessions gathers measured slower than scalar table loads (`ARCHITECTURE.md`,
-/// "vpgatherdd"), so AMD keeps the polynomial. Figures: see [`x86::gather`].
+/// "vpgatherdd"), so AMD keeps the polynomial. Figures: see [`x86::mixed`].
 #[cfg(target_arch = "x86_64")]
 fn gather_tuned() -> bool {
     !crate::backend::cpu::simd::is_amd()
@@ -189,11 +191,14 @@ mod x86 {
     /// construction (no polynomial, no lanes left over). Taken off AMD ([`super::gather_tuned`]).
     ///
     /// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207), 2026-11-28: a
-    /// standalone copy of the loops (05:45 UTC, load 3.7, `chrt -f 50`, fastest of 15 rounds
-    /// over 7 680 elements in L1) ran standard-normal inputs at 0.205 ns per element against
-    /// 0.259 for [`gelu`] (with its fix-ups), uniformly random bf16 inputs (table from L2) at
-    /// 0.41 against 0.65, `8|x| + 1` at 0.21 against 0.26. In the kernel: see the commit
-    /// and `ARCHITECTURE.md` (gb20).
+    /// standalone copy of the loops (05:45–05:55 UTC, load 3.3–3.9, `chrt -f 50`, fastest of
+    /// 15 rounds over 7 680–9 216 elements in L1) ran standard-normal inputs at 0.200–0.203 ns
+    /// per element against 0.259–0.276 for [`gelu`] (with its fix-ups); with the two
+    /// out-of-table lanes masked off the gathers (since [`Table16`]'s spare entries: not
+    /// needed) 0.212–0.218, uniformly random bf16 inputs (table from L2) 0.41–0.43 against
+    /// 0.65–0.68, `8|x| + 1` 0.21 against 0.26. Without its stores the loop ran as fast
+    /// (0.186 against 0.187 at 06:17): the gathers bind it. In the kernel it takes the rounds
+    /// [`mixed`] leaves and the whole rounds after many undecided lanes.
     ///
     /// # Safety
     /// The CPU must support AVX-512F.
@@ -230,6 +235,21 @@ mod x86 {
     /// element loads, the polynomial by the two 512-bit ports, so the two kinds of step
     /// overlap. After a round whose computed steps left more than [`MANY_MIXED`] lanes to the
     /// table, the next [`SKIP`] rounds are gathered whole. Then [`gather`] for the rest.
+    ///
+    /// Standalone copy (2026-11-28 06:17 UTC, load 4.2, `chrt -f 50`, fastest of 15 rounds,
+    /// 7 680 standard-normal inputs in L1, fix-ups not counted; ns per element, computed :
+    /// gathered steps per round): gathers only 0.187–0.189, 1:1 0.175, 2:2 0.170, 1:2 0.177,
+    /// 2:3 0.163–0.165, 1:3 0.181–0.185, 2:1 0.204, 3:3 0.172–0.173, 2:4 0.160–0.161, the
+    /// polynomial only 0.254–0.261. In the kernel (`RAYON_NUM_THREADS=T chrt -f 50
+    /// cpu_profile gelu_bf16 R C N --pool`, interleaved with main `c5e45d2`'s binary, fastest
+    /// launch in µs and its ratio to the same process's memcpy, 06:20–06:21 UTC, load
+    /// 3.6–4.1): `[4096, 1024]` one thread 1061–1101 → 787–810 (0.60–0.62 → 0.81–0.82), two
+    /// 527–548 → 405–420 (0.61–0.64 → 0.79–0.82); `[1024, 4096]` one thread 1054–1097 →
+    /// 776–836 (0.60–0.62 → 0.81–0.85), two 521–619 → 412–507 (0.53–0.66 → 0.67–0.82).
+    /// `[8192, 4096]` ([`mixed_stream`], 06:29–06:31, load 3.0–4.1, N = 20): one thread
+    /// 7.2–11.1 ms (base 13.6–17.4 in those rounds, 9.6–9.8 at 06:21), two 3.04–3.31 ms (base
+    /// 4.50–5.66), the gathers alone ([`gather_stream`]) 7.6–7.9 and 3.31–3.53 in the same
+    /// rounds.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX2 and FMA.

@@ -8,8 +8,9 @@
 //! 8-lane ones, 0.91 with one scalar load per element).
 //! At the AVX-512 level a bf16 → bf16 `gelu` is computed instead on AMD
 //! ([`super::gelubf16`]: a piecewise polynomial), with its table giving the lanes the
-//! polynomial leaves undecided, and looked up by 16-lane `vpgatherdd` elsewhere (on the
-//! Intel Xeon of sessions 17-20 the gathers cost less than the polynomial: gb20).
+//! polynomial leaves undecided; elsewhere two of every six steps of 32 are computed so and
+//! the other four looked up by 16-lane `vpgatherdd` (on the Intel Xeon of sessions 17-20
+//! the gathers cost less than the polynomial and overlap with it: gb20).
 
 use super::chunk::{self, bf16_bits};
 use super::plan::DirectStep;
