@@ -249,7 +249,10 @@ mod x86 {
     /// `[8192, 4096]` ([`mixed_stream`], 06:29–06:31, load 3.0–4.1, N = 20): one thread
     /// 7.2–11.1 ms (base 13.6–17.4 in those rounds, 9.6–9.8 at 06:21), two 3.04–3.31 ms (base
     /// 4.50–5.66), the gathers alone ([`gather_stream`]) 7.6–7.9 and 3.31–3.53 in the same
-    /// rounds.
+    /// rounds. The gain depends on the vCPU's state: at 06:38–06:40 (load 3.0–3.7) some
+    /// one-thread `[4096, 1024]` / `[1024, 4096]` launches ran 1207–1280 µs against base's
+    /// 1246–1344 in the same pair (pinned: on CPU 1 once 1280 against 1332, while CPU 0 ran
+    /// 860–880 against 1181–1186), the others 840–885 against 1141–1574.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX2 and FMA.
