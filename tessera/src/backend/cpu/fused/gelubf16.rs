@@ -18,6 +18,15 @@
 //! tests check that every one of the 65 536 inputs gives the table's bits through this
 //! function, and, with a poisoned table, that every input in the polynomial's range which the
 //! polynomial decides gives the true bits from each of the 32 lane positions.
+//!
+//! Off AMD ([`gather_tuned`]) the AVX-512 level computes only a third of the steps so and
+//! looks the others up, 16 lanes per `vpgatherdd` ([`x86::mixed`], [`x86::gather`]): on the
+//! Intel Xeon of sessions 17-20 the polynomial's ≈ 19 vector ops per 16 lanes (five
+//! `vpermt2ps`, four FMAs, three for `j` and `u`, two for the `x >= 3.875` blend, the
+//! rounding add, two compares and a test, and half the split and merge of the two halves;
+//! eight of them port-5 only) held it at ≈ 9 cycles per 16 lanes, while a gathered step costs
+//! 1.5 vector ops per 16 lanes besides the gather (split, merge) and is bound by the gather's
+//! element loads, so the two kinds of step overlap.
 
 use super::lut;
 use super::plan::DirectStep;
@@ -40,16 +49,33 @@ fn is_gelu(ops: &[DirectStep]) -> bool {
     )
 }
 
+/// Whether the AVX-512 level looks most of gelu's table up with `vpgatherdd` ([`x86::mixed`],
+/// [`x86::mixed_stream`]) rather than computing the polynomial for every step
+/// ([`x86::gelu`]): off AMD (as `transpose::zen_tuned`). On the Intel Xeon of sessions 17-20 (family 6 model 207) a
+/// 16-lane gather from the (L1-resident for normal inputs) table costs less than the
+/// polynomial's ≈ 19 vector ops per 16 lanes, all of them on the two 512-bit ports, five
+/// `vpermt2ps` and three mask-producing compares on port 5 alone; on the AMD Zen 5 of the
+/// earlier sessions gathers measured slower than scalar table loads (`ARCHITECTURE.md`,
+/// "vpgatherdd"), so AMD keeps the polynomial. Figures: see [`x86::mixed`].
+#[cfg(target_arch = "x86_64")]
+fn gather_tuned() -> bool {
+    !crate::backend::cpu::simd::is_amd()
+}
+
 /// `o[i] = t[s[i]]` over `o.len()` elements (`s` at least as long), `t` the bf16 table of
 /// `ops`: computed as described in the module docs when `ops` is a gelu ([`is_gelu`]) and the
 /// active SIMD level is AVX-512, else looked up ([`lut::look_u16`]).
 #[inline(always)]
-pub(crate) fn look(ops: &[DirectStep], t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
+pub(crate) fn look(ops: &[DirectStep], t: &lut::Table16, s: &[u16], o: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if is_gelu(ops)
         && crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
     {
         let n = o.len();
+        if gather_tuned() {
+            // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`.
+            return unsafe { x86::mixed(t, &s[..n], o) };
+        }
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`.
         return unsafe { x86::gelu(t, &s[..n], o) };
     }
@@ -67,7 +93,7 @@ pub(crate) fn look(ops: &[DirectStep], t: &[u16; 1 << 16], s: &[u16], o: &mut [u
 #[inline(always)]
 pub(crate) unsafe fn look_stream(
     ops: &[DirectStep],
-    t: &[u16; 1 << 16],
+    t: &lut::Table16,
     s: &[u16],
     o: &mut [u16],
     far: bool,
@@ -77,6 +103,12 @@ pub(crate) unsafe fn look_stream(
         && crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
     {
         let n = o.len();
+        if gather_tuned() {
+            // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
+            // the caller fences.
+            unsafe { x86::mixed_stream(t, &s[..n], o, far) };
+            return true;
+        }
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
         // the caller fences.
         unsafe { x86::gelu_stream(t, &s[..n], o, far) };
@@ -90,6 +122,7 @@ pub(crate) unsafe fn look_stream(
 mod x86 {
     use super::{CT, HALF, HI, LO, lut};
     use core::arch::x86_64::*;
+    use lut::Table16;
 
     /// `1.5 · 2^23`: `4x + MAGIC` holds `round(4x)` in its low mantissa bits.
     const MAGIC: f32 = 12_582_912.0;
@@ -151,6 +184,251 @@ mod x86 {
         for (o, x) in o[i..].iter_mut().zip(&s[i..]) {
             *o = t[*x as usize];
         }
+    }
+
+    /// `o[i] = t[s[i]]` for any bf16 table `t` (equal lengths) by 16-lane `vpgatherdd`: steps
+    /// of 32 elements ([`gather_step`]), then a lookup per element. Gives the table's bits by
+    /// construction (no polynomial, no lanes left over). Taken off AMD ([`super::gather_tuned`]).
+    ///
+    /// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207), 2026-11-28: a
+    /// standalone copy of the loops (05:45–05:55 UTC, load 3.3–3.9, `chrt -f 50`, fastest of
+    /// 15 rounds over 7 680–9 216 elements in L1) ran standard-normal inputs at 0.200–0.203 ns
+    /// per element against 0.259–0.276 for [`gelu`] (with its fix-ups); with the two
+    /// out-of-table lanes masked off the gathers (since [`Table16`]'s spare entries: not
+    /// needed) 0.212–0.218, uniformly random bf16 inputs (table from L2) 0.41–0.43 against
+    /// 0.65–0.68, `8|x| + 1` 0.21 against 0.26. Without its stores the loop ran as fast
+    /// (0.186 against 0.187 at 06:17): the gathers bind it. In the kernel it takes the rounds
+    /// [`mixed`] leaves and the whole rounds after many undecided lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gather(t: &Table16, s: &[u16], o: &mut [u16]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let mut i = 0;
+        while i + 32 <= n {
+            // SAFETY: `i + 32 <= n` elements of `s` and `o`.
+            unsafe {
+                let v = gather_step(t, s.as_ptr().add(i));
+                _mm512_storeu_si512(o.as_mut_ptr().add(i).cast(), v);
+            }
+            i += 32;
+        }
+        for (o, x) in o[i..].iter_mut().zip(&s[i..]) {
+            *o = t[*x as usize];
+        }
+    }
+
+    /// Steps of 32 elements computed by the polynomial ([`step`]) per round of [`ROUND`]
+    /// elements in [`mixed`]; the other steps are gathered ([`gather_step`]).
+    const POLY: usize = 2;
+    /// Elements per round of [`mixed`]: [`POLY`] computed steps, four gathered ones.
+    const ROUND: usize = 192;
+    /// More lanes than this left to the table in a round's computed steps: the next
+    /// [`SKIP`] rounds are gathered whole (inputs mostly outside the polynomial's range).
+    const MANY_MIXED: u32 = 8;
+
+    /// [`gather`] for gelu's table with part of the work moved to the polynomial: per round
+    /// of [`ROUND`] elements, [`POLY`] steps of 32 computed ([`step`], their undecided lanes
+    /// fixed from the table at once) and the rest gathered. The gathers are bound by their
+    /// element loads, the polynomial by the two 512-bit ports, so the two kinds of step
+    /// overlap. After a round whose computed steps left more than [`MANY_MIXED`] lanes to the
+    /// table, the next [`SKIP`] rounds are gathered whole. Then [`gather`] for the rest.
+    ///
+    /// Standalone copy (2026-11-28 06:17 UTC, load 4.2, `chrt -f 50`, fastest of 15 rounds,
+    /// 7 680 standard-normal inputs in L1, fix-ups not counted; ns per element, computed :
+    /// gathered steps per round): gathers only 0.187–0.189, 1:1 0.175, 2:2 0.170, 1:2 0.177,
+    /// 2:3 0.163–0.165, 1:3 0.181–0.185, 2:1 0.204, 3:3 0.172–0.173, 2:4 0.160–0.161, the
+    /// polynomial only 0.254–0.261. In the kernel (`RAYON_NUM_THREADS=T chrt -f 50
+    /// cpu_profile gelu_bf16 R C N --pool`, interleaved with main `c5e45d2`'s binary, fastest
+    /// launch in µs and its ratio to the same process's memcpy, 06:20–06:21 UTC, load
+    /// 3.6–4.1): `[4096, 1024]` one thread 1061–1101 → 787–810 (0.60–0.62 → 0.81–0.82), two
+    /// 527–548 → 405–420 (0.61–0.64 → 0.79–0.82); `[1024, 4096]` one thread 1054–1097 →
+    /// 776–836 (0.60–0.62 → 0.81–0.85), two 521–619 → 412–507 (0.53–0.66 → 0.67–0.82).
+    /// `[8192, 4096]` ([`mixed_stream`], 06:29–06:31, load 3.0–4.1, N = 20): one thread
+    /// 7.2–11.1 ms (base 13.6–17.4 in those rounds, 9.6–9.8 at 06:21), two 3.04–3.31 ms (base
+    /// 4.50–5.66), the gathers alone ([`gather_stream`]) 7.6–7.9 and 3.31–3.53 in the same
+    /// rounds. The gain depends on the vCPU's state: at 06:38–06:40 (load 3.0–3.7) some
+    /// one-thread `[4096, 1024]` / `[1024, 4096]` launches ran 1207–1280 µs against base's
+    /// 1246–1344 in the same pair (pinned: on CPU 1 once 1280 against 1332, while CPU 0 ran
+    /// 860–880 against 1181–1186), the others 840–885 against 1141–1574.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn mixed(t: &Table16, s: &[u16], o: &mut [u16]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        // SAFETY: `CT[k]` holds 32 floats.
+        let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+        // SAFETY: as above.
+        let hi: [__m512; 5] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
+        let mut i = 0;
+        let mut skip = 0;
+        while i + ROUND <= n {
+            let first = if skip > 0 {
+                skip -= 1;
+                0
+            } else {
+                let mut left = 0;
+                for k in 0..POLY {
+                    let at = i + 32 * k;
+                    // SAFETY: `at + 32 <= n` elements of `s` and `o`.
+                    let m = unsafe { step(s.as_ptr().add(at), o.as_mut_ptr().add(at), &lo, &hi) };
+                    if m != 0 {
+                        fix(t, &s[at..at + 32], &mut o[at..at + 32], m);
+                        left += m.count_ones();
+                    }
+                }
+                if left > MANY_MIXED {
+                    skip = SKIP;
+                }
+                POLY
+            };
+            for k in first..ROUND / 32 {
+                let at = i + 32 * k;
+                // SAFETY: as above.
+                unsafe {
+                    let v = gather_step(t, s.as_ptr().add(at));
+                    _mm512_storeu_si512(o.as_mut_ptr().add(at).cast(), v);
+                }
+            }
+            i += ROUND;
+        }
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[i..], &mut o[i..]) };
+    }
+
+    /// [`mixed`] with the whole 64-byte lines of `o` written by streaming stores, as
+    /// [`gather_stream`] (plain head and tail by [`gather`]); a computed step with lanes left
+    /// to the table has them fixed in a 32-element buffer before its line is stored
+    /// ([`stream_step`]); with `far` the input is asked for [`AHEAD`] elements ahead.
+    ///
+    /// # Safety
+    /// As [`mixed`]; the caller orders the streaming stores (`sfence`) before `o` is read
+    /// elsewhere.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn mixed_stream(t: &Table16, s: &[u16], o: &mut [u16], far: bool) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let pre = |i: usize| {
+            if far {
+                // A prefetch never faults.
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
+            }
+        };
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 32 * 32;
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[..h], &mut o[..h]) };
+        // SAFETY: `CT[k]` holds 32 floats.
+        let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
+        // SAFETY: as above.
+        let hi: [__m512; 5] =
+            core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr().add(16)) });
+        let mut i = h;
+        let mut skip = 0;
+        while i + ROUND <= end {
+            let first = if skip > 0 {
+                skip -= 1;
+                0
+            } else {
+                let mut left = 0;
+                for k in 0..POLY {
+                    let at = i + 32 * k;
+                    pre(at);
+                    // SAFETY: `o[at]` is 64-byte aligned (`h`, steps of 32) and
+                    // `at + 32 <= n`; the caller fences.
+                    left += unsafe {
+                        stream_step(t, &s[at..at + 32], o.as_mut_ptr().add(at), &lo, &hi)
+                    };
+                }
+                if left > MANY_MIXED {
+                    skip = SKIP;
+                }
+                POLY
+            };
+            for k in first..ROUND / 32 {
+                let at = i + 32 * k;
+                pre(at);
+                // SAFETY: as above.
+                unsafe {
+                    let v = gather_step(t, s.as_ptr().add(at));
+                    _mm512_stream_si512(o.as_mut_ptr().add(at).cast(), v);
+                }
+            }
+            i += ROUND;
+        }
+        // SAFETY: as this function's; `o[i]` is 64-byte aligned.
+        unsafe { gather_stream(t, &s[i..], &mut o[i..], far) };
+    }
+
+    /// [`gather`] with the whole 64-byte lines of `o` written by streaming stores, as
+    /// [`gelu_stream`]: plain stores ([`gather`]) up to the first 64-byte boundary of `o` and
+    /// for the last `< 32` elements, one `vmovntdq` per step of 32 between; with `far` the input
+    /// is asked for [`AHEAD`] elements ahead.
+    ///
+    /// # Safety
+    /// As [`gather`]; the caller orders the streaming stores (`sfence`) before `o` is read
+    /// elsewhere.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gather_stream(t: &Table16, s: &[u16], o: &mut [u16], far: bool) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 32 * 32;
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[..h], &mut o[..h]) };
+        let mut i = h;
+        while i < end {
+            if far {
+                // A prefetch never faults.
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
+            }
+            // SAFETY: `i + 32 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 32); the
+            // caller fences.
+            unsafe {
+                let v = gather_step(t, s.as_ptr().add(i));
+                _mm512_stream_si512(o.as_mut_ptr().add(i).cast(), v);
+            }
+            i += 32;
+        }
+        // SAFETY: as this function's.
+        unsafe { gather(t, &s[end..], &mut o[end..]) };
+    }
+
+    /// The 32 table entries of the 32 elements from `s`, in order: dword `k` of the input
+    /// holds elements `2k` (low half) and `2k + 1` (high half); each half is one gather of
+    /// 4-byte reads with scale 2, the even one from entry 0 (the entry in the low half of the
+    /// read), the odd one from entry −1 (the entry in the high half), so the two merge by one
+    /// `vpternlogd`. Reads at `0xFFFF` (even) and ending at `0` (odd) take [`Table16`]'s
+    /// spare entries, so no lane is masked off (masking the two lanes off cost two compares
+    /// per 32 elements, ≈ 6 % in the standalone copy).
+    ///
+    /// # Safety
+    /// As [`gather`]; `s` readable for 32 elements.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn gather_step(t: &Table16, s: *const u16) -> __m512i {
+        let top = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+        let low = _mm512_set1_epi32(0xFFFF);
+        // SAFETY: the caller's contract.
+        let v = unsafe { _mm512_loadu_si512(s.cast()) };
+        let ie = _mm512_and_si512(v, low);
+        let io = _mm512_srli_epi32::<16>(v);
+        let base = t.base();
+        // SAFETY: even lanes read entries `ie` and `ie + 1 <= 0x10000`, odd ones `io - 1 >= -1`
+        // and `io`: inside `t` with its spare entries (`base` may address both).
+        let (ge, go) = unsafe {
+            (
+                _mm512_i32gather_epi32::<2>(ie, base.cast()),
+                _mm512_i32gather_epi32::<2>(io, base.wrapping_sub(1).cast()),
+            )
+        };
+        // (top & go) | (!top & ge)
+        _mm512_ternarylogic_epi32::<0xCA>(top, go, ge)
     }
 
     /// How far ahead of a step its input line is asked for where the caller says the data
@@ -543,6 +821,8 @@ pub(crate) const CT: [[f32; 32]; 5] = [
 mod tests {
     use super::{HI, LO, x86};
     use crate::backend::cpu::fused::chunk::bf16_bits;
+    use crate::backend::cpu::fused::lut::Table16;
+    use core::arch::x86_64::_mm_sfence;
 
     /// The AVX-512 level's table: `vmath::gelu`'s AVX-512 kernel on every bf16 input,
     /// rounded to bf16.
@@ -561,8 +841,12 @@ mod tests {
     }
 
     /// `v` in a seeded random order.
-    fn shuffled(mut v: Vec<u16>) -> Vec<u16> {
-        let mut z = 0x9E37_79B9_7F4A_7C15u64;
+    fn shuffled(v: Vec<u16>) -> Vec<u16> {
+        shuffled_by(v, 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// `v` in the random order of seed `z` (not 0).
+    fn shuffled_by(mut v: Vec<u16>, mut z: u64) -> Vec<u16> {
         for i in (1..v.len()).rev() {
             z ^= z << 13;
             z ^= z >> 7;
@@ -622,7 +906,7 @@ mod tests {
                     // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
                     unsafe { x86::gelu_stream(&t, &s[..n], o, n % 2 == 1) };
                     // SAFETY: SSE is part of x86_64.
-                    unsafe { core::arch::x86_64::_mm_sfence() };
+                    unsafe { _mm_sfence() };
                     for (x, y) in s.iter().zip(o.iter()) {
                         assert_eq!(*y, t[*x as usize], "input {x:#06x}, offset {off}, {n}");
                     }
@@ -680,5 +964,174 @@ mod tests {
             .collect();
         let left = count(&normal);
         assert!(left < (1 << 16) / 100, "{left}");
+    }
+
+    /// A table of random bits (seeded from the clock, printed on failure) and the seed.
+    fn random_table() -> (Box<Table16>, u64) {
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let mut z = seed;
+        let t: Vec<u16> = (0..1 << 16)
+            .map(|_| {
+                z ^= z << 13;
+                z ^= z >> 7;
+                z ^= z << 17;
+                (z >> 24) as u16
+            })
+            .collect();
+        (Table16::new(&t), seed)
+    }
+
+    /// The gather path ([`x86::gather`], taken off AMD) gives the table's entry for every one
+    /// of the 65 536 inputs, in order and in a random order, from every offset 0..32 (each
+    /// input in every lane, among them `0` and `0xFFFF`, whose reads are masked off, and the
+    /// scalar tail), with gelu's table and with a table of random bits.
+    #[test]
+    fn gather_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let (r, seed) = random_table();
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        for t in [&Table16::new(&table()[..]), &r] {
+            for s in [&all, &mixed] {
+                for off in 0..32 {
+                    let s = &s[off..];
+                    let mut o = vec![0u16; s.len()];
+                    // SAFETY: AVX-512F detected.
+                    unsafe { x86::gather(t, s, &mut o) };
+                    for (x, y) in s.iter().zip(&o) {
+                        assert_eq!(
+                            *y, t[*x as usize],
+                            "input {x:#06x}, offset {off}, seed {seed}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The streamed gather path ([`x86::gather_stream`]) gives the table's entry (random
+    /// bits) for every input, in order and in a random order, with the output starting at
+    /// every 2-byte offset of a 64-byte line (plain head, streamed lines, plain tail) and the
+    /// input at other offsets, at lengths `0..=96` and all 65 536 (odd lengths with the
+    /// prefetch, `far`).
+    #[test]
+    fn streamed_gather_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let (t, seed) = random_table();
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in [&all, &mixed] {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96).chain([s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(!t[0]);
+                    // SAFETY: AVX-512F detected; fenced below.
+                    unsafe { x86::gather_stream(&t, &s[..n], o, n % 2 == 1) };
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { _mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(
+                            *y, t[*x as usize],
+                            "input {x:#06x}, offset {off}, {n}, seed {seed}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The mixed path ([`x86::mixed`], taken off AMD: computed and gathered steps) gives the
+    /// table's bits for every one of the 65 536 inputs, in order and in a random order, from
+    /// every offset 0..32 (each input in every lane of both kinds of step, the whole-round
+    /// gathers after many undecided lanes, and the tails); and with a poisoned table the
+    /// computed steps still give the true bits: about a third of standard-normal inputs
+    /// (the other two thirds, gathered, read the poison).
+    #[test]
+    fn mixed_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = Table16::new(&table()[..]);
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        for s in [&all, &mixed] {
+            for off in 0..32 {
+                let s = &s[off..];
+                let mut o = vec![0u16; s.len()];
+                // SAFETY: AVX-512F, AVX2 and FMA detected.
+                unsafe { x86::mixed(&t, s, &mut o) };
+                for (x, y) in s.iter().zip(&o) {
+                    assert_eq!(
+                        *y, t[*x as usize],
+                        "input {x:#06x}, offset {off}, seed {seed}"
+                    );
+                }
+            }
+        }
+        let poison = Table16::new(&[0x7FC1u16; 1 << 16]);
+        let normal: Vec<u16> = crate::Tensor::<crate::bf16>::randn(&[1 << 16], seed)
+            .to_vec()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        let mut o = vec![0u16; normal.len()];
+        // SAFETY: AVX-512F, AVX2 and FMA detected.
+        unsafe { x86::mixed(&poison, &normal, &mut o) };
+        let mut right = 0;
+        for (x, y) in normal.iter().zip(&o) {
+            if *y != 0x7FC1 {
+                assert_eq!(*y, t[*x as usize], "input {x:#06x}, seed {seed}");
+                right += 1;
+            }
+        }
+        assert!(
+            right > normal.len() * 3 / 10,
+            "{right} computed, seed {seed}"
+        );
+    }
+
+    /// The streamed mixed path ([`x86::mixed_stream`]) gives the table's bits for every
+    /// input, in order and in a random order, with the output starting at every 2-byte
+    /// offset of a 64-byte line and the input at other offsets, at lengths `0..=96`, 400
+    /// (two rounds and a tail) and all 65 536 (odd lengths with the prefetch, `far`).
+    #[test]
+    fn streamed_mixed_gives_the_tables_bits() {
+        if !avx512() {
+            return;
+        }
+        let t = Table16::new(&table()[..]);
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let all: Vec<u16> = (0..=0xFFFFu16).collect();
+        let mixed = shuffled_by(all.clone(), seed);
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in [&all, &mixed] {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96).chain([400, s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(0x7FC1);
+                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
+                    unsafe { x86::mixed_stream(&t, &s[..n], o, n % 2 == 1) };
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { _mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(
+                            *y, t[*x as usize],
+                            "input {x:#06x}, offset {off}, {n}, seed {seed}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -3,11 +3,14 @@
 //! an f32 output, or the bf16 bits stored to a bf16 one) is computed once per plan, by the
 //! same steps the chunk loop runs on the widened values, and a launch looks each input up.
 //! The results are the chunk loop's bit for bit, whatever the ops cost per element. Plain
-//! loads: `vpgatherdd` measured slower on this machine, an AMD EPYC of family 26 (Zen 5)
-//! (gelu bf16 `[4096, 1024]` into a kept output, one thread: 1.21 ms with 16-lane gathers,
-//! 1.10 with 8-lane ones, 0.91 with one scalar load per element).
-//! At the AVX-512 level a bf16 → bf16 `gelu` is computed instead ([`super::gelubf16`]: a
-//! piecewise polynomial), with its table giving the lanes the polynomial leaves undecided.
+//! loads: `vpgatherdd` measured slower on an AMD EPYC of family 26 (Zen 5) (gelu bf16
+//! `[4096, 1024]` into a kept output, one thread: 1.21 ms with 16-lane gathers, 1.10 with
+//! 8-lane ones, 0.91 with one scalar load per element).
+//! At the AVX-512 level a bf16 → bf16 `gelu` is computed instead on AMD
+//! ([`super::gelubf16`]: a piecewise polynomial), with its table giving the lanes the
+//! polynomial leaves undecided; elsewhere two of every six steps of 32 are computed so and
+//! the other four looked up by 16-lane `vpgatherdd` (on the Intel Xeon of sessions 17-20
+//! the gathers cost less than the polynomial and overlap with it: gb20).
 
 use super::chunk::{self, bf16_bits};
 use super::plan::DirectStep;
@@ -19,7 +22,43 @@ use std::sync::OnceLock;
 #[derive(Clone, Default)]
 pub(crate) struct Lut {
     f32: [OnceLock<Box<[u32; 1 << 16]>>; 3],
-    bf16: [OnceLock<Box<[u16; 1 << 16]>>; 3],
+    bf16: [OnceLock<Box<Table16>>; 3],
+}
+
+/// A bf16 output's table ([`Lut::bf16`]): its 65 536 entries (by `Deref`) with one spare
+/// entry (0) before and one after, so that a 4-byte read starting or ending at any entry
+/// stays inside it: `gelubf16`'s gathers read so, unmasked ([`Table16::base`]).
+#[repr(transparent)]
+pub(crate) struct Table16([u16; (1 << 16) + 2]);
+
+impl Table16 {
+    /// The table of the 65 536 entries `t`.
+    pub(crate) fn new(t: &[u16]) -> Box<Self> {
+        assert_eq!(t.len(), 1 << 16);
+        let mut v = vec![0u16; (1 << 16) + 2];
+        v[1..(1 << 16) + 1].copy_from_slice(t);
+        let b: Box<[u16; (1 << 16) + 2]> = v.into_boxed_slice().try_into().expect("65 538");
+        // SAFETY: `Table16` is `repr(transparent)` over that array.
+        unsafe { Box::from_raw(Box::into_raw(b) as *mut Self) }
+    }
+
+    /// Entry 0's address, from which the spare entries either side may be read too.
+    pub(crate) fn base(&self) -> *const u16 {
+        self.0.as_ptr().wrapping_add(1)
+    }
+}
+
+impl Clone for Box<Table16> {
+    fn clone(&self) -> Self {
+        Table16::new(&self[..])
+    }
+}
+
+impl std::ops::Deref for Table16 {
+    type Target = [u16; 1 << 16];
+    fn deref(&self) -> &[u16; 1 << 16] {
+        self.0[1..(1 << 16) + 1].try_into().expect("65 536")
+    }
 }
 
 impl std::fmt::Debug for Lut {
@@ -69,10 +108,10 @@ impl Lut {
 
     /// The table of `ops` at the active level for a bf16 output: entry `x` holds the result
     /// narrowed ([`bf16_bits`]) for the bf16 input bits `x`.
-    pub fn bf16(&self, ops: &[DirectStep]) -> &[u16; 1 << 16] {
+    pub fn bf16(&self, ops: &[DirectStep]) -> &Table16 {
         self.bf16[level()].get_or_init(|| {
-            let v: Box<[u16]> = all(ops).iter().map(|x| bf16_bits(*x) as u16).collect();
-            v.try_into().expect("65 536 entries")
+            let v: Vec<u16> = all(ops).iter().map(|x| bf16_bits(*x) as u16).collect();
+            Table16::new(&v)
         })
     }
 }
