@@ -686,12 +686,15 @@ fn write(
 /// row into a bf16 output at the AVX-512 level with AVX-512BW, rows of whole 32-column
 /// steps (`n` a multiple of 32) whose chunks of `bc` columns start on a step (one chunk, or
 /// `bc` a multiple of 32), and, where the output streams (`stream::large`), a 64-byte
-/// aligned output (every row then starts on a line).
+/// aligned output (every row then starts on a line); not on AMD, which keeps the measured
+/// [`rows_avx512`] (these rows and their wider lag, [`eo_lags`], were measured only on the
+/// Intel Xeon of their figures: on the Zen 5, rn16 found a lag at 4096 columns slower).
 #[cfg(target_arch = "x86_64")]
 fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
     use crate::backend::cpu::simd::{SimdLevel, active};
     let bc = nm.rows.bc;
     nm.layer
+        && !crate::backend::cpu::simd::is_amd()
         && x.dtype == DType::BF16
         && out.dtype == DType::BF16
         && n > 0
@@ -1146,7 +1149,11 @@ mod tests {
                             let mut ob = vec![0x7fc1u16; rows * n];
                             let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n));
                             let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n));
-                            assert!(eo_fits(&nm, (&x, &out), n));
+                            // AMD keeps `rows_avx512` (`eo_fits` is false there); the
+                            // rows are called directly below on any CPU with the features.
+                            assert!(
+                                crate::backend::cpu::simd::is_amd() || eo_fits(&nm, (&x, &out), n)
+                            );
                             let bo = beta.then_some(&bo[..]);
                             for r0 in (0..rows).step_by(br) {
                                 let rr = (r0, (r0 + br).min(rows), rows);
