@@ -12,11 +12,12 @@
 //! are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
-//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
-//! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
-//! row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or bf16
-//! narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the CPU
-//! has AVX-512 BF16 and no lane is an f32 subnormal, else integer rounding:
+//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row three 16-bit max/min ops on
+//! the bit patterns, `MaxMin16`, the row widened in registers again by its exponentials'
+//! loop) and row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or
+//! bf16 narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the
+//! CPU has AVX-512 BF16 and no lane is an f32 subnormal, checked per store unless the row's
+//! max and least value show that none can be, `sub_free`; else integer rounding:
 //! `bf16io::store32`).
 
 use super::super::vmath;
@@ -416,22 +417,18 @@ impl MaxMin16 {
             let umin = _mm512_mask_mov_epi16(_mm512_set1_epi16(-1), k, v);
             self.umin = _mm512_min_epu16(self.umin, umin);
         }
-        let halves = |v: __m512i| (_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
-        let (a, b) = halves(self.smax);
-        let smax = _mm512_reduce_max_epi32(_mm512_max_epi32(
-            _mm512_cvtepi16_epi32(a),
-            _mm512_cvtepi16_epi32(b),
-        ));
-        let (a, b) = halves(self.umax);
-        let umax = _mm512_reduce_max_epi32(_mm512_max_epi32(
-            _mm512_cvtepu16_epi32(a),
-            _mm512_cvtepu16_epi32(b),
-        ));
-        let (a, b) = halves(self.umin);
-        let umin = _mm512_reduce_min_epi32(_mm512_min_epi32(
-            _mm512_cvtepu16_epi32(a),
-            _mm512_cvtepu16_epi32(b),
-        ));
+        // Each extreme as the least `u16` of a vector (`vphminposuw` after two folds):
+        // `umax` as the least of the complements, `smax` as the least of `x ^ 0x7fff` (the
+        // `i16` order reversed into the `u16` one).
+        let least = |v: __m512i| -> i32 {
+            let a = _mm256_min_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+            let b = _mm_min_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+            _mm_cvtsi128_si32(_mm_minpos_epu16(b)) & 0xffff
+        };
+        let smax = (least(_mm512_xor_si512(self.smax, _mm512_set1_epi16(0x7fff))) ^ 0x7fff) as u16
+            as i16 as i32;
+        let umax = least(_mm512_xor_si512(self.umax, _mm512_set1_epi16(-1))) ^ 0xffff;
+        let umin = least(self.umin);
         let value = |bits: i32| f32::from_bits((bits as u32 & 0xffff) << 16);
         let nan = smax > 0x7f80 || umax > 0xff80;
         let max = if smax >= 0 { value(smax) } else { value(umin) };
@@ -453,6 +450,31 @@ impl MaxMin16 {
 /// known before its first chunk, so each chunk's running max `m'` and the row's final max `m`
 /// are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum and
 /// `exp(x − m)` for the output in the same loop.
+///
+/// bf16 → bf16 on the Intel Xeon (family 6 model 207; sm20): the loop had run ≈ 1.5× the
+/// bf16 → f32 one's time (lead, 05:36 UTC: 1773 against 1190 µs at `[4096, 1024]`, one
+/// thread), which writes twice the bytes. Its `MaxMin16` state lived on the stack (the
+/// compiler kept it there across the out-of-line `bf16io::narrow_scaled` calls of the
+/// row's head and tail: a load, op and store per step, bf16 → f32 had it in registers); the
+/// state is now made after the head and finished before the tail. Then, per 32 lanes, the
+/// key transform of the max/min went (three ops instead of five, `MaxMin16`), rows that
+/// `sub_free` shows subnormal-free narrow without the two `vfpclassps`, `korw`, `kmovd` and
+/// branch, the step's flags are read one by one (an 8-byte load of `inv` and the flags had
+/// waited on the caller's separate stores once per call: ≈ 2.5 % of the loop's samples in
+/// L2), and the output streams off AMD from the L2's size (`stream::wanted_bf16_softmax`).
+/// `vcvtne2ps2bf16` itself costs about as much as four simple vector ops here (a standalone
+/// loop: two of them beside eight independent FMAs took 7.8 cycles a step against 4.0, two
+/// `vpaddd` 4.9), so the bf16 output's loop still does more vector work than the f32
+/// output's; at `[256, 1024]` (in L2) it runs 69–72 µs against 65–67. Measured (sm20,
+/// 2026-11-28 06:40–06:48 UTC, load 2.5–3.9 from other helpers,
+/// `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C N --pool`, base = main `c5e45d2`,
+/// rounds interleaved, fastest launch in µs, min / median of 5–10 runs; two-thread medians
+/// include runs whose second thread waited for a CPU), softmax bf16 before → after, and
+/// bf16 → f32 after: one thread `[4096, 1024]` 1309 / 1342 → 1099 / 1134 (bf16 → f32 1087 /
+/// 1108), `[1024, 4096]` 1488 / 1565 → 1053 / 1138 (1289 / 1471), `[8192, 4096]` 10784 /
+/// 15603 → 9696 / 10601 (11462 / 11799), `[37, 300]` 5.76 / 5.78 → 5.81 / 5.83; two threads
+/// `[4096, 1024]` 691 / 881 → 574 / 724 (596 / 740), `[1024, 4096]` 791 / 867 → 537 / 681
+/// (731 / 783), `[8192, 4096]` 5626 / 6610 → 4496 / 6392 (6450 / 7224).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
@@ -872,6 +894,9 @@ unsafe fn fused_avx512<
             }
         }
         let mut q = head;
+        // The max/min state made after the head's `narrow` and finished before the tail's
+        // (out-of-line calls): live across them, the compiler had kept `m16` on the stack,
+        // a load and a store each step.
         let mut m = MaxMin::new();
         let mut m16 = MaxMin16::new();
         for j in (0..full).step_by(32) {
