@@ -2122,17 +2122,24 @@ fn softmax_rows_on_one_and_two_threads_match_the_interpreter_bit_for_bit() {
 /// two, with and without the `vcvtne2ps2bf16` narrowing
 /// (`fused::without_bf16_convert`, process-wide: the test holds `LEVEL` for writing), against
 /// the interpreter, bit for bit: ragged and aligned widths (rows off and on cache lines),
-/// rows narrower than the store lag and of one 32-value step past it, and smaller outputs
-/// (plain stores) at odd widths.
+/// rows narrower than the store lag and of one 32-value step past it, an output of the L2's
+/// size (streamed off AMD), and smaller outputs (plain stores) at odd widths.
 #[test]
 fn bf16_softmax_rows_streamed_and_plain_match_the_interpreter_bit_for_bit() {
     let _level = LEVEL.write().unwrap_or_else(|e| e.into_inner());
     let big = |c: usize| ((llc() / 8 * 3).div_ceil(2 * c) + 3, c);
+    // An output of the L2's size: streamed off AMD (`stream::wanted_bf16_softmax`), plain on
+    // AMD below the threshold above.
+    let l2 = (
+        tessera::backend::cpu::cache::l2_bytes().div_ceil(2 * 1000) + 3,
+        1000,
+    );
     let shapes = [
         big(1000),
         big(1024),
         big(97),
         big(40),
+        l2,
         (9, 1025),
         (33, 17),
         (65, 1000),

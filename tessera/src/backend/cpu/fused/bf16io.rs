@@ -165,8 +165,10 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{
     has_cvt, store_512 as store16, store2_512 as store32, store2_cvt as store32_cvt,
-    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32,
-    stream2_cvt as stream32_cvt, stream2_eo_512 as stream32_eo, stream2_eo_cvt as stream32_eo_cvt,
+    store2_cvt_normal as store32_cvt_normal, store2_eo_512 as store32_eo,
+    store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32, stream2_cvt as stream32_cvt,
+    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
+    stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -288,6 +290,28 @@ mod x86 {
             } else {
                 pack2_512(v0, v1)
             }
+        }
+    }
+
+    /// `vcvtne2ps2bf16` of `v0 ‖ v1` to `p`: no lane may be an f32 subnormal.
+    #[inline(always)]
+    pub(crate) unsafe fn store2_cvt_normal(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe {
+            _mm512_storeu_si512(
+                p as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(v1, v0)),
+            )
+        }
+    }
+
+    /// [`store2_cvt_normal`] with a streaming store (`p` 64-byte aligned).
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_cvt_normal(p: *mut u16, v0: __m512, v1: __m512) {
+        unsafe {
+            _mm512_stream_si512(
+                p as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(v1, v0)),
+            )
         }
     }
 

@@ -12,11 +12,12 @@
 //! are computed. At the AVX-512 level (`rows_avx512`) the passes of
 //! neighbouring rows run in one loop per chunk: row `r`'s `exp` and sum (and, for a chunk
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
-//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row `vpmaxsw`/`vpminsw` on 16-bit
-//! keys, `max_min_bf16`, the row widened in registers again by its exponentials' loop) and
-//! row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or bf16
-//! narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the CPU
-//! has AVX-512 BF16 and no lane is an f32 subnormal, else integer rounding:
+//! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row three 16-bit max/min ops on
+//! the bit patterns, `MaxMin16`, the row widened in registers again by its exponentials'
+//! loop) and row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or
+//! bf16 narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the
+//! CPU has AVX-512 BF16 and no lane is an f32 subnormal, checked per store unless the row's
+//! max and least value show that none can be, `sub_free`; else integer rounding:
 //! `bf16io::store32`).
 
 use super::super::vmath;
@@ -119,7 +120,7 @@ fn body(
     let (br, bc) = (sm.rows.br, sm.rows.bc);
     let round = sm.rows.round_bf16;
     let nt = if out.dtype == DType::BF16 {
-        stream::wanted_bf16_at_any_thread_count(out)
+        stream::wanted_bf16_softmax(out)
     } else {
         stream::wanted_at_any_thread_count(out, round)
     };
@@ -341,15 +342,21 @@ unsafe fn max_min_bf16(p: *const u8, n: usize) -> (f32, f32) {
     unsafe { m.finish(p, n) }
 }
 
-/// The running greatest and least keys of the bf16 values of a row, 32 lanes of 16 bits in
-/// one register each: a value's key is its bit pattern as an `i16`, with the magnitude bits
-/// flipped when the sign is set, so that keys order as the values do (`-0` below `+0`),
-/// `±inf` are `±0x7f80`-ish ends (`0x7f80` and `0x807f`) and every NaN lies beyond them.
+/// The running extremes of the bf16 bit patterns of a row, 32 lanes of 16 bits in one
+/// register each: the greatest as `i16` (`smax`), the greatest and the least as `u16` (`umax`,
+/// `umin`), three ops a step. As `i16` the patterns with the sign clear (`+0` up to the
+/// positive NaNs) lie above those with it set and order as their values; as `u16` those with
+/// the sign set (`-0` up to the negative NaNs) lie above the others and order as their
+/// magnitudes. So the max is `smax`'s value when a pattern has the sign clear (`smax ≥ 0`),
+/// else `umin`'s; the least value is `umax`'s when a pattern has the sign set
+/// (`umax ≥ 0x8000`), else `umin`'s; a NaN shows as `smax` above `0x7f80` (`+inf`) or `umax`
+/// above `0xff80` (`-inf`).
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct MaxMin16 {
-    max: core::arch::x86_64::__m512i,
-    min: core::arch::x86_64::__m512i,
+    smax: core::arch::x86_64::__m512i,
+    umax: core::arch::x86_64::__m512i,
+    umin: core::arch::x86_64::__m512i,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -360,18 +367,20 @@ impl MaxMin16 {
     fn new() -> MaxMin16 {
         use core::arch::x86_64::*;
         MaxMin16 {
-            max: _mm512_set1_epi16(i16::MIN),
-            min: _mm512_set1_epi16(i16::MAX),
+            smax: _mm512_set1_epi16(i16::MIN),
+            umax: _mm512_setzero_si512(),
+            umin: _mm512_set1_epi16(-1),
         }
     }
 
-    /// The keys of 32 bf16 bit patterns.
+    /// Takes the 32 bit patterns of `v`.
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
-    fn key(v: core::arch::x86_64::__m512i) -> core::arch::x86_64::__m512i {
+    fn take(&mut self, v: core::arch::x86_64::__m512i) {
         use core::arch::x86_64::*;
-        let s = _mm512_srai_epi16::<15>(v);
-        _mm512_xor_si512(v, _mm512_and_si512(s, _mm512_set1_epi16(0x7fff)))
+        self.smax = _mm512_max_epi16(self.smax, v);
+        self.umax = _mm512_max_epu16(self.umax, v);
+        self.umin = _mm512_min_epu16(self.umin, v);
     }
 
     /// Takes the 32 values from column `j` of the bf16 row at `p`.
@@ -383,14 +392,13 @@ impl MaxMin16 {
     unsafe fn step(&mut self, p: *const u8, j: usize) {
         use core::arch::x86_64::*;
         // SAFETY: the caller's.
-        let t = MaxMin16::key(unsafe { _mm512_loadu_si512((p as *const u16).add(j) as *const _) });
-        self.max = _mm512_max_epi16(self.max, t);
-        self.min = _mm512_min_epi16(self.min, t);
+        self.take(unsafe { _mm512_loadu_si512((p as *const u16).add(j) as *const _) });
     }
 
     /// The max and least value of the `n` values at `p` after the steps over their whole
-    /// 32-value steps: the last `n % 32` values, the reduction over the lanes, the values of
-    /// the keys (NaN for a max when a key lies beyond `±inf`'s).
+    /// 32-value steps: the last `n % 32` values (lanes past them left out), the reductions
+    /// over the lanes, then the values as the type's doc says (NaN for a max when there is
+    /// a NaN).
     ///
     /// # Safety
     /// As [`max_min_bf16`].
@@ -403,28 +411,33 @@ impl MaxMin16 {
             let k = ((1u64 << (n - full)) - 1) as __mmask32;
             // SAFETY: the masked load reads only the row's last `n - full` values.
             let v = unsafe { _mm512_maskz_loadu_epi16(k, (p as *const i16).add(full)) };
-            let t = MaxMin16::key(v);
-            let (lo, hi) = (_mm512_set1_epi16(i16::MIN), _mm512_set1_epi16(i16::MAX));
-            self.max = _mm512_max_epi16(self.max, _mm512_mask_mov_epi16(lo, k, t));
-            self.min = _mm512_min_epi16(self.min, _mm512_mask_mov_epi16(hi, k, t));
+            let smax = _mm512_mask_mov_epi16(_mm512_set1_epi16(i16::MIN), k, v);
+            self.smax = _mm512_max_epi16(self.smax, smax);
+            self.umax = _mm512_max_epu16(self.umax, v);
+            let umin = _mm512_mask_mov_epi16(_mm512_set1_epi16(-1), k, v);
+            self.umin = _mm512_min_epu16(self.umin, umin);
         }
-        let wide = |v: __m512i| {
-            (
-                _mm512_cvtepi16_epi32(_mm512_castsi512_si256(v)),
-                _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64::<1>(v)),
-            )
+        // Each extreme as the least `u16` of a vector (`vphminposuw` after two folds):
+        // `umax` as the least of the complements, `smax` as the least of `x ^ 0x7fff` (the
+        // `i16` order reversed into the `u16` one).
+        let least = |v: __m512i| -> i32 {
+            let a = _mm256_min_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+            let b = _mm_min_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+            _mm_cvtsi128_si32(_mm_minpos_epu16(b)) & 0xffff
         };
-        let (a, b) = wide(self.max);
-        let mx = _mm512_reduce_max_epi32(_mm512_max_epi32(a, b));
-        let (a, b) = wide(self.min);
-        let mn = _mm512_reduce_min_epi32(_mm512_min_epi32(a, b));
-        let value = |t: i32| {
-            let t = t as i16;
-            let bits = if t < 0 { t as u16 ^ 0x7fff } else { t as u16 };
-            f32::from_bits((bits as u32) << 16)
+        let smax = (least(_mm512_xor_si512(self.smax, _mm512_set1_epi16(0x7fff))) ^ 0x7fff) as u16
+            as i16 as i32;
+        let umax = least(_mm512_xor_si512(self.umax, _mm512_set1_epi16(-1))) ^ 0xffff;
+        let umin = least(self.umin);
+        let value = |bits: i32| f32::from_bits((bits as u32 & 0xffff) << 16);
+        let nan = smax > 0x7f80 || umax > 0xff80;
+        let max = if smax >= 0 { value(smax) } else { value(umin) };
+        let lo = if umax >= 0x8000 {
+            value(umax)
+        } else {
+            value(umin)
         };
-        let nan = mx > 0x7f80 || mn < 0x807f_u16 as i16 as i32;
-        (if nan { f32::NAN } else { value(mx) }, value(mn))
+        (if nan { f32::NAN } else { max }, lo)
     }
 }
 
@@ -437,6 +450,31 @@ impl MaxMin16 {
 /// known before its first chunk, so each chunk's running max `m'` and the row's final max `m`
 /// are too: a chunk whose `m'` differs from `m` takes `exp(x − m')` for the sum and
 /// `exp(x − m)` for the output in the same loop.
+///
+/// bf16 → bf16 on the Intel Xeon (family 6 model 207; sm20): the loop had run ≈ 1.5× the
+/// bf16 → f32 one's time (lead, 05:36 UTC: 1773 against 1190 µs at `[4096, 1024]`, one
+/// thread), which writes twice the bytes. Its `MaxMin16` state lived on the stack (the
+/// compiler kept it there across the out-of-line `bf16io::narrow_scaled` calls of the
+/// row's head and tail: a load, op and store per step, bf16 → f32 had it in registers); the
+/// state is now made after the head and finished before the tail. Then, per 32 lanes, the
+/// key transform of the max/min went (three ops instead of five, `MaxMin16`), rows that
+/// `sub_free` shows subnormal-free narrow without the two `vfpclassps`, `korw`, `kmovd` and
+/// branch, the step's flags are read one by one (an 8-byte load of `inv` and the flags had
+/// waited on the caller's separate stores once per call: ≈ 2.5 % of the loop's samples in
+/// L2), and the output streams off AMD from the L2's size (`stream::wanted_bf16_softmax`).
+/// `vcvtne2ps2bf16` itself costs about as much as four simple vector ops here (a standalone
+/// loop: two of them beside eight independent FMAs took 7.8 cycles a step against 4.0, two
+/// `vpaddd` 4.9), so the bf16 output's loop still does more vector work than the f32
+/// output's; at `[256, 1024]` (in L2) it runs 69–72 µs against 65–67. Measured (sm20,
+/// 2026-11-28 06:40–06:48 UTC, load 2.5–3.9 from other helpers,
+/// `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C N --pool`, base = main `c5e45d2`,
+/// rounds interleaved, fastest launch in µs, min / median of 5–10 runs; two-thread medians
+/// include runs whose second thread waited for a CPU), softmax bf16 before → after, and
+/// bf16 → f32 after: one thread `[4096, 1024]` 1309 / 1342 → 1099 / 1134 (bf16 → f32 1087 /
+/// 1108), `[1024, 4096]` 1488 / 1565 → 1053 / 1138 (1289 / 1471), `[8192, 4096]` 10784 /
+/// 15603 → 9696 / 10601 (11462 / 11799), `[37, 300]` 5.76 / 5.78 → 5.81 / 5.83; two threads
+/// `[4096, 1024]` 691 / 881 → 574 / 724 (596 / 740), `[1024, 4096]` 791 / 867 → 537 / 681
+/// (731 / 783), `[8192, 4096]` 5626 / 6610 → 4496 / 6392 (6450 / 7224).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
@@ -518,7 +556,8 @@ unsafe fn rows_avx512(
     }
     // Rows `r − 2` and `r − 1` (exponentials in `ex[2]`, `ex[1]`) not yet stored: offset
     // and `1/s`.
-    let mut pending: [Option<(usize, f32)>; 2] = [None, None];
+    let mut pending: [Option<(usize, f32, bool)>; 2] = [None, None];
+
     // Opaque to the compiler: with the constant it split the loop at the lag, which measured
     // 5-10 % slower on `[4096, 1024]` f32.
     let lag = std::hint::black_box(LAG);
@@ -545,9 +584,9 @@ unsafe fn rows_avx512(
         // while this step reads that one (when in the input).
         let next = row + 2 < r1;
         let pf = (row + 4) * n * esz <= x.len;
-        let (d, inv_prev) = match pending[0] {
-            Some((pat, inv)) => (out.ptr.wrapping_add(pat * osz), inv),
-            _ => (std::ptr::null_mut(), 0.0),
+        let (d, inv_prev, nosub) = match pending[0] {
+            Some((pat, inv, ns)) => (out.ptr.wrapping_add(pat * osz), inv, ns),
+            _ => (std::ptr::null_mut(), 0.0, false),
         };
         let (mut mp, mut s) = (f32::NEG_INFINITY, 0.0f32);
         for (k, c0) in (0..n).step_by(bc).enumerate() {
@@ -578,6 +617,7 @@ unsafe fn rows_avx512(
                 },
                 ep: unsafe { ex[2].add(c0) as *const f32 },
                 inv: inv_prev,
+                nosub,
                 lag,
                 nt,
                 pf: if next && pf {
@@ -603,7 +643,10 @@ unsafe fn rows_avx512(
         }
         let inv = 1.0f32 / s;
         if fuse {
-            pending = [pending[1], Some((at, inv))];
+            // Whether the row's stores may narrow without the subnormal check.
+            let lo = (0..chunks).fold(f32::INFINITY, |a, k| a.min(st[0][2 * k + 1]));
+            let normal = cvt && sub_free(m, lo, inv);
+            pending = [pending[1], Some((at, inv, normal))];
             let [a, b, c] = ex;
             ex = [c, a, b];
         } else {
@@ -615,7 +658,7 @@ unsafe fn rows_avx512(
         st = [b, c, a];
     }
     for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
-        let Some((at, inv)) = p else { continue };
+        let Some((at, inv, _)) = p else { continue };
         // SAFETY: `e` holds that row's `n` exponentials.
         let es = unsafe { std::slice::from_raw_parts(e, n) };
         if o16 {
@@ -710,6 +753,9 @@ struct Step {
     ep: *const f32,
     /// The previous row's `1/s`.
     inv: f32,
+    /// Whether no `ep[j]·inv` can be an f32 subnormal ([`sub_free`]): with `CVT`, the stores
+    /// narrow without the subnormal check.
+    nosub: bool,
     /// Columns by which the stores to `d` trail the loads ([`LAG`]).
     lag: usize,
     /// Whether `d` takes streaming stores.
@@ -744,7 +790,18 @@ unsafe fn fused_avx512<
     const O16: bool,
     const CVT: bool,
 >(
-    Step {
+    a: Step,
+) -> (f32, (f32, f32)) {
+    // The flags one by one (a load of several caller's stores at once waits for them all to
+    // reach the cache: the compiler read `inv` and the flags as one 8-byte load).
+    // SAFETY: reads of `a`'s own fields.
+    let (nosub, nt) = unsafe {
+        (
+            std::ptr::read_volatile(&a.nosub),
+            std::ptr::read_volatile(&a.nt),
+        )
+    };
+    let Step {
         xs,
         n,
         m,
@@ -755,10 +812,9 @@ unsafe fn fused_avx512<
         ep,
         inv,
         lag,
-        nt,
         pf,
-    }: Step,
-) -> (f32, (f32, f32)) {
+        ..
+    } = a;
     use super::norm512::{load, widen16};
     use core::arch::x86_64::*;
     let full = n / 32 * 32;
@@ -779,8 +835,7 @@ unsafe fn fused_avx512<
         }};
     }
     let (mut a0, mut a1) = unsafe { (_mm512_setzero_ps(), _mm512_setzero_ps()) };
-    let mut m = unsafe { MaxMin::new() };
-    let mut m16 = unsafe { MaxMin16::new() };
+    let mx;
     // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
     // `q` to `qend` (whole vectors: 16 f32 or 32 bf16), plain ones after.
     let (d, d16) = (d as *mut f32, d as *mut u16);
@@ -798,6 +853,9 @@ unsafe fn fused_avx512<
     };
     // The bf16 output's elements `j0 .. j1` (plain stores).
     let narrow = |j0: usize, j1: usize| {
+        if j0 == j1 {
+            return;
+        }
         // SAFETY: `j0 <= j1 <= n`; `ep` and `d16` hold `n` values (the caller's).
         unsafe {
             bf16io::narrow_scaled(
@@ -815,6 +873,8 @@ unsafe fn fused_avx512<
             let v0 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
             let v1 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q + 16)), iv);
             match (nt, CVT) {
+                (true, true) if nosub => bf16io::stream32_cvt_normal(d16.add(q), v0, v1),
+                (false, true) if nosub => bf16io::store32_cvt_normal(d16.add(q), v0, v1),
                 (true, true) => bf16io::stream32_cvt(d16.add(q), v0, v1),
                 (false, true) => bf16io::store32_cvt(d16.add(q), v0, v1),
                 (true, false) => bf16io::stream32(d16.add(q), v0, v1),
@@ -834,6 +894,11 @@ unsafe fn fused_avx512<
             }
         }
         let mut q = head;
+        // The max/min state made after the head's `narrow` and finished before the tail's
+        // (out-of-line calls): live across them, the compiler had kept `m16` on the stack,
+        // a load and a store each step.
+        let mut m = MaxMin::new();
+        let mut m16 = MaxMin16::new();
         for j in (0..full).step_by(32) {
             let (v0, v1) = (load::<BF>(xs, j), load::<BF>(xs, j + 16));
             let (e0, e1) = (exp!(_mm512_sub_ps(v0, mv)), exp!(_mm512_sub_ps(v1, mv)));
@@ -879,6 +944,13 @@ unsafe fn fused_avx512<
                 }
             }
         }
+        mx = if has_next && BF {
+            m16.finish(next, n)
+        } else if has_next {
+            max_finish(next as *const f32, n, m)
+        } else {
+            (f32::NEG_INFINITY, f32::INFINITY)
+        };
         if O16 && has_d {
             while q < qend {
                 put32!(q);
@@ -942,14 +1014,116 @@ unsafe fn fused_avx512<
             _mm512_storeu_ps(es.add(full + 16), e1);
         }
     }
-    let mx = if has_next && BF {
-        // SAFETY: the caller's.
-        unsafe { m16.finish(next, n) }
-    } else if has_next {
-        // SAFETY: the caller's.
-        unsafe { max_finish(next as *const f32, n, m) }
-    } else {
-        (f32::NEG_INFINITY, f32::INFINITY)
-    };
     (super::norm512::tree(a0, a1), mx)
+}
+
+/// Whether no scaled output `exp(x − m)·inv` of a row whose values lie in `[lo, m]` can be
+/// an f32 subnormal (or NaN): `m` and `lo` finite, `lo − m ≥ -60` and `inv ≥ 2^-30`. Then
+/// each `x − m` lies in `[-60, 0]`, its `exp` (`vmath::exp`, or `exp16`: the same bits) is
+/// at least `e^-60·(1 − 2^-20)` ≈ `8.7e-27`, and the product rounds to at least ≈ `8e-36`,
+/// about 690 times the least normal f32 (≈ `1.2e-38`): `vcvtne2ps2bf16` (which reads a subnormal
+/// as zero) narrows such a row's stores without the per-store `vfpclassps` check
+/// (`bf16io::store32_cvt_normal`). Any other row (a NaN or infinity, a spread of more than
+/// 60, `1/s` below `2^-30`) keeps the check.
+fn sub_free(m: f32, lo: f32, inv: f32) -> bool {
+    m.is_finite() && lo.is_finite() && lo - m >= -60.0 && inv >= 1.0 / (1u64 << 30) as f32
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// A small xorshift generator (the tests' seeds come from the clock).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// [`max_min_bf16`] (the [`MaxMin16`] steps and finish the AVX-512 row loop takes for a
+    /// bf16 row) against a scalar reference: the max as `vmath::max` gives it (NaN when there
+    /// is one; zeros compare equal, as the max's sign of zero is unspecified) and the least
+    /// value (when there is no NaN), over fresh random bf16 bit patterns at every tail length up
+    /// to 70 and at 1000, in rows of every sign mix (all with the sign clear, all with it set,
+    /// both), with zeros of both signs, subnormals, infinities and NaNs of both signs among
+    /// them in some rows and not in others.
+    #[test]
+    fn bf16_max_and_least_value_match_a_scalar_reference() {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw"))
+        {
+            eprintln!("no AVX-512BW: not run");
+            return;
+        }
+        let seed = crate::backend::cpu::clock_seed();
+        let mut rng = Rng(seed | 1);
+        let specials = [
+            0x0000u16, 0x8000, 0x0001, 0x8001, 0x7f80, 0xff80, 0x7fc0, 0xffc1,
+        ];
+        let value = |b: u16| f32::from_bits((b as u32) << 16);
+        for n in (1..=70).chain([1000]) {
+            for case in 0..24 {
+                let sign = match case % 3 {
+                    0 => 0x0000,
+                    1 => 0x8000,
+                    _ => 0xffff,
+                };
+                let mut row: Vec<u16> = (0..n)
+                    .map(|_| {
+                        let b = rng.next() as u16 & 0x7fff;
+                        // Finite magnitudes mostly (exponent below all ones).
+                        let b = if b >= 0x7f80 { b - 0x0100 } else { b };
+                        match sign {
+                            0xffff => b | (rng.next() as u16 & 0x8000),
+                            s => b | s,
+                        }
+                    })
+                    .collect();
+                // Cases 3.. put one special at a random place (of a sign that may break
+                // the row's sign mix: that is a mix too).
+                if case >= 3 {
+                    let s = specials[(case - 3) % specials.len()];
+                    let at = rng.next() as usize % n;
+                    row[at] = s;
+                }
+                let vals: Vec<f32> = row.iter().map(|b| value(*b)).collect();
+                let nan = vals.iter().any(|v| v.is_nan());
+                let want_max = crate::backend::cpu::vmath::max(&vals);
+                // `-0` below `+0` (`total_cmp`): the least value's bits are exact.
+                let want_lo = vals.iter().copied().min_by(|a, b| a.total_cmp(b)).unwrap();
+                // SAFETY: the features are detected; `n` values are readable.
+                let (mx, lo) = unsafe { max_min_bf16(row.as_ptr() as *const u8, n) };
+                let tag = format!("seed {seed}, n {n}, case {case}: {row:x?}");
+                if nan {
+                    assert!(mx.is_nan() && want_max.is_nan(), "max not NaN, {tag}");
+                } else {
+                    assert_eq!(mx, want_max, "max, {tag}");
+                    assert_eq!(lo.to_bits(), want_lo.to_bits(), "least value, {tag}");
+                }
+            }
+        }
+    }
+
+    /// [`sub_free`]'s bound: at its limits (`lo − m = -60`, `inv = 2^-30`) the product of
+    /// `vmath::exp(lo − m)` and `inv` is a normal f32 (with a factor of 512 to spare), and
+    /// any row past them, or with a NaN or infinite max or least value, is not taken.
+    #[test]
+    fn sub_free_takes_only_rows_whose_outputs_are_normal() {
+        let mut e = [-60.0f32];
+        crate::backend::cpu::vmath::exp(&mut e);
+        let inv = 1.0 / (1u64 << 30) as f32;
+        let p = e[0] * inv;
+        assert!(p.is_normal() && p >= f32::MIN_POSITIVE * 512.0, "{p:e}");
+        assert!(sub_free(0.0, -60.0, inv));
+        assert!(sub_free(3.5, 3.5, 1.0));
+        assert!(!sub_free(0.0, -60.01, 1.0));
+        assert!(!sub_free(0.0, -1.0, inv / 2.0));
+        assert!(!sub_free(f32::NAN, -1.0, 1.0));
+        assert!(!sub_free(f32::INFINITY, 1.0, 1.0));
+        assert!(!sub_free(0.0, f32::NEG_INFINITY, 1.0));
+    }
 }

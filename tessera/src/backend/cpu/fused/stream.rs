@@ -164,6 +164,36 @@ pub(crate) fn wanted_bf16_at_any_thread_count(out: &Buffer) -> bool {
     }
 }
 
+/// Whether the softmax row loop streams its bf16 output `out`: as
+/// [`wanted_bf16_at_any_thread_count`] on AMD CPUs (the Zen 5's choice: streaming
+/// `[4096, 1024]`'s 8 MiB changed nothing there); on others at the AVX-512 level already from
+/// the size of the L2 (`cache::l2_bytes`), whatever the thread count. Measured on the 2-vCPU
+/// Intel Xeon (family 6 model 207, 2 MiB L2; sm20, 2026-11-28 06:09-06:22 UTC, load 3.7-9.9
+/// from other jobs; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile softmax_bf16 R C N --pool`
+/// with the store kind forced in one build, rounds interleaved, fastest launch in µs, min /
+/// median of 6-8 runs, plain → streamed), one thread: `[4096, 1024]` 1181 / 1264 → 1121 /
+/// 1172, `[1024, 4096]` 1139 / 1220 → 1084 / 1114, `[2048, 1024]` 578 / 581 → 546 / 553,
+/// `[1024, 1024]` (2 MiB output) 281 / 281 → 270 / 271; two threads `[4096, 1024]` 615 → 564
+/// (min of 8: most runs had the second thread wait for a CPU). Below the L2 not taken
+/// (`[512, 1024]`: 137 / 138 → 131 / 135, within the runs' spread, and a streamed output
+/// leaves the cache that its reader would find it in).
+pub(crate) fn wanted_bf16_softmax(out: &Buffer) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        wanted_bf16_at_any_thread_count(out)
+            || (!crate::backend::cpu::simd::is_amd()
+                && out.dtype == DType::BF16
+                && out.len >= crate::backend::cpu::cache::l2_bytes()
+                && crate::backend::cpu::simd::active()
+                    >= crate::backend::cpu::simd::SimdLevel::Avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = out;
+        false
+    }
+}
+
 /// [`wanted`] with the size rule's answer `big`.
 fn wanted_if(out: &Buffer, round: bool, big: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
