@@ -965,6 +965,82 @@ mod tests {
         }
     }
 
+    /// [`x86::store2_eo_512`] and [`x86::store2_eo_cvt`] (32 columns split into even and odd
+    /// lanes, narrowed into column order; the `_cvt` form by `vcvtne2ps2bf16` unless a `±0`
+    /// word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
+    /// over the rounding patterns as they come (steps of negative subnormals alone among
+    /// them), over the normal ones alone, and over steps of normal values with one subnormal
+    /// of either sign at each lane position (a lone `-0` word from a negative subnormal must
+    /// send the step to the integer rounding as a `+0` one does).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_eo_gives_half_from_f32_of_each_column() {
+        use core::arch::x86_64::{__m512, _mm512_loadu_ps};
+        /// The even and odd columns of the 32 values at `c`.
+        fn split(c: &[f32]) -> ([f32; 16], [f32; 16]) {
+            (
+                core::array::from_fn(|i| c[2 * i]),
+                core::array::from_fn(|i| c[2 * i + 1]),
+            )
+        }
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn int(s: &[f32], o: &mut [u16]) {
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                let (e, q) = split(k);
+                // SAFETY: 16 values read from each array, 32 written; the features are present.
+                unsafe {
+                    let (e, q): (__m512, __m512) =
+                        (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
+                    x86::store2_eo_512(w.as_mut_ptr(), e, q);
+                }
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
+        unsafe fn cvt(s: &[f32], o: &mut [u16]) {
+            for (k, w) in s.chunks_exact(32).zip(o.chunks_exact_mut(32)) {
+                let (e, q) = split(k);
+                // SAFETY: as in `int`.
+                unsafe {
+                    let (e, q): (__m512, __m512) =
+                        (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
+                    x86::store2_eo_cvt(w.as_mut_ptr(), e, q);
+                }
+            }
+        }
+        let how = narrow32_here();
+        if how == Narrow32::Dispatched {
+            eprintln!("not run: no AVX-512F/BW (the even/odd rows need BW)");
+            return;
+        }
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
+        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
+        assert!(subs.iter().any(|v| v.is_sign_negative()) && subs.len() > 64);
+        let lone: Vec<f32> = normal
+            .chunks_exact(32)
+            .enumerate()
+            .flat_map(|(b, c)| {
+                let mut c = c.to_vec();
+                c[b % 32] = subs[(b * 7919) % subs.len()];
+                c
+            })
+            .collect();
+        for p in [&all, &normal, &lone] {
+            let n = p.len() / 32 * 32;
+            let mut o = vec![0xAAAAu16; n + 3];
+            // SAFETY: AVX-512F and BW detected (`how`).
+            unsafe { int(&p[..n], &mut o[..n]) };
+            assert_narrowed(&p[..n], &o);
+            if how == Narrow32::Cvt {
+                let mut o = vec![0xAAAAu16; n + 3];
+                // SAFETY: AVX-512F, BW, DQ and BF16 detected (`how`).
+                unsafe { cvt(&p[..n], &mut o[..n]) };
+                assert_narrowed(&p[..n], &o);
+            }
+        }
+        eprintln!("ran: {how:?}");
+    }
+
     /// Two calls of [`super::super::without_bf16_convert`] on two threads that overlap without
     /// nesting (the first returns while the second runs): the setting stays off until the
     /// second returns, and is on again after it (no other test of this crate calls it).

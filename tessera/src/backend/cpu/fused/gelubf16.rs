@@ -983,8 +983,9 @@ mod tests {
 
     /// The gather path ([`x86::gather`], taken off AMD) gives the table's entry for every one
     /// of the 65 536 inputs, in order and in a random order, from every offset 0..32 (each
-    /// input in every lane, among them `0` and `0xFFFF`, whose reads are masked off, and the
-    /// scalar tail), with gelu's table and with a table of random bits.
+    /// input in every lane, among them `0` and `0xFFFF`, whose 4-byte reads take a spare
+    /// entry of [`Table16`], and the scalar tail), with gelu's table and with a table of
+    /// random bits.
     #[test]
     fn gather_gives_the_tables_bits() {
         if !avx512() {

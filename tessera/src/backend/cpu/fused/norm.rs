@@ -1094,6 +1094,9 @@ mod tests {
     /// with and without `β`, and a `γ` scaled to about `2^-130` (no `β`: most outputs
     /// subnormal, which `vcvtne2ps2bf16` reads as zero, so its steps take the integer
     /// narrowing), against the interpreter's sums, bit for bit, with fresh random inputs.
+    /// First, which shapes [`eo_fits`] sends there: chunks of `bc` columns narrower than the
+    /// row that are not whole 32-column steps stay on [`rows_avx512`] (`eo_sums` would add
+    /// across the chunks' ends, and could load past the row's end), and so do rmsnorms.
     #[test]
     fn layernorm_bf16_rows_split_even_odd_match_the_interpreter() {
         if !(std::is_x86_feature_detected!("avx512f")
@@ -1103,6 +1106,45 @@ mod tests {
         {
             eprintln!("not run: no AVX-512F/BW");
             return;
+        }
+        // Which rows take the even/odd path: chunks of whole 32-column steps (or one chunk a
+        // row) only, since `eo_sums` adds a chunk 32 columns at a time; not on AMD.
+        for (n, bc, fits) in [
+            (2048, 64, true),
+            (2048, 4096, true),
+            (2048, 2048, true),
+            (1024, 1031, true),
+            (2048, 48, false),
+            (2048, 1000, false),
+            (1031, 2048, false),
+            (1056, 1040, false),
+        ] {
+            let mut xb = vec![0u16; 2 * n];
+            let mut ob = vec![0u16; 2 * n];
+            let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (2, n));
+            let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (2, n));
+            let rows = Rows {
+                x: 0,
+                out: 1,
+                br: 1,
+                bc,
+                round_bf16: false,
+            };
+            let nm = Norm {
+                rows,
+                gamma: 2,
+                beta: Some(3),
+                layer: true,
+                eps: 1e-5,
+            };
+            let want = fits && !crate::backend::cpu::simd::is_amd();
+            assert_eq!(eo_fits(&nm, (&x, &out), n), want, "[2, {n}] bc {bc}");
+            let rms = Norm {
+                layer: false,
+                beta: None,
+                ..nm
+            };
+            assert!(!eo_fits(&rms, (&x, &out), n), "rmsnorm [2, {n}] bc {bc}");
         }
         let start = crate::backend::cpu::clock_seed() | 1;
         let mut seed = start;
