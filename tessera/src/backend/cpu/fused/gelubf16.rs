@@ -51,15 +51,20 @@ fn is_gelu(ops: &[DirectStep]) -> bool {
 
 /// Whether the AVX-512 level looks most of gelu's table up with `vpgatherdd` ([`x86::mixed`],
 /// [`x86::mixed_stream`]) rather than computing the polynomial for every step
-/// ([`x86::gelu`]): off AMD (as `transpose::zen_tuned`). On the Intel Xeon of sessions 17-20 (family 6 model 207) a
+/// ([`x86::gelu`]): off AMD (as `transpose::zen_tuned`) with AVX-512 FP16 (below). On the Intel Xeon of sessions 17-20 (family 6 model 207) a
 /// 16-lane gather from the (L1-resident for normal inputs) table costs less than the
 /// polynomial's ≈ 19 vector ops per 16 lanes, all of them on the two 512-bit ports, five
 /// `vpermt2ps` and three mask-producing compares on port 5 alone; on the AMD Zen 5 of the
 /// earlier sessions gathers measured slower than scalar table loads (`ARCHITECTURE.md`,
 /// "vpgatherdd"), so AMD keeps the polynomial. Figures: see [`x86::mixed`].
+///
+/// Only on Intel CPUs with AVX-512 FP16 (Sapphire Rapids and later, the generation measured
+/// here): on the AVX-512 Intel cores before it (Skylake-SP to Ice Lake and Tiger Lake) the
+/// microcode against Gather Data Sampling (Downfall) makes `vpgatherdd` several times slower,
+/// and nothing was measured there, so they keep the polynomial too.
 #[cfg(target_arch = "x86_64")]
 fn gather_tuned() -> bool {
-    !crate::backend::cpu::simd::is_amd()
+    !crate::backend::cpu::simd::is_amd() && std::arch::is_x86_feature_detected!("avx512fp16")
 }
 
 /// `o[i] = t[s[i]]` over `o.len()` elements (`s` at least as long), `t` the bf16 table of
@@ -188,7 +193,7 @@ mod x86 {
 
     /// `o[i] = t[s[i]]` for any bf16 table `t` (equal lengths) by 16-lane `vpgatherdd`: steps
     /// of 32 elements ([`gather_step`]), then a lookup per element. Gives the table's bits by
-    /// construction (no polynomial, no lanes left over). Taken off AMD ([`super::gather_tuned`]).
+    /// construction (no polynomial, no lanes left over). Taken where [`super::gather_tuned`].
     ///
     /// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207), 2026-11-28: a
     /// standalone copy of the loops (05:45–05:55 UTC, load 3.3–3.9, `chrt -f 50`, fastest of
@@ -981,7 +986,7 @@ mod tests {
         (Table16::new(&t), seed)
     }
 
-    /// The gather path ([`x86::gather`], taken off AMD) gives the table's entry for every one
+    /// The gather path ([`x86::gather`], taken where `gather_tuned`) gives the table's entry for every one
     /// of the 65 536 inputs, in order and in a random order, from every offset 0..32 (each
     /// input in every lane, among them `0` and `0xFFFF`, whose 4-byte reads take a spare
     /// entry of [`Table16`], and the scalar tail), with gelu's table and with a table of
@@ -1048,7 +1053,7 @@ mod tests {
         }
     }
 
-    /// The mixed path ([`x86::mixed`], taken off AMD: computed and gathered steps) gives the
+    /// The mixed path ([`x86::mixed`], taken where `gather_tuned`: computed and gathered steps) gives the
     /// table's bits for every one of the 65 536 inputs, in order and in a random order, from
     /// every offset 0..32 (each input in every lane of both kinds of step, the whole-round
     /// gathers after many undecided lanes, and the tails); and with a poisoned table the
