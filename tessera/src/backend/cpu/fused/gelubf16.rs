@@ -50,13 +50,13 @@ fn is_gelu(ops: &[DirectStep]) -> bool {
 }
 
 /// Whether the AVX-512 level looks most of gelu's table up with `vpgatherdd` ([`x86::mixed`],
-/// [`x86::mixed_stream`]) rather than computing the polynomial for every step
-/// ([`x86::gelu`]): off AMD (as `transpose::zen_tuned`) with AVX-512 FP16 (below). On the
-/// Intel Xeon of sessions 17-20 (family 6 model 207) a 16-lane gather from the (L1-resident for normal inputs) table costs less than the
-/// polynomial's ≈ 19 vector ops per 16 lanes, all of them on the two 512-bit ports, five
-/// `vpermt2ps` and three mask-producing compares on port 5 alone; on the AMD Zen 5 of the
-/// earlier sessions gathers measured slower than scalar table loads (`ARCHITECTURE.md`,
-/// "vpgatherdd"), so AMD keeps the polynomial. Figures: see [`x86::mixed`].
+/// [`x86::mixed_stream`]) rather than computing the polynomial for every step ([`x86::gelu`]): off
+/// AMD (as `transpose::zen_tuned`) with AVX-512 FP16 (below). On the Intel Xeon of sessions 17-20
+/// (family 6 model 207) a 16-lane gather from the (L1-resident for normal inputs) table costs less
+/// than the polynomial's ≈ 19 vector ops per 16 lanes, all of them on the two 512-bit ports, five
+/// `vpermt2ps` and three mask-producing compares on port 5 alone; on the AMD Zen 5 of the earlier
+/// sessions gathers measured slower than scalar table loads (`ARCHITECTURE.md`, "vpgatherdd"), so
+/// AMD keeps the polynomial. Figures: see [`x86::mixed`].
 ///
 /// Only on Intel CPUs with AVX-512 FP16 (Sapphire Rapids and later, the generation measured
 /// here): on the AVX-512 Intel cores before it (Skylake-SP to Ice Lake and Tiger Lake) the
@@ -986,11 +986,11 @@ mod tests {
         (Table16::new(&t), seed)
     }
 
-    /// The gather path ([`x86::gather`], taken where `gather_tuned`) gives the table's entry
-    /// for every one of the 65 536 inputs, in order and in a random order, from every offset 0..32 (each
-    /// input in every lane, among them `0` and `0xFFFF`, whose 4-byte reads take a spare
-    /// entry of [`Table16`], and the scalar tail), with gelu's table and with a table of
-    /// random bits.
+    /// The gather path ([`x86::gather`], taken where `gather_tuned`) gives the table's entry for
+    /// every one of the 65 536 inputs, in order and in a random order, from every offset 0..32
+    /// (each input in every lane, among them `0` and `0xFFFF`, whose 4-byte reads take a spare
+    /// entry of [`Table16`], and the scalar tail), with gelu's table and with a table of random
+    /// bits.
     #[test]
     fn gather_gives_the_tables_bits() {
         if !avx512() {
@@ -1053,12 +1053,12 @@ mod tests {
         }
     }
 
-    /// The mixed path ([`x86::mixed`], taken where `gather_tuned`: computed and gathered
-    /// steps) gives the table's bits for every one of the 65 536 inputs, in order and in a random order, from
-    /// every offset 0..32 (each input in every lane of both kinds of step, the whole-round
-    /// gathers after many undecided lanes, and the tails); and with a poisoned table the
-    /// computed steps still give the true bits: about a third of standard-normal inputs
-    /// (the other two thirds, gathered, read the poison).
+    /// The mixed path ([`x86::mixed`], taken where `gather_tuned`: computed and gathered steps)
+    /// gives the table's bits for every one of the 65 536 inputs, in order and in a random order,
+    /// from every offset 0..32 (each input in every lane of both kinds of step, the whole-round
+    /// gathers after many undecided lanes, and the tails); and with a poisoned table the computed
+    /// steps still give the true bits: about a third of standard-normal inputs (the other two
+    /// thirds, gathered, read the poison).
     #[test]
     fn mixed_gives_the_tables_bits() {
         if !avx512() {
