@@ -1993,7 +1993,8 @@ fn ties_bf16(x: &Tensor<bf16>, c: usize) -> Tensor<bf16> {
 }
 
 /// Rows of bf16 values whose max is a zero of either sign or both, or a subnormal (the
-/// AVX-512 loop takes bf16 maxima on 16-bit keys that order `-0` below `+0`): every value
+/// AVX-512 loop takes bf16 maxima on the raw bit patterns, `MaxMin16`: as `i16` `+0` is the
+/// least pattern with the sign clear, as `u16` `-0` the least with it set): every value
 /// made `-|x|`, then row by row `+0` and `-0` at scattered columns, `-0` only, `+0` only,
 /// the least positive subnormal, a row of zeros alone, a row with a negative NaN (`0xffc1`)
 /// and one with a row of `-inf` but for one `-0`.
