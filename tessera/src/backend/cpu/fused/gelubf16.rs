@@ -840,9 +840,13 @@ mod tests {
     }
 
     fn avx512() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
+        let has = std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("fma");
+        if !has {
+            eprintln!("not run: this CPU lacks AVX-512F, AVX2 or FMA");
+        }
+        has
     }
 
     /// `v` in a seeded random order.
