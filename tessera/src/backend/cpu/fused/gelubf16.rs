@@ -865,6 +865,62 @@ mod tests {
         v
     }
 
+    /// Runs `run` (input, output) on each input order in `orders` from every offset 0..32
+    /// (each input in every lane) and checks every output against `want` of its input;
+    /// `ctx` (a seed) goes into the failure message.
+    fn each_offset(
+        orders: [&[u16]; 2],
+        want: impl Fn(u16) -> u16,
+        ctx: &str,
+        run: impl Fn(&[u16], &mut [u16]),
+    ) {
+        for s in orders {
+            for off in 0..32 {
+                let s = &s[off..];
+                let mut o = vec![0u16; s.len()];
+                run(s, &mut o);
+                for (x, y) in s.iter().zip(&o) {
+                    assert_eq!(*y, want(*x), "input {x:#06x}, offset {off}{ctx}");
+                }
+            }
+        }
+    }
+
+    /// Runs a streamed variant `run` (input, output, `far`) on each input order in `orders`
+    /// with the output starting at every 2-byte offset of a 64-byte line (plain head,
+    /// streamed lines, plain tail) and the input at other offsets, at lengths `0..=96`,
+    /// `extra`, all but 33 and all (odd lengths with the prefetch past the cache, `far`),
+    /// the output first filled with `fill`; fences the stores and checks every output
+    /// against `want` of its input.
+    fn each_stream_offset(
+        orders: [&[u16]; 2],
+        want: impl Fn(u16) -> u16,
+        extra: &[usize],
+        fill: u16,
+        ctx: &str,
+        run: impl Fn(&[u16], &mut [u16], bool),
+    ) {
+        let mut o = vec![0u16; (1 << 16) + 64];
+        for s in orders {
+            for off in 0..32 {
+                let s = &s[(off * 7) % 32..];
+                let lens = (0..=96)
+                    .chain(extra.iter().copied())
+                    .chain([s.len() - 33, s.len()]);
+                for n in lens {
+                    let o = &mut o[off..off + n];
+                    o.fill(fill);
+                    run(&s[..n], o, n % 2 == 1);
+                    // SAFETY: SSE is part of x86_64.
+                    unsafe { _mm_sfence() };
+                    for (x, y) in s.iter().zip(o.iter()) {
+                        assert_eq!(*y, want(*x), "input {x:#06x}, offset {off}, {n}{ctx}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Every one of the 65 536 inputs, in order and in a shuffled order, from every offset
     /// 0..32, gives the table's bits. About a quarter of the inputs are left to the table
     /// (below the range, NaN), so many blocks here are looked up whole and the polynomial's
@@ -877,17 +933,15 @@ mod tests {
         let t = table();
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let shuffled = shuffled(all.clone());
-        for s in [&all, &shuffled] {
-            for off in 0..32 {
-                let s = &s[off..];
-                let mut o = vec![0u16; s.len()];
+        each_offset(
+            [&all, &shuffled],
+            |x| t[x as usize],
+            "",
+            |s, o| {
                 // SAFETY: AVX-512F, AVX2 and FMA detected.
-                unsafe { x86::gelu(&t, s, &mut o) };
-                for (x, y) in s.iter().zip(&o) {
-                    assert_eq!(*y, t[*x as usize], "input {x:#06x}");
-                }
-            }
-        }
+                unsafe { x86::gelu(&t, s, o) }
+            },
+        );
     }
 
     /// The streamed variant gives the table's bits for every input, in order and shuffled,
@@ -904,24 +958,11 @@ mod tests {
         let t = table();
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let shuffled = shuffled(all.clone());
-        let mut o = vec![0u16; (1 << 16) + 64];
-        for s in [&all, &shuffled] {
-            for off in 0..32 {
-                let s = &s[(off * 7) % 32..];
-                let lens = (0..=96).chain([s.len() - 33, s.len()]);
-                for n in lens {
-                    let o = &mut o[off..off + n];
-                    o.fill(0x7FC1);
-                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
-                    unsafe { x86::gelu_stream(&t, &s[..n], o, n % 2 == 1) };
-                    // SAFETY: SSE is part of x86_64.
-                    unsafe { _mm_sfence() };
-                    for (x, y) in s.iter().zip(o.iter()) {
-                        assert_eq!(*y, t[*x as usize], "input {x:#06x}, offset {off}, {n}");
-                    }
-                }
-            }
-        }
+        let want = |x: u16| t[x as usize];
+        each_stream_offset([&all, &shuffled], want, &[], 0x7FC1, "", |s, o, far| {
+            // SAFETY: AVX-512F, AVX2 and FMA detected; the helper fences.
+            unsafe { x86::gelu_stream(&t, s, o, far) }
+        });
     }
 
     /// The polynomial decides the lanes: with a table of a value gelu never gives
@@ -1003,21 +1044,17 @@ mod tests {
         let (r, seed) = random_table();
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let mixed = shuffled_by(all.clone(), seed);
+        let ctx = format!(", seed {seed}");
         for t in [&Table16::new(&table()[..]), &r] {
-            for s in [&all, &mixed] {
-                for off in 0..32 {
-                    let s = &s[off..];
-                    let mut o = vec![0u16; s.len()];
+            each_offset(
+                [&all, &mixed],
+                |x| t[x as usize],
+                &ctx,
+                |s, o| {
                     // SAFETY: AVX-512F detected.
-                    unsafe { x86::gather(t, s, &mut o) };
-                    for (x, y) in s.iter().zip(&o) {
-                        assert_eq!(
-                            *y, t[*x as usize],
-                            "input {x:#06x}, offset {off}, seed {seed}"
-                        );
-                    }
-                }
-            }
+                    unsafe { x86::gather(t, s, o) }
+                },
+            );
         }
     }
 
@@ -1034,27 +1071,12 @@ mod tests {
         let (t, seed) = random_table();
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let mixed = shuffled_by(all.clone(), seed);
-        let mut o = vec![0u16; (1 << 16) + 64];
-        for s in [&all, &mixed] {
-            for off in 0..32 {
-                let s = &s[(off * 7) % 32..];
-                let lens = (0..=96).chain([s.len() - 33, s.len()]);
-                for n in lens {
-                    let o = &mut o[off..off + n];
-                    o.fill(!t[0]);
-                    // SAFETY: AVX-512F detected; fenced below.
-                    unsafe { x86::gather_stream(&t, &s[..n], o, n % 2 == 1) };
-                    // SAFETY: SSE is part of x86_64.
-                    unsafe { _mm_sfence() };
-                    for (x, y) in s.iter().zip(o.iter()) {
-                        assert_eq!(
-                            *y, t[*x as usize],
-                            "input {x:#06x}, offset {off}, {n}, seed {seed}"
-                        );
-                    }
-                }
-            }
-        }
+        let ctx = format!(", seed {seed}");
+        let want = |x: u16| t[x as usize];
+        each_stream_offset([&all, &mixed], want, &[], !t[0], &ctx, |s, o, far| {
+            // SAFETY: AVX-512F detected; the helper fences.
+            unsafe { x86::gather_stream(&t, s, o, far) }
+        });
     }
 
     /// The mixed path ([`x86::mixed`], taken where `gather_tuned`: computed and gathered steps)
@@ -1072,20 +1094,16 @@ mod tests {
         let seed = crate::backend::cpu::clock_seed() | 1;
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let mixed = shuffled_by(all.clone(), seed);
-        for s in [&all, &mixed] {
-            for off in 0..32 {
-                let s = &s[off..];
-                let mut o = vec![0u16; s.len()];
+        let ctx = format!(", seed {seed}");
+        each_offset(
+            [&all, &mixed],
+            |x| t[x as usize],
+            &ctx,
+            |s, o| {
                 // SAFETY: AVX-512F, AVX2 and FMA detected.
-                unsafe { x86::mixed(&t, s, &mut o) };
-                for (x, y) in s.iter().zip(&o) {
-                    assert_eq!(
-                        *y, t[*x as usize],
-                        "input {x:#06x}, offset {off}, seed {seed}"
-                    );
-                }
-            }
-        }
+                unsafe { x86::mixed(&t, s, o) }
+            },
+        );
         let poison = Table16::new(&[0x7FC1u16; 1 << 16]);
         let normal: Vec<u16> = crate::Tensor::<crate::bf16>::randn(&[1 << 16], seed)
             .to_vec()
@@ -1122,26 +1140,11 @@ mod tests {
         let seed = crate::backend::cpu::clock_seed() | 1;
         let all: Vec<u16> = (0..=0xFFFFu16).collect();
         let mixed = shuffled_by(all.clone(), seed);
-        let mut o = vec![0u16; (1 << 16) + 64];
-        for s in [&all, &mixed] {
-            for off in 0..32 {
-                let s = &s[(off * 7) % 32..];
-                let lens = (0..=96).chain([400, s.len() - 33, s.len()]);
-                for n in lens {
-                    let o = &mut o[off..off + n];
-                    o.fill(0x7FC1);
-                    // SAFETY: AVX-512F, AVX2 and FMA detected; fenced below.
-                    unsafe { x86::mixed_stream(&t, &s[..n], o, n % 2 == 1) };
-                    // SAFETY: SSE is part of x86_64.
-                    unsafe { _mm_sfence() };
-                    for (x, y) in s.iter().zip(o.iter()) {
-                        assert_eq!(
-                            *y, t[*x as usize],
-                            "input {x:#06x}, offset {off}, {n}, seed {seed}"
-                        );
-                    }
-                }
-            }
-        }
+        let ctx = format!(", seed {seed}");
+        let want = |x: u16| t[x as usize];
+        each_stream_offset([&all, &mixed], want, &[400], 0x7FC1, &ctx, |s, o, far| {
+            // SAFETY: AVX-512F, AVX2 and FMA detected; the helper fences.
+            unsafe { x86::mixed_stream(&t, s, o, far) }
+        });
     }
 }
