@@ -467,6 +467,10 @@ fn bytes_of(name: &str, r: usize, c: usize) -> f64 {
 /// of `reps` copies, with when each chunk started and how long it took in that copy.
 fn yardsticks(pool: &rayon::ThreadPool, bytes: usize, reps: usize, kernel: f64) {
     let half = bytes / 2 / 64 * 64;
+    if half == 0 {
+        println!("no memcpy yardstick: {bytes} bytes read + written is under two 64-byte lines");
+        return;
+    }
     let t = pool.current_num_threads();
     let src = vec![1u8; half];
     // 64 bytes of slack: the streamed copy starts its destination on a line.
