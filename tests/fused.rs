@@ -1927,6 +1927,81 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
     }
 }
 
+/// bf16 → bf16 softmax on fresh random rows (seeded from the clock, named in each failure)
+/// against the interpreter, bit for bit, on one thread and on two: widths that are whole
+/// 32-column steps with 64-byte-aligned output rows (the AVX-512 loop's unpacked widen and
+/// word-permuted stores, `softmax::widen_perm`: one chunk, two chunks, an output past the
+/// L2 size that streams off AMD) and widths that are not (the column-order loop), each with
+/// NaNs, infinities and signed zeros sprinkled in, the specials rows, rows rounding at ties
+/// or to subnormals, and rows of zero maxima.
+#[test]
+fn bf16_softmax_rows_on_fresh_inputs_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let programs = fused::softmax_programs;
+    let specials_b = [
+        bf16::from_bits(0x7fc0),
+        bf16::from_bits(0xffc1),
+        bf16::from_bits(0x7f80),
+        bf16::from_bits(0xff80),
+        bf16::from_bits(0x8000),
+        bf16::from_bits(0x0001),
+    ];
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, &(r, c)) in [
+                (9, 1024),
+                (4, 4096),
+                (3, 2 * ROW_CHUNK),
+                (5, 96),
+                (270, 4096),
+                (7, 1000),
+                (4, 4099),
+                (37, 300),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let s = seed.wrapping_add(97 * i as u64 + threads as u64);
+                let tag = format!("[{r}, {c}] seed {s} threads {threads}");
+                let xb = Tensor::<bf16>::randn(&[r, c], s);
+                bits_match(&format!("softmax bf16 {tag}"), programs, || {
+                    tessera_kernels::softmax(&xb).unwrap()
+                });
+                let sb = with_specials(r, c, s ^ 0x5555, &specials_b);
+                direct_same_bits(
+                    &format!("softmax bf16 sprinkled {tag}"),
+                    programs,
+                    true,
+                    || tessera_kernels::softmax(&sb).unwrap(),
+                );
+                let x = Tensor::<f32>::randn(&[r, c], s ^ 0xaaaa);
+                let spb = to_bf16(&specials(&x, c));
+                direct_same_bits(
+                    &format!("softmax bf16 specials {tag}"),
+                    programs,
+                    true,
+                    || tessera_kernels::softmax(&spb).unwrap(),
+                );
+                let tb = ties_bf16(&xb, c);
+                direct_same_bits(
+                    &format!("softmax bf16 ties and subnormals {tag}"),
+                    programs,
+                    true,
+                    || tessera_kernels::softmax(&tb).unwrap(),
+                );
+                let zb = zero_max_bf16(&xb, c);
+                bits_match(&format!("softmax bf16 zero maxima {tag}"), programs, || {
+                    tessera_kernels::softmax(&zb).unwrap()
+                });
+            }
+        });
+    }
+}
+
 /// bf16 rows `[0, d1, d2]` (`d1`, `d2` negative, from `-1/64` to `-16`) where the
 /// interpreter's softmax has an f32 product `exp(x − m)·(1/s)` whose low 16 bits are
 /// `0x8000`: a tie for the rounding to bf16 (found with the interpreter's bf16→f32 softmax).

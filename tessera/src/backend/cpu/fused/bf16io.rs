@@ -164,11 +164,11 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 /// that compute their output in registers, e.g. `norm`'s bf16 rows).
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{
-    has_cvt, store_512 as store16, store2_512 as store32, store2_cvt as store32_cvt,
-    store2_cvt_normal as store32_cvt_normal, store2_eo_512 as store32_eo,
-    store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32, stream2_cvt as stream32_cvt,
-    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
-    stream2_eo_cvt as stream32_eo_cvt,
+    has_cvt, pack2_cvt as pack32_cvt, pack2_cvt_normal as pack32_cvt_normal, store_512 as store16,
+    store2_512 as store32, store2_cvt as store32_cvt, store2_cvt_normal as store32_cvt_normal,
+    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32,
+    stream2_cvt as stream32_cvt, stream2_cvt_normal as stream32_cvt_normal,
+    stream2_eo_512 as stream32_eo, stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -281,7 +281,7 @@ mod x86 {
     /// # Safety
     /// AVX-512F, BW, DQ and BF16 present (the caller is built with them: [`has_cvt`]).
     #[inline(always)]
-    unsafe fn pack2_cvt(v0: __m512, v1: __m512) -> __m512i {
+    pub(crate) unsafe fn pack2_cvt(v0: __m512, v1: __m512) -> __m512i {
         unsafe {
             // `vfpclassps` category 0x20: denormal.
             let sub = _mm512_fpclass_ps_mask::<0x20>(v0) | _mm512_fpclass_ps_mask::<0x20>(v1);
@@ -291,6 +291,16 @@ mod x86 {
                 pack2_512(v0, v1)
             }
         }
+    }
+
+    /// `vcvtne2ps2bf16` of `v0 ‖ v1` (the words of [`pack2_cvt`], `v0`'s lanes first): no
+    /// lane may be an f32 subnormal.
+    ///
+    /// # Safety
+    /// As [`pack2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn pack2_cvt_normal(v0: __m512, v1: __m512) -> __m512i {
+        unsafe { std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(v1, v0)) }
     }
 
     /// `vcvtne2ps2bf16` of `v0 ‖ v1` to `p`: no lane may be an f32 subnormal.

@@ -14,11 +14,13 @@
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row three 16-bit max/min ops on
 //! the bit patterns, `MaxMin16`, the row widened in registers again by its exponentials'
-//! loop) and row `r − 2`'s scaled store, non-temporal for a large output (`stream`): f32, or
-//! bf16 narrowed 32 lanes a store with the interpreter's rounding (`vcvtne2ps2bf16` where the
-//! CPU has AVX-512 BF16 and no lane is an f32 subnormal, checked per store unless the row's
-//! max and least value show that none can be, `sub_free`; else integer rounding:
-//! `bf16io::store32`).
+//! loop; into a bf16 output whose chunks are whole 64-byte-aligned 32-column steps, by two
+//! word unpacks, `widen_perm`, the exponentials kept in the unpacked order and the sums and
+//! the output's words put back in column order) and row `r − 2`'s scaled store,
+//! non-temporal for a large output (`stream`): f32, or bf16 narrowed 32 lanes a store with
+//! the interpreter's rounding (`vcvtne2ps2bf16` where the CPU has AVX-512 BF16 and no lane
+//! is an f32 subnormal, checked per store unless the row's max and least value show that
+//! none can be, `sub_free`; else integer rounding: `bf16io::store32`).
 
 use super::super::vmath;
 use super::bf16io;
@@ -476,6 +478,33 @@ impl MaxMin16 {
 /// `[4096, 1024]` 691 / 881 → 574 / 724 (596 / 740), `[1024, 4096]` 791 / 867 → 537 / 681
 /// (731 / 783), `[8192, 4096]` 5626 / 6610 → 4496 / 6392 (6450 / 7224).
 ///
+/// sx21: the loop is bound by its vector ops, not by memory: in L2 (`[64, 4096]`) a
+/// 32-column step takes ≈ 20 cycles (≈ 2.5 GHz by a dependent `imul` chain), about the sum
+/// of its ops' costs as a standalone loop measures them beside eight FMAs (an FMA ≈ 0.5
+/// cycle, a simple op 0.4–0.5, `vpermps` ≈ 0.4, `vpermw` ≈ 0.8, `vcvtne2ps2bf16` ≈ 1.8, the
+/// column-order widen 1.8–2.0): ≈ 10.6 for the two `exp16_in_range`, 1.8 + 1.8 for the
+/// narrowing and the widen, ≈ 4.4 for subtractions, sums, scaling and `MaxMin16`; and each
+/// row costs ≈ 80 cycles more (`[1024, 256]` against `[64, 4096]`: ≈ 11 % at 1024
+/// columns). So the L3-resident shapes run at ≈ 0.63 of the same-run copy on one thread
+/// and no reordering of these ops can reach 0.8 with `vmath::exp`'s bits. Into a bf16
+/// output whose chunks are whole 64-byte-aligned 32-column steps (`perm`) the steps widen
+/// by two word unpacks ([`widen_perm`]) and keep the exponentials in the unpacked order,
+/// which one `vpermq` of the output's words and, per chunk, two `vpermt2ps` of the sums
+/// undo. Measured (2026-11-28 09:13–09:35 UTC, load 3–19 from other helpers' builds and
+/// runs; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile softmax_bf16 R C N --pool`, base =
+/// main `a5b9485`, rounds interleaved, fastest launch in µs, min / median of 8–10 runs),
+/// base → this: one thread `[256, 1024]` (in L2) 70.2 / 92.7 → 67.9 / 94.4 (an earlier
+/// round of three: 70.8 → 68.3), `[64, 4096]` 64.7 / 71.2 → 61.4 / 69.9 (64.5 → 63.8),
+/// `[4096, 1024]` 1112 / 1198 → 1093 / 1177, `[1024, 4096]` 1050 / 1453 → 1031 / 1250.
+/// Two threads (09:36–09:38, load 5–9) `[4096, 1024]` 708 / 792 → 691 / 741, `[1024, 4096]`
+/// 693 / 792 → 540 / 754, but other rounds gave the base the lower minimum (572 against
+/// 588, 752 against 776): within the noise. `[8192, 4096]` one thread: minima 8831–9417
+/// against 9107–9846 over three rounds of 4–6 runs, 9281 / 11775 against 9256 / 9828 over
+/// 12 (noise, no loss shown). `[37, 300]` (300 columns: not whole steps, the column-order
+/// loop) 5.65–6.08 either way; bf16 → f32 takes the column-order loop too.
+/// ln20's even/odd widen (`x << 16`, `x & 0xffff0000`) would need a `vpermw` of the
+/// output's words, which costs two simple ops here: no gain in the standalone loop.
+///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
 /// `3(n + 32) + 3·1024 + 7·⌈n/bc⌉` values.
@@ -505,6 +534,14 @@ unsafe fn rows_avx512(
     let fuse = (out.dtype == DType::F32 && !round) || o16;
     // A bf16 output narrowed by `vcvtne2ps2bf16` where the CPU has it.
     let cvt = o16 && bf16io::has_cvt();
+    // bf16 in and out by `vcvtne2ps2bf16` with every chunk of every output row 64-byte
+    // aligned (whole 32-column steps, no head or tail): the steps widen by word unpacks and
+    // keep the exponentials in their order ([`widen_perm`]).
+    let perm = cvt
+        && bf
+        && (out.ptr as usize).is_multiple_of(64)
+        && n.is_multiple_of(32)
+        && (chunks == 1 || bc.is_multiple_of(32));
     assert!(
         !fuse || r1 * n * osz <= out.len,
         "fused store out of bounds"
@@ -632,7 +669,7 @@ unsafe fn rows_avx512(
             // row `ex[2]` belongs to in the output (asserted) or null.
             let (sum, nm) = unsafe {
                 if cvt {
-                    steps_avx512_cvt(tame, bf, redo, a)
+                    steps_avx512_cvt(tame, bf, redo, perm, a)
                 } else {
                     steps_avx512(tame, bf, redo, o16, a)
                 }
@@ -658,10 +695,14 @@ unsafe fn rows_avx512(
         st = [b, c, a];
     }
     for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
-        let Some((at, inv, _)) = p else { continue };
+        let Some((at, inv, nosub)) = p else { continue };
         // SAFETY: `e` holds that row's `n` exponentials.
         let es = unsafe { std::slice::from_raw_parts(e, n) };
-        if o16 {
+        if perm {
+            // SAFETY: the programs of a launch write disjoint rows; `perm` implies `cvt`
+            // (the features of `bf16io::has_cvt`) and whole 32-column steps.
+            unsafe { store_perm(es, inv, stream::out_u16(out, at, n), nosub) };
+        } else if o16 {
             // SAFETY: the programs of a launch write disjoint rows.
             bf16io::narrow_scaled(es, inv, unsafe { stream::out_u16(out, at, n) });
         } else if nt {
@@ -698,9 +739,23 @@ unsafe fn steps_avx512(tame: bool, bf: bool, redo: bool, o16: bool, a: Step) -> 
 /// As [`fused_avx512`]; the CPU must support AVX-512DQ and AVX-512 BF16 (`bf16io::has_cvt`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma")]
-unsafe fn steps_avx512_cvt(tame: bool, bf: bool, redo: bool, a: Step) -> (f32, (f32, f32)) {
+unsafe fn steps_avx512_cvt(
+    tame: bool,
+    bf: bool,
+    redo: bool,
+    perm: bool,
+    a: Step,
+) -> (f32, (f32, f32)) {
     // SAFETY: the caller's.
-    unsafe { step_avx512::<true, true>(tame, bf, redo, a) }
+    unsafe {
+        match (perm, tame, redo) {
+            (true, true, false) => fused_avx512::<false, true, false, true, true, true>(a),
+            (true, false, false) => fused_avx512::<true, true, false, true, true, true>(a),
+            (true, true, true) => fused_avx512::<false, true, true, true, true, true>(a),
+            (true, false, true) => fused_avx512::<true, true, true, true, true, true>(a),
+            _ => step_avx512::<true, true>(tame, bf, redo, a),
+        }
+    }
 }
 
 /// [`fused_avx512`] for the step's `tame`, `bf` and `redo` (`O16`: a bf16 output, `CVT`:
@@ -720,14 +775,14 @@ unsafe fn step_avx512<const O16: bool, const CVT: bool>(
     // SAFETY: the caller's.
     unsafe {
         match (tame, bf, redo) {
-            (true, false, false) => fused_avx512::<false, false, false, O16, CVT>(a),
-            (true, true, false) => fused_avx512::<false, true, false, O16, CVT>(a),
-            (false, false, false) => fused_avx512::<true, false, false, O16, CVT>(a),
-            (false, true, false) => fused_avx512::<true, true, false, O16, CVT>(a),
-            (true, false, true) => fused_avx512::<false, false, true, O16, CVT>(a),
-            (true, true, true) => fused_avx512::<false, true, true, O16, CVT>(a),
-            (false, false, true) => fused_avx512::<true, false, true, O16, CVT>(a),
-            (false, true, true) => fused_avx512::<true, true, true, O16, CVT>(a),
+            (true, false, false) => fused_avx512::<false, false, false, O16, CVT, false>(a),
+            (true, true, false) => fused_avx512::<false, true, false, O16, CVT, false>(a),
+            (false, false, false) => fused_avx512::<true, false, false, O16, CVT, false>(a),
+            (false, true, false) => fused_avx512::<true, true, false, O16, CVT, false>(a),
+            (true, false, true) => fused_avx512::<false, false, true, O16, CVT, false>(a),
+            (true, true, true) => fused_avx512::<false, true, true, O16, CVT, false>(a),
+            (false, false, true) => fused_avx512::<true, false, true, O16, CVT, false>(a),
+            (false, true, true) => fused_avx512::<true, true, true, O16, CVT, false>(a),
         }
     }
 }
@@ -789,6 +844,7 @@ unsafe fn fused_avx512<
     const REDO: bool,
     const O16: bool,
     const CVT: bool,
+    const PERM: bool,
 >(
     a: Step,
 ) -> (f32, (f32, f32)) {
@@ -851,6 +907,7 @@ unsafe fn fused_avx512<
     } else {
         (0, 0)
     };
+    debug_assert!(!PERM || (BF && O16 && CVT && full == n && (!has_d || head == 0)));
     // The bf16 output's elements `j0 .. j1` (plain stores).
     let narrow = |j0: usize, j1: usize| {
         if j0 == j1 {
@@ -872,13 +929,27 @@ unsafe fn fused_avx512<
             let q: usize = $q;
             let v0 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q)), iv);
             let v1 = _mm512_mul_ps(_mm512_loadu_ps(ep.add(q + 16)), iv);
-            match (nt, CVT) {
-                (true, true) if nosub => bf16io::stream32_cvt_normal(d16.add(q), v0, v1),
-                (false, true) if nosub => bf16io::store32_cvt_normal(d16.add(q), v0, v1),
-                (true, true) => bf16io::stream32_cvt(d16.add(q), v0, v1),
-                (false, true) => bf16io::store32_cvt(d16.add(q), v0, v1),
-                (true, false) => bf16io::stream32(d16.add(q), v0, v1),
-                (false, false) => bf16io::store32(d16.add(q), v0, v1),
+            if PERM {
+                let w = if nosub {
+                    bf16io::pack32_cvt_normal(v0, v1)
+                } else {
+                    bf16io::pack32_cvt(v0, v1)
+                };
+                let w = unperm_words(w);
+                if nt {
+                    _mm512_stream_si512(d16.add(q) as *mut __m512i, w)
+                } else {
+                    _mm512_storeu_si512(d16.add(q) as *mut __m512i, w)
+                }
+            } else {
+                match (nt, CVT) {
+                    (true, true) if nosub => bf16io::stream32_cvt_normal(d16.add(q), v0, v1),
+                    (false, true) if nosub => bf16io::store32_cvt_normal(d16.add(q), v0, v1),
+                    (true, true) => bf16io::stream32_cvt(d16.add(q), v0, v1),
+                    (false, true) => bf16io::store32_cvt(d16.add(q), v0, v1),
+                    (true, false) => bf16io::stream32(d16.add(q), v0, v1),
+                    (false, false) => bf16io::store32(d16.add(q), v0, v1),
+                }
             }
         }};
     }
@@ -900,7 +971,11 @@ unsafe fn fused_avx512<
         let mut m = MaxMin::new();
         let mut m16 = MaxMin16::new();
         for j in (0..full).step_by(32) {
-            let (v0, v1) = (load::<BF>(xs, j), load::<BF>(xs, j + 16));
+            let (v0, v1) = if PERM {
+                widen_perm(xs, j)
+            } else {
+                (load::<BF>(xs, j), load::<BF>(xs, j + 16))
+            };
             let (e0, e1) = (exp!(_mm512_sub_ps(v0, mv)), exp!(_mm512_sub_ps(v1, mv)));
             a0 = _mm512_add_ps(a0, e0);
             a1 = _mm512_add_ps(a1, e1);
@@ -943,6 +1018,10 @@ unsafe fn fused_avx512<
                     }
                 }
             }
+        }
+        if PERM {
+            // The sums back in lane order (lane `i` of `a0 ‖ a1`: column `i` of each step).
+            (a0, a1) = unperm_lanes(a0, a1);
         }
         mx = if has_next && BF {
             m16.finish(next, n)
@@ -1027,6 +1106,111 @@ unsafe fn fused_avx512<
 /// 60, `1/s` below `2^-30`) keeps the check.
 fn sub_free(m: f32, lo: f32, inv: f32) -> bool {
     m.is_finite() && lo.is_finite() && lo - m >= -60.0 && inv >= 1.0 / (1u64 << 30) as f32
+}
+
+/// The 32 bf16 values from column `j` of the row at `p` widened to f32 by two word unpacks
+/// with zero (`bits << 16`, exact) in their unpacked order: within each 128-bit lane `l`
+/// (columns `8l .. 8l + 8`) the first vector takes columns `8l .. 8l + 4`, the second
+/// `8l + 4 .. 8l + 8`, so lane `4l + i` of the first is column `8l + i` and of the second
+/// column `8l + 4 + i` ([`unperm_lanes`] puts 32 such lanes back in column order,
+/// [`unperm_words`] the 32 bf16 words that `vcvtne2ps2bf16` makes of them).
+///
+/// Intel Xeon (family 6 model 207; sx21): the two unpacks take one 64-byte load and no
+/// shift, against two `vpmovzxwd` (a port-5 op each) and two `vpslld` for the column-order
+/// widen; the output's 32 words take one `vpermq` more. In a standalone loop beside eight
+/// independent FMAs (4.1–4.2 cycles a step alone) the column-order widen added 1.8–2.0
+/// cycles, unpacks and `vpermq` 1.4–1.7, and with the step's `vcvtne2ps2bf16` 7.8–8.0
+/// against 7.3–7.4 cycles (ln20's even/odd split, `x << 16` and `x & 0xffff0000` with a
+/// `vpermw` of the words, 7.7–7.8: `vpermw` costs about two simple ops here).
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW (the caller is built with them); values
+/// `j .. j + 32` readable at `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn widen_perm(
+    p: *const u8,
+    j: usize,
+) -> (core::arch::x86_64::__m512, core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe {
+        let x = _mm512_loadu_si512((p as *const u16).add(j) as *const __m512i);
+        let z = _mm512_setzero_si512();
+        (
+            _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x)),
+            _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x)),
+        )
+    }
+}
+
+/// 32 lanes in [`widen_perm`]'s order back in column order: lane `i` of the result pair is
+/// column `i`.
+///
+/// # Safety
+/// The CPU must support AVX-512F (the caller is built with it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn unperm_lanes(
+    a: core::arch::x86_64::__m512,
+    b: core::arch::x86_64::__m512,
+) -> (core::arch::x86_64::__m512, core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe {
+        // Column `c` (`l = c / 8`, `i = c % 8`): lane `4l + i` of `a` for `i < 4`, else lane
+        // `4l + i − 4` of `b` (index `16 +` that).
+        let i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        let i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        (
+            _mm512_permutex2var_ps(a, i0, b),
+            _mm512_permutex2var_ps(a, i1, b),
+        )
+    }
+}
+
+/// The 32 bf16 words of `vcvtne2ps2bf16` (first source's lanes first) of two vectors in
+/// [`widen_perm`]'s order, in column order: 64-bit group `g` of the words holds columns
+/// `8g .. 8g + 4` for `g < 4`, `8(g − 4) + 4 ..` for the others.
+///
+/// # Safety
+/// The CPU must support AVX-512F (the caller is built with it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn unperm_words(w: core::arch::x86_64::__m512i) -> core::arch::x86_64::__m512i {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's.
+    unsafe { _mm512_permutexvar_epi64(_mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0), w) }
+}
+
+/// `d[j]` = the bf16 bits of `es[j]·inv` for the `es.len()` (a multiple of 32) exponentials
+/// of a row that [`fused_avx512`] stored in [`widen_perm`]'s order, 32 a step (plain
+/// stores; `vcvtne2ps2bf16`, with the subnormal check unless `nosub`).
+///
+/// # Safety
+/// The CPU must support AVX-512F, BW, DQ and BF16 (`bf16io::has_cvt`); `d` holds
+/// `es.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16,avx2,fma")]
+unsafe fn store_perm(es: &[f32], inv: f32, d: &mut [u16], nosub: bool) {
+    use core::arch::x86_64::*;
+    let n = es.len();
+    assert!(n.is_multiple_of(32) && d.len() >= n);
+    let iv = _mm512_set1_ps(inv);
+    let (e, d) = (es.as_ptr(), d.as_mut_ptr());
+    for q in (0..n).step_by(32) {
+        // SAFETY: `q + 32 <= n`; the features are the caller's.
+        unsafe {
+            let v0 = _mm512_mul_ps(_mm512_loadu_ps(e.add(q)), iv);
+            let v1 = _mm512_mul_ps(_mm512_loadu_ps(e.add(q + 16)), iv);
+            let w = if nosub {
+                bf16io::pack32_cvt_normal(v0, v1)
+            } else {
+                bf16io::pack32_cvt(v0, v1)
+            };
+            _mm512_storeu_si512(d.add(q) as *mut __m512i, unperm_words(w));
+        }
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
