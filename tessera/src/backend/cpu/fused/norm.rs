@@ -1179,12 +1179,13 @@ unsafe fn eo_rows<const CVT: bool>(
     }
 }
 
-/// Whether [`eo_rows`] runs its passes a row or two apart: when the bf16 rows `t − 2 ..= t
-/// + 1` and the widened `γ` (and `β`) take at most half the level-2 cache (further than
-/// [`lags`]' level-1 limit). On the Intel Xeon of [`eo_rows`]' figures (06:09–06:11 UTC,
+/// Whether [`eo_rows`] runs its passes a row or two apart: when the bf16 rows
+/// `t − 2 ..= t + 1` and the widened `γ` (and `β`) take at most half the level-2 cache
+/// (further than [`lags`]' level-1 limit). On the Intel Xeon of [`eo_rows`]' figures (06:09–06:11 UTC,
 /// load 3.7–8.8, three interleaved rounds, experiment build with the choice on an
 /// environment switch), `[1024, 4096]` (8 KiB rows) in turn → apart, fastest launch in µs:
 /// 1T 1203/1437/1698 → 1207/1176/1223, 2T apart 762–780 against main's 883–936.
+///
 /// rmsnorm keeps the bf16 rows `t − 1 ..= t + 1`; bf16 `γ` and `β` read as stored (`gbf`)
 /// take 2 bytes a value.
 #[cfg(target_arch = "x86_64")]
