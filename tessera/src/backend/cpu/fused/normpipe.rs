@@ -64,14 +64,15 @@ pub(crate) struct Write {
 /// (0.82–0.93); rmsnorm `[1024, 4096]` 1T 1383–1806 (0.82–1.02) → 1304–1431 (1.03–1.08);
 /// rmsnorm bf16 → f32 `[1024, 4096]` 1T 1065–1382 (0.75–0.97) → 1048–1309 (0.81–0.95), 2T
 /// (plain stores: unchanged) 651–730 → 637–726; layernorm `[4096, 1024]` 1T 1237–1449 →
-/// 1173–1482, 2T 771–818 → 775–814 (unchanged).
+/// 1173–1482, 2T 771–818 → 775–814 (unchanged). Not on AMD (measured only on this Xeon).
 pub(crate) fn ahead_rows(
     nt: bool,
     (in_bytes, out_bytes): (usize, usize),
     row_bytes: usize,
 ) -> bool {
     nt && (super::stream::past_cache(in_bytes + out_bytes)
-        || row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3)
+        || (!crate::backend::cpu::simd::is_amd()
+            && row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3))
 }
 
 /// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
