@@ -2623,8 +2623,9 @@ fn norm_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
 /// Norms with a bf16 `γ` (and `β`) launched again and again with new values, on one thread
 /// and on two, against the interpreter: a worker widens `γ` once per launch and keeps it for
 /// that launch's later programs only, so no launch reads an earlier launch's `γ`. At 1024
-/// columns (whole 32-column steps) the layernorm bf16 → bf16 takes `norm::eo_rows` (off
-/// AMD), which also keeps `γ` and `β` reordered even/odd once per launch.
+/// columns (whole 32-column steps) the layernorm and rmsnorm bf16 → bf16 take `norm::eo_rows`
+/// (off AMD), which also keeps `γ` and `β` reordered even/odd once per launch (at 4096
+/// columns it reads a bf16 `γ`/`β` as stored: `norm::eo_bf16_vectors`).
 #[test]
 fn norm_rows_with_a_new_bf16_gamma_each_launch_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();

@@ -103,6 +103,29 @@ fn body(
     let (q, rest) = rest.split_at_mut(bc);
     let (gw, rest) = rest.split_at_mut(n);
     let (bw, eo) = rest.split_at_mut(n);
+    #[cfg(target_arch = "x86_64")]
+    let eo_path = eo_fits(nm, (x, out), n);
+    #[cfg(target_arch = "x86_64")]
+    if eo_path && eo_bf16_vectors(nm, args, n) {
+        // bf16 `γ` (and `β`) read as they are stored, widened by the write (`EoGb::Bf16`):
+        // `buf` is not used, `kept` left as it is.
+        let v = |p: usize| {
+            // SAFETY: `fits`: `[n]` bf16 vectors (`eo_bf16_vectors` checked the type).
+            unsafe { std::slice::from_raw_parts(args[p].ptr as *const u16, n) }
+        };
+        let gb = EoGb::Bf16(v(nm.gamma), nm.beta.map(v));
+        let (r0, r1) = (pid * br, (pid * br + br).min(rows));
+        // SAFETY: `eo_fits` checked the features and the shapes; `gb` holds `[n]` vectors.
+        unsafe {
+            let lag = eo_lags(nm, n, true);
+            if super::bf16io::has_cvt() {
+                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, gb, lag)
+            } else {
+                eo_rows_512(nm, (x, out), (r0, r1, rows), n, gb, lag)
+            }
+        }
+        return;
+    }
     // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
     // `bc` are the launch's).
     let done = launch != 0 && *kept == launch;
@@ -110,7 +133,7 @@ fn body(
     let b = nm.beta.map(|p| widen(&args[p], 0, n, bw, done));
     *kept = launch;
     #[cfg(target_arch = "x86_64")]
-    if eo_fits(nm, (x, &args[nm.rows.out]), n) {
+    if eo_path {
         // `γ` and `β` in `eo_order` (once a launch, as their widening), then the rows.
         let (gx, bx) = eo.split_at_mut(n);
         if !done {
@@ -119,17 +142,16 @@ fn body(
                 eo_order(b, &mut bx[..n]);
             }
         }
-        let bo = b.map(|_| &bx[..n]);
-        let (x, out) = (x, &args[nm.rows.out]);
+        let gb = EoGb::F32(&gx[..n], b.map(|_| &bx[..n]));
         let (r0, r1) = (pid * br, (pid * br + br).min(rows));
         // SAFETY: `eo_fits` checked the features and the shapes; `gx` (and `bx`) hold `n`
         // values in `eo_order`.
         unsafe {
-            let lag = eo_lags(nm, n);
+            let lag = eo_lags(nm, n, false);
             if super::bf16io::has_cvt() {
-                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, (gx, bo), lag)
+                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, gb, lag)
             } else {
-                eo_rows_512(nm, (x, out), (r0, r1, rows), n, (gx, bo), lag)
+                eo_rows_512(nm, (x, out), (r0, r1, rows), n, gb, lag)
             }
         }
         return;
@@ -157,7 +179,7 @@ fn body(
         // it is) of `out`, fenced here.
         unsafe {
             if out.dtype == DType::F32 && !round {
-                let far = super::normpipe::ahead_rows(nt, x.len, out.len);
+                let far = super::normpipe::ahead_rows(nt, (x.len, out.len), kept_rows * n * 4);
                 super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, (nt, far))
             } else {
                 let (xw, rest) = x3.split_at_mut(n);
@@ -682,8 +704,8 @@ fn write(
     }
 }
 
-/// Whether a norm's rows take [`eo_rows_512`] / [`eo_rows_cvt`]: a layernorm of a bf16
-/// row into a bf16 output at the AVX-512 level with AVX-512BW, rows of whole 32-column
+/// Whether a norm's rows take [`eo_rows_512`] / [`eo_rows_cvt`]: a layernorm or rmsnorm of
+/// a bf16 row into a bf16 output at the AVX-512 level with AVX-512BW, rows of whole 32-column
 /// steps (`n` a multiple of 32) whose chunks of `bc` columns start on a step (one chunk, or
 /// `bc` a multiple of 32), and, where the output streams (`stream::large`), a 64-byte
 /// aligned output (every row then starts on a line); not on AMD, which keeps the measured
@@ -693,8 +715,7 @@ fn write(
 fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
     use crate::backend::cpu::simd::{SimdLevel, active};
     let bc = nm.rows.bc;
-    nm.layer
-        && !crate::backend::cpu::simd::is_amd()
+    !crate::backend::cpu::simd::is_amd()
         && x.dtype == DType::BF16
         && out.dtype == DType::BF16
         && n > 0
@@ -703,6 +724,67 @@ fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
         && active() >= SimdLevel::Avx512
         && std::arch::is_x86_feature_detected!("avx512bw")
         && (out.ptr as usize % 64 == 0 || !stream::large(out))
+}
+
+/// The `γ` (and `β`) of [`eo_rows`]' write: f32 in [`eo_order`], or bf16 in column order
+/// (widened by [`widen_eo`] as the row is, which puts them in that order).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(crate) enum EoGb<'a> {
+    F32(&'a [f32], Option<&'a [f32]>),
+    Bf16(&'a [u16], Option<&'a [u16]>),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl EoGb<'_> {
+    /// Whether `γ` (and `β`) hold at least `n` values.
+    fn holds(&self, n: usize) -> bool {
+        match self {
+            EoGb::F32(g, b) => g.len() >= n && b.is_none_or(|b| b.len() >= n),
+            EoGb::Bf16(g, b) => g.len() >= n && b.is_none_or(|b| b.len() >= n),
+        }
+    }
+
+    /// The first elements of `γ` and `β` (null without one) and whether they are bf16.
+    fn ptrs(&self) -> (*const u8, *const u8, bool) {
+        match self {
+            EoGb::F32(g, b) => (
+                g.as_ptr() as *const u8,
+                b.map_or(std::ptr::null(), |b| b.as_ptr() as *const u8),
+                false,
+            ),
+            EoGb::Bf16(g, b) => (
+                g.as_ptr() as *const u8,
+                b.map_or(std::ptr::null(), |b| b.as_ptr() as *const u8),
+                true,
+            ),
+        }
+    }
+}
+
+/// Whether [`eo_rows`] reads a bf16 `γ` (and `β`) as stored ([`EoGb::Bf16`], widened by the
+/// write: one integer op per 16 columns each) rather than widened once a launch into f32
+/// in [`eo_order`]: when all of them are bf16 and the f32 ones would not leave room in L1
+/// (the bf16 rows `t − 2 ..= t + 1` of a layernorm, `t − 1 ..= t + 1` of an rmsnorm, and the
+/// f32 vectors over 3/4 of it: 4096 columns, not 1024, on the Xeon's 48 KiB).
+///
+/// Intel Xeon (family 6 model 207, 2-vCPU KVM guest), experiment build with the choice on
+/// an environment switch, 2026-11-28 09:09–09:16 UTC, load 4.6–8 from other helpers' builds,
+/// `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile layernorm_bf16 R C 200 --pool`, 5 interleaved
+/// rounds, fastest launch in µs (ratio to the same run's memcpy), f32 → bf16 `γ`/`β`:
+/// `[1024, 4096]` 1T 1215–1625 (0.47–0.64) → 1033–1393 (0.59–0.71), 2T 1108–1260
+/// (0.53–0.62) → 916–1050 (0.68–0.74) (main: 1083–1382 (0.55–0.66), 676–1214 (0.52–0.62));
+/// `[4096, 1024]` 1T 947–1621 (0.53–0.80) → 1001–1350 (0.55–0.72): kept f32 there.
+#[cfg(target_arch = "x86_64")]
+fn eo_bf16_vectors(nm: &Norm, args: &[Buffer], n: usize) -> bool {
+    let rows = 3 + usize::from(nm.layer);
+    let vectors = 1 + usize::from(nm.beta.is_some());
+    let wide = (rows * 2 + vectors * 4) * n > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3;
+    let all = [Some(nm.gamma), nm.beta]
+        .into_iter()
+        .flatten()
+        .all(|p| args[p].dtype == DType::BF16);
+    all && wide
 }
 
 /// `v` (whole 32-column steps) reordered as [`eo_rows_512`] keeps a row: each step's even
@@ -761,8 +843,8 @@ fn tree_eo(e: core::arch::x86_64::__m512, o: core::arch::x86_64::__m512) -> f32 
     }
 }
 
-/// The sums of [`eo_rows`]: with `IN` the mean's sum of row `xi` (from memory, asking for
-/// the lines of `ahead` as it goes), with `MID` the squared deviations' sum of row `xm`
+/// The sums of [`eo_rows`]: with `IN` the mean's sum of row `xi` (with `SQIN` rmsnorm's
+/// sum of its squares; from memory, asking for the lines of `ahead` as it goes), with `MID` the squared deviations' sum of row `xm`
 /// about `mean`; per chunk of `bc` columns 32 lane accumulators (column `c0 + k` to lane
 /// `k mod 32`) and [`tree_eo`], added in column order: `vmath::sum`'s bits.
 ///
@@ -770,7 +852,7 @@ fn tree_eo(e: core::arch::x86_64::__m512, o: core::arch::x86_64::__m512) -> f32 
 /// As [`eo_rows`]; `n` values at `xi` (`IN`) and `xm` (`MID`); chunks of whole steps.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn eo_sums<const IN: bool, const MID: bool>(
+unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
     (xi, ahead): (*const u16, *const u16),
     (xm, mean): (*const u16, f32),
     n: usize,
@@ -793,7 +875,15 @@ unsafe fn eo_sums<const IN: bool, const MID: bool>(
                     // The next row's line for these 32 columns (a prefetch never faults).
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(j) as *const i8);
                     let (e, o) = widen_eo(xi, j, hi);
-                    a = (_mm512_add_ps(a.0, e), _mm512_add_ps(a.1, o));
+                    a = if SQIN {
+                        // rmsnorm's squares (`x − 0 = x` exactly: not computed).
+                        (
+                            _mm512_add_ps(a.0, _mm512_mul_ps(e, e)),
+                            _mm512_add_ps(a.1, _mm512_mul_ps(o, o)),
+                        )
+                    } else {
+                        (_mm512_add_ps(a.0, e), _mm512_add_ps(a.1, o))
+                    };
                 }
                 if MID {
                     let (e, o) = widen_eo(xm, j, hi);
@@ -817,20 +907,28 @@ unsafe fn eo_sums<const IN: bool, const MID: bool>(
     }
 }
 
-/// The output row `((x − mean)·rstd)·γ (+ β)` at `o` from the bf16 row `x` ([`widen_eo`])
-/// and `γ`, `β` in [`eo_order`], 32 columns a step narrowed in column order
-/// (`bf16io::store32_eo`, or `_cvt` with `CVT`; streamed with `NT`); with a non-null `pf`
-/// each step asks for that bf16 row's line of the same columns into L2 ([`WRITE_AHEAD`]).
+/// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm, without `LAYER`: `(x·rstd)·γ (+
+/// β)`) at `o` from the bf16 row `x` ([`widen_eo`]) and `γ`, `β` (f32 in [`eo_order`], or
+/// with `GBF` bf16 in column order, widened as the row is), 32 columns a step narrowed in
+/// column order (`bf16io::store32_eo`, or `_cvt` with `CVT`; streamed with `NT`); with a
+/// non-null `pf` each step asks for that bf16 row's line of the same columns into L2
+/// ([`WRITE_AHEAD`]).
 ///
 /// # Safety
 /// As [`eo_rows`] (with `CVT` also AVX-512DQ and BF16); `n` values at `x`, `gp` (and `bp`
 /// with `BETA`) and writable at `o`, 64-byte aligned with `NT`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn eo_write<const CVT: bool, const BETA: bool, const NT: bool>(
+unsafe fn eo_write<
+    const CVT: bool,
+    const BETA: bool,
+    const NT: bool,
+    const LAYER: bool,
+    const GBF: bool,
+>(
     o: *mut u16,
     (x, mean, rstd): (*const u16, f32, f32),
-    (gp, bp): (*const f32, *const f32),
+    (gp, bp): (*const u8, *const u8),
     n: usize,
     pf: *const u16,
 ) {
@@ -839,25 +937,36 @@ unsafe fn eo_write<const CVT: bool, const BETA: bool, const NT: bool>(
     unsafe {
         let (mv, rv) = (_mm512_set1_ps(mean), _mm512_set1_ps(rstd));
         let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
-        macro_rules! lanes {
-            ($k:expr, $x:expr) => {{
-                let k: usize = $k;
-                let d = _mm512_sub_ps($x, mv);
-                let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), _mm512_loadu_ps(gp.add(k)));
-                if BETA {
-                    _mm512_add_ps(v, _mm512_loadu_ps(bp.add(k)))
+        // `γ` or `β`'s 32 columns from `j`, split as the row is.
+        macro_rules! vec32 {
+            ($p:expr, $j:expr) => {{
+                let (p, j): (*const u8, usize) = ($p, $j);
+                if GBF {
+                    widen_eo(p as *const u16, j, hi)
                 } else {
-                    v
+                    let p = p as *const f32;
+                    (_mm512_loadu_ps(p.add(j)), _mm512_loadu_ps(p.add(j + 16)))
                 }
             }};
         }
+        macro_rules! lanes {
+            ($x:expr, $g:expr, $b:expr) => {{
+                // rmsnorm's `x − 0` is `x` (NaN payloads aside): not computed.
+                let d = if LAYER { _mm512_sub_ps($x, mv) } else { $x };
+                let v = _mm512_mul_ps(_mm512_mul_ps(d, rv), $g);
+                if BETA { _mm512_add_ps(v, $b) } else { v }
+            }};
+        }
+        let z = _mm512_setzero_ps();
         let mut j = 0;
         while j < n {
             if !pf.is_null() {
                 _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j) as *const i8);
             }
             let (e, q) = widen_eo(x, j, hi);
-            let (e, q) = (lanes!(j, e), lanes!(j + 16, q));
+            let (ge, gq) = vec32!(gp, j);
+            let (be, bq) = if BETA { vec32!(bp, j) } else { (z, z) };
+            let (e, q) = (lanes!(e, ge, be), lanes!(q, gq, bq));
             match (NT, CVT) {
                 (true, true) => super::bf16io::stream32_eo_cvt(o.add(j), e, q),
                 (false, true) => super::bf16io::store32_eo_cvt(o.add(j), e, q),
@@ -880,7 +989,7 @@ unsafe fn eo_rows_512(
     xo: (&Buffer, &Buffer),
     rr: (usize, usize, usize),
     n: usize,
-    gb: (&[f32], Option<&[f32]>),
+    gb: EoGb,
     lag: bool,
 ) {
     // SAFETY: the caller's.
@@ -898,14 +1007,14 @@ unsafe fn eo_rows_cvt(
     xo: (&Buffer, &Buffer),
     rr: (usize, usize, usize),
     n: usize,
-    gb: (&[f32], Option<&[f32]>),
+    gb: EoGb,
     lag: bool,
 ) {
     // SAFETY: the caller's.
     unsafe { eo_rows::<true>(nm, xo, rr, n, gb, lag) }
 }
 
-/// The rows `r0 .. r1` of a layernorm bf16 → bf16 ([`eo_fits`]) with fewer vector ops per
+/// The rows `r0 .. r1` of a layernorm or rmsnorm bf16 → bf16 ([`eo_fits`]) with fewer vector ops per
 /// column than [`rows_avx512`]'s, the same bits: each pass widens its 32 columns by
 /// [`widen_eo`] (one 64-byte load and one integer op per 16 columns instead of a
 /// `vpmovzxwd`, on the shuffle port, and a shift), its sums kept split into even and odd
@@ -913,8 +1022,9 @@ unsafe fn eo_rows_cvt(
 /// narrows 32 columns with one `vcvtne2ps2bf16` and one word permute (`CVT`; its subnormal
 /// check one `vptestnmw`, not two `vfpclassps`). The passes run a row or two apart as in
 /// [`rows_avx512`]'s (row `t`'s mean with row `t − 1`'s squared deviations in one loop, then
-/// row `t − 2`'s write) with `lag` ([`eo_lags`]), else in turn. Past the cache the write
-/// asks for the lines of row `t + WRITE_AHEAD`.
+/// row `t − 2`'s write; rmsnorm: row `t`'s squares, then row `t − 1`'s write) with `lag`
+/// ([`eo_lags`]), else in turn. Past the cache the write asks for the lines of row `t +
+/// WRITE_AHEAD`. A bf16 `γ` (and `β`) may be read as stored ([`EoGb::Bf16`]).
 ///
 /// Intel Xeon (family 6 model 207, 2-vCPU KVM guest), 2026-11-28 06:14–06:15 UTC, load
 /// 3.5–4.0 from other jobs, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile layernorm_bf16 R C
@@ -927,9 +1037,20 @@ unsafe fn eo_rows_cvt(
 /// 1024]`, slower at `[1024, 4096]`, whose 16 KiB f32 rows leave L1), keeping the row
 /// widened by the mean's pass (slower), asking for row `t + 2` or `t + 4` in the write.
 ///
+/// rmsnorm (rn21; the same machine, 2026-11-28 09:24–09:25 UTC, load 4.6–5.3 from other
+/// helpers' builds, `cpu_profile rmsnorm_bf16 …` as above, five interleaved rounds with main's
+/// binary a5b9485, which ran [`rows_avx512`]): `[4096, 1024]` 1T 716–895 (0.75–0.94) → 676–753
+/// (0.85–1.01), 2T 481–530 (0.66–0.74) → 424–450 (0.78–0.84); `[1024, 4096]` (bf16 `γ`,
+/// [`eo_bf16_vectors`]) 1T 742–1011 (0.69–0.92) → 741–915 (0.76–0.92), 2T 469–516 (0.75–0.81)
+/// → 402–491 (0.78–0.88); `[8192, 4096]` 1T (09:30, six rounds) 8226–11059 → 7749–10533 µs.
+/// Tried, not kept (layernorm, 09:15–09:18, load 4–20): the write one row behind the sums
+/// instead of two at 4096 columns (a row less in L1): `[1024, 4096]` 1T 911–1205 µs against
+/// 912–1223, 2T the same within noise; `[4096, 1024]` 1T slower (926–970 against 883–948).
+///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA (with `CVT` `bf16io::has_cvt`);
-/// [`eo_fits`]; `g` (and `b`) hold `n` values in [`eo_order`].
+/// [`eo_fits`]; `gb` holds `n` values each (f32 ones in [`eo_order`]), a `β` where `nm`
+/// has one.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn eo_rows<const CVT: bool>(
@@ -937,17 +1058,16 @@ unsafe fn eo_rows<const CVT: bool>(
     (x, out): (&Buffer, &Buffer),
     (r0, r1, rows): (usize, usize, usize),
     n: usize,
-    (g, b): (&[f32], Option<&[f32]>),
+    gb: EoGb,
     lag: bool,
 ) {
     assert!(
-        rows * n * 2 <= x.len
-            && rows * n * 2 <= out.len
-            && n % 32 == 0
-            && g.len() >= n
-            && b.is_none_or(|b| b.len() >= n),
+        rows * n * 2 <= x.len && rows * n * 2 <= out.len && n % 32 == 0 && gb.holds(n),
         "fused load out of bounds"
     );
+    let (gp, bp, gbf) = gb.ptrs();
+    let beta = !bp.is_null();
+    let layer = nm.layer;
     let bc = nm.rows.bc;
     let nf = n as i32 as f32;
     let row = |r: usize| (x.ptr as *const u16).wrapping_add(r.wrapping_mul(n));
@@ -962,8 +1082,13 @@ unsafe fn eo_rows<const CVT: bool>(
         }
     };
     let ahead = |t: usize| if t + 1 < rows { row(t + 1) } else { row(t) };
-    let gb = (g.as_ptr(), b.map_or(std::ptr::null(), |b| b.as_ptr()));
-    // A row's write (a macro: a closure here is not built with the caller's features).
+    let gb = (gp, bp);
+    // A row's write (macros: a closure here is not built with the caller's features).
+    macro_rules! go {
+        ($w:expr, $xm:expr, $pf:expr, $beta:literal, $nt:literal, $layer:literal, $gbf:literal) => {
+            eo_write::<CVT, $beta, $nt, $layer, $gbf>(orow($w), $xm, gb, n, $pf)
+        };
+    }
     macro_rules! write {
         ($w:expr, $mean:expr, $rstd:expr, $pf:expr) => {{
             let (w, pf): (usize, *const u16) = ($w, $pf);
@@ -971,16 +1096,46 @@ unsafe fn eo_rows<const CVT: bool>(
             // SAFETY: the caller's level; rows below `rows` are in the tensors (asserted);
             // programs of a launch write disjoint rows.
             unsafe {
-                match (b.is_some(), nt) {
-                    (true, false) => eo_write::<CVT, true, false>(orow(w), xm, gb, n, pf),
-                    (true, true) => eo_write::<CVT, true, true>(orow(w), xm, gb, n, pf),
-                    (false, false) => eo_write::<CVT, false, false>(orow(w), xm, gb, n, pf),
-                    (false, true) => eo_write::<CVT, false, true>(orow(w), xm, gb, n, pf),
+                match (beta, nt, layer, gbf) {
+                    (true, false, true, false) => go!(w, xm, pf, true, false, true, false),
+                    (true, true, true, false) => go!(w, xm, pf, true, true, true, false),
+                    (false, false, true, false) => go!(w, xm, pf, false, false, true, false),
+                    (false, true, true, false) => go!(w, xm, pf, false, true, true, false),
+                    (true, false, false, false) => go!(w, xm, pf, true, false, false, false),
+                    (true, true, false, false) => go!(w, xm, pf, true, true, false, false),
+                    (false, false, false, false) => go!(w, xm, pf, false, false, false, false),
+                    (false, true, false, false) => go!(w, xm, pf, false, true, false, false),
+                    (true, false, true, true) => go!(w, xm, pf, true, false, true, true),
+                    (true, true, true, true) => go!(w, xm, pf, true, true, true, true),
+                    (false, false, true, true) => go!(w, xm, pf, false, false, true, true),
+                    (false, true, true, true) => go!(w, xm, pf, false, true, true, true),
+                    (true, false, false, true) => go!(w, xm, pf, true, false, false, true),
+                    (true, true, false, true) => go!(w, xm, pf, true, true, false, true),
+                    (false, false, false, true) => go!(w, xm, pf, false, false, false, true),
+                    (false, true, false, true) => go!(w, xm, pf, false, true, false, true),
                 }
             }
         }};
     }
-    if lag {
+    let null = std::ptr::null();
+    if !layer {
+        // rmsnorm: row `t`'s squares (from memory), then, `lag`, row `t − 1`'s write.
+        let l = usize::from(lag);
+        let mut rstd = [0.0f32; 2];
+        for t in r0..r1 + l {
+            if t < r1 {
+                // SAFETY: row `t` is in the tensor.
+                let (ss, _) =
+                    unsafe { eo_sums::<true, false, true>((row(t), ahead(t)), (null, 0.0), n, bc) };
+                // `vmath::rsqrt`'s `1 / sqrt`.
+                rstd[t % 2] = 1.0 / (ss / nf + nm.eps).sqrt();
+            }
+            if t >= r0 + l {
+                let w = t - l;
+                write!(w, 0.0, rstd[w % 2], wpf(t));
+            }
+        }
+    } else if lag {
         let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
         for t in r0..r1 + 2 {
             let s = t.wrapping_sub(1);
@@ -989,9 +1144,9 @@ unsafe fn eo_rows<const CVT: bool>(
             // SAFETY: rows `t` (with `first`) and `s` (with `mid`) are in the tensor.
             let (si, sm) = unsafe {
                 match (first, mid) {
-                    (true, true) => eo_sums::<true, true>(ip, mp, n, bc),
-                    (true, false) => eo_sums::<true, false>(ip, mp, n, bc),
-                    (false, true) => eo_sums::<false, true>(ip, mp, n, bc),
+                    (true, true) => eo_sums::<true, true, false>(ip, mp, n, bc),
+                    (true, false) => eo_sums::<true, false, false>(ip, mp, n, bc),
+                    (false, true) => eo_sums::<false, true, false>(ip, mp, n, bc),
                     (false, false) => (0.0, 0.0),
                 }
             };
@@ -1008,13 +1163,14 @@ unsafe fn eo_rows<const CVT: bool>(
             }
         }
     } else {
-        let null = std::ptr::null();
         for t in r0..r1 {
             // SAFETY: row `t` is in the tensor.
-            let (si, _) = unsafe { eo_sums::<true, false>((row(t), ahead(t)), (null, 0.0), n, bc) };
+            let (si, _) =
+                unsafe { eo_sums::<true, false, false>((row(t), ahead(t)), (null, 0.0), n, bc) };
             let mean = si / nf;
             // SAFETY: as above.
-            let (_, sm) = unsafe { eo_sums::<false, true>((null, null), (row(t), mean), n, bc) };
+            let (_, sm) =
+                unsafe { eo_sums::<false, true, false>((null, null), (row(t), mean), n, bc) };
             write!(t, mean, 1.0 / (sm / nf + nm.eps).sqrt(), wpf(t));
         }
     }
@@ -1023,16 +1179,21 @@ unsafe fn eo_rows<const CVT: bool>(
     }
 }
 
-/// Whether [`eo_rows`] runs its passes a row or two apart: when the bf16 rows `t − 2 ..= t
-/// + 1` and the widened `γ` (and `β`) take at most half the level-2 cache (further than
-/// [`lags`]' level-1 limit). On the Intel Xeon of [`eo_rows`]' figures (06:09–06:11 UTC,
+/// Whether [`eo_rows`] runs its passes a row or two apart: when the bf16 rows
+/// `t − 2 ..= t + 1` and the widened `γ` (and `β`) take at most half the level-2 cache
+/// (further than [`lags`]' level-1 limit). On the Intel Xeon of [`eo_rows`]' figures (06:09–06:11 UTC,
 /// load 3.7–8.8, three interleaved rounds, experiment build with the choice on an
 /// environment switch), `[1024, 4096]` (8 KiB rows) in turn → apart, fastest launch in µs:
 /// 1T 1203/1437/1698 → 1207/1176/1223, 2T apart 762–780 against main's 883–936.
+///
+/// rmsnorm keeps the bf16 rows `t − 1 ..= t + 1`; bf16 `γ` and `β` read as stored (`gbf`)
+/// take 2 bytes a value.
 #[cfg(target_arch = "x86_64")]
-fn eo_lags(nm: &Norm, n: usize) -> bool {
+fn eo_lags(nm: &Norm, n: usize, gbf: bool) -> bool {
+    let rows = 3 + usize::from(nm.layer);
     let vectors = 1 + usize::from(nm.beta.is_some());
-    (4 * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l2_bytes() / 2
+    let size = if gbf { 2 } else { 4 };
+    (rows * 2 + vectors * size) * n <= crate::backend::cpu::cache::l2_bytes() / 2
 }
 
 /// Whether the bf16 → bf16 rows of [`rows_avx512`] run their passes a row or two apart:
@@ -1087,8 +1248,9 @@ mod tests {
             .collect()
     }
 
-    /// The layernorm bf16 → bf16 rows of [`eo_rows_512`] and [`eo_rows_cvt`] (where the CPU
-    /// has `vcvtne2ps2bf16`), their passes a row or two apart or in turn: rows of
+    /// The layernorm and rmsnorm bf16 → bf16 rows of [`eo_rows_512`] and [`eo_rows_cvt`]
+    /// (where the CPU has `vcvtne2ps2bf16`), with `γ` and `β` f32 in [`eo_order`] or bf16 as
+    /// stored ([`EoGb`]), their passes a row or two apart or in turn: rows of
     /// one to 128 steps of 32 columns, chunks of `bc` columns (64, 1024, 4096: several
     /// chunks a row, or one), programs of 1, 2, 3 and 8 rows (a last program cut short),
     /// with and without `β`, and a `γ` scaled to about `2^-130` (no `β`: most outputs
@@ -1096,9 +1258,9 @@ mod tests {
     /// narrowing), against the interpreter's sums, bit for bit, with fresh random inputs.
     /// First, which shapes [`eo_fits`] sends there: chunks of `bc` columns narrower than the
     /// row that are not whole 32-column steps stay on [`rows_avx512`] (`eo_sums` would add
-    /// across the chunks' ends, and could load past the row's end), and so do rmsnorms.
+    /// across the chunks' ends, and could load past the row's end); rmsnorms as layernorms.
     #[test]
-    fn layernorm_bf16_rows_split_even_odd_match_the_interpreter() {
+    fn norm_bf16_rows_split_even_odd_match_the_interpreter() {
         if !(std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx2")
@@ -1144,15 +1306,29 @@ mod tests {
                 beta: None,
                 ..nm
             };
-            assert!(!eo_fits(&rms, (&x, &out), n), "rmsnorm [2, {n}] bc {bc}");
+            assert_eq!(
+                eo_fits(&rms, (&x, &out), n),
+                want,
+                "rmsnorm [2, {n}] bc {bc}"
+            );
         }
         let start = crate::backend::cpu::clock_seed() | 1;
         let mut seed = start;
         let mut ran = [0usize; 2];
+        let cases = [
+            (true, true, false),
+            (true, false, false),
+            (true, false, true),
+        ];
+        let rms = [
+            (false, false, false),
+            (false, true, false),
+            (false, false, true),
+        ];
         for (rows, n) in [(5, 32), (19, 1024), (10, 2048), (4, 3072), (3, 4096)] {
             for bc in [64, 1024, 4096] {
                 for br in [1, 2, 3, 8] {
-                    for (beta, tiny) in [(true, false), (false, false), (false, true)] {
+                    for (layer, beta, tiny) in cases.into_iter().chain(rms) {
                         let xs = values(&mut seed, rows * n);
                         let mut xb: Vec<u16> = xs
                             .iter()
@@ -1160,11 +1336,19 @@ mod tests {
                             .collect();
                         let mut g = values(&mut seed, n);
                         if tiny {
+                            // (bf16 values, for `EoGb::Bf16`.)
                             for v in &mut g {
-                                *v *= f32::from_bits(0x0080_0000) / 16.0;
+                                *v = half::bf16::from_f32(*v * f32::from_bits(0x0080_0000) / 16.0)
+                                    .to_f32();
                             }
                         }
                         let bv = values(&mut seed, n);
+                        let bits = |v: &[f32]| -> Vec<u16> {
+                            v.iter()
+                                .map(|&v| half::bf16::from_f32(v).to_bits())
+                                .collect()
+                        };
+                        let (g16, b16) = (bits(&g), bits(&bv));
                         let b = beta.then_some(&bv[..]);
                         let nm = Norm {
                             rows: Rows {
@@ -1176,15 +1360,22 @@ mod tests {
                             },
                             gamma: 2,
                             beta: beta.then_some(3),
-                            layer: true,
+                            layer,
                             eps: 1e-5,
                         };
                         let (mut go, mut bo) = (vec![0.0f32; n], vec![0.0f32; n]);
                         eo_order(&g, &mut go);
                         eo_order(&bv, &mut bo);
-                        for (cvt, lag) in
-                            [(false, true), (true, true), (false, false), (true, false)]
-                        {
+                        for (cvt, lag, gbf) in [
+                            (false, true, false),
+                            (true, true, false),
+                            (false, false, false),
+                            (true, false, false),
+                            (false, true, true),
+                            (true, true, true),
+                            (false, false, true),
+                            (true, false, true),
+                        ] {
                             if cvt && !super::super::bf16io::has_cvt() {
                                 continue;
                             }
@@ -1196,29 +1387,33 @@ mod tests {
                             assert!(
                                 crate::backend::cpu::simd::is_amd() || eo_fits(&nm, (&x, &out), n)
                             );
-                            let bo = beta.then_some(&bo[..]);
+                            let gb = if gbf {
+                                EoGb::Bf16(&g16, beta.then_some(&b16[..]))
+                            } else {
+                                EoGb::F32(&go, beta.then_some(&bo[..]))
+                            };
                             for r0 in (0..rows).step_by(br) {
                                 let rr = (r0, (r0 + br).min(rows), rows);
                                 // SAFETY: AVX-512F/BW, AVX2 and FMA are present (and the
-                                // `vcvtne2ps2bf16` features with `cvt`); `eo_fits`; `go`
-                                // (and `bo`) hold `n` values in `eo_order`.
+                                // `vcvtne2ps2bf16` features with `cvt`); `eo_fits`; `gb`
+                                // holds `n` values each (f32 ones in `eo_order`).
                                 unsafe {
                                     if cvt {
-                                        eo_rows_cvt(&nm, (&x, &out), rr, n, (&go, bo), lag)
+                                        eo_rows_cvt(&nm, (&x, &out), rr, n, gb, lag)
                                     } else {
-                                        eo_rows_512(&nm, (&x, &out), rr, n, (&go, bo), lag)
+                                        eo_rows_512(&nm, (&x, &out), rr, n, gb, lag)
                                     }
                                 }
                             }
                             ran[usize::from(cvt)] += 1;
                             for r in 0..rows {
-                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, true);
+                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
                                 let got = &ob[r * n..(r + 1) * n];
                                 if let Some(j) = (0..n).find(|&j| got[j] != want[j]) {
                                     panic!(
-                                        "[{rows}, {n}] bc {bc} br {br} beta {beta} tiny {tiny} \
-                                         cvt {cvt} lag {lag}: row {r} column {j}: {:#06x} != \
-                                         {:#06x} (seed {start})",
+                                        "[{rows}, {n}] bc {bc} br {br} layer {layer} beta \
+                                         {beta} tiny {tiny} cvt {cvt} lag {lag} gbf {gbf}: row \
+                                         {r} column {j}: {:#06x} != {:#06x} (seed {start})",
                                         got[j], want[j]
                                     );
                                 }
@@ -1232,6 +1427,111 @@ mod tests {
             "ran: integer narrowing {}, vcvtne2ps2bf16 {}",
             ran[0], ran[1]
         );
+    }
+
+    /// bf16 → bf16 layernorms and rmsnorms through [`run`] (the choice of path included:
+    /// [`eo_rows`] with `γ` and `β` bf16 as stored or f32 in [`eo_order`], or
+    /// [`rows_avx512`] for widths not a multiple of 32 or chunks not of whole 32-column
+    /// steps), with `γ` and `β` f32, bf16 or one of each, programs of one and three rows
+    /// sharing the worker's row scratch (`kept`), against the interpreter's sums, bit for
+    /// bit, with fresh random inputs.
+    #[test]
+    fn bf16_norms_through_run_match_the_interpreter_for_each_storage_of_gamma_and_beta() {
+        let start = crate::backend::cpu::clock_seed() | 1;
+        let mut seed = start;
+        let vector = |dtype: DType, ptr: *mut u8, n: usize| Buffer {
+            dtype,
+            shape: [n, 1, 1],
+            rank: 1,
+            ptr,
+            len: n * dtype.size_bytes(),
+            writable: false,
+        };
+        let mut launch = 0u64;
+        let mut ran = [0usize; 2];
+        for (rows, n) in [
+            (5, 32),
+            (7, 1000),
+            (9, 1024),
+            (4, 1056),
+            (3, 4096),
+            (6, 2050),
+        ] {
+            for bc in [64, 1024, 4096] {
+                for br in [1, 3] {
+                    for (layer, beta) in
+                        [(true, true), (true, false), (false, false), (false, true)]
+                    {
+                        for (g16, b16) in
+                            [(false, false), (true, true), (true, false), (false, true)]
+                        {
+                            let xs = values(&mut seed, rows * n);
+                            let mut xb: Vec<u16> = xs
+                                .iter()
+                                .map(|&v| half::bf16::from_f32(v).to_bits())
+                                .collect();
+                            let (mut g, mut bv) = (values(&mut seed, n), values(&mut seed, n));
+                            let bits = |v: &[f32]| -> Vec<u16> {
+                                v.iter()
+                                    .map(|&v| half::bf16::from_f32(v).to_bits())
+                                    .collect()
+                            };
+                            let (mut gb16, mut bb16) = (bits(&g), bits(&bv));
+                            let mut ob = vec![0x7fc1u16; rows * n];
+                            let args = [
+                                buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n)),
+                                buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n)),
+                                if g16 {
+                                    vector(DType::BF16, gb16.as_mut_ptr() as *mut u8, n)
+                                } else {
+                                    vector(DType::F32, g.as_mut_ptr() as *mut u8, n)
+                                },
+                                if b16 {
+                                    vector(DType::BF16, bb16.as_mut_ptr() as *mut u8, n)
+                                } else {
+                                    vector(DType::F32, bv.as_mut_ptr() as *mut u8, n)
+                                },
+                            ];
+                            let nm = Norm {
+                                rows: Rows {
+                                    x: 0,
+                                    out: 1,
+                                    br,
+                                    bc,
+                                    round_bf16: false,
+                                },
+                                gamma: 2,
+                                beta: beta.then_some(3),
+                                layer,
+                                eps: 1e-5,
+                            };
+                            assert!(fits(&nm, &args, n));
+                            ran[usize::from(eo_fits(&nm, (&args[0], &args[1]), n))] += 1;
+                            launch += 1;
+                            let mut buf = Vec::new();
+                            let mut kept = 0u64;
+                            for pid in 0..rows.div_ceil(br) {
+                                run(&nm, &mut buf, (&mut kept, launch), pid, &args, rows, n);
+                            }
+                            let b = beta.then_some(&bv[..]);
+                            for r in 0..rows {
+                                let want = reference(&xs[r * n..(r + 1) * n], bc, &g, b, layer);
+                                let got = &ob[r * n..(r + 1) * n];
+                                if let Some(j) = (0..n).find(|&j| got[j] != want[j]) {
+                                    panic!(
+                                        "[{rows}, {n}] bc {bc} br {br} layer {layer} beta \
+                                         {beta} γ bf16 {g16} β bf16 {b16}: row {r} column \
+                                         {j}: {:#06x} != {:#06x} (seed {start})",
+                                        got[j], want[j]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("ran: other rows {}, even/odd rows {}", ran[0], ran[1]);
     }
 
     /// The bf16 → bf16 rows of [`rows_avx512`], their passes a row or two apart ([`lags`])

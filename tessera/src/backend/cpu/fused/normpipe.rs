@@ -47,8 +47,32 @@ pub(crate) struct Write {
 /// layernorm 17.5/19.9), `prefetcht2` in between (rmsnorm 17.8/15.5, layernorm 16.8/20.7);
 /// the sums pass asking for the row two on instead of the next one, no better (rmsnorm
 /// 17.6/17.9, layernorm 21.0/18.9). Final build: see the commit.
-pub(crate) fn ahead_rows(nt: bool, in_bytes: usize, out_bytes: usize) -> bool {
-    nt && super::stream::past_cache(in_bytes + out_bytes)
+///
+/// Also where a row's working set (`row_bytes`: the rows the pipeline keeps, `γ`, `β` and
+/// the output row) takes more than 3/4 of the level-1 cache, within the last-level cache
+/// too (rn21): there the write reads its rows partly back from L2 and takes longer, and
+/// memory again sat without reads. Same machine, experiment build with the choice on an
+/// environment switch, 2026-11-28 09:39–09:40 UTC, load 7–9 from other helpers' builds,
+/// `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C 200 --pool`, 4–5 interleaved rounds,
+/// fastest launch in µs (ratio to the same run's memcpy), without → with: layernorm `[1024,
+/// 4096]` 1T 1616–1932 (0.73–0.84) → 1519–1727 (0.82–0.98) and 1596–2062 (0.74–0.85) →
+/// 1475–1644 (0.84–0.93), 2T ratio 0.76–0.88 → 0.83–0.94; rmsnorm `[1024, 4096]` 1T
+/// 1458–1774 (0.83–0.99) → 1393–1445 (0.98–1.04); but layernorm `[4096, 1024]` (20 KiB per
+/// row) 1T 1229–1456 (0.98–1.15) → 1310–1628 (0.93–1.08): not there. Final build against
+/// main's binary a5b9485 (09:44–09:46, load 2.4–3.7, 4–6 rounds): layernorm `[1024, 4096]`
+/// 1T 1619–1968 (0.70–0.88) → 1479–1649 (0.89–0.94), 2T 950–1036 (0.74–0.79) → 820–929
+/// (0.82–0.93); rmsnorm `[1024, 4096]` 1T 1383–1806 (0.82–1.02) → 1304–1431 (1.03–1.08);
+/// rmsnorm bf16 → f32 `[1024, 4096]` 1T 1065–1382 (0.75–0.97) → 1048–1309 (0.81–0.95), 2T
+/// (plain stores: unchanged) 651–730 → 637–726; layernorm `[4096, 1024]` 1T 1237–1449 →
+/// 1173–1482, 2T 771–818 → 775–814 (unchanged). Not on AMD (measured only on this Xeon).
+pub(crate) fn ahead_rows(
+    nt: bool,
+    (in_bytes, out_bytes): (usize, usize),
+    row_bytes: usize,
+) -> bool {
+    nt && (super::stream::past_cache(in_bytes + out_bytes)
+        || (!crate::backend::cpu::simd::is_amd()
+            && row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3))
 }
 
 /// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
