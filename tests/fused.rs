@@ -1315,7 +1315,7 @@ fn fresh_outputs_bits() {
 /// The 3×3 depthwise kernel in bands of output rows (`fused::depthwise_tap_launches` moves:
 /// every shape here has output rows of at least 16 floats, so every SIMD level takes it)
 /// against the interpreter, bit for bit: output heights that leave 1 to 7 rows after the
-/// bands of 8 (4 at AVX2, 2 portable), one-pixel and one-row outputs, ragged channel counts
+/// bands of 4 (AVX-512 off AMD and AVX2; 8 at AVX-512 on AMD, 2 portable), one-pixel and one-row outputs, ragged channel counts
 /// (1, 3, 70, 130: rows not a whole number of vectors), the bench's `[37, 300]` image
 /// (`[37, 4, 64]`), inputs larger than the output needs, and inputs with NaN, ±inf, -0.0 and
 /// ±1e30.
@@ -1376,14 +1376,33 @@ fn depthwise_taps_bits() {
 }
 
 /// A 3×3 depthwise convolution whose output is past the non-temporal threshold (streamed
-/// stores), fresh and into a kept output, against the interpreter, bit for bit.
+/// stores), fresh and into a kept output, against the interpreter, bit for bit; also a
+/// ragged one (70 channels, rows of 35 vectors, a height leaving 5 rows after the bands of
+/// 8) from fresh clock-seeded inputs.
 #[test]
 fn depthwise_streamed_to_a_large_output_matches_the_interpreter_bit_for_bit() {
     let _level = level_guard();
     // Streamed on one thread; plain stores on two (an output under 3/4 of the LLC).
     for threads in [1, 2] {
         on_threads(threads, depthwise_large_bits);
+        on_threads(threads, depthwise_large_ragged_bits);
     }
+}
+
+fn depthwise_large_ragged_bits() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let (w, ch) = (10, 70);
+    let oh = ((llc() / 8 * 3).div_ceil(4 * (w - 2) * ch) + 1).next_multiple_of(8) + 5;
+    let x = Tensor::<f32>::randn(&[oh + 2, w, ch], seed);
+    let f = Tensor::<f32>::randn(&[3, 3, ch], seed ^ 0x9E37_79B9);
+    let counter = fused::depthwise_tap_launches;
+    let tag = format!("depthwise large ragged [{oh}, {w}, {ch}] seed {seed}");
+    bits_match(&tag, counter, || {
+        tessera_kernels::depthwise_conv2d(&x, &f).unwrap()
+    });
 }
 
 fn depthwise_large_bits() {

@@ -101,6 +101,11 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
     }
     if taps {
         let nt = super::stream::wanted(yb, false);
+        // Bands of 8 rows on AMD, 4 elsewhere (`dwtaps::rows_avx512`).
+        #[cfg(target_arch = "x86_64")]
+        let tall = simd::is_amd();
+        #[cfg(not(target_arch = "x86_64"))]
+        let tall = false;
         let band = |oh0| dwtaps::Band {
             x,
             fe: &fe,
@@ -109,13 +114,14 @@ pub(crate) fn run(d: &Depthwise, args: &[Buffer]) -> bool {
             c,
             oh0,
             ow,
+            tall,
             nt,
         };
         let threads = rayon::current_num_threads();
         if threads == 1 || oh * n < PAR_MIN {
             dwtaps::rows(level, &band(0), y);
         } else {
-            // Pieces of whole bands of 8 rows, four per thread.
+            // Pieces of whole bands (a multiple of 8 rows), four per thread.
             let per = oh.div_ceil(threads * 4).next_multiple_of(8);
             y.par_chunks_mut(per * n)
                 .enumerate()

@@ -53,6 +53,9 @@ pub(crate) struct Band<'a> {
     pub oh0: usize,
     /// Output width (`out` is whole rows of `ow·c` floats).
     pub ow: usize,
+    /// Bands of 8 output rows at AVX-512 instead of 4: the AMD EPYC Zen 5's tuning (see
+    /// `rows_avx512`), which the caller sets on AMD CPUs.
+    pub tall: bool,
     /// Streaming stores (the caller checked `stream::wanted` for the output).
     pub nt: bool,
 }
@@ -87,14 +90,58 @@ pub(crate) fn rows(level: SimdLevel, b: &Band, out: &mut [f32]) {
     unsafe { rows_body::<2, 4>(b, out) }
 }
 
-/// [`rows_body`] built with AVX-512F: 16 lanes, 8 output rows at a time.
+/// [`rows_body`] built with AVX-512F: 16 lanes, 4 output rows at a time (8 with
+/// [`Band::tall`], on AMD).
+///
+/// Bands of 4 output rows, not 8, off AMD since tr21 (AVX2's are 4 rows too; on the AMD
+/// EPYC Zen 5, where this loop is bound by its instructions rather than by the memory, 4
+/// rows measured slower: ARCHITECTURE.md, "Where two-thread depthwise stands", so AMD
+/// keeps 8). A band of `R` rows
+/// reads `R + 2` input rows and writes `R` output rows side by side, so 8 rows keep 18 row
+/// streams per thread (36 on two threads), 4 rows 10 (20), for 1.5 instead of 1.25 input
+/// loads per output vector. On the 2-vCPU KVM Intel Xeon (family 6 model 207) of sessions
+/// 17–21 (tr21, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile depthwise R C 200 --pool`
+/// (`[8192, 4096]`: 30), the band height forced by a temporary switch in one build,
+/// interleaved with main a5b9485's binary, 2026-11-28 09:03–09:56 UTC, `uptime` 2.9–6.9
+/// from other helpers' work; each process's fastest launch, its ratio to the same
+/// process's yardstick, median of each batch's 4–7 rounds, 8 → 4 rows): two threads
+/// `[4096, 1024]` 0.73 / 0.83 / 0.88 / 0.80 → 0.91 / 0.94 / 0.95 / 0.92, `[1024, 4096]`
+/// 0.82 / 0.77 / 0.75 / 0.75 → 0.82 / 0.88 / 0.86 / 0.85 (last batch, µs fastest /
+/// median: 779 / 913 → 720 / 831 and 974 / 1009 → 887 / 908); a build taking 4 rows on
+/// two threads only, against main, two more batches: `[4096, 1024]` 0.91 → 0.88 and 0.79
+/// → 0.90, `[1024, 4096]` 0.73 → 0.86 and 0.77 → 0.83, `[8192, 4096]` 8831 / 10130 →
+/// 8302 / 9749 µs. One thread, three batches: `[1024, 4096]` 0.69 / 0.85 / 0.92 → 0.84 /
+/// 1.02 / 0.99 (last: 1404 / 1509 → 1320 / 1432 µs), `[4096, 1024]` 0.99 / 1.02 / 1.04
+/// → 0.96 / 0.99 / 1.06 (last: 1237 / 1285 → 1161 / 1240); `[8192, 4096]` 16632 / 19229
+/// → 15826 / 17950 µs (0.70 → 0.74). Two runs of the same binary differed by up to 0.14
+/// in such medians. This build against main, 09:59–10:03 UTC, `uptime` 2.3–5.4, five
+/// rounds, µs fastest / median (median ratio): one thread `[4096, 1024]` 1155 / 1556
+/// (0.78) → 1117 / 1157 (1.10), `[1024, 4096]` 1363 / 1764 (0.82) → 1263 / 1400 (0.91),
+/// `[8192, 4096]` 18374 / 20145 (0.70) → 15194 / 18117 (0.78); two threads `[4096, 1024]`
+/// 697 / 878 (0.77) → 663 / 787 (0.87), `[1024, 4096]` 774 / 951 (0.81) → 703 / 865
+/// (0.83), `[8192, 4096]` 8194 / 9968 → 7914 / 9631; `[37, 300]` (5000 launches, four
+/// rounds) 2.69–4.05 → 2.72–3.75 µs. Tried on two threads and not kept: bands of 6 rows (`[4096, 1024]`
+/// 0.81 / 0.88, `[1024, 4096]` 0.86 / 0.81 against 8 rows' 0.73 / 0.83 and 0.82 / 0.77);
+/// streaming stores from 12 MiB (`stream::wanted` keeps plain ones up to 3/4 of the
+/// last-level cache on two threads), five batches against main with 8-row bands:
+/// `[4096, 1024]` 0.92 → 1.02 but `[1024, 4096]` 0.90 → 0.82 (pooled medians), and with
+/// 4-row bands 0.91 / 0.82 against plain stores' 0.92 / 0.85 in the last batch. Measured
+/// in one batch only (four rounds, 8 rows' 0.73 / 0.82 there) and not followed up: 1 or 2
+/// pieces per thread instead of 4, 0.91 / 0.82 and 0.82 / 0.91; no L2 prefetch of the next
+/// band's rows, 0.88 / 0.86.
 ///
 /// # Safety
 /// The CPU must support AVX-512F; the extents as [`rows`] checks them.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn rows_avx512(b: &Band, out: &mut [f32]) {
-    unsafe { rows_body::<8, 16>(b, out) }
+    unsafe {
+        if b.tall {
+            rows_body::<8, 16>(b, out)
+        } else {
+            rows_body::<4, 16>(b, out)
+        }
+    }
 }
 
 /// [`rows_body`] built with AVX2: 8 lanes, 4 output rows at a time.
@@ -335,12 +382,15 @@ mod tests {
     }
 
     /// Every SIMD level, input and output at every offset within a 64-byte line, streaming
-    /// stores on and off, ragged channel counts (rows not a whole number of vectors),
-    /// heights leaving 1 to 7 rows after the bands, rows of exactly one vector, and inputs
+    /// stores on and off, bands of 4 and of 8 rows ([`Band::tall`]), fresh inputs from the
+    /// clock, ragged channel counts (rows not a
+    /// whole number of vectors), heights leaving 1 to 7 rows after bands of 8 (1 to 3 after
+    /// the bands of 4 that AVX-512 and AVX2 run), rows of exactly one vector, and inputs
     /// with NaN, ±inf and -0.0: the same bits as the scalar reference (any NaN for a NaN).
     #[test]
     fn bands_match_the_scalar_reference_at_every_alignment() {
-        let mut s = 7u64;
+        let seed = crate::backend::cpu::clock_seed();
+        let mut s = seed;
         let mut rnd = move || {
             s = s
                 .wrapping_mul(6364136223846793005)
@@ -379,7 +429,12 @@ mod tests {
                 if ow * c < lanes(level) {
                     continue;
                 }
-                for (xo, yo, nt) in (0..16).flat_map(|o| [(o, (o * 5) % 16, false), (o, o, true)]) {
+                for (xo, yo, nt, tall) in (0..16).flat_map(|o| {
+                    [
+                        (o, (o * 5) % 16, false, o % 2 == 1),
+                        (o, o, true, o % 4 < 2),
+                    ]
+                }) {
                     let nt = nt && level >= SimdLevel::Avx2;
                     let mut xs = vec![0f32; x.len() + 32];
                     let xa = xs.as_ptr().align_offset(64) + xo;
@@ -394,6 +449,7 @@ mod tests {
                         c,
                         oh0: 0,
                         ow,
+                        tall,
                         nt,
                     };
                     rows(level, &band, &mut ys[ya..ya + oh * ow * c]);
@@ -407,7 +463,7 @@ mod tests {
                         |a: f32, b: f32| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan();
                     if let Some(k) = (0..want.len()).find(|&k| !same(got[k], want[k])) {
                         panic!(
-                            "[{h}, {w}, {c}] {level:?} x+{xo} y+{yo} nt {nt}: element {k} is {} not {}",
+                            "[{h}, {w}, {c}] {level:?} x+{xo} y+{yo} nt {nt} tall {tall} seed {seed}: element {k} is {} not {}",
                             got[k], want[k]
                         );
                     }

@@ -302,12 +302,24 @@ fn band(bf16: bool, c: usize, l2: Option<usize>) -> usize {
 /// plain): `[4096, 1024]` 0.64–0.78 / 0.69–0.83, `[1024, 4096]` 0.61–0.73 / 0.60–0.73,
 /// `[2048, 2048]` 0.59–0.71 / 0.61–0.93; the Zen 5's gain for it (above) was not measured
 /// again.
+///
+/// Off AMD ([`zen_tuned`]) none at any thread count since tr21: on the same Xeon, two threads
+/// (`RAYON_NUM_THREADS=2 chrt -f 50 cpu_profile transpose|transpose_bf16 R C 200 --pool`,
+/// the count forced by a temporary switch in one build, interleaved with main a5b9485's
+/// binary, 2026-11-28 09:01–09:11 UTC, `uptime` 4.6–10.6 from other helpers' work: many
+/// launches ran with the second thread waiting for a CPU, so the fastest launch of each
+/// process, fastest / median of the rounds where both threads ran, µs, 4 (f32) or 8 (bf16)
+/// of the block's rows plain → none): f32 `[4096, 1024]` 827 / 865 → 742 / 767, `[1024,
+/// 4096]` 893 / 936 → 707 / 815 (11 rounds each); bf16 `[4096, 1024]` 375–585 → 378–477,
+/// `[1024, 4096]` 400–532 → 400–478 (fastest of each batch); the A/B of the final build is
+/// at [`run_whole`].
 fn plain_rows(bf16: bool, out: usize, threads: usize, zen: bool) -> usize {
     let llc = crate::backend::cpu::cache::last_level_bytes();
     match (bf16, threads) {
+        _ if !zen => 0,
         (false, 2..) if out <= llc / 4 * 3 => 4,
         (true, 2..) if out <= llc / 4 * 3 => 8,
-        (true, _) if out <= llc / 8 * 3 && zen => 12,
+        (true, _) if out <= llc / 8 * 3 => 12,
         _ => 0,
     }
 }
@@ -316,6 +328,25 @@ fn plain_rows(bf16: bool, out: usize, threads: usize, zen: bool) -> usize {
 /// (their shapes checked by the caller), the destination rows split among rayon's threads in
 /// bands; each band walks the source in passes of [`band`] whole rows (sequential reads)
 /// and writes one short run into each of its destination rows per pass.
+///
+/// Two threads with no plain rows off AMD ([`plain_rows`], tr21), A/B of the final build
+/// against main a5b9485's `cpu_profile`, interleaved, five batches 09:16–09:42 UTC
+/// 2026-11-28, `uptime` 2.9–12.2 from other helpers' work (`RAYON_NUM_THREADS=2 chrt -f 50
+/// cpu_profile transpose|transpose_bf16 R C 200 --pool`; each process's fastest launch,
+/// rounds where the second thread waited for a CPU (over 1.4× the fastest) left out: µs
+/// fastest / median, then the median ratio to the same process's yardstick): f32 `[4096,
+/// 1024]` 698 / 859 (0.85) → 736 / 785 (0.94), `[1024, 4096]` 774 / 951 (0.79) → 747 / 841
+/// (0.90); bf16 `[4096, 1024]` 372 / 480 (0.73) → 370 / 420 (0.85), `[1024, 4096]` 381 /
+/// 408 (0.85) → 349 / 440 (0.85); beyond the cache (unchanged code: no plain rows there)
+/// `[8192, 4096]` f32 6667 / 7620 → 6521 / 7136, bf16 3451 / 3468 → 3405 / 3616. Tried
+/// in the same runs as [`plain_rows`]' figures and not kept (medians of five rounds, µs, all
+/// streamed): each thread a contiguous half of the source rows instead of the column bands
+/// below, f32 `[4096, 1024]` 925 and `[1024, 4096]` 914 against the bands' 865 / 922 with
+/// 4 plain rows, bf16 516 / 438 against 413 / 442 (no plain rows as well: 461 / 408); f32
+/// blocks in pairs (as bf16's `x86::bf16_avx512`) on two threads 913 / 926 against 865 /
+/// 922; f32 source prefetch 2 or 8 steps ahead instead of [`AHEAD`]'s 4, 869 / 938 and 846
+/// / 954 against 865 / 922 (min 716 / 764 and 814 / 839 against 790 / 782); 12 of 32 bf16
+/// rows plain 565 / 486 against 413 / 442.
 pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
     let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
     run_whole_l2(t, args, l2, None)
@@ -541,8 +572,6 @@ unsafe fn copy_bf16_nt(
             match (nt, keep, zen, pair) {
                 (true, 12, _, _) => b::<true, 12, true, false>(s, ss, d, ds, na, nb),
                 (true, 8, true, _) => b::<true, 8, true, false>(s, ss, d, ds, na, nb),
-                (true, 8, false, true) => b::<true, 8, false, true>(s, ss, d, ds, na, nb),
-                (true, 8, false, false) => b::<true, 8, false, false>(s, ss, d, ds, na, nb),
                 (true, _, true, _) => b::<true, 0, true, false>(s, ss, d, ds, na, nb),
                 (true, _, false, true) => b::<true, 0, false, true>(s, ss, d, ds, na, nb),
                 (true, _, false, false) => b::<true, 0, false, false>(s, ss, d, ds, na, nb),
@@ -1442,8 +1471,14 @@ mod tests {
                 check(1024, 1024, true, so, dof, threads);
                 check(2048, 96, true, so, dof, threads);
                 // f32 groups of 16 rows staggered over 64 column steps (32 per band on two
-                // threads), rows of 4 KiB; on two threads the last 4 rows of each block plain.
+                // threads), rows of 4 KiB; on two threads on AMD the last 4 rows of each
+                // block plain, as the Zen 5's tuning (`l2` `None`) does on any machine, none
+                // off AMD (`plain_rows`); fresh bits from the clock, ragged rows too.
                 check(1024, 1024, false, so, dof, threads);
+                let seed = crate::backend::cpu::clock_seed();
+                let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
+                check_with(1024, 1024, false, so, dof, threads, None, None, seed);
+                check_with(1008, 1037, false, so, dof, threads, l2, None, seed + 1);
             }
         }
     }
@@ -1468,8 +1503,8 @@ mod tests {
     /// The paired bf16 blocks ([`paired`]; forced on, and off as beyond the last-level
     /// cache, on any machine with AVX-512BW): passes of 128 rows (two pairs per column
     /// step), 64 (one pair) and 96 (a pair and a lone group), the last pass ragged, lead and
-    /// skew offsets, one and two threads (on two, 8 of each block's 32 rows plain, in both
-    /// blocks of a pair), fresh random bits with NaNs in some blocks and none in others.
+    /// skew offsets, one and two threads (no plain rows off AMD since tr21: [`plain_rows`]),
+    /// fresh random bits with NaNs in some blocks and none in others.
     #[test]
     fn paired_bf16_blocks_copy_every_bit() {
         let seed = crate::backend::cpu::clock_seed();
