@@ -88,6 +88,9 @@ pub(crate) fn run_block(
 ) {
     match (path, &plan.softmax, &plan.norm) {
         (Path::Softmax { rows, n }, Some(sm), _) => {
+            // `row` no longer holds any launch's `γ`: a worker may run another launch's
+            // program between two of a norm launch's (rayon steals while it waits).
+            s.widened = 0;
             super::softmax::run(sm, &mut s.row, ids[0]..ids[0] + 1, args, rows, n)
         }
         (Path::Norm { rows, n }, _, Some(nm)) => {
@@ -109,6 +112,8 @@ pub(crate) fn softmax_programs(
 ) {
     match (path, &plan.softmax) {
         (Path::Softmax { rows, n }, Some(sm)) => {
+            // As in [`run_block`]: `row` no longer holds a norm's `γ`.
+            s.widened = 0;
             super::softmax::run(sm, &mut s.row, pids, args, rows, n)
         }
         _ => unreachable!("softmax_programs on another path"),
@@ -1018,4 +1023,120 @@ fn combine(op: TileReduce, a: f32, x: f32) -> f32 {
 fn max_nan(a: f32, x: f32) -> f32 {
     let m = a.max(x);
     if a.is_nan() | x.is_nan() { f32::NAN } else { m }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::fused::rowmatch::{Norm, Rows, Softmax};
+
+    fn plan(softmax: Option<Softmax>, norm: Option<Norm>) -> Plan {
+        Plan {
+            steps: Vec::new(),
+            scalars: 0,
+            mat_len: 0,
+            chunk_slots: 0,
+            reduce_len: 0,
+            covers: Vec::new(),
+            softmax,
+            norm,
+        }
+    }
+
+    fn buffer(dtype: DType, ptr: *mut u8, shape: [usize; 3], rank: usize) -> Buffer {
+        Buffer {
+            dtype,
+            shape,
+            rank,
+            ptr,
+            len: shape.iter().product::<usize>() * dtype.size_bytes(),
+            writable: true,
+        }
+    }
+
+    /// A worker's scratch keeps a norm launch's widened bf16 `γ` for that launch's later
+    /// programs (`widened`); a softmax program of another launch run on the same worker in
+    /// between (rayon runs other jobs while a worker waits) overwrites `row`, so the norm's
+    /// next program must widen `γ` again: its output the same bits as from a fresh scratch.
+    /// (The softmax's first row of exponentials covers offsets 1023 .. 4096 of `row` at
+    /// every level, so the norm's `γ`, widened to offsets 1024 .. 1280, is overwritten.)
+    #[test]
+    fn a_softmax_program_between_a_norm_launchs_programs_does_not_leave_a_stale_gamma() {
+        let n = 256;
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let mut s0 = seed;
+        let mut rnd = move || {
+            s0 ^= s0 << 13;
+            s0 ^= s0 >> 7;
+            s0 ^= s0 << 17;
+            (s0 >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let x: Vec<f32> = (0..2 * n).map(|_| rnd() * 8.0 - 4.0).collect();
+        // `γ` in [2, 4): never an exponential of the softmax (at most 1).
+        let g: Vec<u16> = (0..n)
+            .map(|_| half::bf16::from_f32(2.0 + 2.0 * rnd()).to_bits())
+            .collect();
+        let nm = Norm {
+            rows: Rows {
+                x: 0,
+                out: 1,
+                br: 1,
+                bc: n,
+                round_bf16: false,
+            },
+            gamma: 2,
+            beta: None,
+            layer: false,
+            eps: 1e-5,
+        };
+        let norm = plan(None, Some(nm));
+        let npath = Path::Norm { rows: 2, n };
+        let run_norm = |s: &mut Scratch, launch: u64, out: &mut Vec<f32>, pid: usize| {
+            let args = [
+                buffer(DType::F32, x.as_ptr() as *mut u8, [2, n, 1], 2),
+                buffer(DType::F32, out.as_mut_ptr() as *mut u8, [2, n, 1], 2),
+                buffer(DType::BF16, g.as_ptr() as *mut u8, [n, 1, 1], 1),
+            ];
+            s.launch = launch;
+            run_block(&norm, npath, s, [pid, 0, 0], &args);
+        };
+        let sn = 4096;
+        let mut sx: Vec<f32> = (0..sn).map(|_| rnd() * 8.0 - 4.0).collect();
+        let mut so = vec![0.0f32; sn];
+        let softmax = plan(
+            Some(Softmax {
+                rows: Rows {
+                    x: 0,
+                    out: 1,
+                    br: 1,
+                    bc: sn,
+                    round_bf16: false,
+                },
+            }),
+            None,
+        );
+        let sargs = [
+            buffer(DType::F32, sx.as_mut_ptr() as *mut u8, [1, sn, 1], 2),
+            buffer(DType::F32, so.as_mut_ptr() as *mut u8, [1, sn, 1], 2),
+        ];
+        let (mut got, mut want) = (vec![0.0f32; 2 * n], vec![0.0f32; 2 * n]);
+        let mut s = Scratch::default();
+        run_norm(&mut s, 7, &mut got, 0);
+        s.launch = 8;
+        run_block(
+            &softmax,
+            Path::Softmax { rows: 1, n: sn },
+            &mut s,
+            [0, 0, 0],
+            &sargs,
+        );
+        run_norm(&mut s, 7, &mut got, 1);
+        let mut fresh = Scratch::default();
+        for pid in 0..2 {
+            run_norm(&mut fresh, 7, &mut want, pid);
+        }
+        if let Some(j) = (0..2 * n).find(|&j| got[j].to_bits() != want[j].to_bits()) {
+            panic!("element {j}: {} != {} (seed {seed})", got[j], want[j]);
+        }
+    }
 }
