@@ -1213,6 +1213,24 @@ mod tests {
     use super::super::rowmatch::Rows;
     use super::*;
 
+    /// The norm of the tests below: `x` argument 0, `out` 1, `γ` 2 (`β` 3 with `beta`),
+    /// programs of `br` rows, chunks of `bc` columns, `eps` 1e-5.
+    fn norm(br: usize, bc: usize, beta: bool, layer: bool) -> Norm {
+        Norm {
+            rows: Rows {
+                x: 0,
+                out: 1,
+                br,
+                bc,
+                round_bf16: false,
+            },
+            gamma: 2,
+            beta: beta.then_some(3),
+            layer,
+            eps: 1e-5,
+        }
+    }
+
     /// A `[r, c]` buffer over `len` bytes at `ptr`.
     fn buffer(dtype: DType, ptr: *mut u8, (r, c): (usize, usize)) -> Buffer {
         Buffer {
@@ -1350,19 +1368,7 @@ mod tests {
                         };
                         let (g16, b16) = (bits(&g), bits(&bv));
                         let b = beta.then_some(&bv[..]);
-                        let nm = Norm {
-                            rows: Rows {
-                                x: 0,
-                                out: 1,
-                                br,
-                                bc,
-                                round_bf16: false,
-                            },
-                            gamma: 2,
-                            beta: beta.then_some(3),
-                            layer,
-                            eps: 1e-5,
-                        };
+                        let nm = norm(br, bc, beta, layer);
                         let (mut go, mut bo) = (vec![0.0f32; n], vec![0.0f32; n]);
                         eo_order(&g, &mut go);
                         eo_order(&bv, &mut bo);
@@ -1492,19 +1498,7 @@ mod tests {
                                     vector(DType::F32, bv.as_mut_ptr() as *mut u8, n)
                                 },
                             ];
-                            let nm = Norm {
-                                rows: Rows {
-                                    x: 0,
-                                    out: 1,
-                                    br,
-                                    bc,
-                                    round_bf16: false,
-                                },
-                                gamma: 2,
-                                beta: beta.then_some(3),
-                                layer,
-                                eps: 1e-5,
-                            };
+                            let nm = norm(br, bc, beta, layer);
                             assert!(fits(&nm, &args, n));
                             ran[usize::from(eo_fits(&nm, (&args[0], &args[1]), n))] += 1;
                             launch += 1;
@@ -1570,19 +1564,7 @@ mod tests {
                         let bv = values(&mut seed, n);
                         let b = beta.then_some(&bv[..]);
                         let mut ob = vec![0x7fc1u16; rows * n];
-                        let nm = Norm {
-                            rows: Rows {
-                                x: 0,
-                                out: 1,
-                                br,
-                                bc,
-                                round_bf16: false,
-                            },
-                            gamma: 2,
-                            beta: beta.then_some(3),
-                            layer,
-                            eps: 1e-5,
-                        };
+                        let nm = norm(br, bc, beta, layer);
                         let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n));
                         let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n));
                         let (mut xw, mut ow) = (vec![0.0f32; n], vec![0.0f32; n]);
