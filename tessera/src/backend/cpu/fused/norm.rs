@@ -114,16 +114,8 @@ fn body(
             unsafe { std::slice::from_raw_parts(args[p].ptr as *const u16, n) }
         };
         let gb = EoGb::Bf16(v(nm.gamma), nm.beta.map(v));
-        let (r0, r1) = (pid * br, (pid * br + br).min(rows));
         // SAFETY: `eo_fits` checked the features and the shapes; `gb` holds `[n]` vectors.
-        unsafe {
-            let lag = eo_lags(nm, n, true);
-            if super::bf16io::has_cvt() {
-                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, gb, lag)
-            } else {
-                eo_rows_512(nm, (x, out), (r0, r1, rows), n, gb, lag)
-            }
-        }
+        unsafe { eo_program(nm, (x, out), (pid * br, br, rows), n, gb) };
         return;
     }
     // `γ` and `β` sit at the same place in `buf` for every program of a launch (`n` and
@@ -143,17 +135,9 @@ fn body(
             }
         }
         let gb = EoGb::F32(&gx[..n], b.map(|_| &bx[..n]));
-        let (r0, r1) = (pid * br, (pid * br + br).min(rows));
         // SAFETY: `eo_fits` checked the features and the shapes; `gx` (and `bx`) hold `n`
         // values in `eo_order`.
-        unsafe {
-            let lag = eo_lags(nm, n, false);
-            if super::bf16io::has_cvt() {
-                eo_rows_cvt(nm, (x, out), (r0, r1, rows), n, gb, lag)
-            } else {
-                eo_rows_512(nm, (x, out), (r0, r1, rows), n, gb, lag)
-            }
-        }
+        unsafe { eo_program(nm, (x, out), (pid * br, br, rows), n, gb) };
         return;
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -787,6 +771,31 @@ fn eo_bf16_vectors(nm: &Norm, args: &[Buffer], n: usize) -> bool {
     all && wide
 }
 
+/// One program's rows `r0 .. r0 + br` (of `rows`) on [`eo_rows_cvt`] where the CPU has
+/// `bf16io::has_cvt`, else [`eo_rows_512`], lagged as [`eo_lags`] says for `gb`'s kind.
+///
+/// # Safety
+/// As [`eo_rows`]: [`eo_fits`] holds; `gb` holds `n` values per vector.
+#[cfg(target_arch = "x86_64")]
+unsafe fn eo_program(
+    nm: &Norm,
+    xo: (&Buffer, &Buffer),
+    (r0, br, rows): (usize, usize, usize),
+    n: usize,
+    gb: EoGb,
+) {
+    let r1 = (r0 + br).min(rows);
+    let lag = eo_lags(nm, n, matches!(gb, EoGb::Bf16(..)));
+    // SAFETY: the caller's.
+    unsafe {
+        if super::bf16io::has_cvt() {
+            eo_rows_cvt(nm, xo, (r0, r1, rows), n, gb, lag)
+        } else {
+            eo_rows_512(nm, xo, (r0, r1, rows), n, gb, lag)
+        }
+    }
+}
+
 /// `v` (whole 32-column steps) reordered as [`eo_rows_512`] keeps a row: each step's even
 /// columns, then its odd ones (`w[32k + i] = v[32k + 2i]`, `w[32k + 16 + i] = v[32k + 2i +
 /// 1]`, `i < 16`).
@@ -1208,28 +1217,29 @@ fn lags(nm: &Norm, n: usize) -> bool {
     (rows * 2 + vectors * 4) * n <= crate::backend::cpu::cache::l1_data_bytes() / 4 * 3
 }
 
+/// The norm of this file's tests and `normpipe`'s: `x` argument 0, `out` 1, `γ` 2 (`β` 3
+/// with `beta`), programs of `br` rows, chunks of `bc` columns, `eps` 1e-5.
+#[cfg(test)]
+pub(super) fn test_norm(br: usize, bc: usize, beta: bool, layer: bool) -> Norm {
+    Norm {
+        rows: super::rowmatch::Rows {
+            x: 0,
+            out: 1,
+            br,
+            bc,
+            round_bf16: false,
+        },
+        gamma: 2,
+        beta: beta.then_some(3),
+        layer,
+        eps: 1e-5,
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::super::rowmatch::Rows;
     use super::*;
-
-    /// The norm of the tests below: `x` argument 0, `out` 1, `γ` 2 (`β` 3 with `beta`),
-    /// programs of `br` rows, chunks of `bc` columns, `eps` 1e-5.
-    fn norm(br: usize, bc: usize, beta: bool, layer: bool) -> Norm {
-        Norm {
-            rows: Rows {
-                x: 0,
-                out: 1,
-                br,
-                bc,
-                round_bf16: false,
-            },
-            gamma: 2,
-            beta: beta.then_some(3),
-            layer,
-            eps: 1e-5,
-        }
-    }
 
     /// A `[r, c]` buffer over `len` bytes at `ptr`.
     fn buffer(dtype: DType, ptr: *mut u8, (r, c): (usize, usize)) -> Buffer {
@@ -1368,7 +1378,7 @@ mod tests {
                         };
                         let (g16, b16) = (bits(&g), bits(&bv));
                         let b = beta.then_some(&bv[..]);
-                        let nm = norm(br, bc, beta, layer);
+                        let nm = test_norm(br, bc, beta, layer);
                         let (mut go, mut bo) = (vec![0.0f32; n], vec![0.0f32; n]);
                         eo_order(&g, &mut go);
                         eo_order(&bv, &mut bo);
@@ -1498,7 +1508,7 @@ mod tests {
                                     vector(DType::F32, bv.as_mut_ptr() as *mut u8, n)
                                 },
                             ];
-                            let nm = norm(br, bc, beta, layer);
+                            let nm = test_norm(br, bc, beta, layer);
                             assert!(fits(&nm, &args, n));
                             ran[usize::from(eo_fits(&nm, (&args[0], &args[1]), n))] += 1;
                             launch += 1;
@@ -1564,7 +1574,7 @@ mod tests {
                         let bv = values(&mut seed, n);
                         let b = beta.then_some(&bv[..]);
                         let mut ob = vec![0x7fc1u16; rows * n];
-                        let nm = norm(br, bc, beta, layer);
+                        let nm = test_norm(br, bc, beta, layer);
                         let x = buffer(DType::BF16, xb.as_mut_ptr() as *mut u8, (rows, n));
                         let out = buffer(DType::BF16, ob.as_mut_ptr() as *mut u8, (rows, n));
                         let (mut xw, mut ow) = (vec![0.0f32; n], vec![0.0f32; n]);

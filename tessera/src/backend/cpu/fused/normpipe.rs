@@ -548,7 +548,6 @@ pub(super) mod tests {
     /// starts as NaN, so a row not written fails.
     #[test]
     fn rows_match_the_interpreter_streamed_or_not() {
-        use super::super::rowmatch::{Norm, Rows as RowTile};
         use crate::backend::Buffer;
         use tessera_ir::DType;
         if !(std::is_x86_feature_detected!("avx512f")
@@ -594,19 +593,7 @@ pub(super) mod tests {
                             let bv = values(&mut seed, n);
                             let b = beta.then_some(&bv[..]);
                             let mut ob = vec![f32::from_bits(0x7fc0_1234); rows * n];
-                            let nm = Norm {
-                                rows: RowTile {
-                                    x: 0,
-                                    out: 1,
-                                    br,
-                                    bc,
-                                    round_bf16: false,
-                                },
-                                gamma: 2,
-                                beta: beta.then_some(3),
-                                layer,
-                                eps: 1e-5,
-                            };
+                            let nm = super::super::norm::test_norm(br, bc, beta, layer);
                             let x = if bf {
                                 buffer(DType::BF16, bits.as_mut_ptr() as *mut u8, (rows, n))
                             } else {
