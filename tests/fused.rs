@@ -1929,21 +1929,7 @@ fn softmax_rows_bits_on(shapes: &[(usize, usize)]) {
         });
         // bf16 in and out: the specials, and rows whose products round at a tie or to a
         // subnormal.
-        direct_same_bits(
-            &format!("softmax bf16 specials {tag}"),
-            programs,
-            true,
-            || tessera_kernels::softmax(&spb).unwrap(),
-        );
-        if c >= 3 {
-            let tb = ties_bf16(&xb, c);
-            direct_same_bits(
-                &format!("softmax bf16 ties and subnormals {tag}"),
-                programs,
-                true,
-                || tessera_kernels::softmax(&tb).unwrap(),
-            );
-        }
+        softmax_bf16_specials_and_ties(&tag, programs, &spb, &xb, c);
     }
 }
 
@@ -2000,19 +1986,7 @@ fn bf16_softmax_rows_on_fresh_inputs_match_the_interpreter_bit_for_bit() {
                 );
                 let x = Tensor::<f32>::randn(&[r, c], s ^ 0xaaaa);
                 let spb = to_bf16(&specials(&x, c));
-                direct_same_bits(
-                    &format!("softmax bf16 specials {tag}"),
-                    programs,
-                    true,
-                    || tessera_kernels::softmax(&spb).unwrap(),
-                );
-                let tb = ties_bf16(&xb, c);
-                direct_same_bits(
-                    &format!("softmax bf16 ties and subnormals {tag}"),
-                    programs,
-                    true,
-                    || tessera_kernels::softmax(&tb).unwrap(),
-                );
+                softmax_bf16_specials_and_ties(&tag, programs, &spb, &xb, c);
                 let zb = zero_max_bf16(&xb, c);
                 bits_match(&format!("softmax bf16 zero maxima {tag}"), programs, || {
                     tessera_kernels::softmax(&zb).unwrap()
@@ -2261,13 +2235,28 @@ fn softmax_bf16_rows_bits_on(shapes: &[(usize, usize)]) {
             tessera_kernels::softmax(&xb).unwrap()
         });
         let spb = to_bf16(&specials(&Tensor::<f32>::randn(&[r, c], s + 1), c));
-        direct_same_bits(
-            &format!("softmax bf16 specials {tag}"),
-            programs,
-            true,
-            || tessera_kernels::softmax(&spb).unwrap(),
-        );
-        let tb = ties_bf16(&xb, c);
+        softmax_bf16_specials_and_ties(&tag, programs, &spb, &xb, c);
+    }
+}
+
+/// bf16 → bf16 softmax on the row loop (`programs` moves) against the interpreter, bit for
+/// bit (NaNs as any NaN): of `spb` (rows with specials) and, for rows of 3 columns or more,
+/// of `xb`'s rows made to round at a tie or to a subnormal ([`ties_bf16`]).
+fn softmax_bf16_specials_and_ties(
+    tag: &str,
+    programs: fn() -> u64,
+    spb: &Tensor<bf16>,
+    xb: &Tensor<bf16>,
+    c: usize,
+) {
+    direct_same_bits(
+        &format!("softmax bf16 specials {tag}"),
+        programs,
+        true,
+        || tessera_kernels::softmax(spb).unwrap(),
+    );
+    if c >= 3 {
+        let tb = ties_bf16(xb, c);
         direct_same_bits(
             &format!("softmax bf16 ties and subnormals {tag}"),
             programs,
