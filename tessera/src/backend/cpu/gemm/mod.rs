@@ -9,7 +9,8 @@
 //!
 //! A register-blocked micro-kernel is selected once at runtime:
 //!
-//! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers,
+//! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers (6×64 for products of more rows
+//!   than one block on a CPU that is not AMD, see `wide_tile`),
 //! * x86_64 with AVX2+FMA: 6×16 kernel on `ymm` registers,
 //! * anything else: a portable kernel written in plain Rust.
 //!
@@ -189,6 +190,10 @@ pub(crate) unsafe fn gemm_f32_raw(
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if wide_tile(m) => {
+                driver::gemm::<x86::Avx512Wide>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+            }
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 driver::gemm::<x86::Avx512Kernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
             }
@@ -201,6 +206,34 @@ pub(crate) unsafe fn gemm_f32_raw(
             }
         }
     }
+}
+
+/// Whether an AVX-512 f32 product of `m` rows runs on the 6×64 micro-kernel
+/// (`x86::Avx512Wide`) instead of the 8×32 one: on a CPU that is not AMD, where `A` has more
+/// rows than one block (`driver::MC_TARGET`: `A` read in place, `B` packed by the driver's
+/// large-`m` loop). The 8×32 tile was tuned on Zen 5 and stays there, and for products whose
+/// rows fit one block (`m = 64`, `k = n = 4096`: packed `A`, `B` packed ahead by the
+/// micro-tiles, `driver::Pipe`).
+///
+/// On this Xeon (Emerald Rapids, KVM, 2 vCPUs; 2026-11-28 12:36-12:44 UTC, load 3-5 from
+/// other builds; `RAYON_NUM_THREADS=T chrt -f 50 gemm_race 12 256x256x256 512x512x512
+/// 1024x1024x1024 2048x2048x2048`, main's binary and this one alternating, three rounds;
+/// ratio faer time / ours, CPU time on one thread, wall on two): one thread `256³` 0.970 /
+/// 0.966 / 0.911 → 0.960 / 1.058 / 0.954, `512³` 0.982 / 0.988 / 1.004 → 1.014 / 1.019 /
+/// 1.007, `1024³` 0.990 / 0.992 / 0.970 → 0.994 / 1.078 / 0.993, `2048³` 0.993 / 1.001 /
+/// 1.007 → 1.026 / 1.026 / 1.014 (ours 147-152 → 154-156 GFLOP/s); `4096³` (`gemm_race 10`,
+/// two rounds) 144 / 144 → 155 / 149 GFLOP/s; two threads `256³` 0.997 / 1.263 / 1.022 →
+/// 1.256 / 1.236 / 1.263, `512³` 0.915 / 1.122 / 1.121 → 1.137 / 1.000 / 1.152, `1024³`
+/// 1.168 / 1.169 / 1.133 → 1.186 / 1.180 / 1.210, `2048³` 1.243 / 1.224 / 1.202 → 1.230 /
+/// 1.184 / 1.254 (rounds where another process shared the core read low on both sides).
+/// A C loop of the same kernels over a `1152 × 1024 × 1024` product (A in place, `kc = 512`,
+/// 144-row blocks, B packed) ran 6×64 at 137-156 GFLOP/s against 117-150 for 8×32 in the
+/// same runs (4×96 and 8×48 between, 12×32 the slowest), and all within 1 % of each other
+/// with L1-resident operands (`288³`): the 8×32 tile's extra broadcasts and A reads (one
+/// 4-byte broadcast per 32 columns instead of per 64) cost where operands come from L2.
+#[cfg(target_arch = "x86_64")]
+fn wide_tile(m: usize) -> bool {
+    m > driver::MC_TARGET && !super::simd::is_amd()
 }
 
 /// Whether an f32 product of `m` rows on [`active_isa`] takes the streamed few-row path
