@@ -15,7 +15,8 @@ pub(crate) struct Avx512Kernel;
 
 /// 6×64 AVX-512 kernel: per step of k four 512-bit loads of `B` and six broadcasts of `A`
 /// feed 24 FMAs (the 8×32 tile: two loads and eight broadcasts for 16), and `A`'s rows in
-/// place are read for 64 columns of C instead of 32.
+/// place are read for 64 columns of C instead of 32. Its `Kernel::run_pack` packs the
+/// `kc × 64` panel first and then runs on it.
 pub(crate) struct Avx512Wide;
 
 /// Rows of `B` ahead of the current one that a packing micro-tile prefetches into L1.
@@ -316,6 +317,17 @@ macro_rules! avx512_kernel {
             unsafe fn run_pack(t: Tile, ldb: usize, bp: *mut f32) {
                 #[target_feature(enable = "avx512f,fma")]
                 unsafe fn go(t: Tile, ldb: usize, bp: *mut f32) {
+                    if $nv > 2 {
+                        // Wider tiles pack the panel first, then run on it: the fused
+                        // loop (four more stores and five prefetches per step of k beside
+                        // 24 accumulators) spilled accumulators to the stack (a third of
+                        // its samples at `256³`), and `256³` ran 159-163 GFLOP/s against
+                        // 165-168 this way (see `gemm::wide_tile`).
+                        unsafe {
+                            pack_b::<$nr>(t.kc, $nr, t.b, ldb, bp);
+                            return run_k::<$mr, $nr, $nv>(Tile { b: bp, ..t });
+                        }
+                    }
                     unsafe {
                         tile_rows::<$mr, $nr, $nv, true, false>(
                             &t,
