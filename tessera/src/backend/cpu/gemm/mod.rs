@@ -215,22 +215,18 @@ pub(crate) unsafe fn gemm_f32_raw(
 /// rows fit one block (`m = 64`, `k = n = 4096`: packed `A`, `B` packed ahead by the
 /// micro-tiles, `driver::Pipe`).
 ///
-/// On this Xeon (Emerald Rapids, KVM, 2 vCPUs; 2026-11-28 12:36-12:44 UTC, load 3-5 from
-/// other builds; `RAYON_NUM_THREADS=T chrt -f 50 gemm_race 12 256x256x256 512x512x512
-/// 1024x1024x1024 2048x2048x2048`, main's binary and this one alternating, three rounds;
-/// ratio faer time / ours, CPU time on one thread, wall on two): one thread `256³` 0.970 /
-/// 0.966 / 0.911 → 0.960 / 1.058 / 0.954, `512³` 0.982 / 0.988 / 1.004 → 1.014 / 1.019 /
-/// 1.007, `1024³` 0.990 / 0.992 / 0.970 → 0.994 / 1.078 / 0.993, `2048³` 0.993 / 1.001 /
-/// 1.007 → 1.026 / 1.026 / 1.014 (ours 147-152 → 154-156 GFLOP/s); `4096³` (`gemm_race 10`,
-/// two rounds) 144 / 144 → 155 / 149 GFLOP/s; two threads `256³` 0.997 / 1.263 / 1.022 →
-/// 1.256 / 1.236 / 1.263, `512³` 0.915 / 1.122 / 1.121 → 1.137 / 1.000 / 1.152, `1024³`
-/// 1.168 / 1.169 / 1.133 → 1.186 / 1.180 / 1.210, `2048³` 1.243 / 1.224 / 1.202 → 1.230 /
-/// 1.184 / 1.254 (rounds where another process shared the core read low on both sides).
-/// A C loop of the same kernels over a `1152 × 1024 × 1024` product (A in place, `kc = 512`,
+/// On this Xeon (Emerald Rapids, KVM, 2 vCPUs; 2026-11-28 13:01-13:04 UTC, load 3.8-9 from
+/// other helpers; `RAYON_NUM_THREADS=T chrt -f 50 gemm_race 20 256x256x256 512x512x512
+/// 1024x1024x1024 2048x2048x2048`, main bc6447d's binary and this one alternating, ratio
+/// faer time / ours, CPU time on one thread, wall on two): one thread `256³` 0.962-0.978 →
+/// 0.980-1.000, `1024³` 0.978-1.065 → 0.990-1.148, `2048³` 1.003-1.076 → 1.040-1.091, `512³`
+/// 0.994-1.167 → 0.866-1.019 (noisy rounds on both sides); two threads `256³` 0.945-1.013 →
+/// 1.050-1.291, `512³` 0.994-1.094 → 1.127-1.154, `2048³` 0.952-1.265 → 1.164-1.341. A C
+/// loop of the same kernels over a `1152 × 1024 × 1024` product (A in place, `kc = 512`,
 /// 144-row blocks, B packed) ran 6×64 at 137-156 GFLOP/s against 117-150 for 8×32 in the
-/// same runs (4×96 and 8×48 between, 12×32 the slowest), and all within 1 % of each other
-/// with L1-resident operands (`288³`): the 8×32 tile's extra broadcasts and A reads (one
-/// 4-byte broadcast per 32 columns instead of per 64) cost where operands come from L2.
+/// same runs, all shapes within 1 % of each other with L1-resident operands: the 8×32
+/// tile's extra broadcasts (eight per 16 FMAs, against six per 24) cost where operands come
+/// from L2. ARCHITECTURE.md, "f32 GEMM: a 6×64 micro-tile on Intel", has the rounds.
 #[cfg(target_arch = "x86_64")]
 fn wide_tile(m: usize) -> bool {
     m > driver::MC_TARGET && !super::simd::is_amd()
