@@ -9,7 +9,8 @@
 //!
 //! A register-blocked micro-kernel is selected once at runtime:
 //!
-//! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers,
+//! * x86_64 with AVX-512F: 8×32 kernel on `zmm` registers (6×64 for products of more rows
+//!   than one block on a CPU that is not AMD, see `wide_tile`),
 //! * x86_64 with AVX2+FMA: 6×16 kernel on `ymm` registers,
 //! * anything else: a portable kernel written in plain Rust.
 //!
@@ -189,6 +190,10 @@ pub(crate) unsafe fn gemm_f32_raw(
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if wide_tile(m) => {
+                driver::gemm::<x86::Avx512Wide>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
+            }
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 driver::gemm::<x86::Avx512Kernel>(m, n, k, a, lda, b, ldb, c, ldc, overwrite)
             }
@@ -201,6 +206,30 @@ pub(crate) unsafe fn gemm_f32_raw(
             }
         }
     }
+}
+
+/// Whether an AVX-512 f32 product of `m` rows runs on the 6×64 micro-kernel
+/// (`x86::Avx512Wide`) instead of the 8×32 one: on a CPU that is not AMD, where `A` has more
+/// rows than one block (`driver::MC_TARGET`: `A` read in place, `B` packed by the driver's
+/// large-`m` loop). The 8×32 tile was tuned on Zen 5 and stays there, and for products whose
+/// rows fit one block (`m = 64`, `k = n = 4096`: packed `A`, `B` packed ahead by the
+/// micro-tiles, `driver::Pipe`).
+///
+/// On this Xeon (Emerald Rapids, KVM, 2 vCPUs; 2026-11-28 13:01-13:04 UTC, load 3.8-9 from
+/// other helpers; `RAYON_NUM_THREADS=T chrt -f 50 gemm_race 20 256x256x256 512x512x512
+/// 1024x1024x1024 2048x2048x2048`, main bc6447d's binary and this one alternating, ratio
+/// faer time / ours, CPU time on one thread, wall on two): one thread `256³` 0.962-0.978 →
+/// 0.980-1.000, `1024³` 0.978-1.065 → 0.990-1.148, `2048³` 1.003-1.076 → 1.040-1.091, `512³`
+/// 0.994-1.167 → 0.866-1.019 (noisy rounds on both sides); two threads `256³` 0.945-1.013 →
+/// 1.050-1.291, `512³` 0.994-1.094 → 1.127-1.154, `2048³` 0.952-1.265 → 1.164-1.341. A C
+/// loop of the same kernels over a `1152 × 1024 × 1024` product (A in place, `kc = 512`,
+/// 144-row blocks, B packed) ran 6×64 at 137-156 GFLOP/s against 117-150 for 8×32 in the
+/// same runs, all shapes within 1 % of each other with L1-resident operands: the 8×32
+/// tile's extra broadcasts (eight per 16 FMAs, against six per 24) cost where operands come
+/// from L2. ARCHITECTURE.md, "f32 GEMM: a 6×64 micro-tile on Intel", has the rounds.
+#[cfg(target_arch = "x86_64")]
+fn wide_tile(m: usize) -> bool {
+    m > driver::MC_TARGET && !super::simd::is_amd()
 }
 
 /// Whether an f32 product of `m` rows on [`active_isa`] takes the streamed few-row path

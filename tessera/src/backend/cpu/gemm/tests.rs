@@ -1215,3 +1215,97 @@ fn few_rows_stream_is_the_packed_chain() {
         }
     }
 }
+
+/// Both AVX-512 micro-kernels (`x86::Avx512Kernel`, 8×32, and `x86::Avx512Wide`, 6×64,
+/// which `gemm_f32_raw` picks for more rows than one block on a CPU that is not AMD) run
+/// through the driver give the in-order FMA chain bit for bit, whichever the entry point
+/// picks on this CPU, on fresh random inputs (the seed is in every failure message): A read
+/// in place (`m > MC_TARGET`) with B packed by the micro-tiles (`FUSE_BYTES`) or by the
+/// separate pass, one to three `KC_WIDE` k-blocks, partial row tiles (`m % 6`, `m % 8`),
+/// partial and full 64-column panels, several row blocks; also all rows in one block (the
+/// packed-ahead chunks of `driver::Pipe`) and the entry point itself; with and without
+/// `overwrite`, strided operands, padding untouched, and the C-fetch points (`C_AHEAD`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn both_avx512_tiles_are_the_in_order_chain() {
+    use super::driver::{C_AHEAD, KC_WIDE, MC_TARGET};
+    if detected_isa() != Isa::Avx512 {
+        println!("not run: no AVX-512, neither micro-kernel can run on this CPU");
+        return;
+    }
+    let seed = crate::backend::cpu::clock_seed();
+    let mut rng = Rng(seed);
+    let mc = MC_TARGET;
+    let shapes = [
+        (mc + 1, 64, 7),
+        (mc + 5, 100, C_AHEAD + 3),
+        (2 * mc + 7, 129, 300),
+        (300, 256, KC_WIDE + 1),
+        (mc + 13, 97, 2 * KC_WIDE + 37),
+        // B's k-block spans over `FUSE_BYTES` (1 MiB): the separate packing pass.
+        (mc + 3, 1100, 521),
+        (3 * mc, 31, 2 * C_AHEAD + 7),
+        // All rows in one block: packed A, B packed ahead by the micro-tiles.
+        (9, 300, 300),
+        (64, 513, 260),
+        (mc, 65, KC_WIDE + 3),
+    ];
+    type Gemm =
+        unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize, bool);
+    let kernels: [(&str, Gemm); 2] = [
+        ("8x32", driver::gemm::<x86::Avx512Kernel>),
+        ("6x64", driver::gemm::<x86::Avx512Wide>),
+    ];
+    for &(m, n, k) in &shapes {
+        for overwrite in [false, true] {
+            let pad = (rng.next_u64() % 3) as usize;
+            let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+            let a = rng.vec((m - 1) * lda + k);
+            let b = rng.vec((k - 1) * ldb + n);
+            let c0 = rng.vec(m * ldc);
+            let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
+            let mut want = c0.clone();
+            for i in 0..m {
+                for j in 0..n {
+                    let mut v = if overwrite { 0.0 } else { c0[i * ldc + j] };
+                    for p in 0..k {
+                        v = a[i * lda + p].mul_add(b[p * ldb + j], v);
+                    }
+                    want[i * ldc + j] = v;
+                }
+            }
+            let same = |x: &[f32]| x.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits());
+            for (kn, gemm) in kernels {
+                let mut c = c0.clone();
+                // SAFETY: the slices hold the described matrices; the CPU has AVX-512F and
+                // FMA (`detected_isa`).
+                unsafe {
+                    gemm(
+                        m,
+                        n,
+                        k,
+                        a.as_ptr(),
+                        lda,
+                        b.as_ptr(),
+                        ldb,
+                        c.as_mut_ptr(),
+                        ldc,
+                        overwrite,
+                    )
+                };
+                assert!(same(&c), "{kn} {name}: not the in-order chain");
+            }
+            let mut c = c0.clone();
+            raw(
+                Isa::Avx512,
+                (m, n, k),
+                (&a, lda),
+                (&b, ldb),
+                &mut c,
+                ldc,
+                overwrite,
+            );
+            assert!(same(&c), "gemm_f32_raw {name}: not the in-order chain");
+        }
+    }
+}

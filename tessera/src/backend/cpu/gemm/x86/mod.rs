@@ -7,7 +7,7 @@ pub(crate) mod bf16;
 pub(crate) mod rows;
 
 pub(crate) use avx2::Avx2Kernel;
-pub(crate) use avx512::Avx512Kernel;
+pub(crate) use avx512::{Avx512Kernel, Avx512Wide};
 
 use super::Isa;
 use std::sync::atomic::{AtomicU8, Ordering};
