@@ -166,9 +166,10 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 pub(crate) use x86::{
     has_cvt, pack2_cvt as pack32_cvt, pack2_cvt_normal as pack32_cvt_normal, store_512 as store16,
     store2_512 as store32, store2_cvt as store32_cvt, store2_cvt_normal as store32_cvt_normal,
-    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32,
-    stream2_cvt as stream32_cvt, stream2_cvt_normal as stream32_cvt_normal,
-    stream2_eo_512 as stream32_eo, stream2_eo_cvt as stream32_eo_cvt,
+    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt,
+    store2_eo_part_512 as store32_eo_part, stream2_512 as stream32, stream2_cvt as stream32_cvt,
+    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
+    stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -392,6 +393,17 @@ mod x86 {
     #[inline(always)]
     pub(crate) unsafe fn store2_eo_512(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
+    }
+
+    /// [`store2_eo_512`] of the columns `k` selects (a row's last, ragged step: the words
+    /// of [`pack2_eo_512`], masked store).
+    ///
+    /// # Safety
+    /// AVX-512F and BW present (the caller is built with them); the words of `k` are
+    /// writable at `p`.
+    #[inline(always)]
+    pub(crate) unsafe fn store2_eo_part_512(p: *mut u16, k: __mmask32, e: __m512, o: __m512) {
+        unsafe { _mm512_mask_storeu_epi16(p as *mut i16, k, pack2_eo_512(e, o)) }
     }
 
     /// [`store2_eo_512`] with a streaming store.
