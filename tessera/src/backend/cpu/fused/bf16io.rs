@@ -1063,6 +1063,51 @@ mod tests {
         eprintln!("ran: {how:?}");
     }
 
+    /// [`x86::store2_eo_part_512`] (a row's ragged last step) writes `half::bf16::from_f32`
+    /// of the first `t` columns only (`t` = 1 ..= 31 in turn), the words past them left as
+    /// they were, over the rounding patterns (subnormals and zeros among them, in the
+    /// columns written and in those left out).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_eo_part_writes_its_columns_narrowed_and_no_others() {
+        use core::arch::x86_64::{__m512, _mm512_loadu_ps};
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn part(c: &[f32], t: usize, o: &mut [u16]) {
+            let e: [f32; 16] = core::array::from_fn(|i| c[2 * i]);
+            let q: [f32; 16] = core::array::from_fn(|i| c[2 * i + 1]);
+            let k = ((1u64 << t) - 1) as u32;
+            // SAFETY: 16 values read from each array, the first `t` of 32 written; the
+            // features are present (the caller's check).
+            unsafe {
+                let (e, q): (__m512, __m512) =
+                    (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
+                x86::store2_eo_part_512(o.as_mut_ptr(), k, e, q);
+            }
+        }
+        if narrow32_here() == Narrow32::Dispatched {
+            eprintln!("not run: no AVX-512F/BW");
+            return;
+        }
+        let all = patterns();
+        let mut ran = 0;
+        for (b, c) in all.chunks_exact(32).enumerate() {
+            let t = 1 + b % 31;
+            let mut o = [0xAAAAu16; 32];
+            // SAFETY: AVX-512F and BW detected (`narrow32_here`).
+            unsafe { part(c, t, &mut o) };
+            for j in 0..32 {
+                let want = if j < t {
+                    half::bf16::from_f32(c[j]).to_bits()
+                } else {
+                    0xAAAA
+                };
+                assert_eq!(o[j], want, "step {b} t {t} column {j}");
+            }
+            ran += 1;
+        }
+        assert!(ran > 0);
+    }
+
     /// Two calls of [`super::super::without_bf16_convert`] on two threads that overlap without
     /// nesting (the first returns while the second runs): the setting stays off until the
     /// second returns, and is on again after it (no other test of this crate calls it).

@@ -86,11 +86,11 @@ fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32], done: bool) -
     }
 }
 
-/// The row loop this thread's last [`body`] took (tests: `bf16_norms_through_run_…` checks
-/// the path choice with it): 0 another, 1 [`eo_rows`] with `γ` and `β` f32 in
-/// [`eo_order`], 2 [`eo_rows`] with them bf16 as stored ([`eo_bf16_vectors`]).
 #[cfg(test)]
 thread_local! {
+    /// The row loop this thread's last [`body`] took (tests: `bf16_norms_through_run_…`
+    /// checks the path choice with it): 0 another, 1 [`eo_rows`] with `γ` and `β` f32 in
+    /// [`eo_order`], 2 [`eo_rows`] with them bf16 as stored ([`eo_bf16_vectors`]).
     static TOOK: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
 }
 
@@ -712,6 +712,23 @@ fn write(
 /// aligned output (every row then starts on a line); not on AMD, which keeps the measured
 /// [`rows_avx512`] (these rows and their wider lag, [`eo_lags`], were measured only on the
 /// Intel Xeon of their figures: on the Zen 5, rn16 found a lag at 4096 columns slower).
+///
+/// Ragged rows (nm22; before, `n % 32 ≠ 0` took [`rows_avx512`]): on the Intel Xeon (family
+/// 6 model 207, 2-vCPU KVM guest), 2026-11-28 12:36–12:37 UTC, load 3.7–5.2 from other
+/// helpers, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K (307200/C) C 400 --pool`, three
+/// interleaved rounds with main's binary (bc6447d), fastest launch in ns per element, main →
+/// this: layernorm_bf16 1T C = 300 0.393–0.403 → 0.273–0.291 (C = 288: 0.245–0.363, 320:
+/// 0.242–0.272), 1000 0.267–0.276 → 0.210–0.218, 1023 0.272–0.281 → 0.205–0.213 (1024:
+/// 0.198–0.205); 2T 300 0.388–0.395 → 0.277–0.284, 1000 0.269–0.335 → 0.212–0.220, 1023
+/// 0.269–0.279 → 0.208–0.217; rmsnorm_bf16 1T 300 0.279–0.291 → 0.187–0.188 (288:
+/// 0.158–0.166, 320: 0.150–0.160), 1000 0.180–0.182 → 0.144–0.149, 1023 0.189–0.192 →
+/// 0.144–0.149 (1024: 0.138–0.142); 2T 300 0.285–0.289 → 0.112–0.184. The ragged step costs
+/// about a whole one: a row of 300 columns costs a little more than one of 320 (5–10 %),
+/// so per element 10–15 % over its aligned neighbours; 1000 and 1023 within ~5 % of 1024.
+/// Tried, not kept: narrowing the ragged step by `vcvtne2ps2bf16` (a masked zero check) as
+/// the whole steps are: C = 300 layernorm 0.278–0.388 against 0.282–0.408, rmsnorm
+/// 0.186–0.189 against 0.187–0.189 (12:42, four rounds); `γ` and `β` in `eo_order` from a
+/// 64-byte boundary: the same within noise at 300, 320, 1000 and 1024 (12:46, three rounds).
 #[cfg(target_arch = "x86_64")]
 fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
     use crate::backend::cpu::simd::{SimdLevel, active};
