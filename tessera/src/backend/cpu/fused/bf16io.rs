@@ -166,9 +166,10 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
 pub(crate) use x86::{
     has_cvt, pack2_cvt as pack32_cvt, pack2_cvt_normal as pack32_cvt_normal, store_512 as store16,
     store2_512 as store32, store2_cvt as store32_cvt, store2_cvt_normal as store32_cvt_normal,
-    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt, stream2_512 as stream32,
-    stream2_cvt as stream32_cvt, stream2_cvt_normal as stream32_cvt_normal,
-    stream2_eo_512 as stream32_eo, stream2_eo_cvt as stream32_eo_cvt,
+    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt,
+    store2_eo_part_512 as store32_eo_part, stream2_512 as stream32, stream2_cvt as stream32_cvt,
+    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
+    stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -392,6 +393,17 @@ mod x86 {
     #[inline(always)]
     pub(crate) unsafe fn store2_eo_512(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
+    }
+
+    /// [`store2_eo_512`] of the columns `k` selects (a row's last, ragged step: the words
+    /// of [`pack2_eo_512`], masked store).
+    ///
+    /// # Safety
+    /// AVX-512F and BW present (the caller is built with them); the words of `k` are
+    /// writable at `p`.
+    #[inline(always)]
+    pub(crate) unsafe fn store2_eo_part_512(p: *mut u16, k: __mmask32, e: __m512, o: __m512) {
+        unsafe { _mm512_mask_storeu_epi16(p as *mut i16, k, pack2_eo_512(e, o)) }
     }
 
     /// [`store2_eo_512`] with a streaming store.
@@ -1049,6 +1061,51 @@ mod tests {
             }
         }
         eprintln!("ran: {how:?}");
+    }
+
+    /// [`x86::store2_eo_part_512`] (a row's ragged last step) writes `half::bf16::from_f32`
+    /// of the first `t` columns only (`t` = 1 ..= 31 in turn), the words past them left as
+    /// they were, over the rounding patterns (subnormals and zeros among them, in the
+    /// columns written and in those left out).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn store32_eo_part_writes_its_columns_narrowed_and_no_others() {
+        use core::arch::x86_64::{__m512, _mm512_loadu_ps};
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn part(c: &[f32], t: usize, o: &mut [u16]) {
+            let e: [f32; 16] = core::array::from_fn(|i| c[2 * i]);
+            let q: [f32; 16] = core::array::from_fn(|i| c[2 * i + 1]);
+            let k = ((1u64 << t) - 1) as u32;
+            // SAFETY: 16 values read from each array, the first `t` of 32 written; the
+            // features are present (the caller's check).
+            unsafe {
+                let (e, q): (__m512, __m512) =
+                    (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
+                x86::store2_eo_part_512(o.as_mut_ptr(), k, e, q);
+            }
+        }
+        if narrow32_here() == Narrow32::Dispatched {
+            eprintln!("not run: no AVX-512F/BW");
+            return;
+        }
+        let all = patterns();
+        let mut ran = 0;
+        for (b, c) in all.chunks_exact(32).enumerate() {
+            let t = 1 + b % 31;
+            let mut o = [0xAAAAu16; 32];
+            // SAFETY: AVX-512F and BW detected (`narrow32_here`).
+            unsafe { part(c, t, &mut o) };
+            for j in 0..32 {
+                let want = if j < t {
+                    half::bf16::from_f32(c[j]).to_bits()
+                } else {
+                    0xAAAA
+                };
+                assert_eq!(o[j], want, "step {b} t {t} column {j}");
+            }
+            ran += 1;
+        }
+        assert!(ran > 0);
     }
 
     /// Two calls of [`super::super::without_bf16_convert`] on two threads that overlap without

@@ -32,8 +32,9 @@ pub(crate) fn run(
     rows: usize,
     n: usize,
 ) {
-    // Three rows, a chunk of squares, γ and β (widened), and γ and β in `eo_order`.
-    let need = 7 * n + nm.rows.bc;
+    // Three rows, a chunk of squares, γ and β (widened), and γ and β in `eo_order` (whole
+    // 32-column steps each).
+    let need = 5 * n + nm.rows.bc + 2 * n.next_multiple_of(32);
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -85,6 +86,14 @@ fn widen<'a>(b: &'a Buffer, at: usize, n: usize, w: &'a mut [f32], done: bool) -
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The row loop this thread's last [`body`] took (tests: `bf16_norms_through_run_…`
+    /// checks the path choice with it): 0 another, 1 [`eo_rows`] with `γ` and `β` f32 in
+    /// [`eo_order`], 2 [`eo_rows`] with them bf16 as stored ([`eo_bf16_vectors`]).
+    static TOOK: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
 #[inline(always)]
 fn body(
     nm: &Norm,
@@ -103,6 +112,8 @@ fn body(
     let (q, rest) = rest.split_at_mut(bc);
     let (gw, rest) = rest.split_at_mut(n);
     let (bw, eo) = rest.split_at_mut(n);
+    #[cfg(test)]
+    TOOK.with(|t| t.set(0));
     #[cfg(target_arch = "x86_64")]
     let eo_path = eo_fits(nm, (x, out), n);
     #[cfg(target_arch = "x86_64")]
@@ -114,6 +125,8 @@ fn body(
             unsafe { std::slice::from_raw_parts(args[p].ptr as *const u16, n) }
         };
         let gb = EoGb::Bf16(v(nm.gamma), nm.beta.map(v));
+        #[cfg(test)]
+        TOOK.with(|t| t.set(2));
         // SAFETY: `eo_fits` checked the features and the shapes; `gb` holds `[n]` vectors.
         unsafe { eo_program(nm, (x, out), (pid * br, br, rows), n, gb) };
         return;
@@ -127,16 +140,19 @@ fn body(
     #[cfg(target_arch = "x86_64")]
     if eo_path {
         // `γ` and `β` in `eo_order` (once a launch, as their widening), then the rows.
-        let (gx, bx) = eo.split_at_mut(n);
+        let n32 = n.next_multiple_of(32);
+        let (gx, bx) = eo.split_at_mut(n32);
         if !done {
             eo_order(g, gx);
             if let Some(b) = b {
-                eo_order(b, &mut bx[..n]);
+                eo_order(b, &mut bx[..n32]);
             }
         }
-        let gb = EoGb::F32(&gx[..n], b.map(|_| &bx[..n]));
+        let gb = EoGb::F32(&gx[..n32], b.map(|_| &bx[..n32]));
+        #[cfg(test)]
+        TOOK.with(|t| t.set(1));
         // SAFETY: `eo_fits` checked the features and the shapes; `gx` (and `bx`) hold `n`
-        // values in `eo_order`.
+        // values in `eo_order` (padded to whole steps).
         unsafe { eo_program(nm, (x, out), (pid * br, br, rows), n, gb) };
         return;
     }
@@ -689,12 +705,30 @@ fn write(
 }
 
 /// Whether a norm's rows take [`eo_rows_512`] / [`eo_rows_cvt`]: a layernorm or rmsnorm of
-/// a bf16 row into a bf16 output at the AVX-512 level with AVX-512BW, rows of whole 32-column
-/// steps (`n` a multiple of 32) whose chunks of `bc` columns start on a step (one chunk, or
-/// `bc` a multiple of 32), and, where the output streams (`stream::large`), a 64-byte
+/// a bf16 row into a bf16 output at the AVX-512 level with AVX-512BW, rows whose chunks of
+/// `bc` columns start on a 32-column step (one chunk, or `bc` a multiple of 32; a row's
+/// last step may be ragged: `n` need not be a multiple of 32), and, where the output
+/// streams (`stream::large`), rows of whole steps (`n` a multiple of 32) and a 64-byte
 /// aligned output (every row then starts on a line); not on AMD, which keeps the measured
 /// [`rows_avx512`] (these rows and their wider lag, [`eo_lags`], were measured only on the
 /// Intel Xeon of their figures: on the Zen 5, rn16 found a lag at 4096 columns slower).
+///
+/// Ragged rows (nm22; before, `n % 32 ≠ 0` took [`rows_avx512`]): on the Intel Xeon (family
+/// 6 model 207, 2-vCPU KVM guest), 2026-11-28 12:36–12:37 UTC, load 3.7–5.2 from other
+/// helpers, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K (307200/C) C 400 --pool`, three
+/// interleaved rounds with main's binary (bc6447d), fastest launch in ns per element, main →
+/// this: layernorm_bf16 1T C = 300 0.393–0.403 → 0.273–0.291 (C = 288: 0.245–0.363, 320:
+/// 0.242–0.272), 1000 0.267–0.276 → 0.210–0.218, 1023 0.272–0.281 → 0.205–0.213 (1024:
+/// 0.198–0.205); 2T 300 0.388–0.395 → 0.277–0.284, 1000 0.269–0.335 → 0.212–0.220, 1023
+/// 0.269–0.279 → 0.208–0.217; rmsnorm_bf16 1T 300 0.279–0.291 → 0.187–0.188 (288:
+/// 0.158–0.166, 320: 0.150–0.160), 1000 0.180–0.182 → 0.144–0.149, 1023 0.189–0.192 →
+/// 0.144–0.149 (1024: 0.138–0.142); 2T 300 0.285–0.289 → 0.112–0.184. The ragged step costs
+/// about a whole one: a row of 300 columns costs a little more than one of 320 (5–10 %),
+/// so per element 10–15 % over its aligned neighbours; 1000 and 1023 within ~5 % of 1024.
+/// Tried, not kept: narrowing the ragged step by `vcvtne2ps2bf16` (a masked zero check) as
+/// the whole steps are: C = 300 layernorm 0.278–0.388 against 0.282–0.408, rmsnorm
+/// 0.186–0.189 against 0.187–0.189 (12:42, four rounds); `γ` and `β` in `eo_order` from a
+/// 64-byte boundary: the same within noise at 300, 320, 1000 and 1024 (12:46, three rounds).
 #[cfg(target_arch = "x86_64")]
 fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
     use crate::backend::cpu::simd::{SimdLevel, active};
@@ -703,15 +737,15 @@ fn eo_fits(nm: &Norm, (x, out): (&Buffer, &Buffer), n: usize) -> bool {
         && x.dtype == DType::BF16
         && out.dtype == DType::BF16
         && n > 0
-        && n % 32 == 0
         && (bc >= n || bc % 32 == 0)
         && active() >= SimdLevel::Avx512
         && std::arch::is_x86_feature_detected!("avx512bw")
-        && (out.ptr as usize % 64 == 0 || !stream::large(out))
+        && ((n % 32 == 0 && out.ptr as usize % 64 == 0) || !stream::large(out))
 }
 
-/// The `γ` (and `β`) of [`eo_rows`]' write: f32 in [`eo_order`], or bf16 in column order
-/// (widened by [`widen_eo`] as the row is, which puts them in that order).
+/// The `γ` (and `β`) of [`eo_rows`]' write: f32 in [`eo_order`] (`n` rounded up to whole
+/// 32-column steps), or bf16 in column order (`n`; widened by [`widen_eo`] as the row is,
+/// which puts them in that order).
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) enum EoGb<'a> {
@@ -721,10 +755,14 @@ pub(crate) enum EoGb<'a> {
 
 #[cfg(target_arch = "x86_64")]
 impl EoGb<'_> {
-    /// Whether `γ` (and `β`) hold at least `n` values.
+    /// Whether `γ` (and `β`) hold at least `n` values (f32 ones: `n` rounded up to whole
+    /// 32-column steps).
     fn holds(&self, n: usize) -> bool {
         match self {
-            EoGb::F32(g, b) => g.len() >= n && b.is_none_or(|b| b.len() >= n),
+            EoGb::F32(g, b) => {
+                let n = n.next_multiple_of(32);
+                g.len() >= n && b.is_none_or(|b| b.len() >= n)
+            }
             EoGb::Bf16(g, b) => g.len() >= n && b.is_none_or(|b| b.len() >= n),
         }
     }
@@ -796,15 +834,17 @@ unsafe fn eo_program(
     }
 }
 
-/// `v` (whole 32-column steps) reordered as [`eo_rows_512`] keeps a row: each step's even
-/// columns, then its odd ones (`w[32k + i] = v[32k + 2i]`, `w[32k + 16 + i] = v[32k + 2i +
-/// 1]`, `i < 16`).
+/// `v` reordered as [`eo_rows_512`] keeps a row: each 32-column step's even columns, then
+/// its odd ones (`w[32k + i] = v[32k + 2i]`, `w[32k + 16 + i] = v[32k + 2i + 1]`, `i < 16`),
+/// a ragged last step padded with `+0` (`w` holds `v.len()` rounded up to whole steps).
 #[cfg(target_arch = "x86_64")]
 fn eo_order(v: &[f32], w: &mut [f32]) {
-    for (s, d) in v.chunks_exact(32).zip(w.chunks_exact_mut(32)) {
+    let n = v.len();
+    for (k, d) in w[..n.next_multiple_of(32)].chunks_exact_mut(32).enumerate() {
+        let at = |c: usize| v.get(32 * k + c).copied().unwrap_or(0.0);
         for i in 0..16 {
-            d[i] = s[2 * i];
-            d[16 + i] = s[2 * i + 1];
+            d[i] = at(2 * i);
+            d[16 + i] = at(2 * i + 1);
         }
     }
 }
@@ -834,6 +874,42 @@ unsafe fn widen_eo(
     }
 }
 
+/// [`widen_eo`] of the columns `k` selects (a row's last, ragged step: a masked word load),
+/// the others `+0`.
+///
+/// # Safety
+/// AVX-512F and BW present (the caller is built with them); the words of `k` are readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn widen_eo_part(
+    p: *const u16,
+    j: usize,
+    k: core::arch::x86_64::__mmask32,
+    hi: core::arch::x86_64::__m512i,
+) -> (core::arch::x86_64::__m512, core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: the caller's; a masked load does not read the words it leaves out.
+    unsafe {
+        let v = _mm512_maskz_loadu_epi16(k, p.add(j) as *const i16);
+        (
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)),
+            _mm512_castsi512_ps(_mm512_and_si512(v, hi)),
+        )
+    }
+}
+
+/// The word mask of a ragged step's first `t < 32` columns, and the lane masks of its even
+/// and odd columns as [`widen_eo`] splits them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn eo_masks(t: usize) -> (u32, u16, u16) {
+    (
+        ((1u64 << t) - 1) as u32,
+        ((1u32 << t.div_ceil(2)) - 1) as u16,
+        ((1u32 << (t / 2)) - 1) as u16,
+    )
+}
+
 /// `norm512::tree` of 32 lane accumulators kept split as [`widen_eo`] splits the columns
 /// (`e`'s lane `i` is accumulator `2i`, `o`'s accumulator `2i + 1`): put back in lane order
 /// first, so the same tree and the same bits.
@@ -858,7 +934,8 @@ fn tree_eo(e: core::arch::x86_64::__m512, o: core::arch::x86_64::__m512) -> f32 
 /// `k mod 32`) and [`tree_eo`], added in column order: `vmath::sum`'s bits.
 ///
 /// # Safety
-/// As [`eo_rows`]; `n` values at `xi` (`IN`) and `xm` (`MID`); chunks of whole steps.
+/// As [`eo_rows`]; `n` values at `xi` (`IN`) and `xm` (`MID`); chunks that start on a
+/// step (a ragged step only at the row's end).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
@@ -878,31 +955,59 @@ unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
         while c0 < n {
             let c1 = (c0 + bc).min(n);
             let (mut a, mut b) = ((z, z), (z, z));
+            // The 32 columns of `p` from `j`, or (`part`) those of the word mask `k`.
+            macro_rules! wid {
+                (full, $p:expr, $j:expr) => {
+                    widen_eo($p, $j, hi)
+                };
+                (part $k:expr, $p:expr, $j:expr) => {
+                    widen_eo_part($p, $j, $k, hi)
+                };
+            }
+            // A step of 32 columns from `j`, or (`part`, lane masks `ke`, `ko` of
+            // `eo_masks`) the row's ragged last one: its other lanes read `+0`, which adds
+            // nothing to a lane accumulator (never `-0`: it starts at `+0`), as
+            // `vmath::sum`'s tail leaves those lanes; their deviations are selected to `+0`
+            // before squaring.
+            macro_rules! step {
+                ($j:expr, $ke:expr, $ko:expr, $($w:tt)+) => {{
+                    let (j, ke, ko): (usize, u16, u16) = ($j, $ke, $ko);
+                    if IN {
+                        // The next row's line for these columns (a prefetch never faults).
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(j) as *const i8);
+                        let (e, o) = wid!($($w)+, xi, j);
+                        a = if SQIN {
+                            // rmsnorm's squares (`x − 0 = x` exactly: not computed).
+                            (
+                                _mm512_add_ps(a.0, _mm512_mul_ps(e, e)),
+                                _mm512_add_ps(a.1, _mm512_mul_ps(o, o)),
+                            )
+                        } else {
+                            (_mm512_add_ps(a.0, e), _mm512_add_ps(a.1, o))
+                        };
+                    }
+                    if MID {
+                        let (e, o) = wid!($($w)+, xm, j);
+                        let (de, dq) = if ke & ko == 0xFFFF {
+                            (_mm512_sub_ps(e, mm), _mm512_sub_ps(o, mm))
+                        } else {
+                            (_mm512_maskz_sub_ps(ke, e, mm), _mm512_maskz_sub_ps(ko, o, mm))
+                        };
+                        b = (
+                            _mm512_add_ps(b.0, _mm512_mul_ps(de, de)),
+                            _mm512_add_ps(b.1, _mm512_mul_ps(dq, dq)),
+                        );
+                    }
+                }};
+            }
             let mut j = c0;
-            while j < c1 {
-                if IN {
-                    // The next row's line for these 32 columns (a prefetch never faults).
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(j) as *const i8);
-                    let (e, o) = widen_eo(xi, j, hi);
-                    a = if SQIN {
-                        // rmsnorm's squares (`x − 0 = x` exactly: not computed).
-                        (
-                            _mm512_add_ps(a.0, _mm512_mul_ps(e, e)),
-                            _mm512_add_ps(a.1, _mm512_mul_ps(o, o)),
-                        )
-                    } else {
-                        (_mm512_add_ps(a.0, e), _mm512_add_ps(a.1, o))
-                    };
-                }
-                if MID {
-                    let (e, o) = widen_eo(xm, j, hi);
-                    let (de, dq) = (_mm512_sub_ps(e, mm), _mm512_sub_ps(o, mm));
-                    b = (
-                        _mm512_add_ps(b.0, _mm512_mul_ps(de, de)),
-                        _mm512_add_ps(b.1, _mm512_mul_ps(dq, dq)),
-                    );
-                }
+            while j + 32 <= c1 {
+                step!(j, 0xFFFF, 0xFFFF, full);
                 j += 32;
+            }
+            if j < c1 {
+                let (k, ke, ko) = eo_masks(c1 - j);
+                step!(j, ke, ko, part k);
             }
             if IN {
                 si += tree_eo(a.0, a.1);
@@ -919,13 +1024,16 @@ unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
 /// The output row `((x − mean)·rstd)·γ (+ β)` (rmsnorm, without `LAYER`: `(x·rstd)·γ (+
 /// β)`) at `o` from the bf16 row `x` ([`widen_eo`]) and `γ`, `β` (f32 in [`eo_order`], or
 /// with `GBF` bf16 in column order, widened as the row is), 32 columns a step narrowed in
-/// column order (`bf16io::store32_eo`, or `_cvt` with `CVT`; streamed with `NT`); with a
+/// column order (`bf16io::store32_eo`, or `_cvt` with `CVT`; streamed with `NT`), a ragged
+/// last step (`n` not a multiple of 32) by masked loads ([`widen_eo_part`]; an f32 `γ`,
+/// `β` padded in [`eo_order`]) and a masked store (`bf16io::store32_eo_part`); with a
 /// non-null `pf` each step asks for that bf16 row's line of the same columns into L2
 /// ([`WRITE_AHEAD`]).
 ///
 /// # Safety
-/// As [`eo_rows`] (with `CVT` also AVX-512DQ and BF16); `n` values at `x`, `gp` (and `bp`
-/// with `BETA`) and writable at `o`, 64-byte aligned with `NT`.
+/// As [`eo_rows`] (with `CVT` also AVX-512DQ and BF16); `n` values at `x` (and bf16 ones at
+/// `gp`, `bp` with `GBF`; `n` rounded up to whole steps of f32 ones) and writable at `o`,
+/// with `NT` 64-byte aligned and `n` a multiple of 32.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn eo_write<
@@ -968,7 +1076,7 @@ unsafe fn eo_write<
         }
         let z = _mm512_setzero_ps();
         let mut j = 0;
-        while j < n {
+        while j + 32 <= n {
             if !pf.is_null() {
                 _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j) as *const i8);
             }
@@ -983,6 +1091,27 @@ unsafe fn eo_write<
                 (false, false) => super::bf16io::store32_eo(o.add(j), e, q),
             }
             j += 32;
+        }
+        if j < n {
+            // The ragged last step: the row's (and a bf16 `γ`, `β`'s) other words read as
+            // `+0`, an f32 `γ`, `β` padded; only the row's columns stored.
+            let (k, _, _) = eo_masks(n - j);
+            let (e, q) = widen_eo_part(x, j, k, hi);
+            let (ge, gq, be, bq) = if GBF {
+                let (ge, gq) = widen_eo_part(gp as *const u16, j, k, hi);
+                let (be, bq) = if BETA {
+                    widen_eo_part(bp as *const u16, j, k, hi)
+                } else {
+                    (z, z)
+                };
+                (ge, gq, be, bq)
+            } else {
+                let (ge, gq) = vec32!(gp, j);
+                let (be, bq) = if BETA { vec32!(bp, j) } else { (z, z) };
+                (ge, gq, be, bq)
+            };
+            let (e, q) = (lanes!(e, ge, be), lanes!(q, gq, bq));
+            super::bf16io::store32_eo_part(o.add(j), k, e, q);
         }
     }
 }
@@ -1070,8 +1199,9 @@ unsafe fn eo_rows<const CVT: bool>(
     gb: EoGb,
     lag: bool,
 ) {
+    let nt = stream::large(out);
     assert!(
-        rows * n * 2 <= x.len && rows * n * 2 <= out.len && n % 32 == 0 && gb.holds(n),
+        rows * n * 2 <= x.len && rows * n * 2 <= out.len && (n % 32 == 0 || !nt) && gb.holds(n),
         "fused load out of bounds"
     );
     let (gp, bp, gbf) = gb.ptrs();
@@ -1081,7 +1211,6 @@ unsafe fn eo_rows<const CVT: bool>(
     let nf = n as i32 as f32;
     let row = |r: usize| (x.ptr as *const u16).wrapping_add(r.wrapping_mul(n));
     let orow = |r: usize| (out.ptr as *mut u16).wrapping_add(r.wrapping_mul(n));
-    let nt = stream::large(out);
     let wfar = nt && stream::past_cache(x.len + out.len);
     let wpf = |t: usize| {
         if wfar && t + WRITE_AHEAD < rows {
@@ -1279,14 +1408,15 @@ mod tests {
     /// The layernorm and rmsnorm bf16 → bf16 rows of [`eo_rows_512`] and [`eo_rows_cvt`]
     /// (where the CPU has `vcvtne2ps2bf16`), with `γ` and `β` f32 in [`eo_order`] or bf16 as
     /// stored ([`EoGb`]), their passes a row or two apart or in turn: rows of
-    /// one to 128 steps of 32 columns, chunks of `bc` columns (64, 1024, 4096: several
+    /// one to 128 steps of 32 columns, and of every width 1 ..= 70, 300, 1000, 1023 and 4095
+    /// (a ragged last step: masked loads and store), chunks of `bc` columns (64, 1024, 4096: several
     /// chunks a row, or one), programs of 1, 2, 3 and 8 rows (a last program cut short),
     /// with and without `β`, and a `γ` scaled to about `2^-130` (no `β`: most outputs
     /// subnormal, which `vcvtne2ps2bf16` reads as zero, so its steps take the integer
     /// narrowing), against the interpreter's sums, bit for bit, with fresh random inputs.
     /// First, which shapes [`eo_fits`] sends there: chunks of `bc` columns narrower than the
     /// row that are not whole 32-column steps stay on [`rows_avx512`] (`eo_sums` would add
-    /// across the chunks' ends, and could load past the row's end); rmsnorms as layernorms.
+    /// across the chunks' ends); rows of any width otherwise; rmsnorms as layernorms.
     #[test]
     fn norm_bf16_rows_split_even_odd_match_the_interpreter() {
         if !(std::is_x86_feature_detected!("avx512f")
@@ -1304,9 +1434,13 @@ mod tests {
             (2048, 4096, true),
             (2048, 2048, true),
             (1024, 1031, true),
+            (1031, 2048, true),
+            (1031, 64, true),
+            (300, 300, true),
+            (7, 64, true),
             (2048, 48, false),
             (2048, 1000, false),
-            (1031, 2048, false),
+            (1031, 1000, false),
             (1056, 1040, false),
         ] {
             let mut xb = vec![0u16; 2 * n];
@@ -1353,7 +1487,11 @@ mod tests {
             (false, true, false),
             (false, false, true),
         ];
-        for (rows, n) in [(5, 32), (19, 1024), (10, 2048), (4, 3072), (3, 4096)] {
+        let widths = [(5, 32), (19, 1024), (10, 2048), (4, 3072), (3, 4096)]
+            .into_iter()
+            .chain((1..=70).map(|n| (3 + n % 5, n)))
+            .chain([(7, 300), (5, 1000), (4, 1023), (3, 4095)]);
+        for (rows, n) in widths {
             for bc in [64, 1024, 4096] {
                 for br in [1, 2, 3, 8] {
                     for (layer, beta, tiny) in cases.into_iter().chain(rms) {
@@ -1379,7 +1517,8 @@ mod tests {
                         let (g16, b16) = (bits(&g), bits(&bv));
                         let b = beta.then_some(&bv[..]);
                         let nm = test_norm(br, bc, beta, layer);
-                        let (mut go, mut bo) = (vec![0.0f32; n], vec![0.0f32; n]);
+                        let n32 = n.next_multiple_of(32);
+                        let (mut go, mut bo) = (vec![f32::NAN; n32], vec![f32::NAN; n32]);
                         eo_order(&g, &mut go);
                         eo_order(&bv, &mut bo);
                         for (cvt, lag, gbf) in [
@@ -1447,10 +1586,14 @@ mod tests {
 
     /// bf16 → bf16 layernorms and rmsnorms through [`run`] (the choice of path included:
     /// [`eo_rows`] with `γ` and `β` bf16 as stored or f32 in [`eo_order`], or
-    /// [`rows_avx512`] for widths not a multiple of 32 or chunks not of whole 32-column
-    /// steps), with `γ` and `β` f32, bf16 or one of each, programs of one and three rows
-    /// sharing the worker's row scratch (`kept`), against the interpreter's sums, bit for
-    /// bit, with fresh random inputs.
+    /// [`rows_avx512`] for chunks not of whole 32-column steps; widths of whole steps and
+    /// ragged ones), with `γ` and `β` f32, bf16 or one of each, programs of one and three
+    /// rows sharing the worker's row scratch (`kept`), against the interpreter's sums, bit
+    /// for bit, with fresh random inputs. Each launch's path ([`TOOK`]) is checked: the
+    /// even/odd rows exactly where [`eo_fits`]; `γ` and `β` read as stored only when all
+    /// are bf16, and always so at 4096 columns where the level-1 cache is at most 48 KiB
+    /// (as on the Xeon of [`eo_bf16_vectors`]' figures), where at least one launch must
+    /// have taken that path.
     #[test]
     fn bf16_norms_through_run_match_the_interpreter_for_each_storage_of_gamma_and_beta() {
         let start = crate::backend::cpu::clock_seed() | 1;
@@ -1464,7 +1607,8 @@ mod tests {
             writable: false,
         };
         let mut launch = 0u64;
-        let mut ran = [0usize; 2];
+        let mut ran = [0usize; 3];
+        let small_l1 = crate::backend::cpu::cache::l1_data_bytes() <= 48 << 10;
         for (rows, n) in [
             (5, 32),
             (7, 1000),
@@ -1472,8 +1616,12 @@ mod tests {
             (4, 1056),
             (3, 4096),
             (6, 2050),
+            (5, 300),
+            (4, 37),
+            (3, 1023),
+            (2, 4095),
         ] {
-            for bc in [64, 1024, 4096] {
+            for bc in [64, 1000, 1024, 4096] {
                 for br in [1, 3] {
                     for (layer, beta) in
                         [(true, true), (true, false), (false, false), (false, true)]
@@ -1510,12 +1658,26 @@ mod tests {
                             ];
                             let nm = test_norm(br, bc, beta, layer);
                             assert!(fits(&nm, &args, n));
-                            ran[usize::from(eo_fits(&nm, (&args[0], &args[1]), n))] += 1;
+                            let eo = eo_fits(&nm, (&args[0], &args[1]), n);
+                            let all16 = g16 && (b16 || !beta);
                             launch += 1;
                             let mut buf = Vec::new();
                             let mut kept = 0u64;
                             for pid in 0..rows.div_ceil(br) {
                                 run(&nm, &mut buf, (&mut kept, launch), pid, &args, rows, n);
+                                let took = TOOK.with(|t| t.get());
+                                let what = format!(
+                                    "[{rows}, {n}] bc {bc} br {br} layer {layer} beta {beta} \
+                                     γ bf16 {g16} β bf16 {b16}: path {took}"
+                                );
+                                assert_eq!(eo, took != 0, "{what}");
+                                assert!(took != 2 || all16, "{what}");
+                                if eo && all16 && n == 4096 && small_l1 {
+                                    assert_eq!(took, 2, "{what}");
+                                }
+                                if pid == 0 {
+                                    ran[usize::from(took)] += 1;
+                                }
                             }
                             let b = beta.then_some(&bv[..]);
                             for r in 0..rows {
@@ -1535,7 +1697,16 @@ mod tests {
                 }
             }
         }
-        eprintln!("ran: other rows {}, even/odd rows {}", ran[0], ran[1]);
+        eprintln!(
+            "ran: other rows {}, even/odd rows {} (γ, β f32) and {} (bf16 as stored)",
+            ran[0], ran[1], ran[2]
+        );
+        let here = std::is_x86_feature_detected!("avx512bw")
+            && crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+            && !crate::backend::cpu::simd::is_amd();
+        if here && small_l1 {
+            assert!(ran[2] > 0 && ran[1] > 0 && ran[0] > 0, "{ran:?}");
+        }
     }
 
     /// The bf16 → bf16 rows of [`rows_avx512`], their passes a row or two apart ([`lags`])
