@@ -14,9 +14,10 @@
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row three 16-bit max/min ops on
 //! the bit patterns, `MaxMin16`, the row widened in registers again by its exponentials'
-//! loop; into a bf16 output whose chunks are whole 64-byte-aligned 32-column steps, by two
-//! word unpacks, `widen_perm`, the exponentials kept in the unpacked order and the sums and
-//! the output's words put back in column order) and row `r − 2`'s scaled store,
+//! loop; into a bf16 output whose chunks start at multiples of 32 columns and that is not
+//! streamed unless its rows are 64-byte aligned, by two word unpacks, `widen_perm`, the
+//! exponentials of whole 32-column steps kept in the unpacked order and the sums and the
+//! output's words put back in column order) and row `r − 2`'s scaled store,
 //! non-temporal for a large output (`stream`): f32, or bf16 narrowed 32 lanes a store with
 //! the interpreter's rounding (`vcvtne2ps2bf16` where the CPU has AVX-512 BF16 and no lane
 //! is an f32 subnormal, checked per store unless the row's max and least value show that
@@ -508,6 +509,43 @@ impl MaxMin16 {
 /// loop) 5.65–6.08 either way; bf16 → f32 takes the column-order loop too.
 /// ln20's even/odd widen (`x << 16`, `x & 0xffff0000`) would need a `vpermw` of the
 /// output's words, which costs two simple ops here: no gain in the standalone loop.
+///
+/// sx22: rows whose length is not a multiple of 32 had cost up to 1.3–1.5× per element what
+/// their aligned neighbours do (lead, `[1024, 300]` against `[1066, 288]` and `[960, 320]`).
+/// `perf` (cpu-clock) of `[1024, 300]` bf16 put ≈ 2.2 steps' time in the row's 12-column tail:
+/// its exponentials ran after the loop, a chain of ≈ 75 cycles (load, widen, `exp`, the
+/// masked add, the tree) between the loop and the sum; the head and tail stores went through
+/// the out-of-line `narrow_scaled` (bf16) or a scalar loop (f32); `max_finish` staged an f32
+/// tail through a stack array (scalar stores, then vector loads of them); `perm` was not
+/// taken; and every call read `m`, `mf`, `inv` and the flags as one 16-byte load of the
+/// caller's separate stores (≈ 7 % of `steps_avx512_cvt`'s samples at every shape). Now
+/// [`fused_avx512`] takes the tail's exponentials before its loop (in the in-range form when
+/// the row is, the lanes past it set to `m`; the second 16 lanes only for a tail over 16)
+/// and adds them to their lanes after it, stores a head and tail by masked vectors, and reads
+/// the fields one by one; `max_finish` masks its tail loads; `perm` also takes a ragged last
+/// chunk (its tail in column order, [`store_perm`] likewise) and unaligned output rows when
+/// the stores are not streamed. Measured (2026-11-28 12:56–12:59 UTC, load 2.3–2.9 from
+/// other helpers; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C N --pool`, base = main
+/// `bc6447d`, three interleaved rounds, fastest launch, min), ns per element, one thread,
+/// base → this, at C = 288 / 300 / 320 / 1000 / 1023 / 1024 (`R = 307200 / C`, N = 300):
+/// softmax f32 0.414 / 0.562 / 0.397 / 0.386 / 0.399 / 0.338 → 0.372 / 0.364 / 0.351 /
+/// 0.369 / 0.371 / 0.364; bf16 0.366 / 0.455 / 0.481 / 0.395 / 0.305 / 0.260 → 0.333 /
+/// 0.342 / 0.325 / 0.365 / 0.259 / 0.342; bf16 → f32 0.401 / 0.441 / 0.395 / 0.283 / 0.279
+/// / 0.257 → 0.331 / 0.341 / 0.321 / 0.259 / 0.252 / 0.241 (single runs swing ±15 %: seven
+/// rounds at 13:04, load 7–8, gave `[300, 1024]` bf16 77.0 → 77.3 µs, bf16 → f32 80.9 →
+/// 75.2, but f32 97.7 → 106.0, medians 107.4 → 110.6: f32 rows of 1024 may have lost
+/// 3–8 % in L2; `perf` put the same samples in the kernel either way). Two threads: f32 0.214 /
+/// 0.263 / 0.201 / 0.172 / 0.191 / 0.177 → 0.173 / 0.181 / 0.172 / 0.160 / 0.164 / 0.157;
+/// bf16 0.189 / 0.238 / 0.186 / 0.171 / 0.181 / 0.154 → 0.175 / 0.187 / 0.172 / 0.152 /
+/// 0.160 / 0.149; bf16 → f32 0.219 / 0.236 / 0.208 / 0.162 / 0.174 / 0.167 → 0.173 / 0.177
+/// / 0.169 / 0.148 / 0.161 / 0.142. `[37, 300]` (N = 3000) in µs: f32 6.22 → 4.33, bf16
+/// 5.90 → 4.78, bf16 → f32 5.30 → 4.10. Large shapes (13:00–13:04 UTC, load 3.9–8.4, five
+/// rounds, N = 60, `[8192, 4096]` N = 15; µs, min): f32 one thread `[4096, 1024]` 1153 →
+/// 1078, `[1024, 4096]` 1492 → 1491, `[8192, 4096]` 16946 → 16829; two threads 644 → 585,
+/// 790 → 769; bf16 one thread 1096 → 1095, 1068 → 1019, 9491 → 9165; two threads 588 →
+/// 546, 1078 → 1062; bf16 → f32 one thread 1114 → 1011, 1256 → 1233, 11203 → 11191; two
+/// threads 1100 → 997, 1323 → 1306 (two-thread figures at that load are the second
+/// worker waiting for a CPU as much as the kernel).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
