@@ -14,9 +14,10 @@
 //! whose `m'` is not the row's max, the output's `exp(x − m)`), row `r + 2`'s chunk max (one
 //! `vmaxps` chain per lane, `max_min_avx512`; for a bf16 row three 16-bit max/min ops on
 //! the bit patterns, `MaxMin16`, the row widened in registers again by its exponentials'
-//! loop; into a bf16 output whose chunks are whole 64-byte-aligned 32-column steps, by two
-//! word unpacks, `widen_perm`, the exponentials kept in the unpacked order and the sums and
-//! the output's words put back in column order) and row `r − 2`'s scaled store,
+//! loop; into a bf16 output whose chunks start at multiples of 32 columns and that is not
+//! streamed unless its rows are 64-byte aligned, by two word unpacks, `widen_perm`, the
+//! exponentials of whole 32-column steps kept in the unpacked order and the sums and the
+//! output's words put back in column order) and row `r − 2`'s scaled store,
 //! non-temporal for a large output (`stream`): f32, or bf16 narrowed 32 lanes a store with
 //! the interpreter's rounding (`vcvtne2ps2bf16` where the CPU has AVX-512 BF16 and no lane
 //! is an f32 subnormal, checked per store unless the row's max and least value show that
@@ -298,23 +299,27 @@ unsafe fn max_finish(p: *const f32, n: usize, m: MaxMin) -> (f32, f32) {
             _mm512_cmp_ps_mask::<_CMP_GT_OQ>(b, a) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
         _mm512_mask_mov_ps(a, take, b)
     };
-    let mut lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
-    // The last values in lanes `0 .. n - full`, `-inf` past them (a step to `-inf` keeps `a`).
-    let mut tail = [f32::NEG_INFINITY; vmath::SUM_LANES];
-    for (i, t) in tail.iter_mut().enumerate().take(n - full) {
-        let j = full + i;
-        // SAFETY: `j < n`.
-        let v = unsafe { *p.add(j) };
-        *t = v;
-        lo = lo.min(v);
-    }
+    let (mut l0, mut l1) = (l0, l1);
     if n > full {
-        // SAFETY: `tail` holds 32 f32.
-        unsafe {
-            a0 = vstep(a0, _mm512_loadu_ps(tail.as_ptr()));
-            a1 = vstep(a1, _mm512_loadu_ps(tail.as_ptr().add(16)));
-        }
+        // The last values in lanes `0 .. n - full`, `-inf` past them (a step to `-inf` keeps
+        // `a`), by masked loads (the values once went through a stack array, whose vector
+        // loads waited on its scalar stores); the least value takes only the row's lanes.
+        let k = (1u64 << (n - full)) - 1;
+        let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        // SAFETY: the masked loads read only values `full .. n`.
+        let (t0, t1) = unsafe {
+            (
+                _mm512_mask_loadu_ps(ninf, k0, p.add(full)),
+                _mm512_mask_loadu_ps(ninf, k1, p.add(full + 16)),
+            )
+        };
+        a0 = vstep(a0, t0);
+        a1 = vstep(a1, t1);
+        l0 = _mm512_mask_min_ps(l0, k0, l0, t0);
+        l1 = _mm512_mask_min_ps(l1, k1, l1, t1);
     }
+    let lo = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
     // The tree: lanes `i` and `i + w` for `w` = 16, 8, 4, 2, 1 (lane `i` is lane `i` of `a0`
     // then of `r`; the lanes past `w` hold values no later step reads).
     let r = vstep(a0, a1);
@@ -505,6 +510,43 @@ impl MaxMin16 {
 /// ln20's even/odd widen (`x << 16`, `x & 0xffff0000`) would need a `vpermw` of the
 /// output's words, which costs two simple ops here: no gain in the standalone loop.
 ///
+/// sx22: rows whose length is not a multiple of 32 had cost up to 1.3–1.5× per element what
+/// their aligned neighbours do (lead, `[1024, 300]` against `[1066, 288]` and `[960, 320]`).
+/// `perf` (cpu-clock) of `[1024, 300]` bf16 put ≈ 2.2 steps' time in the row's 12-column tail:
+/// its exponentials ran after the loop, a chain of ≈ 75 cycles (load, widen, `exp`, the
+/// masked add, the tree) between the loop and the sum; the head and tail stores went through
+/// the out-of-line `narrow_scaled` (bf16) or a scalar loop (f32); `max_finish` staged an f32
+/// tail through a stack array (scalar stores, then vector loads of them); `perm` was not
+/// taken; and every call read `m`, `mf`, `inv` and the flags as one 16-byte load of the
+/// caller's separate stores (≈ 7 % of `steps_avx512_cvt`'s samples at every shape). Now
+/// [`fused_avx512`] takes the tail's exponentials before its loop (in the in-range form when
+/// the row is, the lanes past it set to `m`; the second 16 lanes only for a tail over 16)
+/// and adds them to their lanes after it, stores a head and tail by masked vectors, and reads
+/// the fields one by one; `max_finish` masks its tail loads; `perm` also takes a ragged last
+/// chunk (its tail in column order, [`store_perm`] likewise) and unaligned output rows when
+/// the stores are not streamed. Measured (2026-11-28 12:56–12:59 UTC, load 2.3–2.9 from
+/// other helpers; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C N --pool`, base = main
+/// `bc6447d`, three interleaved rounds, fastest launch, min), ns per element, one thread,
+/// base → this, at C = 288 / 300 / 320 / 1000 / 1023 / 1024 (`R = 307200 / C`, N = 300):
+/// softmax f32 0.414 / 0.562 / 0.397 / 0.386 / 0.399 / 0.338 → 0.372 / 0.364 / 0.351 /
+/// 0.369 / 0.371 / 0.364; bf16 0.366 / 0.455 / 0.481 / 0.395 / 0.305 / 0.260 → 0.333 /
+/// 0.342 / 0.325 / 0.365 / 0.259 / 0.342; bf16 → f32 0.401 / 0.441 / 0.395 / 0.283 / 0.279
+/// / 0.257 → 0.331 / 0.341 / 0.321 / 0.259 / 0.252 / 0.241 (single runs swing ±15 %: seven
+/// rounds at 13:04, load 7–8, gave `[300, 1024]` bf16 77.0 → 77.3 µs, bf16 → f32 80.9 →
+/// 75.2, but f32 97.7 → 106.0, medians 107.4 → 110.6: f32 rows of 1024 may have lost
+/// 3–8 % in L2; `perf` put the same samples in the kernel either way). Two threads: f32 0.214 /
+/// 0.263 / 0.201 / 0.172 / 0.191 / 0.177 → 0.173 / 0.181 / 0.172 / 0.160 / 0.164 / 0.157;
+/// bf16 0.189 / 0.238 / 0.186 / 0.171 / 0.181 / 0.154 → 0.175 / 0.187 / 0.172 / 0.152 /
+/// 0.160 / 0.149; bf16 → f32 0.219 / 0.236 / 0.208 / 0.162 / 0.174 / 0.167 → 0.173 / 0.177
+/// / 0.169 / 0.148 / 0.161 / 0.142. `[37, 300]` (N = 3000) in µs: f32 6.22 → 4.33, bf16
+/// 5.90 → 4.78, bf16 → f32 5.30 → 4.10. Large shapes (13:00–13:04 UTC, load 3.9–8.4, five
+/// rounds, N = 60, `[8192, 4096]` N = 15; µs, min): f32 one thread `[4096, 1024]` 1153 →
+/// 1078, `[1024, 4096]` 1492 → 1491, `[8192, 4096]` 16946 → 16829; two threads 644 → 585,
+/// 790 → 769; bf16 one thread 1096 → 1095, 1068 → 1019, 9491 → 9165; two threads 588 →
+/// 546, 1078 → 1062; bf16 → f32 one thread 1114 → 1011, 1256 → 1233, 11203 → 11191; two
+/// threads 1100 → 997, 1323 → 1306 (two-thread figures at that load are the second
+/// worker waiting for a CPU as much as the kernel).
+///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
 /// `3(n + 32) + 3·1024 + 7·⌈n/bc⌉` values.
@@ -534,14 +576,15 @@ unsafe fn rows_avx512(
     let fuse = (out.dtype == DType::F32 && !round) || o16;
     // A bf16 output narrowed by `vcvtne2ps2bf16` where the CPU has it.
     let cvt = o16 && bf16io::has_cvt();
-    // bf16 in and out by `vcvtne2ps2bf16` with every chunk of every output row 64-byte
-    // aligned (whole 32-column steps, no head or tail): the steps widen by word unpacks and
-    // keep the exponentials in their order ([`widen_perm`]).
+    // bf16 in and out by `vcvtne2ps2bf16` with every chunk starting at a multiple of 32
+    // columns: the steps widen by word unpacks and keep the exponentials of whole 32-column
+    // steps in their order ([`widen_perm`]), a chunk's last `n % 32` in column order; the
+    // stores start at each chunk's first column (no aligned head), so a streamed output
+    // (64-byte aligned stores) needs every output row 64-byte aligned.
     let perm = cvt
         && bf
-        && (out.ptr as usize).is_multiple_of(64)
-        && n.is_multiple_of(32)
-        && (chunks == 1 || bc.is_multiple_of(32));
+        && (chunks == 1 || bc.is_multiple_of(32))
+        && (!nt || ((out.ptr as usize).is_multiple_of(64) && n.is_multiple_of(32)));
     assert!(
         !fuse || r1 * n * osz <= out.len,
         "fused store out of bounds"
@@ -700,7 +743,7 @@ unsafe fn rows_avx512(
         let es = unsafe { std::slice::from_raw_parts(e, n) };
         if perm {
             // SAFETY: the programs of a launch write disjoint rows; `perm` implies `cvt`
-            // (the features of `bf16io::has_cvt`) and whole 32-column steps.
+            // (the features of `bf16io::has_cvt`) and chunks that start at multiples of 32.
             unsafe { store_perm(es, inv, stream::out_u16(out, at, n), nosub) };
         } else if o16 {
             // SAFETY: the programs of a launch write disjoint rows.
@@ -848,25 +891,27 @@ unsafe fn fused_avx512<
 >(
     a: Step,
 ) -> (f32, (f32, f32)) {
-    // The flags one by one (a load of several caller's stores at once waits for them all to
-    // reach the cache: the compiler read `inv` and the flags as one 8-byte load).
+    // The flags and the f32 fields one by one (a load of several caller's stores at once
+    // waits for them all to reach the cache: the compiler read `inv` and the flags as one
+    // 8-byte load, and later `m`, `mf`, `inv` and the flags as one 16-byte load, ≈ 7 % of
+    // this function's samples at `[1024, 300]` bf16, once per call).
     // SAFETY: reads of `a`'s own fields.
-    let (nosub, nt) = unsafe {
+    let (nosub, nt, m, mf, inv) = unsafe {
         (
             std::ptr::read_volatile(&a.nosub),
             std::ptr::read_volatile(&a.nt),
+            std::ptr::read_volatile(&a.m),
+            std::ptr::read_volatile(&a.mf),
+            std::ptr::read_volatile(&a.inv),
         )
     };
     let Step {
         xs,
         n,
-        m,
-        mf,
         es,
         next,
         d,
         ep,
-        inv,
         lag,
         pf,
         ..
@@ -891,12 +936,70 @@ unsafe fn fused_avx512<
         }};
     }
     let (mut a0, mut a1) = unsafe { (_mm512_setzero_ps(), _mm512_setzero_ps()) };
+    // The last `n - full` (< 32) values in lanes `0 .. n - full` (`exp16` is `vmath::exp`'s
+    // bits), taken before the loop (their exponentials then run beside its work instead of
+    // after it, where their latency had stood between the loop and the sum's tree) and added
+    // to those lanes after it (their last adds, as in `vmath::sum`); the second vector only
+    // for a tail of more than 16.
+    let k = if n > full {
+        (1u64 << (n - full)) - 1
+    } else {
+        0
+    };
+    let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+    // SAFETY: the caller's level.
+    let (mut t0, mut t1) = unsafe { (_mm512_setzero_ps(), _mm512_setzero_ps()) };
+    if n > full {
+        // SAFETY: the masked loads read only the row's last `n - full` values; `es` has 32
+        // values of slack past `n` (`rows_avx512`), so whole vectors are stored (the lanes
+        // past the chunk are never read, or are written again by the next chunk's call,
+        // after this one).
+        unsafe {
+            let (x0, x1) = if BF {
+                let v = _mm512_maskz_loadu_epi16(k as __mmask32, (xs as *const i16).add(full));
+                (
+                    widen16(_mm512_castsi512_si256(v)),
+                    widen16(_mm512_extracti64x4_epi64::<1>(v)),
+                )
+            } else {
+                let xs = xs as *const f32;
+                (
+                    _mm512_maskz_loadu_ps(k0, xs.add(full)),
+                    _mm512_maskz_loadu_ps(k1, xs.add(full + 16)),
+                )
+            };
+            // Lanes past the row take `m` (`x − m` = 0, and to redo `m − mf` in `[lo − mf,
+            // 0]`): in range when every lane of the row is (`!CHECK`), so the tail takes the
+            // loop's `exp` form (the checked one costs two compares and a branch per 16
+            // lanes more).
+            let x0 = _mm512_mask_mov_ps(mv, k0, x0);
+            t0 = exp!(_mm512_sub_ps(x0, mv));
+            let e0 = if REDO {
+                exp!(_mm512_sub_ps(x0, fv))
+            } else {
+                t0
+            };
+            _mm512_storeu_ps(es.add(full), e0);
+            if k1 != 0 {
+                let x1 = _mm512_mask_mov_ps(mv, k1, x1);
+                t1 = exp!(_mm512_sub_ps(x1, mv));
+                let e1 = if REDO {
+                    exp!(_mm512_sub_ps(x1, fv))
+                } else {
+                    t1
+                };
+                _mm512_storeu_ps(es.add(full + 16), e1);
+            }
+        }
+    }
     let mx;
     // The scaled row: plain stores up to `d`'s first 64-byte boundary, streaming ones from
     // `q` to `qend` (whole vectors: 16 f32 or 32 bf16), plain ones after.
     let (d, d16) = (d as *mut f32, d as *mut u16);
     let w = if O16 { 32 } else { 16 };
-    let (head, qend) = if has_d {
+    // (With `PERM` no head: the stores start at the row's first column, streamed only
+    // where that is 64-byte aligned, `rows_avx512`.)
+    let (head, qend) = if has_d && !PERM {
         let head = if O16 {
             d16.align_offset(64)
         } else {
@@ -904,24 +1007,52 @@ unsafe fn fused_avx512<
         }
         .min(n);
         (head, head + (n - head) / w * w)
+    } else if has_d {
+        (0, n / w * w)
     } else {
         (0, 0)
     };
-    debug_assert!(!PERM || (BF && O16 && CVT && full == n && (!has_d || head == 0)));
-    // The bf16 output's elements `j0 .. j1` (plain stores).
-    let narrow = |j0: usize, j1: usize| {
-        if j0 == j1 {
-            return;
-        }
-        // SAFETY: `j0 <= j1 <= n`; `ep` and `d16` hold `n` values (the caller's).
-        unsafe {
-            bf16io::narrow_scaled(
-                std::slice::from_raw_parts(ep.add(j0), j1 - j0),
-                inv,
-                std::slice::from_raw_parts_mut(d16.add(j0), j1 - j0),
-            )
-        }
-    };
+    debug_assert!(!PERM || (BF && O16 && CVT && head == 0));
+    // The output's elements `j0 .. j1` (32 a piece, the last masked; `j1 − j0 < 32` but
+    // for an output too misaligned to reach a 64-byte boundary; plain stores, in column order:
+    // with `PERM` only the chunk's last `n % 32` columns, which the tail below keeps in
+    // column order): `ep[j]·inv`, narrowed to bf16 with `O16` as `bf16io::narrow_scaled`
+    // narrows it (`vcvtne2ps2bf16` with `CVT`: the same bits, an f32 subnormal lane taking
+    // the integer rounding unless `nosub`). Inline masked vectors instead of the
+    // out-of-line `narrow_scaled` (bf16) or a scalar loop (f32) for a row's head and tail.
+    macro_rules! part {
+        ($j0:expr, $j1:expr) => {{
+            let (mut j0, j1): (usize, usize) = ($j0, $j1);
+            while j1 > j0 {
+                let k = ((1u64 << (j1 - j0).min(32)) - 1) as u32;
+                let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+                let v0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, ep.add(j0)), iv);
+                if O16 {
+                    let v1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, ep.add(j0 + 16)), iv);
+                    if CVT {
+                        let w = if nosub {
+                            bf16io::pack32_cvt_normal(v0, v1)
+                        } else {
+                            bf16io::pack32_cvt(v0, v1)
+                        };
+                        _mm512_mask_storeu_epi16(d16.add(j0) as *mut i16, k, w);
+                    } else {
+                        bf16io::store16(d16.add(j0), k0, v0);
+                        if k1 != 0 {
+                            bf16io::store16(d16.add(j0 + 16), k1, v1);
+                        }
+                    }
+                } else {
+                    _mm512_mask_storeu_ps(d.add(j0), k0, v0);
+                    if k1 != 0 {
+                        let v1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, ep.add(j0 + 16)), iv);
+                        _mm512_mask_storeu_ps(d.add(j0 + 16), k1, v1);
+                    }
+                }
+                j0 += 32;
+            }
+        }};
+    }
     // The bf16 output's elements `q .. q + 32`, `d16.add(q)` 64-byte aligned (streaming
     // stores with `nt`).
     macro_rules! put32 {
@@ -957,17 +1088,13 @@ unsafe fn fused_avx512<
     // (the caller's); `d.add(q)` (`d16.add(q)`) is 64-byte aligned for `head <= q`,
     // `q - head` a multiple of `w`.
     unsafe {
-        if O16 && has_d {
-            narrow(0, head);
-        } else if has_d {
-            for j in 0..head {
-                *d.add(j) = *ep.add(j) * inv;
-            }
+        if has_d {
+            part!(0, head);
         }
         let mut q = head;
-        // The max/min state made after the head's `narrow` and finished before the tail's
-        // (out-of-line calls): live across them, the compiler had kept `m16` on the stack,
-        // a load and a store each step.
+        // The max/min state made after the head's stores and finished before the tail's
+        // (once out-of-line calls: live across them, the compiler had kept `m16` on the
+        // stack, a load and a store each step).
         let mut m = MaxMin::new();
         let mut m16 = MaxMin16::new();
         for j in (0..full).step_by(32) {
@@ -1035,7 +1162,6 @@ unsafe fn fused_avx512<
                 put32!(q);
                 q += 32;
             }
-            narrow(qend, n);
         }
         if !O16 && has_d {
             while q < qend {
@@ -1047,51 +1173,16 @@ unsafe fn fused_avx512<
                 }
                 q += 16;
             }
-            for j in qend..n {
-                *d.add(j) = *ep.add(j) * inv;
-            }
+        }
+        if has_d {
+            part!(qend, n);
         }
     }
-    if n > full {
-        // The last `n - full` (< 32) values in lanes `0 .. n - full` (`exp16` is
-        // `vmath::exp`'s bits), added to those lanes only.
-        let k = (1u64 << (n - full)) - 1;
-        let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
-        // SAFETY: the masked loads read only the row's last `n - full` values; `es` has 32
-        // values of slack past `n` (`rows_avx512`), so whole vectors are stored (the lanes
-        // past the chunk are never read, or are written again by the next chunk).
-        unsafe {
-            let (x0, x1) = if BF {
-                let v = _mm512_maskz_loadu_epi16(k as __mmask32, (xs as *const i16).add(full));
-                (
-                    widen16(_mm512_castsi512_si256(v)),
-                    widen16(_mm512_extracti64x4_epi64::<1>(v)),
-                )
-            } else {
-                let xs = xs as *const f32;
-                (
-                    _mm512_maskz_loadu_ps(k0, xs.add(full)),
-                    _mm512_maskz_loadu_ps(k1, xs.add(full + 16)),
-                )
-            };
-            // Lanes past the row hold `0 − m`, any value: the checked form.
-            let (e0, e1) = (
-                vmath::exp16(_mm512_sub_ps(x0, mv)),
-                vmath::exp16(_mm512_sub_ps(x1, mv)),
-            );
-            a0 = _mm512_mask_add_ps(a0, k0, a0, e0);
-            a1 = _mm512_mask_add_ps(a1, k1, a1, e1);
-            let (e0, e1) = if REDO {
-                (
-                    vmath::exp16(_mm512_sub_ps(x0, fv)),
-                    vmath::exp16(_mm512_sub_ps(x1, fv)),
-                )
-            } else {
-                (e0, e1)
-            };
-            _mm512_storeu_ps(es.add(full), e0);
-            _mm512_storeu_ps(es.add(full + 16), e1);
-        }
+    // The tail's exponentials, added after the loop to the lanes they belong to.
+    // SAFETY: the caller's level.
+    unsafe {
+        a0 = _mm512_mask_add_ps(a0, k0, a0, t0);
+        a1 = _mm512_mask_add_ps(a1, k1, a1, t1);
     }
     (super::norm512::tree(a0, a1), mx)
 }
@@ -1183,9 +1274,11 @@ unsafe fn unperm_words(w: core::arch::x86_64::__m512i) -> core::arch::x86_64::__
     unsafe { _mm512_permutexvar_epi64(_mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0), w) }
 }
 
-/// `d[j]` = the bf16 bits of `es[j]·inv` for the `es.len()` (a multiple of 32) exponentials
-/// of a row that [`fused_avx512`] stored in [`widen_perm`]'s order, 32 a step (plain
-/// stores; `vcvtne2ps2bf16`, with the subnormal check unless `nosub`).
+/// `d[j]` = the bf16 bits of `es[j]·inv` for the `es.len()` exponentials of a row that
+/// [`fused_avx512`] stored in [`widen_perm`]'s order (each whole 32-column step; the last
+/// `es.len() % 32` in column order: the row's chunks start at multiples of 32), 32 a step
+/// (plain stores, the last masked; `vcvtne2ps2bf16`, with the subnormal check unless
+/// `nosub`).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, BW, DQ and BF16 (`bf16io::has_cvt`); `d` holds
@@ -1195,10 +1288,26 @@ unsafe fn unperm_words(w: core::arch::x86_64::__m512i) -> core::arch::x86_64::__
 unsafe fn store_perm(es: &[f32], inv: f32, d: &mut [u16], nosub: bool) {
     use core::arch::x86_64::*;
     let n = es.len();
-    assert!(n.is_multiple_of(32) && d.len() >= n);
+    assert!(d.len() >= n);
     let iv = _mm512_set1_ps(inv);
     let (e, d) = (es.as_ptr(), d.as_mut_ptr());
-    for q in (0..n).step_by(32) {
+    let full = n / 32 * 32;
+    if n > full {
+        let k = ((1u64 << (n - full)) - 1) as u32;
+        let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
+        // SAFETY: the masked loads and store touch only elements `full .. n`.
+        unsafe {
+            let v0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, e.add(full)), iv);
+            let v1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, e.add(full + 16)), iv);
+            let w = if nosub {
+                bf16io::pack32_cvt_normal(v0, v1)
+            } else {
+                bf16io::pack32_cvt(v0, v1)
+            };
+            _mm512_mask_storeu_epi16(d.add(full) as *mut i16, k, w);
+        }
+    }
+    for q in (0..full).step_by(32) {
         // SAFETY: `q + 32 <= n`; the features are the caller's.
         unsafe {
             let v0 = _mm512_mul_ps(_mm512_loadu_ps(e.add(q)), iv);
@@ -1287,6 +1396,219 @@ mod tests {
                 } else {
                     assert_eq!(mx, want_max, "max, {tag}");
                     assert_eq!(lo.to_bits(), want_lo.to_bits(), "least value, {tag}");
+                }
+            }
+        }
+    }
+
+    /// The interpreter's softmax of one row in chunks of `bc` columns, op for op as
+    /// [`body`]'s portable passes take it (`vmath::max`, `vmath::exp`, `vmath::sum`, the
+    /// online rescale `chunk_scale`, the output's exponentials again where a chunk's running
+    /// max is not the row's): the f32 products `exp(x − m)·(1/s)`.
+    fn reference(xs: &[f32], bc: usize) -> Vec<f32> {
+        let n = xs.len();
+        let mut e = vec![0.0f32; n];
+        let mut mk = Vec::new();
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            let mn = bin_f(BinaryOp::Max, m, vmath::max(&xs[c0..c1]));
+            let s1 = s * chunk_scale(k, m, mn);
+            for (o, v) in e[c0..c1].iter_mut().zip(&xs[c0..c1]) {
+                *o = v - mn;
+            }
+            vmath::exp(&mut e[c0..c1]);
+            s = s1 + vmath::sum(&e[c0..c1]);
+            m = mn;
+            mk.push(mn);
+        }
+        let inv = 1.0f32 / s;
+        for (k, c0) in (0..n).step_by(bc).enumerate() {
+            let c1 = (c0 + bc).min(n);
+            if mk[k].to_bits() != m.to_bits() {
+                for (o, v) in e[c0..c1].iter_mut().zip(&xs[c0..c1]) {
+                    *o = v - m;
+                }
+                vmath::exp(&mut e[c0..c1]);
+            }
+        }
+        e.iter().map(|v| v * inv).collect()
+    }
+
+    /// [`run`] (on this CPU: [`rows_avx512`], for a bf16 input and output its `perm` steps
+    /// wherever each chunk starts at a multiple of 32 columns and the output is not streamed)
+    /// against [`reference`], bit for bit (NaNs as NaNs), on fresh clock-seeded rows: f32 → f32,
+    /// bf16 → bf16 and bf16 → f32; every row length 1..=70 and 96, 300, 1000, 1023, 1024,
+    /// 4095; one chunk and chunks of 32 or 1024 columns (`perm` with a ragged last chunk) and
+    /// of 48 (not `perm`); output rows 64-byte aligned and not (the output's start moved by
+    /// one element: bf16 rows unaligned, stored from their first column, f32 rows with a
+    /// masked head before their aligned stores); the rows split over two
+    /// calls (as two workers); values about `[-8, 8)`, in some rows spread to −120 below the
+    /// max (exponentials and outputs that are subnormal, or zero), with ±inf, NaN, ±0 and
+    /// f32/bf16 subnormal inputs in others; and a bf16 output of 2 MiB (streamed, so not
+    /// `perm`, with its aligned head and masked tail).
+    #[test]
+    fn rows_match_the_reference_on_fresh_inputs() {
+        let seed = crate::backend::cpu::clock_seed();
+        let mut rng = Rng(seed | 1);
+        let specials = [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            0.0,
+            -0.0,
+            f32::from_bits(0x0001_0000),
+            -f32::from_bits(0x0000_0001),
+        ];
+        let mut shapes: Vec<(usize, usize)> = (1..=70).map(|n| (3, n)).collect();
+        shapes.extend([
+            (5, 96),
+            (7, 300),
+            (4, 1000),
+            (4, 1023),
+            (3, 1024),
+            (3, 4095),
+        ]);
+        shapes.push((257, 4095));
+        let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+        let osz_of = |d: DType| d.size_bytes();
+        for (ki, (xd, od)) in [
+            (DType::F32, DType::F32),
+            (DType::BF16, DType::BF16),
+            (DType::BF16, DType::F32),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for &(rows, n) in &shapes {
+                let big = rows * n > 1 << 20;
+                for (bi, bc) in [4096usize, 32, 1024, 48].into_iter().enumerate() {
+                    if big && bi > 0 {
+                        continue;
+                    }
+                    for mut off in [0usize, 2] {
+                        // (An f32 output's rows start at multiples of 4 bytes.)
+                        off *= osz_of(od) / 2;
+                        if big && off > 0 {
+                            continue;
+                        }
+                        let case = format!(
+                            "seed {seed}, {xd:?} -> {od:?}, [{rows}, {n}], bc {bc}, offset {off}"
+                        );
+                        // Values: a random kind of row each.
+                        let mut xs: Vec<f32> = Vec::with_capacity(rows * n);
+                        for _ in 0..rows {
+                            let kind = rng.next() % 4;
+                            for _ in 0..n {
+                                let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                                let v = match kind {
+                                    // Spread far below the max: subnormal and zero outputs.
+                                    1 => 4.0 - u * 124.0,
+                                    _ => u * 16.0 - 8.0,
+                                };
+                                xs.push(v);
+                            }
+                            if kind == 2 {
+                                let row = xs.len() - n;
+                                for _ in 0..1 + rng.next() % 3 {
+                                    let at = row + rng.next() as usize % n;
+                                    xs[at] = specials[rng.next() as usize % specials.len()];
+                                }
+                            }
+                        }
+                        if xd == DType::BF16 {
+                            for v in xs.iter_mut() {
+                                *v = bf(*v);
+                            }
+                        }
+                        // The input, 64-byte aligned, and the output at `off` bytes past a
+                        // 64-byte boundary.
+                        let (xsz, osz) = (xd.size_bytes(), od.size_bytes());
+                        let mut xb = vec![0u8; rows * n * xsz + 64];
+                        let xp = xb.as_mut_ptr();
+                        let xp = xp.wrapping_add(xp.align_offset(64));
+                        for (i, v) in xs.iter().enumerate() {
+                            // SAFETY: `rows·n` elements fit after the aligned start.
+                            unsafe {
+                                if xd == DType::BF16 {
+                                    *(xp as *mut u16).add(i) = half::bf16::from_f32(*v).to_bits();
+                                } else {
+                                    *(xp as *mut f32).add(i) = *v;
+                                }
+                            }
+                        }
+                        let mut ob = vec![0xA5u8; rows * n * osz + 192];
+                        let op = ob.as_mut_ptr();
+                        let op = op.wrapping_add(op.align_offset(64) + off);
+                        let buffer = |dtype: DType, ptr: *mut u8, sz: usize| Buffer {
+                            dtype,
+                            shape: [rows, n, 1],
+                            rank: 2,
+                            ptr,
+                            len: rows * n * sz,
+                            writable: true,
+                        };
+                        let args = [buffer(xd, xp, xsz), buffer(od, op, osz)];
+                        let br = 1 + (ki + bi) % 2;
+                        let sm = Softmax {
+                            rows: super::super::rowmatch::Rows {
+                                x: 0,
+                                out: 1,
+                                br,
+                                bc,
+                                round_bf16: false,
+                            },
+                        };
+                        let programs = rows.div_ceil(br);
+                        let mid = programs / 2;
+                        let mut buf = Vec::new();
+                        run(&sm, &mut buf, 0..mid, &args, rows, n);
+                        run(&sm, &mut buf, mid..programs, &args, rows, n);
+                        for r in 0..rows {
+                            let want = reference(&xs[r * n..(r + 1) * n], bc);
+                            for (j, w) in want.iter().enumerate() {
+                                let i = r * n + j;
+                                // SAFETY: element `i` of the output.
+                                let (got, want) = unsafe {
+                                    if od == DType::BF16 {
+                                        (*(op as *const u16).add(i) as u32, chunk::bf16_bits(*w))
+                                    } else {
+                                        ((*(op as *const f32).add(i)).to_bits(), w.to_bits())
+                                    }
+                                };
+                                let nan = |b: u32| {
+                                    if od == DType::BF16 {
+                                        b & 0x7fff > 0x7f80
+                                    } else {
+                                        b & 0x7fff_ffff > 0x7f80_0000
+                                    }
+                                };
+                                assert!(
+                                    got == want || (nan(got) && nan(want)),
+                                    "{case}: row {r} column {j}: {got:#x} against {want:#x} \
+                                     (row {:?})",
+                                    &xs[r * n..(r + 1) * n]
+                                );
+                            }
+                        }
+                        // Nothing written just before or past the output.
+                        let end = rows * n * osz;
+                        // SAFETY: at most 65 bytes of the 192 of slack lie before the output.
+                        let (before, past) = unsafe {
+                            (
+                                std::slice::from_raw_parts(
+                                    ob.as_ptr(),
+                                    op.offset_from(ob.as_ptr()) as usize,
+                                ),
+                                std::slice::from_raw_parts(op.add(end), 64),
+                            )
+                        };
+                        assert!(
+                            before.iter().chain(past).all(|&b| b == 0xA5),
+                            "{case}: written outside the output"
+                        );
+                    }
                 }
             }
         }

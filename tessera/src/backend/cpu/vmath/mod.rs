@@ -59,7 +59,6 @@ mod tests;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use exp16::{FAST_LO as EXP16_FAST_LO, exp16, exp16_in_range};
-pub(crate) use reduce::L as SUM_LANES;
 
 use exp_simd as k_exp;
 elementwise!(k_log, log::log1);
