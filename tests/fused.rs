@@ -1780,6 +1780,45 @@ fn matmul_direct_gemm_agrees() {
     }
 }
 
+/// Products of more rows than one 144-row block (`gemm::wide_tile`: on an AVX-512 CPU that
+/// is not AMD they run on the 6×64 micro-tile, `Avx512Wide`; elsewhere on the others)
+/// through the matmul launch, bit for bit the interpreter's K loop and close to f64: `m`
+/// just over the block and over two (partial row tiles of 1, 3 and 5 rows), column
+/// strips per thread with partial 64-column panels, row strips that each stay over one
+/// block, one and two 512-deep k-blocks (the second accumulating into C), and `B`
+/// packed by the first row block's micro-tiles or, with its k-block over 1 MiB, by the
+/// separate pass. (`gemm_shapes` stays under 141 rows: none of its products reach it.)
+#[test]
+fn matmul_of_more_rows_than_one_block_agrees() {
+    let _level = level_guard();
+    let f64s = |t: &Tensor<f32>| t.to_f64_vec().unwrap();
+    for (i, &(m, k, n)) in [
+        (145, 521, 300),
+        (151, 70, 333),
+        (317, 600, 100),
+        (147, 150, 1800),
+        (295, 33, 65),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let s = 900 + 10 * i as u64;
+        let tag = format!("{m}x{k}x{n}");
+        let a = Tensor::<f32>::randn(&[m, k], s + 1);
+        let b = Tensor::<f32>::randn(&[k, n], s + 2);
+        let want = reference::matmul(&f64s(&a), &f64s(&b), m, k, n);
+        let c = same_bits(&format!("matmul {tag}"), || {
+            tessera_kernels::matmul(&a, &b).unwrap()
+        });
+        let e = rel_error(&f64s(&c), &want);
+        assert!(e < 1e-5, "matmul {tag} vs f64: {e:e}");
+        let c = same_bits(&format!("matmul deterministic {tag}"), || {
+            matmul_det(&a, &b).unwrap()
+        });
+        assert!(rel_error(&f64s(&c), &want) < 1e-5, "deterministic {tag}");
+    }
+}
+
 /// `kahan_sum` compensates across K tiles: its loop is not a plain K loop, so it keeps the
 /// interpreter (the direct path never changes that policy's results).
 #[test]

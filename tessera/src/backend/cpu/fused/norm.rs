@@ -1199,7 +1199,11 @@ unsafe fn eo_rows<const CVT: bool>(
     gb: EoGb,
     lag: bool,
 ) {
-    let nt = stream::large(out);
+    // Streaming stores only where every row starts on a line: `eo_fits` asked the same, but
+    // `stream::large` may answer otherwise by now (`cache::set_last_level_bytes` while the
+    // launch runs, which changes only the store choice), and a ragged or unaligned row would
+    // then fail the bounds check or stream to an address off a line.
+    let nt = stream::large(out) && n % 32 == 0 && (out.ptr as usize).is_multiple_of(64);
     assert!(
         rows * n * 2 <= x.len && rows * n * 2 <= out.len && (n % 32 == 0 || !nt) && gb.holds(n),
         "fused load out of bounds"
@@ -1706,6 +1710,83 @@ mod tests {
             && !crate::backend::cpu::simd::is_amd();
         if here && small_l1 {
             assert!(ran[2] > 0 && ran[1] > 0 && ran[0] > 0, "{ran:?}");
+        }
+    }
+
+    /// [`eo_rows`] streams only rows that start on a 64-byte line (`n` a multiple of 32, the
+    /// output 64-byte aligned), whatever `stream::large` answers when it runs: [`eo_fits`]
+    /// asked it before, and a launch may get another answer by then
+    /// (`cache::set_last_level_bytes` while it runs, which is to change only the store
+    /// choice). Here the rows run in a one-thread pool, where an output of `nt_bytes`
+    /// streams, as [`eo_fits`] would not have taken them there: ragged (300 columns) and
+    /// unaligned (320 columns, the output one bf16 off a line): no panic, no streaming store
+    /// off a line, and bit for bit the same rows as outside the pool.
+    #[test]
+    fn eo_rows_stream_only_rows_that_start_on_a_line() {
+        if !(std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma"))
+        {
+            eprintln!("not run: no AVX-512F/BW");
+            return;
+        }
+        let mut seed = crate::backend::cpu::clock_seed() | 1;
+        let start = seed;
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        // `stream::nt_bytes`: what a one-thread launch streams from.
+        let from = crate::backend::cpu::cache::last_level_bytes() / 8 * 3;
+        for (n, off) in [(300usize, 0usize), (320, 1)] {
+            let rows = from / (2 * n) + 2;
+            if rows * n * 2 > 1 << 28 {
+                eprintln!("not run at {n} columns: the last-level cache is counted too large");
+                continue;
+            }
+            let xs = values(&mut seed, rows * n);
+            let mut xb: Vec<u16> = xs
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
+            let gb16 = |seed: &mut u64| -> Vec<u16> {
+                values(seed, n)
+                    .iter()
+                    .map(|&v| half::bf16::from_f32(v).to_bits())
+                    .collect()
+            };
+            let (g16, b16) = (gb16(&mut seed), gb16(&mut seed));
+            let nm = test_norm(8, 4096, true, true);
+            // (Addresses: a `Buffer` is not `Send`.)
+            let xa = xb.as_mut_ptr() as usize;
+            let mut outs = Vec::new();
+            for pool in [false, true] {
+                let mut ob = vec![0u16; rows * n + 32 + off];
+                let at = ob.as_ptr().align_offset(64) + off;
+                let oa = ob[at..].as_mut_ptr() as usize;
+                let go = || {
+                    let x = buffer(DType::BF16, xa as *mut u8, (rows, n));
+                    let out = buffer(DType::BF16, oa as *mut u8, (rows, n));
+                    if pool {
+                        assert!(stream::large(&out), "{n} columns: not streamed");
+                    }
+                    let gb = EoGb::Bf16(&g16, Some(&b16));
+                    // SAFETY: AVX-512F/BW, AVX2 and FMA are present; `gb` holds `n` values
+                    // each; the rows are in `x` and `out`.
+                    unsafe { eo_rows_512(&nm, (&x, &out), (0, rows, rows), n, gb, true) }
+                };
+                if pool {
+                    one.install(go)
+                } else {
+                    go()
+                }
+                outs.push(ob[at..at + rows * n].to_vec());
+            }
+            assert!(
+                outs[0] == outs[1],
+                "{n} columns: streamed rows differ (seed {start})"
+            );
         }
     }
 

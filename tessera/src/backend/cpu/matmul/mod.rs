@@ -222,7 +222,9 @@ pub(crate) fn whole(ops: &Operands, out: &Buffer) -> bool {
     } else {
         threads
     };
-    // Strips aligned to the widest micro-tile (32 columns, 24 = lcm(6, 8, 12) rows).
+    // Strips aligned to 32 columns (the 8×32 tile's width, half the 6×64 tile's that
+    // `gemm::wide_tile` picks: a strip may end in a partial panel of it) and 24 =
+    // lcm(6, 8, 12) rows.
     let by_cols = n >= m;
     let (len, align) = if by_cols { (n, 32) } else { (m, 24) };
     let step = len.div_ceil(jobs).div_ceil(align) * align;
