@@ -307,11 +307,12 @@ unsafe fn max_finish(p: *const f32, n: usize, m: MaxMin) -> (f32, f32) {
         let k = (1u64 << (n - full)) - 1;
         let (k0, k1) = (k as __mmask16, (k >> 16) as __mmask16);
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        // SAFETY: the masked loads read only values `full .. n`.
+        // SAFETY: the masked loads read only values `full .. n` (the second one's address by
+        // `wrapping_add`: with an empty mask it may lie past the allocation, and is not read).
         let (t0, t1) = unsafe {
             (
                 _mm512_mask_loadu_ps(ninf, k0, p.add(full)),
-                _mm512_mask_loadu_ps(ninf, k1, p.add(full + 16)),
+                _mm512_mask_loadu_ps(ninf, k1, p.wrapping_add(full + 16)),
             )
         };
         a0 = vstep(a0, t0);
@@ -965,7 +966,7 @@ unsafe fn fused_avx512<
                 let xs = xs as *const f32;
                 (
                     _mm512_maskz_loadu_ps(k0, xs.add(full)),
-                    _mm512_maskz_loadu_ps(k1, xs.add(full + 16)),
+                    _mm512_maskz_loadu_ps(k1, xs.wrapping_add(full + 16)),
                 )
             };
             // Lanes past the row take `m` (`x − m` = 0, and to redo `m − mf` in `[lo − mf,
@@ -1298,7 +1299,7 @@ unsafe fn store_perm(es: &[f32], inv: f32, d: &mut [u16], nosub: bool) {
         // SAFETY: the masked loads and store touch only elements `full .. n`.
         unsafe {
             let v0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, e.add(full)), iv);
-            let v1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, e.add(full + 16)), iv);
+            let v1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k1, e.wrapping_add(full + 16)), iv);
             let w = if nosub {
                 bf16io::pack32_cvt_normal(v0, v1)
             } else {
