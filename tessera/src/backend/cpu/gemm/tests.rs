@@ -90,6 +90,30 @@ fn reference(
     out
 }
 
+/// `C = A·B` (`overwrite`) or `C += A·B` over strided row-major storage, each element one f32
+/// FMA chain in k order: what every blocking and micro-tile must give bit for bit. `c` is the
+/// starting `C` (its padding columns are returned as they are).
+fn in_order_chain(
+    (m, n, k): (usize, usize, usize),
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[f32], usize),
+    c: &[f32],
+    ldc: usize,
+    overwrite: bool,
+) -> Vec<f32> {
+    let mut out = c.to_vec();
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = if overwrite { 0.0 } else { c[i * ldc + j] };
+            for p in 0..k {
+                acc = a[i * lda + p].mul_add(b[p * ldb + j], acc);
+            }
+            out[i * ldc + j] = acc;
+        }
+    }
+    out
+}
+
 /// Run one case with padding strides; checks the result and that padding is untouched.
 fn check(isa: Isa, m: usize, n: usize, k: usize, pad: usize, seed: u64) {
     let mut rng = Rng(seed);
@@ -382,14 +406,7 @@ fn every_isa_is_one_fma_chain_in_k_order() {
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
         let c0 = rng.vec(m * n);
-        let mut want = c0.clone();
-        for i in 0..m {
-            for j in 0..n {
-                for p in 0..k {
-                    want[i * n + j] = a[i * k + p].mul_add(b[p * n + j], want[i * n + j]);
-                }
-            }
-        }
+        let want = in_order_chain((m, n, k), (&a, k), (&b, n), &c0, n, false);
         for isa in all_isas() {
             let mut c = c0.clone();
             gemm_f32_with(isa, m, n, k, &a, k, &b, n, &mut c, n);
@@ -435,24 +452,15 @@ fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
         let a = rng.vec((m - 1) * lda + k);
         let b = rng.vec((k - 1) * ldb + n);
         let c0 = rng.vec(m * ldc);
-        let mut want = c0.clone();
-        for i in 0..m {
-            for j in 0..n {
-                for p in 0..k {
-                    let w = &mut want[i * ldc + j];
-                    *w = a[i * lda + p].mul_add(b[p * ldb + j], *w);
-                }
-            }
-        }
-        let mut fresh = vec![0.0; m * ldc];
-        for i in 0..m {
-            for j in 0..n {
-                for p in 0..k {
-                    let w = &mut fresh[i * ldc + j];
-                    *w = a[i * lda + p].mul_add(b[p * ldb + j], *w);
-                }
-            }
-        }
+        let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, false);
+        let fresh = in_order_chain(
+            (m, n, k),
+            (&a, lda),
+            (&b, ldb),
+            &vec![0.0; m * ldc],
+            ldc,
+            true,
+        );
         for isa in all_isas() {
             let mut c = c0.clone();
             gemm_f32_with(isa, m, n, k, &a, lda, &b, ldb, &mut c, ldc);
@@ -703,16 +711,7 @@ fn c_fetch_points_keep_the_in_order_chain() {
             let b = rng.vec((k - 1) * ldb + n);
             let c0 = rng.vec(m * ldc);
             for overwrite in [false, true] {
-                let mut want = c0.clone();
-                for i in 0..m {
-                    for j in 0..n {
-                        let mut acc = if overwrite { 0.0 } else { c0[i * ldc + j] };
-                        for p in 0..k {
-                            acc = a[i * lda + p].mul_add(b[p * ldb + j], acc);
-                        }
-                        want[i * ldc + j] = acc;
-                    }
-                }
+                let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, overwrite);
                 for isa in all_isas() {
                     let mut c = c0.clone();
                     raw(isa, (m, n, k), (&a, lda), (&b, ldb), &mut c, ldc, overwrite);
@@ -1264,16 +1263,7 @@ fn both_avx512_tiles_are_the_in_order_chain() {
             let b = rng.vec((k - 1) * ldb + n);
             let c0 = rng.vec(m * ldc);
             let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
-            let mut want = c0.clone();
-            for i in 0..m {
-                for j in 0..n {
-                    let mut v = if overwrite { 0.0 } else { c0[i * ldc + j] };
-                    for p in 0..k {
-                        v = a[i * lda + p].mul_add(b[p * ldb + j], v);
-                    }
-                    want[i * ldc + j] = v;
-                }
-            }
+            let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, overwrite);
             let same = |x: &[f32]| x.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits());
             for (kn, gemm) in kernels {
                 let mut c = c0.clone();
