@@ -1386,6 +1386,19 @@ mod tests {
         }
     }
 
+    /// Whether this CPU lacks what the even/odd rows need (AVX-512F/BW, AVX2, FMA); a test
+    /// that gets `true` says it did not run and returns.
+    fn lacks_avx512bw() -> bool {
+        let has = std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma");
+        if !has {
+            eprintln!("not run: no AVX-512F/BW");
+        }
+        !has
+    }
+
     /// Fresh pseudo-random bf16 values about `[-4, 4)` (a xorshift; the seed is in every
     /// failure message).
     fn values(seed: &mut u64, n: usize) -> Vec<f32> {
@@ -1423,12 +1436,7 @@ mod tests {
     /// across the chunks' ends); rows of any width otherwise; rmsnorms as layernorms.
     #[test]
     fn norm_bf16_rows_split_even_odd_match_the_interpreter() {
-        if !(std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma"))
-        {
-            eprintln!("not run: no AVX-512F/BW");
+        if lacks_avx512bw() {
             return;
         }
         // Which rows take the even/odd path: chunks of whole 32-column steps (or one chunk a
@@ -1723,12 +1731,7 @@ mod tests {
     /// off a line, and bit for bit the same rows as outside the pool.
     #[test]
     fn eo_rows_stream_only_rows_that_start_on_a_line() {
-        if !(std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma"))
-        {
-            eprintln!("not run: no AVX-512F/BW");
+        if lacks_avx512bw() {
             return;
         }
         let mut seed = crate::backend::cpu::clock_seed() | 1;
@@ -1797,11 +1800,7 @@ mod tests {
     /// last program cut short), against the interpreter's sums, bit for bit.
     #[test]
     fn bf16_rows_of_several_chunks_match_the_interpreter_apart_and_in_turn() {
-        if !(std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma"))
-        {
+        if lacks_avx512bw() {
             return;
         }
         let start = crate::backend::cpu::clock_seed() | 1;
