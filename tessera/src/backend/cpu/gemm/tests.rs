@@ -1069,17 +1069,7 @@ fn few_rows_stream_is_the_packed_chain() {
                 let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
                 // The scalar chain from C's value (+0.0 with `overwrite`), in increasing k.
                 let chain = |af: &[f32], bf: &[f32]| {
-                    let mut want = c0.clone();
-                    for i in 0..m {
-                        for j in 0..n {
-                            let mut v = if overwrite { 0.0 } else { c0[i * ldc + j] };
-                            for p in 0..k {
-                                v = af[i * lda + p].mul_add(bf[p * ldb + j], v);
-                            }
-                            want[i * ldc + j] = v;
-                        }
-                    }
-                    want
+                    in_order_chain((m, n, k), (af, lda), (bf, ldb), &c0, ldc, overwrite)
                 };
                 let want = chain(&a, &b);
                 // The product in two column strips on two threads (one strip when n <= 32).
