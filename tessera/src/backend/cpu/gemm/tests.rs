@@ -90,6 +90,22 @@ fn reference(
     out
 }
 
+/// Fresh random `A` (`m × k`), `B` (`k × n`) and starting `C` (`m × n`) in row-major storage
+/// whose rows are `pad`, `2 × pad` and `3 × pad` elements longer than the matrices', with
+/// those strides (`lda`, `ldb`, `ldc`); `m`, `k` and `n` at least 1.
+#[allow(clippy::type_complexity)]
+fn strided_operands(
+    rng: &mut Rng,
+    (m, n, k): (usize, usize, usize),
+    pad: usize,
+) -> ((usize, usize, usize), Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
+    let a = rng.vec((m - 1) * lda + k);
+    let b = rng.vec((k - 1) * ldb + n);
+    let c0 = rng.vec(m * ldc);
+    ((lda, ldb, ldc), a, b, c0)
+}
+
 /// `C = A·B` (`overwrite`) or `C += A·B` over strided row-major storage, each element one f32
 /// FMA chain in k order: what every blocking and micro-tile must give bit for bit. `c` is the
 /// starting `C` (its padding columns are returned as they are).
@@ -448,10 +464,7 @@ fn small_m_chunks_packed_ahead_are_the_in_order_chain() {
         (144, 290, 40, 0),
         (145, 40, 300, 3),
     ] {
-        let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
-        let a = rng.vec((m - 1) * lda + k);
-        let b = rng.vec((k - 1) * ldb + n);
-        let c0 = rng.vec(m * ldc);
+        let ((lda, ldb, ldc), a, b, c0) = strided_operands(&mut rng, (m, n, k), pad);
         let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, false);
         let fresh = in_order_chain(
             (m, n, k),
@@ -706,10 +719,7 @@ fn c_fetch_points_keep_the_in_order_chain() {
     ];
     for &k in &depths {
         for &(m, n, pad) in &[(3, 7, 1), (8, 32, 0), (9, 31, 2), (17, 65, 3), (150, 33, 1)] {
-            let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
-            let a = rng.vec((m - 1) * lda + k);
-            let b = rng.vec((k - 1) * ldb + n);
-            let c0 = rng.vec(m * ldc);
+            let ((lda, ldb, ldc), a, b, c0) = strided_operands(&mut rng, (m, n, k), pad);
             for overwrite in [false, true] {
                 let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, overwrite);
                 for isa in all_isas() {
@@ -1062,10 +1072,7 @@ fn few_rows_stream_is_the_packed_chain() {
         for &(n, k) in &shapes {
             for overwrite in [false, true] {
                 let pad = (rng.next_u64() % 3) as usize;
-                let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
-                let a = rng.vec((m - 1) * lda + k);
-                let b = rng.vec((k - 1) * ldb + n);
-                let c0 = rng.vec(m * ldc);
+                let ((lda, ldb, ldc), a, b, c0) = strided_operands(&mut rng, (m, n, k), pad);
                 let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
                 // The scalar chain from C's value (+0.0 with `overwrite`), in increasing k.
                 let chain = |af: &[f32], bf: &[f32]| {
@@ -1248,10 +1255,7 @@ fn both_avx512_tiles_are_the_in_order_chain() {
     for &(m, n, k) in &shapes {
         for overwrite in [false, true] {
             let pad = (rng.next_u64() % 3) as usize;
-            let (lda, ldb, ldc) = (k + pad, n + 2 * pad, n + 3 * pad);
-            let a = rng.vec((m - 1) * lda + k);
-            let b = rng.vec((k - 1) * ldb + n);
-            let c0 = rng.vec(m * ldc);
+            let ((lda, ldb, ldc), a, b, c0) = strided_operands(&mut rng, (m, n, k), pad);
             let name = format!("seed {seed} m={m} n={n} k={k} pad={pad} overwrite={overwrite}");
             let want = in_order_chain((m, n, k), (&a, lda), (&b, ldb), &c0, ldc, overwrite);
             let same = |x: &[f32]| x.iter().zip(&want).all(|(p, q)| p.to_bits() == q.to_bits());
