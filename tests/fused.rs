@@ -2916,6 +2916,39 @@ fn gelu_bf16_bits(large: bool, threads: &[usize]) {
     }
 }
 
+#[tessera::kernel]
+fn gelu_f32(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    gelu(x)
+}
+
+/// Whole-tensor direct chains on two threads, which take pieces of at least 32 768 elements
+/// from a shared counter until none is left (`fused/flat.rs`, `run`): bf16 and f32 `gelu` of
+/// fresh random inputs (a clock seed, in the failure message) against the interpreter, bit
+/// for bit, at shapes of 32 pieces and of 32 with a ragged last one. A piece skipped or run
+/// twice at the wrong offset leaves output elements that differ.
+#[test]
+fn flat_direct_chains_in_pieces_match_the_interpreter() {
+    let _level = level_guard();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    on_threads(2, || {
+        for (i, (r, c)) in [(1024, 1024), (1023, 1001)].into_iter().enumerate() {
+            let s = seed.wrapping_add(10 * i as u64);
+            let tag = format!("[{r}, {c}] 2T seed {s}");
+            let xb = Tensor::<bf16>::randn(&[r, c], s);
+            flat_and_tiles(&format!("gelu bf16 in pieces {tag}"), false, || {
+                gelu_bf16(&xb).unwrap()
+            });
+            let x = Tensor::<f32>::randn(&[r, c], s + 1);
+            flat_and_tiles(&format!("gelu f32 in pieces {tag}"), false, || {
+                gelu_f32(&x).unwrap()
+            });
+        }
+    });
+}
+
 /// Unary chains of bf16 tensors (`gelu`, `tanh`, `exp`, `sigmoid`, a chain of four, a
 /// rank-3 chain whose tiles cover whole rows; inputs with NaNs, infinities, -0 and large
 /// values) on the direct chain against the interpreter,

@@ -180,7 +180,32 @@ const PIECE: usize = 4096;
 /// Elements per task below which a launch runs on the calling thread alone.
 const MIN_TASK: usize = 1 << 15;
 
+/// Elements per piece a direct chain's threads take from the shared counter ([`run`]): a
+/// sixteenth of a thread's share, at least [`MIN_TASK`] and at most `1 << 18`.
+fn direct_piece(n: usize, threads: usize) -> usize {
+    (n / (threads * 16))
+        .clamp(MIN_TASK, 1 << 18)
+        .next_multiple_of(64)
+}
+
 /// Runs [`find`]'s group `g` over all `n` elements of its [`shaped`] tensors.
+///
+/// A direct chain ([`Group::direct`]) runs in pieces of [`direct_piece`] elements which each
+/// of the pool's threads takes in turn from a shared counter until none is left, so a thread
+/// that runs slower does fewer of them; other groups split the elements into `4 ·
+/// threads` ranges for rayon, which (its adaptive split) left each of two threads one
+/// contiguous half unless a half was stolen. On the 2-vCPU Intel Xeon KVM guest (family 6
+/// model 207) one vCPU often ran the bf16 gelu at ≈ 0.30 ns per element against ≈ 0.19 on
+/// the other for a whole process (gb23: per-task timestamps, `RAYON_NUM_THREADS=2 chrt -f 50
+/// cpu_profile gelu_bf16 4096 1024 150 --pool`, 2026-11-28 15:40 UTC, load 6.4–7.8: tasks of
+/// 512 Ki elements took 150–160 µs on one thread, 96–100 on the other; with halves the
+/// launch took 595–671 µs, the slow thread's four tasks). Pieces from the counter (with
+/// `gelubf16`'s input prefetch), the same command interleaved with main `5ad586c`'s binary,
+/// 2026-11-28 15:45–15:48 UTC, load 2.9–10, fastest launch in µs, 13 / 9 rounds:
+/// `gelu_bf16 [4096, 1024]` 377–658 (median 514; ratio to memcpy 0.53–0.85) → 367–621
+/// (median 459; 0.55–0.92); `[1024, 4096]` 404–622 (median 534; 0.57–0.84) → 397–508
+/// (median 470; 0.68–0.83); f32 `gelu` `[4096, 1024]` 747–809 → 710–736, `[1024, 4096]`
+/// 647–831 → 644–832 (10 rounds, no difference beyond the spread).
 pub(crate) fn run(g: &Group, f: &Flat, args: &[Buffer]) {
     let (_, Some(o)) = params(g) else { return };
     let n: usize = args[o].dims().iter().product();
@@ -188,6 +213,24 @@ pub(crate) fn run(g: &Group, f: &Flat, args: &[Buffer]) {
     let tasks = (threads * 4).min(n / MIN_TASK).max(1);
     if threads == 1 || tasks == 1 {
         return span(g, f, args, 0, n);
+    }
+    if g.direct.is_some() {
+        let per = direct_piece(n, threads);
+        let pieces = n.div_ceil(per);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        // One job per thread, each taking pieces until none is left: a job that starts late
+        // (or never, its thread busy) leaves its pieces to the others.
+        (0..threads.min(pieces)).into_par_iter().for_each(|_| {
+            loop {
+                let t = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if t >= pieces {
+                    break;
+                }
+                let lo = t * per;
+                span(g, f, args, lo, per.min(n - lo));
+            }
+        });
+        return;
     }
     // Task boundaries on 64-element multiples: whole cache lines for f32 and bf16 alike.
     let per = n.div_ceil(tasks).next_multiple_of(64);

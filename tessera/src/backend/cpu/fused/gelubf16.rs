@@ -239,7 +239,17 @@ mod x86 {
     /// fixed from the table at once) and the rest gathered. The gathers are bound by their
     /// element loads, the polynomial by the two 512-bit ports, so the two kinds of step
     /// overlap. After a round whose computed steps left more than [`MANY_MIXED`] lanes to the
-    /// table, the next [`SKIP`] rounds are gathered whole. Then [`gather`] for the rest.
+    /// table, the next [`SKIP`] rounds are gathered whole. Then [`gather`] for the rest. Each
+    /// step asks for the input line [`NEAR`] elements on.
+    ///
+    /// With that prefetch (gb23, 2026-11-28 15:45–15:48 UTC, load 2.9–10, `RAYON_NUM_THREADS=1
+    /// chrt -f 50 cpu_profile gelu_bf16 R C 150 --pool [--into]` interleaved with main
+    /// `5ad586c`'s binary, fastest launch in µs and its ratio to the same process's memcpy,
+    /// rounds outside the vCPU's slow state, which struck both binaries alike at 1125–1256):
+    /// `[4096, 1024]` 800–860 → 733–775 (0.78–0.82 → 0.84–0.89), into a kept output (`--into`)
+    /// 803–821 → 749–753; `[1024, 4096]` 882 → 766–774 (0.77 → 0.88; main's other three
+    /// rounds 1041–1175). Two threads: see
+    /// `super::super::flat::run`.
     ///
     /// Standalone copy (2026-11-28 06:17 UTC, load 4.2, `chrt -f 50`, fastest of 15 rounds,
     /// 7 680 standard-normal inputs in L1, fix-ups not counted; ns per element, computed :
@@ -265,6 +275,9 @@ mod x86 {
     pub(super) unsafe fn mixed(t: &Table16, s: &[u16], o: &mut [u16]) {
         let n = o.len();
         assert_eq!(s.len(), n);
+        // A prefetch never faults.
+        let pre =
+            |i: usize| _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + NEAR) as *const i8);
         // SAFETY: `CT[k]` holds 32 floats.
         let lo: [__m512; 5] = core::array::from_fn(|k| unsafe { _mm512_loadu_ps(CT[k].as_ptr()) });
         // SAFETY: as above.
@@ -280,6 +293,7 @@ mod x86 {
                 let mut left = 0;
                 for k in 0..POLY {
                     let at = i + 32 * k;
+                    pre(at);
                     // SAFETY: `at + 32 <= n` elements of `s` and `o`.
                     let m = unsafe { step(s.as_ptr().add(at), o.as_mut_ptr().add(at), &lo, &hi) };
                     if m != 0 {
@@ -294,6 +308,7 @@ mod x86 {
             };
             for k in first..ROUND / 32 {
                 let at = i + 32 * k;
+                pre(at);
                 // SAFETY: as above.
                 unsafe {
                     let v = gather_step(t, s.as_ptr().add(at));
@@ -318,12 +333,10 @@ mod x86 {
     pub(super) unsafe fn mixed_stream(t: &Table16, s: &[u16], o: &mut [u16], far: bool) {
         let n = o.len();
         assert_eq!(s.len(), n);
-        let pre = |i: usize| {
-            if far {
-                // A prefetch never faults.
-                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
-            }
-        };
+        let ahead = if far { AHEAD } else { NEAR };
+        // A prefetch never faults.
+        let pre =
+            |i: usize| _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + ahead) as *const i8);
         let h = o.as_ptr().align_offset(64).min(n);
         let end = h + (n - h) / 32 * 32;
         // SAFETY: as this function's.
@@ -449,6 +462,23 @@ mod x86 {
     /// L2 (`prefetcht1`) 11.6/11.7/14.8/14.4/11.3, 1024 ahead into L2 12.8/11.7/24.6, 4096
     /// ahead 18.4/20.0. Final build: see the commit.
     const AHEAD: usize = 2048;
+
+    /// How far ahead of a step its input line is asked for by [`mixed`] and, where the data
+    /// fits the cache (not `far`), [`mixed_stream`], in elements (2 KiB of input): the loop
+    /// runs at about its in-L2 rate (≈ 0.19 ns per element, one thread) and without the
+    /// prefetch waited for part of its input at the full shapes.
+    ///
+    /// Measured on the 2-vCPU Intel Xeon KVM guest (family 6 model 207; gb23, experiment
+    /// build with the distance a const generic picked by an environment switch, 2026-11-28
+    /// 15:37–15:40 UTC, load 8–11 from other jobs; `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile
+    /// gelu_bf16 R C 150 --pool`, interleaved with main `5ad586c`'s binary, fastest launch in
+    /// µs, rounds where neither ran in the vCPU's slow state of ≈ 1100–1300 µs): `[4096,
+    /// 1024]` main 776–809, no prefetch 836–840, 256 ahead 748, 512 749–771, 1024 728–792,
+    /// 2048 728–796, 512 with the output asked for too (`prefetchw`) 762–766; `[1024, 4096]`
+    /// main 771–812, 512 736–769 (and 992), 1024 712–756 (and 893); `[2048, 4096]` ([`mixed_stream`], not `far`,
+    /// N = 60) main 1754–1843, 512 1721–1781, 1024 1733 (one round). Final build: see
+    /// [`mixed`].
+    const NEAR: usize = 1024;
 
     /// [`gelu`] with the whole 64-byte lines of `o` written by streaming stores straight from
     /// the loop: plain stores ([`gelu`]) up to the first 64-byte boundary of `o` and for the
