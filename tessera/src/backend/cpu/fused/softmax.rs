@@ -47,11 +47,12 @@ const PLACE: [usize; 3] = [1024, 2304, 3584];
 const LAG: usize = 64;
 
 /// How many rows apart [`rows_avx512`] runs its passes for rows of `n` values of `esz` bytes
-/// (`o16`: into a bf16 output) from an input of `in_bytes`: 2 (row `r`'s exponentials beside
-/// row `r + 2`'s max and row `r − 2`'s stores, row `r + 3` prefetched into the L1), or 1 (row
-/// `r + 1`'s max, row `r − 1`'s stores, no prefetch) when a row's input and exponentials,
-/// `n·(esz + 4)` bytes, take a third of the level-1 data cache or more, the output is f32 and
-/// the input fits the last-level cache. A row's input is read twice (its max, then its
+/// (`f32_out`: into an f32 output that takes the scaled rows in the loop, not rounded to
+/// bf16) from an input of `in_bytes`: 2 (row `r`'s exponentials beside row `r + 2`'s max and
+/// row `r − 2`'s stores, row `r + 3` prefetched into the L1), or 1 (row `r + 1`'s max, row
+/// `r − 1`'s stores, no prefetch) when a row's input and exponentials, `n·(esz + 4)` bytes,
+/// take a third of the level-1 data cache or more, the output is such an f32 one and the
+/// input fits the last-level cache. A row's input is read twice (its max, then its
 /// exponentials) and its exponentials are stored and read back (by the output's stores), each
 /// that many rows apart: 2 apart, 2·`n·(esz + 4)` bytes come between the two reads, which no
 /// longer fits the L1 from 4096 f32 columns (64 KiB against 48 KiB here), so both second reads
@@ -67,9 +68,11 @@ const LAG: usize = 64;
 /// last-level cache (`[8192, 4096]` f32, one thread: no prefetch 21.3–24.3 ms against
 /// 16.5–18.4 with it; 1 apart with row `r + 2` prefetched into the L2 16.6–20.4, into the L1
 /// 19.9–20.6, against 16.5–18.9: no gain shown).
-fn rows_apart(n: usize, esz: usize, o16: bool, in_bytes: usize) -> usize {
+fn rows_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> usize {
     use crate::backend::cpu::cache;
-    if !o16 && n * (esz + 4) >= cache::l1_data_bytes() / 3 && in_bytes <= cache::last_level_bytes()
+    if f32_out
+        && n * (esz + 4) >= cache::l1_data_bytes() / 3
+        && in_bytes <= cache::last_level_bytes()
     {
         1
     } else {
@@ -677,7 +680,7 @@ unsafe fn rows_avx512(
     // Rows apart (`rows_apart`): the max of row `r + dist` and the stores of row `r − dist`
     // beside row `r`'s exponentials. Rows `r0 .. r0 + dist` before the loop; each step takes
     // row `r + dist`'s.
-    let dist = rows_apart(n, esz, o16, x.len);
+    let dist = rows_apart(n, esz, fuse && !o16, x.len);
     for (i, row) in (r0..r1).take(dist).enumerate() {
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
@@ -1548,7 +1551,7 @@ mod tests {
             let apart = |d| {
                 shapes
                     .iter()
-                    .any(|&(r, n)| rows_apart(n, esz, false, r * n * esz) == d)
+                    .any(|&(r, n)| rows_apart(n, esz, true, r * n * esz) == d)
             };
             assert!(
                 apart(1) && apart(2),
