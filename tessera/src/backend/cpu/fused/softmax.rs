@@ -18,7 +18,8 @@
 //! streamed unless its rows are 64-byte aligned, by two word unpacks, `widen_perm`, the
 //! exponentials of whole 32-column steps kept in the unpacked order and the sums and the
 //! output's words put back in column order) and row `r − 2`'s scaled store,
-//! non-temporal for a large output (`stream`): f32, or bf16 narrowed 32 lanes a store with
+//! non-temporal for a large output (`stream`; rows `r + 1` and `r − 1` instead for long rows
+//! into an f32 output, `rows_apart`): f32, or bf16 narrowed 32 lanes a store with
 //! the interpreter's rounding (`vcvtne2ps2bf16` where the CPU has AVX-512 BF16 and no lane
 //! is an f32 subnormal, checked per store unless the row's max and least value show that
 //! none can be, `sub_free`; else integer rounding: `bf16io::store32`).
@@ -44,6 +45,40 @@ const PLACE: [usize; 3] = [1024, 2304, 3584];
 
 /// Columns by which [`fused_avx512`]'s stores of the previous row trail its loads.
 const LAG: usize = 64;
+
+/// How many rows apart [`rows_avx512`] runs its passes for rows of `n` values of `esz` bytes
+/// (`f32_out`: into an f32 output that takes the scaled rows in the loop, not rounded to
+/// bf16) from an input of `in_bytes`: 2 (row `r`'s exponentials beside row `r + 2`'s max and
+/// row `r − 2`'s stores, row `r + 3` prefetched into the L1), or 1 (row `r + 1`'s max, row
+/// `r − 1`'s stores, no prefetch) when a row's input and exponentials, `n·(esz + 4)` bytes,
+/// take a third of the level-1 data cache or more, the output is such an f32 one and the
+/// input fits the last-level cache. A row's input is read twice (its max, then its
+/// exponentials) and its exponentials are stored and read back (by the output's stores), each
+/// that many rows apart: 2 apart, 2·`n·(esz + 4)` bytes come between the two reads, which no
+/// longer fits the L1 from 4096 f32 columns (64 KiB against 48 KiB here), so both second reads
+/// came from the L2 beside the loop's reads from memory, and the prefetch of row `r + 3` into
+/// the L1 pushed out more (`perf` cpu-clock, `[1024, 4096]` f32, one thread: ≈ 15 % of
+/// `steps_avx512`'s samples on the loads of the exponentials to store, ≈ 20 % on the two
+/// input rows' loads). 1 apart a row's first exponentials wait on the max tree taken just
+/// before and its stores on the `1/s` just computed: a few steps of a long row. Intel Xeon
+/// (family 6 model 207, 48 KiB L1; sx23, figures in [`rows_avx512`]'s doc): one and two
+/// threads, `[1024, 4096]` f32 and bf16 → f32 and `[2048, 2048]` f32, 5–25 % faster. Not
+/// taken: into a bf16 output (bf16 → bf16 is bound by its vector ops; 1 apart measured
+/// 1200–1448 µs against 997–1020 at `[1024, 4096]`) and from an input larger than the
+/// last-level cache (`[8192, 4096]` f32, one thread: no prefetch 21.3–24.3 ms against
+/// 16.5–18.4 with it; 1 apart with row `r + 2` prefetched into the L2 16.6–20.4, into the L1
+/// 19.9–20.6, against 16.5–18.9: no gain shown).
+fn rows_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> usize {
+    use crate::backend::cpu::cache;
+    if f32_out
+        && n * (esz + 4) >= cache::l1_data_bytes() / 3
+        && in_bytes <= cache::last_level_bytes()
+    {
+        1
+    } else {
+        2
+    }
+}
 
 /// Runs programs `pids` (rows `pids.start·br .. pids.end·br`) of a `[rows, n]` softmax as one
 /// run of rows; `buf` is the worker's row scratch.
@@ -548,6 +583,29 @@ impl MaxMin16 {
 /// threads 1100 → 997, 1323 → 1306 (two-thread figures at that load are the second
 /// worker waiting for a CPU as much as the kernel).
 ///
+/// sx23: at 4096 columns the loop ran at 0.75–0.89 of the same-run copy against 1.0–1.3 at
+/// 1024 columns (lead, 15:20 UTC), though its in-L2 rate is not worse there (sx22): each
+/// row's second reads (its input, its exponentials) came from the L2 (`rows_apart`). Long
+/// rows into an f32 output from an input that fits the last-level cache now run 1 row
+/// apart, without the prefetch. Measured (2026-11-28 15:43–15:59 UTC, load 3.2–5.2 from
+/// other helpers; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile K R C 150 --pool`, base = main
+/// `5ad586c`, rounds interleaved, fastest launch in µs and its ratio to the same run's copy;
+/// two builds of the same path at these shapes, three rounds each), base → this: one thread
+/// `[1024, 4096]` f32 1464–1931 (0.75–0.92) → 1318–1685 (0.90–0.98), bf16 → f32 1208–1617
+/// (0.65–0.80) → 1010–1562 (0.73–0.98; five of six 0.91–0.98), `[2048, 2048]` f32 1308–1335
+/// (1.01–1.03) → 1037–1198 (1.15–1.19); two threads `[1024, 4096]` f32 733–1463 (0.74–0.90)
+/// → 683–1382 (0.80–0.94), bf16 → f32 615–1249 (0.65–0.85) → 515–1070 (0.66–0.99; five of
+/// six 0.90–0.99), `[2048, 2048]` f32 660–897 (0.74–1.00) → 656–773 (0.90–1.11). Not
+/// changed (the same path; noise): `[4096, 1024]` one thread f32 1076–1123 → 1042–1171,
+/// bf16 → f32 934–1131 → 970–1147, two threads f32 560–1456 → 545–1038, bf16 → f32
+/// 502–1001 → 496–930; `[8192, 4096]` f32 one thread 15962–18694 → 15931–17354; bf16 →
+/// bf16 `[1024, 4096]` 993–1248 → 995–1025; `[37, 300]` the same within the noise. In a
+/// throwaway build with run-time switches (15:28–15:41, load 3–10), `[1024, 4096]` f32 one
+/// thread, 2 apart: no prefetch 1349–1613 against `T0` 1455–1842, `T1`/`T2` 1417–1715, `NTA`
+/// 3994–4452, `T0` of the row and of the exponentials 512 bytes ahead 1477–1593, plain
+/// stores 1709–1893; 1 apart, no prefetch 1436–1472.
+///
+
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
 /// `3(n + 32) + 3·1024 + 7·⌈n/bc⌉` values.
@@ -619,8 +677,11 @@ unsafe fn rows_avx512(
     let mut ex = [ea.as_mut_ptr(), eb.as_mut_ptr(), ec.as_mut_ptr()];
     let mut st = [s0, s1, s2];
     let rowp = |r: usize| x.ptr.wrapping_add(r * n * esz) as *const u8;
-    // Rows `r0` and `r0 + 1` before the loop; each step takes row `r + 2`'s.
-    for (i, row) in (r0..r1).take(2).enumerate() {
+    // Rows apart (`rows_apart`): the max of row `r + dist` and the stores of row `r − dist`
+    // beside row `r`'s exponentials. Rows `r0 .. r0 + dist` before the loop; each step takes
+    // row `r + dist`'s.
+    let dist = rows_apart(n, esz, fuse && !o16, x.len);
+    for (i, row) in (r0..r1).take(dist).enumerate() {
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
             let p = rowp(row).wrapping_add(c0 * esz);
@@ -661,10 +722,11 @@ unsafe fn rows_avx512(
             m = bin_f(BinaryOp::Max, m, st[0][2 * k]);
             *mk = m;
         }
-        // The row after next, whose max this step takes; and the row after that, asked for
-        // while this step reads that one (when in the input).
-        let next = row + 2 < r1;
-        let pf = (row + 4) * n * esz <= x.len;
+        // The row `dist` ahead, whose max this step takes; and (`dist` 2) the row after that,
+        // asked for while this step reads that one (when in the input).
+        let next = row + dist < r1;
+        // Row `r + 3` asked for into the L1 with `dist` 2; none with 1 (see `rows_apart`).
+        let pf = dist == 2 && (row + 4) * n * esz <= x.len;
         let (d, inv_prev, nosub) = match pending[0] {
             Some((pat, inv, ns)) => (out.ptr.wrapping_add(pat * osz), inv, ns),
             _ => (std::ptr::null_mut(), 0.0, false),
@@ -687,7 +749,7 @@ unsafe fn rows_avx512(
                 // SAFETY (these offsets): `c0 < n`; each buffer holds `n` values.
                 es: unsafe { ex[0].add(c0) },
                 next: if next {
-                    rowp(row + 2).wrapping_add(c0 * esz)
+                    rowp(row + dist).wrapping_add(c0 * esz)
                 } else {
                     std::ptr::null()
                 },
@@ -696,7 +758,7 @@ unsafe fn rows_avx512(
                 } else {
                     d.wrapping_add(c0 * osz)
                 },
-                ep: unsafe { ex[2].add(c0) as *const f32 },
+                ep: unsafe { ex[dist].add(c0) as *const f32 },
                 inv: inv_prev,
                 nosub,
                 lag,
@@ -720,25 +782,31 @@ unsafe fn rows_avx512(
             };
             s = s1 + sum;
             mp = mn;
-            (st[2][2 * k], st[2][2 * k + 1]) = nm;
+            (st[dist][2 * k], st[dist][2 * k + 1]) = nm;
         }
         let inv = 1.0f32 / s;
         if fuse {
             // Whether the row's stores may narrow without the subnormal check.
             let lo = (0..chunks).fold(f32::INFINITY, |a, k| a.min(st[0][2 * k + 1]));
             let normal = cvt && sub_free(m, lo, inv);
-            pending = [pending[1], Some((at, inv, normal))];
             let [a, b, c] = ex;
-            ex = [c, a, b];
+            if dist == 2 {
+                pending = [pending[1], Some((at, inv, normal))];
+                ex = [c, a, b];
+            } else {
+                // Row `r − 1` was stored in this step: its buffer takes row `r + 1`'s.
+                pending = [Some((at, inv, normal)), None];
+                ex = [b, a, c];
+            }
         } else {
             // SAFETY: `ex[0]` holds this row's `n` exponentials.
             let es = unsafe { std::slice::from_raw_parts(ex[0], n) };
             store_scaled(out, at, es, inv, round, false, ow);
         }
         let [a, b, c] = st;
-        st = [b, c, a];
+        st = if dist == 2 { [b, c, a] } else { [b, a, c] };
     }
-    for (p, e) in pending.into_iter().zip([ex[2], ex[1]]) {
+    for (p, e) in pending.into_iter().zip([ex[dist], ex[dist - 1]]) {
         let Some((at, inv, nosub)) = p else { continue };
         // SAFETY: `e` holds that row's `n` exponentials.
         let es = unsafe { std::slice::from_raw_parts(e, n) };
@@ -1440,11 +1508,12 @@ mod tests {
     /// wherever each chunk starts at a multiple of 32 columns and the output is not streamed)
     /// against [`reference`], bit for bit (NaNs as NaNs), on fresh clock-seeded rows: f32 → f32,
     /// bf16 → bf16 and bf16 → f32; every row length 1..=70 and 96, 300, 1000, 1023, 1024,
-    /// 4095; one chunk and chunks of 32 or 1024 columns (`perm` with a ragged last chunk) and
-    /// of 48 (not `perm`); output rows 64-byte aligned and not (the output's start moved by
-    /// one element: bf16 rows unaligned, stored from their first column, f32 rows with a
-    /// masked head before their aligned stores); the rows split over two
-    /// calls (as two workers); values about `[-8, 8)`, in some rows spread to −120 below the
+    /// 2048, 4095, 4096, 4097, 8192 (long rows into an f32 output run one row apart,
+    /// `rows_apart`, shorter ones two: both asserted to run); one chunk and chunks of 32 or
+    /// 1024 columns (`perm` with a ragged last chunk) and of 48 (not `perm`); output rows
+    /// 64-byte aligned and not (the output's start moved by one element: bf16 rows unaligned,
+    /// stored from their first column, f32 rows with a masked head before their aligned
+    /// stores); the rows split over two calls (as two workers); values about `[-8, 8)`, in some rows spread to −120 below the
     /// max (exponentials and outputs that are subnormal, or zero), with ±inf, NaN, ±0 and
     /// f32/bf16 subnormal inputs in others; and a bf16 output of 2 MiB (streamed, so not
     /// `perm`, with its aligned head and masked tail).
@@ -1469,9 +1538,26 @@ mod tests {
             (4, 1000),
             (4, 1023),
             (3, 1024),
+            (5, 2048),
             (3, 4095),
+            (4, 4096),
+            (3, 4097),
+            (2, 8192),
         ]);
         shapes.push((257, 4095));
+        // Both pipelines run (`rows_apart`): some rows of an f32 output one row apart, others
+        // two, from an f32 and from a bf16 input.
+        for esz in [4, 2] {
+            let apart = |d| {
+                shapes
+                    .iter()
+                    .any(|&(r, n)| rows_apart(n, esz, true, r * n * esz) == d)
+            };
+            assert!(
+                apart(1) && apart(2),
+                "input of {esz} bytes: one pipeline not run"
+            );
+        }
         let bf = |v: f32| half::bf16::from_f32(v).to_f32();
         let osz_of = |d: DType| d.size_bytes();
         for (ki, (xd, od)) in [
