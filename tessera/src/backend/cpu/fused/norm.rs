@@ -1004,7 +1004,13 @@ unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
                 }};
             }
             let mut j = c0;
-            while j + 32 <= c1 {
+            // Two steps an iteration (the same adds in the same order).
+            while j + 64 <= c1 {
+                step!(j, 0xFFFF, 0xFFFF, full);
+                step!(j + 32, 0xFFFF, 0xFFFF, full);
+                j += 64;
+            }
+            if j + 32 <= c1 {
                 step!(j, 0xFFFF, 0xFFFF, full);
                 j += 32;
             }
@@ -1052,7 +1058,21 @@ unsafe fn eo_sums<const IN: bool, const MID: bool, const SQIN: bool>(
 /// bare write loop in L1 (a standalone test program, same instructions): 3.46–3.61 ns per
 /// 32 columns with the test each step, 3.29–3.35 with the mask, 3.13–3.21 with no check,
 /// 2.00–2.06 with no narrowing (an f32 store): `vcvtne2ps2bf16` and the word permute are a
-/// third of the write, and of the whole row's ~6.3 ns per 32 columns (sums ~2 ns).
+/// third of the write; the in-L2 launch above takes ~6.5 ns per 32 columns, of which `perf
+/// -e cpu-clock` puts 53 % on the write's loop, 31 % on the sums' and ~10 % on each row's
+/// trees, `sqrt` and division.
+///
+/// The write and the sums run two steps an iteration (the prefetch's test out of the
+/// write's loop; same adds in the same order). Same machine, 16:07–16:08 UTC, load 3.1–3.4,
+/// `RAYON_NUM_THREADS=1 chrt -f 50 taskset -c 1 cpu_profile K R C 2000 --pool`, six rounds
+/// interleaved with main and with one step an iteration (main / one step / two steps,
+/// fastest launch, µs, the best four): layernorm_bf16 `[256, 1024]` 54.0–56.8 /
+/// 53.2–53.5 / 52.4–53.6, `[64, 4096]` 54.9–57.1 / 53.6–63.2 / 51.0–60.8; rmsnorm_bf16
+/// `[256, 1024]` 36.0–38.6 / 36.2–36.5 / 36.4–46.8 (four more rounds: 37.6–38.7 /
+/// 36.3–37.6 / 36.2–37.6), `[64, 4096]` 37.8–43.8 / 36.5–43.2 / 36.1–38.9: a small gain
+/// for layernorm (1–3 %), none shown for rmsnorm. `[8192, 4096]` 1T rmsnorm_bf16 (16:13,
+/// load 5.5–6.5, seven rounds, 20 launches) one step 5658–9405 µs, two steps 6401–9206:
+/// no loss shown within that noise.
 ///
 /// # Safety
 /// As [`eo_rows`] (with `CVT` also AVX-512DQ and BF16); `n` values at `x` (and bf16 ones at
@@ -1115,25 +1135,46 @@ unsafe fn eo_write<
         // its whole steps written again below by the integer rounding, the same bits for
         // every normal lane (figures: this function's doc).
         let mut seen: __mmask32 = !0;
-        let mut j = 0;
-        while j + 32 <= n {
-            if !pf.is_null() {
-                _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j) as *const i8);
-            }
-            let (e, q) = step!(j);
-            if CVT {
-                let (w, s) = super::bf16io::pack32_eo_cvt_seen(e, q, seen);
-                seen = s;
-                if NT {
-                    _mm512_stream_si512(o.add(j) as *mut __m512i, w);
-                } else {
-                    _mm512_storeu_si512(o.add(j) as *mut __m512i, w);
+        // The step at `j` narrowed and stored, with `pf` its prefetch.
+        macro_rules! put {
+            ($j:expr, $pf:literal) => {{
+                let j: usize = $j;
+                if $pf {
+                    _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(j) as *const i8);
                 }
-            } else if NT {
-                super::bf16io::stream32_eo(o.add(j), e, q);
-            } else {
-                super::bf16io::store32_eo(o.add(j), e, q);
+                let (e, q) = step!(j);
+                if CVT {
+                    let (w, s) = super::bf16io::pack32_eo_cvt_seen(e, q, seen);
+                    seen = s;
+                    if NT {
+                        _mm512_stream_si512(o.add(j) as *mut __m512i, w);
+                    } else {
+                        _mm512_storeu_si512(o.add(j) as *mut __m512i, w);
+                    }
+                } else if NT {
+                    super::bf16io::stream32_eo(o.add(j), e, q);
+                } else {
+                    super::bf16io::store32_eo(o.add(j), e, q);
+                }
+            }};
+        }
+        // Two steps an iteration, the prefetch's test out of the loop.
+        let mut j = 0;
+        if pf.is_null() {
+            while j + 64 <= n {
+                put!(j, false);
+                put!(j + 32, false);
+                j += 64;
             }
+        } else {
+            while j + 64 <= n {
+                put!(j, true);
+                put!(j + 32, true);
+                j += 64;
+            }
+        }
+        if j + 32 <= n {
+            put!(j, false);
             j += 32;
         }
         if CVT && seen != !0 {
