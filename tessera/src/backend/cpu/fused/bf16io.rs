@@ -160,16 +160,17 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::pack2_eo_cvt_seen as pack32_eo_cvt_seen;
 /// Narrows 16 f32 lanes to bf16 in registers and stores the lanes a mask selects (row loops
 /// that compute their output in registers, e.g. `norm`'s bf16 rows).
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{
     has_cvt, pack2_cvt as pack32_cvt, pack2_cvt_normal as pack32_cvt_normal, store_512 as store16,
     store2_512 as store32, store2_cvt as store32_cvt, store2_cvt_normal as store32_cvt_normal,
-    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt,
-    store2_eo_part_512 as store32_eo_part, stream2_512 as stream32, stream2_cvt as stream32_cvt,
-    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
-    stream2_eo_cvt as stream32_eo_cvt,
+    store2_eo_512 as store32_eo, store2_eo_part_512 as store32_eo_part, stream2_512 as stream32,
+    stream2_cvt as stream32_cvt, stream2_cvt_normal as stream32_cvt_normal,
+    stream2_eo_512 as stream32_eo,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -366,6 +367,8 @@ mod x86 {
     /// # Safety
     /// As [`pack2_cvt`].
     #[inline(always)]
+    // Tests only since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
+    #[cfg_attr(not(test), allow(dead_code))]
     unsafe fn pack2_eo_cvt(e: __m512, o: __m512) -> __m512i {
         unsafe {
             let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
@@ -382,6 +385,35 @@ mod x86 {
             // scalar lane by lane, as it did the converted ones).
             let zero = _mm512_testn_epi16_mask(p, _mm512_set1_epi16(0x7FFF));
             if zero == 0 { p } else { pack2_eo_512(e, o) }
+        }
+    }
+
+    /// The words of [`pack2_eo_cvt`] by `vcvtne2ps2bf16` and the word permute alone (no
+    /// fallback), and `seen` with the bits of its `±0` words cleared (one `vptestmw` under
+    /// the mask `seen`): a row loop keeps `seen` over a row's steps and, where a bit came
+    /// out cleared (a subnormal lane, or a zero), writes the row again by [`pack2_eo_512`]
+    /// (which gives the same bits for every normal lane) instead of testing each step.
+    ///
+    /// # Safety
+    /// As [`pack2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn pack2_eo_cvt_seen(
+        e: __m512,
+        o: __m512,
+        seen: __mmask32,
+    ) -> (__m512i, __mmask32) {
+        unsafe {
+            let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
+            // As `pack2_eo_cvt`: word `2i` is word `i`, word `2i + 1` word `16 + i`.
+            let at = _mm512_set_epi16(
+                31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+            );
+            let p = _mm512_permutexvar_epi16(at, w);
+            (
+                p,
+                _mm512_mask_test_epi16_mask(seen, p, _mm512_set1_epi16(0x7FFF)),
+            )
         }
     }
 
@@ -420,6 +452,8 @@ mod x86 {
     /// # Safety
     /// As [`store2_cvt`].
     #[inline(always)]
+    // Tests only since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) unsafe fn store2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
     }
@@ -429,6 +463,8 @@ mod x86 {
     /// # Safety
     /// As [`stream2_cvt`].
     #[inline(always)]
+    // Unused since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
+    #[allow(dead_code)]
     pub(crate) unsafe fn stream2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
     }
@@ -1061,6 +1097,66 @@ mod tests {
             }
         }
         eprintln!("ran: {how:?}");
+    }
+
+    /// [`x86::pack2_eo_cvt_seen`] (a row loop's step, checked once a row): over the same
+    /// patterns as [`store32_eo_gives_half_from_f32_of_each_column`], each step's mask bit is
+    /// cleared exactly where its word is `±0`, every other word is `half::bf16::from_f32` of
+    /// its column, and a step with an f32 subnormal (whose word would differ) has a bit
+    /// cleared, so its row is written again by the integer rounding.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn pack32_eo_cvt_seen_clears_the_bit_of_each_zero_word() {
+        use core::arch::x86_64::{__m512, __m512i, _mm512_loadu_ps, _mm512_storeu_si512};
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
+        unsafe fn seen(c: &[f32], w: &mut [u16; 32]) -> u32 {
+            let e: [f32; 16] = core::array::from_fn(|i| c[2 * i]);
+            let q: [f32; 16] = core::array::from_fn(|i| c[2 * i + 1]);
+            // SAFETY: 16 values read from each array, 32 words written; the features are
+            // present (the caller's check).
+            unsafe {
+                let (e, q): (__m512, __m512) =
+                    (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
+                let (p, k) = x86::pack2_eo_cvt_seen(e, q, !0);
+                _mm512_storeu_si512(w.as_mut_ptr() as *mut __m512i, p);
+                k
+            }
+        }
+        if narrow32_here() != Narrow32::Cvt {
+            eprintln!("not run: no vcvtne2ps2bf16");
+            return;
+        }
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
+        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
+        let lone: Vec<f32> = normal
+            .chunks_exact(32)
+            .enumerate()
+            .flat_map(|(b, c)| {
+                let mut c = c.to_vec();
+                c[b % 32] = subs[(b * 7919) % subs.len()];
+                c
+            })
+            .collect();
+        let mut cleared = 0;
+        for p in [&all, &normal, &lone] {
+            for c in p.chunks_exact(32) {
+                let mut w = [0xAAAAu16; 32];
+                // SAFETY: AVX-512F, BW, DQ and BF16 detected (`narrow32_here`).
+                let k = unsafe { seen(c, &mut w) };
+                for (j, (&v, &got)) in c.iter().zip(&w).enumerate() {
+                    let zero = got & 0x7FFF == 0;
+                    assert_eq!(k >> j & 1 == 0, zero, "{v:e}: word {got:#06x}, mask {k:#x}");
+                    if !zero {
+                        assert_eq!(got, half::bf16::from_f32(v).to_bits(), "{v:e}");
+                    }
+                    assert!(!v.is_subnormal() || zero, "{v:e}: word {got:#06x}");
+                }
+                cleared += usize::from(k != !0);
+            }
+        }
+        assert!(cleared > 0);
+        eprintln!("steps with a cleared bit: {cleared}");
     }
 
     /// [`x86::store2_eo_part_512`] (a row's ragged last step) writes `half::bf16::from_f32`
