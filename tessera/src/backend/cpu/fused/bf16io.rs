@@ -350,7 +350,7 @@ mod x86 {
     /// in column order: each rounded lane's high half, `e`'s shifted down into the low word
     /// and `o`'s kept in the high word of each 32-bit lane.
     #[inline(always)]
-    unsafe fn pack2_eo_512(e: __m512, o: __m512) -> __m512i {
+    pub(super) unsafe fn pack2_eo_512(e: __m512, o: __m512) -> __m512i {
         unsafe {
             _mm512_mask_mov_epi16(
                 _mm512_srli_epi32::<16>(high_512(e)),
@@ -360,38 +360,12 @@ mod x86 {
         }
     }
 
-    /// [`pack2_eo_512`] by one `vcvtne2ps2bf16` (as [`pack2_cvt`], which reads a subnormal
-    /// as zero: a step with a `±0` word, a subnormal lane or a zero, takes [`pack2_eo_512`])
-    /// and one word permute into column order.
-    ///
-    /// # Safety
-    /// As [`pack2_cvt`].
-    #[inline(always)]
-    // Tests only since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
-    #[cfg_attr(not(test), allow(dead_code))]
-    unsafe fn pack2_eo_cvt(e: __m512, o: __m512) -> __m512i {
-        unsafe {
-            let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
-            // Words `0 .. 16` are `e`'s lanes, `16 .. 32` `o`'s: word `2i` of the result is
-            // word `i`, word `2i + 1` word `16 + i`.
-            let at = _mm512_set_epi16(
-                31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
-            );
-            let p = _mm512_permutexvar_epi16(at, w);
-            // A subnormal lane comes out `±0`, which a normal one never rounds to: with no
-            // `±0` word every lane is exact (one `vptestnmw` instead of two `vfpclassps`;
-            // on the permuted words, which LLVM does not turn into a bf16 compare with zero,
-            // scalar lane by lane, as it did the converted ones).
-            let zero = _mm512_testn_epi16_mask(p, _mm512_set1_epi16(0x7FFF));
-            if zero == 0 { p } else { pack2_eo_512(e, o) }
-        }
-    }
-
-    /// The words of [`pack2_eo_cvt`] by `vcvtne2ps2bf16` and the word permute alone (no
-    /// fallback), and `seen` with the bits of its `±0` words cleared (one `vptestmw` under
-    /// the mask `seen`): a row loop keeps `seen` over a row's steps and, where a bit came
-    /// out cleared (a subnormal lane, or a zero), writes the row again by [`pack2_eo_512`]
+    /// The words of [`pack2_eo_512`] by one `vcvtne2ps2bf16` (as [`pack2_cvt`], which reads
+    /// a subnormal as zero) and one word permute into column order, and `seen` with the bits
+    /// of its `±0` words cleared (one `vptestmw` under the mask `seen`). A subnormal lane
+    /// comes out `±0`, which a normal one never rounds to, so with no bit cleared every
+    /// word is exact: a row loop keeps `seen` over a row's steps and, where a bit came out
+    /// cleared (a subnormal lane, or a zero), writes the row again by [`pack2_eo_512`]
     /// (which gives the same bits for every normal lane) instead of testing each step.
     ///
     /// # Safety
@@ -404,7 +378,8 @@ mod x86 {
     ) -> (__m512i, __mmask32) {
         unsafe {
             let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
-            // As `pack2_eo_cvt`: word `2i` is word `i`, word `2i + 1` word `16 + i`.
+            // Words `0 .. 16` are `e`'s lanes, `16 .. 32` `o`'s: word `2i` of the result is
+            // word `i`, word `2i + 1` word `16 + i`.
             let at = _mm512_set_epi16(
                 31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
                 20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
@@ -445,28 +420,6 @@ mod x86 {
     #[inline(always)]
     pub(crate) unsafe fn stream2_eo_512(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
-    }
-
-    /// [`store2_eo_512`] by [`pack2_eo_cvt`].
-    ///
-    /// # Safety
-    /// As [`store2_cvt`].
-    #[inline(always)]
-    // Tests only since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) unsafe fn store2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
-        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
-    }
-
-    /// [`stream2_eo_512`] by [`pack2_eo_cvt`].
-    ///
-    /// # Safety
-    /// As [`stream2_cvt`].
-    #[inline(always)]
-    // Unused since `norm::eo_write` checks a row once (`pack2_eo_cvt_seen`).
-    #[allow(dead_code)]
-    pub(crate) unsafe fn stream2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
-        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
     }
 
     /// The lane mask of the first `m` (< 16) lanes.
@@ -1023,9 +976,9 @@ mod tests {
         }
     }
 
-    /// [`x86::store2_eo_512`] and [`x86::store2_eo_cvt`] (32 columns split into even and odd
-    /// lanes, narrowed into column order; the `_cvt` form by `vcvtne2ps2bf16` unless a `±0`
-    /// word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
+    /// [`x86::store2_eo_512`] and [`x86::pack2_eo_cvt_seen`] with its fallback (32 columns
+    /// split into even and odd lanes, narrowed into column order; the `_cvt` form by
+    /// `vcvtne2ps2bf16` unless a `±0` word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
     /// over the rounding patterns as they come (steps of negative subnormals alone among
     /// them), over the normal ones alone, and over steps of normal values with one subnormal
     /// of either sign at each lane position (a lone `-0` word from a negative subnormal must
@@ -1033,7 +986,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn store32_eo_gives_half_from_f32_of_each_column() {
-        use core::arch::x86_64::{__m512, _mm512_loadu_ps};
+        use core::arch::x86_64::{__m512, __m512i, _mm512_loadu_ps, _mm512_storeu_si512};
         /// The even and odd columns of the 32 values at `c`.
         fn split(c: &[f32]) -> ([f32; 16], [f32; 16]) {
             (
@@ -1061,7 +1014,11 @@ mod tests {
                 unsafe {
                     let (e, q): (__m512, __m512) =
                         (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
-                    x86::store2_eo_cvt(w.as_mut_ptr(), e, q);
+                    // A row loop's step: the converted words, or (a bit cleared) the
+                    // integer rounding's, as `norm::eo_write` writes the row again.
+                    let (p, k) = x86::pack2_eo_cvt_seen(e, q, !0);
+                    let p = if k == !0 { p } else { x86::pack2_eo_512(e, q) };
+                    _mm512_storeu_si512(w.as_mut_ptr() as *mut __m512i, p);
                 }
             }
         }
