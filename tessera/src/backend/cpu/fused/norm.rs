@@ -1593,8 +1593,9 @@ mod tests {
         let mut seed = start;
         let mut ran = [0usize; 2];
         // (layer, beta, values: 0 as they come, 1 a tiny `γ` (most outputs subnormal), 2 a
-        // zero in the even rows' `x` and, for a layernorm, in `γ`: rows of normal outputs
-        // with a `±0` word, which `eo_write` narrows and then writes again).
+        // bf16 subnormal `SUB` in the even rows' `x` and, for a layernorm, in `γ`: rows of
+        // normal outputs but one subnormal (without `β`), whose `vcvtne2ps2bf16` word is a
+        // wrong `±0`, so `eo_write` must write the row again for its bits to match).
         let cases = [
             (true, true, 0),
             (true, false, 0),
@@ -1608,6 +1609,9 @@ mod tests {
             (false, false, 2),
         ];
         let mut redone = 0;
+        // A bf16 subnormal (2^-130): times a deviation over `rms` or `σ`, an f32 subnormal
+        // that `half` rounds to a nonzero bf16 one and `vcvtne2ps2bf16` to `±0`.
+        const SUB: f32 = f32::from_bits(0x0010_0000);
         let widths = [(5, 32), (19, 1024), (10, 2048), (4, 3072), (3, 4096)]
             .into_iter()
             .chain((1..=70).map(|n| (3 + n % 5, n)))
@@ -1621,7 +1625,7 @@ mod tests {
                         let spot = (seed >> 33) as usize % n;
                         if vals == 2 {
                             for r in (0..rows).step_by(2) {
-                                xs[r * n + (spot + r) % n] = 0.0;
+                                xs[r * n + (spot + r) % n] = SUB;
                             }
                         }
                         let mut xb: Vec<u16> = xs
@@ -1637,7 +1641,7 @@ mod tests {
                             }
                         }
                         if vals == 2 && layer {
-                            g[spot] = 0.0;
+                            g[spot] = SUB;
                         }
                         let bv = values(&mut seed, n);
                         let bits = |v: &[f32]| -> Vec<u16> {
@@ -1932,7 +1936,8 @@ mod tests {
     }
 
     /// Streamed rows (a one-thread pool, an output of `stream::nt_bytes`) narrowed by
-    /// `vcvtne2ps2bf16` with a `±0` word (a zero in `γ`, no `β`) are written again by the
+    /// `vcvtne2ps2bf16` with a `±0` word (a bf16 subnormal in `γ`, no `β`: f32 subnormal
+    /// outputs, whose converted words are wrong until rewritten) are written again by the
     /// integer rounding over their streamed words ([`eo_write`]'s `seen`): bit for bit the
     /// interpreter's rows, with fresh random inputs, a layernorm and an rmsnorm.
     #[test]
@@ -1947,7 +1952,8 @@ mod tests {
             .build()
             .unwrap();
         let from = crate::backend::cpu::cache::last_level_bytes() / 8 * 3;
-        let n = 1024;
+        // 33 steps: the write's last, odd one streamed too.
+        let n = 1056;
         let rows = from / (2 * n) + 2;
         if rows * n * 2 > 1 << 28 {
             eprintln!("not run: the last-level cache is counted too large");
@@ -1964,7 +1970,9 @@ mod tests {
                 .map(|&v| half::bf16::from_f32(v).to_f32())
                 .collect();
             let spot = (seed >> 33) as usize % n;
-            g[spot] = 0.0;
+            // A bf16 subnormal (2^-130): that column's outputs are f32 subnormals, which
+            // `vcvtne2ps2bf16` narrows to a wrong `±0` and the rewrite to `half`'s bits.
+            g[spot] = f32::from_bits(0x0010_0000);
             let g16: Vec<u16> = g
                 .iter()
                 .map(|&v| half::bf16::from_f32(v).to_bits())

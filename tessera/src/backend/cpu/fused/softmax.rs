@@ -770,9 +770,9 @@ unsafe fn rows_avx512(
                 },
             };
             // SAFETY: `xs` holds the chunk's values (in the input, asserted, or f32s');
-            // `ex[0]` and `ex[2]` hold `n` values each from `c0` on and are distinct; `next`
-            // is row `r + 2`'s chunk in the input (asserted) or null; `d` is the chunk of the
-            // row `ex[2]` belongs to in the output (asserted) or null.
+            // `ex[0]` and `ex[dist]` hold `n` values each from `c0` on and are distinct;
+            // `next` is row `r + dist`'s chunk in the input (asserted) or null; `d` is the
+            // chunk of the row `ex[dist]` belongs to in the output (asserted) or null.
             let (sum, nm) = unsafe {
                 if cvt {
                     steps_avx512_cvt(tame, bf, redo, perm, a)
