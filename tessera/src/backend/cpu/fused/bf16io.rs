@@ -976,6 +976,26 @@ mod tests {
         }
     }
 
+    /// The even/odd narrowing tests' value sets: the rounding [`patterns`] as they come
+    /// (steps of negative subnormals alone among them), the normal ones alone, and steps of
+    /// normal values with one subnormal (of either sign) at each lane position in turn.
+    fn eo_patterns() -> [Vec<f32>; 3] {
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
+        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
+        assert!(subs.iter().any(|v| v.is_sign_negative()) && subs.len() > 64);
+        let lone: Vec<f32> = normal
+            .chunks_exact(32)
+            .enumerate()
+            .flat_map(|(b, c)| {
+                let mut c = c.to_vec();
+                c[b % 32] = subs[(b * 7919) % subs.len()];
+                c
+            })
+            .collect();
+        [all, normal, lone]
+    }
+
     /// [`x86::store2_eo_512`] and [`x86::pack2_eo_cvt_seen`] with its fallback (32 columns
     /// split into even and odd lanes, narrowed into column order; the `_cvt` form by
     /// `vcvtne2ps2bf16` unless a `±0` word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
@@ -1027,19 +1047,7 @@ mod tests {
             eprintln!("not run: no AVX-512F/BW (the even/odd rows need BW)");
             return;
         }
-        let all = patterns();
-        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
-        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
-        assert!(subs.iter().any(|v| v.is_sign_negative()) && subs.len() > 64);
-        let lone: Vec<f32> = normal
-            .chunks_exact(32)
-            .enumerate()
-            .flat_map(|(b, c)| {
-                let mut c = c.to_vec();
-                c[b % 32] = subs[(b * 7919) % subs.len()];
-                c
-            })
-            .collect();
+        let [all, normal, lone] = eo_patterns();
         for p in [&all, &normal, &lone] {
             let n = p.len() / 32 * 32;
             let mut o = vec![0xAAAAu16; n + 3];
@@ -1083,18 +1091,7 @@ mod tests {
             eprintln!("not run: no vcvtne2ps2bf16");
             return;
         }
-        let all = patterns();
-        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
-        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
-        let lone: Vec<f32> = normal
-            .chunks_exact(32)
-            .enumerate()
-            .flat_map(|(b, c)| {
-                let mut c = c.to_vec();
-                c[b % 32] = subs[(b * 7919) % subs.len()];
-                c
-            })
-            .collect();
+        let [all, normal, lone] = eo_patterns();
         let mut cleared = 0;
         for p in [&all, &normal, &lone] {
             for c in p.chunks_exact(32) {

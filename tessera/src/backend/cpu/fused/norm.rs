@@ -1863,6 +1863,21 @@ mod tests {
         }
     }
 
+    /// A fresh seed (odd), a one-thread pool, and `stream::nt_bytes`' size from which a
+    /// one-thread launch streams its output: the streamed-row tests' set-up.
+    fn streamed_rows_setup() -> (u64, rayon::ThreadPool, usize) {
+        let seed = crate::backend::cpu::clock_seed() | 1;
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        (
+            seed,
+            one,
+            crate::backend::cpu::cache::last_level_bytes() / 8 * 3,
+        )
+    }
+
     /// [`eo_rows`] streams only rows that start on a 64-byte line (`n` a multiple of 32, the
     /// output 64-byte aligned), whatever `stream::large` answers when it runs: [`eo_fits`]
     /// asked it before, and a launch may get another answer by then
@@ -1876,14 +1891,8 @@ mod tests {
         if lacks_avx512bw() {
             return;
         }
-        let mut seed = crate::backend::cpu::clock_seed() | 1;
+        let (mut seed, one, from) = streamed_rows_setup();
         let start = seed;
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        // `stream::nt_bytes`: what a one-thread launch streams from.
-        let from = crate::backend::cpu::cache::last_level_bytes() / 8 * 3;
         for (n, off) in [(300usize, 0usize), (320, 1)] {
             let rows = from / (2 * n) + 2;
             if rows * n * 2 > 1 << 28 {
@@ -1945,13 +1954,8 @@ mod tests {
         if lacks_avx512bw() || !super::super::bf16io::has_cvt() {
             return;
         }
-        let mut seed = crate::backend::cpu::clock_seed() | 1;
+        let (mut seed, one, from) = streamed_rows_setup();
         let start = seed;
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let from = crate::backend::cpu::cache::last_level_bytes() / 8 * 3;
         // 33 steps: the write's last, odd one streamed too.
         let n = 1056;
         let rows = from / (2 * n) + 2;
