@@ -160,17 +160,16 @@ fn scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86::pack2_eo_cvt_seen as pack32_eo_cvt_seen;
 /// Narrows 16 f32 lanes to bf16 in registers and stores the lanes a mask selects (row loops
 /// that compute their output in registers, e.g. `norm`'s bf16 rows).
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{
     has_cvt, pack2_cvt as pack32_cvt, pack2_cvt_normal as pack32_cvt_normal, store_512 as store16,
     store2_512 as store32, store2_cvt as store32_cvt, store2_cvt_normal as store32_cvt_normal,
-    store2_eo_512 as store32_eo, store2_eo_part_512 as store32_eo_part, stream2_512 as stream32,
-    stream2_cvt as stream32_cvt, stream2_cvt_normal as stream32_cvt_normal,
-    stream2_eo_512 as stream32_eo,
+    store2_eo_512 as store32_eo, store2_eo_cvt as store32_eo_cvt,
+    store2_eo_part_512 as store32_eo_part, stream2_512 as stream32, stream2_cvt as stream32_cvt,
+    stream2_cvt_normal as stream32_cvt_normal, stream2_eo_512 as stream32_eo,
+    stream2_eo_cvt as stream32_eo_cvt,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -350,7 +349,7 @@ mod x86 {
     /// in column order: each rounded lane's high half, `e`'s shifted down into the low word
     /// and `o`'s kept in the high word of each 32-bit lane.
     #[inline(always)]
-    pub(super) unsafe fn pack2_eo_512(e: __m512, o: __m512) -> __m512i {
+    unsafe fn pack2_eo_512(e: __m512, o: __m512) -> __m512i {
         unsafe {
             _mm512_mask_mov_epi16(
                 _mm512_srli_epi32::<16>(high_512(e)),
@@ -360,22 +359,14 @@ mod x86 {
         }
     }
 
-    /// The words of [`pack2_eo_512`] by one `vcvtne2ps2bf16` (as [`pack2_cvt`], which reads
-    /// a subnormal as zero) and one word permute into column order, and `seen` with the bits
-    /// of its `±0` words cleared (one `vptestmw` under the mask `seen`). A subnormal lane
-    /// comes out `±0`, which a normal one never rounds to, so with no bit cleared every
-    /// word is exact: a row loop keeps `seen` over a row's steps and, where a bit came out
-    /// cleared (a subnormal lane, or a zero), writes the row again by [`pack2_eo_512`]
-    /// (which gives the same bits for every normal lane) instead of testing each step.
+    /// [`pack2_eo_512`] by one `vcvtne2ps2bf16` (as [`pack2_cvt`], which reads a subnormal
+    /// as zero: a step with a `±0` word, a subnormal lane or a zero, takes [`pack2_eo_512`])
+    /// and one word permute into column order.
     ///
     /// # Safety
     /// As [`pack2_cvt`].
     #[inline(always)]
-    pub(crate) unsafe fn pack2_eo_cvt_seen(
-        e: __m512,
-        o: __m512,
-        seen: __mmask32,
-    ) -> (__m512i, __mmask32) {
+    unsafe fn pack2_eo_cvt(e: __m512, o: __m512) -> __m512i {
         unsafe {
             let w = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(o, e));
             // Words `0 .. 16` are `e`'s lanes, `16 .. 32` `o`'s: word `2i` of the result is
@@ -385,10 +376,12 @@ mod x86 {
                 20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
             );
             let p = _mm512_permutexvar_epi16(at, w);
-            (
-                p,
-                _mm512_mask_test_epi16_mask(seen, p, _mm512_set1_epi16(0x7FFF)),
-            )
+            // A subnormal lane comes out `±0`, which a normal one never rounds to: with no
+            // `±0` word every lane is exact (one `vptestnmw` instead of two `vfpclassps`;
+            // on the permuted words, which LLVM does not turn into a bf16 compare with zero,
+            // scalar lane by lane, as it did the converted ones).
+            let zero = _mm512_testn_epi16_mask(p, _mm512_set1_epi16(0x7FFF));
+            if zero == 0 { p } else { pack2_eo_512(e, o) }
         }
     }
 
@@ -420,6 +413,24 @@ mod x86 {
     #[inline(always)]
     pub(crate) unsafe fn stream2_eo_512(p: *mut u16, e: __m512, o: __m512) {
         unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_512(e, o)) }
+    }
+
+    /// [`store2_eo_512`] by [`pack2_eo_cvt`].
+    ///
+    /// # Safety
+    /// As [`store2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn store2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_storeu_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
+    }
+
+    /// [`stream2_eo_512`] by [`pack2_eo_cvt`].
+    ///
+    /// # Safety
+    /// As [`stream2_cvt`].
+    #[inline(always)]
+    pub(crate) unsafe fn stream2_eo_cvt(p: *mut u16, e: __m512, o: __m512) {
+        unsafe { _mm512_stream_si512(p as *mut __m512i, pack2_eo_cvt(e, o)) }
     }
 
     /// The lane mask of the first `m` (< 16) lanes.
@@ -976,29 +987,9 @@ mod tests {
         }
     }
 
-    /// The even/odd narrowing tests' value sets: the rounding [`patterns`] as they come
-    /// (steps of negative subnormals alone among them), the normal ones alone, and steps of
-    /// normal values with one subnormal (of either sign) at each lane position in turn.
-    fn eo_patterns() -> [Vec<f32>; 3] {
-        let all = patterns();
-        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
-        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
-        assert!(subs.iter().any(|v| v.is_sign_negative()) && subs.len() > 64);
-        let lone: Vec<f32> = normal
-            .chunks_exact(32)
-            .enumerate()
-            .flat_map(|(b, c)| {
-                let mut c = c.to_vec();
-                c[b % 32] = subs[(b * 7919) % subs.len()];
-                c
-            })
-            .collect();
-        [all, normal, lone]
-    }
-
-    /// [`x86::store2_eo_512`] and [`x86::pack2_eo_cvt_seen`] with its fallback (32 columns
-    /// split into even and odd lanes, narrowed into column order; the `_cvt` form by
-    /// `vcvtne2ps2bf16` unless a `±0` word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
+    /// [`x86::store2_eo_512`] and [`x86::store2_eo_cvt`] (32 columns split into even and odd
+    /// lanes, narrowed into column order; the `_cvt` form by `vcvtne2ps2bf16` unless a `±0`
+    /// word comes out, then by integer rounding) give `half::bf16::from_f32` of each column
     /// over the rounding patterns as they come (steps of negative subnormals alone among
     /// them), over the normal ones alone, and over steps of normal values with one subnormal
     /// of either sign at each lane position (a lone `-0` word from a negative subnormal must
@@ -1006,7 +997,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn store32_eo_gives_half_from_f32_of_each_column() {
-        use core::arch::x86_64::{__m512, __m512i, _mm512_loadu_ps, _mm512_storeu_si512};
+        use core::arch::x86_64::{__m512, _mm512_loadu_ps};
         /// The even and odd columns of the 32 values at `c`.
         fn split(c: &[f32]) -> ([f32; 16], [f32; 16]) {
             (
@@ -1034,11 +1025,7 @@ mod tests {
                 unsafe {
                     let (e, q): (__m512, __m512) =
                         (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
-                    // A row loop's step: the converted words, or (a bit cleared) the
-                    // integer rounding's, as `norm::eo_write` writes the row again.
-                    let (p, k) = x86::pack2_eo_cvt_seen(e, q, !0);
-                    let p = if k == !0 { p } else { x86::pack2_eo_512(e, q) };
-                    _mm512_storeu_si512(w.as_mut_ptr() as *mut __m512i, p);
+                    x86::store2_eo_cvt(w.as_mut_ptr(), e, q);
                 }
             }
         }
@@ -1047,7 +1034,19 @@ mod tests {
             eprintln!("not run: no AVX-512F/BW (the even/odd rows need BW)");
             return;
         }
-        let [all, normal, lone] = eo_patterns();
+        let all = patterns();
+        let normal: Vec<f32> = all.iter().copied().filter(|v| v.is_normal()).collect();
+        let subs: Vec<f32> = all.iter().copied().filter(|v| v.is_subnormal()).collect();
+        assert!(subs.iter().any(|v| v.is_sign_negative()) && subs.len() > 64);
+        let lone: Vec<f32> = normal
+            .chunks_exact(32)
+            .enumerate()
+            .flat_map(|(b, c)| {
+                let mut c = c.to_vec();
+                c[b % 32] = subs[(b * 7919) % subs.len()];
+                c
+            })
+            .collect();
         for p in [&all, &normal, &lone] {
             let n = p.len() / 32 * 32;
             let mut o = vec![0xAAAAu16; n + 3];
@@ -1062,55 +1061,6 @@ mod tests {
             }
         }
         eprintln!("ran: {how:?}");
-    }
-
-    /// [`x86::pack2_eo_cvt_seen`] (a row loop's step, checked once a row): over the same
-    /// patterns as [`store32_eo_gives_half_from_f32_of_each_column`], each step's mask bit is
-    /// cleared exactly where its word is `±0`, every other word is `half::bf16::from_f32` of
-    /// its column, and a step with an f32 subnormal (whose word would differ) has a bit
-    /// cleared, so its row is written again by the integer rounding.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn pack32_eo_cvt_seen_clears_the_bit_of_each_zero_word() {
-        use core::arch::x86_64::{__m512, __m512i, _mm512_loadu_ps, _mm512_storeu_si512};
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512bf16")]
-        unsafe fn seen(c: &[f32], w: &mut [u16; 32]) -> u32 {
-            let e: [f32; 16] = core::array::from_fn(|i| c[2 * i]);
-            let q: [f32; 16] = core::array::from_fn(|i| c[2 * i + 1]);
-            // SAFETY: 16 values read from each array, 32 words written; the features are
-            // present (the caller's check).
-            unsafe {
-                let (e, q): (__m512, __m512) =
-                    (_mm512_loadu_ps(e.as_ptr()), _mm512_loadu_ps(q.as_ptr()));
-                let (p, k) = x86::pack2_eo_cvt_seen(e, q, !0);
-                _mm512_storeu_si512(w.as_mut_ptr() as *mut __m512i, p);
-                k
-            }
-        }
-        if narrow32_here() != Narrow32::Cvt {
-            eprintln!("not run: no vcvtne2ps2bf16");
-            return;
-        }
-        let [all, normal, lone] = eo_patterns();
-        let mut cleared = 0;
-        for p in [&all, &normal, &lone] {
-            for c in p.chunks_exact(32) {
-                let mut w = [0xAAAAu16; 32];
-                // SAFETY: AVX-512F, BW, DQ and BF16 detected (`narrow32_here`).
-                let k = unsafe { seen(c, &mut w) };
-                for (j, (&v, &got)) in c.iter().zip(&w).enumerate() {
-                    let zero = got & 0x7FFF == 0;
-                    assert_eq!(k >> j & 1 == 0, zero, "{v:e}: word {got:#06x}, mask {k:#x}");
-                    if !zero {
-                        assert_eq!(got, half::bf16::from_f32(v).to_bits(), "{v:e}");
-                    }
-                    assert!(!v.is_subnormal() || zero, "{v:e}: word {got:#06x}");
-                }
-                cleared += usize::from(k != !0);
-            }
-        }
-        assert!(cleared > 0);
-        eprintln!("steps with a cleared bit: {cleared}");
     }
 
     /// [`x86::store2_eo_part_512`] (a row's ragged last step) writes `half::bf16::from_f32`
