@@ -59,6 +59,16 @@ fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
 }
 
 #[tessera::kernel]
+fn tanh_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    tanh(x)
+}
+
+#[tessera::kernel]
+fn sigmoid_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    sigmoid(x).cast::<f32>()
+}
+
+#[tessera::kernel]
 fn add_bf16(x: Tensor<bf16, (R, C)>, y: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
     x + y
 }
@@ -402,6 +412,24 @@ fn memory_cases(r: usize, c: usize) -> Vec<(&'static str, Vec<Case<'static>>)> {
             reused(
                 move || gelu_bf16(xb),
                 move |o| gelu_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
+        ),
+        case(
+            "tanh bf16",
+            2 * b2,
+            Box::new(move || drop(tanh_bf16(xb).unwrap())),
+            reused(
+                move || tanh_bf16(xb),
+                move |o| tanh_bf16::KERNEL.launch_into(&[xb.arg()], o),
+            ),
+        ),
+        case(
+            "sigmoid bf16→f32",
+            b2 + f4,
+            Box::new(move || drop(sigmoid_bf16(xb).unwrap())),
+            reused(
+                move || sigmoid_bf16(xb),
+                move |o| sigmoid_bf16::KERNEL.launch_into(&[xb.arg()], o),
             ),
         ),
         case(

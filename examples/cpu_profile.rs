@@ -3,7 +3,8 @@
 //! (kernels: gelu, softmax, layernorm, rmsnorm, add, their bf16 forms softmax_bf16,
 //! layernorm_bf16, rmsnorm_bf16, add_bf16 (bf16 in and out), softmax_bf16_f32 and
 //! rmsnorm_bf16_f32 (bf16 in, f32 out, as `benches/cpu.rs`), col_mean, transpose, col_sum_bf16,
-//! transpose_bf16, gelu_bf16 (bf16 in and out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
+//! transpose_bf16, gelu_bf16 and tanh_bf16 (bf16 in and out), sigmoid_bf16_f32 (bf16 in, f32
+//! out), chain (`gelu(x * y + 1.0)` with `y` a `[C]`
 //! row broadcast, as `benches/cpu.rs`'s `mul+add+gelu`), softmax_x2 (`softmax(x) * 2`: the
 //! chunk program, not the row loop), softmax_det (softmax under `deterministic`: the
 //! interpreter), depthwise (a channels-last `[R, C/64, 64]` image, 3×3 filter), memcpy (a
@@ -68,6 +69,16 @@ fn col_sum_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
 #[tessera::kernel]
 fn gelu_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
     gelu(x)
+}
+
+#[tessera::kernel]
+fn tanh_bf16(x: Tensor<bf16, (R, C)>) -> Tensor<bf16, (R, C)> {
+    tanh(x)
+}
+
+#[tessera::kernel]
+fn sigmoid_bf16_f32(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (R, C)> {
+    sigmoid(x).cast::<f32>()
 }
 
 #[tessera::kernel]
@@ -322,6 +333,8 @@ fn main() {
         "col_sum_bf16" => go!(o32, col_sum_bf16(&xb), col_sum_bf16::KERNEL, [xb]),
         "transpose_bf16" => go!(ob, transpose_bf16(&xb), transpose_bf16::KERNEL, [xb]),
         "gelu_bf16" => go!(ob, gelu_bf16(&xb), gelu_bf16::KERNEL, [xb]),
+        "tanh_bf16" => go!(ob, tanh_bf16(&xb), tanh_bf16::KERNEL, [xb]),
+        "sigmoid_bf16_f32" => go!(o32, sigmoid_bf16_f32(&xb), sigmoid_bf16_f32::KERNEL, [xb]),
         "chain" => go!(o32, chain(&x, &g), chain::KERNEL, [x, g]),
         "softmax_x2" => go!(o32, softmax_x2(&x), softmax_x2::KERNEL, [x]),
         "softmax_det" => go!(o32, softmax_det(&x), softmax_det::KERNEL, [x]),
@@ -454,7 +467,8 @@ fn bytes_of(name: &str, r: usize, c: usize) -> f64 {
         "softmax_bf16_f32" | "rmsnorm_bf16_f32" => 6.0 * n,
         "col_mean" => 4.0 * n,
         "col_sum_bf16" => 2.0 * n,
-        "transpose_bf16" | "gelu_bf16" => 4.0 * n,
+        "transpose_bf16" | "gelu_bf16" | "tanh_bf16" => 4.0 * n,
+        "sigmoid_bf16_f32" => 6.0 * n,
         "depthwise" => 4.0 * (dh * dw * 64 + dh.saturating_sub(2) * (dw - 2) * 64) as f64,
         _ => 8.0 * n,
     }

@@ -2418,9 +2418,9 @@ fn softmax_rows_past_twelve_mib_match_the_interpreter_bit_for_bit() {
 }
 
 /// Elementwise kernels whose f32 output is past the non-temporal threshold (the binary pipe,
-/// the direct unary chain over whole rows, a broadcast chain on the chunk loop) against the
-/// interpreter, bit for bit; ragged widths put the runs' starts and ends off 32-byte
-/// boundaries.
+/// the direct unary chain over whole rows, a broadcast chain on the chunk loop, bf16 inputs'
+/// tables into f32 and bf16 outputs) against the interpreter, bit for bit; ragged widths put
+/// the runs' starts and ends off 32-byte boundaries.
 #[test]
 fn elementwise_streamed_to_large_outputs_match_the_interpreter_bit_for_bit() {
     let _level = level_guard();
@@ -2457,6 +2457,23 @@ fn elementwise_bits_on(shapes: &[(usize, usize)]) {
         });
         bits_match(&format!("mul+add+gelu {tag}"), fused::launches, || {
             chain(&x, &row).unwrap()
+        });
+        // bf16 inputs looked up in the chains' tables (16-lane gathers where the CPU path
+        // gathers: `gelubf16::gathers`), every bit pattern from a fresh clock-seeded start: an
+        // f32 output of this shape streamed on one thread, a bf16 one of twice the rows too.
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+        let xb = bf16_patterns(r, c, seed);
+        let name = format!("gelu bf16 → f32 {tag} (seed {seed})");
+        direct_same_bits(&name, fused::direct_chains, false, || {
+            gelu_bf16_f32(&xb).unwrap()
+        });
+        let xb = bf16_patterns(2 * r, c, seed);
+        let name = format!("tanh bf16 [{}, {c}] (seed {seed})", 2 * r);
+        direct_same_bits(&name, fused::direct_chains, false, || {
+            tanh_bf16(&xb).unwrap()
         });
     }
 }

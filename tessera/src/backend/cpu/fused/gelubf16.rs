@@ -69,7 +69,8 @@ fn gather_tuned() -> bool {
 
 /// `o[i] = t[s[i]]` over `o.len()` elements (`s` at least as long), `t` the bf16 table of
 /// `ops`: computed as described in the module docs when `ops` is a gelu ([`is_gelu`]) and the
-/// active SIMD level is AVX-512, else looked up ([`lut::look_u16`]).
+/// active SIMD level is AVX-512, else looked up: by 16-lane gathers where [`gathers_any`],
+/// else one load per element ([`lut::look_u16`]).
 #[inline(always)]
 pub(crate) fn look(ops: &[DirectStep], t: &lut::Table16, s: &[u16], o: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
@@ -84,13 +85,44 @@ pub(crate) fn look(ops: &[DirectStep], t: &lut::Table16, s: &[u16], o: &mut [u16
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`.
         return unsafe { x86::gelu(t, &s[..n], o) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if gathers_any(ops) {
+        let n = o.len();
+        // SAFETY: AVX-512F is present at this level; `s` holds at least `n`.
+        return unsafe { x86::gather(t, &s[..n], o) };
+    }
     lut::look_u16(t, s, o)
 }
 
+/// Whether [`look`] and [`look_stream`] look up the table of the non-gelu chain `ops` by
+/// 16-lane `vpgatherdd` ([`x86::gather`]) rather than one load per element
+/// ([`lut::look_u16`]): at the AVX-512 level where [`gather_tuned`] (AMD keeps the loads: there
+/// a u32-table gather measured slower, `ARCHITECTURE.md`). On the 2-vCPU Intel Xeon KVM guest
+/// (family 6 model 207), `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile tanh_bf16 R C 150 --pool`
+/// interleaved with the loads' build, 2026-11-28 18:53–18:56 UTC (load 3.7–4.7: two helpers'
+/// builds), 3 rounds, fastest launch in µs (ratio to the printed memcpy): one thread `[4096,
+/// 1024]` 1205–1285 (0.55–0.58) → 899–1244 (0.55–0.79; two of three ≤ 905), `[1024, 4096]`
+/// 1205–2017 → 873–1147 (0.63–0.83), `[64, 1024]` 20.0–31.8 → 14.5–18.5 µs; two threads
+/// `[4096, 1024]` 1544–2138 (0.32–0.47) → 496–1239 (0.64–0.73), `[1024, 4096]` 1203–2190 →
+/// 560–946 (0.72–0.79).
+#[cfg(target_arch = "x86_64")]
+fn gathers_any(ops: &[DirectStep]) -> bool {
+    !is_gelu(ops) && gathers()
+}
+
+/// Whether table lookups run on 16-lane `vpgatherdd`: the active SIMD level is AVX-512 and
+/// [`gather_tuned`] (for a bf16 output: [`gathers_any`]; for an f32 one: `lut::look_f32`).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gathers() -> bool {
+    crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
+        && gather_tuned()
+}
+
 /// [`look`] into an output whose whole 64-byte lines take streaming stores, when `ops` is a
-/// gelu and the active SIMD level is AVX-512: each step's 32 results go to memory from the
-/// computing loop ([`x86::gelu_stream`]), no L1 buffer and separate copy between. Returns
-/// `false` (nothing written) otherwise.
+/// gelu and the active SIMD level is AVX-512 or [`gathers_any`]: each step's 32 results go to
+/// memory from the computing (or gathering) loop ([`x86::gelu_stream`],
+/// [`x86::gather_stream`]), no L1 buffer and separate copy between. Returns `false` (nothing
+/// written) otherwise.
 ///
 /// # Safety
 /// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
@@ -117,6 +149,13 @@ pub(crate) unsafe fn look_stream(
         // SAFETY: AVX-512F, AVX2 and FMA are present at this level; `s` holds at least `n`;
         // the caller fences.
         unsafe { x86::gelu_stream(t, &s[..n], o, far) };
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if gathers_any(ops) {
+        let n = o.len();
+        // SAFETY: AVX-512F is present at this level; `s` holds at least `n`; the caller fences.
+        unsafe { x86::gather_stream(t, &s[..n], o, far) };
         return true;
     }
     let _ = (ops, t, s, o, far);

@@ -3,9 +3,11 @@
 //! an f32 output, or the bf16 bits stored to a bf16 one) is computed once per plan, by the
 //! same steps the chunk loop runs on the widened values, and a launch looks each input up.
 //! The results are the chunk loop's bit for bit, whatever the ops cost per element. Plain
-//! loads: `vpgatherdd` measured slower on an AMD EPYC of family 26 (Zen 5) (gelu bf16
+//! loads on AMD: `vpgatherdd` measured slower on an AMD EPYC of family 26 (Zen 5) (gelu bf16
 //! `[4096, 1024]` into a kept output, one thread: 1.21 ms with 16-lane gathers, 1.10 with
-//! 8-lane ones, 0.91 with one scalar load per element).
+//! 8-lane ones, 0.91 with one scalar load per element); at the AVX-512 level of the Intel
+//! CPUs where `gelubf16::gather_tuned`, 16-lane gathers for every table
+//! (`gelubf16::gathers`: [`look_f32`] here, `gelubf16::look` for bf16 outputs).
 //! At the AVX-512 level a bf16 → bf16 `gelu` is computed instead on AMD
 //! ([`super::gelubf16`]: a piecewise polynomial), with its table giving the lanes the
 //! polynomial leaves undecided; elsewhere two of every six steps of 32 are computed so and
@@ -141,10 +143,188 @@ pub(crate) fn look_u16(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
     }
 }
 
-/// `o[i] = t[s[i]]` as f32 bits over `o.len()` elements (`s` at least as long).
+/// `o[i] = t[s[i]]` as f32 bits over `o.len()` elements (`s` at least as long): 16 lanes per
+/// `vpgatherdd` where [`super::gelubf16::gathers`] ([`x86::look_f32`]), else one load per
+/// element.
 #[inline(always)]
 pub(crate) fn look_f32(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::gelubf16::gathers() {
+        let n = o.len();
+        // SAFETY: AVX-512F is present at this level; `s` holds at least `n`.
+        return unsafe { x86::look_f32(t, &s[..n], o) };
+    }
+    look_f32_each(t, s, o)
+}
+
+/// [`look_f32`] into an output whose whole 64-byte lines take streaming stores, from the
+/// gathering loop itself ([`x86::look_f32_stream`]) where [`super::gelubf16::gathers`];
+/// returns `false` (nothing written) otherwise.
+///
+/// On the 2-vCPU Intel Xeon KVM guest (family 6 model 207), `RAYON_NUM_THREADS=T chrt -f 50
+/// cpu_profile sigmoid_bf16_f32 R C 150 --pool`, 2026-11-28 18:56–19:02 UTC (load 3.7–3.9: two
+/// helpers' builds), interleaved, fastest launch in µs (ratio to the printed memcpy), loads →
+/// gathers into an L1 piece and a streaming copy → gathers streamed from the loop: one
+/// thread `[4096, 1024]` 1549–2174 (0.45–0.64) → 1305–1952 (0.51–0.76) → 1020–1372
+/// (0.75–1.00), `[1024, 4096]` 1523–2450 (0.43–0.63) → 1236–1391 (0.73–0.77) → 906–1294
+/// (0.80–1.02); two threads (outputs under 3/4 of the LLC are not streamed there) `[4096,
+/// 1024]` 567–757 (0.72–0.84) → 487–698 (0.71–1.01), `[1024, 4096]` 565–818 (0.69–0.85) →
+/// 479–680 (0.82–0.96).
+///
+/// # Safety
+/// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
+/// read by anyone else.
+#[inline(always)]
+pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if super::gelubf16::gathers() {
+        let n = o.len();
+        // SAFETY: AVX-512F is present at this level; `s` holds at least `n`; the caller
+        // fences.
+        unsafe { x86::look_f32_stream(t, &s[..n], o) };
+        return true;
+    }
+    let _ = (t, s, o);
+    false
+}
+
+/// [`look_f32`] by one load per element.
+#[inline(always)]
+fn look_f32_each(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
     for (o, x) in o.iter_mut().zip(s) {
         *o = f32::from_bits(t[*x as usize]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    /// [`super::look_f32`] by 16-lane `vpgatherdd`: each step widens 16 input words
+    /// (`vpmovzxwd`) into the indices of one gather of 4-byte entries, stored as 16 floats;
+    /// the last `< 16` elements by one load each. Every index is below `2^16`, inside `t`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; `s.len() == o.len()`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn look_f32(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let base = t.as_ptr() as *const i32;
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: `i + 16 <= n` elements of `s` and `o`; each index is a `u16`, an entry
+            // of `t`.
+            unsafe {
+                let w = _mm256_loadu_si256(s.as_ptr().add(i).cast());
+                let v = _mm512_i32gather_epi32::<4>(_mm512_cvtepu16_epi32(w), base);
+                _mm512_storeu_si512(o.as_mut_ptr().add(i).cast(), v);
+            }
+            i += 16;
+        }
+        super::look_f32_each(t, &s[i..], &mut o[i..]);
+    }
+
+    /// [`look_f32`] with the whole 64-byte lines of `o` written by `vmovntdq`: plain
+    /// ([`look_f32`]) up to the first 64-byte boundary of `o` and for the last `< 16`
+    /// elements.
+    ///
+    /// # Safety
+    /// As [`look_f32`]; the caller orders the streaming stores (`sfence`) before `o` is read
+    /// elsewhere.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 16 * 16;
+        // SAFETY: as this function's.
+        unsafe { look_f32(t, &s[..h], &mut o[..h]) };
+        let base = t.as_ptr() as *const i32;
+        let mut i = h;
+        while i < end {
+            // SAFETY: `i + 16 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 16);
+            // each index is a `u16`, an entry of `t`; the caller fences.
+            unsafe {
+                let w = _mm256_loadu_si256(s.as_ptr().add(i).cast());
+                let v = _mm512_i32gather_epi32::<4>(_mm512_cvtepu16_epi32(w), base);
+                _mm512_stream_si512(o.as_mut_ptr().add(i).cast(), v);
+            }
+            i += 16;
+        }
+        // SAFETY: as this function's.
+        unsafe { look_f32(t, &s[end..], &mut o[end..]) };
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::{look_f32_each, x86};
+
+    /// The f32 gathers ([`x86::look_f32`], [`x86::look_f32_stream`]) against one load per
+    /// element: a table of fresh random bits (so a wrong index or lane order shows), inputs
+    /// covering every one of the 65 536 indices from a random start, every length `0..=70`
+    /// and the whole, the output starting at every 4-byte offset of a 64-byte line (the
+    /// streamed variant's plain head, whole lines and plain tail), its other elements
+    /// untouched.
+    #[test]
+    fn f32_gathers_match_a_load_per_element() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("not run: this CPU lacks AVX-512F");
+            return;
+        }
+        let seed = crate::backend::cpu::clock_seed();
+        let mut z = seed | 1;
+        let mut next = || {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            z
+        };
+        let t: Box<[u32; 1 << 16]> = (0..1 << 16)
+            .map(|_| next() as u32)
+            .collect::<Box<[u32]>>()
+            .try_into()
+            .unwrap();
+        let start = next() as u16;
+        let s: Vec<u16> = (0..(1 << 16) + 37)
+            .map(|j| start.wrapping_add((j as u16).wrapping_mul(40503)))
+            .collect();
+        let mut lens: Vec<usize> = (0..=70).collect();
+        lens.push(s.len() - 16);
+        for n in lens {
+            for off in 0..16 {
+                let mut want = vec![f32::from_bits(0x7FC0_0BAD); n + 48];
+                let mut plain = want.clone();
+                let mut streamed = want.clone();
+                // `off` floats past a 64-byte boundary of each buffer (`Vec<f32>` is only
+                // 4-byte aligned: the boundary's index `a < 16` differs per allocation).
+                let at = |v: &Vec<f32>| v.as_ptr().align_offset(64) + off;
+                let (lo, hi) = (at(&want), at(&want) + n);
+                assert!(hi <= want.len());
+                let (pl, sl) = (at(&plain), at(&streamed));
+                look_f32_each(&t, &s[3..3 + n], &mut want[lo..hi]);
+                // SAFETY: AVX-512F (checked above); equal lengths; fenced below.
+                unsafe {
+                    x86::look_f32(&t, &s[3..3 + n], &mut plain[pl..pl + n]);
+                    x86::look_f32_stream(&t, &s[3..3 + n], &mut streamed[sl..sl + n]);
+                    core::arch::x86_64::_mm_sfence();
+                }
+                // Each result where it belongs, and nothing written outside `n` elements.
+                let bits = |v: &[f32], lo: usize| {
+                    let r: Vec<u32> = v[lo..lo + n].iter().map(|x| x.to_bits()).collect();
+                    let untouched = v[..lo].iter().chain(&v[lo + n..]);
+                    (r, untouched.filter(|x| x.to_bits() != 0x7FC0_0BAD).count())
+                };
+                let want = bits(&want, lo);
+                assert_eq!(want.1, 0);
+                assert_eq!(bits(&plain, pl), want, "plain, {n} at {off} (seed {seed})");
+                assert_eq!(
+                    bits(&streamed, sl),
+                    want,
+                    "streamed, {n} at {off} (seed {seed})"
+                );
+            }
+        }
     }
 }

@@ -867,6 +867,10 @@ pub(crate) fn direct_run(
                 // SAFETY: as above.
                 return super::lut::look_f32(t, s, unsafe { out_f32(bo, at_o, n) });
             }
+            // SAFETY: as above; `nt`: the caller fences.
+            if unsafe { super::lut::look_f32_stream(t, s, out_f32(bo, at_o, n)) } {
+                return;
+            }
             for k in (0..n).step_by(piece) {
                 let m = (n - k).min(piece);
                 super::lut::look_f32(t, &s[k..k + m], &mut buf[..m]);
