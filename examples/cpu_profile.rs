@@ -46,7 +46,10 @@
 //! `CPU_PROFILE_INPUT=launch` makes the f32 input `x` a launch's output (the same values,
 //! transposed twice, as in a chain of launches), `CPU_PROFILE_INPUT=vec` a user `Vec`
 //! (`Tensor::from_vec`: glibc's 16-byte alignment), instead of `Tensor::randn`'s 64-byte
-//! aligned block.
+//! aligned block. `CPU_PROFILE_RELU=1` makes every negative value of the inputs `x` and
+//! `xb` (f32 and bf16) `+0`, as a ReLU before the kernel would: about half the values zero
+//! (`-0` and NaN, which `randn` does not draw, would be kept), e.g. for paths that treat
+//! zeros apart.
 use std::time::Instant;
 use tessera::Tensor;
 use tessera::prelude::*;
@@ -158,7 +161,14 @@ fn main() {
         );
         return;
     }
-    let x = Tensor::<f32>::randn(&[r, c], 1);
+    // `CPU_PROFILE_RELU`: every negative input value made +0 (as after a ReLU: half zeros).
+    let relu = std::env::var_os("CPU_PROFILE_RELU").is_some();
+    let mut x = Tensor::<f32>::randn(&[r, c], 1);
+    if relu {
+        for v in x.as_mut_slice().unwrap().iter_mut().filter(|v| **v < 0.0) {
+            *v = 0.0;
+        }
+    }
     let x = match std::env::var("CPU_PROFILE_INPUT").as_deref() {
         Ok("launch") => transpose_f32(&transpose_f32(&x).unwrap()).unwrap(),
         Ok("vec") => Tensor::from_vec(x.to_vec().unwrap(), &[r, c]).unwrap(),
@@ -179,7 +189,17 @@ fn main() {
     };
     let mut fc = faer::Mat::<f32>::zeros(if name == "faer" { r } else { 0 }, c);
     let threads = rayon::current_num_threads();
-    let xb = Tensor::<bf16>::randn(&[r, c], 4);
+    let mut xb = Tensor::<bf16>::randn(&[r, c], 4);
+    if relu {
+        for v in xb
+            .as_mut_slice()
+            .unwrap()
+            .iter_mut()
+            .filter(|v| **v < bf16::ZERO)
+        {
+            *v = bf16::ZERO;
+        }
+    }
     // The second operand of add / add_bf16 (a distinct tensor, as `benches/cpu.rs` adds).
     let elementwise = name.starts_with("add");
     let y = Tensor::<f32>::randn(&[if elementwise { r } else { 1 }, c], 8);
