@@ -44,6 +44,13 @@ static SETTINGS: RwLock<Option<Settings>> = RwLock::new(None);
 /// a launch reads it with one atomic load instead of taking the lock and cloning a `Result`
 /// (the lock and the clone of `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and
 /// `TESSERA_DEVICE` took ≈ 9 % of a `[1, 1]` gelu launch, `perf record -e cpu-clock`).
+/// With the launch's other cuts of the same change (a short flat span's short buffer,
+/// `flat.rs`; one grid for `Fused::launch`'s proofs), `RAYON_NUM_THREADS=1 chrt -f 50
+/// cpu_profile gelu 1 1 2000000 --pool` interleaved with main `47673e3`'s binary on the
+/// 2-vCPU Intel Xeon KVM guest, 2026-11-28 19:16 and 19:24 UTC, load 4.0–5.5, 6 rounds:
+/// fastest launch 0.47–0.51 → 0.40–0.41 µs, wall per launch 0.65–0.91 → 0.61–0.69 µs;
+/// `softmax` and `layernorm` `[1, 64]` (19:24 UTC, load 5.5–8, 2 rounds each) fastest
+/// 0.56–0.58 → 0.51–0.56 µs.
 /// 0: not known (read [`SETTINGS`]: not yet read, or an invalid value, which stays an error
 /// the slow path returns). Written only while the lock is held (read for a value computed
 /// from the settings it guards, write by [`reload_env`], which clears it), so a byte never
