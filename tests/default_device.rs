@@ -84,5 +84,20 @@ fn host_arguments_run_on_the_default_device() {
         "{e}"
     );
     assert!(tessera_kernels::matmul(&x, &w).is_err());
+
+    // Launches keep the CPU default they read (one atomic load each) until `reload_env`: the
+    // simulator named next takes the following launches, and the CPU again after it.
+    set(Some("cpu"));
+    for _ in 0..3 {
+        assert!(tessera_kernels::matmul(&x, &w).unwrap().is_host());
+        assert!(Device::try_default().unwrap().is_cpu());
+    }
+    set(Some("sim"));
+    let launches = sim.stats().launches;
+    let y = tessera_kernels::matmul(&x, &w).unwrap();
+    assert_eq!(y.device(), &sim);
+    assert!(sim.stats().launches > launches);
+    set(Some("cpu"));
+    assert!(tessera_kernels::matmul(&x, &w).unwrap().is_host());
     set(None);
 }

@@ -3671,3 +3671,85 @@ fn flat_elementwise_bits(shapes: &[((usize, usize), bool)]) {
         });
     }
 }
+
+/// Small launches on one and on two threads: the flat path's short spans (at most 64
+/// elements take a buffer of 64, `flat::span_body`) and row loops of fewer than
+/// `serial::ROWS_MIN` elements (run on the calling thread without the probe) as well as one
+/// above it (probed, then split): the interpreter's values, and the same bits on either pool.
+#[test]
+fn small_launches_agree_on_one_and_two_threads() {
+    let _level = level_guard();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let same = |name: &str, a: &Tensor<f32>, b: &Tensor<f32>| {
+        assert_eq!(a.shape(), b.shape(), "{name}");
+        let (a, b) = (a.as_slice().unwrap(), b.as_slice().unwrap());
+        if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+            panic!(
+                "{name} (seed {seed}): element {i}: {} on one thread, {} on two",
+                a[i], b[i]
+            );
+        }
+    };
+    // Each kernel on one and two threads (its counter moved on both), against the
+    // interpreter on two.
+    let check = |name: &str, counter: fn() -> u64, f: &(dyn Fn() -> Tensor<f32> + Sync)| {
+        let name = format!("{name} (seed {seed})");
+        let run = |t: usize| {
+            on_threads(t, || {
+                let before = counter();
+                let y = f();
+                assert!(
+                    counter() > before,
+                    "{name}: the fast path did not run on {t} threads"
+                );
+                y
+            })
+        };
+        let (one, two) = (run(1), run(2));
+        same(&name, &one, &two);
+        on_threads(2, || agree(&name, F32_TOL, f));
+    };
+    for (i, &(r, c)) in [(1, 1), (3, 7), (8, 8), (5, 13), (1, 65)]
+        .iter()
+        .enumerate()
+    {
+        let s = seed.wrapping_add(10 * i as u64);
+        let x = Tensor::<f32>::randn(&[r, c], s);
+        let v = Tensor::<f32>::randn(&[c], s + 1);
+        check(
+            &format!("gelu [{r}, {c}]"),
+            fused::flat_elementwise,
+            &|| tessera_kernels::gelu(&x).unwrap(),
+        );
+        check(&format!("chain [{r}, {c}]"), fused::operand_chains, &|| {
+            chain(&x, &v).unwrap()
+        });
+    }
+    for (i, &(r, c)) in [(1, 1), (37, 300), (63, 1024), (300, 256)]
+        .iter()
+        .enumerate()
+    {
+        let s = seed.wrapping_add(100 + 10 * i as u64);
+        let x = Tensor::<f32>::randn(&[r, c], s);
+        let g = Tensor::<f32>::randn(&[c], s + 1);
+        let b = Tensor::<f32>::randn(&[c], s + 2);
+        check(
+            &format!("softmax [{r}, {c}]"),
+            fused::softmax_programs,
+            &|| tessera_kernels::softmax(&x).unwrap(),
+        );
+        check(
+            &format!("layernorm [{r}, {c}]"),
+            fused::norm_programs,
+            &|| tessera_kernels::layernorm(&x, &g, &b).unwrap(),
+        );
+        check(
+            &format!("rmsnorm [{r}, {c}]"),
+            fused::norm_programs,
+            &|| tessera_kernels::rmsnorm(&x, &g).unwrap(),
+        );
+    }
+}

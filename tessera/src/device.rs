@@ -227,7 +227,7 @@ impl Device {
     /// # Ok::<(), tessera::Error>(())
     /// ```
     pub fn try_default() -> Result<Device> {
-        Ok(crate::env::device()?.unwrap_or_else(Device::auto))
+        crate::env::default_device(Device::auto)
     }
 
     /// The device a `TESSERA_DEVICE` value names (see [`Device::default`]).

@@ -6,6 +6,7 @@
 use crate::autotune::{MODE_VALUES, Mode};
 use crate::{Device, Error, Result};
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 use tessera_ir::env::EnvError;
 
 /// The parsed autotuner settings (an invalid value kept as the error each launch returns).
@@ -38,6 +39,49 @@ fn parse_bytes(s: &str) -> Option<usize> {
 }
 
 static SETTINGS: RwLock<Option<Settings>> = RwLock::new(None);
+
+/// What every launch asks of the settings, kept as one byte each beside [`SETTINGS`] so that
+/// a launch reads it with one atomic load instead of taking the lock and cloning a `Result`
+/// (the lock and the clone of `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and
+/// `TESSERA_DEVICE` took ≈ 9 % of a `[1, 1]` gelu launch, `perf record -e cpu-clock`).
+/// With the launch's other cuts of the same change (a short flat span's short buffer,
+/// `flat.rs`; one grid for `Fused::launch`'s proofs), `RAYON_NUM_THREADS=1 chrt -f 50
+/// cpu_profile gelu 1 1 2000000 --pool` interleaved with main `47673e3`'s binary on the
+/// 2-vCPU Intel Xeon KVM guest, 2026-11-28 19:16 and 19:24 UTC, load 4.0–5.5, 6 rounds:
+/// fastest launch 0.47–0.51 → 0.40–0.41 µs, wall per launch 0.65–0.91 → 0.61–0.69 µs;
+/// `softmax` and `layernorm` `[1, 64]` (19:24 UTC, load 5.5–8, 2 rounds each) fastest
+/// 0.56–0.58 → 0.51–0.56 µs.
+/// 0: not known (read [`SETTINGS`]: not yet read, or an invalid value, which stays an error
+/// the slow path returns). Written only while the lock is held (read for a value computed
+/// from the settings it guards, write by [`reload_env`], which clears it), so a byte never
+/// outlives the settings it was computed from.
+///
+/// `TESSERA_AUTOTUNE`: 1 = unset, 2 + the mode's discriminant.
+static AUTOTUNE_FAST: AtomicU8 = AtomicU8::new(0);
+/// `TESSERA_AUTOTUNE_BACKGROUND`: 1 = unset or empty, 2 = false, 3 = true.
+static BACKGROUND_FAST: AtomicU8 = AtomicU8::new(0);
+/// The default device (`TESSERA_DEVICE`, else the automatic choice): 1 = the CPU (the only
+/// device kept here; any other is read from [`DEVICE`]).
+static DEFAULT_CPU: AtomicU8 = AtomicU8::new(0);
+
+fn autotune_byte(m: Option<Mode>) -> u8 {
+    match m {
+        None => 1,
+        Some(Mode::Off) => 2,
+        Some(Mode::Cached) => 3,
+        Some(Mode::Full) => 4,
+    }
+}
+
+fn byte_autotune(b: u8) -> Option<Option<Mode>> {
+    match b {
+        1 => Some(None),
+        2 => Some(Some(Mode::Off)),
+        3 => Some(Some(Mode::Cached)),
+        4 => Some(Some(Mode::Full)),
+        _ => None,
+    }
+}
 
 /// `TESSERA_DEVICE`, parsed (and its device opened) only when a launch first needs the
 /// default device, apart from the autotuner's settings: a process whose launches all name
@@ -84,11 +128,32 @@ impl Settings {
 /// [`reload_env`]).
 fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
     if let Some(s) = &*SETTINGS.read().unwrap_or_else(|e| e.into_inner()) {
+        s.keep_fast();
         return f(s);
     }
     let fresh = Settings::read();
     let mut w = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
-    f(w.get_or_insert(fresh))
+    let s = w.get_or_insert(fresh);
+    s.keep_fast();
+    f(s)
+}
+
+impl Settings {
+    /// Stores the valid settings' bytes ([`AUTOTUNE_FAST`], [`BACKGROUND_FAST`]); called with
+    /// [`SETTINGS`] locked (read or write) and holding these settings.
+    fn keep_fast(&self) {
+        if let Ok(m) = &self.autotune {
+            AUTOTUNE_FAST.store(autotune_byte(*m), Ordering::Release);
+        }
+        if let Ok(b) = &self.background {
+            let v = match b {
+                None => 1,
+                Some(false) => 2,
+                Some(true) => 3,
+            };
+            BACKGROUND_FAST.store(v, Ordering::Release);
+        }
+    }
 }
 
 /// Reads `TESSERA_DEVICE`, `TESSERA_AUTOTUNE`, `TESSERA_AUTOTUNE_BACKGROUND` and
@@ -114,9 +179,17 @@ fn with<R>(f: impl FnOnce(&Settings) -> R) -> R {
 /// ```
 pub fn reload_env() {
     let fresh = Settings::read();
-    *SETTINGS.write().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+    {
+        let mut w = SETTINGS.write().unwrap_or_else(|e| e.into_inner());
+        *w = Some(fresh);
+        // Kept again from the new settings by the next launch that reads them.
+        AUTOTUNE_FAST.store(0, Ordering::Release);
+        BACKGROUND_FAST.store(0, Ordering::Release);
+    }
     // Parsed again when a launch next needs the default device.
-    *DEVICE.write().unwrap_or_else(|e| e.into_inner()) = None;
+    let mut d = DEVICE.write().unwrap_or_else(|e| e.into_inner());
+    *d = None;
+    DEFAULT_CPU.store(0, Ordering::Release);
 }
 
 /// `TESSERA_DEVICE` as parsed: `None` when unset.
@@ -130,14 +203,48 @@ pub(crate) fn device() -> Result<Option<Device>> {
     w.get_or_insert(fresh).clone()
 }
 
+/// The default device: `TESSERA_DEVICE` as parsed, else `auto()` (the automatic choice, a
+/// process-wide constant). One atomic load when it is the CPU and was asked before (since the
+/// last [`reload_env`]).
+pub(crate) fn default_device(auto: impl FnOnce() -> Device) -> Result<Device> {
+    if DEFAULT_CPU.load(Ordering::Acquire) == 1 {
+        return Ok(Device::Cpu);
+    }
+    device()?; // parsed (and its device opened) outside the lock below
+    let r = DEVICE.read().unwrap_or_else(|e| e.into_inner());
+    match &*r {
+        Some(d) => {
+            let d = d.clone()?.unwrap_or_else(auto);
+            if d.is_cpu() {
+                // Under the read lock: `reload_env` clears the byte under the write lock.
+                DEFAULT_CPU.store(1, Ordering::Release);
+            }
+            Ok(d)
+        }
+        // A `reload_env` in between: read it again (without keeping the byte).
+        None => {
+            drop(r);
+            Ok(device()?.unwrap_or_else(auto))
+        }
+    }
+}
+
 /// `TESSERA_AUTOTUNE` as parsed: `None` when unset.
 pub(crate) fn autotune() -> std::result::Result<Option<Mode>, EnvError> {
+    if let Some(m) = byte_autotune(AUTOTUNE_FAST.load(Ordering::Acquire)) {
+        return Ok(m);
+    }
     with(|s| s.autotune.clone())
 }
 
 /// `TESSERA_AUTOTUNE_BACKGROUND` as parsed: `None` when unset or empty.
 pub(crate) fn background() -> std::result::Result<Option<bool>, EnvError> {
-    with(|s| s.background.clone())
+    match BACKGROUND_FAST.load(Ordering::Acquire) {
+        1 => Ok(None),
+        2 => Ok(Some(false)),
+        3 => Ok(Some(true)),
+        _ => with(|s| s.background.clone()),
+    }
 }
 
 /// `TESSERA_HOST_CACHE` in bytes: `None` when unset or empty.

@@ -22,6 +22,10 @@ fn invalid_env_values_fail_the_launch_naming_the_variable() {
     set("TESSERA_CACHE_DIR", Some(dir.path().to_str().unwrap()));
     let x = Tensor::<f32>::randn(&[8, 4], 1);
     let w = Tensor::<f32>::randn(&[4, 6], 2);
+    // A launch under valid (unset) values first: launches keep what they read (one byte
+    // each, `env.rs`) until `reload_env`, which `set` calls; the invalid values below must
+    // still fail the launches that follow.
+    assert_eq!(ev(&x, &w).unwrap().shape(), &[8, 6]);
     for (var, value, accepted) in [
         ("TESSERA_AUTOTUNE", "zzz", "off, cached or full"),
         (

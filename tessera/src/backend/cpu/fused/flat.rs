@@ -268,9 +268,18 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
     let out = &args[o];
     let nt = super::stream::large(out);
     if let Some(ops) = &g.direct {
-        let mut buf = [0f32; super::plan::CHUNK];
         let Some(i) = loads[0] else { return };
         let i = &args[i];
+        // A span of at most `SMALL` elements takes a buffer of that many (`direct_run` works
+        // in pieces of its buffer's length, which change no bit): zeroing a whole `CHUNK`
+        // on the stack took ≈ 5 % of a `[1, 1]` gelu launch (`perf record -e cpu-clock`).
+        const SMALL: usize = 64;
+        if n <= SMALL {
+            let mut buf = [0f32; SMALL];
+            super::run::direct_run(ops, &g.lut, i, lo, out, lo, n, &mut buf, nt);
+            return;
+        }
+        let mut buf = [0f32; super::plan::CHUNK];
         // Pieces of `PIECE` elements: an f32 chain written in place runs its steps over
         // values still in L1.
         for k in (lo..lo + n).step_by(PIECE) {
@@ -295,12 +304,23 @@ fn span_body(g: &Group, f: &Flat, args: &[Buffer], lo: usize, n: usize) {
         if chain_rows(ch, f, args, x, out, lo, n, nt) {
             return;
         }
-        let mut buf = [0f32; PIECE];
+        // As the direct chain's: a short span zeroes a short buffer (pieces of at most
+        // its length).
+        let mut small;
+        let mut whole;
+        let buf: &mut [f32] = if n <= 64 {
+            small = [0f32; 64];
+            &mut small
+        } else {
+            whole = [0f32; PIECE];
+            &mut whole
+        };
+        let piece = buf.len();
         let mut k = lo;
         // Pieces of at most `PIECE` elements within one row: each row operand is one slice.
         while k < lo + n {
             let col = k % c;
-            let m = (lo + n - k).min(PIECE).min(c - col);
+            let m = (lo + n - k).min(piece).min(c - col);
             let mut ks = [V::K(0.0); super::chain::MAX_OPS];
             for (v, op) in ks.iter_mut().zip(&f.operands) {
                 *v = match *op {

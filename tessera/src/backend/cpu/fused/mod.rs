@@ -590,9 +590,12 @@ impl Fused {
     /// element of parameter `param`: a [`plan::Cover`] proof holds and the grid reaches the
     /// end of each of its axes. The launch then need not zero that output first.
     pub fn covers(&self, k: &Kernel, args: &[Buffer], param: usize) -> bool {
-        if !self.runs(args) {
-            return false;
-        }
+        self.runs(args) && self.covers_on(&grid(k, args), args, param)
+    }
+
+    /// [`Fused::covers`] for arguments the fast path takes (`Fused::runs`) and their `grid`
+    /// (what [`Fused::launch`] computed already: its proofs ask again for no second grid).
+    fn covers_on(&self, grid: &[usize; 3], args: &[Buffer], param: usize) -> bool {
         // A matched depthwise convolution whose arguments `depthwise::run` takes: that pass
         // writes the whole output (`Fused::launch` tries it first).
         if let Some(d) = &self.depthwise
@@ -601,7 +604,6 @@ impl Fused {
         {
             return true;
         }
-        let grid = grid(k, args);
         let dims = args[param].dims();
         let numel: usize = dims.iter().product();
         if numel * args[param].dtype.size_bytes() != args[param].len {
@@ -629,7 +631,7 @@ impl Fused {
     /// coordinates.
     fn whole(
         &self,
-        k: &Kernel,
+        grid: &[usize; 3],
         args: &[Buffer],
         total: usize,
         ids: impl Fn(usize) -> [usize; 3],
@@ -642,7 +644,7 @@ impl Fused {
             && (dd[0], dd[1]) == (sd[1], sd[0])
             && sd[0] * sd[1] * size == args[t.src].len
             && t.src != t.dst
-            && self.covers(k, args, t.dst);
+            && self.covers_on(grid, args, t.dst);
         if !shaped {
             return None;
         }
@@ -718,7 +720,7 @@ impl Fused {
             DEPTHWISE.with(bump);
             return true;
         }
-        if let Some(t) = self.whole(k, args, total, ids) {
+        if let Some(t) = self.whole(&grid, args, total, ids) {
             WHOLE.with(bump);
             transpose::run_whole(t, args);
             return true;
@@ -727,7 +729,7 @@ impl Fused {
             && !NO_FLAT.with(|c| c.get())
             && let plan::Step::Group(g) = &self.plan.steps[f.step]
             && let Some(o) = flat::shaped(g, f, args)
-            && self.covers(k, args, o)
+            && self.covers_on(&grid, args, o)
         {
             FLAT.with(bump);
             if stream::large(&args[o]) {
@@ -813,7 +815,15 @@ impl Fused {
             }
             first = 1;
         }
-        // A launch that is done within `serial::BUDGET` runs on this thread alone.
+        // A row loop over few elements runs on this thread alone, without probing (each
+        // probe step reads the clock); other launches done within `serial::BUDGET` too.
+        if let run::Path::Softmax { rows, n } | run::Path::Norm { rows, n } = path
+            && first == 0
+            && rows * n < serial::ROWS_MIN
+        {
+            span(0, total);
+            return;
+        }
         if !serial::large(args) {
             first = serial::probe(first, total, span);
             if first == total {
