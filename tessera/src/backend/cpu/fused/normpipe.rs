@@ -350,7 +350,7 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// (`prefetch::quarter_at`) 14369–15727 (0.79–0.93), quarters alone 0.68–0.80 against
 /// 0.65–0.78. This build against main `47673e3`'s binary (19:41–19:47, load 2.1–4.2, twelve
 /// interleaved rounds, base → this): one thread 14532–17792 µs (0.76–1.09; ≥ 0.80 in five,
-/// one where the copy ran slow) → 13889–16351 (0.75–0.87; ≥ 0.80 in nine), faster in ten
+/// one where the copy ran slow) → 13889–16351 (0.75–0.87; ≥ 0.80 in nine), faster in eleven
 /// rounds; two threads (eight rounds) 7498–8762 → 7413–8635 (ratios 1.26–1.60 → 1.37–1.52);
 /// rmsnorm one thread (four rounds) 13756–15440 → 13503–14518. Not taken (the same path):
 /// `[4096, 1024]` and `[1024, 4096]`, where layernorm measured the same within the noise
