@@ -239,7 +239,7 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
 /// 14428–20341 µs (0.67–0.82) → 12996–18570 (0.70–0.95; ≥ 0.82 in eleven), faster in
 /// twelve; two threads (four rounds) 6258–7825 (1.31–1.39) → 5575–7231 (1.56–1.96). Not
 /// taken (the loop without streams is the old one, `KS` false): `[4096, 1024]` two threads
-/// 643–980 against 668–881 µs over eight rounds (an earlier build with a run-time test in
+/// 664–980 against 668–881 µs over eight rounds (an earlier build with a run-time test in
 /// the loop had measured its minimum 3–5 % higher), `[1024, 4096]` one thread 1262–1716
 /// against 1281–1807 (noise), `[4096, 1024]` one thread and `[1024, 4096]` two threads the
 /// same within the noise.
