@@ -176,6 +176,13 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
     };
     let (xp, op) = (b.x.as_ptr(), out.as_mut_ptr());
     let mut r = 0;
+    // An input past the last-level cache ([`past_cache`]): the next band's `R` rows asked
+    // for side by side, one stream per row, instead of in order.
+    let ks = if past_cache(b.x.len() * 4) { R } else { 0 };
+    #[cfg(test)]
+    if ks != 0 {
+        tests::STREAMED.with(|q| q.set(q.get() + 1));
+    }
     while r < nrows {
         let oh = b.oh0 + r;
         // The next band's input rows this one does not read: rows `oh + R + 2 ..` of `x`
@@ -190,10 +197,12 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
         if r + R <= nrows {
             // SAFETY: as above, `R` rows.
             unsafe {
-                if nt {
-                    band::<R, L, true>(&g, x, y, ahead)
-                } else {
-                    band::<R, L, false>(&g, x, y, ahead)
+                // (`KS` a constant: the loop without streams is the one from before.)
+                match (nt, ks != 0) {
+                    (true, true) => band::<R, L, true, true>(&g, x, y, (ahead, ks)),
+                    (true, false) => band::<R, L, true, false>(&g, x, y, (ahead, 0)),
+                    (false, true) => band::<R, L, false, true>(&g, x, y, (ahead, ks)),
+                    (false, false) => band::<R, L, false, false>(&g, x, y, (ahead, 0)),
                 }
             }
             r += R;
@@ -201,9 +210,9 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
             // SAFETY: as above, one row.
             unsafe {
                 if nt {
-                    band::<1, L, true>(&g, x, y, 0)
+                    band::<1, L, true, false>(&g, x, y, (0, 0))
                 } else {
-                    band::<1, L, false>(&g, x, y, 0)
+                    band::<1, L, false, false>(&g, x, y, (0, 0))
                 }
             }
             r += 1;
@@ -213,6 +222,33 @@ unsafe fn rows_body<const R: usize, const L: usize>(b: &Band, out: &mut [f32]) {
     if nt {
         super::stream::fence();
     }
+}
+
+/// Whether [`rows_body`] treats an input of `bytes` as past the last-level cache
+/// (`super::stream::past_cache`; a test may force it on its own thread). There the next
+/// band's rows are asked for (into L2, as before) one stream per row side by side, as the
+/// softmax rows past the cache ask for theirs in four interleaved quarters
+/// (`prefetch::quarter_at`). Measured (dr24, 2026-11-28, throwaway build with run-time
+/// switches, `RAYON_NUM_THREADS=1 chrt -f 50 cpu_profile depthwise 8192 4096 10 --pool`,
+/// interleaved with main `47673e3`'s binary, fastest launch's ratio to the same run's copy,
+/// three sets of 3–5 rounds, 19:06–19:49 UTC, load 3.5–5.5): main 0.67–0.88, the switch
+/// build as main 0.64–0.86, one stream per row 0.60–0.95 (0.80–0.95 in 9 of 12 rounds;
+/// 14179–15039 µs in four of the last five, main 15308–18185), 16 streams 0.59–0.88, the
+/// rows two bands ahead 0.71–0.87, `prefetcht0` 0.77–0.83. This build against main's
+/// binary (19:52–19:58 UTC, load 2.1–3.7): one thread, thirteen interleaved rounds,
+/// 14428–20341 µs (0.67–0.82) → 12996–18570 (0.70–0.95; ≥ 0.82 in eleven), faster in
+/// twelve; two threads (four rounds) 6258–7825 (1.31–1.39) → 5575–7231 (1.56–1.96). Not
+/// taken (the loop without streams is the old one, `KS` false): `[4096, 1024]` two threads
+/// 664–980 against 668–881 µs over eight rounds (an earlier build with a run-time test in
+/// the loop had measured its minimum 3–5 % higher), `[1024, 4096]` one thread 1262–1716
+/// against 1281–1807 (noise), `[4096, 1024]` one thread and `[1024, 4096]` two threads the
+/// same within the noise.
+fn past_cache(bytes: usize) -> bool {
+    #[cfg(test)]
+    if tests::FORCE_PAST.with(|f| f.get()) {
+        return true;
+    }
+    super::stream::past_cache(bytes)
 }
 
 /// A launch's extents as [`band`] reads them.
@@ -238,11 +274,11 @@ struct Geom {
 /// with `NT`, every row of `y` starts at the same offset within `L` floats and the CPU has
 /// AVX-512F (`L = 16`) or AVX (`L = 8`).
 #[inline(always)]
-unsafe fn band<const R: usize, const L: usize, const NT: bool>(
+unsafe fn band<const R: usize, const L: usize, const NT: bool, const KS: bool>(
     g: &Geom,
     x: *const f32,
     y: *mut f32,
-    ahead: usize,
+    (ahead, ks): (usize, usize),
 ) {
     let n = g.n;
     // Floats before the first vector-aligned one (none where that is not known).
@@ -261,7 +297,14 @@ unsafe fn band<const R: usize, const L: usize, const NT: bool>(
     while t + L <= n {
         for _ in 0..per {
             if at < ahead {
-                prefetch::l2(pf.wrapping_add(at));
+                // With `ks` streams, prefetch `k` asks for line `k / ks` of stream `k mod ks`.
+                let off = if KS {
+                    let (k, lines) = (at / 16, (ahead / 16).div_ceil(ks));
+                    16 * ((k % ks) * lines + k / ks)
+                } else {
+                    at
+                };
+                prefetch::l2(pf.wrapping_add(off));
                 at += 16;
             }
         }
@@ -358,6 +401,13 @@ unsafe fn put<const L: usize, const NT: bool>(p: *mut f32, a: &[f32; L]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Whether [`past_cache`] answers true on this thread (a test's).
+        pub(super) static FORCE_PAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Calls of [`rows_body`] on this thread that asked for rows in streams.
+        pub(super) static STREAMED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
     use crate::backend::cpu::simd;
 
     /// `y[h, w, ch] = Σ x[h + i, w + j, ch] · f[i, j, ch]`, each term added to `+0.0` in
@@ -436,6 +486,8 @@ mod tests {
                     ]
                 }) {
                     let nt = nt && level >= SimdLevel::Avx2;
+                    // Half the cases as past the last-level cache (streams per row).
+                    FORCE_PAST.with(|f| f.set(xo % 2 == 0));
                     let mut xs = vec![0f32; x.len() + 32];
                     let xa = xs.as_ptr().align_offset(64) + xo;
                     xs[xa..xa + x.len()].copy_from_slice(&x);
@@ -470,5 +522,10 @@ mod tests {
                 }
             }
         }
+        FORCE_PAST.with(|f| f.set(false));
+        assert!(
+            STREAMED.with(|q| q.get()) > 0,
+            "no band asked for rows in streams"
+        );
     }
 }

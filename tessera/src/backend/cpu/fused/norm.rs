@@ -296,6 +296,7 @@ unsafe fn rows_avx512(
     let pass = |row: usize, own: bool, mean: f32, next: usize| {
         let src = if own { row_ptr(row) } else { xwp as *const u8 };
         Pass {
+            l2: false,
             src,
             mean,
             keep: xwp,

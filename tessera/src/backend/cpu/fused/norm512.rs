@@ -92,6 +92,9 @@ pub(crate) struct Pass {
     pub mean: f32,
     pub keep: *mut f32,
     pub ahead: *const u8,
+    /// Whether `normpipe::sums` asks for `ahead`'s lines into L2 (`prefetcht1`) itself
+    /// instead of the `AHEAD` steps' `prefetcht0`.
+    pub l2: bool,
 }
 
 /// Lanes `a0 ‖ a1` after the 32 columns from `j` of `p` (values or squares); a bf16 row's

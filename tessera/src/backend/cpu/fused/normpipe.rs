@@ -202,7 +202,16 @@ pub(crate) unsafe fn sums<
             // SAFETY: `j + 32 <= n`; the caller's level and bounds.
             unsafe {
                 if IN {
-                    a = if r.nt {
+                    a = if r.nt && i.l2 {
+                        // The lines of `i.ahead` for these columns into L2 (one bf16 line,
+                        // two f32 ones; a prefetch never faults).
+                        let p = i.ahead.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                        _mm_prefetch::<_MM_HINT_T1>(p);
+                        if !BF {
+                            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(64));
+                        }
+                        step::<SQ, BF, false, KEEP>(&i, mi, j, a)
+                    } else if r.nt {
                         step::<SQ, BF, true, KEEP>(&i, mi, j, a)
                     } else {
                         step::<SQ, BF, false, KEEP>(&i, mi, j, a)
@@ -326,6 +335,35 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
     }
 }
 
+/// Whether [`rows`] spreads the reads of an f32 input from memory over both passes of a row:
+/// with the launch's tensors of `bytes` together past the last-level cache
+/// (`super::stream::past_cache`; a test may force it on its own thread) and [`ahead_rows`]'s
+/// `far`, the sums pass of row `t` asks for row `t + 2` into L2 (`prefetcht1`, instead of
+/// row `t + 1` into L1) and the write for row `t + 3` (instead of `t + 2`). Before, the rows
+/// reached L2 only by the write's prefetch, one row per write, and the sums pass (reading
+/// from L2) left memory without reads. Measured (dr24, 2026-11-28; throwaway build with
+/// run-time switches 19:37–19:39 UTC, load 2.5–3.9, `RAYON_NUM_THREADS=1 chrt -f 50
+/// cpu_profile layernorm 8192 4096 10 --pool`, five interleaved rounds, fastest launch in µs
+/// and its ratio to the same run's copy): as before 14929–17905 (0.73–0.83), this
+/// 14169–14975 (0.82–0.85); the sums pass asking for row `t + 2` with the write's on `t + 2`
+/// 14565–19874 (0.68–0.83); with the rows asked for in four interleaved quarters
+/// (`prefetch::quarter_at`) 14369–15727 (0.79–0.93), quarters alone 0.68–0.80 against
+/// 0.65–0.78. This build against main `47673e3`'s binary (19:41–19:47, load 2.1–4.2, twelve
+/// interleaved rounds, base → this): one thread 14532–17792 µs (0.76–1.09; ≥ 0.80 in five,
+/// one where the copy ran slow) → 13889–16351 (0.75–0.87; ≥ 0.80 in nine), faster in eleven
+/// rounds; two threads (eight rounds) 7498–8762 → 7413–8635 (ratios 1.26–1.60 → 1.37–1.52);
+/// rmsnorm one thread (four rounds) 13756–15440 → 13503–14518. Not taken (the same path):
+/// `[4096, 1024]` and `[1024, 4096]`, where layernorm measured the same within the noise
+/// (one thread 1263–1348 / 1473–1657 against 1252–1407 / 1484–1610 µs, two threads 697–752
+/// / 797–845 against 718–801 / 814–839).
+fn spread(bytes: usize) -> bool {
+    #[cfg(test)]
+    if tests::FORCE_PAST.with(|f| f.get()) {
+        return true;
+    }
+    super::stream::past_cache(bytes)
+}
+
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
 /// [`sums`] reads row `t` from memory (asking for row `t + 1`'s lines with `nt`) and, for
 /// layernorm, takes row `t − 1`'s squared deviations; [`write`] then writes row `t` (rmsnorm)
@@ -389,17 +427,26 @@ pub(crate) unsafe fn rows(
     let (mut mean, mut rstd) = ([0.0f32; 3], [0.0f32; 3]);
     // The writes ask for row `t + 2` with `far` (the caller's [`ahead_rows`]).
     let far = far && nt;
+    // An f32 input past the last-level cache with the output ([`spread`]): the sums pass of
+    // row `t` asks for row `t + 2` (into L2) and the write for row `t + 3`.
+    let spread = far && f32in && spread(x.len + out.len);
+    #[cfg(test)]
+    if spread {
+        tests::SPREAD.with(|q| q.set(q.get() + 1));
+    }
+    let (sa, wa) = if spread { (2, 3) } else { (1, 2) };
     for t in r0..r1 + lag {
         let (hi, hm) = (t < r1, layer && t > r0);
         let ip = Pass {
             src: row_ptr(t),
             mean: 0.0,
             keep: kept(t),
-            ahead: if t + 1 < rows {
-                row_ptr(t + 1)
+            ahead: if t + sa < rows {
+                row_ptr(t + sa)
             } else {
                 row_ptr(t)
             },
+            l2: spread,
         };
         let prev = t.wrapping_sub(1);
         let mp = Pass {
@@ -407,6 +454,7 @@ pub(crate) unsafe fn rows(
             mean: mean[prev % 3],
             keep: kp,
             ahead: std::ptr::null(),
+            l2: false,
         };
         // SAFETY: the caller's level; every row a stage runs on is in `r0 .. r1` (so in
         // the tensors, asserted), its kept row written by an earlier pass.
@@ -458,8 +506,8 @@ pub(crate) unsafe fn rows(
             mean: mean[done % 3],
             rstd: rstd[done % 3],
             out: (out.ptr as *mut f32).wrapping_add(done * n),
-            pf: if far && t + 2 < rows {
-                row_ptr(t + 2)
+            pf: if far && t + wa < rows {
+                row_ptr(t + wa)
             } else {
                 std::ptr::null()
             },
@@ -478,6 +526,13 @@ pub(crate) unsafe fn rows(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    thread_local! {
+        /// Whether [`spread`] answers true on this thread (a test's).
+        pub(super) static FORCE_PAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Calls of [`rows`] on this thread that spread their reads ([`spread`]).
+        pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     /// Fresh pseudo-random values (a xorshift seeded from the clock; the seed is in every
     /// failure message).
@@ -539,7 +594,8 @@ pub(super) mod tests {
     }
 
     /// [`rows`] into an f32 output, streamed or not (streamed also with the writes asking for
-    /// the row two on, `far`, as past the cache): layernorm and rmsnorm of f32 and bf16
+    /// the row two on, `far`, as past the cache, and with [`spread`] forced, asserted to run
+    /// for f32 rows): layernorm and rmsnorm of f32 and bf16
     /// rows, with and without `β`, widths that are not whole vectors, several chunks per row
     /// (`bc`), programs of 1, 2, 3 and 8 rows (a last one cut short), against the
     /// interpreter's row, bit for bit. Every row's values differ (fresh random rows), so a
@@ -577,7 +633,13 @@ pub(super) mod tests {
                         (false, false, true),
                         (true, true, true),
                     ] {
-                        for (nt, far) in [(false, false), (true, false), (true, true)] {
+                        for (nt, far, past) in [
+                            (false, false, false),
+                            (true, false, false),
+                            (true, true, false),
+                            (true, true, true),
+                        ] {
+                            FORCE_PAST.with(|f| f.set(past));
                             let xs = values(&mut seed, rows * n);
                             // bf16 rows: the values' high halves (what `xs` holds then).
                             let mut bits: Vec<u16> =
@@ -626,7 +688,8 @@ pub(super) mod tests {
                                 {
                                     panic!(
                                         "[{rows}, {n}] bc {bc} br {br} layer {layer} beta {beta} \
-                                         bf16 {bf} nt {nt} far {far}: row {r} column {j}: {} != {} \
+                                         bf16 {bf} nt {nt} far {far} past {past}: row {r} column \
+                                         {j}: {} != {} \
                                          (seed {start})",
                                         got[j], want[j]
                                     );
@@ -637,6 +700,8 @@ pub(super) mod tests {
                 }
             }
         }
+        FORCE_PAST.with(|f| f.set(false));
+        assert!(SPREAD.with(|q| q.get()) > 0, "no rows spread their reads");
     }
 
     /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output

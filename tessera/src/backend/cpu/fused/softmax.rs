@@ -24,6 +24,7 @@
 //! is an f32 subnormal, checked per store unless the row's max and least value show that
 //! none can be, `sub_free`; else integer rounding: `bf16io::store32`).
 
+use super::super::prefetch;
 use super::super::vmath;
 use super::bf16io;
 use super::chunk::{self, bin_f};
@@ -70,10 +71,7 @@ const LAG: usize = 64;
 /// 19.9–20.6, against 16.5–18.9: no gain shown).
 fn rows_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> usize {
     use crate::backend::cpu::cache;
-    if f32_out
-        && n * (esz + 4) >= cache::l1_data_bytes() / 3
-        && in_bytes <= cache::last_level_bytes()
-    {
+    if f32_out && n * (esz + 4) >= cache::l1_data_bytes() / 3 && !past_cache(in_bytes) {
         1
     } else {
         2
@@ -605,6 +603,29 @@ impl MaxMin16 {
 /// 3994–4452, `T0` of the row and of the exponentials 512 bytes ahead 1477–1593, plain
 /// stores 1709–1893; 1 apart, no prefetch 1436–1472.
 ///
+/// dr24: an f32 input larger than the last-level cache (`[8192, 4096]`, 128 MiB in, 128 MiB
+/// streamed out) ran at 0.57–0.76 of the same-run copy on one thread. Row `r + 3`'s lines
+/// are now asked for (`prefetcht0`, as before) in four interleaved quarters
+/// (`prefetch::quarter_at`, which holds a standalone loop's figures) instead of in column
+/// order, and off AMD the steps no longer take the `REDO` loop there (`twice`). Measured
+/// (2026-11-28 19:22–19:24 UTC, load 4.0–5.2 from other helpers; `RAYON_NUM_THREADS=T chrt
+/// -f 50 cpu_profile softmax 8192 4096 10 --pool`, base = main `47673e3`, six interleaved
+/// rounds, fastest launch in µs and its ratio to the same run's copy), base → this: one
+/// thread 16751–18642 (0.69–0.76) → 13692–17110 (0.79–0.90; five of six 0.83–0.90); two
+/// threads 8418–9943 (1.13–1.28; a sixth round 17105, the second core busy) → 7192–9263
+/// (1.24–1.47; two rounds 15051 / 16118). An earlier build (19:16–19:17, load 4.1–4.8):
+/// one thread 15936–17969 (0.70–0.75) → 13047–16030 (0.74–0.94, five of six ≥ 0.81). In a
+/// throwaway build with run-time switches (18:51–19:10, load 3–5.4; one thread, ratios):
+/// column order as before 0.60–0.79; quarters 0.73–0.88; quarters without `REDO` 0.75–0.93;
+/// quarters by `prefetcht2` 0.70–0.86; without `REDO` alone 0.61–0.78; in column order
+/// `prefetcht1` or `t2`, rows `r + 4` or `r + 5`, a second row (`r + 5` by `t2`, `r + 6` by
+/// `t1`), one row apart with row `r + 2` asked for (`t2`, or `t0` and row `r + 4` by `t1`):
+/// 0.50–0.78, no gain shown; `prefetchnta` 0.33–0.34; plain stores 0.41–0.47; the scaled row stored
+/// into its exponentials' buffer and copied out by `rep movsb` (the yardstick's copy here)
+/// 0.39–0.48. The same quarters in the f32 norm rows' prefetches (`normpipe`, layernorm
+/// `[8192, 4096]` one thread, clean build, six rounds) measured 0.71–0.85 → 0.72–0.86: not
+/// kept.
+///
 
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW, AVX2 and FMA; `buf` holds at least
@@ -681,6 +702,10 @@ unsafe fn rows_avx512(
     // beside row `r`'s exponentials. Rows `r0 .. r0 + dist` before the loop; each step takes
     // row `r + dist`'s.
     let dist = rows_apart(n, esz, fuse && !o16, x.len);
+    // An f32 input larger than the last-level cache: row `r + 3` asked for in four
+    // interleaved quarters (`prefetch::quarter_at`).
+    let past = past_cache(x.len);
+    let quarters = past && !bf;
     for (i, row) in (r0..r1).take(dist).enumerate() {
         for (k, c0) in (0..n).step_by(bc).enumerate() {
             let c1 = (c0 + bc).min(n);
@@ -703,11 +728,12 @@ unsafe fn rows_avx512(
     // Opaque to the compiler: with the constant it split the loop at the lag, which measured
     // 5-10 % slower on `[4096, 1024]` f32.
     let lag = std::hint::black_box(LAG);
-    // An f32 row into an f32 output, the input larger than the last-level cache: every chunk
-    // takes the loop that computes the output's exponentials apart from the sum's (`REDO`,
-    // with `mf` = `m` the same bits), which measured faster there (see ARCHITECTURE.md,
-    // "The CPU's row-wise tile").
-    let twice = !bf && !o16 && x.len > crate::backend::cpu::cache::last_level_bytes();
+    // An f32 row into an f32 output, the input larger than the last-level cache, on AMD:
+    // every chunk takes the loop that computes the output's exponentials apart from the
+    // sum's (`REDO`, with `mf` = `m` the same bits), which measured faster there on the Zen 5
+    // (see ARCHITECTURE.md, "The CPU's row-wise tile"); on the Intel Xeon of sessions 17–24,
+    // with the quartered prefetch, the loop without it measured faster (`prefetch::quarter_at`).
+    let twice = !bf && !o16 && past && crate::backend::cpu::simd::is_amd();
     for row in r0..r1 {
         let at = row * n;
         // The row (bf16 bit patterns, widened as the exponentials are taken, or f32).
@@ -767,6 +793,13 @@ unsafe fn rows_avx512(
                     rowp(row + 3).wrapping_add(c0 * esz)
                 } else {
                     std::ptr::null()
+                },
+                pfq: if quarters && next && pf {
+                    #[cfg(test)]
+                    tests::QUARTERED.with(|q| q.set(q.get() + 1));
+                    prefetch::quarter_bytes(c1 - c0)
+                } else {
+                    0
                 },
             };
             // SAFETY: `xs` holds the chunk's values (in the input, asserted, or f32s');
@@ -929,6 +962,19 @@ struct Step {
     nt: bool,
     /// The chunk of the row after the next (to prefetch), or null.
     pf: *const u8,
+    /// With an f32 input, the bytes of each of the four quarters in which `pf`'s lines are
+    /// asked for (`prefetch::quarter_at`), or 0 (asked for in column order).
+    pfq: usize,
+}
+
+/// Whether [`rows_avx512`] treats an input of `bytes` as larger than the last-level cache
+/// (`cache::last_level_bytes`; a test may force it on its own thread).
+fn past_cache(bytes: usize) -> bool {
+    #[cfg(test)]
+    if tests::FORCE_PAST.with(|f| f.get()) {
+        return true;
+    }
+    bytes > crate::backend::cpu::cache::last_level_bytes()
 }
 
 /// One step of [`rows_avx512`] over a chunk of `n` columns from `xs`: `exp(xs[j] − m)`
@@ -983,6 +1029,7 @@ unsafe fn fused_avx512<
         ep,
         lag,
         pf,
+        pfq,
         ..
     } = a;
     use super::norm512::{load, widen16};
@@ -1185,7 +1232,12 @@ unsafe fn fused_avx512<
             if has_next {
                 if !pf.is_null() {
                     // A prefetch never faults.
-                    let b = pf.wrapping_add(j * if BF { 2 } else { 4 }) as *const i8;
+                    let at = if !BF && pfq != 0 {
+                        prefetch::quarter_at(j / 32, pfq)
+                    } else {
+                        j * if BF { 2 } else { 4 }
+                    };
+                    let b = pf.wrapping_add(at) as *const i8;
                     _mm_prefetch::<_MM_HINT_T0>(b);
                     if !BF {
                         _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(64));
@@ -1394,6 +1446,104 @@ unsafe fn store_perm(es: &[f32], inv: f32, d: &mut [u16], nosub: bool) {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Whether [`past_cache`] answers true on this thread (a test's).
+        pub(super) static FORCE_PAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Chunks of this thread's steps that asked for the row after the next in quarters.
+        pub(super) static QUARTERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Rows of an f32 input taken as larger than the last-level cache ([`past_cache`] forced
+    /// on this thread: row `r + 3` asked for in quarters, asserted to run, and off AMD the
+    /// loop without `REDO`) against [`reference`] bit for bit on fresh clock-seeded rows,
+    /// some spread to subnormal outputs, some with ±inf, NaN and subnormal inputs; one chunk
+    /// and chunks of 1024 or 48 columns; the rows split over two calls.
+    #[test]
+    fn rows_past_the_last_level_cache_match_the_reference() {
+        let seed = crate::backend::cpu::clock_seed();
+        let mut rng = Rng(seed | 1);
+        FORCE_PAST.with(|f| f.set(true));
+        QUARTERED.with(|q| q.set(0));
+        let specials = [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -0.0,
+            f32::from_bits(3),
+        ];
+        for &(rows, n) in &[
+            (9, 4096),
+            (7, 4097),
+            (8, 2048),
+            (9, 1000),
+            (8, 300),
+            (10, 64),
+            (6, 33),
+        ] {
+            for bc in [4096usize, 1024, 48] {
+                let case = format!("seed {seed}, [{rows}, {n}], bc {bc}");
+                let mut xs: Vec<f32> = Vec::with_capacity(rows * n);
+                for _ in 0..rows {
+                    let kind = rng.next() % 4;
+                    for _ in 0..n {
+                        let u = (rng.next() >> 40) as f32 / (1u64 << 24) as f32;
+                        xs.push(if kind == 1 {
+                            4.0 - u * 124.0
+                        } else {
+                            u * 16.0 - 8.0
+                        });
+                    }
+                    if kind == 2 {
+                        let at = xs.len() - n + rng.next() as usize % n;
+                        xs[at] = specials[rng.next() as usize % specials.len()];
+                    }
+                }
+                let mut ob = vec![0.0f32; rows * n + 16];
+                let op = ob.as_mut_ptr();
+                let op = op.wrapping_add(op.align_offset(64));
+                let buffer = |ptr: *mut u8| Buffer {
+                    dtype: DType::F32,
+                    shape: [rows, n, 1],
+                    rank: 2,
+                    ptr,
+                    len: rows * n * 4,
+                    writable: true,
+                };
+                let args = [buffer(xs.as_mut_ptr() as *mut u8), buffer(op as *mut u8)];
+                let sm = Softmax {
+                    rows: super::super::rowmatch::Rows {
+                        x: 0,
+                        out: 1,
+                        br: 1,
+                        bc,
+                        round_bf16: false,
+                    },
+                };
+                let mut buf = Vec::new();
+                run(&sm, &mut buf, 0..rows / 2, &args, rows, n);
+                run(&sm, &mut buf, rows / 2..rows, &args, rows, n);
+                for r in 0..rows {
+                    let want = reference(&xs[r * n..(r + 1) * n], bc);
+                    for (j, w) in want.iter().enumerate() {
+                        // SAFETY: element `r·n + j` of the output.
+                        let got = unsafe { *op.add(r * n + j) };
+                        assert!(
+                            got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
+                            "{case}: row {r} column {j}: {got:e} against {w:e}"
+                        );
+                    }
+                }
+            }
+        }
+        FORCE_PAST.with(|f| f.set(false));
+        assert!(
+            QUARTERED.with(|q| q.get()) > 0
+                || !crate::backend::cpu::simd::active()
+                    .ge(&crate::backend::cpu::simd::SimdLevel::Avx512),
+            "no step asked for its rows in quarters"
+        );
+    }
 
     /// A small xorshift generator (the tests' seeds come from the clock).
     struct Rng(u64);
