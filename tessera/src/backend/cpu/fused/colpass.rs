@@ -243,7 +243,9 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
         }
     };
     // One run (one thread, or a tensor under `PAR_MIN`) folds every tile itself: no
-    // bookkeeping of finished runs (whose `Vec` was a heap allocation per launch).
+    // bookkeeping of finished runs (whose `Vec` was a heap allocation per launch; a small
+    // launch's share of its gain is not separated from `colreduce`'s register and edge sums,
+    // measured with it: see `colreduce::REGS_MAX`).
     if runs == 1 {
         return tiles(0);
     }

@@ -482,6 +482,16 @@ pub(crate) unsafe fn combine(
 /// passes over `part` in memory: 64 KiB (a tensor that sits in L1 or L2, where the passes'
 /// stores and reloads of `part`, not the reads, set the pace). Larger tensors keep the passes
 /// (their strips' rows are what `colpass`'s strip widths were measured for).
+///
+/// At `[37, 300]` (44 KiB; `perf record -e cpu-clock` of main f8958b1 put a third of the
+/// launch in `sum_avx512`'s four-row passes, its samples on the store of `part` and the adds
+/// that reload it) on the 2-vCPU KVM Intel Xeon (family 6 model 207), interleaved with
+/// f8958b1's binary, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile col_mean 37 300 20000
+/// --pool`, fastest launch, 2026-11-28 19:38, 19:48 and 19:58 UTC, `uptime` 2.3–2.9, eight
+/// rounds (with the one-run pass of `colpass::fill`): one thread 1.82–1.96 µs → 1.59–1.71
+/// (a round under load 2.48 → 2.16), two threads 1.81–1.98 → 1.59–1.78. `[4096, 1024]`, `[1024,
+/// 4096]` (one and two threads) and `[8192, 4096]` (one thread) do not take this path:
+/// three interleaved rounds there (19:49 UTC) overlapped main's.
 const REGS_MAX: usize = 1 << 16;
 
 /// The partial of one tile of a column sum from the identity, `+0.0`: `part[j] = ((+0.0 +
@@ -741,7 +751,14 @@ mod x86 {
             let cols = |a: usize, b: usize| std::slice::from_raw_parts_mut(pp.add(a), b - a);
             // Fewer than 16 columns before or after the pair blocks: one vector over the
             // row's first or last 16 columns (m >= 32 here), adding into those columns only
-            // (`sum_avx512` would take them one at a time).
+            // (`sum_avx512` would take them one at a time: at `[37, 300]` the last 12
+            // columns' 444 scalar adds were 4 % of a `cpu_profile col_sum_bf16` loop's
+            // samples, a quarter of the pass's). With `colpass::fill`'s one-run pass,
+            // `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile col_sum_bf16 37 300 20000 --pool`
+            // against main f8958b1, interleaved, fastest launch, 2026-11-28 19:38, 19:48 and
+            // 19:58 UTC, `uptime` 2.3–2.9, eight rounds: one thread 1.55–1.59 µs → 1.32–1.41
+            // (a round under load 2.10 → 1.88), two threads 1.54–1.59 → 1.31–1.39 (2.10 →
+            // 1.76).
             if j0 >= 16 {
                 sum_avx512::<true>(x, sb, n, cols(0, j0));
             } else if j0 > 0 {
