@@ -3672,6 +3672,56 @@ fn flat_elementwise_bits(shapes: &[((usize, usize), bool)]) {
     }
 }
 
+/// Column sums and means of small tensors (up to 64 KiB of f32: every row's adds in
+/// registers, `colreduce::REGS_MAX`; bf16 with single-vector head and tail columns around
+/// the pair blocks) on the direct path, on one and two threads: 1 to 40 rows, ragged
+/// columns below and above one program's 256 (the program loops and the whole-row pass),
+/// fresh random inputs (a clock seed) with NaNs and signed zeros in half of them; bit for
+/// bit the interpreter's.
+#[test]
+fn small_column_reductions_match_the_interpreter_bit_for_bit() {
+    let _level = level_guard();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let cr = fused::direct_column_reductions;
+    for threads in [1, 2] {
+        on_threads(threads, || {
+            for (i, r) in (1..=40usize).enumerate() {
+                for (k, c) in [16usize, 17, 31, 100, 257, 300, 303, 400]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let s = seed.wrapping_add(100 * i as u64 + 10 * k as u64);
+                    let (x, xb) = if (r + k) % 2 == 0 {
+                        (
+                            Tensor::<f32>::randn(&[r, c], s),
+                            Tensor::<bf16>::randn(&[r, c], s + 1),
+                        )
+                    } else {
+                        (
+                            with_specials(r, c, s, &[f32::NAN, -0.0]),
+                            with_specials(
+                                r,
+                                c,
+                                s + 1,
+                                &[bf16::from_bits(0x7FC1), bf16::from_bits(0x8000)],
+                            ),
+                        )
+                    };
+                    let tag = format!("[{r}, {c}] {threads}T seed {seed}");
+                    direct_same_bits(&format!("col sum {tag}"), cr, true, || col_sum(&x).unwrap());
+                    direct_same_bits(&format!("col mean {tag}"), cr, true, || {
+                        col_mean(&x).unwrap()
+                    });
+                    col_bf16_bits(&tag, cr, &xb);
+                }
+            }
+        });
+    }
+}
+
 /// Small launches on one and on two threads: the flat path's short spans (at most 64
 /// elements take a buffer of 64, `flat::span_body`) and row loops of fewer than
 /// `serial::ROWS_MIN` elements (run on the calling thread without the probe) as well as one

@@ -217,23 +217,9 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
     let blocks = l.r.div_ceil(c.rows);
     // SAFETY: row 0 of the table (`with` sized it), nothing else uses it yet.
     unsafe { l.row(0, 0, l.cols) }.fill(identity(c.op));
-    let done: Vec<AtomicBool> = (0..runs).map(|_| AtomicBool::new(false)).collect();
-    // How many runs are folded into the accumulators.
-    let folded = Mutex::new(0usize);
-    let advance = |f: &mut usize| {
-        while *f < runs && done[*f].load(Ordering::Acquire) {
-            // Run 0 folded its own tiles.
-            for k in (*f * l.per..((*f + 1) * l.per).min(blocks)).filter(|_| *f > 0) {
-                // SAFETY: run 0 is done (no other writer of row 0: the fold holds `folded`),
-                // and so is the run of tile k (its row is complete: `done` was stored with
-                // release and loaded with acquire).
-                let (acc, part) = unsafe { (l.row(0, 0, l.cols), l.row(2 + k - l.per, 0, l.cols)) };
-                fold(c.op, acc, part);
-            }
-            *f += 1;
-        }
-    };
-    let go = |i: usize| {
+    // Run `i`'s tiles: run 0 folds them into the accumulators as it goes, the others write
+    // their partials.
+    let tiles = |i: usize| {
         for k in i * l.per..((i + 1) * l.per).min(blocks) {
             let w = if c.bf16 { STRIP_BF16 } else { STRIP };
             for j in (0..l.cols).step_by(w) {
@@ -255,17 +241,39 @@ fn fill(c: &ColReduce, buf: &Buffer, l: &Layout, runs: usize) {
                 }
             }
         }
+    };
+    // One run (one thread, or a tensor under `PAR_MIN`) folds every tile itself: no
+    // bookkeeping of finished runs (whose `Vec` was a heap allocation per launch; a small
+    // launch's share of its gain is not separated from `colreduce`'s register and edge sums,
+    // measured with it: see `colreduce::REGS_MAX`).
+    if runs == 1 {
+        return tiles(0);
+    }
+    let done: Vec<AtomicBool> = (0..runs).map(|_| AtomicBool::new(false)).collect();
+    // How many runs are folded into the accumulators.
+    let folded = Mutex::new(0usize);
+    let advance = |f: &mut usize| {
+        while *f < runs && done[*f].load(Ordering::Acquire) {
+            // Run 0 folded its own tiles.
+            for k in (*f * l.per..((*f + 1) * l.per).min(blocks)).filter(|_| *f > 0) {
+                // SAFETY: run 0 is done (no other writer of row 0: the fold holds `folded`),
+                // and so is the run of tile k (its row is complete: `done` was stored with
+                // release and loaded with acquire).
+                let (acc, part) = unsafe { (l.row(0, 0, l.cols), l.row(2 + k - l.per, 0, l.cols)) };
+                fold(c.op, acc, part);
+            }
+            *f += 1;
+        }
+    };
+    let go = |i: usize| {
+        tiles(i);
         done[i].store(true, Ordering::Release);
         if let Ok(mut f) = folded.try_lock() {
             advance(&mut f);
         }
     };
-    if runs == 1 {
-        go(0);
-    } else {
-        use rayon::prelude::*;
-        (0..runs).into_par_iter().for_each(go);
-    }
+    use rayon::prelude::*;
+    (0..runs).into_par_iter().for_each(go);
     advance(&mut folded.lock().unwrap_or_else(|e| e.into_inner()));
 }
 

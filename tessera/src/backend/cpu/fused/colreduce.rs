@@ -462,6 +462,8 @@ pub(crate) unsafe fn combine(
         return unsafe {
             if c.bf16 {
                 x86::sum_bf16_avx512(x, stride * size, n, part)
+            } else if buf.len <= REGS_MAX && part.len() >= 16 {
+                x86::sum_regs_f32(x, stride * size, n, part)
             } else {
                 x86::sum_avx512::<false>(x, stride * size, n, part)
             }
@@ -474,6 +476,23 @@ pub(crate) unsafe fn combine(
     }
     unsafe { combine_body(c, x, stride, n, part) }
 }
+
+/// The largest f32 tensor, in bytes, whose column sums [`combine`] takes with every row's
+/// additions into accumulators held in registers (`x86::sum_regs_f32`) instead of four-row
+/// passes over `part` in memory: 64 KiB (a tensor that sits in L1 or L2, where the passes'
+/// stores and reloads of `part`, not the reads, set the pace). Larger tensors keep the passes
+/// (their strips' rows are what `colpass`'s strip widths were measured for).
+///
+/// At `[37, 300]` (44 KiB; `perf record -e cpu-clock` of main f8958b1 put a third of the
+/// launch in `sum_avx512`'s four-row passes, its samples on the store of `part` and the adds
+/// that reload it) on the 2-vCPU KVM Intel Xeon (family 6 model 207), interleaved with
+/// f8958b1's binary, `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile col_mean 37 300 20000
+/// --pool`, fastest launch, 2026-11-28 19:38, 19:48 and 19:58 UTC, `uptime` 2.3–2.9, eight
+/// rounds (with the one-run pass of `colpass::fill`): one thread 1.82–1.96 µs → 1.59–1.71
+/// (a round under load 2.48 → 2.16), two threads 1.81–1.98 → 1.59–1.78. `[4096, 1024]`, `[1024,
+/// 4096]` (one and two threads) and `[8192, 4096]` (one thread) do not take this path:
+/// three interleaved rounds there (19:49 UTC) overlapped main's.
+const REGS_MAX: usize = 1 << 16;
 
 /// The partial of one tile of a column sum from the identity, `+0.0`: `part[j] = ((+0.0 +
 /// x[0][j]) + x[1][j]) + … + x[n − 1][j]` over rows `u < n` of `buf` (f32, or bf16 widened
@@ -728,14 +747,135 @@ mod x86 {
             if n < PAIR_MIN || m32 == j0 {
                 return sum_avx512::<true>(x, sb, n, part);
             }
-            let (head, rest) = part.split_at_mut(j0);
-            let (mid, tail) = rest.split_at_mut(m32 - j0);
-            if j0 > 0 {
-                sum_avx512::<true>(x, sb, n, head);
+            let pp = part.as_mut_ptr();
+            let cols = |a: usize, b: usize| std::slice::from_raw_parts_mut(pp.add(a), b - a);
+            // Fewer than 16 columns before or after the pair blocks: one vector over the
+            // row's first or last 16 columns (m >= 32 here), adding into those columns only
+            // (`sum_avx512` would take them one at a time: at `[37, 300]` the last 12
+            // columns' 444 scalar adds were 4 % of a `cpu_profile col_sum_bf16` loop's
+            // samples, a quarter of the pass's). With `colpass::fill`'s one-run pass,
+            // `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile col_sum_bf16 37 300 20000 --pool`
+            // against main f8958b1, interleaved, fastest launch, 2026-11-28 19:38, 19:48 and
+            // 19:58 UTC, `uptime` 2.3–2.9, eight rounds: one thread 1.55–1.59 µs → 1.32–1.41
+            // (a round under load 2.10 → 1.88), two threads 1.54–1.59 → 1.31–1.39 (2.10 →
+            // 1.76).
+            if j0 >= 16 {
+                sum_avx512::<true>(x, sb, n, cols(0, j0));
+            } else if j0 > 0 {
+                edge_bf16(x, sb, n, pp, !(!0u16 << j0));
             }
-            pairs(x.add(2 * j0), sb, n, mid);
-            if m32 < m {
-                sum_avx512::<true>(x.add(2 * m32), sb, n, tail);
+            pairs(x.add(2 * j0), sb, n, cols(j0, m32));
+            if m - m32 >= 16 {
+                sum_avx512::<true>(x.add(2 * m32), sb, n, cols(m32, m));
+            } else if m32 < m {
+                edge_bf16(
+                    x.add(2 * (m - 16)),
+                    sb,
+                    n,
+                    pp.add(m - 16),
+                    !0u16 << (m32 - (m - 16)),
+                );
+            }
+        }
+    }
+
+    /// `p[j] = ((p[j] + r0[j]) + r1[j]) + …` for the 16 columns from `x` (rows `u < n`,
+    /// `sb` bytes apart, bf16 widened exactly) whose lanes are set in `mask`, `p` the 16
+    /// floats at `pp`; the other lanes of `pp` are neither added to nor stored.
+    ///
+    /// # Safety
+    /// AVX-512F present; rows `u < n` at `x + u · sb` hold 16 readable bf16 values, `pp`
+    /// 16 floats.
+    #[inline(always)]
+    unsafe fn edge_bf16(x: *const u8, sb: usize, n: usize, pp: *mut f32, mask: __mmask16) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut v = _mm512_loadu_ps(pp);
+            for u in 0..n {
+                let w = _mm256_loadu_si256(x.add(u * sb) as *const __m256i);
+                let y = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(w)));
+                v = _mm512_mask_add_ps(v, mask, v, y);
+            }
+            _mm512_mask_storeu_ps(pp, mask, v);
+        }
+    }
+
+    /// Most vectors of 16 columns [`sum_regs_f32`] keeps in registers at once.
+    const REGS: usize = 16;
+
+    /// [`sum_avx512`] of f32 rows (`part.len()` at least 16) with each column's additions
+    /// in a register over all `n` rows: the columns in groups of at most [`REGS`] vectors,
+    /// each group's accumulators loaded from `part`, every row added in order, stored once
+    /// (the same adds per column in the same order; no store and reload of `part` every four
+    /// rows). A last vector past the row's end is taken over its last 16 columns, adding and
+    /// storing only the columns after the vector before it.
+    ///
+    /// # Safety
+    /// As [`sum_avx512`]; `part.len() >= 16`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn sum_regs_f32(x: *const u8, sb: usize, n: usize, part: &mut [f32]) {
+        let m = part.len();
+        assert!(m >= 16, "register column sum of fewer than 16 columns");
+        let pp = part.as_mut_ptr();
+        let v = m.div_ceil(16);
+        let per = v.div_ceil(v.div_ceil(REGS));
+        let mut g = 0;
+        while g < v {
+            let k = per.min(v - g);
+            macro_rules! go {
+                ($($k:literal)*) => {
+                    match k {
+                        // SAFETY: the caller's contract; vectors g .. g + k start inside the
+                        // row (16 · (g + k − 1) < m).
+                        $($k => unsafe { regs::<$k>(x, sb, n, pp, m, 16 * g) },)*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            go!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+            g += k;
+        }
+    }
+
+    /// `K` vectors of [`sum_regs_f32`] from column `j0` (vector `i` at `j0 + 16 i`; only the
+    /// last may pass `m − 16`, then taken at `m − 16`, its columns before `j0 + 16 (K − 1)`
+    /// masked off).
+    ///
+    /// # Safety
+    /// As [`sum_regs_f32`]; `j0 + 16 (K − 1) < m`, `m >= 16`, `pp` holds `m` floats.
+    #[inline(always)]
+    unsafe fn regs<const K: usize>(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        pp: *mut f32,
+        m: usize,
+        j0: usize,
+    ) {
+        let last = (j0 + 16 * (K - 1)).min(m - 16);
+        let mask: __mmask16 = !0u16 << (j0 + 16 * (K - 1) - last);
+        let at = |i: usize| if i + 1 == K { last } else { j0 + 16 * i };
+        // SAFETY: columns `at(i) .. at(i) + 16` lie inside the rows and `part` (the caller's
+        // contract: vectors before the last end at most at its start, which is inside).
+        unsafe {
+            let mut acc: [__m512; K] = core::array::from_fn(|i| _mm512_loadu_ps(pp.add(at(i))));
+            for u in 0..n {
+                let r = x.add(u * sb) as *const f32;
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let y = _mm512_loadu_ps(r.add(at(i)));
+                    *a = if i + 1 == K {
+                        _mm512_mask_add_ps(*a, mask, *a, y)
+                    } else {
+                        _mm512_add_ps(*a, y)
+                    };
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                if i + 1 == K {
+                    _mm512_mask_storeu_ps(pp.add(at(i)), mask, *a);
+                } else {
+                    _mm512_storeu_ps(pp.add(at(i)), *a);
+                }
             }
         }
     }
@@ -1166,6 +1306,107 @@ mod tests {
     /// same rows through `sum_bf16_tile_avx512` (from +0.0, its first, last and only passes
     /// of eight, four and one rows) against the scalar tile sum, alone and added into
     /// accumulators.
+    /// The register column sum of f32 rows (`sum_regs_f32`: groups of up to 16 vectors, a
+    /// last vector over the row's last 16 columns) and the bf16 pair sum's single-vector
+    /// head and tail columns (fewer than 16 on either side of its 32-column blocks) against
+    /// a scalar sum of the same rows in order onto random starting values: fresh random
+    /// bits (a clock seed) with NaN/±inf/-0.0 among them, 16 to 40 columns and wider ones
+    /// (more than one group), 1 to 40 rows, row pitches of whole lines and not, start
+    /// offsets inside a line. Equal bits (NaNs as NaNs).
+    #[test]
+    fn register_and_edge_sums_match_row_order() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let seed = crate::backend::cpu::clock_seed();
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let widths: Vec<usize> = (16..=40)
+            .chain([63, 100, 255, 256, 257, 300, 301, 530])
+            .collect();
+        for &m in &widths {
+            for pitch in [m, m.next_multiple_of(32), m + 5] {
+                for n in (1..=40).filter(|n| n % 3 == 1 || *n == 37 || m < 24) {
+                    let off = (next() % 34) as usize;
+                    let len = off + n * pitch + 64;
+                    let mut block = vec![0u64; len + 16];
+                    let base = block.as_mut_ptr() as usize;
+                    let lead = (64 - base % 64) % 64 / 4;
+                    // SAFETY: `lead + len` f32 fit in the block (`lead` < 16; the block holds
+                    // 2 (len + 16) f32).
+                    let xs = unsafe {
+                        std::slice::from_raw_parts_mut((base as *mut u32).add(lead), len)
+                    };
+                    for v in xs.iter_mut() {
+                        let r = next();
+                        *v = match r % 53 {
+                            0 => 0x7FC0_0001,
+                            1 => 0xFF80_0000,
+                            2 => 0x7F80_0000,
+                            3 => 0x8000_0000,
+                            _ => ((r >> 20) as u32 & 0x3FFF_FFFF) | ((r as u32) & 0x8000_0000),
+                        };
+                    }
+                    let init: Vec<f32> = (0..m).map(|_| (next() % 1000) as f32 - 500.0).collect();
+                    let same = |got: &[f32], want: &[f32], what: &str| {
+                        for (j, (g, w)) in got.iter().zip(want).enumerate() {
+                            assert!(
+                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                "{what} seed {seed} m {m} pitch {pitch} n {n} off {off} \
+                                 column {j}: {g} vs {w}"
+                            );
+                        }
+                    };
+                    let mut want = init.clone();
+                    for u in 0..n {
+                        for (j, w) in want.iter_mut().enumerate() {
+                            *w += f32::from_bits(xs[off + u * pitch + j]);
+                        }
+                    }
+                    let mut got = init.clone();
+                    // SAFETY: AVX-512F detected; rows u < n hold m elements from `off`
+                    // inside the slice; m >= 16.
+                    unsafe {
+                        super::x86::sum_regs_f32(
+                            xs.as_ptr().add(off) as *const u8,
+                            4 * pitch,
+                            n,
+                            &mut got,
+                        )
+                    };
+                    same(&got, &want, "f32 registers");
+                    // The same bits read as bf16 rows (the low halves of each word), pitch
+                    // in bf16 elements.
+                    // SAFETY: the slice's bytes as 2 len u16.
+                    let hs =
+                        unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const u16, 2 * len) };
+                    let mut want = init.clone();
+                    for u in 0..n {
+                        for (j, w) in want.iter_mut().enumerate() {
+                            *w += f32::from_bits((hs[off + u * pitch + j] as u32) << 16);
+                        }
+                    }
+                    let mut got = init.clone();
+                    // SAFETY: as above, u16 rows inside the slice.
+                    unsafe {
+                        super::x86::sum_bf16_avx512(
+                            hs.as_ptr().add(off) as *const u8,
+                            2 * pitch,
+                            n,
+                            &mut got,
+                        )
+                    };
+                    same(&got, &want, "bf16 pairs");
+                }
+            }
+        }
+    }
+
     #[test]
     fn bf16_pair_sum_matches_row_order_at_every_offset() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
