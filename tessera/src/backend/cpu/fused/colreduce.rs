@@ -1296,16 +1296,6 @@ mod x86 {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    /// The AVX-512 bf16 sum (32-column pair blocks, eight- and four-row passes, head and tail
-    /// columns around them) against a scalar sum of the same
-    /// rows in order, over start offsets of 0 to 33 elements inside a 64-byte line, row
-    /// pitches of whole lines and not, ragged row counts and widths; bf16 inputs of random
-    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs). The four-row passes run
-    /// for 4–7 rows (`sum_avx512`), for the last 4–7 rows after the eight-row passes (12, 77
-    /// rows), and over every row of pair blocks wider than 2048 columns (4133 columns). The
-    /// same rows through `sum_bf16_tile_avx512` (from +0.0, its first, last and only passes
-    /// of eight, four and one rows) against the scalar tile sum, alone and added into
-    /// accumulators.
     /// The register column sum of f32 rows (`sum_regs_f32`: groups of up to 16 vectors, a
     /// last vector over the row's last 16 columns) and the bf16 pair sum's single-vector
     /// head and tail columns (fewer than 16 on either side of its 32-column blocks) against
@@ -1407,6 +1397,16 @@ mod tests {
         }
     }
 
+    /// The AVX-512 bf16 sum (32-column pair blocks, eight- and four-row passes, head and tail
+    /// columns around them) against a scalar sum of the same
+    /// rows in order, over start offsets of 0 to 33 elements inside a 64-byte line, row
+    /// pitches of whole lines and not, ragged row counts and widths; bf16 inputs of random
+    /// bits with NaN/±inf/-0.0 among them. Equal bits (NaNs as NaNs). The four-row passes run
+    /// for 4–7 rows (`sum_avx512`), for the last 4–7 rows after the eight-row passes (12, 77
+    /// rows), and over every row of pair blocks wider than 2048 columns (4133 columns). The
+    /// same rows through `sum_bf16_tile_avx512` (from +0.0, its first, last and only passes
+    /// of eight, four and one rows) against the scalar tile sum, alone and added into
+    /// accumulators.
     #[test]
     fn bf16_pair_sum_matches_row_order_at_every_offset() {
         if !std::arch::is_x86_feature_detected!("avx512f") {
