@@ -26,7 +26,7 @@ pub(crate) const BUDGET: Duration = Duration::from_micros(5);
 /// fastest launch in µs, two rounds, one → two threads: `R = 16` 6.26, 4.90 → 5.31, 5.54;
 /// 32: 9.35, 10.93 → 10.23, 9.79; 64: 17.39, 17.46 → 18.96, 18.84; 128: 34.85, 33.83 →
 /// 35.94, 35.87; 256: 84.7, 94.0 → 81.9, 84.4; 512: 198, 204 → 197, 203. Two threads gain
-/// nothing below 256 rows here, and lose up to 64. Unprobed below this, the same command at
+/// nothing below 256 rows here, and lose up to 128. Unprobed below this, the same command at
 /// `[37, 300]` interleaved with that binary, 2026-11-28 19:16 UTC, load 4.0–4.7, three rounds:
 /// two threads fastest 4.64–4.78 → 4.11–4.23 µs, wall 5.25–5.71 → 4.53–4.89 µs (one thread
 /// 4.30–4.50 → 4.23–4.24: the launch's other cuts); `layernorm` runs 3.3–4.5 µs on either,
