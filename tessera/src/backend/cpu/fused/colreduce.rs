@@ -1352,12 +1352,17 @@ mod tests {
                             );
                         }
                     };
-                    let mut want = init.clone();
-                    for u in 0..n {
-                        for (j, w) in want.iter_mut().enumerate() {
-                            *w += f32::from_bits(xs[off + u * pitch + j]);
+                    // `init` plus rows `0..n` of `at(u, j)` (row `u`, column `j`), in row order.
+                    let row_order = |at: &dyn Fn(usize, usize) -> f32| {
+                        let mut want = init.clone();
+                        for u in 0..n {
+                            for (j, w) in want.iter_mut().enumerate() {
+                                *w += at(u, j);
+                            }
                         }
-                    }
+                        want
+                    };
+                    let want = row_order(&|u, j| f32::from_bits(xs[off + u * pitch + j]));
                     let mut got = init.clone();
                     // SAFETY: AVX-512F detected; rows u < n hold m elements from `off`
                     // inside the slice; m >= 16.
@@ -1375,12 +1380,8 @@ mod tests {
                     // SAFETY: the slice's bytes as 2 len u16.
                     let hs =
                         unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const u16, 2 * len) };
-                    let mut want = init.clone();
-                    for u in 0..n {
-                        for (j, w) in want.iter_mut().enumerate() {
-                            *w += f32::from_bits((hs[off + u * pitch + j] as u32) << 16);
-                        }
-                    }
+                    let want =
+                        row_order(&|u, j| f32::from_bits((hs[off + u * pitch + j] as u32) << 16));
                     let mut got = init.clone();
                     // SAFETY: as above, u16 rows inside the slice.
                     unsafe {

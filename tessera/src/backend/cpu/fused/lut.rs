@@ -200,8 +200,8 @@ fn look_f32_each(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
 mod x86 {
     use core::arch::x86_64::*;
 
-    /// [`super::look_f32`] by 16-lane `vpgatherdd`: each step widens 16 input words
-    /// (`vpmovzxwd`) into the indices of one gather of 4-byte entries, stored as 16 floats;
+    /// [`super::look_f32`] by 16-lane `vpgatherdd`: each step one [`gather16`], stored as 16
+    /// floats;
     /// the last `< 16` elements by one load each. Every index is below `2^16`, inside `t`.
     ///
     /// # Safety
@@ -210,19 +210,29 @@ mod x86 {
     pub(super) unsafe fn look_f32(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
         let n = o.len();
         assert_eq!(s.len(), n);
-        let base = t.as_ptr() as *const i32;
         let mut i = 0;
         while i + 16 <= n {
-            // SAFETY: `i + 16 <= n` elements of `s` and `o`; each index is a `u16`, an entry
-            // of `t`.
+            // SAFETY: `i + 16 <= n` elements of `s` and `o`.
             unsafe {
-                let w = _mm256_loadu_si256(s.as_ptr().add(i).cast());
-                let v = _mm512_i32gather_epi32::<4>(_mm512_cvtepu16_epi32(w), base);
-                _mm512_storeu_si512(o.as_mut_ptr().add(i).cast(), v);
-            }
+                _mm512_storeu_si512(o.as_mut_ptr().add(i).cast(), gather16(t, s.as_ptr().add(i)))
+            };
             i += 16;
         }
         super::look_f32_each(t, &s[i..], &mut o[i..]);
+    }
+
+    /// The entries of `t` at the 16 input words from `s` (`vpmovzxwd` into the indices of one
+    /// `vpgatherdd` of 4-byte entries; every index is a `u16`, inside `t`).
+    ///
+    /// # Safety
+    /// AVX-512F present (the caller is built with it); `s` readable for 16 elements.
+    #[inline(always)]
+    unsafe fn gather16(t: &[u32; 1 << 16], s: *const u16) -> __m512i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let w = _mm256_loadu_si256(s.cast());
+            _mm512_i32gather_epi32::<4>(_mm512_cvtepu16_epi32(w), t.as_ptr() as *const i32)
+        }
     }
 
     /// [`look_f32`] with the whole 64-byte lines of `o` written by `vmovntdq`: plain
@@ -240,16 +250,13 @@ mod x86 {
         let end = h + (n - h) / 16 * 16;
         // SAFETY: as this function's.
         unsafe { look_f32(t, &s[..h], &mut o[..h]) };
-        let base = t.as_ptr() as *const i32;
         let mut i = h;
         while i < end {
-            // SAFETY: `i + 16 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 16);
-            // each index is a `u16`, an entry of `t`; the caller fences.
+            // SAFETY: `i + 16 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 16); the
+            // caller fences.
             unsafe {
-                let w = _mm256_loadu_si256(s.as_ptr().add(i).cast());
-                let v = _mm512_i32gather_epi32::<4>(_mm512_cvtepu16_epi32(w), base);
-                _mm512_stream_si512(o.as_mut_ptr().add(i).cast(), v);
-            }
+                _mm512_stream_si512(o.as_mut_ptr().add(i).cast(), gather16(t, s.as_ptr().add(i)))
+            };
             i += 16;
         }
         // SAFETY: as this function's.
