@@ -106,7 +106,6 @@ fn one_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> bool {
 /// `[1024, 4096]` 1825–2020 → 951–1432 (five rounds), `[2048, 2048]` 1816–2514 → 1389–1530
 /// (three); two threads `[1024, 4096]` 646–1304 → 642–1125 (five; noise, no loss shown).
 fn zen4_wide(esz: usize, in_bytes: usize) -> bool {
-    use crate::backend::cpu::cache;
     #[cfg(test)]
     if let Some((zen4, llc)) = tests::AS_ZEN4.with(|a| a.get()) {
         return zen4 && esz == 4 && 2 * in_bytes >= llc;
@@ -114,7 +113,7 @@ fn zen4_wide(esz: usize, in_bytes: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         esz == 4
-            && 2 * in_bytes >= cache::last_level_bytes()
+            && 2 * in_bytes >= crate::backend::cpu::cache::last_level_bytes()
             && crate::backend::cpu::simd::is_zen4()
     }
     #[cfg(not(target_arch = "x86_64"))]
