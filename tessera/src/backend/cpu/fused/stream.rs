@@ -617,6 +617,46 @@ mod tests {
         }
     }
 
+    /// [`wanted_at_any_thread_count`] on one thread streams an f32 output of
+    /// [`ZEN4_ONE_THREAD_NT_MAX`] on a Zen 4 only (elsewhere from [`ONE_THREAD_NT_MAX`] at
+    /// most), and on two threads from [`nt_bytes`].
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn softmax_streams_from_two_mib_on_one_zen4_thread() {
+        let at = |len: usize| buffer(DType::F32, std::ptr::NonNull::dangling().as_ptr(), len);
+        let avx2 =
+            crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2;
+        let zen4 = crate::backend::cpu::simd::is_zen4();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                for len in [ZEN4_ONE_THREAD_NT_MAX - 64, ZEN4_ONE_THREAD_NT_MAX, 8 << 20] {
+                    let from = if threads == 1 && zen4 {
+                        nt_bytes().min(ZEN4_ONE_THREAD_NT_MAX)
+                    } else if threads == 1 {
+                        nt_bytes().min(ONE_THREAD_NT_MAX)
+                    } else {
+                        nt_bytes()
+                    };
+                    assert_eq!(
+                        wanted_at_any_thread_count(&at(len), false),
+                        avx2 && len >= from,
+                        "{threads} threads, {len} bytes"
+                    );
+                }
+                if threads == 1 && zen4 && avx2 {
+                    assert!(wanted_at_any_thread_count(
+                        &at(ZEN4_ONE_THREAD_NT_MAX),
+                        false
+                    ));
+                }
+            });
+        }
+    }
+
     /// [`fenced_once`] defers this thread's fences inside it (nested runs restore the outer
     /// setting), and a panic inside it restores the setting.
     #[test]
