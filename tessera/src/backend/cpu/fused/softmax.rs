@@ -68,13 +68,58 @@ const LAG: usize = 64;
 /// 1200–1448 µs against 997–1020 at `[1024, 4096]`) and from an input larger than the
 /// last-level cache (`[8192, 4096]` f32, one thread: no prefetch 21.3–24.3 ms against
 /// 16.5–18.4 with it; 1 apart with row `r + 2` prefetched into the L2 16.6–20.4, into the L1
-/// 19.9–20.6, against 16.5–18.9: no gain shown).
+/// 19.9–20.6, against 16.5–18.9: no gain shown). Nor on an AMD Zen 4 from an f32 input of
+/// half the last-level cache or more ([`zen4_wide`]).
 fn rows_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> usize {
-    use crate::backend::cpu::cache;
-    if f32_out && n * (esz + 4) >= cache::l1_data_bytes() / 3 && !past_cache(in_bytes) {
+    if one_apart(n, esz, f32_out, in_bytes) && !zen4_wide(esz, in_bytes) {
         1
     } else {
         2
+    }
+}
+
+/// [`rows_apart`]'s rule for 1 apart before the Zen 4's exception ([`zen4_wide`]).
+fn one_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> bool {
+    use crate::backend::cpu::cache;
+    f32_out && n * (esz + 4) >= cache::l1_data_bytes() / 3 && !past_cache(in_bytes)
+}
+
+/// Whether [`rows_apart`] runs the rows 2 apart (row `r + 3` prefetched) on an AMD Zen 4
+/// (`simd::is_zen4`: family 0x19, 32 KiB L1) where the L1 rule says 1: an f32 input
+/// (`esz` 4) of at least half the last-level cache (`in_bytes`; its f32 output as large:
+/// together the whole cache). One thread, 1 apart there ran at about half the speed (and half
+/// the two threads' rate, 3.7× slower in the lead's first probe). Measured on the 2-vCPU Zen 4
+/// KVM guest (AMD EPYC family 25 model 17, 32 KiB L1, 1 MiB L2, 32 MiB L3; sx25, a
+/// throwaway build with the distance forced at run time, 2026-11-28 22:03–22:15 UTC, load
+/// 2.5–11.7 from other helpers' builds; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile softmax R
+/// C 30 --pool`, rounds interleaved with the base `a362c42`, fastest launch in µs), 1 apart
+/// (base) → 2 apart: one thread `[1024, 4096]` f32 1759–2129 → 990–1453 (13 rounds; one base
+/// run read 956), `[2048, 2048]` 1656–1828 → 943–1139, `[512, 8192]` 1862–2332 → 1047–1626;
+/// two threads `[1024, 4096]` 738–1049 → 633–757 (six rounds; at 22:09 base 451–741 against
+/// 490–639 over four). 2 apart without the prefetch of row `r + 3` 1208–2021, 1 apart with
+/// it 966–1744: both the distance and the prefetch matter; why is not measured (no hardware
+/// counters). Not taken: below half the cache (one thread, output streamed: `[1024, 2048]`
+/// f32, 8 MiB, 1 apart 411–417 against 466–473 µs; `[1536, 2048]`, 12 MiB, 687–1342
+/// against 694–730: no gain shown), from a bf16 input (bf16 → f32 `[1024, 4096]` one thread
+/// 826–850 against 819–826: no gain shown). Unmeasured: the Zen 5 and Intel (unchanged).
+/// This build against the base (22:19–22:20 UTC, load 2.8–3.9, N = 30): one thread
+/// `[1024, 4096]` 1825–2020 → 951–1432 (five rounds), `[2048, 2048]` 1816–2514 → 1389–1530
+/// (three); two threads `[1024, 4096]` 646–1304 → 642–1125 (five; noise, no loss shown).
+fn zen4_wide(esz: usize, in_bytes: usize) -> bool {
+    #[cfg(test)]
+    if let Some((zen4, llc)) = tests::AS_ZEN4.with(|a| a.get()) {
+        return zen4 && esz == 4 && 2 * in_bytes >= llc;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        esz == 4
+            && 2 * in_bytes >= crate::backend::cpu::cache::last_level_bytes()
+            && crate::backend::cpu::simd::is_zen4()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (esz, in_bytes);
+        false
     }
 }
 
@@ -702,6 +747,14 @@ unsafe fn rows_avx512(
     // beside row `r`'s exponentials. Rows `r0 .. r0 + dist` before the loop; each step takes
     // row `r + dist`'s.
     let dist = rows_apart(n, esz, fuse && !o16, x.len);
+    #[cfg(test)]
+    tests::APART.with(|a| {
+        let mut v = a.get();
+        v[dist - 1] += 1;
+        // 2 apart by the Zen 4's rule (`zen4_wide`) where the L1 rule says 1.
+        v[2] += usize::from(dist == 2 && one_apart(n, esz, fuse && !o16, x.len));
+        a.set(v)
+    });
     // An f32 input larger than the last-level cache: row `r + 3` asked for in four
     // interleaved quarters (`prefetch::quarter_at`).
     let past = past_cache(x.len);
@@ -1452,6 +1505,12 @@ mod tests {
         pub(super) static FORCE_PAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         /// Chunks of this thread's steps that asked for the row after the next in quarters.
         pub(super) static QUARTERED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        /// [`zen4_wide`] on this thread as on a Zen 4 (`true`) or not, with this last-level
+        /// cache in bytes; `None`: the CPU's answer.
+        pub(super) static AS_ZEN4: std::cell::Cell<Option<(bool, usize)>> = const { std::cell::Cell::new(None) };
+        /// This thread's [`rows_avx512`] calls 1 apart, 2 apart, and 2 apart by the Zen 4's
+        /// rule ([`zen4_wide`]) where the L1 rule says 1.
+        pub(super) static APART: std::cell::Cell<[usize; 3]> = const { std::cell::Cell::new([0; 3]) };
     }
 
     /// Rows of an f32 input taken as larger than the last-level cache ([`past_cache`] forced
@@ -1659,7 +1718,9 @@ mod tests {
     /// against [`reference`], bit for bit (NaNs as NaNs), on fresh clock-seeded rows: f32 → f32,
     /// bf16 → bf16 and bf16 → f32; every row length 1..=70 and 96, 300, 1000, 1023, 1024,
     /// 2048, 4095, 4096, 4097, 8192 (long rows into an f32 output run one row apart,
-    /// `rows_apart`, shorter ones two: both asserted to run); one chunk and chunks of 32 or
+    /// `rows_apart`, shorter ones two: both asserted to run; every other case as on a Zen 4
+    /// whose last-level cache is twice the input, `zen4_wide`, so that long f32 rows also run
+    /// 2 apart by that rule: asserted to run); one chunk and chunks of 32 or
     /// 1024 columns (`perm` with a ragged last chunk) and of 48 (not `perm`); output rows
     /// 64-byte aligned and not (the output's start moved by one element: bf16 rows unaligned,
     /// stored from their first column, f32 rows with a masked head before their aligned
@@ -1695,8 +1756,10 @@ mod tests {
             (2, 8192),
         ]);
         shapes.push((257, 4095));
-        // Both pipelines run (`rows_apart`): some rows of an f32 output one row apart, others
-        // two, from an f32 and from a bf16 input.
+        APART.with(|a| a.set([0; 3]));
+        // Both pipelines run (`rows_apart`, not as on a Zen 4): some rows of an f32 output one
+        // row apart, others two, from an f32 and from a bf16 input.
+        AS_ZEN4.with(|a| a.set(Some((false, usize::MAX))));
         for esz in [4, 2] {
             let apart = |d| {
                 shapes
@@ -1710,6 +1773,7 @@ mod tests {
         }
         let bf = |v: f32| half::bf16::from_f32(v).to_f32();
         let osz_of = |d: DType| d.size_bytes();
+        let mut cases = 0usize;
         for (ki, (xd, od)) in [
             (DType::F32, DType::F32),
             (DType::BF16, DType::BF16),
@@ -1730,8 +1794,14 @@ mod tests {
                         if big && off > 0 {
                             continue;
                         }
+                        // Every other case as on a Zen 4 whose last-level cache is twice
+                        // the input (`zen4_wide`: long f32 rows 2 apart).
+                        cases += 1;
+                        let zen4 = cases % 2 == 0;
+                        AS_ZEN4.with(|a| a.set(Some((zen4, 2 * rows * n * xd.size_bytes()))));
                         let case = format!(
-                            "seed {seed}, {xd:?} -> {od:?}, [{rows}, {n}], bc {bc}, offset {off}"
+                            "seed {seed}, {xd:?} -> {od:?}, [{rows}, {n}], bc {bc}, offset {off}, \
+                             as a Zen 4 {zen4}"
                         );
                         // Values: a random kind of row each.
                         let mut xs: Vec<f32> = Vec::with_capacity(rows * n);
@@ -1849,6 +1919,24 @@ mod tests {
                 }
             }
         }
+        AS_ZEN4.with(|a| a.set(None));
+        // The AVX-512 loop ran 1 apart, 2 apart, and 2 apart by the Zen 4's rule.
+        if crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx512
+            && std::arch::is_x86_feature_detected!("avx512bw")
+        {
+            let [one, two, zen4] = APART.with(|a| a.get());
+            assert!(
+                one > 0 && two > 0 && zen4 > 0,
+                "seed {seed}: 1 apart {one}, 2 apart {two}, by the Zen 4 rule {zen4}"
+            );
+        }
+        // On this CPU: an f32 input of half the last-level cache runs 2 apart on a Zen 4 only.
+        let llc = crate::backend::cpu::cache::last_level_bytes();
+        assert_eq!(
+            zen4_wide(4, llc.div_ceil(2)),
+            crate::backend::cpu::simd::is_zen4()
+        );
+        assert!(!zen4_wide(2, llc) && !zen4_wide(4, llc / 2 - 4096));
     }
 
     /// [`sub_free`]'s bound: at its limits (`lo − m = -60`, `inv = 2^-30`) the product of

@@ -118,11 +118,19 @@ pub(crate) fn wanted_for_rows_reading(
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
 /// 1024]` f32: 88–89 GB/s streamed, 66–68 plain). On one thread from [`ONE_THREAD_NT_MAX`]
-/// at most: the 32 MiB-L3 machine's own [`nt_bytes`] (so unchanged there), where a larger
+/// ([`ZEN4_ONE_THREAD_NT_MAX`] on an AMD Zen 4) at most: the 32 MiB-L3 machine's own [`nt_bytes`] (so unchanged there), where a larger
 /// last-level cache is reported.
 pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
     let from = if threads() == 1 {
-        nt_bytes().min(ONE_THREAD_NT_MAX)
+        #[cfg(target_arch = "x86_64")]
+        let max = if crate::backend::cpu::simd::is_zen4() {
+            ZEN4_ONE_THREAD_NT_MAX
+        } else {
+            ONE_THREAD_NT_MAX
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let max = ONE_THREAD_NT_MAX;
+        nt_bytes().min(max)
     } else {
         nt_bytes()
     };
@@ -145,6 +153,20 @@ pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
 /// where the second thread ran: the copy near 600–800 µs) plain stores were faster (911–1013
 /// → 1153–1217), and [`nt_bytes`] keeps them.
 const ONE_THREAD_NT_MAX: usize = 12 << 20;
+
+/// [`ONE_THREAD_NT_MAX`] on an AMD Zen 4 (`simd::is_zen4`): 2 MiB, the least output measured
+/// faster streamed there. On the 2-vCPU Zen 4 KVM guest (AMD EPYC family 25 model 17, 1 MiB
+/// L2, 32 MiB L3; sx25, the store kind forced at run time in a throwaway build, 2026-11-28
+/// 22:13–22:15 UTC, load 3.3–4.3 from other helpers; `RAYON_NUM_THREADS=1 chrt -f 50
+/// cpu_profile softmax R C N --pool`, rounds interleaved, fastest launch in µs, plain →
+/// streamed): `[2048, 1024]` f32 (8 MiB output) 516–757 → 446–450 (four rounds),
+/// `[1024, 2048]` 664–993 → 411–417 (three), `[1024, 1024]` (4 MiB) 232–234 → 222–223,
+/// `[512, 1024]` (2 MiB) 116–120 → 112 (three rounds each). Two threads keep [`nt_bytes`]:
+/// `[2048, 1024]` there measured 250–257 plain against 318–376 streamed (in the rounds where
+/// the second thread ran, the copy near 90 µs). Below 2 MiB unmeasured (a streamed output
+/// leaves the cache its reader would find it in). This build against the base (22:19 UTC,
+/// load 2.8–3.2): `[2048, 1024]` one thread 571–1106 → 451–602 (four rounds).
+const ZEN4_ONE_THREAD_NT_MAX: usize = 2 << 20;
 
 /// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):
 /// from [`nt_bytes`] whatever the thread count (as [`wanted_at_any_thread_count`] an f32
@@ -589,6 +611,46 @@ mod tests {
                         false,
                         l1 / 4,
                         llc / 4 + 64
+                    ));
+                }
+            });
+        }
+    }
+
+    /// [`wanted_at_any_thread_count`] on one thread streams an f32 output of
+    /// [`ZEN4_ONE_THREAD_NT_MAX`] on a Zen 4 only (elsewhere from [`ONE_THREAD_NT_MAX`] at
+    /// most), and on two threads from [`nt_bytes`].
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn softmax_streams_from_two_mib_on_one_zen4_thread() {
+        let at = |len: usize| buffer(DType::F32, std::ptr::NonNull::dangling().as_ptr(), len);
+        let avx2 =
+            crate::backend::cpu::simd::active() >= crate::backend::cpu::simd::SimdLevel::Avx2;
+        let zen4 = crate::backend::cpu::simd::is_zen4();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                for len in [ZEN4_ONE_THREAD_NT_MAX - 64, ZEN4_ONE_THREAD_NT_MAX, 8 << 20] {
+                    let from = if threads == 1 && zen4 {
+                        nt_bytes().min(ZEN4_ONE_THREAD_NT_MAX)
+                    } else if threads == 1 {
+                        nt_bytes().min(ONE_THREAD_NT_MAX)
+                    } else {
+                        nt_bytes()
+                    };
+                    assert_eq!(
+                        wanted_at_any_thread_count(&at(len), false),
+                        avx2 && len >= from,
+                        "{threads} threads, {len} bytes"
+                    );
+                }
+                if threads == 1 && zen4 && avx2 {
+                    assert!(wanted_at_any_thread_count(
+                        &at(ZEN4_ONE_THREAD_NT_MAX),
+                        false
                     ));
                 }
             });
