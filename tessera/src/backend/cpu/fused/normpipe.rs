@@ -98,7 +98,14 @@ pub(crate) fn ahead_rows(
 /// three): layernorm main 710–1014 → 632–636, rmsnorm 647–989 → 612–617. Rmsnorm bf16 → f32
 /// `[1024, 4096]` 1T (22:14, four): `far` 1066–1077 against 914–948 without (main 879–898):
 /// not taken. Two threads' `[4096, 1024]` rows store plainly (not streamed): unchanged.
-/// Final build: see the commit.
+/// Final build against main's binary (five interleaved rounds each, load 2.5–5.6): layernorm
+/// `[1024, 4096]` 1T 1256–1301 → 782–875 µs (22:29 UTC), 2T 442–495 (ratio 0.59–0.70) →
+/// 382–425 (0.68–0.76; 22:55, both cores free); rmsnorm `[1024, 4096]` 1T 707–1012 → 624–661,
+/// 2T the same within the noise (330 and 330 in the round with both cores free, 22:55);
+/// `[4096, 1024]` 1T layernorm 745–1020 → 639–666, rmsnorm 671–878 → 614–644 (22:31). Past
+/// the cache (unchanged path) layernorm `[8192, 4096]` 1T read 7.3–7.7 ms with main's binary
+/// and 7.9–8.2 with a build of this commit's parent and this one alike (22:39): the build,
+/// not the rule.
 fn zen4_f32_ahead() -> bool {
     crate::backend::cpu::simd::is_zen4()
 }
