@@ -1019,6 +1019,44 @@ mod x86 {
         part: &mut [f32],
         acc: *mut f32,
     ) {
+        // SAFETY: the caller's contract.
+        unsafe { sum_bf16_tile_as(x, sb, n, part, acc, fma_odd()) }
+    }
+
+    /// Whether [`pass`] adds the odd columns by FMA (`x · 1.0 + acc`: one rounding of `x +
+    /// acc`, the same bits) instead of `vaddps`, two blocks of 32 columns per step: on a Zen 4
+    /// (AMD family 0x19, `simd::is_zen4`). There (2-vCPU KVM EPYC family 25 model 17, 3.67
+    /// GHz) a zmm `vaddps` and a zmm `vpslld` share pipes: asm loops of 8 independent ops,
+    /// 4 `vaddps` + 4 `vpslld` 8.1 cycles, 4 `vaddps` + 4 `vpandd` 6.4, 2 `vaddps` + 2
+    /// `vfmadd231ps` + 2 `vpslld` + 2 `vpandd` 4.1. So a block's 16 adds + 8 shifts + 8 ands
+    /// took ≈ 24.5 cycles per 8 rows (a C copy of the loop, L2-resident strip) and ≈ 22 with
+    /// the odd chain on the FMA pipes, ≈ 21.6 with two blocks per step (L3-resident `[4096,
+    /// 1024]`: 114 → 112 → 108.6 µs). In the pass, A/B against `/work/wt/base25/cpu_profile`
+    /// (a362c42), interleaved, three rounds, 23:12–23:13 UTC 2026-11-28, load 6.9–7.1
+    /// (`RAYON_NUM_THREADS=T chrt -f 50 cpu_profile col_sum_bf16 R C 300 --pool`, fastest
+    /// launch, ratio to the same-run yardstick): one thread `[4096, 1024]` 118.0–118.8 →
+    /// 110.9–112.4 µs (0.74 → 0.78–0.79), `[1024, 4096]` 124.5–126.1 → 117.8–119.3 (0.69–0.74
+    /// → 0.74); two threads `[4096, 1024]` 65.7–65.9 → 62.5–63.2 (0.69 → 0.72–0.73), `[1024,
+    /// 4096]` 75.0–78.6 → 71.2–78.4. Not measured on the Zen 5 or the Intel Xeon: they keep
+    /// `vaddps` and one block per step.
+    fn fma_odd() -> bool {
+        crate::backend::cpu::simd::is_zen4()
+    }
+
+    /// [`sum_bf16_tile_avx512`] with the odd columns' adds by FMA or not (`fma`, see
+    /// [`fma_odd`]; the tests run both).
+    ///
+    /// # Safety
+    /// As [`sum_bf16_tile_avx512`].
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn sum_bf16_tile_as(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        part: &mut [f32],
+        acc: *mut f32,
+        fma: bool,
+    ) {
         let m = part.len();
         let j0 = if sb.is_multiple_of(64) {
             ((64 - x as usize % 64) % 64 / 2).min(m)
@@ -1051,7 +1089,11 @@ mod x86 {
         unsafe {
             let mid = std::slice::from_raw_parts_mut(pp.add(j0), m32 - j0);
             let acc = if acc.is_null() { acc } else { acc.add(j0) };
-            zero_pairs(x.add(2 * j0), sb, n, mid, acc);
+            if fma {
+                zero_pairs::<true>(x.add(2 * j0), sb, n, mid, acc);
+            } else {
+                zero_pairs::<false>(x.add(2 * j0), sb, n, mid, acc);
+            }
         }
         if m32 < m {
             plain(m32, m);
@@ -1067,7 +1109,13 @@ mod x86 {
     /// # Safety
     /// As [`pairs`]; `acc` null or `part.len()` writable floats not inside `part`.
     #[inline(always)]
-    unsafe fn zero_pairs(x: *const u8, sb: usize, n: usize, part: &mut [f32], acc: *mut f32) {
+    unsafe fn zero_pairs<const F: bool>(
+        x: *const u8,
+        sb: usize,
+        n: usize,
+        part: &mut [f32],
+        acc: *mut f32,
+    ) {
         let m = part.len();
         let pp = part.as_mut_ptr();
         let eight = m <= 2048;
@@ -1077,16 +1125,16 @@ mod x86 {
                 // SAFETY: rows u..u + $k (< n) of the caller's, `part` and `acc`.
                 match ($first, $last) {
                     (true, true) => unsafe {
-                        pass::<$k, true, true>(x.add(u * sb), sb, m, pp, acc)
+                        pass::<$k, true, true, F>(x.add(u * sb), sb, m, pp, acc)
                     },
                     (true, false) => unsafe {
-                        pass::<$k, true, false>(x.add(u * sb), sb, m, pp, acc)
+                        pass::<$k, true, false, F>(x.add(u * sb), sb, m, pp, acc)
                     },
                     (false, true) => unsafe {
-                        pass::<$k, false, true>(x.add(u * sb), sb, m, pp, acc)
+                        pass::<$k, false, true, F>(x.add(u * sb), sb, m, pp, acc)
                     },
                     (false, false) => unsafe {
-                        pass::<$k, false, false>(x.add(u * sb), sb, m, pp, acc)
+                        pass::<$k, false, false, F>(x.add(u * sb), sb, m, pp, acc)
                     },
                 }
             };
@@ -1117,12 +1165,51 @@ mod x86 {
     /// # Safety
     /// As [`zero_pairs`]: `K` rows of `m` columns readable, `m` floats at `pp` (and `acc`).
     #[inline(always)]
-    unsafe fn pass<const K: usize, const FIRST: bool, const LAST: bool>(
+    unsafe fn pass<const K: usize, const FIRST: bool, const LAST: bool, const F: bool>(
         r0: *const u8,
         sb: usize,
         m: usize,
         pp: *mut f32,
         acc: *mut f32,
+    ) {
+        // SAFETY: the caller's contract (AVX-512F present).
+        unsafe {
+            // 1.0 the compiler cannot see (it folds an FMA by a constant 1.0 into an add).
+            let one = std::hint::black_box(_mm512_set1_ps(1.0));
+            let mut j = 0;
+            if F {
+                // Two blocks per step on a Zen 4 (see `fma_odd`): four add chains in flight.
+                while j + 64 <= m {
+                    blocks::<K, FIRST, LAST, F, 2>(r0, sb, j, pp, acc, one);
+                    j += 64;
+                }
+            }
+            while j < m {
+                blocks::<K, FIRST, LAST, F, 1>(r0, sb, j, pp, acc, one);
+                j += 32;
+            }
+        }
+    }
+
+    /// [`pass`] over the `W` blocks of 32 columns from column `j`, row by row (each block's
+    /// rows in order), the odd columns' adds by FMA by `one` (1.0) when `F`.
+    ///
+    /// # Safety
+    /// As [`pass`], columns `j .. j + 32 · W` inside its `m`.
+    #[inline(always)]
+    unsafe fn blocks<
+        const K: usize,
+        const FIRST: bool,
+        const LAST: bool,
+        const F: bool,
+        const W: usize,
+    >(
+        r0: *const u8,
+        sb: usize,
+        j: usize,
+        pp: *mut f32,
+        acc: *mut f32,
+        one: __m512,
     ) {
         // SAFETY: the caller's contract (AVX-512F present).
         unsafe {
@@ -1133,21 +1220,37 @@ mod x86 {
             let ld = |r: *const u8, j: usize| _mm512_loadu_si512(r.add(2 * j) as *const _);
             let ev = |v: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
             let od = |v: __m512i| _mm512_castsi512_ps(_mm512_and_si512(v, mask));
-            let mut j = 0;
-            while j < m {
-                let l: [__m512i; K] = core::array::from_fn(|i| ld(r0.add(i * sb), j));
-                let (mut e, mut o) = if FIRST {
-                    (_mm512_setzero_ps(), _mm512_setzero_ps())
+            let mut e: [__m512; W] = core::array::from_fn(|w| {
+                if FIRST {
+                    _mm512_setzero_ps()
                 } else {
-                    (_mm512_loadu_ps(pp.add(j)), _mm512_loadu_ps(pp.add(j + 16)))
-                };
-                for v in l {
-                    e = _mm512_add_ps(e, ev(v));
-                    o = _mm512_add_ps(o, od(v));
+                    _mm512_loadu_ps(pp.add(j + 32 * w))
                 }
+            });
+            let mut o: [__m512; W] = core::array::from_fn(|w| {
+                if FIRST {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(pp.add(j + 32 * w + 16))
+                }
+            });
+            for i in 0..K {
+                for w in 0..W {
+                    let v = ld(r0.add(i * sb), j + 32 * w);
+                    e[w] = _mm512_add_ps(e[w], ev(v));
+                    // `od(v) · 1.0 + o` rounds `od(v) + o` once: the same bits as the add.
+                    o[w] = if F {
+                        _mm512_fmadd_ps(od(v), one, o[w])
+                    } else {
+                        _mm512_add_ps(o[w], od(v))
+                    };
+                }
+            }
+            for w in 0..W {
+                let j = j + 32 * w;
                 if LAST {
-                    let a = _mm512_permutex2var_ps(e, lo, o);
-                    let b = _mm512_permutex2var_ps(e, hi, o);
+                    let a = _mm512_permutex2var_ps(e[w], lo, o[w]);
+                    let b = _mm512_permutex2var_ps(e[w], hi, o[w]);
                     if acc.is_null() {
                         _mm512_storeu_ps(pp.add(j), a);
                         _mm512_storeu_ps(pp.add(j + 16), b);
@@ -1157,10 +1260,9 @@ mod x86 {
                         _mm512_storeu_ps(q, _mm512_add_ps(_mm512_loadu_ps(q), b));
                     }
                 } else {
-                    _mm512_storeu_ps(pp.add(j), e);
-                    _mm512_storeu_ps(pp.add(j + 16), o);
+                    _mm512_storeu_ps(pp.add(j), e[w]);
+                    _mm512_storeu_ps(pp.add(j + 16), o[w]);
                 }
-                j += 32;
             }
         }
     }
@@ -1484,36 +1586,48 @@ mod tests {
                         }
                         let folded: Vec<f32> = init.iter().zip(&tile).map(|(a, t)| a + t).collect();
                         let x = xs[off..].as_ptr() as *const u8;
-                        let mut part = vec![f32::NAN; m];
-                        // SAFETY: as above; a null `acc`.
-                        unsafe {
-                            super::x86::sum_bf16_tile_avx512(
-                                x,
-                                2 * pitch,
-                                n,
-                                &mut part,
-                                std::ptr::null_mut(),
-                            )
-                        };
-                        let mut acc = init.clone();
-                        let mut scratch: Vec<f32> = (0..m).map(|j| j as f32 - 7.5).collect();
-                        // SAFETY: as above; `acc` holds m floats apart from `scratch`.
-                        unsafe {
-                            super::x86::sum_bf16_tile_avx512(
-                                x,
-                                2 * pitch,
-                                n,
-                                &mut scratch,
-                                acc.as_mut_ptr(),
-                            )
-                        };
-                        for (what, got, want) in [("tile", &part, &tile), ("fold", &acc, &folded)] {
-                            for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
-                                assert!(
-                                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                                    "{what}: m {m} pitch {pitch} n {n} off {off} column {j}: \
-                                     {g} vs {w}"
-                                );
+                        // The machine's choice, then the odd columns' adds by FMA and by
+                        // `vaddps` (`fma_odd`), whichever this CPU takes.
+                        for fma in [None, Some(true), Some(false)] {
+                            let tile_sum = |part: &mut [f32], acc: *mut f32| {
+                                // SAFETY: AVX-512F detected; rows u < n hold m elements from
+                                // `off` inside the slice; `acc` null or m floats apart from
+                                // `part`.
+                                unsafe {
+                                    match fma {
+                                        None => super::x86::sum_bf16_tile_avx512(
+                                            x,
+                                            2 * pitch,
+                                            n,
+                                            part,
+                                            acc,
+                                        ),
+                                        Some(f) => super::x86::sum_bf16_tile_as(
+                                            x,
+                                            2 * pitch,
+                                            n,
+                                            part,
+                                            acc,
+                                            f,
+                                        ),
+                                    }
+                                }
+                            };
+                            let mut part = vec![f32::NAN; m];
+                            tile_sum(&mut part, std::ptr::null_mut());
+                            let mut acc = init.clone();
+                            let mut scratch: Vec<f32> = (0..m).map(|j| j as f32 - 7.5).collect();
+                            tile_sum(&mut scratch, acc.as_mut_ptr());
+                            for (what, got, want) in
+                                [("tile", &part, &tile), ("fold", &acc, &folded)]
+                            {
+                                for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                                    assert!(
+                                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                        "{what} (fma {fma:?}): m {m} pitch {pitch} n {n} off \
+                                         {off} column {j}: {g} vs {w}"
+                                    );
+                                }
                             }
                         }
                     }
@@ -1592,32 +1706,56 @@ mod tests {
                                 .collect();
                             let folded: Vec<f32> =
                                 init.iter().zip(&tile).map(|(a, t)| a + t).collect();
-                            let run = |part: &mut [f32], acc: *mut f32| {
-                                let x = at as *const u8;
-                                // SAFETY: AVX-512F detected; rows u < n hold m elements from
-                                // `at`; `acc` null or m floats apart from `part`.
-                                unsafe {
-                                    if bf16 {
-                                        super::x86::sum_bf16_tile_avx512(x, 2 * pitch, n, part, acc)
-                                    } else {
-                                        super::x86::sum_f32_tile_avx512(x, 4 * pitch, n, part, acc)
+                            // bf16: the machine's choice, then the odd columns' adds by
+                            // FMA and by `vaddps` (`fma_odd`).
+                            for fma in [None, Some(true), Some(false)] {
+                                let run = |part: &mut [f32], acc: *mut f32| {
+                                    let x = at as *const u8;
+                                    // SAFETY: AVX-512F detected; rows u < n hold m elements
+                                    // from `at`; `acc` null or m floats apart from `part`.
+                                    unsafe {
+                                        match (bf16, fma) {
+                                            (true, None) => super::x86::sum_bf16_tile_avx512(
+                                                x,
+                                                2 * pitch,
+                                                n,
+                                                part,
+                                                acc,
+                                            ),
+                                            (true, Some(f)) => super::x86::sum_bf16_tile_as(
+                                                x,
+                                                2 * pitch,
+                                                n,
+                                                part,
+                                                acc,
+                                                f,
+                                            ),
+                                            _ => super::x86::sum_f32_tile_avx512(
+                                                x,
+                                                4 * pitch,
+                                                n,
+                                                part,
+                                                acc,
+                                            ),
+                                        }
                                     }
-                                }
-                            };
-                            let mut part = vec![f32::NAN; m];
-                            run(&mut part, std::ptr::null_mut());
-                            let mut acc = init.clone();
-                            let mut scratch = vec![-0.0f32; m];
-                            run(&mut scratch, acc.as_mut_ptr());
-                            for (what, got, want) in
-                                [("tile", &part, &tile), ("fold", &acc, &folded)]
-                            {
-                                for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
-                                    assert!(
-                                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                                        "{what}: bf16 {bf16} m {m} pitch {pitch} n {n} off \
-                                         {off} column {j}: {g:?} vs {w:?}"
-                                    );
+                                };
+                                let mut part = vec![f32::NAN; m];
+                                run(&mut part, std::ptr::null_mut());
+                                let mut acc = init.clone();
+                                let mut scratch = vec![-0.0f32; m];
+                                run(&mut scratch, acc.as_mut_ptr());
+                                for (what, got, want) in
+                                    [("tile", &part, &tile), ("fold", &acc, &folded)]
+                                {
+                                    for (j, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                                        assert!(
+                                            g.to_bits() == w.to_bits()
+                                                || (g.is_nan() && w.is_nan()),
+                                            "{what} (fma {fma:?}): bf16 {bf16} m {m} pitch \
+                                             {pitch} n {n} off {off} column {j}: {g:?} vs {w:?}"
+                                        );
+                                    }
                                 }
                             }
                             drop(block);
