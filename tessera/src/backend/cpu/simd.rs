@@ -227,9 +227,9 @@ pub(crate) fn is_amd() -> bool {
 }
 
 /// 0 = not yet read, else the CPU's family + 1 (CPUID leaf 1: base family, plus the extended
-/// family when the base is 15).
+/// family when the base is 15; at most 15 + 255, so the cached read is the first one's).
 #[cfg(target_arch = "x86_64")]
-static FAMILY: AtomicU8 = AtomicU8::new(0);
+static FAMILY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Whether the CPU is an AMD Zen 4 (family 0x19 with AVX-512: Genoa, Raphael, …), cached.
 /// Zen 4 runs 512-bit operations on 256-bit units and its L1D is 32 KiB, so choices measured
@@ -251,10 +251,10 @@ pub(crate) fn family() -> u32 {
             } else {
                 base
             };
-            FAMILY.store((f + 1).min(255) as u8, Ordering::Relaxed);
+            FAMILY.store(f + 1, Ordering::Relaxed);
             f
         }
-        c => u32::from(c) - 1,
+        c => c - 1,
     }
 }
 

@@ -118,8 +118,9 @@ pub(crate) fn wanted_for_rows_reading(
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
 /// 1024]` f32: 88–89 GB/s streamed, 66–68 plain). On one thread from [`ONE_THREAD_NT_MAX`]
-/// ([`ZEN4_ONE_THREAD_NT_MAX`] on an AMD Zen 4) at most: the 32 MiB-L3 machine's own [`nt_bytes`] (so unchanged there), where a larger
-/// last-level cache is reported.
+/// at most, where a larger last-level cache is reported: the Zen 5's 32 MiB L3's own
+/// [`nt_bytes`] (so unchanged there); on an AMD Zen 4 (`simd::is_zen4`) from
+/// [`ZEN4_ONE_THREAD_NT_MAX`] at most.
 pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
     let from = if threads() == 1 {
         #[cfg(target_arch = "x86_64")]
