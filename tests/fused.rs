@@ -648,7 +648,8 @@ fn whole_transposes_at_alternating_shapes_match_the_interpreter_bit_for_bit() {
         (544, 1056),
         (300, 37),
         // bf16 rows of 8 KiB: passes capped by the L2 off AMD (64 rows at 2 MiB, the last
-        // one ragged; 32 at 1 MiB), one pass of 160 on AMD (`transpose::zen_tuned`).
+        // one ragged; 32 at 1 MiB), one pass of 160 on other AMD CPUs (`transpose::zen_tuned`),
+        // passes of 64 on a Zen 4 (half its 1 MiB L2, `transpose::whole_l2`).
         (160, 4096),
         (64, 96),
         (160, 4096),

@@ -65,14 +65,49 @@ pub(crate) struct Write {
 /// rmsnorm bf16 → f32 `[1024, 4096]` 1T 1065–1382 (0.75–0.97) → 1048–1309 (0.81–0.95), 2T
 /// (plain stores: unchanged) 651–730 → 637–726; layernorm `[4096, 1024]` 1T 1237–1449 →
 /// 1173–1482, 2T 771–818 → 775–814 (unchanged). Not on AMD (measured only on this Xeon).
+///
+/// And on a Zen 4 (AMD family 0x19: [`zen4_f32_ahead`]) for every streamed row of an f32
+/// input (`f32in`), which there also spreads its reads ([`spread`]).
 pub(crate) fn ahead_rows(
     nt: bool,
     (in_bytes, out_bytes): (usize, usize),
     row_bytes: usize,
+    f32in: bool,
 ) -> bool {
     nt && (super::stream::past_cache(in_bytes + out_bytes)
         || (!crate::backend::cpu::simd::is_amd()
-            && row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3))
+            && row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3)
+        || (f32in && zen4_f32_ahead()))
+}
+
+/// Whether streamed norm rows of an f32 input ask for their rows ahead into L2 and spread
+/// those reads over both passes ([`ahead_rows`], [`spread`]) within the last-level cache
+/// too: on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]), where the
+/// rows read from L3 otherwise left the write waiting (the Zen 5's rule, not asking, kept
+/// for family 0x1A; bf16 inputs keep it too: asking ahead measured slower there).
+///
+/// Measured (nm25) on the 2-vCPU AMD EPYC KVM guest (family 25 model 17, 32 KiB L1D, 32 MiB
+/// L3, other helpers' builds and benches running: load 2.5–6), 2026-11-28, experiment build
+/// with `nt`, `far` and `spread` on an environment switch, `RAYON_NUM_THREADS=T chrt -f 50
+/// cpu_profile K R C N --pool` (N = 300 one thread, 1000 two), interleaved rounds with
+/// main's binary (a362c42), fastest launch in µs. Layernorm `[1024, 4096]` 1T (22:24 UTC,
+/// four rounds): main 999–1108, as before 1080–1419, `far` alone 871–932, `far` and spread
+/// 766–823; 2T (22:24, four): main 432–488, before 437–474, `far` 430–476, both 377–439.
+/// Rmsnorm `[1024, 4096]` 1T (22:25, three): main 707–845, both 656–665 (`far` alone
+/// 686–810 at 22:13: the same as without). `[4096, 1024]` 1T (20 KiB / 12 KiB rows, 22:26,
+/// three): layernorm main 710–1014 → 632–636, rmsnorm 647–989 → 612–617. Rmsnorm bf16 → f32
+/// `[1024, 4096]` 1T (22:14, four): `far` 1066–1077 against 914–948 without (main 879–898):
+/// not taken. Two threads' `[4096, 1024]` rows store plainly (not streamed): unchanged.
+/// Final build against main's binary (five interleaved rounds each, load 2.5–5.6): layernorm
+/// `[1024, 4096]` 1T 1256–1301 → 782–875 µs (22:29 UTC), 2T 442–495 (ratio 0.59–0.70) →
+/// 382–425 (0.68–0.76; 22:55, both cores free); rmsnorm `[1024, 4096]` 1T 707–1012 → 624–661,
+/// 2T the same within the noise (330 and 330 in the round with both cores free, 22:55);
+/// `[4096, 1024]` 1T layernorm 745–1020 → 639–666, rmsnorm 671–878 → 614–644 (22:31). Past
+/// the cache (unchanged path) layernorm `[8192, 4096]` 1T read 7.3–7.7 ms with main's binary
+/// and 7.9–8.2 with a build of this commit's parent and this one alike (22:39): the build,
+/// not the rule.
+fn zen4_f32_ahead() -> bool {
+    crate::backend::cpu::simd::is_zen4()
 }
 
 /// What every pass of a launch shares: `γ`, `β` (null without), the row length, the chunk
@@ -356,12 +391,15 @@ unsafe fn finish<const BF: bool>(r: &Rows, w: &Write, mut j: usize, head: usize)
 /// `[4096, 1024]` and `[1024, 4096]`, where layernorm measured the same within the noise
 /// (one thread 1263–1348 / 1473–1657 against 1252–1407 / 1484–1610 µs, two threads 697–752
 /// / 797–845 against 718–801 / 814–839).
+///
+/// On a Zen 4 wherever [`ahead_rows`] answers true for an f32 input ([`zen4_f32_ahead`],
+/// measured there).
 fn spread(bytes: usize) -> bool {
     #[cfg(test)]
-    if tests::FORCE_PAST.with(|f| f.get()) {
-        return true;
+    if let Some(f) = tests::FORCE_PAST.with(|f| f.get()) {
+        return f;
     }
-    super::stream::past_cache(bytes)
+    super::stream::past_cache(bytes) || zen4_f32_ahead()
 }
 
 /// The rows `r0 .. r1` of a norm into the f32 output `out` (unrounded): pass `t` of
@@ -528,8 +566,9 @@ pub(super) mod tests {
     use super::*;
 
     thread_local! {
-        /// Whether [`spread`] answers true on this thread (a test's).
-        pub(super) static FORCE_PAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// What [`spread`] answers on this thread (a test's), when set.
+        pub(super) static FORCE_PAST: std::cell::Cell<Option<bool>> =
+            const { std::cell::Cell::new(None) };
         /// Calls of [`rows`] on this thread that spread their reads ([`spread`]).
         pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
@@ -639,7 +678,7 @@ pub(super) mod tests {
                             (true, true, false),
                             (true, true, true),
                         ] {
-                            FORCE_PAST.with(|f| f.set(past));
+                            FORCE_PAST.with(|f| f.set(Some(past)));
                             let xs = values(&mut seed, rows * n);
                             // bf16 rows: the values' high halves (what `xs` holds then).
                             let mut bits: Vec<u16> =
@@ -700,8 +739,111 @@ pub(super) mod tests {
                 }
             }
         }
-        FORCE_PAST.with(|f| f.set(false));
+        FORCE_PAST.with(|f| f.set(None));
         assert!(SPREAD.with(|q| q.get()) > 0, "no rows spread their reads");
+    }
+
+    /// The choice of `norm::body` within the last-level cache, [`ahead_rows`] with a launch's
+    /// own sizes and [`spread`] unforced: on a Zen 4 ([`zen4_f32_ahead`]) streamed rows of an
+    /// f32 input ask for rows ahead and spread their reads ([`SPREAD`] counts them), bf16 rows
+    /// do not; elsewhere the rows spread nothing (the tensors fit the cache) and ask ahead
+    /// only off AMD for rows wider than 3/4 of L1. Every row bit for bit the interpreter's
+    /// (fresh random rows, a NaN-filled output), programs of two rows.
+    #[test]
+    fn zen4_streamed_f32_rows_within_the_cache_ask_ahead_and_spread() {
+        use crate::backend::Buffer;
+        use crate::backend::cpu::simd;
+        use tessera_ir::DType;
+        if !(std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let buffer = |dtype: DType, ptr: *mut u8, (r, c): (usize, usize)| Buffer {
+            dtype,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr,
+            len: r * c * dtype.size_bytes(),
+            writable: true,
+        };
+        FORCE_PAST.with(|f| f.set(None));
+        let zen4 = simd::is_zen4();
+        let start = crate::backend::cpu::clock_seed() | 1;
+        let mut seed = start;
+        for (rows, n) in [(6, 1024), (5, 4099), (5, 300)] {
+            for (layer, beta, bf) in [
+                (true, true, false),
+                (false, false, false),
+                (false, true, true),
+                (true, true, true),
+            ] {
+                let xs = values(&mut seed, rows * n);
+                let mut bits: Vec<u16> = xs.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                let mut xs: Vec<f32> = if bf {
+                    bits.iter()
+                        .map(|&b| f32::from_bits((b as u32) << 16))
+                        .collect()
+                } else {
+                    xs
+                };
+                let g = values(&mut seed, n);
+                let bv = values(&mut seed, n);
+                let b = beta.then_some(&bv[..]);
+                let mut ob = vec![f32::from_bits(0x7fc0_1234); rows * n];
+                let nm = super::super::norm::test_norm(2, 1024, beta, layer);
+                let x = if bf {
+                    buffer(DType::BF16, bits.as_mut_ptr() as *mut u8, (rows, n))
+                } else {
+                    buffer(DType::F32, xs.as_mut_ptr() as *mut u8, (rows, n))
+                };
+                let out = buffer(DType::F32, ob.as_mut_ptr() as *mut u8, (rows, n));
+                // `norm::body`'s row working set.
+                let row_bytes = (1 + usize::from(layer) + 1 + usize::from(beta) + 1) * n * 4;
+                let far = ahead_rows(true, (x.len, out.len), row_bytes, !bf);
+                let wide = row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3;
+                assert_eq!(
+                    far,
+                    (zen4 && !bf) || (!simd::is_amd() && wide),
+                    "[{rows}, {n}] layer {layer} bf16 {bf}: ahead_rows"
+                );
+                let before = SPREAD.with(|q| q.get());
+                let mut keep = vec![0.0f32; 3 * n];
+                for r0 in (0..rows).step_by(2) {
+                    // SAFETY: AVX-512F, AVX2 and FMA are present; `g` and `b` hold `n`
+                    // values, `keep` 3 rows; fenced below.
+                    unsafe {
+                        super::rows(
+                            &nm,
+                            (&x, &out),
+                            (r0, (r0 + 2).min(rows), rows),
+                            n,
+                            (&g, b),
+                            &mut keep,
+                            (true, far),
+                        );
+                        core::arch::x86_64::_mm_sfence();
+                    }
+                }
+                assert_eq!(
+                    SPREAD.with(|q| q.get()) > before,
+                    zen4 && !bf,
+                    "[{rows}, {n}] layer {layer} bf16 {bf}: spread"
+                );
+                for r in 0..rows {
+                    let want = reference_f32(&xs[r * n..(r + 1) * n], 1024, &g, b, layer);
+                    let got = &ob[r * n..(r + 1) * n];
+                    if let Some(j) = (0..n).find(|&j| got[j].to_bits() != want[j].to_bits()) {
+                        panic!(
+                            "[{rows}, {n}] layer {layer} beta {beta} bf16 {bf}: row {r} column \
+                             {j}: {} != {} (seed {start})",
+                            got[j], want[j]
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// [`write`] gives `((x − mean)·rstd)·γ (+ β)` bit for bit at every offset of the output

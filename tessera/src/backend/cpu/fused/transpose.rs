@@ -215,6 +215,70 @@ fn zen_tuned() -> bool {
     }
 }
 
+/// Whether the CPU is an AMD Zen 4 (`simd::is_zen4`: family 0x19 with AVX-512), whose whole
+/// transposes ([`run_whole`]) take neither the Zen 5's tuning of [`zen_tuned`] nor the Xeon's
+/// paired blocks but the Xeon's single blocks (no source prefetch, every row streamed at any
+/// thread count: [`plain_rows`] none) in passes of at most half the L2 ([`band`]'s `share`
+/// 2). The per-program tile copies ([`copy_bf16`]) keep [`zen_tuned`]'s choice there (not
+/// measured).
+///
+/// Measured on a 2-vCPU KVM AMD EPYC Zen 4 (family 25 model 17, L1D 32 KiB, L2 1 MiB, L3 32
+/// MiB; tr25, 2026-11-28 22:03–22:23 UTC, load 2.6–11.7 from other helpers' builds): one
+/// binary with temporary switches for each choice, interleaved with main a362c42's
+/// (`RAYON_NUM_THREADS=T chrt -f 50 cpu_profile transpose_bf16|transpose R C N --pool`,
+/// fastest launch, µs, 3–4 rounds each). There the same process's one-thread non-temporal
+/// copy of 8 MiB runs at ≈ 21–23 GB/s against the plain memcpy's 75, so every choice that
+/// holds a block's stores back costs. bf16 one thread: `[1024, 4096]` main (Zen 5 tuning:
+/// passes of 512 rows, prefetch, 12 of 32 rows plain) 543–755 (1498 in the lead's probe), the
+/// Xeon's (pairs, passes of a quarter of the L2: 32 rows) 572–577, pairs in passes of 128
+/// rows 470–530, single blocks with no prefetch in passes of 32 / 64 / 128 / 256 / 512 rows
+/// 566–573 / 416–423 / 434–448 / 431–443 / 436–498, those passes of 64 with 8 / 12 / 16 / 20
+/// of 32 rows plain 447–531 / 610–1288 / 593–1318 / 1051–1846 (plain rows are the
+/// one-thread pathology), no streaming at all 715–1143; Zen 5 tuning with 0 plain rows
+/// 507–515, with passes of 32 rows 537–541. `[4096, 1024]` (passes of 128 rows by either
+/// rule) main 625–888, single blocks in passes of 64 / 128 / 256 / 512 rows 472–478 /
+/// 462–472 / 459–494 / 462–485, with 8 / 12 / 16 / 20 plain 447–489 / 488–672 / 484–537 /
+/// 594–1034, pairs 508–589. `[2048, 2048]` main 761–1386, passes of 64 / 128 / 256 493–552 /
+/// 502–506 / 509–584. bf16 two threads (main: 8 of 32 plain): `[4096, 1024]` main 285–291
+/// and single blocks 304–316 in one batch, 319–386 against 245–254 in the next (8 / 12 / 16
+/// plain 265–301 / 282–390 / 274–557, 4 plain 287–334; the Zen 5 tuning with none, where
+/// its prefetch runs with every line streamed, 584–602); `[1024, 4096]` main 284–339, single
+/// blocks in passes of 64 rows 217–242 and 309–358 in two batches, 128 rows 224–315, 8
+/// plain 222–227, 4 / 12 / 16 248–264 / 234–264 / 252–306; in two later batches (22:31–22:37,
+/// 6 and 8 rounds) 8 plain rows read `[1024, 4096]` 221–285 against none's 217–358 and
+/// `[4096, 1024]` 247–381 against 239–310 (and the Zen 5 tuning built from this code,
+/// forced, 480–540, where main's binary read 265–473 in the same rounds: not explained), so
+/// none is kept (the Xeon's choice, and simpler; neither ahead in both host states). Beyond the last-level cache
+/// (`[8192, 4096]`, 30 launches) one thread main 6047–7228, passes of 32 / 64 / 128 rows
+/// 5962–6266 / 5685–5965 / 6194–6582; two threads 5077–5432 against 3662–4373 / 3321–3506 /
+/// 3692–3787. f32 (the same blocks as before; the Zen 5's 4 of 16 rows plain on two threads
+/// go): two threads `[4096, 1024]` 630–700 → 604–635, `[1024, 4096]` 638–1169 → 617–628;
+/// one thread unchanged (passes of 128 rows instead of 64 read 951–1008 against 1022–1059
+/// at `[4096, 1024]` and the same at `[1024, 4096]`: not kept, within the noise). The final
+/// build's A/B is at [`run_whole`].
+fn zen4() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::backend::cpu::simd::is_zen4()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The L2 size [`run_whole`] sizes its bf16 passes for ([`band`]): `None` (uncapped, and the
+/// Zen 5's tuning of the blocks) where [`zen_tuned`] holds except on a Zen 4 ([`zen4`]).
+fn whole_l2() -> Option<usize> {
+    (!zen_tuned() || zen4()).then(crate::backend::cpu::cache::l2_bytes)
+}
+
+/// The share of the L2 one bf16 pass of [`run_whole`] may take (`1 / share`): a half on a
+/// Zen 4 ([`zen4`]), a quarter elsewhere ([`band`]).
+fn l2_share() -> usize {
+    if zen4() { 2 } else { 4 }
+}
+
 /// Source rows per pass of [`run_whole`] over `c` source columns: 64 f32 at the `avx512`
 /// level (else 32), or `c / 8` bf16 (a multiple of 32) from 128 to 512: four to sixteen
 /// 64-byte lines into each destination row per pass. With non-temporal stores, 32 f32 or
@@ -225,7 +289,9 @@ fn zen_tuned() -> bool {
 /// / 314.
 ///
 /// Off AMD ([`zen_tuned`]), bf16 passes take at most a quarter of the L2 (`l2`,
-/// [`cache::l2_bytes`]) of source rows (at least 32 rows). On the 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB) that is
+/// [`cache::l2_bytes`]; `share` 4) of source rows (at least 32 rows); on a Zen 4 ([`zen4`],
+/// figures there) half of it (`share` 2: 64 rows at `[1024, 4096]`, where a quarter's 32
+/// measured 1.35× slower). On the 2-vCPU KVM Intel Xeon (family 6 model 207, L2 2 MiB) that is
 /// 64 rows of 8 KiB instead of 512 and 128 of 4 KiB instead of 256 (tb18, 23:28–23:41 UTC
 /// 2026-11-27, `uptime` 7–25: other helpers' builds; `chrt -f 50 cpu_profile
 /// transpose_bf16 R C N --pool`, one thread, fastest launch's ratio to the same process's
@@ -240,12 +306,12 @@ fn zen_tuned() -> bool {
 /// then): not measured again there.
 ///
 /// [`cache::l2_bytes`]: crate::backend::cpu::cache::l2_bytes
-fn band(bf16: bool, c: usize, l2: Option<usize>) -> usize {
+fn band(bf16: bool, c: usize, l2: Option<usize>, share: usize) -> usize {
     use crate::backend::cpu::simd::{SimdLevel, active};
     if bf16 {
         let rows = (c / 8 / 32 * 32).clamp(128, 512);
         match l2 {
-            Some(l2) => rows.min((l2 / 4 / (c * 2).max(1) / 32 * 32).max(32)),
+            Some(l2) => rows.min((l2 / share / (c * 2).max(1) / 32 * 32).max(32)),
             None => rows,
         }
     } else if active() >= SimdLevel::Avx512 {
@@ -347,22 +413,35 @@ fn plain_rows(bf16: bool, out: usize, threads: usize, zen: bool) -> usize {
 /// 922; f32 source prefetch 2 or 8 steps ahead instead of [`AHEAD`]'s 4, 869 / 938 and 846
 /// / 954 against 865 / 922 (min 716 / 764 and 814 / 839 against 790 / 782); 12 of 32 bf16
 /// rows plain 565 / 486 against 413 / 442.
+///
+/// A Zen 4's tuning ([`zen4`]), A/B of the final build against main a362c42's `cpu_profile`
+/// on the Zen 4 there (tr25, interleaved, 2026-11-28 22:27–22:38 UTC, load 2.4–5.7 from
+/// other helpers' builds; `RAYON_NUM_THREADS=T chrt -f 50 cpu_profile transpose_bf16|transpose
+/// R C 200 --pool` (`[8192, 4096]`: 30), fastest launch, µs, 4–8 rounds, main → this): bf16
+/// one thread `[1024, 4096]` 615–724 → 420–427, `[4096, 1024]` 687–1259 → 472–630; two
+/// threads bimodal with the host's state: `[1024, 4096]` 270–334 → 310–349 in the batches
+/// of 22:28–22:29 (a loss of up to 15 %) but 268–381 → 217–308 in that of 22:36 (the
+/// switch build's defaults, the same code), `[4096, 1024]` 289–587 → 237–354, `[2048, 2048]`
+/// (22:36) 342–413 → 258–269; beyond the last-level cache `[8192, 4096]` one thread
+/// 5936–6099 → 5617–6392, two threads 4792–5206 → 2953–3194. f32 one thread unchanged code
+/// (`[4096, 1024]` 959–1031 → 931–1041, `[1024, 4096]` 977–1009 → 977–1008); two threads
+/// (no plain rows) `[4096, 1024]` 459–583 → 457–547, `[1024, 4096]` 498–730 → 450–600.
 pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
-    let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
-    run_whole_l2(t, args, l2, None)
+    run_whole_l2(t, args, whole_l2(), None)
 }
 
 /// Whether the bf16 AVX-512 blocks with streamed output go in pairs (`x86::bf16_avx512`) for
 /// `out` bytes of output: off AMD (`zen` false, [`zen_tuned`]) while the output takes at
 /// most 3/4 of the last-level cache, the bound [`plain_rows`] uses. Beyond it pairs measured
 /// no gain (`[8192, 4096]` one thread, figures at `bf16_avx512`), so the single blocks stay.
-fn paired(out: usize, zen: bool) -> bool {
-    !zen && out <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
+/// Never on a Zen 4 (`zen4`, [`zen4`]): pairs lost there (figures at [`zen4`]).
+fn paired(out: usize, zen: bool, zen4: bool) -> bool {
+    !zen && !zen4 && out <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
 }
 
-/// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`]; `None`: the Zen
-/// 5's tuning, of the blocks as well) and the bf16 blocks paired as `pair` says (`None`: as
-/// [`paired`] says).
+/// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`], with this CPU's
+/// [`l2_share`]; `None`: the Zen 5's tuning, of the blocks as well) and the bf16 blocks
+/// paired as `pair` says (`None`: as [`paired`] says).
 fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>, pair: Option<bool>) {
     let (bs, bd) = (&args[t.src], &args[t.dst]);
     let (r, c) = (bs.dims()[0], bs.dims()[1]);
@@ -372,7 +451,7 @@ fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>, pair: Option<
         "fused transpose out of bounds"
     );
     let (sp, dp) = (bs.ptr as usize, bd.ptr as usize);
-    let pass = band(t.bf16, c, l2);
+    let pass = band(t.bf16, c, l2, l2_share());
     // Non-temporal stores need aligned rows: every destination row starts at the same offset
     // in its cache line, and the first `lead` columns (up to the first line boundary) take
     // plain stores. From 1 MiB (f32, one thread, 1 MiB L2: plain stores measured faster up to
@@ -384,7 +463,7 @@ fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>, pair: Option<
     // `l2` is `None` exactly for the Zen 5's tuning (`run_whole`), of the blocks as well.
     let zen = l2.is_none();
     let keep = plain_rows(t.bf16, r * c * size, threads, zen);
-    let pair = !zen && pair.unwrap_or_else(|| paired(r * c * size, zen));
+    let pair = !zen && pair.unwrap_or_else(|| paired(r * c * size, zen, zen4()));
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
         // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
@@ -1368,8 +1447,7 @@ mod tests {
     /// threads: each destination element is its source element, bf16 NaNs made quiet.
     fn check(r: usize, c: usize, bf16: bool, so: usize, dof: usize, threads: usize) {
         let seed = (r * 31 + c * 7 + so * 3 + dof) as u64;
-        let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
-        check_with(r, c, bf16, so, dof, threads, l2, None, seed)
+        check_with(r, c, bf16, so, dof, threads, whole_l2(), None, seed)
     }
 
     /// [`check`] with bf16 passes sized for an L2 of `l2` bytes (`None`: uncapped, the Zen
@@ -1471,12 +1549,13 @@ mod tests {
                 check(1024, 1024, true, so, dof, threads);
                 check(2048, 96, true, so, dof, threads);
                 // f32 groups of 16 rows staggered over 64 column steps (32 per band on two
-                // threads), rows of 4 KiB; on two threads on AMD the last 4 rows of each
-                // block plain, as the Zen 5's tuning (`l2` `None`) does on any machine, none
-                // off AMD (`plain_rows`); fresh bits from the clock, ragged rows too.
+                // threads), rows of 4 KiB; on two threads on AMD (not a Zen 4) the last 4
+                // rows of each block plain, as the Zen 5's tuning (`l2` `None`) does on any
+                // machine, none off AMD and on a Zen 4 (`plain_rows`, `zen4`); fresh bits
+                // from the clock, ragged rows too.
                 check(1024, 1024, false, so, dof, threads);
                 let seed = crate::backend::cpu::clock_seed();
-                let l2 = (!zen_tuned()).then(crate::backend::cpu::cache::l2_bytes);
+                let l2 = whole_l2();
                 check_with(1024, 1024, false, so, dof, threads, None, None, seed);
                 check_with(1008, 1037, false, so, dof, threads, l2, None, seed + 1);
             }
@@ -1546,8 +1625,65 @@ mod tests {
                         Some(pair),
                         seed,
                     );
-                    assert_eq!(band(true, 1024, l2(96, k)), 96);
+                    assert_eq!(band(true, 1024, l2(96, k), 4), 96);
                 }
+            }
+        }
+    }
+
+    /// A Zen 4's whole transposes ([`zen4`]): on a Zen 4 the choices (passes of half the L2,
+    /// single blocks, no plain rows at any thread count, not the Zen 5's tuning) are the ones
+    /// measured there; on any machine those single blocks in passes of 64 rows of 8 KiB (a
+    /// half of a 1 MiB L2; a quarter of 2 MiB off a Zen 4), all streamed, copy every bit:
+    /// ragged columns, an odd row count (no streaming), lead and skew offsets, one and two
+    /// threads, fresh random bits with NaNs in some blocks and none in others; then the
+    /// machine's own choices (on a Zen 4 these) on f32 and bf16.
+    #[test]
+    fn zen4_single_blocks_in_half_l2_passes_copy_every_bit() {
+        let m = 1 << 20;
+        if zen4() {
+            assert_eq!(l2_share(), 2);
+            assert_eq!(whole_l2(), Some(crate::backend::cpu::cache::l2_bytes()));
+            assert!(!paired(8 * m, false, true));
+            assert_eq!(band(true, 4096, Some(m), l2_share()), 64);
+            assert_eq!(band(true, 1024, Some(m), l2_share()), 128);
+            for threads in [1, 2] {
+                assert_eq!(plain_rows(true, 8 * m, threads, false), 0);
+                assert_eq!(plain_rows(false, 8 * m, threads, false), 0);
+            }
+        }
+        let l2 = Some(m * l2_share() / 2);
+        assert_eq!(band(true, 4096, l2, l2_share()), 64);
+        let seed = crate::backend::cpu::clock_seed();
+        for threads in [1, 2] {
+            for (so, dof) in [(0, 0), (5, 11), (32, 7)] {
+                for (r, c) in [(608, 4096), (608, 4100), (1001, 1030), (1056, 1024)] {
+                    let seed = seed + (r * c + so) as u64;
+                    check_with(r, c, true, so, dof, threads, l2, Some(false), seed);
+                    check_with(r, c, true, so, dof, threads, whole_l2(), None, seed + 1);
+                }
+                check_with(
+                    1024,
+                    1024,
+                    false,
+                    so,
+                    dof,
+                    threads,
+                    whole_l2(),
+                    None,
+                    seed + 2,
+                );
+                check_with(
+                    1008,
+                    1037,
+                    false,
+                    so,
+                    dof,
+                    threads,
+                    whole_l2(),
+                    None,
+                    seed + 3,
+                );
             }
         }
     }
@@ -1570,10 +1706,13 @@ mod tests {
             (4096, 16 * m, 512),
             (2048, 16 * m, 256),
         ] {
-            assert_eq!(band(true, c, Some(l2)), rows, "c {c}, L2 {l2}");
+            assert_eq!(band(true, c, Some(l2), 4), rows, "c {c}, L2 {l2}");
+            // A Zen 4's half of the L2 (`zen4`): a quarter of twice it.
+            let half = band(true, c, Some(2 * l2), 4);
+            assert_eq!(band(true, c, Some(l2), 2), half, "c {c}, L2 {l2}, half");
             // The Zen 5's tuning (`zen_tuned`): no L2 cap.
             let zen = (c / 8 / 32 * 32).clamp(128, 512);
-            assert_eq!(band(true, c, None), zen, "c {c}, no cap");
+            assert_eq!(band(true, c, None, 4), zen, "c {c}, no cap");
         }
     }
 }
