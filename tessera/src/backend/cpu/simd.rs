@@ -227,9 +227,9 @@ pub(crate) fn is_amd() -> bool {
 }
 
 /// 0 = not yet read, else the CPU's family + 1 (CPUID leaf 1: base family, plus the extended
-/// family when the base is 15).
+/// family when the base is 15; at most 15 + 255, so the cached read is the first one's).
 #[cfg(target_arch = "x86_64")]
-static FAMILY: AtomicU8 = AtomicU8::new(0);
+static FAMILY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Whether the CPU is an AMD Zen 4 (family 0x19 with AVX-512: Genoa, Raphael, …), cached.
 /// Zen 4 runs 512-bit operations on 256-bit units and its L1D is 32 KiB, so choices measured
@@ -251,26 +251,31 @@ pub(crate) fn family() -> u32 {
             } else {
                 base
             };
-            FAMILY.store((f + 1).min(255) as u8, Ordering::Relaxed);
+            FAMILY.store(f + 1, Ordering::Relaxed);
             f
         }
-        c => u32::from(c) - 1,
+        c => c - 1,
     }
 }
 
 #[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
 mod tests {
-    /// The family read from CPUID agrees with the kernel's `/proc/cpuinfo`, and a Zen 4 is
-    /// an AMD family 0x19.
+    /// The family read from CPUID agrees with the kernel's `/proc/cpuinfo`, and
+    /// [`super::is_zen4`] holds exactly on an AMD family 0x19 with AVX-512F by
+    /// `/proc/cpuinfo` (its vendor, family and flags).
     #[test]
     fn family_matches_proc_cpuinfo() {
         let info = std::fs::read_to_string("/proc/cpuinfo").unwrap();
-        let line = info.lines().find(|l| l.starts_with("cpu family")).unwrap();
-        let want: u32 = line.split(':').nth(1).unwrap().trim().parse().unwrap();
+        let field = |name: &str| {
+            let line = info.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split(':').nth(1).unwrap().trim().to_string()
+        };
+        let want: u32 = field("cpu family").parse().unwrap();
         assert_eq!(super::family(), want);
         assert_eq!(super::family(), want, "the cached read");
-        if super::is_zen4() {
-            assert!(super::is_amd() && want == 0x19);
-        }
+        let amd = field("vendor_id") == "AuthenticAMD";
+        let avx512f = field("flags").split_whitespace().any(|f| f == "avx512f");
+        assert_eq!(super::is_amd(), amd);
+        assert_eq!(super::is_zen4(), amd && want == 0x19 && avx512f);
     }
 }

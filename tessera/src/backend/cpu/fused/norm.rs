@@ -179,12 +179,7 @@ fn body(
         // it is) of `out`, fenced here.
         unsafe {
             if out.dtype == DType::F32 && !round {
-                let far = super::normpipe::ahead_rows(
-                    nt,
-                    (x.len, out.len),
-                    kept_rows * n * 4,
-                    x.dtype == DType::F32,
-                );
+                let far = super::normpipe::ahead_rows(nt, (x, out), kept_rows * n * 4);
                 super::normpipe::rows(nm, (x, out), (r0, r1, rows), n, (g, b), x3, (nt, far))
             } else {
                 let (xw, rest) = x3.split_at_mut(n);

@@ -67,14 +67,14 @@ pub(crate) struct Write {
 /// 1173–1482, 2T 771–818 → 775–814 (unchanged). Not on AMD (measured only on this Xeon).
 ///
 /// And on a Zen 4 (AMD family 0x19: [`zen4_f32_ahead`]) for every streamed row of an f32
-/// input (`f32in`), which there also spreads its reads ([`spread`]).
+/// input `x`, which there also spreads its reads ([`spread`]).
 pub(crate) fn ahead_rows(
     nt: bool,
-    (in_bytes, out_bytes): (usize, usize),
+    (x, out): (&crate::backend::Buffer, &crate::backend::Buffer),
     row_bytes: usize,
-    f32in: bool,
 ) -> bool {
-    nt && (super::stream::past_cache(in_bytes + out_bytes)
+    let f32in = x.dtype == tessera_ir::DType::F32;
+    nt && (super::stream::past_cache(x.len + out.len)
         || (!crate::backend::cpu::simd::is_amd()
             && row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3)
         || (f32in && zen4_f32_ahead()))
@@ -82,9 +82,9 @@ pub(crate) fn ahead_rows(
 
 /// Whether streamed norm rows of an f32 input ask for their rows ahead into L2 and spread
 /// those reads over both passes ([`ahead_rows`], [`spread`]) within the last-level cache
-/// too: on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]), where the
-/// rows read from L3 otherwise left the write waiting (the Zen 5's rule, not asking, kept
-/// for family 0x1A; bf16 inputs keep it too: asking ahead measured slower there).
+/// too: on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]), where that
+/// measured faster (why is not measured: no hardware counters there; the Zen 5's rule, not
+/// asking, kept for family 0x1A; bf16 inputs keep it too: asking ahead measured slower there).
 ///
 /// Measured (nm25) on the 2-vCPU AMD EPYC KVM guest (family 25 model 17, 32 KiB L1D, 32 MiB
 /// L3, other helpers' builds and benches running: load 2.5–6), 2026-11-28, experiment build
@@ -801,7 +801,7 @@ pub(super) mod tests {
                 let out = buffer(DType::F32, ob.as_mut_ptr() as *mut u8, (rows, n));
                 // `norm::body`'s row working set.
                 let row_bytes = (1 + usize::from(layer) + 1 + usize::from(beta) + 1) * n * 4;
-                let far = ahead_rows(true, (x.len, out.len), row_bytes, !bf);
+                let far = ahead_rows(true, (&x, &out), row_bytes);
                 let wide = row_bytes > crate::backend::cpu::cache::l1_data_bytes() / 4 * 3;
                 assert_eq!(
                     far,

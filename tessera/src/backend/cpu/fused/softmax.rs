@@ -106,7 +106,7 @@ fn one_apart(n: usize, esz: usize, f32_out: bool, in_bytes: usize) -> bool {
 /// `[1024, 4096]` 1825–2020 → 951–1432 (five rounds), `[2048, 2048]` 1816–2514 → 1389–1530
 /// (three); two threads `[1024, 4096]` 646–1304 → 642–1125 (five; noise, no loss shown).
 fn zen4_wide(esz: usize, in_bytes: usize) -> bool {
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     if let Some((zen4, llc)) = tests::AS_ZEN4.with(|a| a.get()) {
         return zen4 && esz == 4 && 2 * in_bytes >= llc;
     }
@@ -1023,7 +1023,7 @@ struct Step {
 /// Whether [`rows_avx512`] treats an input of `bytes` as larger than the last-level cache
 /// (`cache::last_level_bytes`; a test may force it on its own thread).
 fn past_cache(bytes: usize) -> bool {
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     if tests::FORCE_PAST.with(|f| f.get()) {
         return true;
     }

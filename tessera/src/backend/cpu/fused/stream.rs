@@ -118,8 +118,9 @@ pub(crate) fn wanted_for_rows_reading(
 /// As [`wanted`] but from [`nt_bytes`] whatever the thread count: the softmax row loop,
 /// whose plain stores measured slower than its streaming ones on two threads too (`[4096,
 /// 1024]` f32: 88–89 GB/s streamed, 66–68 plain). On one thread from [`ONE_THREAD_NT_MAX`]
-/// ([`ZEN4_ONE_THREAD_NT_MAX`] on an AMD Zen 4) at most: the 32 MiB-L3 machine's own [`nt_bytes`] (so unchanged there), where a larger
-/// last-level cache is reported.
+/// at most, where a larger last-level cache is reported: the Zen 5's 32 MiB L3's own
+/// [`nt_bytes`] (so unchanged there); on an AMD Zen 4 (`simd::is_zen4`) from
+/// [`ZEN4_ONE_THREAD_NT_MAX`] at most.
 pub(crate) fn wanted_at_any_thread_count(out: &Buffer, round: bool) -> bool {
     let from = if threads() == 1 {
         #[cfg(target_arch = "x86_64")]
@@ -165,7 +166,9 @@ const ONE_THREAD_NT_MAX: usize = 12 << 20;
 /// `[2048, 1024]` there measured 250–257 plain against 318–376 streamed (in the rounds where
 /// the second thread ran, the copy near 90 µs). Below 2 MiB unmeasured (a streamed output
 /// leaves the cache its reader would find it in). This build against the base (22:19 UTC,
-/// load 2.8–3.2): `[2048, 1024]` one thread 571–1106 → 451–602 (four rounds).
+/// load 2.8–3.2): `[2048, 1024]` one thread 571–1106 → 451–602 (four rounds). The cap takes
+/// the bf16 → f32 softmax's output too (`softmax_bf16_f32`, sx25's same A/B, 22:19–22:29,
+/// load 2.8–4.9): `[2048, 1024]` 479–515 → 464, `[1024, 1024]` 233–234 → 231–232.
 const ZEN4_ONE_THREAD_NT_MAX: usize = 2 << 20;
 
 /// Whether the softmax row loop streams its bf16 output `out` (values narrowed in the loop):

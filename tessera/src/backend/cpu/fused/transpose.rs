@@ -434,9 +434,9 @@ pub(crate) fn run_whole(t: &Transpose, args: &[Buffer]) {
 /// `out` bytes of output: off AMD (`zen` false, [`zen_tuned`]) while the output takes at
 /// most 3/4 of the last-level cache, the bound [`plain_rows`] uses. Beyond it pairs measured
 /// no gain (`[8192, 4096]` one thread, figures at `bf16_avx512`), so the single blocks stay.
-/// Never on a Zen 4 (`zen4`, [`zen4`]): pairs lost there (figures at [`zen4`]).
-fn paired(out: usize, zen: bool, zen4: bool) -> bool {
-    !zen && !zen4 && out <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
+/// Never on a Zen 4 ([`zen4`]): pairs lost there (figures at [`zen4`]).
+fn paired(out: usize, zen: bool) -> bool {
+    !zen && !zen4() && out <= crate::backend::cpu::cache::last_level_bytes() / 4 * 3
 }
 
 /// [`run_whole`] with bf16 passes sized for an L2 of `l2` bytes ([`band`], with this CPU's
@@ -463,7 +463,7 @@ fn run_whole_l2(t: &Transpose, args: &[Buffer], l2: Option<usize>, pair: Option<
     // `l2` is `None` exactly for the Zen 5's tuning (`run_whole`), of the blocks as well.
     let zen = l2.is_none();
     let keep = plain_rows(t.bf16, r * c * size, threads, zen);
-    let pair = !zen && pair.unwrap_or_else(|| paired(r * c * size, zen, zen4()));
+    let pair = !zen && pair.unwrap_or_else(|| paired(r * c * size, zen));
     let copy = |a0: usize, a1: usize, b0: usize, nb: usize, nt: bool| {
         // SAFETY: rows b0..b0 + nb of the source at columns a0..a1 and rows a0..a1 of the
         // destination at columns b0..b0 + nb are inside the two tensors (asserted); the
@@ -1644,7 +1644,7 @@ mod tests {
         if zen4() {
             assert_eq!(l2_share(), 2);
             assert_eq!(whole_l2(), Some(crate::backend::cpu::cache::l2_bytes()));
-            assert!(!paired(8 * m, false, true));
+            assert!(!paired(8 * m, false));
             assert_eq!(band(true, 4096, Some(m), l2_share()), 64);
             assert_eq!(band(true, 1024, Some(m), l2_share()), 128);
             for threads in [1, 2] {
