@@ -194,6 +194,19 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
 /// on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]) at the AVX-512 level
 /// only; returns `false` (nothing written) otherwise.
 ///
+/// On the 2-vCPU AMD EPYC KVM guest (family 25 model 17, Zen 4), `RAYON_NUM_THREADS=T chrt -f
+/// 50 cpu_profile K R C N --pool`, 2026-11-28 23:10–23:12 UTC (load 5.9–7.0: two helpers'
+/// and the lead's builds), interleaved with the base build (a362c42) and this build with the
+/// path off (`TESSERA_LUT_STREAM=0`), fastest launch in µs, base / off → streamed: one thread
+/// `[8192, 4096]` tanh bf16 9517–9732 / 9545–10012 → 7944–10106 (three of four ≤ 8908; the
+/// cache-resident lookup rate, ≈ 8.4 ms for 32 Mi elements, is this row's ceiling now),
+/// sigmoid bf16 → f32 9554–9698 / 9806–10102 → 8409–8522; two threads `[8192, 4096]` tanh
+/// 4879–7661 → 4106–4132, sigmoid 4974–5109 → 4347–4413; one thread `[4096, 1024]` and
+/// `[1024, 4096]` (streamed too on one thread): tanh 1044–1093 / 1047–1101 → 1050–1096
+/// (unchanged), sigmoid 1126–1141 / 1134–1171 → 1042–1080. The input prefetch
+/// ([`x86::AHEAD`], past the LLC only) was not measured apart from the streaming; Zen 5 and
+/// Intel keep their paths (not measured here: the gate is the CPU family).
+///
 /// # Safety
 /// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
 /// read by anyone else.
@@ -217,8 +230,8 @@ pub(crate) unsafe fn look_u16_stream(
 }
 
 /// [`look_f32_each`] into an output whose whole 64-byte lines take streaming stores, from the
-/// lookup loop itself ([`x86::look_f32_each_stream`]), as [`look_u16_stream`] (Zen 4 only);
-/// returns `false` (nothing written) otherwise.
+/// lookup loop itself ([`x86::look_f32_each_stream`]), as [`look_u16_stream`] (Zen 4 only;
+/// measured there); returns `false` (nothing written) otherwise.
 ///
 /// # Safety
 /// As [`look_u16_stream`].
@@ -328,8 +341,9 @@ mod x86 {
         unsafe { look_f32(t, &s[end..], &mut o[end..]) };
     }
 
-    /// How far ahead (elements) the streamed lookups ask for their input when `far`.
-    const AHEAD: usize = 2048;
+    /// How far ahead (elements) the streamed lookups ask for their input when `far`: 4 KiB,
+    /// one page, as `gelubf16`'s `AHEAD` (not tuned here).
+    pub(super) const AHEAD: usize = 2048;
 
     /// [`super::look_u16_stream`]: [`super::look_u16`] up to the first 64-byte boundary of `o`
     /// and for the last `< 32` elements, one `vmovntdq` of 32 looked-up entries between.
