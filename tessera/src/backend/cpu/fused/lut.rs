@@ -190,7 +190,7 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
 
 /// [`look_u16`] into an output whose whole 64-byte lines take streaming stores, from the
 /// lookup loop itself ([`x86::look_u16_stream`]: each step's 32 results built by one load per
-/// element in a 64-byte local, then one `vmovntdq`), with the input asked for ahead when `far`;
+/// element in a 64-byte local, then one `vmovntdq`; no input prefetch: measured no faster);
 /// on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]) at the AVX-512 level
 /// only; returns `false` (nothing written) otherwise.
 ///
@@ -203,29 +203,25 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
 /// sigmoid bf16 → f32 9554–9698 / 9806–10102 → 8409–8522; two threads `[8192, 4096]` tanh
 /// 4879–7661 → 4106–4132, sigmoid 4974–5109 → 4347–4413; one thread `[4096, 1024]` and
 /// `[1024, 4096]` (streamed too on one thread): tanh 1044–1093 / 1047–1101 → 1050–1096
-/// (unchanged), sigmoid 1126–1141 / 1134–1171 → 1042–1080. The input prefetch
-/// ([`x86::AHEAD`], past the LLC only) was not measured apart from the streaming; Zen 5 and
-/// Intel keep their paths (not measured here: the gate is the CPU family).
+/// (unchanged), sigmoid 1126–1141 / 1134–1171 → 1042–1080. Tried and dropped: asking for the
+/// input ahead past the LLC (`_MM_HINT_T0`, 23:26–23:28 UTC, load 5.0–5.4, one thread `[8192,
+/// 4096]` tanh, four rounds): 2048 elements ahead 8106–8174 µs, 8192 7990–8124, 32768
+/// 7946–8328, none (the line in use) 7910–8087. Zen 5 and Intel keep their paths (not measured here: the gate is the CPU family).
 ///
 /// # Safety
 /// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
 /// read by anyone else.
 #[inline(always)]
-pub(crate) unsafe fn look_u16_stream(
-    t: &[u16; 1 << 16],
-    s: &[u16],
-    o: &mut [u16],
-    far: bool,
-) -> bool {
+pub(crate) unsafe fn look_u16_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if zen4_streamed() {
         let n = o.len();
         // SAFETY: AVX-512F is present at this level; `s` holds at least `n`; the caller
         // fences.
-        unsafe { x86::look_u16_stream(t, &s[..n], o, far) };
+        unsafe { x86::look_u16_stream(t, &s[..n], o) };
         return true;
     }
-    let _ = (t, s, o, far);
+    let _ = (t, s, o);
     false
 }
 
@@ -236,20 +232,15 @@ pub(crate) unsafe fn look_u16_stream(
 /// # Safety
 /// As [`look_u16_stream`].
 #[inline(always)]
-pub(crate) unsafe fn look_f32_each_stream(
-    t: &[u32; 1 << 16],
-    s: &[u16],
-    o: &mut [f32],
-    far: bool,
-) -> bool {
+pub(crate) unsafe fn look_f32_each_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if zen4_streamed() {
         let n = o.len();
         // SAFETY: as [`look_u16_stream`].
-        unsafe { x86::look_f32_each_stream(t, &s[..n], o, far) };
+        unsafe { x86::look_f32_each_stream(t, &s[..n], o) };
         return true;
     }
-    let _ = (t, s, o, far);
+    let _ = (t, s, o);
     false
 }
 
@@ -341,17 +332,13 @@ mod x86 {
         unsafe { look_f32(t, &s[end..], &mut o[end..]) };
     }
 
-    /// How far ahead (elements) the streamed lookups ask for their input when `far`: 4 KiB,
-    /// one page, as `gelubf16`'s `AHEAD` (not tuned here).
-    pub(super) const AHEAD: usize = 2048;
-
     /// [`super::look_u16_stream`]: [`super::look_u16`] up to the first 64-byte boundary of `o`
     /// and for the last `< 32` elements, one `vmovntdq` of 32 looked-up entries between.
     ///
     /// # Safety
     /// AVX-512F present; `s.len() == o.len()`; the caller fences.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn look_u16_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16], far: bool) {
+    pub(super) unsafe fn look_u16_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
         let n = o.len();
         assert_eq!(s.len(), n);
         let h = o.as_ptr().align_offset(64).min(n);
@@ -360,10 +347,6 @@ mod x86 {
         let mut w = [0u16; 32];
         let mut i = h;
         while i < end {
-            if far {
-                // A prefetch never faults.
-                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
-            }
             super::look_u16(t, &s[i..i + 32], &mut w);
             // SAFETY: `i + 32 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 32); the
             // caller fences.
@@ -383,12 +366,7 @@ mod x86 {
     /// # Safety
     /// As [`look_u16_stream`].
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn look_f32_each_stream(
-        t: &[u32; 1 << 16],
-        s: &[u16],
-        o: &mut [f32],
-        far: bool,
-    ) {
+    pub(super) unsafe fn look_f32_each_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
         let n = o.len();
         assert_eq!(s.len(), n);
         let h = o.as_ptr().align_offset(64).min(n);
@@ -397,10 +375,6 @@ mod x86 {
         let mut w = [0f32; 16];
         let mut i = h;
         while i < end {
-            if far && i % 32 == h % 32 {
-                // A prefetch never faults.
-                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().wrapping_add(i + AHEAD) as *const i8);
-            }
             super::look_f32_each(t, &s[i..i + 16], &mut w);
             // SAFETY: `i + 16 <= end <= n`; `o[i]` is 64-byte aligned; the caller fences.
             unsafe {
@@ -420,7 +394,7 @@ mod tests {
     use super::{look_f32_each, look_u16, x86};
 
     /// The Zen 4 streamed lookups ([`x86::look_u16_stream`], [`x86::look_f32_each_stream`],
-    /// with and without the input asked for ahead) against [`look_u16`] / [`look_f32_each`]:
+    /// against [`look_u16`] / [`look_f32_each`]:
     /// tables of fresh random bits, inputs covering every index from a random start, every
     /// length `0..=100` and the whole, the output at every 2-byte (4-byte) offset of a 64-byte
     /// line (plain head, streamed lines, plain tail), its other elements untouched; and on a
@@ -458,7 +432,7 @@ mod tests {
         lens.push(s.len() - 33);
         const BAD: u16 = 0xDEAD;
         for n in lens {
-            for far in [false, true] {
+            {
                 for off in 0..32 {
                     let mut want = vec![BAD; n + 96];
                     let mut got = want.clone();
@@ -467,7 +441,7 @@ mod tests {
                     look_u16(&t16, &s[3..3 + n], &mut want[lo..lo + n]);
                     // SAFETY: AVX-512F (checked above); equal lengths; fenced below.
                     unsafe {
-                        x86::look_u16_stream(&t16, &s[3..3 + n], &mut got[gl..gl + n], far);
+                        x86::look_u16_stream(&t16, &s[3..3 + n], &mut got[gl..gl + n]);
                         core::arch::x86_64::_mm_sfence();
                     }
                     assert_eq!(
@@ -486,7 +460,7 @@ mod tests {
                     look_f32_each(&t32, &s[3..3 + n], &mut want[lo..lo + n]);
                     // SAFETY: as above.
                     unsafe {
-                        x86::look_f32_each_stream(&t32, &s[3..3 + n], &mut got[gl..gl + n], far);
+                        x86::look_f32_each_stream(&t32, &s[3..3 + n], &mut got[gl..gl + n]);
                         core::arch::x86_64::_mm_sfence();
                     }
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -508,8 +482,8 @@ mod tests {
             let mut f = vec![0f32; 64];
             // SAFETY: fenced below.
             unsafe {
-                assert!(super::look_u16_stream(&t16, &s[..64], &mut o, true));
-                assert!(super::look_f32_each_stream(&t32, &s[..64], &mut f, true));
+                assert!(super::look_u16_stream(&t16, &s[..64], &mut o));
+                assert!(super::look_f32_each_stream(&t32, &s[..64], &mut f));
                 core::arch::x86_64::_mm_sfence();
             }
             let mut w = vec![0u16; 64];

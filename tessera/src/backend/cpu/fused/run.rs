@@ -855,7 +855,7 @@ pub(crate) fn direct_run(
                 return;
             }
             // SAFETY: as above.
-            if unsafe { super::lut::look_u16_stream(t, s, out_u16(bo, at_o, n), far) } {
+            if unsafe { super::lut::look_u16_stream(t, s, out_u16(bo, at_o, n)) } {
                 return;
             }
             let mut h = [0u16; CHUNK];
@@ -875,9 +875,8 @@ pub(crate) fn direct_run(
             if unsafe { super::lut::look_f32_stream(t, s, out_f32(bo, at_o, n)) } {
                 return;
             }
-            let far = super::stream::past_cache(bi.len + bo.len);
             // SAFETY: as above.
-            if unsafe { super::lut::look_f32_each_stream(t, s, out_f32(bo, at_o, n), far) } {
+            if unsafe { super::lut::look_f32_each_stream(t, s, out_f32(bo, at_o, n)) } {
                 return;
             }
             for k in (0..n).step_by(piece) {
