@@ -206,7 +206,8 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
 /// (unchanged), sigmoid 1126–1141 / 1134–1171 → 1042–1080. Tried and dropped: asking for the
 /// input ahead past the LLC (`_MM_HINT_T0`, 23:26–23:28 UTC, load 5.0–5.4, one thread `[8192,
 /// 4096]` tanh, four rounds): 2048 elements ahead 8106–8174 µs, 8192 7990–8124, 32768
-/// 7946–8328, none (the line in use) 7910–8087. Zen 5 and Intel keep their paths (not measured here: the gate is the CPU family).
+/// 7946–8328, none (the line in use) 7910–8087. Zen 5 and Intel keep their paths (not
+/// measured here: the gate is the CPU family).
 ///
 /// # Safety
 /// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
