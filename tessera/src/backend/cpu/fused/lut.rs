@@ -188,6 +188,76 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
     false
 }
 
+/// [`look_u16`] into an output whose whole 64-byte lines take streaming stores, from the
+/// lookup loop itself ([`x86::look_u16_stream`]: each step's 32 results built by one load per
+/// element in a 64-byte local, then one `vmovntdq`; no input prefetch: measured no faster);
+/// on a Zen 4 (AMD family 0x19, [`crate::backend::cpu::simd::is_zen4`]) at the AVX-512 level
+/// only; returns `false` (nothing written) otherwise.
+///
+/// On the 2-vCPU AMD EPYC KVM guest (family 25 model 17, Zen 4), `RAYON_NUM_THREADS=T chrt -f
+/// 50 cpu_profile K R C N --pool`, 2026-11-28 23:10–23:12 UTC (load 5.9–7.0: two helpers'
+/// and the lead's builds), interleaved with the base build (a362c42) and this build with the
+/// path off (`TESSERA_LUT_STREAM=0`), fastest launch in µs, base / off → streamed: one thread
+/// `[8192, 4096]` tanh bf16 9517–9732 / 9545–10012 → 7944–10106 (three of four ≤ 8908; the
+/// cache-resident lookup rate, ≈ 8.4 ms for 32 Mi elements, is this row's ceiling now),
+/// sigmoid bf16 → f32 9554–9698 / 9806–10102 → 8409–8522; two threads `[8192, 4096]` tanh
+/// 4879–7661 → 4106–4132, sigmoid 4974–5109 → 4347–4413; one thread `[4096, 1024]` and
+/// `[1024, 4096]` (streamed too on one thread): tanh 1044–1093 / 1047–1101 → 1050–1096
+/// (unchanged), sigmoid 1126–1141 / 1134–1171 → 1042–1080. Tried and dropped: asking for the
+/// input ahead past the LLC (`_MM_HINT_T0`, 23:26–23:28 UTC, load 5.0–5.4, one thread `[8192,
+/// 4096]` tanh, four rounds): 2048 elements ahead 8106–8174 µs, 8192 7990–8124, 32768
+/// 7946–8328, none (the line in use) 7910–8087. Zen 5 and Intel keep their paths (not
+/// measured here: the gate is the CPU family).
+///
+/// # Safety
+/// The caller orders the streaming stores (`sfence`, [`super::stream::fence`]) before `o` is
+/// read by anyone else.
+#[inline(always)]
+pub(crate) unsafe fn look_u16_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if zen4_streamed() {
+        let n = o.len();
+        // SAFETY: AVX-512F is present at this level; `s` holds at least `n`; the caller
+        // fences.
+        unsafe { x86::look_u16_stream(t, &s[..n], o) };
+        return true;
+    }
+    let _ = (t, s, o);
+    false
+}
+
+/// [`look_f32_each`] into an output whose whole 64-byte lines take streaming stores, from the
+/// lookup loop itself ([`x86::look_f32_each_stream`]), as [`look_u16_stream`] (Zen 4 only;
+/// measured there); returns `false` (nothing written) otherwise.
+///
+/// # Safety
+/// As [`look_u16_stream`].
+#[inline(always)]
+pub(crate) unsafe fn look_f32_each_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if zen4_streamed() {
+        let n = o.len();
+        // SAFETY: as [`look_u16_stream`].
+        unsafe { x86::look_f32_each_stream(t, &s[..n], o) };
+        return true;
+    }
+    let _ = (t, s, o);
+    false
+}
+
+/// Whether [`look_u16_stream`] and [`look_f32_each_stream`] stream from the lookup loop: a
+/// Zen 4 at the AVX-512 level (`TESSERA_LUT_STREAM=0` turns it off, for A/B timing).
+#[cfg(target_arch = "x86_64")]
+fn zen4_streamed() -> bool {
+    use crate::backend::cpu::simd::{SimdLevel, active, is_zen4};
+    active() == SimdLevel::Avx512
+        && is_zen4()
+        && *ON.get_or_init(|| std::env::var_os("TESSERA_LUT_STREAM").is_none_or(|v| v != "0"))
+}
+
+#[cfg(target_arch = "x86_64")]
+static ON: OnceLock<bool> = OnceLock::new();
+
 /// [`look_f32`] by one load per element.
 #[inline(always)]
 fn look_f32_each(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
@@ -262,11 +332,166 @@ mod x86 {
         // SAFETY: as this function's.
         unsafe { look_f32(t, &s[end..], &mut o[end..]) };
     }
+
+    /// [`super::look_u16_stream`]: [`super::look_u16`] up to the first 64-byte boundary of `o`
+    /// and for the last `< 32` elements, one `vmovntdq` of 32 looked-up entries between.
+    ///
+    /// # Safety
+    /// AVX-512F present; `s.len() == o.len()`; the caller fences.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn look_u16_stream(t: &[u16; 1 << 16], s: &[u16], o: &mut [u16]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 32 * 32;
+        super::look_u16(t, &s[..h], &mut o[..h]);
+        let mut w = [0u16; 32];
+        let mut i = h;
+        while i < end {
+            super::look_u16(t, &s[i..i + 32], &mut w);
+            // SAFETY: `i + 32 <= end <= n`; `o[i]` is 64-byte aligned (`h`, steps of 32); the
+            // caller fences.
+            unsafe {
+                _mm512_stream_si512(
+                    o.as_mut_ptr().add(i).cast(),
+                    _mm512_loadu_si512(w.as_ptr().cast()),
+                )
+            };
+            i += 32;
+        }
+        super::look_u16(t, &s[end..], &mut o[end..]);
+    }
+
+    /// [`super::look_f32_each_stream`]: as [`look_u16_stream`] with 16 f32 entries a line.
+    ///
+    /// # Safety
+    /// As [`look_u16_stream`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn look_f32_each_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32]) {
+        let n = o.len();
+        assert_eq!(s.len(), n);
+        let h = o.as_ptr().align_offset(64).min(n);
+        let end = h + (n - h) / 16 * 16;
+        super::look_f32_each(t, &s[..h], &mut o[..h]);
+        let mut w = [0f32; 16];
+        let mut i = h;
+        while i < end {
+            super::look_f32_each(t, &s[i..i + 16], &mut w);
+            // SAFETY: `i + 16 <= end <= n`; `o[i]` is 64-byte aligned; the caller fences.
+            unsafe {
+                _mm512_stream_si512(
+                    o.as_mut_ptr().add(i).cast(),
+                    _mm512_loadu_si512(w.as_ptr().cast()),
+                )
+            };
+            i += 16;
+        }
+        super::look_f32_each(t, &s[end..], &mut o[end..]);
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use super::{look_f32_each, x86};
+    use super::{look_f32_each, look_u16, x86};
+
+    /// The Zen 4 streamed lookups ([`x86::look_u16_stream`], [`x86::look_f32_each_stream`],
+    /// against [`look_u16`] / [`look_f32_each`]:
+    /// tables of fresh random bits, inputs covering every index from a random start, every
+    /// length `0..=100` and the whole, the output at every 2-byte (4-byte) offset of a 64-byte
+    /// line (plain head, streamed lines, plain tail), its other elements untouched; and on a
+    /// Zen 4 at the AVX-512 level the dispatch (`look_u16_stream`, `look_f32_each_stream`)
+    /// takes that path.
+    #[test]
+    fn zen4_streamed_lookups_match_the_plain_ones() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("not run: this CPU lacks AVX-512F");
+            return;
+        }
+        let seed = crate::backend::cpu::clock_seed();
+        let mut z = seed | 1;
+        let mut next = || {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            z
+        };
+        let t32: Box<[u32; 1 << 16]> = (0..1 << 16)
+            .map(|_| next() as u32)
+            .collect::<Box<[u32]>>()
+            .try_into()
+            .unwrap();
+        let t16: Box<[u16; 1 << 16]> = (0..1 << 16)
+            .map(|_| next() as u16)
+            .collect::<Box<[u16]>>()
+            .try_into()
+            .unwrap();
+        let start = next() as u16;
+        let s: Vec<u16> = (0..(1 << 16) + 37)
+            .map(|j| start.wrapping_add((j as u16).wrapping_mul(40503)))
+            .collect();
+        let mut lens: Vec<usize> = (0..=100).collect();
+        lens.push(s.len() - 33);
+        const BAD: u16 = 0xDEAD;
+        for n in lens {
+            {
+                for off in 0..32 {
+                    let mut want = vec![BAD; n + 96];
+                    let mut got = want.clone();
+                    let at = |v: &Vec<u16>| v.as_ptr().align_offset(64) + off;
+                    let (lo, gl) = (at(&want), at(&got));
+                    look_u16(&t16, &s[3..3 + n], &mut want[lo..lo + n]);
+                    // SAFETY: AVX-512F (checked above); equal lengths; fenced below.
+                    unsafe {
+                        x86::look_u16_stream(&t16, &s[3..3 + n], &mut got[gl..gl + n]);
+                        core::arch::x86_64::_mm_sfence();
+                    }
+                    assert_eq!(
+                        got[gl..gl + n],
+                        want[lo..lo + n],
+                        "u16 {n} at {off} (seed {seed})"
+                    );
+                    let untouched = got[..gl].iter().chain(&got[gl + n..]);
+                    assert!(untouched.into_iter().all(|x| *x == BAD), "u16 {n} at {off}");
+                }
+                for off in 0..16 {
+                    let mut want = vec![f32::from_bits(0x7FC0_0BAD); n + 48];
+                    let mut got = want.clone();
+                    let at = |v: &Vec<f32>| v.as_ptr().align_offset(64) + off;
+                    let (lo, gl) = (at(&want), at(&got));
+                    look_f32_each(&t32, &s[3..3 + n], &mut want[lo..lo + n]);
+                    // SAFETY: as above.
+                    unsafe {
+                        x86::look_f32_each_stream(&t32, &s[3..3 + n], &mut got[gl..gl + n]);
+                        core::arch::x86_64::_mm_sfence();
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got[gl..gl + n]),
+                        bits(&want[lo..lo + n]),
+                        "f32 {n} at {off} (seed {seed})"
+                    );
+                    let untouched = got[..gl].iter().chain(&got[gl + n..]);
+                    assert!(untouched.into_iter().all(|x| x.to_bits() == 0x7FC0_0BAD));
+                }
+            }
+        }
+        if crate::backend::cpu::simd::is_zen4()
+            && crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
+            && std::env::var_os("TESSERA_LUT_STREAM").is_none()
+        {
+            let mut o = vec![0u16; 64];
+            let mut f = vec![0f32; 64];
+            // SAFETY: fenced below.
+            unsafe {
+                assert!(super::look_u16_stream(&t16, &s[..64], &mut o));
+                assert!(super::look_f32_each_stream(&t32, &s[..64], &mut f));
+                core::arch::x86_64::_mm_sfence();
+            }
+            let mut w = vec![0u16; 64];
+            look_u16(&t16, &s[..64], &mut w);
+            assert_eq!(o, w, "dispatched u16");
+        }
+    }
 
     /// The f32 gathers ([`x86::look_f32`], [`x86::look_f32_stream`]) against one load per
     /// element: a table of fresh random bits (so a wrong index or lane order shows), inputs

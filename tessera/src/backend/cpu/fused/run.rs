@@ -854,6 +854,10 @@ pub(crate) fn direct_run(
             if unsafe { super::gelubf16::look_stream(ops, t, s, out_u16(bo, at_o, n), far) } {
                 return;
             }
+            // SAFETY: as above.
+            if unsafe { super::lut::look_u16_stream(t, s, out_u16(bo, at_o, n)) } {
+                return;
+            }
             let mut h = [0u16; CHUNK];
             for k in (0..n).step_by(piece) {
                 let m = (n - k).min(piece);
@@ -869,6 +873,10 @@ pub(crate) fn direct_run(
             }
             // SAFETY: as above; `nt`: the caller fences.
             if unsafe { super::lut::look_f32_stream(t, s, out_f32(bo, at_o, n)) } {
+                return;
+            }
+            // SAFETY: as above.
+            if unsafe { super::lut::look_f32_each_stream(t, s, out_f32(bo, at_o, n)) } {
                 return;
             }
             for k in (0..n).step_by(piece) {
