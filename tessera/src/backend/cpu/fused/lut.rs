@@ -197,7 +197,7 @@ pub(crate) unsafe fn look_f32_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut [f32
 /// On the 2-vCPU AMD EPYC KVM guest (family 25 model 17, Zen 4), `RAYON_NUM_THREADS=T chrt -f
 /// 50 cpu_profile K R C N --pool`, 2026-11-28 23:10–23:12 UTC (load 5.9–7.0: two helpers'
 /// and the lead's builds), interleaved with the base build (a362c42) and this build with the
-/// path off (`TESSERA_LUT_STREAM=0`), fastest launch in µs, base / off → streamed: one thread
+/// path off (a temporary `TESSERA_LUT_STREAM=0` switch, since removed), fastest launch in µs, base / off → streamed: one thread
 /// `[8192, 4096]` tanh bf16 9517–9732 / 9545–10012 → 7944–10106 (three of four ≤ 8908; the
 /// cache-resident lookup rate, ≈ 8.4 ms for 32 Mi elements, is this row's ceiling now),
 /// sigmoid bf16 → f32 9554–9698 / 9806–10102 → 8409–8522; two threads `[8192, 4096]` tanh
@@ -246,17 +246,12 @@ pub(crate) unsafe fn look_f32_each_stream(t: &[u32; 1 << 16], s: &[u16], o: &mut
 }
 
 /// Whether [`look_u16_stream`] and [`look_f32_each_stream`] stream from the lookup loop: a
-/// Zen 4 at the AVX-512 level (`TESSERA_LUT_STREAM=0` turns it off, for A/B timing).
+/// Zen 4 at the AVX-512 level.
 #[cfg(target_arch = "x86_64")]
 fn zen4_streamed() -> bool {
     use crate::backend::cpu::simd::{SimdLevel, active, is_zen4};
-    active() == SimdLevel::Avx512
-        && is_zen4()
-        && *ON.get_or_init(|| std::env::var_os("TESSERA_LUT_STREAM").is_none_or(|v| v != "0"))
+    active() == SimdLevel::Avx512 && is_zen4()
 }
-
-#[cfg(target_arch = "x86_64")]
-static ON: OnceLock<bool> = OnceLock::new();
 
 /// [`look_f32`] by one load per element.
 #[inline(always)]
@@ -477,7 +472,6 @@ mod tests {
         }
         if crate::backend::cpu::simd::is_zen4()
             && crate::backend::cpu::simd::active() == crate::backend::cpu::simd::SimdLevel::Avx512
-            && std::env::var_os("TESSERA_LUT_STREAM").is_none()
         {
             let mut o = vec![0u16; 64];
             let mut f = vec![0f32; 64];
