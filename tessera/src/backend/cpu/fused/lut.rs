@@ -389,6 +389,36 @@ mod x86 {
 mod tests {
     use super::{look_f32_each, look_u16, x86};
 
+    /// A xorshift generator seeded from `seed` (fresh bits for the tables).
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut z = seed | 1;
+        move || {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            z
+        }
+    }
+
+    /// A 65 536-entry table of `next`'s bits, each narrowed by `f`.
+    fn table<T: std::fmt::Debug>(
+        next: &mut impl FnMut() -> u64,
+        f: impl Fn(u64) -> T,
+    ) -> Box<[T; 1 << 16]> {
+        (0..1 << 16)
+            .map(|_| f(next()))
+            .collect::<Box<[T]>>()
+            .try_into()
+            .unwrap()
+    }
+
+    /// Every one of the 65 536 indices from `start` (an odd stride), and 37 more.
+    fn every_index(start: u16) -> Vec<u16> {
+        (0..(1 << 16) + 37)
+            .map(|j| start.wrapping_add((j as u16).wrapping_mul(40503)))
+            .collect()
+    }
+
     /// The Zen 4 streamed lookups ([`x86::look_u16_stream`], [`x86::look_f32_each_stream`],
     /// against [`look_u16`] / [`look_f32_each`]:
     /// tables of fresh random bits, inputs covering every index from a random start, every
@@ -403,27 +433,10 @@ mod tests {
             return;
         }
         let seed = crate::backend::cpu::clock_seed();
-        let mut z = seed | 1;
-        let mut next = || {
-            z ^= z << 13;
-            z ^= z >> 7;
-            z ^= z << 17;
-            z
-        };
-        let t32: Box<[u32; 1 << 16]> = (0..1 << 16)
-            .map(|_| next() as u32)
-            .collect::<Box<[u32]>>()
-            .try_into()
-            .unwrap();
-        let t16: Box<[u16; 1 << 16]> = (0..1 << 16)
-            .map(|_| next() as u16)
-            .collect::<Box<[u16]>>()
-            .try_into()
-            .unwrap();
-        let start = next() as u16;
-        let s: Vec<u16> = (0..(1 << 16) + 37)
-            .map(|j| start.wrapping_add((j as u16).wrapping_mul(40503)))
-            .collect();
+        let mut next = xorshift(seed);
+        let t32 = table(&mut next, |b| b as u32);
+        let t16 = table(&mut next, |b| b as u16);
+        let s = every_index(next() as u16);
         let mut lens: Vec<usize> = (0..=100).collect();
         lens.push(s.len() - 33);
         const BAD: u16 = 0xDEAD;
@@ -500,22 +513,9 @@ mod tests {
             return;
         }
         let seed = crate::backend::cpu::clock_seed();
-        let mut z = seed | 1;
-        let mut next = || {
-            z ^= z << 13;
-            z ^= z >> 7;
-            z ^= z << 17;
-            z
-        };
-        let t: Box<[u32; 1 << 16]> = (0..1 << 16)
-            .map(|_| next() as u32)
-            .collect::<Box<[u32]>>()
-            .try_into()
-            .unwrap();
-        let start = next() as u16;
-        let s: Vec<u16> = (0..(1 << 16) + 37)
-            .map(|j| start.wrapping_add((j as u16).wrapping_mul(40503)))
-            .collect();
+        let mut next = xorshift(seed);
+        let t = table(&mut next, |b| b as u32);
+        let s = every_index(next() as u16);
         let mut lens: Vec<usize> = (0..=70).collect();
         lens.push(s.len() - 16);
         for n in lens {

@@ -1375,17 +1375,7 @@ mod tests {
     use super::super::rowmatch::Rows;
     use super::*;
 
-    /// A `[r, c]` buffer over `len` bytes at `ptr`.
-    fn buffer(dtype: DType, ptr: *mut u8, (r, c): (usize, usize)) -> Buffer {
-        Buffer {
-            dtype,
-            shape: [r, c, 1],
-            rank: 2,
-            ptr,
-            len: r * c * dtype.size_bytes(),
-            writable: true,
-        }
-    }
+    use crate::backend::cpu::fused::normpipe::tests::buffer;
 
     /// Whether this CPU lacks what the even/odd rows need (AVX-512F/BW, AVX2, FMA); a test
     /// that gets `true` says it did not run and returns.

@@ -573,6 +573,22 @@ pub(super) mod tests {
         pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
+    /// A `[r, c]` buffer of `dtype` over the bytes at `ptr` (the norm tests' too).
+    pub(in crate::backend::cpu::fused) fn buffer(
+        dtype: tessera_ir::DType,
+        ptr: *mut u8,
+        (r, c): (usize, usize),
+    ) -> crate::backend::Buffer {
+        crate::backend::Buffer {
+            dtype,
+            shape: [r, c, 1],
+            rank: 2,
+            ptr,
+            len: r * c * dtype.size_bytes(),
+            writable: true,
+        }
+    }
+
     /// Fresh pseudo-random values (a xorshift seeded from the clock; the seed is in every
     /// failure message).
     fn values(seed: &mut u64, n: usize) -> Vec<f32> {
@@ -643,7 +659,6 @@ pub(super) mod tests {
     /// starts as NaN, so a row not written fails.
     #[test]
     fn rows_match_the_interpreter_streamed_or_not() {
-        use crate::backend::Buffer;
         use tessera_ir::DType;
         if !(std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx2")
@@ -651,14 +666,6 @@ pub(super) mod tests {
         {
             return;
         }
-        let buffer = |dtype: DType, ptr: *mut u8, (r, c): (usize, usize)| Buffer {
-            dtype,
-            shape: [r, c, 1],
-            rank: 2,
-            ptr,
-            len: r * c * dtype.size_bytes(),
-            writable: true,
-        };
         let start = crate::backend::cpu::clock_seed() | 1;
         let mut seed = start;
         for (rows, n) in [(5, 47), (9, 1031), (7, 3000), (4, 4099), (6, 16), (5, 1024)] {
@@ -751,7 +758,6 @@ pub(super) mod tests {
     /// (fresh random rows, a NaN-filled output), programs of two rows.
     #[test]
     fn zen4_streamed_f32_rows_within_the_cache_ask_ahead_and_spread() {
-        use crate::backend::Buffer;
         use crate::backend::cpu::simd;
         use tessera_ir::DType;
         if !(std::is_x86_feature_detected!("avx512f")
@@ -760,14 +766,6 @@ pub(super) mod tests {
         {
             return;
         }
-        let buffer = |dtype: DType, ptr: *mut u8, (r, c): (usize, usize)| Buffer {
-            dtype,
-            shape: [r, c, 1],
-            rank: 2,
-            ptr,
-            len: r * c * dtype.size_bytes(),
-            writable: true,
-        };
         FORCE_PAST.with(|f| f.set(None));
         let zen4 = simd::is_zen4();
         let start = crate::backend::cpu::clock_seed() | 1;
